@@ -1,0 +1,67 @@
+"""Loading a whole-file JSON document, salvaging one that was cut off mid-write.
+
+Both MegatronApp files (a top-level array) and PyTorch profiler traces (an object whose
+``traceEvents`` array holds nearly all the bytes) end, when a job dies while writing, in the
+middle of one record. What came before is intact, so we cut back to the end of the last
+complete record and close the brackets that were open there.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import orjson
+
+from mapp.errors import TraceFormatError
+
+__all__ = ["load_document", "Salvage"]
+
+# A record inside an array ends with ``}`` followed by ``,`` (more records were coming).
+_RECORD_END = re.compile(rb"\}\s*,")
+_MAX_TRIES = 64
+
+
+class Salvage:
+    """What :func:`load_document` did: ``truncated_at`` is the file size when it had to cut."""
+
+    __slots__ = ("truncated_at",)
+
+    def __init__(self) -> None:
+        self.truncated_at: int | None = None
+
+
+def load_document(path: pathlib.Path, closers: tuple[bytes, ...], what: str) -> tuple[object, Salvage]:
+    """Parse ``path`` as one JSON document; if it is cut off, keep the complete records.
+
+    ``closers`` are the byte strings tried after the last complete record to close what was
+    open there (``b"]"`` for a top-level array, ``b"]}"`` for an array inside an object).
+    Raises :class:`TraceFormatError` naming the file when nothing can be recovered.
+    """
+    salvage = Salvage()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read ({exc.strerror})", "check the path and its permissions") from exc
+    try:
+        return orjson.loads(data), salvage
+    except orjson.JSONDecodeError as exc:
+        first_error = exc
+    stripped = data.rstrip()
+    if not stripped or stripped[:1] not in (b"[", b"{"):
+        raise TraceFormatError(f"{path}: not a JSON {what} ({first_error})",
+                               f"is this really a {what}? pass --format to say which reader to use")
+    ends = [m.start() for m in _RECORD_END.finditer(stripped)]
+    if stripped.endswith(b"}"):
+        ends.append(len(stripped) - 1)
+    for cut in reversed(ends[-_MAX_TRIES:]):
+        head = stripped[: cut + 1]
+        for closer in closers:
+            try:
+                document = orjson.loads(head + closer)
+            except orjson.JSONDecodeError:
+                continue
+            salvage.truncated_at = len(data)
+            return document, salvage
+    raise TraceFormatError(f"{path}: not valid JSON and no complete record to salvage ({first_error})",
+                           f"is this really a {what}?")

@@ -1,0 +1,290 @@
+"""Reader for the original MegatronApp (MegaScan) per-rank files.
+
+Each rank writes ``benchmark-data-{dp}-pipeline-{pp}-tensor-{tp}.json``: a JSON array of flat
+``B``/``E`` records ``{"name", "ph", "rel_ts", "dp_rk", "pp_rk", "tp_rk", "dev", "g_rk", ...attrs}``
+whose ``rel_ts`` (ns) counts from the start of the traced iteration. Iterations are bracketed
+by ``{"name": "iteration", "ph": "B", "pad_before": ns}`` and
+``{"name": "iteration", "ph": "E", "rel_ts", "duration_wall", "duration_cuda"}``.
+
+What this reader builds, per rank:
+
+* one ``X`` row per ``B``/``E`` pair (a stack per name; ``E`` attrs win over ``B`` attrs);
+  ``B`` records left open at the end of the file (a job killed mid-iteration) are dropped
+  with a warning.
+* an absolute time axis. Assumption: ``pad_before`` is the wall time between the *end* of the
+  previous traced iteration and the start of this one (for the first iteration, whatever the
+  tracer measured from; it only shifts the whole rank). So iteration ``k`` starts at
+  ``sum(pad_before[0..k]) + sum(duration_wall[0..k-1])`` and an event at ``start + rel_ts``.
+  ``duration_wall`` falls back to the iteration ``E``'s ``rel_ts``. The clock is the rank's own.
+* ``iteration``: the record's own ``iteration`` attr if it has one, else the count of traced
+  iterations before it in the file (0, 1, ...); null outside any iteration bracket.
+* ``cat``/``lane``: ``iteration``/"iteration"; tensor-parallel mappings (``_reduce``,
+  ``_gather_along_*``, ``_reduce_scatter_along_*``), ``allreduce`` and ``grad-sync`` are
+  ``collective``/"comm"; ``send-*``/``recv-*``/``exchange-*`` are ``p2p``/"comm";
+  ``optimizer*`` is ``optimizer``/"compute"; everything else ``compute``/"compute".
+* collectives: ``group_ranks`` = sorted(``group`` + own rank); ``group`` is "tp", "dp" or "pp"
+  when the members' coordinates (from the files read) form exactly that axis, else null.
+  MegatronApp tags its TP mappings with the TP x DP group; when a TP mapping's members are
+  exactly this rank's TP x DP plane, the row is narrowed to the TP group and the original list
+  is kept in ``args["mapp_original_group"]``.
+* p2p: ``peer`` is the single rank in ``group`` when there is one, else the pipeline
+  neighbour (``send-warmup``/``exchange-next``/``recv-cooldown`` talk to stage pp+1,
+  ``recv-warmup``/``exchange-prev``/``send-cooldown`` to pp-1) found by coordinates.
+* ``microbatch`` from ``micro_batch_index``, ``bytes`` from ``data``; ``seq``, ``chunk``,
+  ``layer``, ``cp``, ``ep`` are null (the format has none of them). ``args`` holds the original
+  extra attrs (``expect``, ``bandwidth``, ``group``, ``duration_cuda``, ...).
+* the ranks table: layout = max + 1 per axis over the files read, ``world_size`` their product,
+  ``device`` from ``dev``, ``clock`` "cuda" (the tracer times with CUDA events).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+import polars as pl
+
+from mapp.analysis.ingest import schema
+from mapp.analysis.ingest._json import load_document
+from mapp.errors import TraceFormatError
+
+__all__ = ["NAME", "sniff", "read"]
+
+NAME = "megatronapp"
+
+_FILE_NAME = re.compile(r"benchmark-data-(\d+)-pipeline-(\d+)-tensor-(\d+)\.json$")
+_CORE_FIELDS = frozenset({"name", "ph", "rel_ts", "dp_rk", "pp_rk", "tp_rk", "dev", "g_rk"})
+_AXES = ("tp", "dp", "pp")
+
+_TP_MAPPINGS = frozenset({
+    "_reduce", "_gather_along_last_dim", "_gather_along_first_dim",
+    "_reduce_scatter_along_first_dim", "_reduce_scatter_along_last_dim",
+})
+_COLLECTIVES = _TP_MAPPINGS | {"allreduce", "all_reduce", "grad-sync", "_all_to_all", "all_gather",
+                               "reduce_scatter", "broadcast"}
+_P2P_PREFIXES = ("send-", "recv-", "exchange-")
+# pipeline direction of each p2p event when its peer is not recorded: +1 next stage, -1 previous
+_P2P_DIRECTION = {
+    "send-warmup": 1, "recv-warmup": -1, "send-cooldown": -1, "recv-cooldown": 1,
+    "exchange-next": 1, "exchange-prev": -1,
+    "send-forward": 1, "recv-forward": -1, "send-backward": -1, "recv-backward": 1,
+}
+
+
+def sniff(path: pathlib.Path, head: bytes) -> bool:
+    """True for a MegatronApp per-rank file: by its name, or a JSON array of ``rel_ts``/``g_rk`` records."""
+    if _FILE_NAME.search(path.name):
+        return True
+    start = head.lstrip()
+    return start.startswith(b"[") and b'"rel_ts"' in head and b'"g_rk"' in head
+
+
+@dataclass(slots=True)
+class _RankFile:
+    path: pathlib.Path
+    rank: int
+    coords: dict[str, int]
+    device: str | None
+    records: list[dict] = field(repr=False)
+
+
+def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Read MegatronApp per-rank files into (events, ranks) tables; see the module docstring."""
+    rank_files = [_load(path, warn) for path in files]
+    coords_of = {rf.rank: rf.coords for rf in rank_files}
+    layout = {axis: max((rf.coords[axis] for rf in rank_files), default=-1) + 1 for axis in _AXES}
+    by_coords = {(c["tp"], c["dp"], c["pp"]): rank for rank, c in coords_of.items()}
+
+    columns: dict[str, list] = {name: [] for name in _EVENT_COLUMNS}
+    for rf in rank_files:
+        _pair(rf, columns, coords_of, by_coords, layout, warn)
+    events = pl.DataFrame(columns, schema={name: schema.EVENTS_SCHEMA[name] for name in _EVENT_COLUMNS})
+    events = schema.conform(events, schema.EVENTS_SCHEMA).sort(
+        ["rank", "ts_ns", "dur_ns"], descending=[False, False, True], maintain_order=True)
+
+    world_size = layout["tp"] * layout["dp"] * layout["pp"]
+    if rank_files:
+        world_size = max(world_size, max(rf.rank for rf in rank_files) + 1)
+    ranks = pl.DataFrame(
+        {
+            "rank": [rf.rank for rf in rank_files],
+            "world_size": [world_size] * len(rank_files),
+            **{axis: [rf.coords[axis] for rf in rank_files] for axis in _AXES},
+            **{f"layout_{axis}": [layout[axis]] * len(rank_files) for axis in _AXES},
+            "device": [rf.device for rf in rank_files],
+            "clock": ["cuda"] * len(rank_files),
+            "format": [NAME] * len(rank_files),
+            "src_file": [str(rf.path) for rf in rank_files],
+        },
+        schema_overrides={"device": pl.String(), "src_file": pl.String()},
+    )
+    return events, schema.conform(ranks, schema.RANKS_SCHEMA)
+
+
+_EVENT_COLUMNS = ("rank", "tp", "pp", "dp", "ph", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration",
+                  "microbatch", "group", "group_ranks", "peer", "bytes", "src_file", "args")
+
+
+def _load(path: pathlib.Path, warn: Callable[[str], None]) -> _RankFile:
+    document, salvage = load_document(path, (b"]",), "MegatronApp trace (JSON array)")
+    if not isinstance(document, list):
+        raise TraceFormatError(f"{path}: expected a JSON array of B/E records, found {type(document).__name__}",
+                               "this does not look like a MegatronApp benchmark-data file")
+    records = [r for r in document if isinstance(r, dict)]
+    if salvage.truncated_at is not None:
+        warn(f"{path}: truncated at byte {salvage.truncated_at}; kept {len(records)} events")
+    ident = next((r for r in records if "g_rk" in r), None)
+    from_name = _FILE_NAME.search(path.name)
+    if ident is None and from_name is None:
+        raise TraceFormatError(f"{path}: no record carries g_rk and the file name has no coordinates",
+                               "expected benchmark-data-{dp}-pipeline-{pp}-tensor-{tp}.json")
+    coords: dict[str, int] = {}
+    if from_name:
+        coords = {"dp": int(from_name[1]), "pp": int(from_name[2]), "tp": int(from_name[3])}
+    if ident is not None:
+        for axis in _AXES:
+            if isinstance(ident.get(f"{axis}_rk"), int):
+                coords[axis] = ident[f"{axis}_rk"]
+    if len(coords) < 3:
+        raise TraceFormatError(f"{path}: cannot tell the rank's dp/pp/tp coordinates",
+                               "keep the original benchmark-data-{dp}-pipeline-{pp}-tensor-{tp}.json name")
+    if ident is not None and isinstance(ident.get("g_rk"), int):
+        rank = ident["g_rk"]
+    else:
+        raise TraceFormatError(f"{path}: no record carries the global rank g_rk", "is the file complete?")
+    device = ident.get("dev") if ident is not None else None
+    return _RankFile(path, rank, coords, None if device is None else str(device), records)
+
+
+def _category(name: str) -> tuple[str, str]:
+    if name == "iteration":
+        return "iteration", "iteration"
+    if name in _COLLECTIVES:
+        return "collective", "comm"
+    if name.startswith(_P2P_PREFIXES):
+        return "p2p", "comm"
+    if name.startswith("optimizer"):
+        return "optimizer", "compute"
+    return "compute", "compute"
+
+
+def _pair(rf: _RankFile, out: dict[str, list], coords_of: dict[int, dict[str, int]],
+          by_coords: dict[tuple[int, int, int], int], layout: dict[str, int],
+          warn: Callable[[str], None]) -> None:
+    iteration: int | None = None
+    traced = 0
+    start_ns = 0          # absolute start of the current iteration
+    end_ns = 0            # absolute end of the last finished iteration
+    open_: dict[str, list[tuple[dict, int, int | None]]] = {}
+    orphans = 0
+    for record in rf.records:
+        name, ph = record.get("name"), record.get("ph")
+        if not isinstance(name, str) or ph not in ("B", "E"):
+            continue
+        rel = _int(record.get("rel_ts")) or 0
+        if name == "iteration" and ph == "B":
+            iteration = _int(record.get("iteration"))
+            iteration = traced if iteration is None else iteration
+            traced += 1
+            start_ns = end_ns + (_int(record.get("pad_before")) or 0)
+        stack = open_.setdefault(name, [])
+        if ph == "B":
+            stack.append((record, start_ns + rel, iteration))
+            continue
+        if not stack:
+            orphans += 1
+            continue
+        begin, begin_ns, begin_iteration = stack.pop()
+        end = start_ns + rel
+        if name == "iteration":
+            wall = _int(record.get("duration_wall"))
+            end = begin_ns + (wall if wall is not None else rel)
+            end_ns = end
+        _emit(rf, out, name, begin, record, begin_ns, end - begin_ns, begin_iteration, coords_of, by_coords, layout)
+        if name == "iteration":
+            iteration = None
+    left_open = sum(len(stack) for stack in open_.values())
+    if left_open:
+        warn(f"{rf.path}: {left_open} B records have no E (file cut off mid-iteration?); dropped them")
+    if orphans:
+        warn(f"{rf.path}: {orphans} E records have no B; dropped them")
+
+
+def _emit(rf: _RankFile, out: dict[str, list], name: str, begin: dict, end: dict, ts_ns: int, dur_ns: int,
+          iteration: int | None, coords_of: dict[int, dict[str, int]],
+          by_coords: dict[tuple[int, int, int], int], layout: dict[str, int]) -> None:
+    attrs = {k: v for k, v in begin.items() if k not in _CORE_FIELDS}
+    attrs.update((k, v) for k, v in end.items() if k not in _CORE_FIELDS)
+    cat, lane = _category(name)
+    members = attrs.get("group")
+    group_ranks = group = peer = None
+    if cat == "collective" and isinstance(members, list):
+        group_ranks = sorted({rf.rank, *(m for m in members if isinstance(m, int))})
+        group = _axis_of(group_ranks, coords_of, layout)
+        if group is None and name in _TP_MAPPINGS:
+            narrowed = _narrow_to_tp(rf, group_ranks, coords_of, layout)
+            if narrowed is not None:
+                attrs["mapp_original_group"] = members
+                group_ranks, group = narrowed, "tp"
+    elif cat == "p2p":
+        others = [m for m in members if isinstance(m, int) and m != rf.rank] if isinstance(members, list) else []
+        if len(others) == 1:
+            peer = others[0]
+        elif name in _P2P_DIRECTION:
+            c = rf.coords
+            peer = by_coords.get((c["tp"], c["dp"], c["pp"] + _P2P_DIRECTION[name]))
+    out["rank"].append(rf.rank)
+    out["tp"].append(rf.coords["tp"])
+    out["pp"].append(rf.coords["pp"])
+    out["dp"].append(rf.coords["dp"])
+    out["ph"].append("X")
+    out["name"].append(name)
+    out["cat"].append(cat)
+    out["lane"].append(lane)
+    out["ts_ns"].append(ts_ns)
+    out["dur_ns"].append(dur_ns)
+    out["iteration"].append(iteration)
+    out["microbatch"].append(_int(attrs.get("micro_batch_index")))
+    out["group"].append(group)
+    out["group_ranks"].append(group_ranks)
+    out["peer"].append(peer)
+    out["bytes"].append(_int(attrs.get("data")))
+    out["src_file"].append(str(rf.path))
+    out["args"].append(orjson.dumps(attrs).decode())
+
+
+def _axis_of(members: list[int], coords_of: dict[int, dict[str, int]], layout: dict[str, int]) -> str | None:
+    """The parallel axis (tp/dp/pp) whose full group is exactly ``members``, if one is."""
+    if len(members) < 2 or any(m not in coords_of for m in members):
+        return None
+    coords = [coords_of[m] for m in members]
+    for axis in _AXES:
+        fixed = [a for a in _AXES if a != axis]
+        if (len({tuple(c[a] for a in fixed) for c in coords}) == 1
+                and len({c[axis] for c in coords}) == len(members) == layout[axis]):
+            return axis
+    return None
+
+
+def _narrow_to_tp(rf: _RankFile, members: list[int], coords_of: dict[int, dict[str, int]],
+                  layout: dict[str, int]) -> list[int] | None:
+    """This rank's TP group, when ``members`` is exactly its TP x DP plane (MegatronApp's tagging)."""
+    if layout["dp"] < 2 or any(m not in coords_of for m in members):
+        return None
+    plane = sorted(r for r, c in coords_of.items() if c["pp"] == rf.coords["pp"])
+    if plane != members or len(plane) != layout["tp"] * layout["dp"]:
+        return None
+    return sorted(r for r in plane if coords_of[r]["dp"] == rf.coords["dp"])
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(round(value))
+    return None
