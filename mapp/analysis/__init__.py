@@ -1,0 +1,1 @@
+"""The offline toolkit: files -> events table -> graph/alignment -> verdicts. Never imports torch."""

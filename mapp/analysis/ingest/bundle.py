@@ -1,0 +1,215 @@
+"""A trace bundle: one directory of per-rank traces, read once into the events table.
+
+The events table is kept as Parquet in ``DIR/.mapp/events.parquet`` (beside ``ranks.parquet``
+and a manifest of the inputs it was built from) and reused while the inputs are unchanged.
+Readers stream batches into it, so a bundle larger than memory can still be ingested;
+analyses scan only the columns they need.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from mapp import __version__
+from mapp.analysis.ingest.discover import discover, reader_module
+from mapp.analysis.ingest.schema import COORDS, EVENTS_SCHEMA, RANKS_SCHEMA, conform
+from mapp.errors import LayoutError
+
+__all__ = ["TraceBundle", "load_bundle", "CACHE_DIR"]
+
+CACHE_DIR = ".mapp"
+_MANIFEST = "manifest.json"
+_CACHE_VERSION = 1
+
+
+@dataclass(slots=True)
+class TraceBundle:
+    """The traces of one run: where they are, what format, the ranks table and the events."""
+
+    directory: Path
+    format: str
+    events_path: Path
+    ranks: pl.DataFrame
+    warnings: list[str] = field(default_factory=list)
+    from_cache: bool = False
+
+    def scan(self) -> pl.LazyFrame:
+        """The events table, lazily: select and filter before collecting."""
+        return pl.scan_parquet(self.events_path)
+
+    @property
+    def events(self) -> pl.DataFrame:
+        """The whole events table in memory."""
+        return pl.read_parquet(self.events_path)
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.events_path.parent
+
+    @property
+    def layout(self) -> dict[str, int | None]:
+        """Parallel layout shared by all ranks (``tp``, ``pp``, ``dp``, ``cp``, ``ep``, ``vpp``)."""
+        row = self.ranks.row(0, named=True) if len(self.ranks) else {}
+        return {axis: row.get(f"layout_{axis}") for axis in (*COORDS, "vpp")}
+
+    @property
+    def world_size(self) -> int | None:
+        sizes = self.ranks["world_size"].drop_nulls()
+        return int(sizes[0]) if len(sizes) else None
+
+
+def _fingerprint(files: list[Path]) -> list[list]:
+    return [[p.name, (s := p.stat()).st_size, s.st_mtime_ns] for p in files]
+
+
+def _cache_location(directory: Path, warn: Callable[[str], None]) -> Path:
+    cache = directory / CACHE_DIR
+    try:
+        cache.mkdir(exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=cache, prefix=".probe-", delete=True)
+        probe.close()
+        return cache
+    except OSError:
+        fallback = Path(tempfile.mkdtemp(prefix="mapp-cache-"))
+        warn(f"cannot write the cache in {cache}; using {fallback} for this run only")
+        return fallback
+
+
+def _validate_ranks(ranks: pl.DataFrame) -> None:
+    """Ranks must be unique and agree on world size and layout."""
+    duplicated = ranks.filter(pl.col("rank").is_duplicated()).sort("rank")
+    if len(duplicated):
+        rank = duplicated["rank"][0]
+        files = duplicated.filter(pl.col("rank") == rank)["src_file"].to_list()
+        raise LayoutError(
+            f"rank {rank} is claimed by more than one file: {', '.join(files)}",
+            "traces of two runs are mixed in one directory; move one run's files elsewhere",
+        )
+    for column in ("world_size", *(f"layout_{a}" for a in (*COORDS, "vpp"))):
+        values = ranks[column].drop_nulls().unique().sort()
+        if len(values) > 1:
+            counts = ranks.group_by(column).agg(pl.col("rank").min(), pl.len()).sort(column)
+            detail = "; ".join(
+                f"{column.removeprefix('layout_')}={v} on {n} files (e.g. rank {r})"
+                for v, r, n in counts.iter_rows()
+            )
+            raise LayoutError(
+                f"ranks disagree on {column.removeprefix('layout_')}: {detail}",
+                "traces of different runs are mixed in one directory",
+            )
+    world = ranks["world_size"].drop_nulls()
+    if len(world) and (ranks["rank"] >= world[0]).any():
+        bad = ranks.filter(pl.col("rank") >= world[0])["rank"][0]
+        raise LayoutError(f"rank {bad} is outside world_size {world[0]}", "the trace metadata is inconsistent")
+
+
+def _write_parquet_atomically(batches: Iterator[pl.DataFrame], target: Path) -> int:
+    schema = conform(pl.DataFrame(), EVENTS_SCHEMA).to_arrow().schema
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for batch in batches:
+                table = batch.to_arrow()
+                if table.schema != schema:
+                    table = table.cast(schema)
+                writer.write_table(table, row_group_size=1 << 20)
+                rows += len(batch)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return rows
+
+
+def _read_all(module, files: list[Path], warn, progress) -> tuple[Iterator[pl.DataFrame], pl.DataFrame]:
+    if hasattr(module, "read_batches"):
+        return module.read_batches(files, warn=warn, progress=progress)
+    events, ranks = module.read(files, warn=warn)
+    if progress:
+        progress(sum(p.stat().st_size for p in files))
+    return iter([events]), ranks
+
+
+def load_bundle(
+    directory: Path | str,
+    *,
+    format: str | None = None,
+    use_cache: bool = True,
+    warn: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> TraceBundle:
+    """Read the traces in ``directory`` into a bundle (reusing the Parquet cache when valid).
+
+    ``progress(done_bytes, total_bytes)`` is called as input is read; ``warn`` receives one
+    line per recoverable problem (a salvaged truncated file, skipped events...).
+    """
+    directory = Path(directory)
+    warnings: list[str] = []
+
+    def _warn(message: str) -> None:
+        warnings.append(message)
+        if warn:
+            warn(message)
+
+    found = discover(directory, format)
+    cache = _cache_location(directory, _warn)
+    manifest = {
+        "cache_version": _CACHE_VERSION,
+        "mapp_version": __version__,
+        "format": found.format,
+        "inputs": _fingerprint(found.files),
+    }
+    events_path, ranks_path = cache / "events.parquet", cache / "ranks.parquet"
+    if use_cache and _cache_matches(cache / _MANIFEST, manifest, events_path, ranks_path):
+        ranks = pl.read_parquet(ranks_path)
+        return TraceBundle(directory, found.format, events_path, ranks, warnings, from_cache=True)
+
+    module = reader_module(found.format)
+    total = sum(p.stat().st_size for p in found.files)
+    done = 0
+
+    def _progress(finished: int) -> None:
+        nonlocal done
+        done += finished
+        if progress:
+            progress(done, total)
+
+    batches, ranks = _read_all(module, found.files, _warn, _progress)
+    try:
+        _validate_ranks(ranks)
+    except BaseException:
+        if hasattr(batches, "close"):
+            batches.close()
+        raise
+    ranks = conform(ranks, RANKS_SCHEMA).sort("rank")
+    rows = _write_parquet_atomically(batches, events_path)
+    if rows == 0:
+        _warn(f"{directory}: the trace files hold no events")
+    _write_ranks_and_manifest(ranks, ranks_path, cache / _MANIFEST, manifest)
+    return TraceBundle(directory, found.format, events_path, ranks, warnings)
+
+
+def _cache_matches(manifest_path: Path, manifest: dict, *paths: Path) -> bool:
+    try:
+        return json.loads(manifest_path.read_text()) == manifest and all(p.exists() for p in paths)
+    except (OSError, ValueError):
+        return False
+
+
+def _write_ranks_and_manifest(ranks: pl.DataFrame, ranks_path: Path, manifest_path: Path, manifest: dict) -> None:
+    tmp = ranks_path.with_suffix(".parquet.tmp")
+    ranks.write_parquet(tmp)
+    os.replace(tmp, ranks_path)
+    tmp = manifest_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, manifest_path)

@@ -1,0 +1,108 @@
+"""Finding the trace files in a directory and telling which format they are in."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from mapp import trace_format
+from mapp.errors import InputError
+
+__all__ = ["FORMATS", "Discovered", "discover", "reader_module"]
+
+# format name -> (reader module, file name patterns that format uses)
+FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "mapp": ("mapp.analysis.ingest.mapp_v1", ("rank-*.json",)),
+    "megatronapp": ("mapp.analysis.ingest.megatronapp", ("benchmark-data-*-pipeline-*-tensor-*.json",)),
+    "kineto": ("mapp.analysis.ingest.kineto", ("*.json",)),
+}
+_HEAD_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Discovered:
+    """The trace files of one directory, all of one format."""
+
+    format: str
+    files: list[Path]
+    ignored: list[Path]
+
+
+def reader_module(format_name: str) -> ModuleType:
+    """The reader for ``format_name`` (imported on first use)."""
+    if format_name not in FORMATS:
+        raise InputError(f"unknown trace format {format_name!r}", f"use one of: {', '.join(FORMATS)}")
+    return importlib.import_module(FORMATS[format_name][0])
+
+
+def _candidates(directory: Path) -> list[Path]:
+    if not directory.exists():
+        raise InputError(f"{directory} does not exist", "pass the directory that holds the per-rank trace files")
+    if not directory.is_dir():
+        raise InputError(f"{directory} is not a directory", "pass the directory that holds the per-rank trace files")
+    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise InputError(f"{directory} is empty", "point mapp at the directory your training job wrote traces to")
+    return [p for p in files if p.name.endswith(".json")]
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(_HEAD_BYTES)
+
+
+def _sniff(path: Path) -> str | None:
+    head = _head(path)
+    if f'"{trace_format.MERGED_MARKER}"'.encode() in head:
+        return None
+    for name, (_module, patterns) in FORMATS.items():
+        if not any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns):
+            continue
+        try:
+            module = reader_module(name)
+        except ImportError:
+            continue
+        if module.sniff(path, head):
+            return name
+    return None
+
+
+def discover(directory: Path, format_name: str | None = None) -> Discovered:
+    """The trace files in ``directory`` and their format (detected, or ``format_name``)."""
+    directory = Path(directory)
+    candidates = _candidates(directory)
+    if format_name is not None:
+        reader_module(format_name)
+        patterns = FORMATS[format_name][1]
+        files = [p for p in candidates if any(fnmatch.fnmatch(p.name, pat) for pat in patterns)]
+        if not files:
+            raise InputError(
+                f"no {format_name} trace files in {directory}",
+                f"{format_name} files are named like {patterns[0]}",
+            )
+        return Discovered(format_name, files, [p for p in candidates if p not in files])
+    by_format: dict[str, list[Path]] = {}
+    ignored: list[Path] = []
+    for path in candidates:
+        found = _sniff(path)
+        if found is None:
+            ignored.append(path)
+        else:
+            by_format.setdefault(found, []).append(path)
+    if not by_format:
+        raise InputError(
+            f"no recognisable traces in {directory}",
+            "expected mapp rank-*.json, MegatronApp benchmark-data-*.json or PyTorch profiler "
+            "traces; pass --format to force one",
+        )
+    if len(by_format) > 1:
+        counts = ", ".join(f"{len(v)} {k}" for k, v in sorted(by_format.items()))
+        raise InputError(
+            f"{directory} mixes trace formats ({counts})",
+            "put each run's traces in a directory of their own, or pass --format to pick one",
+        )
+    (name, files), = by_format.items()
+    return Discovered(name, files, ignored)

@@ -1,0 +1,294 @@
+"""Reader for mapp trace format v1 (``rank-*.json``, one event per line).
+
+DuckDB's JSON reader parses the files (in C++, on every core) straight into Arrow batches,
+which are streamed to the caller: the whole table never has to sit in memory at once.
+A file cut off mid-line by a crash is salvaged up to its last complete event.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import orjson
+import polars as pl
+import pyarrow as pa
+
+from mapp import trace_format
+from mapp.analysis.ingest.schema import ARG_COLUMNS, COORDS, EVENTS_SCHEMA, RANKS_SCHEMA, conform
+from mapp.errors import TraceFormatError
+
+__all__ = ["NAME", "sniff", "read", "read_batches", "read_header"]
+
+NAME = "mapp"
+_TAIL_BYTES = 1 << 16
+_KEPT_PHASES = ("X", "i", "I", "C")
+_COLUMNS = (
+    "{ph:'VARCHAR',name:'VARCHAR',cat:'VARCHAR',pid:'BIGINT',tid:'VARCHAR',"
+    "ts:'DOUBLE',dur:'DOUBLE',args:'JSON'}"
+)
+_ARG_SPEC = "{" + ",".join(f'"{k}":"{v}"' for k, v in ARG_COLUMNS.items()) + "}"
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """A v1 file opens with ``[`` and a ``mapp`` metadata event declaring ``mapp-trace``."""
+    return head.lstrip().startswith(b"[") and f'"format":"{trace_format.FORMAT_NAME}"'.encode() in head.replace(b" ", b"")
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A file ready for DuckDB: the path to parse (the original or a salvaged copy)."""
+
+    original: Path
+    parse_path: Path
+    rank_row: dict
+
+
+def read_header(path: Path) -> dict:
+    """The ``args`` of the file's ``mapp`` metadata event (rank, world_size, layout, coords...)."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            if number > 16:
+                break
+            text = line.strip().rstrip(b",")
+            if not text or text in (b"[", b"]"):
+                continue
+            try:
+                event = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                raise TraceFormatError(
+                    f"{path}: line {number} is not JSON",
+                    "a v1 trace has one JSON event per line; is this file a trace?",
+                ) from None
+            if isinstance(event, dict) and event.get("ph") == "M" and event.get("name") == "mapp":
+                return event.get("args") or {}
+    raise TraceFormatError(
+        f"{path}: no 'mapp' metadata event in the first lines",
+        "a v1 trace starts with the metadata event; pass --format if this is another format",
+    )
+
+
+def _rank_row(path: Path, header: dict) -> dict:
+    layout = header.get("layout") or {}
+    coords = header.get("coords") or {}
+    row = {
+        "rank": header.get("rank"),
+        "world_size": header.get("world_size"),
+        "host": header.get("host"),
+        "device": header.get("device"),
+        "clock": header.get("clock"),
+        "run_id": header.get("run_id"),
+        "format": NAME,
+        "src_file": str(path),
+    }
+    for axis in COORDS:
+        row[axis] = coords.get(axis)
+        row[f"layout_{axis}"] = layout.get(axis)
+    row["layout_vpp"] = layout.get("vpp")
+    if row["rank"] is None:
+        raise TraceFormatError(f"{path}: metadata event has no rank", "the 'mapp' event must carry args.rank")
+    return row
+
+
+def _salvage_length(path: Path, warn: Callable[[str], None]) -> int | None:
+    """Byte length of the file up to the ``}`` of its last complete event, or None if DuckDB
+    can parse the file as it is.
+
+    DuckDB accepts an unclosed array whose last event ends with ``,`` (the normal state of a
+    v1 file being written) and a properly closed one; anything else (a line cut off by a
+    crash, a missing comma, ``,`` before the closing ``]``) is parsed from a repaired copy.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(0, size - _TAIL_BYTES))
+        tail = f.read()
+    lines = tail.split(b"\n")
+    offset = len(tail)
+    dropped = False
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        offset -= len(line) + (1 if index < len(lines) - 1 else 0)
+        text = line.strip()
+        if not text or text == b"]":
+            continue
+        if index == 0 and size > len(tail):
+            break
+        try:
+            orjson.loads(text.rstrip(b","))
+        except orjson.JSONDecodeError:
+            if text == b"[":
+                return None
+            dropped = True
+            continue
+        if not dropped:
+            closed = tail.rstrip().endswith(b"]")
+            if (closed and not text.endswith(b",")) or (not closed and text.endswith(b",")):
+                return None
+        if dropped:
+            warn(f"{path}: line {_line_of(path, size - len(tail) + offset) + 1} is cut off "
+                 "(crash or copy in progress?); kept the events before it")
+        return size - len(tail) + offset + len(line.rstrip().rstrip(b","))
+    raise TraceFormatError(f"{path}: no complete event in its last {_TAIL_BYTES} bytes",
+                           "the file is damaged beyond salvage; move it aside to read the rest")
+
+
+def _line_of(path: Path, byte_offset: int) -> int:
+    newlines = 0
+    with open(path, "rb") as f:
+        while byte_offset > 0:
+            chunk = f.read(min(byte_offset, 1 << 22))
+            if not chunk:
+                break
+            newlines += chunk.count(b"\n")
+            byte_offset -= len(chunk)
+    return newlines + 1
+
+
+def _prepare(path: Path, scratch: Path, warn: Callable[[str], None]) -> _Prepared:
+    header = read_header(path)
+    keep = _salvage_length(path, warn)
+    parse_path = path
+    if keep is not None:
+        parse_path = scratch / f"{len(os.listdir(scratch))}-{path.name}"
+        with open(path, "rb") as src, open(parse_path, "wb") as dst:
+            _copy_prefix(src, dst, keep)
+            dst.write(b"\n]\n")
+    return _Prepared(path, parse_path, _rank_row(path, header))
+
+
+def _copy_prefix(src, dst, length: int) -> None:
+    remaining = length
+    while remaining > 0:
+        chunk = src.read(min(remaining, 1 << 22))
+        if not chunk:
+            break
+        dst.write(chunk)
+        remaining -= len(chunk)
+
+
+def _query(paths: list[str]) -> str:
+    file_list = "[" + ",".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+    return f"""
+        SELECT filename AS src_parse, ph, name, cat, tid AS lane,
+               CAST(round(ts * 1000) AS BIGINT) AS ts_ns,
+               CAST(round(coalesce(dur, 0) * 1000) AS BIGINT) AS dur_ns,
+               unnest(json_transform(args, '{_ARG_SPEC}')),
+               CAST(args AS VARCHAR) AS args
+        FROM read_json({file_list}, format = 'array', filename = true, columns = {_COLUMNS})
+    """
+
+
+def _line_numbers(src: np.ndarray, offsets: dict[str, int]) -> np.ndarray:
+    """Line of each row: rows of one file are contiguous and in file order (line 1 is ``[``)."""
+    n = len(src)
+    lines = np.empty(n, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])
+    ends = np.r_[starts[1:], n]
+    for start, end in zip(starts, ends):
+        first = offsets.get(src[start], 2)
+        lines[start:end] = np.arange(first, first + (end - start))
+        offsets[src[start]] = first + (end - start)
+    return lines
+
+
+def read_batches(
+    files: list[Path],
+    *,
+    warn: Callable[[str], None],
+    progress: Callable[[int], None] | None = None,
+    batch_bytes: int = 64 << 20,
+) -> tuple[Iterator[pl.DataFrame], pl.DataFrame]:
+    """Stream the events of ``files`` as events-table batches; also return the ranks table.
+
+    Files are parsed in groups of about ``batch_bytes`` so memory stays bounded; ``progress``
+    is called with the number of input bytes finished after each group.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="mapp-salvage-"))
+    try:
+        prepared = [_prepare(path, scratch, warn) for path in files]
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    ranks = conform(pl.DataFrame([p.rank_row for p in prepared]), RANKS_SCHEMA)
+    return _stream(prepared, scratch, warn, progress, batch_bytes), ranks
+
+
+def _groups(prepared: list[_Prepared], batch_bytes: int) -> Iterator[list[_Prepared]]:
+    group: list[_Prepared] = []
+    size = 0
+    for item in prepared:
+        group.append(item)
+        size += item.parse_path.stat().st_size
+        if size >= batch_bytes:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pl.DataFrame]:
+    coords = {
+        str(p.parse_path): (str(p.original), p.rank_row["rank"], *(p.rank_row[a] for a in COORDS))
+        for p in prepared
+    }
+    skipped_phases: dict[str, int] = {}
+    con = duckdb.connect()
+    try:
+        for group in _groups(prepared, batch_bytes):
+            offsets: dict[str, int] = {}
+            try:
+                reader = con.sql(_query([str(p.parse_path) for p in group])).to_arrow_reader(1 << 18)
+                for batch in reader:
+                    yield _to_events(batch, coords, offsets, skipped_phases)
+            except duckdb.Error as error:
+                raise _format_error(error, coords) from None
+            if progress:
+                progress(sum(p.original.stat().st_size for p in group))
+    finally:
+        con.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    for phase, count in sorted(skipped_phases.items()):
+        warn(f"skipped {count} events with ph={phase!r} (v1 analyses use X, i and C events)")
+
+
+def _to_events(batch: pa.RecordBatch, coords, offsets, skipped_phases) -> pl.DataFrame:
+    frame = pl.from_arrow(batch)
+    src = frame["src_parse"].to_numpy()
+    frame = frame.with_columns(pl.Series("src_line", _line_numbers(src, offsets)))
+    phases = frame["ph"].value_counts()
+    for phase, count in phases.iter_rows():
+        if phase not in _KEPT_PHASES and phase != "M":
+            skipped_phases[str(phase)] = skipped_phases.get(str(phase), 0) + count
+    frame = frame.filter(pl.col("ph").is_in(_KEPT_PHASES))
+    keys = pl.DataFrame(
+        [(k, *v) for k, v in coords.items()],
+        schema=["src_parse", "src_file", "rank", *COORDS],
+        orient="row",
+    )
+    frame = frame.join(keys, on="src_parse", how="left", maintain_order="left")
+    return conform(frame, EVENTS_SCHEMA)
+
+
+def _format_error(error: duckdb.Error, coords) -> TraceFormatError:
+    message = str(error).splitlines()[0]
+    for parse_path, (original, *_rest) in coords.items():
+        message = message.replace(parse_path, original)
+    message = message.replace("Invalid Input Error: ", "")
+    return TraceFormatError(
+        f"not a valid v1 trace: {message}",
+        "each line must be one JSON event; fix or move the file, or pass --format",
+    )
+
+
+def read(files: list[Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Read ``files`` whole into (events, ranks) tables."""
+    batches, ranks = read_batches(files, warn=warn)
+    frames = list(batches)
+    events = pl.concat(frames) if frames else conform(pl.DataFrame(), EVENTS_SCHEMA)
+    return events, ranks

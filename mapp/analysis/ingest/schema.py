@@ -1,0 +1,83 @@
+"""The events table and the ranks table: the one in-memory form every reader produces.
+
+Documented for users in ``docs/trace-format.md``; keep the two in step.
+Times are integer nanoseconds (``ts_ns``, ``dur_ns``) on the recording rank's own clock;
+Chrome JSON's microseconds are converted at the edges.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+__all__ = ["EVENTS_SCHEMA", "RANKS_SCHEMA", "COORDS", "ARG_COLUMNS", "empty_events", "conform"]
+
+COORDS = ("tp", "pp", "dp", "cp", "ep")
+
+EVENTS_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "tp": pl.Int32(),
+    "pp": pl.Int32(),
+    "dp": pl.Int32(),
+    "cp": pl.Int32(),
+    "ep": pl.Int32(),
+    "ph": pl.String(),
+    "name": pl.String(),
+    "cat": pl.String(),
+    "lane": pl.String(),
+    "ts_ns": pl.Int64(),
+    "dur_ns": pl.Int64(),
+    "iteration": pl.Int32(),
+    "microbatch": pl.Int32(),
+    "chunk": pl.Int32(),
+    "layer": pl.Int32(),
+    "group": pl.String(),
+    "group_ranks": pl.List(pl.Int32()),
+    "seq": pl.Int64(),
+    "peer": pl.Int32(),
+    "bytes": pl.Int64(),
+    "src_file": pl.String(),
+    "src_line": pl.Int64(),
+    "args": pl.String(),
+}
+
+# Fields lifted out of an event's ``args`` into their own columns (the JSON keeps them too).
+ARG_COLUMNS: dict[str, str] = {
+    "iteration": "INTEGER",
+    "microbatch": "INTEGER",
+    "chunk": "INTEGER",
+    "layer": "INTEGER",
+    "group": "VARCHAR",
+    "group_ranks": "INTEGER[]",
+    "seq": "BIGINT",
+    "peer": "INTEGER",
+    "bytes": "BIGINT",
+}
+
+RANKS_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "world_size": pl.Int32(),
+    **{c: pl.Int32() for c in COORDS},
+    **{f"layout_{c}": pl.Int32() for c in (*COORDS, "vpp")},
+    "host": pl.String(),
+    "device": pl.String(),
+    "clock": pl.String(),
+    "run_id": pl.String(),
+    "format": pl.String(),
+    "src_file": pl.String(),
+}
+
+
+def empty_events() -> pl.DataFrame:
+    """An events table with no rows and the full schema."""
+    return pl.DataFrame(schema=EVENTS_SCHEMA)
+
+
+def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Return ``frame`` with exactly ``schema``'s columns, in order: missing ones null, types cast."""
+    columns = []
+    for name, dtype in schema.items():
+        if name in frame.columns:
+            columns.append(pl.col(name).cast(dtype))
+        else:
+            columns.append(pl.lit(None, dtype=dtype).alias(name))
+    return frame.select(columns)

@@ -1,0 +1,172 @@
+"""One Chrome trace of the whole job, for Perfetto UI and chrome://tracing.
+
+pid = global rank, one named thread per lane (compute, comm, ...), processes ordered by
+(pp, tp, dp). Events are streamed from the Parquet events table and encoded by polars
+column expressions, so the merged file is written without holding the job in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from mapp import trace_format
+from mapp.analysis.ingest.bundle import TraceBundle
+from mapp.errors import OutputError
+
+__all__ = ["MERGED_MARKER", "MergeResult", "write_chrome_trace", "lane_ids", "process_order"]
+
+MERGED_MARKER = trace_format.MERGED_MARKER
+# Lanes that get fixed, readable positions; any other lane follows in name order.
+_LANE_ORDER = ("iteration", "compute", "comm", "optimizer", "data", "other")
+_BATCH_ROWS = 1 << 20
+_EVENT_COLUMNS = ["rank", "ph", "name", "cat", "lane", "ts_ns", "dur_ns", "args"]
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    path: Path
+    events: int
+    ranks: int
+
+
+def lane_ids(lanes: Iterable[str]) -> dict[str, int]:
+    """Stable integer thread ids for lane names (Chrome traces want numeric tids)."""
+    known = [lane for lane in _LANE_ORDER if lane in set(lanes)]
+    others = sorted(set(lanes) - set(_LANE_ORDER))
+    return {lane: i for i, lane in enumerate([*known, *others])}
+
+
+def process_order(ranks: pl.DataFrame) -> list[int]:
+    """Ranks sorted by (pp, tp, dp, rank): pipeline stages top to bottom, as people read them."""
+    return ranks.sort(["pp", "tp", "dp", "rank"], nulls_last=True)["rank"].to_list()
+
+
+def _us_text(column: str) -> pl.Expr:
+    """Integer nanoseconds as exact decimal microseconds (no float rounding on large clocks)."""
+    ns = pl.col(column)
+    whole = (ns.abs() // 1000).cast(pl.String)
+    frac = (ns.abs() % 1000).cast(pl.String).str.zfill(3)
+    sign = pl.when(ns < 0).then(pl.lit("-")).otherwise(pl.lit(""))
+    return pl.concat_str([sign, whole, pl.lit("."), frac])
+
+
+def _encode(frame: pl.DataFrame, tids: dict[str, int], shift_ns: pl.Expr) -> pl.Series:
+    frame = frame.with_columns(
+        ts_ns=pl.col("ts_ns") + shift_ns,
+        tid=pl.col("lane").replace_strict(tids, default=len(tids), return_dtype=pl.Int64),
+        ph=pl.when(pl.col("ph") == "I").then(pl.lit("i")).otherwise(pl.col("ph")),
+    )
+    head = pl.struct(
+        pl.col("name"), pl.col("cat"), pl.col("ph"), pid=pl.col("rank"), tid=pl.col("tid")
+    ).struct.json_encode()
+    dur = pl.when(pl.col("ph") == "X").then(pl.concat_str([pl.lit(',"dur":'), _us_text("dur_ns")])).otherwise(pl.lit(""))
+    scope = pl.when(pl.col("ph") == "i").then(pl.lit(',"s":"t"')).otherwise(pl.lit(""))
+    line = pl.concat_str(
+        [
+            head.str.strip_suffix("}"),
+            pl.lit(',"ts":'),
+            _us_text("ts_ns"),
+            dur,
+            scope,
+            pl.lit(',"args":'),
+            pl.col("args").fill_null("{}"),
+            pl.lit("},\n"),
+        ]
+    )
+    return frame.select(line.alias("line")).to_series()
+
+
+def _metadata_lines(bundle: TraceBundle, tids: dict[str, int], lanes_by_rank: dict[int, list[str]]) -> list[str]:
+    events: list[dict] = [
+        {"ph": "M", "name": MERGED_MARKER, "pid": 0, "tid": 0,
+         "args": {"source": str(bundle.directory), "format": bundle.format, "layout": bundle.layout}},
+    ]
+    for order, rank in enumerate(process_order(bundle.ranks)):
+        row = bundle.ranks.filter(pl.col("rank") == rank).row(0, named=True)
+        coords = {axis: row[axis] for axis in ("tp", "pp", "dp", "cp", "ep")}
+        has_coords = any(v is not None for v in coords.values())
+        events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
+                       "args": {"name": trace_format.process_label(rank, coords if has_coords else None)}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": order}})
+        for lane in lanes_by_rank.get(rank, []):
+            tid = tids[lane]
+            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": lane}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": tid}})
+    return [json.dumps(e, separators=(",", ":")) + ",\n" for e in events]
+
+
+def _open_output(out_path: Path, inputs: set[Path]):
+    out_path = out_path.absolute()
+    if out_path.resolve() in inputs:
+        raise OutputError(f"{out_path} is one of the input traces", "choose another -o path; mapp never overwrites its input")
+    if out_path.is_dir():
+        raise OutputError(f"{out_path} is a directory", "give a file name, e.g. -o merged.json")
+    parent = out_path.parent
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {out_path}: {parent} does not exist", "create the directory first or choose another -o path")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{out_path.name}.", suffix=".tmp")
+    except OSError as error:
+        raise OutputError(f"cannot write {out_path}: {error.strerror}", "choose a writable -o path") from None
+    return os.fdopen(fd, "w", encoding="utf-8", newline="\n"), Path(tmp)
+
+
+def write_chrome_trace(
+    bundle: TraceBundle,
+    out_path: Path,
+    *,
+    offsets_ns: dict[int, int] | None = None,
+    extra_lines: Callable[[], Iterable[str]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> MergeResult:
+    """Write ``bundle`` as one Chrome trace at ``out_path`` (atomically: all or nothing).
+
+    ``offsets_ns`` maps rank -> nanoseconds to add to its timestamps (clock alignment);
+    ``extra_lines`` yields additional encoded event lines (flows, markers) written at the end.
+    """
+    inputs = {Path(p).resolve() for p in bundle.ranks["src_file"].to_list()}
+    lane_pairs = bundle.scan().select("rank", "lane").unique().collect()
+    tids = lane_ids(lane_pairs["lane"].drop_nulls().to_list())
+    lanes_by_rank: dict[int, list[str]] = {}
+    for rank, lane in lane_pairs.sort("lane").iter_rows():
+        if lane is not None:
+            lanes_by_rank.setdefault(rank, []).append(lane)
+    for lanes in lanes_by_rank.values():
+        lanes.sort(key=tids.__getitem__)
+    offsets = offsets_ns or {}
+    shift = pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0, pl.Int64)
+
+    handle, tmp = _open_output(Path(out_path), inputs)
+    written = 0
+    try:
+        with handle:
+            handle.write('{"displayTimeUnit":"ns","traceEvents":[\n')
+            handle.writelines(_metadata_lines(bundle, tids, lanes_by_rank))
+            parquet = pq.ParquetFile(bundle.events_path)
+            total = parquet.metadata.num_rows
+            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=_EVENT_COLUMNS):
+                frame = pl.from_arrow(batch)
+                lines = _encode(frame, tids, shift)
+                handle.write("".join(lines.to_list()))
+                written += len(frame)
+                if progress:
+                    progress(written, total)
+            if extra_lines is not None:
+                handle.writelines(extra_lines())
+            handle.write('{"ph":"M","name":"mapp-end","pid":0,"tid":0,"args":{}}\n]}\n')
+        os.replace(tmp, out_path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {out_path}: {error.strerror}", "check free space and permissions") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return MergeResult(Path(out_path), written, len(bundle.ranks))

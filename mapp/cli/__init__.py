@@ -1,0 +1,1 @@
+"""The ``mapp`` command line: parses arguments, calls one library function, renders the result."""
