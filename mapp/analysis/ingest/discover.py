@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 from mapp import trace_format
-from mapp.errors import InputError
+from mapp.errors import InputError, TraceFormatError
 
 __all__ = ["FORMATS", "Discovered", "discover", "reader_module"]
 
@@ -58,15 +58,25 @@ def _sniff(path: Path) -> str | None:
     head = _head(path)
     if f'"{trace_format.MERGED_MARKER}"'.encode() in head:
         return None
+    named_like = None
     for name, (_module, patterns) in FORMATS.items():
         if not any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns):
             continue
+        if named_like is None and patterns != ("*.json",):
+            named_like = name
         try:
             module = reader_module(name)
         except ImportError:
             continue
         if module.sniff(path, head):
             return name
+    if named_like is not None:
+        first = head.lstrip()[:40].decode("utf-8", "replace").splitlines()
+        raise TraceFormatError(
+            f"{path} is named like a {named_like} trace but does not hold one "
+            f"(it starts with {first[0] if first else 'nothing'!r})",
+            "fix the file or move it out of the directory",
+        )
     return None
 
 

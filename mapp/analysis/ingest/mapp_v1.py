@@ -246,7 +246,7 @@ def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pl.DataF
                 reader = con.sql(_query([str(p.parse_path) for p in group])).to_arrow_reader(1 << 18)
                 for batch in reader:
                     yield _to_events(batch, coords, offsets, skipped_phases)
-            except duckdb.Error as error:
+            except (duckdb.Error, OSError) as error:
                 raise _format_error(error, coords) from None
             if progress:
                 progress(sum(p.original.stat().st_size for p in group))
@@ -275,7 +275,7 @@ def _to_events(batch: pa.RecordBatch, coords, offsets, skipped_phases) -> pl.Dat
     return conform(frame, EVENTS_SCHEMA)
 
 
-def _format_error(error: duckdb.Error, coords) -> TraceFormatError:
+def _format_error(error: Exception, coords) -> TraceFormatError:
     message = str(error).splitlines()[0]
     for parse_path, (original, *_rest) in coords.items():
         message = message.replace(parse_path, original)
