@@ -48,7 +48,7 @@ import orjson
 import polars as pl
 
 from mapp.analysis.ingest import schema
-from mapp.analysis.ingest._json import load_document
+from mapp.analysis.ingest._json import load_document, paused_gc
 from mapp.errors import TraceFormatError
 
 __all__ = ["NAME", "sniff", "read"]
@@ -93,7 +93,8 @@ class _RankFile:
 
 def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Read MegatronApp per-rank files into (events, ranks) tables; see the module docstring."""
-    rank_files = [_load(path, warn) for path in files]
+    with paused_gc():
+        rank_files = [_load(path, warn) for path in files]
     coords_of = {rf.rank: rf.coords for rf in rank_files}
     layout = {axis: max((rf.coords[axis] for rf in rank_files), default=-1) + 1 for axis in _AXES}
     by_coords = {(c["tp"], c["dp"], c["pp"]): rank for rank, c in coords_of.items()}
