@@ -1,0 +1,155 @@
+"""Clocks for the tracer: the host clock, and CUDA events resolved off the critical path.
+
+A clock hands out *stamps* on the training thread (cheap, never blocking) and turns them into
+trace microseconds later, on the writer thread. Trace time is microseconds since the clock's
+anchor; :meth:`anchor` says which wall-clock instant that is, and goes into the file's ``mapp``
+metadata event as ``clock_anchor: {"unix_ns": ..., "trace_us": 0.0}``.
+
+- :class:`HostClock` (``clock: "host"``): stamps are ``time.perf_counter_ns()`` integers.
+- :class:`CudaClock` (``clock: "cuda"``): stamps are CUDA events taken from a bounded pool and
+  recorded on the current stream; nothing synchronizes. Each traced iteration records one
+  *iteration anchor* event; an event's time is
+  ``elapsed(base, iteration anchor) + elapsed(iteration anchor, event)``, where ``base`` was
+  recorded once, with a device synchronize, when the clock was made (not in the hot path).
+  Keeping the second term short keeps ``cudaEventElapsedTime``'s float precision for the
+  times inside an iteration. Events are resolved when ``query()`` says they are complete.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any
+
+__all__ = ["HostClock", "CudaClock", "NotReady"]
+
+
+class NotReady(Exception):
+    """A stamp's GPU work has not completed yet; try again later."""
+
+
+class HostClock:
+    """Host monotonic clock (``perf_counter_ns``), with a wall-clock anchor."""
+
+    kind = "host"
+
+    def __init__(self, get_ns=time.perf_counter_ns, get_unix_ns=time.time_ns):
+        self._get_ns = get_ns
+        self.base_ns = get_ns()
+        self.base_unix_ns = get_unix_ns()
+
+    def stamp(self, anchor: Any = None) -> int:
+        """A point in time, for :meth:`to_us` later."""
+        return self._get_ns()
+
+    def iteration_anchor(self) -> None:
+        """Host stamps need no per-iteration anchor."""
+        return None
+
+    def ready(self, stamp: Any) -> bool:
+        return True
+
+    def to_us(self, stamp: int, anchor: Any = None) -> float:
+        """Trace microseconds of a stamp."""
+        return (stamp - self.base_ns) / 1000.0
+
+    def host_to_us(self, perf_ns: int) -> float:
+        """Trace microseconds of a ``perf_counter_ns`` reading."""
+        return (perf_ns - self.base_ns) / 1000.0
+
+    def release(self, stamp: Any) -> None:
+        pass
+
+    def anchor(self) -> dict[str, Any]:
+        """The metadata that maps trace time to wall-clock time."""
+        return {"unix_ns": self.base_unix_ns, "trace_us": 0.0, "source": "perf_counter_ns"}
+
+
+class CudaClock:
+    """CUDA-event clock on the current device; imports torch when made.
+
+    ``pool_size`` bounds the events in flight: when all are in use (the GPU is far behind,
+    or the writer is), :meth:`stamp` returns ``None`` and the scope is dropped, never blocking.
+    """
+
+    kind = "cuda"
+
+    def __init__(self, pool_size: int = 16384, get_ns=time.perf_counter_ns, get_unix_ns=time.time_ns):
+        import torch
+
+        self._torch = torch
+        self._Event = torch.cuda.Event
+        self.device = torch.cuda.current_device()
+        self._free: collections.deque = collections.deque()
+        self._made = 0
+        self.pool_size = pool_size
+        self.exhausted = 0
+        self._get_ns = get_ns
+        # One synchronize, outside the training loop, so that the base event's GPU time
+        # and the host reading describe the same instant.
+        torch.cuda.synchronize()
+        self._base = self._Event(enable_timing=True)
+        self._base.record()
+        self._base.synchronize()
+        self.base_ns = get_ns()
+        self.base_unix_ns = get_unix_ns()
+        self._anchor_ms: dict[int, float] = {}
+
+    def _take(self):
+        try:
+            return self._free.pop()
+        except IndexError:
+            if self._made >= self.pool_size:
+                self.exhausted += 1
+                return None
+            self._made += 1
+            return self._Event(enable_timing=True)
+
+    def stamp(self, anchor: Any = None):
+        """Record a pooled event on the current stream (``None`` when the pool is empty)."""
+        event = self._take()
+        if event is not None:
+            event.record()
+        return event
+
+    def iteration_anchor(self):
+        """Record the event that this iteration's stamps are measured from."""
+        return self.stamp()
+
+    def ready(self, stamp: Any) -> bool:
+        return stamp is None or stamp.query()
+
+    def _anchor_offset_ms(self, anchor) -> float:
+        key = id(anchor)
+        offset = self._anchor_ms.get(key)
+        if offset is None:
+            if not anchor.query():
+                raise NotReady()
+            offset = self._base.elapsed_time(anchor)
+            self._anchor_ms[key] = offset
+        return offset
+
+    def to_us(self, stamp, anchor=None) -> float:
+        """Trace microseconds of a completed event (raises :class:`NotReady` otherwise)."""
+        if not stamp.query():
+            raise NotReady()
+        if anchor is None:
+            return self._base.elapsed_time(stamp) * 1000.0
+        return (self._anchor_offset_ms(anchor) + anchor.elapsed_time(stamp)) * 1000.0
+
+    def host_to_us(self, perf_ns: int) -> float:
+        return (perf_ns - self.base_ns) / 1000.0
+
+    def release(self, stamp) -> None:
+        """Give a resolved event back to the pool."""
+        if stamp is not None:
+            self._free.append(stamp)
+
+    def release_anchor(self, anchor) -> None:
+        """Forget an iteration anchor once every stamp measured from it is resolved."""
+        if anchor is not None:
+            self._anchor_ms.pop(id(anchor), None)
+            self._free.append(anchor)
+
+    def anchor(self) -> dict[str, Any]:
+        return {"unix_ns": self.base_unix_ns, "trace_us": 0.0, "source": "cuda_event"}
