@@ -1,0 +1,230 @@
+"""The PyTorch profiler (Kineto) reader, on a real gloo trace and a hand-written NCCL one.
+
+Expected values come from what the fixture programs do (see tests/fixtures/make_kineto_gloo.py
+and tests/fixtures/kineto_nccl/README.md), not from the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import orjson
+import polars as pl
+import pytest
+
+from mapp.analysis.ingest import kineto, schema
+from mapp.errors import TraceFormatError
+
+FIXTURES = pathlib.Path(__file__).parent.parent.parent / "fixtures"
+GLOO = sorted((FIXTURES / "kineto_gloo").glob("rank-*.json"))
+NCCL = sorted((FIXTURES / "kineto_nccl").glob("rank-*.json"))
+
+
+def _read(files, warnings=None):
+    sink = warnings if warnings is not None else []
+    return kineto.read(list(files), warn=sink.append)
+
+
+@pytest.fixture(scope="module")
+def gloo():
+    return _read(GLOO)
+
+
+@pytest.fixture(scope="module")
+def nccl():
+    return _read(NCCL)
+
+
+def test_schema(gloo, nccl):
+    for events, ranks in (gloo, nccl):
+        assert events.schema == pl.Schema(schema.EVENTS_SCHEMA)
+        assert ranks.schema == pl.Schema(schema.RANKS_SCHEMA)
+
+
+# --- real gloo trace -------------------------------------------------------------------------
+
+def test_gloo_ranks(gloo):
+    events, ranks = gloo
+    assert ranks["rank"].to_list() == [0, 1]
+    assert ranks["world_size"].to_list() == [2, 2]
+    assert ranks["format"].to_list() == ["kineto", "kineto"]
+    assert ranks["clock"].to_list() == ["host", "host"]
+    assert ranks["src_file"].to_list() == [str(p) for p in GLOO]
+    for axis in schema.COORDS:
+        assert ranks[axis].null_count() == 2
+        assert events[axis].null_count() == events.height
+
+
+def test_gloo_steps(gloo):
+    events, _ = gloo
+    steps = events.filter(pl.col("cat") == "iteration")
+    assert steps.group_by("rank").agg(pl.col("iteration").sort()).sort("rank")["iteration"].to_list() == [[1, 2], [1, 2]]
+    assert steps["lane"].unique().to_list() == ["iteration"]
+    # the recorded matmuls happen inside a step
+    assert events.filter(pl.col("name") == "aten::mm")["iteration"].null_count() == 0
+
+
+def test_gloo_times_are_integer_ns_from_the_file(gloo):
+    events, _ = gloo
+    raw = json.loads(GLOO[0].read_text())
+    step = next(e for e in raw["traceEvents"] if e.get("name") == "ProfilerStep#1")
+    row = events.filter((pl.col("rank") == 0) & (pl.col("name") == "ProfilerStep#1"))
+    assert row["ts_ns"][0] == round(step["ts"] * 1000) + raw["baseTimeNanoseconds"]
+    assert row["dur_ns"][0] == round(step["dur"] * 1000)
+
+
+def test_gloo_collectives(gloo):
+    events, _ = gloo
+    coll = events.filter(pl.col("cat") == "collective")
+    per_rank = coll.group_by("rank", "name").len().sort("rank", "name").rows()
+    # each step: all_reduce(world grad), broadcast, all_reduce(pair subgroup)
+    assert per_rank == [(0, "all_reduce", 4), (0, "broadcast", 2), (1, "all_reduce", 4), (1, "broadcast", 2)]
+    assert coll["group_ranks"].to_list() == [[0, 1]] * coll.height
+    assert coll["group"].null_count() == coll.height        # two process groups: cannot tell which
+    assert coll["seq"].null_count() == coll.height          # gloo records no sequence numbers
+    sizes = coll.group_by("name", "bytes").len().sort("name", "bytes").rows()
+    # 64x64 float32 grad, 16 float32 on the pair group, 8 float32 broadcast; two steps x two ranks
+    assert sizes == [("all_reduce", 64, 4), ("all_reduce", 64 * 64 * 4, 4), ("broadcast", 32, 4)]
+    assert all(lane.startswith("cpu:") for lane in coll["lane"])
+    assert orjson.loads(coll["args"][0])["kineto_name"].startswith("gloo:")
+
+
+def test_gloo_send_recv(gloo):
+    events, _ = gloo
+    p2p = events.filter(pl.col("cat") == "p2p").sort("rank", "ts_ns")
+    assert p2p.select("rank", "name", "peer", "bytes", "iteration").rows() == [
+        (0, "send", 1, 400, 1), (0, "send", 1, 400, 2), (1, "recv", 0, 400, 1), (1, "recv", 0, 400, 2)]
+    main_lanes = dict(events.filter(pl.col("name") == "train_step").select("rank", "lane").unique().rows())
+    assert dict(p2p.select("rank", "lane").unique().rows()) == main_lanes
+
+
+def test_gloo_other_categories(gloo):
+    events, _ = gloo
+    opt = events.filter(pl.col("name") == "Optimizer.step#SGD.step")
+    assert opt["cat"].unique().to_list() == ["optimizer"]
+    assert opt.height == 4
+    assert events.filter(pl.col("name").str.starts_with("c10d::"))["cat"].unique().to_list() == ["other"]
+    assert events.filter(pl.col("name") == "aten::mm")["cat"].unique().to_list() == ["compute"]
+    # metadata, flows and instants are not rows
+    assert events.filter(pl.col("name").is_in(["fwdbwd", "process_name", "Record Window End"])).height == 0
+    assert events["ph"].unique().to_list() == ["X"]
+    assert events["src_line"].null_count() == events.height
+
+
+# --- hand-written NCCL trace -----------------------------------------------------------------
+
+def test_nccl_ranks(nccl):
+    _, ranks = nccl
+    assert ranks.select("rank", "world_size", "host", "device").rows() == [
+        (0, 2, "node00", "NVIDIA H100 80GB HBM3"), (1, 2, "node01", "NVIDIA H100 80GB HBM3")]
+
+
+def test_nccl_one_canonical_event_per_call(nccl):
+    events, _ = nccl
+    comm = events.filter(pl.col("cat").is_in(["collective", "p2p"]))
+    # per rank: all_reduce x2, all_gather x1, send-or-recv x2, all from the GPU kernels
+    assert comm.height == 2 * 5
+    assert comm["lane"].unique().to_list() == ["stream:20"]
+    mirrors = events.filter(pl.col("name").is_in(["record_param_comms", "nccl:all_reduce", "nccl:recv", "nccl:send",
+                                                  "nccl:_allgather_base"]))
+    assert mirrors["cat"].unique().to_list() == ["other"]
+    assert mirrors["seq"].null_count() == mirrors.height
+
+
+def test_nccl_collective_fields(nccl):
+    events, _ = nccl
+    ar = events.filter(pl.col("name") == "all_reduce").sort("rank", "ts_ns")
+    assert ar.select("rank", "group", "seq", "bytes", "iteration").rows() == [
+        (0, "world", 1, 1048576 * 2, 5), (0, "world", 2, 1048576 * 2, 6),
+        (1, "world", 1, 1048576 * 2, 5), (1, "world", 2, 1048576 * 2, 6)]
+    assert ar["group_ranks"].to_list() == [[0, 1]] * 4
+    ag = events.filter(pl.col("name") == "all_gather")
+    assert ag.select("group", "seq", "bytes", "iteration").rows() == [("tp", 1, 1024 * 4, 6)] * 2
+    assert orjson.loads(ag["args"][0])["kineto_name"].startswith("ncclDevKernel_AllGather")
+
+
+def test_nccl_p2p_fields(nccl):
+    events, _ = nccl
+    p2p = events.filter(pl.col("cat") == "p2p").sort("rank", "ts_ns")
+    assert p2p.select("rank", "name", "peer", "seq", "group", "bytes").rows() == [
+        (0, "send", 1, 1, "pp", 8192), (0, "send", 1, 2, "pp", 8192),
+        (1, "recv", 0, 1, "pp", 8192), (1, "recv", 0, 2, "pp", 8192)]
+
+
+def test_nccl_gpu_work_dated_by_its_launch(nccl):
+    events, _ = nccl
+    gemm = events.filter(pl.col("name").str.starts_with("sm90_xmma_gemm"))
+    assert gemm["lane"].unique().to_list() == ["stream:7"]
+    assert sorted(gemm["iteration"].to_list()) == [5, 5, 6, 6]
+
+
+def test_cpu_comm_ops_are_canonical_without_gpu_comm_args(tmp_path):
+    doc = json.loads(NCCL[0].read_text())
+    comm_keys = {"Collective name", "Process Group Ranks", "Seq", "In msg nelems", "Process Group Name",
+                 "Process Group Description", "dtype", "Rank"}
+    for event in doc["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["args"] = {k: v for k, v in event["args"].items() if k not in comm_keys}
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps(doc))
+    events, _ = _read([path])
+    comm = events.filter(pl.col("cat").is_in(["collective", "p2p"]))
+    assert comm.height == 5
+    assert comm["lane"].unique().to_list() == ["cpu:4100"]
+    assert comm.sort("ts_ns").select("name", "seq").rows() == [
+        ("all_reduce", 1), ("send", 1), ("all_reduce", 2), ("all_gather", 1), ("send", 2)]
+
+
+# --- shapes, errors, truncation --------------------------------------------------------------
+
+def test_begin_end_pairs_become_x(tmp_path):
+    doc = {"traceEvents": [
+        {"ph": "B", "cat": "user_annotation", "name": "fwd", "pid": 1, "tid": 1, "ts": 10.0, "args": {"a": 1}},
+        {"ph": "E", "cat": "user_annotation", "name": "fwd", "pid": 1, "tid": 1, "ts": 12.5},
+    ], "distributedInfo": {"rank": 3, "world_size": 4}}
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc))
+    events, ranks = _read([path])
+    assert events.select("rank", "name", "ph", "ts_ns", "dur_ns", "lane").rows() == [(3, "fwd", "X", 10000, 2500, "cpu:1")]
+    assert ranks["world_size"].to_list() == [4]
+
+
+def test_truncated_trace_is_salvaged(tmp_path):
+    data = GLOO[1].read_bytes()
+    raw = json.loads(data)
+    cut = data.index(b'"name": "ProfilerStep#2"')      # in the middle of an event, inside traceEvents
+    path = tmp_path / "rank-1.json"
+    path.write_bytes(data[:cut])
+    warnings: list[str] = []
+    events, ranks = _read([path], warnings)
+    assert ranks["rank"].to_list() == [1]
+    assert len(warnings) == 1
+    prefix = f"{path}: truncated at byte {cut}; kept "
+    assert warnings[0].startswith(prefix)
+    kept = int(warnings[0][len(prefix):].split()[0])
+    assert 0 < kept < len(raw["traceEvents"])
+    assert events.filter(pl.col("name") == "ProfilerStep#2").height == 0
+    assert events.filter(pl.col("name") == "ProfilerStep#1").height == 1
+
+
+def test_not_json_raises_naming_the_file(tmp_path):
+    bad = tmp_path / "rank-0.json"
+    bad.write_text("garbage, not a trace")
+    with pytest.raises(TraceFormatError) as info:
+        _read([bad])
+    assert str(bad) in str(info.value)
+
+
+def test_no_rank_anywhere_raises(tmp_path):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": []}))
+    with pytest.raises(TraceFormatError):
+        _read([path])
+
+
+def test_sniff():
+    assert kineto.sniff(GLOO[0], GLOO[0].read_bytes()[:4096])
+    assert kineto.sniff(NCCL[0], NCCL[0].read_bytes()[:4096])
+    assert not kineto.sniff(pathlib.Path("rank-00000.json"), b'[\n{"ph":"M","name":"mapp","pid":0,"tid":0}')
+    assert not kineto.sniff(pathlib.Path("x.json"), b'[{"name":"forward","ph":"B","rel_ts":1,"g_rk":0}')
