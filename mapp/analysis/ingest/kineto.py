@@ -141,7 +141,7 @@ def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.
         events.append(ev)
         ranks.append(rk)
     if not events:
-        return schema.empty_events(), schema.conform(pl.DataFrame(), schema.RANKS_SCHEMA)
+        return schema.empty_events(), pl.DataFrame(schema=schema.RANKS_SCHEMA)
     return pl.concat(events, how="vertical"), pl.concat(ranks, how="vertical")
 
 
