@@ -1,0 +1,101 @@
+"""The result of matching: collective instances, their members, p2p pairs and findings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import polars as pl
+
+from mapp.analysis.graph import _load
+from mapp.analysis.graph.collectives import instance_timing, match_collectives
+from mapp.analysis.graph.diagnose import Finding, findings_frame, sort_findings
+from mapp.analysis.graph.p2p import match_p2p
+
+__all__ = ["Matching", "match_bundle", "match_events"]
+
+
+class ClockLike(Protocol):
+    def to_reference(self, ts: pl.Expr, rank: pl.Expr) -> pl.Expr: ...
+
+
+@dataclass(slots=True)
+class Matching:
+    """Communication matched across ranks. All times are integer nanoseconds.
+
+    ``collectives``, one row per collective instance:
+      ``instance_id`` (0.. in (group, seq) order), ``op``, ``group`` (label or null),
+      ``group_ranks`` (sorted global ranks), ``seq`` (the calls' seq, or the call ordinal per
+      (group, op) when ``by_order``), ``by_order`` (matched by call order: the format has no seq),
+      ``iteration`` (smallest of the members'), ``bytes`` (largest of the members'),
+      ``n_members`` (ranks that logged it), ``n_expected`` (group size), ``complete`` (every member
+      logged it once, with one op and one size), ``arrival_spread_ns`` (last start - first start),
+      ``last_arriver`` (rank with the latest start), ``last_arrival_ns``, ``end_spread_ns``.
+      The timing columns are on the reference clock once a clock is applied (``aligned``), else
+      on each rank's raw clock.
+    ``members``, one row per call in an instance:
+      ``instance_id``, ``rank``, ``op``, ``lane``, ``bytes``, ``start_ns``, ``end_ns`` (raw rank
+      clock) and, once aligned, ``start_aligned_ns``, ``end_aligned_ns``.
+    ``p2p``, one row per matched message:
+      ``pair_id``, ``src``, ``dst``, ``bytes`` (the sender's), ``seq`` (or ordinal when
+      ``by_order``), ``by_order``, ``iteration``, ``send_name``, ``recv_name``, ``send_lane``,
+      ``recv_lane``, ``send_start_ns``, ``send_end_ns`` (src's clock), ``recv_start_ns``,
+      ``recv_end_ns`` (dst's clock), ``bytes_match``; once aligned also ``*_aligned_ns`` for the
+      four times.
+    ``findings``: :class:`Finding` rows, errors first.
+    """
+
+    collectives: pl.DataFrame
+    members: pl.DataFrame
+    p2p: pl.DataFrame
+    findings: list[Finding] = field(default_factory=list)
+    aligned: bool = False
+
+    def findings_frame(self) -> pl.DataFrame:
+        """The findings as a table."""
+        return findings_frame(self.findings)
+
+    def with_clock(self, clock: ClockLike) -> "Matching":
+        """A copy with aligned times added and instance timing recomputed on the reference clock."""
+        members = self.members.with_columns(
+            start_aligned_ns=clock.to_reference(pl.col("start_ns"), pl.col("rank")),
+            end_aligned_ns=clock.to_reference(pl.col("end_ns"), pl.col("rank")),
+        )
+        p2p = self.p2p.with_columns(
+            **{f"{side}_{edge}_aligned_ns": clock.to_reference(pl.col(f"{side}_{edge}_ns"), pl.col(rank))
+               for side, rank in (("send", "src"), ("recv", "dst")) for edge in ("start", "end")}
+        )
+        collectives = _with_timing(self.collectives, members, "start_aligned_ns", "end_aligned_ns")
+        return replace(self, collectives=collectives, members=members, p2p=p2p, aligned=True)
+
+
+_TIMING = ["arrival_spread_ns", "last_arriver", "last_arrival_ns", "end_spread_ns"]
+
+
+def _with_timing(collectives: pl.DataFrame, members: pl.DataFrame, start: str, end: str) -> pl.DataFrame:
+    timing = instance_timing(members, start, end)
+    base = collectives.drop([c for c in _TIMING if c in collectives.columns])
+    return base.join(timing, on="instance_id", how="left")
+
+
+def match_events(
+    collective_calls: pl.DataFrame, p2p_calls: pl.DataFrame, traced_ranks: Sequence[int]
+) -> Matching:
+    """Match already-loaded calls (columns of ``_load.COLLECTIVE_COLUMNS`` / ``P2P_COLUMNS``)."""
+    traced = set(int(r) for r in traced_ranks)
+    instances, members, found_c = match_collectives(collective_calls, traced)
+    pairs, found_p = match_p2p(p2p_calls, traced)
+    instances = _with_timing(instances, members, "start_ns", "end_ns")
+    return Matching(instances, members, pairs, sort_findings(found_c + found_p))
+
+
+def match_bundle(bundle) -> Matching:
+    """Match every collective and p2p call of a :class:`~mapp.analysis.ingest.TraceBundle`.
+
+    Reads only the communication events (and only the columns needed) from the events table.
+    """
+    scan = bundle.scan()
+    calls_c = _load.collective_events(scan).collect()
+    calls_p = _load.p2p_events(scan).collect()
+    return match_events(calls_c, calls_p, bundle.ranks["rank"].to_list())
