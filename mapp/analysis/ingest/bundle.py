@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ import pyarrow.parquet as pq
 
 from mapp import __version__
 from mapp.analysis.ingest.discover import discover, reader_module
-from mapp.analysis.ingest.schema import COORDS, EVENTS_SCHEMA, RANKS_SCHEMA, conform
+from mapp.analysis.ingest.schema import COORDS, EVENTS_ARROW_SCHEMA, RANKS_SCHEMA, conform, to_arrow_events
 from mapp.errors import LayoutError
 
 __all__ = ["TraceBundle", "load_bundle", "CACHE_DIR"]
@@ -28,6 +30,7 @@ __all__ = ["TraceBundle", "load_bundle", "CACHE_DIR"]
 CACHE_DIR = ".mapp"
 _MANIFEST = "manifest.json"
 _CACHE_VERSION = 1
+_DICTIONARY_COLUMNS = ["ph", "name", "cat", "lane", "group", "src_file"]
 
 
 @dataclass(slots=True)
@@ -111,19 +114,38 @@ def _validate_ranks(ranks: pl.DataFrame) -> None:
         raise LayoutError(f"rank {bad} is outside world_size {world[0]}", "the trace metadata is inconsistent")
 
 
-def _write_parquet_atomically(batches: Iterator[pl.DataFrame], target: Path) -> int:
-    schema = conform(pl.DataFrame(), EVENTS_SCHEMA).to_arrow().schema
+def _write_parquet_atomically(batches: Iterator, target: Path) -> int:
+    schema = EVENTS_ARROW_SCHEMA
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     rows = 0
+    # Parsing (DuckDB, releases the GIL) and compressing (pyarrow) overlap on two threads.
+    pending: queue.Queue = queue.Queue(maxsize=2)
+    failure: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS) as writer:
+                while (table := pending.get()) is not None:
+                    writer.write_table(table, row_group_size=1 << 20)
+        except BaseException as error:  # reported on the calling thread
+            failure.append(error)
+            while pending.get() is not None:
+                pass
+
+    writer_thread = threading.Thread(target=write, name="mapp-parquet-writer", daemon=True)
+    writer_thread.start()
     try:
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        try:
             for batch in batches:
-                table = batch.to_arrow()
-                if table.schema != schema:
-                    table = table.cast(schema)
-                writer.write_table(table, row_group_size=1 << 20)
-                rows += len(batch)
+                table = to_arrow_events(batch)
+                pending.put(table)
+                rows += table.num_rows
+        finally:
+            pending.put(None)
+            writer_thread.join()
+        if failure:
+            raise failure[0]
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -19,9 +19,10 @@ import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mapp import trace_format
-from mapp.analysis.ingest.schema import ARG_COLUMNS, COORDS, EVENTS_SCHEMA, RANKS_SCHEMA, conform
+from mapp.analysis.ingest.schema import ARG_COLUMNS, COORDS, EVENTS_ARROW_SCHEMA, EVENTS_SCHEMA, RANKS_SCHEMA, conform
 from mapp.errors import TraceFormatError
 
 __all__ = ["NAME", "sniff", "read", "read_batches", "read_header"]
@@ -33,6 +34,7 @@ _COLUMNS = (
     "{ph:'VARCHAR',name:'VARCHAR',cat:'VARCHAR',pid:'BIGINT',tid:'VARCHAR',"
     "ts:'DOUBLE',dur:'DOUBLE',args:'JSON'}"
 )
+_DUCKDB_CONFIG = {"memory_limit": os.environ.get("MAPP_DUCKDB_MEMORY", "1GB")}
 _ARG_SPEC = "{" + ",".join(f'"{k}":"{v}"' for k, v in ARG_COLUMNS.items()) + "}"
 
 
@@ -173,9 +175,9 @@ def _copy_prefix(src, dst, length: int) -> None:
 
 
 def _query(paths: list[str]) -> str:
-    file_list = "[" + ",".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+    file_list = "[" + ",".join(_sql_string(p) for p in paths) + "]"
     return f"""
-        SELECT filename AS src_parse, ph, name, cat, tid AS lane,
+        SELECT CAST(filename AS mapp_files) AS file_index, ph, name, cat, tid AS lane,
                CAST(round(ts * 1000) AS BIGINT) AS ts_ns,
                CAST(round(coalesce(dur, 0) * 1000) AS BIGINT) AS dur_ns,
                unnest(json_transform(args, '{_ARG_SPEC}')),
@@ -184,17 +186,25 @@ def _query(paths: list[str]) -> str:
     """
 
 
-def _line_numbers(src: np.ndarray, offsets: dict[str, int]) -> np.ndarray:
-    """Line of each row: rows of one file are contiguous and in file order (line 1 is ``[``)."""
-    n = len(src)
-    lines = np.empty(n, dtype=np.int64)
-    starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])
-    ends = np.r_[starts[1:], n]
-    for start, end in zip(starts, ends):
-        first = offsets.get(src[start], 2)
-        lines[start:end] = np.arange(first, first + (end - start))
-        offsets[src[start]] = first + (end - start)
-    return lines
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _line_numbers(codes: np.ndarray, next_line: np.ndarray) -> np.ndarray:
+    """Line of each row in its file; ``next_line[file]`` carries on across batches.
+
+    Rows of one file are contiguous and in file order (DuckDB preserves insertion order), so
+    a run of equal codes is a stretch of consecutive lines of one file (line 1 is ``[``).
+    """
+    n = len(codes)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    lengths = np.diff(np.r_[starts, n])
+    first = next_line[codes[starts]]
+    np.add.at(next_line, codes[starts], lengths)
+    # arange within each run, shifted to the run's first line
+    return np.arange(n) - np.repeat(starts, lengths) + np.repeat(first, lengths)
 
 
 def read_batches(
@@ -202,9 +212,9 @@ def read_batches(
     *,
     warn: Callable[[str], None],
     progress: Callable[[int], None] | None = None,
-    batch_bytes: int = 64 << 20,
-) -> tuple[Iterator[pl.DataFrame], pl.DataFrame]:
-    """Stream the events of ``files`` as events-table batches; also return the ranks table.
+    batch_bytes: int = 32 << 20,
+) -> tuple[Iterator[pa.RecordBatch], pl.DataFrame]:
+    """Stream the events of ``files`` as events-table Arrow batches; also return the ranks table.
 
     Files are parsed in groups of about ``batch_bytes`` so memory stays bounded; ``progress``
     is called with the number of input bytes finished after each group.
@@ -232,22 +242,44 @@ def _groups(prepared: list[_Prepared], batch_bytes: int) -> Iterator[list[_Prepa
         yield group
 
 
-def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pl.DataFrame]:
-    coords = {
-        str(p.parse_path): (str(p.original), p.rank_row["rank"], *(p.rank_row[a] for a in COORDS))
-        for p in prepared
-    }
+@dataclass(slots=True)
+class _FileTable:
+    """Per-file values of one group of files, indexed by the group's ``mapp_files`` enum code."""
+
+    originals: pa.Array
+    per_file: dict[str, pa.Array]
+    next_line: np.ndarray
+
+    @classmethod
+    def of(cls, group: list[_Prepared]) -> "_FileTable":
+        per_file = {"rank": pa.array([p.rank_row["rank"] for p in group], pa.int32())}
+        for axis in COORDS:
+            per_file[axis] = pa.array([p.rank_row[axis] for p in group], pa.int32())
+        return cls(pa.array([str(p.original) for p in group], pa.string()), per_file,
+                   np.full(len(group), 2, dtype=np.int64))
+
+
+def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pa.RecordBatch]:
+    names = {str(p.parse_path): str(p.original) for p in prepared}
     skipped_phases: dict[str, int] = {}
-    con = duckdb.connect()
+    con = duckdb.connect(config=_DUCKDB_CONFIG)
     try:
         for group in _groups(prepared, batch_bytes):
-            offsets: dict[str, int] = {}
+            paths = [str(p.parse_path) for p in group]
+            con.execute(f"CREATE OR REPLACE TYPE mapp_files AS ENUM ({', '.join(map(_sql_string, paths))})")
+            files = _FileTable.of(group)
             try:
-                reader = con.sql(_query([str(p.parse_path) for p in group])).to_arrow_reader(1 << 18)
+                relation = con.sql(_query(paths))
+                # A group of small files is fetched whole (DuckDB parses it on every core);
+                # one file larger than a group is streamed so memory stays bounded.
+                if sum(p.parse_path.stat().st_size for p in group) <= 2 * batch_bytes:
+                    reader = relation.to_arrow_table().to_batches(max_chunksize=1 << 18)
+                else:
+                    reader = relation.to_arrow_reader(1 << 18)
                 for batch in reader:
-                    yield _to_events(batch, coords, offsets, skipped_phases)
+                    yield _to_events(batch, files, skipped_phases)
             except (duckdb.Error, OSError) as error:
-                raise _format_error(error, coords) from None
+                raise _format_error(error, names) from None
             if progress:
                 progress(sum(p.original.stat().st_size for p in group))
     finally:
@@ -257,27 +289,28 @@ def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pl.DataF
         warn(f"skipped {count} events with ph={phase!r} (v1 analyses use X, i and C events)")
 
 
-def _to_events(batch: pa.RecordBatch, coords, offsets, skipped_phases) -> pl.DataFrame:
-    frame = pl.from_arrow(batch)
-    src = frame["src_parse"].to_numpy()
-    frame = frame.with_columns(pl.Series("src_line", _line_numbers(src, offsets)))
-    phases = frame["ph"].value_counts()
-    for phase, count in phases.iter_rows():
-        if phase not in _KEPT_PHASES and phase != "M":
-            skipped_phases[str(phase)] = skipped_phases.get(str(phase), 0) + count
-    frame = frame.filter(pl.col("ph").is_in(_KEPT_PHASES))
-    keys = pl.DataFrame(
-        [(k, *v) for k, v in coords.items()],
-        schema=["src_parse", "src_file", "rank", *COORDS],
-        orient="row",
-    )
-    frame = frame.join(keys, on="src_parse", how="left", maintain_order="left")
-    return conform(frame, EVENTS_SCHEMA)
+def _to_events(batch: pa.RecordBatch, files: _FileTable, skipped_phases: dict[str, int]) -> pa.RecordBatch:
+    """DuckDB's batch -> an events-table batch: per-file columns filled in, metadata dropped."""
+    codes = batch.column("file_index").indices
+    codes_np = codes.to_numpy(zero_copy_only=False).astype(np.int64)
+    columns = {name: files.per_file[name].take(codes) for name in ("rank", *COORDS)}
+    columns["src_file"] = files.originals.take(codes)
+    columns["src_line"] = pa.array(_line_numbers(codes_np, files.next_line))
+    table = pa.Table.from_batches([batch])
+    events = pa.table({name: columns[name] if name in columns else table.column(name)
+                       for name in EVENTS_ARROW_SCHEMA.names})
+    ph = events.column("ph")
+    keep = pc.is_in(ph, value_set=pa.array(_KEPT_PHASES))
+    if not pc.all(pc.or_(keep, pc.equal(ph, "M"))).as_py():
+        other = pc.filter(ph, pc.invert(pc.or_(keep, pc.equal(ph, "M"))))
+        for item in pc.value_counts(other).to_pylist():
+            skipped_phases[str(item["values"])] = skipped_phases.get(str(item["values"]), 0) + item["counts"]
+    return events.filter(keep).cast(EVENTS_ARROW_SCHEMA)
 
 
-def _format_error(error: Exception, coords) -> TraceFormatError:
+def _format_error(error: Exception, names: dict[str, str]) -> TraceFormatError:
     message = str(error).splitlines()[0]
-    for parse_path, (original, *_rest) in coords.items():
+    for parse_path, original in names.items():
         message = message.replace(parse_path, original)
     message = message.replace("Invalid Input Error: ", "")
     return TraceFormatError(
@@ -289,6 +322,5 @@ def _format_error(error: Exception, coords) -> TraceFormatError:
 def read(files: list[Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Read ``files`` whole into (events, ranks) tables."""
     batches, ranks = read_batches(files, warn=warn)
-    frames = list(batches)
-    events = pl.concat(frames) if frames else conform(pl.DataFrame(), EVENTS_SCHEMA)
-    return events, ranks
+    table = pa.Table.from_batches(list(batches), schema=EVENTS_ARROW_SCHEMA)
+    return conform(pl.from_arrow(table), EVENTS_SCHEMA), ranks

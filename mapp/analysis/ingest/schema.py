@@ -8,8 +8,9 @@ Chrome JSON's microseconds are converted at the edges.
 from __future__ import annotations
 
 import polars as pl
+import pyarrow as pa
 
-__all__ = ["EVENTS_SCHEMA", "RANKS_SCHEMA", "COORDS", "ARG_COLUMNS", "empty_events", "conform"]
+__all__ = ["EVENTS_SCHEMA", "EVENTS_ARROW_SCHEMA", "to_arrow_events", "RANKS_SCHEMA", "COORDS", "ARG_COLUMNS", "empty_events", "conform"]
 
 COORDS = ("tp", "pp", "dp", "cp", "ep")
 
@@ -39,6 +40,11 @@ EVENTS_SCHEMA: dict[str, pl.DataType] = {
     "src_line": pl.Int64(),
     "args": pl.String(),
 }
+
+_ARROW_TYPES = {pl.Int32(): pa.int32(), pl.Int64(): pa.int64(), pl.String(): pa.string(),
+                pl.List(pl.Int32()): pa.list_(pa.int32())}
+# The same schema in Arrow (plain string/list, as DuckDB produces them): the Parquet cache's schema.
+EVENTS_ARROW_SCHEMA = pa.schema([(name, _ARROW_TYPES[dtype]) for name, dtype in EVENTS_SCHEMA.items()])
 
 # Fields lifted out of an event's ``args`` into their own columns (the JSON keeps them too).
 ARG_COLUMNS: dict[str, str] = {
@@ -81,3 +87,14 @@ def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame
         else:
             columns.append(pl.lit(None, dtype=dtype).alias(name))
     return frame.select(columns)
+
+
+def to_arrow_events(batch: "pl.DataFrame | pa.RecordBatch | pa.Table") -> pa.Table:
+    """Any reader's batch as an Arrow table with exactly ``EVENTS_ARROW_SCHEMA``."""
+    if isinstance(batch, pl.DataFrame):
+        batch = conform(batch, EVENTS_SCHEMA).to_arrow()
+    elif isinstance(batch, pa.RecordBatch):
+        batch = pa.Table.from_batches([batch])
+    if batch.schema != EVENTS_ARROW_SCHEMA:
+        batch = batch.select(EVENTS_ARROW_SCHEMA.names).cast(EVENTS_ARROW_SCHEMA)
+    return batch
