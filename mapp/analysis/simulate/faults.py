@@ -83,7 +83,7 @@ class Fault:
 
 def _int(text: str, what: str, spec: str) -> int:
     if not re.fullmatch(r"\d+", text):
-        raise InputError(f"--fault {spec}: {what} {text!r} is not a whole number >= 0", _SYNTAX)
+        raise InputError(f"--fault {spec!r}: {what} {text!r} is not a whole number >= 0", _SYNTAX)
     return int(text)
 
 
@@ -92,7 +92,7 @@ def _range(text: str, what: str, spec: str) -> tuple[int, int]:
     if not m:
         if re.fullmatch(r"\d+", text):
             return int(text), int(text)
-        raise InputError(f"--fault {spec}: {what} {text!r} is not FIRST-LAST", _SYNTAX)
+        raise InputError(f"--fault {spec!r}: {what} {text!r} is not FIRST-LAST", _SYNTAX)
     return int(m.group(1)), int(m.group(2))
 
 
@@ -100,26 +100,28 @@ def parse_fault(spec: str) -> Fault:
     """Parse ``KIND:TARGET[:FACTOR[:FIRST-LAST]]`` (the ``--fault`` syntax) into a ``Fault``."""
     parts = spec.strip().split(":")
     if len(parts) < 2 or len(parts) > 4:
-        raise InputError(f"--fault {spec}: expected 2 to 4 fields separated by ':'", _SYNTAX)
+        raise InputError(f"--fault {spec!r}: expected 2 to 4 fields separated by ':'", _SYNTAX)
     kind, target = parts[0], parts[1]
     if kind not in KINDS:
-        raise InputError(f"--fault {spec}: unknown kind {kind!r}", "kinds: " + ", ".join(KINDS))
+        raise InputError(f"--fault {spec!r}: unknown kind {kind!r}", "kinds: " + ", ".join(KINDS))
     factor = None
     if len(parts) >= 3 and parts[2] != "":
         try:
             factor = float(parts[2])
         except ValueError:
-            raise InputError(f"--fault {spec}: factor {parts[2]!r} is not a number", _SYNTAX) from None
+            raise InputError(f"--fault {spec!r}: factor {parts[2]!r} is not a number", _SYNTAX) from None
     window = _range(parts[3], "iterations", spec) if len(parts) == 4 else None
     fields: dict[str, Any] = {}
     if kind == "slow_link":
-        a, b = _range(target, "link", spec)
-        fields["ranks"] = (a, b)
+        m = re.fullmatch(r"(\d+)-(\d+)", target)
+        if not m:
+            raise InputError(f"--fault {spec!r}: link {target!r} is not two ranks A-B", _SYNTAX)
+        fields["ranks"] = (int(m.group(1)), int(m.group(2)))
     elif kind == "stage_imbalance":
         fields["stage"] = _int(target, "stage", spec)
     elif kind == "seqlen_imbalance":
         if target != "":
-            raise InputError(f"--fault {spec}: seqlen_imbalance takes no target",
+            raise InputError(f"--fault {spec!r}: seqlen_imbalance takes no target",
                              "write seqlen_imbalance::0.3")
     else:
         fields["rank"] = _int(target, "rank", spec)

@@ -66,19 +66,27 @@ def lower(programs: Programs, *, pp: int, vpp: int, tp: int, dp: int, cost: Cost
     act = cost.activation_bytes
     out = []
     batch_label: dict[tuple, str] = {}
+    # p2p seq: the sender's count of sends to that peer. With pp=2 the two directions between
+    # a pair interleave differently on the two sides (megatron-core runs them on two
+    # communicators), so the receive takes its message's number to keep (src, dst, seq) exact.
+    send_seq: dict[tuple, int] = {}
+    sends_per_pair: dict[tuple[int, int], int] = {}
     for s, steps in enumerate(programs.stages):
         for step in steps:
             if isinstance(step, Batch):
                 for op in step.ops:
                     src, dst = (s, op.peer_stage) if op.send else (op.peer_stage, s)
                     batch_label[(src, dst, op.direction, op.index, op.send)] = step.label
+                    if op.send:
+                        n = sends_per_pair.get((src, dst), 0)
+                        sends_per_pair[(src, dst)] = n + 1
+                        send_seq[(src, dst, op.direction, op.index)] = n
 
     for s, steps in enumerate(programs.stages):
         ops: list[tuple] = []
         events: list[EventSpec] = []
         ma: list[tuple[str, int]] = []
         counts = {"tp": 0, "dp": 0}
-        p2p_counts: dict[tuple[int, bool], int] = {}
 
         def event(spec: EventSpec) -> int:
             events.append(spec)
@@ -160,15 +168,13 @@ def lower(programs: Programs, *, pp: int, vpp: int, tp: int, dp: int, cost: Cost
                 members = []
                 for op in step.ops:
                     peer_tok = TOK_NEXT if op.peer_stage == (s + 1) % pp else TOK_PREV
-                    key = (op.peer_stage, op.send)
-                    n = p2p_counts.get(key, 0)
-                    p2p_counts[key] = n + 1
+                    src, dst = (s, op.peer_stage) if op.send else (op.peer_stage, s)
+                    n = send_seq[(src, dst, op.direction, op.index)]
                     ev = event(EventSpec(
                         "send" if op.send else "recv", "p2p", "comm",
                         [("peer", peer_tok), ("seq", None), ("bytes", act),
                          ("microbatch", op.microbatch), ("chunk", op.chunk)],
-                        seq=(n, 0), ma_name=None))
-                    src, dst = (s, op.peer_stage) if op.send else (op.peer_stage, s)
+                        seq=(n, sends_per_pair[(src, dst)]), ma_name=None))
                     members.append((ev, op.send, (src, dst, op.direction), op.index))
                     if not events[bev].ma_attrs:
                         partner = batch_label[(src, dst, op.direction, op.index, not op.send)]
@@ -198,12 +204,7 @@ def lower(programs: Programs, *, pp: int, vpp: int, tp: int, dp: int, cost: Cost
         ops.append((OP_END, it_ev))
         # per-iteration counts make seq continue across iterations
         for spec in events:
-            if spec.seq is not None:
-                if spec.cat == "collective":
-                    group = dict(spec.args)["group"]
-                    spec.seq = (spec.seq[0], counts[group])
-                else:
-                    peer_stage = (s + 1) % pp if dict(spec.args)["peer"] == TOK_NEXT else (s - 1) % pp
-                    spec.seq = (spec.seq[0], p2p_counts[(peer_stage, spec.name == "send")])
+            if spec.seq is not None and spec.cat == "collective":
+                spec.seq = (spec.seq[0], counts[dict(spec.args)["group"]])
         out.append(StageProgram(s, ops, events, ma, counts["tp"], counts["dp"]))
     return out
