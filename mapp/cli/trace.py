@@ -7,6 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from mapp.analysis.align import CLOCK_FILE, ClockModel, align_bundle
+from mapp.analysis.graph import Matching, chrome_extras, match_bundle
+from mapp.analysis.graph.diagnose import rank_list
 from mapp.analysis.ingest import FORMATS, load_bundle
 from mapp.analysis.merge import write_chrome_trace
 from mapp.cli._ui import console, guarded, progress_bar, warn
@@ -34,17 +37,54 @@ def merge(
     ] = None,
     format: FormatOption = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-read the traces even if DIR/.mapp is current.")] = False,
+    no_align: Annotated[
+        bool, typer.Option("--no-align", help="Keep every rank's raw clock (no alignment, no clock.json).")
+    ] = False,
 ) -> None:
     """Merge per-rank traces into one Chrome trace (open it in ui.perfetto.dev).
 
-    Also writes the events table to DIR/.mapp/events.parquet for the other commands.
+    Aligns every rank's clock onto rank 0's from collectives and p2p messages (offsets in
+    DIR/.mapp/clock.json), draws flow arrows for p2p messages and collectives and marks each
+    collective's last arriver. Also writes the events table to DIR/.mapp/events.parquet.
     """
     bundle = load(directory, format, use_cache=not no_cache)
     target = out if out is not None else directory / "merged.json"
+    matching = match_bundle(bundle)
+    clock = None
+    if not no_align:
+        clock = align_bundle(bundle, matching)
+        clock.write(bundle.cache_dir / CLOCK_FILE)
+        matching = matching.with_clock(clock)
+    offsets = clock.constant_offsets_ns() if clock is not None else None
     with progress_bar("writing merged trace") as update:
-        result = write_chrome_trace(bundle, target, progress=update)
+        result = write_chrome_trace(bundle, target, offsets_ns=offsets,
+                                    extra_lines=chrome_extras(bundle, matching, offsets), progress=update)
+    _report_matching(matching, clock, bundle.cache_dir / CLOCK_FILE)
     console.print(
         f"[mapp.ok]merged[/] {result.events:,} events from {result.ranks} ranks ({bundle.format}) "
         f"into [mapp.path]{result.path}[/]"
     )
     console.print(f"events table: [mapp.path]{bundle.events_path}[/]", style="mapp.dim")
+
+
+def _report_matching(matching: Matching, clock: ClockModel | None, clock_path: Path) -> None:
+    for finding in matching.findings:
+        if finding.severity == "info":
+            console.print(finding.line(), style="mapp.dim", soft_wrap=True)
+        else:
+            warn(finding.line())
+    if clock is None:
+        return
+    worst = max(clock.ranks.values(), key=lambda c: c.residual_ns, default=None)
+    if worst is not None:
+        console.print(
+            f"aligned {len(clock.ranks)} ranks to rank {clock.reference_rank}'s clock "
+            f"(worst residual {worst.residual_ns / 1000:.3f} us on rank {worst.rank}): [mapp.path]{clock_path}[/]",
+            style="mapp.dim",
+        )
+    if not clock.connected:
+        others = "; ".join(f"ranks {rank_list(c)} on rank {c[0]}'s" for c in clock.components[1:])
+        warn(f"ranks form {len(clock.components)} groups with no collective or p2p between them; only the "
+             f"first is on rank {clock.reference_rank}'s clock, the others on their own: {others}")
+    if clock.violations:
+        warn(f"{clock.violations} p2p messages still end before their send starts after alignment")

@@ -1,0 +1,274 @@
+"""Global, robust clock solve over the rank graph.
+
+Unknowns per rank ``r``: an offset ``a_r`` (ns, at its first event ``t0_r``) and a rate
+correction ``s_r`` (ns per second of its own clock), so that raw ``t`` maps to
+``t + a_r + s_r * (t - t0_r) / 1e9`` on the reference clock. Every equality anchor
+(``u`` on rank i equals ``v`` on rank j) gives one linear equation
+
+    a_j - a_i + s_j x_j - s_i x_i = u - v        (x = seconds since that rank's t0)
+
+The normal equations are accumulated per rank pair (nine weighted sums per edge, so millions of
+anchors cost a few ``bincount`` passes) and solved as one sparse system, with each connected
+component's reference rank held at zero. Outliers are handled by iteratively reweighted least
+squares (Huber, then Tukey's biweight, with a robust scale per anchor kind). Inequalities (a
+receive cannot end before its send starts) are then enforced by an active set: violated ones
+are added as equalities at their bound and the system is solved again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from scipy import sparse
+from scipy.sparse import csgraph
+from scipy.sparse.linalg import spsolve
+
+from mapp.analysis.align.anchors import Anchors, anchors_from
+from mapp.analysis.align.clock import ClockModel, RankClock
+
+__all__ = ["AlignOptions", "solve", "align_bundle"]
+
+_NS_PER_S = 1e9
+_MIN_SCALE_NS = 20.0
+
+
+@dataclass(kw_only=True, slots=True)
+class AlignOptions:
+    """How to align clocks."""
+
+    reference_rank: int | None = None
+    """Rank whose clock the others are mapped onto (default: the lowest traced rank)."""
+    drift: bool = True
+    """Estimate a drift (rate) per rank as well as an offset."""
+    p2p_weight: float = 1.0
+    """Weight of "a send and its receive end together" anchors relative to collective ones (0: off)."""
+    iterations: int = 8
+    """Most reweighting rounds of the robust solve."""
+    inequality_rounds: int = 4
+    """Most active-set rounds enforcing "a receive cannot end before its send starts"."""
+
+
+@dataclass(slots=True)
+class _System:
+    n: int
+    i: np.ndarray
+    j: np.ndarray
+    xi: np.ndarray
+    xj: np.ndarray
+    y: np.ndarray
+    w0: np.ndarray
+    kind: np.ndarray
+    edge: np.ndarray
+    edge_i: np.ndarray
+    edge_j: np.ndarray
+
+
+def _system(frame: pl.DataFrame, index: dict[int, int], t0: np.ndarray, with_weight: bool) -> _System:
+    n = len(index)
+    keys = np.array(sorted(index), dtype=np.int64)
+    lookup = np.full(int(keys.max()) + 2 if len(keys) else 1, -1, dtype=np.int64)
+    lookup[keys] = np.arange(n)
+    ri = frame["i"].to_numpy().astype(np.int64)
+    rj = frame["j"].to_numpy().astype(np.int64)
+    known = (ri >= 0) & (rj >= 0) & (ri < len(lookup)) & (rj < len(lookup))
+    ri, rj = ri[known], rj[known]
+    i, j = lookup[ri], lookup[rj]
+    ok = (i >= 0) & (j >= 0)
+    u = frame["u_ns"].to_numpy()[known][ok]
+    v = frame["v_ns"].to_numpy()[known][ok]
+    i, j = i[ok], j[ok]
+    y = (u - v).astype(np.float64)
+    xi = (u - t0[i]).astype(np.float64) / _NS_PER_S
+    xj = (v - t0[j]).astype(np.float64) / _NS_PER_S
+    w0 = frame["weight"].to_numpy()[known][ok].astype(np.float64) if with_weight else np.ones(len(i))
+    kind = frame["kind"].to_numpy()[known][ok].astype(np.int64) if with_weight else np.zeros(len(i), np.int64)
+    codes = i * n + j
+    unique, edge = np.unique(codes, return_inverse=True)
+    return _System(n, i, j, xi, xj, y, w0, kind, edge.ravel(), unique // n, unique % n)
+
+
+def _normal(sys_: _System, w: np.ndarray, drift: bool, ridge: np.ndarray) -> tuple[sparse.csr_matrix, np.ndarray]:
+    n, e = sys_.n, len(sys_.edge_i)
+    sums = lambda values: np.bincount(sys_.edge, weights=values, minlength=e)  # noqa: E731
+    W = sums(w)
+    Sy = sums(w * sys_.y)
+    I, J = sys_.edge_i, sys_.edge_j
+    rows = [J, I, I, J]
+    cols = [J, I, J, I]
+    vals = [W, W, -W, -W]
+    rhs = np.zeros(2 * n if drift else n)
+    np.add.at(rhs, J, Sy)
+    np.add.at(rhs, I, -Sy)
+    if drift:
+        wxi, wxj = w * sys_.xi, w * sys_.xj
+        Sxi, Sxj = sums(wxi), sums(wxj)
+        Sxixi, Sxjxj, Sxixj = sums(wxi * sys_.xi), sums(wxj * sys_.xj), sums(wxi * sys_.xj)
+        Syxi, Syxj = sums(wxi * sys_.y), sums(wxj * sys_.y)
+        sI, sJ = I + n, J + n
+        rows += [J, sJ, J, sI, I, sJ, I, sI, sJ, sI, sI, sJ]
+        cols += [sJ, J, sI, J, sJ, I, sI, I, sJ, sI, sJ, sI]
+        vals += [Sxj, Sxj, -Sxi, -Sxi, -Sxj, -Sxj, Sxi, Sxi, Sxjxj, Sxixi, -Sxixj, -Sxixj]
+        np.add.at(rhs, sJ, Syxj)
+        np.add.at(rhs, sI, -Syxi)
+        rows.append(np.arange(n) + n)
+        cols.append(np.arange(n) + n)
+        vals.append(ridge)
+    size = 2 * n if drift else n
+    matrix = sparse.coo_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(size, size)
+    ).tocsr()
+    return matrix, rhs
+
+
+def _ridge(sys_: _System, w: np.ndarray) -> np.ndarray:
+    """A tiny prior pulling each rate toward zero, so a rank whose anchors span no time stays
+    solvable; relative to its own data it is negligible."""
+    x2 = np.bincount(sys_.i, weights=w * sys_.xi**2, minlength=sys_.n)
+    x2 += np.bincount(sys_.j, weights=w * sys_.xj**2, minlength=sys_.n)
+    count = np.bincount(sys_.i, weights=w, minlength=sys_.n) + np.bincount(sys_.j, weights=w, minlength=sys_.n)
+    return 1e-9 * x2 + 1e-12 * count + 1e-15
+
+
+def _solve_once(sys_: _System, w: np.ndarray, drift: bool, fixed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    matrix, rhs = _normal(sys_, w, drift, _ridge(sys_, w) if drift else np.zeros(0))
+    n = sys_.n
+    free = np.ones(2 * n if drift else n, dtype=bool)
+    free[fixed] = False
+    if drift:
+        free[fixed + n] = False
+    sol = np.zeros(len(free))
+    idx = np.flatnonzero(free)
+    if len(idx):
+        sub = matrix[idx][:, idx].tocsc()
+        sol[idx] = spsolve(sub, rhs[idx])
+    a = sol[:n]
+    s = sol[n:] if drift else np.zeros(n)
+    return a, s
+
+
+def _residuals(sys_: _System, a: np.ndarray, s: np.ndarray) -> np.ndarray:
+    return sys_.y - (a[sys_.j] - a[sys_.i] + s[sys_.j] * sys_.xj - s[sys_.i] * sys_.xi)
+
+
+def _robust_weights(r: np.ndarray, kind: np.ndarray, tukey: bool) -> np.ndarray:
+    w = np.ones(len(r))
+    for k in np.unique(kind):
+        sel = kind == k
+        rk = r[sel]
+        scale = max(1.4826 * float(np.median(np.abs(rk - np.median(rk)))), _MIN_SCALE_NS)
+        z = np.abs(rk) / scale
+        if tukey:
+            c = 4.685
+            w[sel] = np.where(z < c, (1 - (z / c) ** 2) ** 2, 0.0)
+        else:
+            c = 1.345
+            w[sel] = np.where(z <= c, 1.0, c / np.maximum(z, 1e-300))
+    return w
+
+
+def solve(
+    anchors: Anchors,
+    first_event_ns: dict[int, int],
+    *,
+    last_event_ns: dict[int, int] | None = None,
+    options: AlignOptions | None = None,
+) -> ClockModel:
+    """Solve every rank's offset and drift from ``anchors``.
+
+    ``first_event_ns`` lists the ranks to align (with each one's first raw timestamp);
+    ``last_event_ns`` is only used to place constant shifts mid-trace.
+    """
+    options = options or AlignOptions()
+    ranks = sorted(first_event_ns)
+    if not ranks:
+        return ClockModel(options.reference_rank or 0, {}, [])
+    index = {r: k for k, r in enumerate(ranks)}
+    n = len(ranks)
+    t0 = np.array([first_event_ns[r] for r in ranks], dtype=np.int64)
+    eq = _system(anchors.equal, index, t0, True)
+
+    graph = sparse.coo_matrix((np.ones(len(eq.edge_i)), (eq.edge_i, eq.edge_j)), shape=(n, n))
+    n_comp, labels = csgraph.connected_components(graph, directed=False)
+    reference = options.reference_rank if options.reference_rank in index else ranks[0]
+    comp_members = [np.flatnonzero(labels == c) for c in range(n_comp)]
+    ref_comp = labels[index[reference]]
+    order = [ref_comp] + [c for c in range(n_comp) if c != ref_comp]
+    fixed = np.array([index[reference] if c == ref_comp else int(comp_members[c].min()) for c in order])
+
+    w = eq.w0.copy()
+    a = np.zeros(n)
+    s = np.zeros(n)
+    if len(eq.y):
+        for round_ in range(options.iterations):
+            a_new, s_new = _solve_once(eq, w, options.drift, fixed)
+            change = float(np.max(np.abs(a_new - a))) if round_ else np.inf
+            a, s = a_new, s_new
+            if round_ >= 3 and change < 0.5:
+                break
+            w = eq.w0 * _robust_weights(_residuals(eq, a, s), eq.kind, tukey=round_ >= 2)
+    violations = 0
+    if len(anchors.after):
+        after = _system(anchors.after.with_columns(pl.lit(1.0).alias("weight"), pl.lit(2, pl.Int8).alias("kind")),
+                        index, t0, True)
+        heavy = 10.0 * (float(w.max()) if len(w) else 1.0)
+        active = np.zeros(len(after.y), dtype=bool)
+        for _ in range(options.inequality_rounds):
+            # aligned v - aligned u = -(y - model) must be >= 0
+            gap = -_residuals(after, a, s)
+            violated = gap < -0.5
+            if not violated.any():
+                break
+            active |= violated
+            both = _concat(eq, after, active)
+            a, s = _solve_once(both, np.concatenate([w, np.full(int(active.sum()), heavy)]), options.drift, fixed)
+        violations = int((-_residuals(after, a, s) < -0.5).sum())
+
+    r = _residuals(eq, a, s) if len(eq.y) else np.zeros(0)
+    inlier = w > 0
+    sq = np.where(inlier, r * r, 0.0)
+    ssum = np.bincount(eq.i, weights=sq, minlength=n) + np.bincount(eq.j, weights=sq, minlength=n)
+    cnt = (np.bincount(eq.i, weights=inlier.astype(float), minlength=n)
+           + np.bincount(eq.j, weights=inlier.astype(float), minlength=n))
+    rms = np.sqrt(np.divide(ssum, cnt, out=np.zeros(n), where=cnt > 0))
+    position = {c: k for k, c in enumerate(order)}
+    clocks = {}
+    for k, rank in enumerate(ranks):
+        slope = s[k] / _NS_PER_S
+        clocks[rank] = RankClock(
+            rank=rank, offset_ns=float(a[k]), drift_ppm=float((1.0 / (1.0 + slope) - 1.0) * 1e6),
+            t0_ns=int(t0[k]), t1_ns=None if last_event_ns is None else int(last_event_ns.get(rank, t0[k])),
+            residual_ns=float(rms[k]), anchors=int(cnt[k]), component=position[labels[k]],
+        )
+    components = [sorted(ranks[m] for m in comp_members[c]) for c in order]
+    return ClockModel(reference, clocks, components, violations=violations,
+                      anchors_rejected=int((~inlier).sum()))
+
+
+def _concat(eq: _System, after: _System, active: np.ndarray) -> _System:
+    i = np.concatenate([eq.i, after.i[active]])
+    j = np.concatenate([eq.j, after.j[active]])
+    n = eq.n
+    unique, edge = np.unique(i * n + j, return_inverse=True)
+    return _System(
+        n, i, j, np.concatenate([eq.xi, after.xi[active]]), np.concatenate([eq.xj, after.xj[active]]),
+        np.concatenate([eq.y, after.y[active]]), np.concatenate([eq.w0, after.w0[active]]),
+        np.concatenate([eq.kind, after.kind[active]]), edge.ravel(), unique // n, unique % n,
+    )
+
+
+def align_bundle(bundle, matching=None, *, options: AlignOptions | None = None) -> ClockModel:
+    """Align every rank of ``bundle`` onto the reference clock (matching it first if not given)."""
+    if matching is None:
+        from mapp.analysis.graph import match_bundle
+
+        matching = match_bundle(bundle)
+    options = options or AlignOptions()
+    span = bundle.scan().group_by("rank").agg(t0_ns=pl.col("ts_ns").min(), t1_ns=pl.col("ts_ns").max()).collect()
+    first = dict(zip(span["rank"].to_list(), span["t0_ns"].to_list()))
+    last = dict(zip(span["rank"].to_list(), span["t1_ns"].to_list()))
+    for rank in bundle.ranks["rank"].to_list():
+        first.setdefault(rank, 0)
+    return solve(anchors_from(matching, p2p_weight=options.p2p_weight), first, last_event_ns=last, options=options)
+
