@@ -7,6 +7,7 @@ the injected faults, every rank's clock offset and drift, and the healthy iterat
 
 from .config import SimConfig
 from .faults import Fault, parse_fault
+from .presets import demo_config
 from .runner import SimResult, simulate
 
-__all__ = ["SimConfig", "Fault", "parse_fault", "simulate", "SimResult"]
+__all__ = ["SimConfig", "Fault", "parse_fault", "simulate", "SimResult", "demo_config"]

@@ -91,3 +91,15 @@ def test_progress_reaches_the_world_size(tmp_path):
     simulate(SimConfig(**SMALL), tmp_path / "p", progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (8, 8)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_demo_job_is_64_ranks_with_one_slow_gpu(tmp_path):
+    from mapp.analysis.simulate import demo_config
+
+    cfg = demo_config(iterations=1)
+    cfg.layers, cfg.hidden, cfg.seq_length = 8, 512, 256  # keep the test quick
+    result = simulate(cfg, tmp_path / "demo")
+    assert len(result.files) == 65
+    [fault] = result.ground_truth["faults"]
+    assert fault["kind"] == "slow_gpu" and abs(fault["factor"] - 1.414) < 1e-9
+    assert result.ground_truth["iteration_us"][0] > result.ground_truth["healthy_iteration_us"]
