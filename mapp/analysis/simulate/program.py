@@ -11,7 +11,10 @@ its ``dp x tp`` ranks; the engine runs it on arrays of that shape. The events it
   compute kernels of one layer, nested inside the step.
 - ``all_reduce`` (cat collective, tid comm, group tp): after attention and after MLP in the
   forward, and for the input gradients of both in the backward.
-- ``send`` / ``recv`` (cat p2p, tid comm): activations and gradients between stages.
+- ``send`` / ``recv`` (cat p2p, tid comm): activations and gradients between stages, with
+  ``microbatch`` and ``chunk`` (on a send the chunk that produced the tensor, on a receive the
+  chunk that consumes it: they differ where interleaving wraps from the last stage to the first).
+  Sends and receives of one megatron-core batched call share a start time.
 - ``reduce_scatter`` (group dp) of gradients per model chunk, ``optimizer_step`` (cat
   optimizer), ``all_gather`` (group dp) of parameters per chunk; with
   ``distributed_optimizer=False`` one gradient ``all_reduce`` per chunk instead.
