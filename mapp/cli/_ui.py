@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.theme import Theme
 
@@ -29,14 +30,14 @@ THEME = Theme(
     }
 )
 console = Console(theme=THEME, highlight=False)
-err_console = Console(theme=THEME, stderr=True, highlight=False)
+err_console = Console(theme=THEME, stderr=True, highlight=False, emoji=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def warn(message: str) -> None:
     """One warning line on stderr."""
-    err_console.print(f"[mapp.warning]warning:[/] {message}", markup=True, soft_wrap=True)
+    err_console.print(f"[mapp.warning]warning:[/] {escape(message)}", soft_wrap=True)
 
 
 def guarded(command: F) -> F:
@@ -52,7 +53,7 @@ def guarded(command: F) -> F:
         except MappError as error:
             if os.environ.get("MAPP_DEBUG"):
                 raise
-            err_console.print(f"[mapp.error]error:[/] {error}", soft_wrap=True)
+            err_console.print(f"[mapp.error]error:[/] {escape(str(error))}", soft_wrap=True)
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
             err_console.print("[mapp.error]interrupted[/]")

@@ -1,7 +1,7 @@
 """``mapp demo``: the main job on a built-in sample, for a first run with no GPU and no traces.
 
-Simulates a 64-rank job (TP2 x PP4 x DP8) with one GPU slowed down, merges the traces into
-one Perfetto timeline, and runs the straggler detector on them.
+Simulates a 64-rank job (``mapp.analysis.simulate.presets.demo_config``) with one GPU slowed
+down, merges the traces into one Perfetto timeline, and runs the straggler detector on them.
 """
 
 from __future__ import annotations
@@ -13,18 +13,10 @@ from typing import Annotated
 import typer
 
 from mapp.analysis.merge import write_chrome_trace
-from mapp.analysis.simulate import SimConfig, parse_fault, simulate
+from mapp.analysis.simulate import simulate
+from mapp.analysis.simulate.presets import DEMO_SLOW_FACTOR, DEMO_SLOW_RANK, demo_config
 from mapp.cli._ui import console, guarded, progress_bar
 from mapp.cli.trace import load
-
-DEMO_FAULT = "slow_gpu:21:1.4"
-
-
-def demo_config(seed: int) -> SimConfig:
-    """The demo job: small enough to run in seconds, large enough to need a detector."""
-    return SimConfig(tp=2, pp=4, dp=8, microbatches=8, iterations=3, layers=16, hidden=2048,
-                     seq_length=2048, faults=[parse_fault(DEMO_FAULT)], seed=seed)
-
 
 def register(app: typer.Typer) -> None:
     @app.command("demo")
@@ -35,11 +27,11 @@ def register(app: typer.Typer) -> None:
         force: Annotated[bool, typer.Option("--force", help="Overwrite traces already in --out.")] = False,
     ) -> None:
         """Simulate a 64-rank job with one slowed GPU, merge its traces and find the culprit."""
-        config = demo_config(seed)
+        config = demo_config(seed=seed)
         console.rule("[bold]mapp demo")
         console.print(f"1. simulating TP{config.tp} x PP{config.pp} x DP{config.dp} = "
-                      f"{config.tp * config.pp * config.dp} ranks, fault [mapp.suspect]{DEMO_FAULT}[/] "
-                      f"(rank 21 computes 1.4x slower)")
+                      f"{config.tp * config.pp * config.dp} ranks; [mapp.suspect]rank {DEMO_SLOW_RANK}[/] "
+                      f"computes {DEMO_SLOW_FACTOR:.2f}x slower (a GPU stuck at 1400 of 1980 MHz)")
         with progress_bar("simulating ranks") as update:
             result = simulate(config, out, force=force, progress=update)
         console.print(f"   wrote {config.tp * config.pp * config.dp} rank files ({result.events:,} events) and "
