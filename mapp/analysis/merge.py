@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mapp import trace_format
@@ -26,7 +28,7 @@ __all__ = ["MERGED_MARKER", "MergeResult", "write_chrome_trace", "lane_ids", "pr
 MERGED_MARKER = trace_format.MERGED_MARKER
 # Lanes that get fixed, readable positions; any other lane follows in name order.
 _LANE_ORDER = ("iteration", "compute", "comm", "optimizer", "data", "other")
-_BATCH_ROWS = 1 << 20
+_BATCH_ROWS = 1 << 18
 _EVENT_COLUMNS = ["rank", "ph", "name", "cat", "lane", "ts_ns", "dur_ns", "args"]
 
 
@@ -84,6 +86,16 @@ def _encode(frame: pl.DataFrame, tids: dict[str, int], shift_ns: pl.Expr) -> pl.
     return frame.select(line.alias("line")).to_series()
 
 
+def _write_lines(handle, lines: pl.Series) -> None:
+    """Write a column of encoded lines straight from its Arrow data buffer (no Python strings)."""
+    array = lines.to_arrow()
+    for chunk in array.chunks if isinstance(array, pa.ChunkedArray) else [array]:
+        chunk = chunk.cast(pa.large_string())
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64)
+        first, last = offsets[chunk.offset], offsets[chunk.offset + len(chunk)]
+        handle.write(memoryview(chunk.buffers()[2])[first:last])
+
+
 def _metadata_lines(bundle: TraceBundle, tids: dict[str, int], lanes_by_rank: dict[int, list[str]]) -> list[str]:
     events: list[dict] = [
         {"ph": "M", "name": MERGED_MARKER, "pid": 0, "tid": 0,
@@ -116,7 +128,7 @@ def _open_output(out_path: Path, inputs: set[Path]):
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{out_path.name}.", suffix=".tmp")
     except OSError as error:
         raise OutputError(f"cannot write {out_path}: {error.strerror}", "choose a writable -o path") from None
-    return os.fdopen(fd, "w", encoding="utf-8", newline="\n"), Path(tmp)
+    return os.fdopen(fd, "wb"), Path(tmp)
 
 
 def write_chrome_trace(
@@ -148,20 +160,19 @@ def write_chrome_trace(
     written = 0
     try:
         with handle:
-            handle.write('{"displayTimeUnit":"ns","traceEvents":[\n')
-            handle.writelines(_metadata_lines(bundle, tids, lanes_by_rank))
+            handle.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
+            handle.writelines(line.encode() for line in _metadata_lines(bundle, tids, lanes_by_rank))
             parquet = pq.ParquetFile(bundle.events_path)
             total = parquet.metadata.num_rows
             for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=_EVENT_COLUMNS):
                 frame = pl.from_arrow(batch)
-                lines = _encode(frame, tids, shift)
-                handle.write("".join(lines.to_list()))
+                _write_lines(handle, _encode(frame, tids, shift))
                 written += len(frame)
                 if progress:
                     progress(written, total)
             if extra_lines is not None:
-                handle.writelines(extra_lines())
-            handle.write('{"ph":"M","name":"mapp-end","pid":0,"tid":0,"args":{}}\n]}\n')
+                handle.writelines(line.encode() for line in extra_lines())
+            handle.write(b'{"ph":"M","name":"mapp-end","pid":0,"tid":0,"args":{}}\n]}\n')
         os.replace(tmp, out_path)
     except OSError as error:
         tmp.unlink(missing_ok=True)
