@@ -82,6 +82,8 @@ def _report_matching(matching: Matching, clock: ClockModel | None, clock_path: P
             f"(worst residual {worst.residual_ns / 1000:.3f} us on rank {worst.rank}): [mapp.path]{clock_path}[/]",
             style="mapp.dim",
         )
+    for note in clock.notes:
+        console.print(note, style="mapp.dim", soft_wrap=True)
     if not clock.connected:
         others = "; ".join(f"ranks {rank_list(c)} on rank {c[0]}'s" for c in clock.components[1:])
         warn(f"ranks form {len(clock.components)} groups with no collective or p2p between them; only the "

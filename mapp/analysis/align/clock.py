@@ -69,6 +69,8 @@ class ClockModel:
     """p2p messages whose receive still ends before its send starts after alignment."""
     anchors_rejected: int = 0
     """Equality anchors rejected as outliers by the robust solve."""
+    notes: list[str] = field(default_factory=list)
+    """Lines on how weakly linked groups of ranks were placed (send/recv bounds only)."""
 
     @property
     def connected(self) -> bool:

@@ -131,7 +131,10 @@ def _ridge(sys_: _System, w: np.ndarray) -> np.ndarray:
     return 1e-9 * x2 + 1e-12 * count + 1e-15
 
 
-def _solve_once(sys_: _System, w: np.ndarray, drift: bool, fixed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _solve_once(sys_: _System, w: np.ndarray, drift: bool, fixed: np.ndarray,
+                fixed_a: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted least squares with the offsets of ``fixed`` ranks held at ``fixed_a`` (default 0)
+    and their rates at 0."""
     matrix, rhs = _normal(sys_, w, drift, _ridge(sys_, w) if drift else np.zeros(0))
     n = sys_.n
     free = np.ones(2 * n if drift else n, dtype=bool)
@@ -139,10 +142,13 @@ def _solve_once(sys_: _System, w: np.ndarray, drift: bool, fixed: np.ndarray) ->
     if drift:
         free[fixed + n] = False
     sol = np.zeros(len(free))
+    if fixed_a is not None:
+        sol[fixed] = fixed_a
     idx = np.flatnonzero(free)
     if len(idx):
         sub = matrix[idx][:, idx].tocsc()
-        sol[idx] = spsolve(sub, rhs[idx])
+        known = matrix[idx][:, np.flatnonzero(~free)] @ sol[~free]
+        sol[idx] = spsolve(sub, rhs[idx] - known)
     a = sol[:n]
     s = sol[n:] if drift else np.zeros(n)
     return a, s
@@ -209,9 +215,15 @@ def solve(
                 break
             w = eq.w0 * _robust_weights(_residuals(eq, a, s), eq.kind, tukey=round_ >= 2)
     violations = 0
+    fixed_a = np.zeros(len(fixed))
+    notes: list[str] = []
     if len(anchors.after):
         after = _system(anchors.after.with_columns(pl.lit(1.0).alias("weight"), pl.lit(2, pl.Int8).alias("kind")),
                         index, t0, True)
+        if n_comp > 1:
+            rank_of_comp = [[ranks[m] for m in comp_members[c]] for c in order]
+            a, fixed_a, merged, notes = _bridge(after, labels, order, a, s, fixed, rank_of_comp)
+            labels = _merge_labels(labels, order, merged)
         heavy = 10.0 * (float(w.max()) if len(w) else 1.0)
         active = np.zeros(len(after.y), dtype=bool)
         for _ in range(options.inequality_rounds):
@@ -222,7 +234,8 @@ def solve(
                 break
             active |= violated
             both = _concat(eq, after, active)
-            a, s = _solve_once(both, np.concatenate([w, np.full(int(active.sum()), heavy)]), options.drift, fixed)
+            a, s = _solve_once(both, np.concatenate([w, np.full(int(active.sum()), heavy)]), options.drift,
+                               fixed, fixed_a)
         violations = int((-_residuals(after, a, s) < -0.5).sum())
 
     r = _residuals(eq, a, s) if len(eq.y) else np.zeros(0)
@@ -232,6 +245,8 @@ def solve(
     cnt = (np.bincount(eq.i, weights=inlier.astype(float), minlength=n)
            + np.bincount(eq.j, weights=inlier.astype(float), minlength=n))
     rms = np.sqrt(np.divide(ssum, cnt, out=np.zeros(n), where=cnt > 0))
+    order = [c for c in order if (labels == c).any()]
+    comp_members = [np.flatnonzero(labels == c) for c in range(n_comp)]
     position = {c: k for k, c in enumerate(order)}
     clocks = {}
     for k, rank in enumerate(ranks):
@@ -243,7 +258,77 @@ def solve(
         )
     components = [sorted(ranks[m] for m in comp_members[c]) for c in order]
     return ClockModel(reference, clocks, components, violations=violations,
-                      anchors_rejected=int((~inlier).sum()))
+                      anchors_rejected=int((~inlier).sum()), notes=notes)
+
+
+def _bridge(after: _System, labels: np.ndarray, order: list[int], a: np.ndarray, s: np.ndarray,
+            fixed: np.ndarray, rank_of_comp: list[list[int]]):
+    """Place components that only send/recv bounds link to the reference's component.
+
+    Within each component the equality solve holds; between two components A and B, messages
+    A -> B bound B's shift from below (the receive ends after the send starts) and messages
+    B -> A bound it from above. The shift is the middle of the interval (NTP's assumption of
+    symmetric minimum delays), or the one bound there is. Components are reached breadth-first
+    from the reference's.
+    """
+    aligned_u = a[after.i] + s[after.i] * after.xi
+    aligned_v = a[after.j] + s[after.j] * after.xj
+    # need (aligned u) - (aligned v) in ns: raw u - v is y
+    need = after.y + aligned_u - aligned_v  # shift_B - shift_A >= need, for A = comp(i), B = comp(j)
+    ci, cj = labels[after.i], labels[after.j]
+    cross = ci != cj
+    tight = (
+        pl.DataFrame({"a": ci[cross], "b": cj[cross], "need": need[cross]})
+        .group_by("a", "b").agg(pl.col("need").max())
+    )
+    bounds = {(int(x), int(y)): float(v) for x, y, v in tight.iter_rows()}
+    shift = {order[0]: 0.0}
+    merged = [order[0]]
+    notes: list[str] = []
+    frontier = [order[0]]
+    while frontier:
+        nxt = []
+        for known in frontier:
+            for other in order:
+                if other in shift:
+                    continue
+                lower = bounds.get((known, other))   # other - known >= lower
+                upper_raw = bounds.get((other, known))  # known - other >= upper_raw
+                if lower is None and upper_raw is None:
+                    continue
+                upper = None if upper_raw is None else -upper_raw
+                if lower is not None and upper is not None:
+                    rel, width = (lower + upper) / 2.0, (upper - lower) / 2.0
+                else:
+                    rel, width = (lower if lower is not None else upper), None
+                shift[other] = shift[known] + rel
+                merged.append(other)
+                nxt.append(other)
+                ranks_ = rank_of_comp[order.index(other)]
+                label = f"{ranks_[0]}..{ranks_[-1]}" if len(ranks_) > 1 else f"{ranks_[0]}"
+                if width is not None and width >= 0:
+                    notes.append(f"ranks {label} ({len(ranks_)}) share no collective with rank "
+                                 f"{rank_of_comp[0][0]}'s group; placed by send/recv order within "
+                                 f"+/-{width / 1000:.1f} us")
+                else:
+                    notes.append(f"ranks {label} ({len(ranks_)}) are linked to rank {rank_of_comp[0][0]}'s "
+                                 "group only by messages in one direction (or inconsistent ones); "
+                                 "placed at the tightest bound")
+        frontier = nxt
+    a = a.copy()
+    fixed_a = np.zeros(len(fixed))
+    for k, comp in enumerate(order):
+        if comp in shift and k > 0:
+            a[labels == comp] += shift[comp]
+            fixed_a[k] = shift[comp]
+    return a, fixed_a, merged, notes
+
+
+def _merge_labels(labels: np.ndarray, order: list[int], merged: list[int]) -> np.ndarray:
+    labels = labels.copy()
+    for comp in merged[1:]:
+        labels[labels == comp] = order[0]
+    return labels
 
 
 def _concat(eq: _System, after: _System, active: np.ndarray) -> _System:
