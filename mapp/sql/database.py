@@ -1,0 +1,286 @@
+"""A DuckDB database over one trace bundle: open it, run statements read-only, interrupt them.
+
+``open_database(DIR)`` builds the schema in memory over the bundle's Parquet events;
+``open_database(DIR, db=FILE)`` builds it once into FILE (events copied in) and reuses FILE
+while the bundle's events table is unchanged; ``open_database(None, db=FILE)`` opens FILE alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from mapp.errors import InputError, OutputError
+from mapp.sql.errors import QueryError, ReadOnlyError
+from mapp.sql.schema import TABLES, build_schema, bundle_fingerprint, describe
+
+__all__ = ["TraceDatabase", "QueryResult", "open_database"]
+
+_WRITING_STATEMENTS = {"COPY", "EXPORT", "ATTACH"}
+# Statements whose result is only a count or a flag: run, nothing shown.
+_SILENT_STATEMENTS = {"CREATE", "INSERT", "UPDATE", "DELETE", "DROP", "ALTER", "SET", "VARIABLE_SET", "COPY",
+                      "ATTACH", "DETACH", "TRANSACTION", "LOAD", "EXPORT", "PREPARE", "EXECUTE", "VACUUM",
+                      "ANALYZE", "UPDATE_EXTENSIONS", "COPY_DATABASE", "MULTI"}
+_STRING_LITERAL = re.compile(r"'((?:[^']|'')*)'")
+
+
+@dataclass(slots=True)
+class QueryResult:
+    """Rows of one statement, as Arrow, and how long it took."""
+
+    table: pa.Table
+    elapsed_s: float
+    statement: str = ""
+
+    @property
+    def columns(self) -> list[str]:
+        return self.table.column_names
+
+    def rows(self) -> list[tuple]:
+        """Every row as a tuple (for tests and small results)."""
+        columns = [self.table.column(i).to_pylist() for i in range(self.table.num_columns)]
+        return list(zip(*columns))
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return self.table.to_pylist()
+
+
+@dataclass(slots=True)
+class TraceDatabase:
+    """One DuckDB connection holding the schema of ``mapp.sql.schema.TABLES``."""
+
+    connection: duckdb.DuckDBPyConnection
+    protected: list[Path] = field(default_factory=list)
+    """Directories no statement may write into (the bundle)."""
+    path: Path | None = None
+    """The database file, when persisted."""
+
+    @property
+    def info(self) -> dict:
+        """The one row of the ``bundle`` table."""
+        return describe(self.connection)
+
+    def tables(self) -> list[tuple[str, str]]:
+        """(name, "table"|"view") of every public relation, schema tables first."""
+        rows = self.connection.execute(
+            "SELECT table_name, table_type FROM information_schema.tables "
+            "WHERE table_schema = 'main' AND table_name NOT LIKE '\\_%' ESCAPE '\\' ORDER BY table_name"
+        ).fetchall()
+        kinds = {name: ("view" if kind == "VIEW" else "table") for name, kind in rows}
+        ordered = [t for t in TABLES if t in kinds] + sorted(t for t in kinds if t not in TABLES)
+        return [(name, kinds[name]) for name in ordered]
+
+    def columns(self, table: str) -> list[tuple[str, str]]:
+        """(column, type) of one relation; raises ``InputError`` if there is none by that name."""
+        rows = self.connection.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main' AND table_name = ? ORDER BY ordinal_position", [table]
+        ).fetchall()
+        if not rows:
+            names = ", ".join(name for name, _ in self.tables())
+            raise InputError(f"no table {table!r}", f"tables: {names}")
+        return rows
+
+    def check_read_only(self, sql: str) -> None:
+        """Refuse a statement that would write a file inside the bundle (COPY/EXPORT/ATTACH there)."""
+        try:
+            statements = self.connection.extract_statements(sql)
+        except duckdb.Error:
+            return  # the parser error is reported when the statement runs
+        for statement in statements:
+            if statement.type.name not in _WRITING_STATEMENTS:
+                continue
+            for literal in _STRING_LITERAL.findall(statement.query):
+                target = Path(literal.replace("''", "'")).expanduser()
+                resolved = target.resolve() if target.is_absolute() else (Path.cwd() / target).resolve()
+                for protected in self.protected:
+                    if resolved == protected or protected in resolved.parents:
+                        raise ReadOnlyError(
+                            f"{statement.type.name} would write {literal!r} inside the trace bundle {protected}",
+                            "queries are read-only on the bundle; write results elsewhere, e.g. COPY (...) TO 'out.csv'",
+                        )
+
+    def execute(self, sql: str, params: dict[str, Any] | None = None, *,
+                on_start: Callable[[], None] | None = None) -> list[QueryResult]:
+        """Run every statement of ``sql``; return a result for each one that yields rows.
+
+        DuckDB's refusals become ``QueryError`` carrying DuckDB's message and a hint.
+        """
+        self.check_read_only(sql)
+        try:
+            statements = self.connection.extract_statements(sql)
+        except duckdb.Error as error:
+            raise _query_error(error) from None
+        results = []
+        for statement in statements:
+            start = time.perf_counter()
+            try:
+                table = _run_statement(self.connection, statement, params if len(statements) == 1 else None)
+            except duckdb.InterruptException:
+                raise KeyboardInterrupt from None
+            except duckdb.Error as error:
+                raise _query_error(error) from None
+            if table is not None:
+                results.append(QueryResult(table, time.perf_counter() - start, statement.query.strip()))
+        return results
+
+    def query(self, sql: str, params: dict[str, Any] | None = None) -> QueryResult:
+        """Run one statement that returns rows."""
+        results = self.execute(sql, params)
+        if not results:
+            raise QueryError("the statement returned no rows", "use SELECT ...")
+        return results[-1]
+
+    def execute_interruptibly(self, sql: str, params: dict[str, Any] | None = None) -> list[QueryResult]:
+        """``execute`` on a worker thread so Ctrl-C (KeyboardInterrupt here) cancels the query
+        through ``connection.interrupt()`` and leaves the connection usable."""
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["results"] = self.execute(sql, params)
+            except BaseException as error:  # handed back to the calling thread
+                outcome["error"] = error
+
+        worker = threading.Thread(target=work, name="mapp-sql-query", daemon=True)
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.05)
+        except KeyboardInterrupt:
+            self.connection.interrupt()
+            worker.join()
+            raise KeyboardInterrupt from None
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["results"]
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _run_statement(con: duckdb.DuckDBPyConnection, statement, params: dict[str, Any] | None) -> pa.Table | None:
+    """Rows of a statement that returns them (SELECT, PRAGMA, DESCRIBE...), else None."""
+    if statement.type.name in _SILENT_STATEMENTS:
+        con.execute(statement.query, params or None).fetchall()
+        return None
+    relation = con.sql(statement.query, params=params or None)
+    if relation is None:
+        return None
+    to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
+    return to_table()
+
+
+def _query_error(error: duckdb.Error) -> QueryError:
+    text = str(error).strip()
+    hint = "see the tables with .tables / .schema TABLE, or mapp sql DIR -c 'DESCRIBE events'"
+    if "Catalog Error" in text and "group" in text.lower():
+        hint = 'quote the column "group" (a SQL keyword); ' + hint
+    elif "syntax error" in text.lower() and re.search(r'\bgroup\b(?!\s+by)', text, re.IGNORECASE):
+        hint = 'write "group" in double quotes: it is a SQL keyword; ' + hint
+    return QueryError(text.replace("\n", " "), hint)
+
+
+def open_database(
+    directory: Path | str | None,
+    *,
+    db: Path | str | None = None,
+    align: bool = True,
+    rebuild: bool = False,
+    load: Callable[[Path], Any] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> TraceDatabase:
+    """Open the SQL schema of the bundle in ``directory``.
+
+    ``db``: persist the schema (events included) in this DuckDB file and reuse it while the
+    bundle's events table is unchanged; with ``directory=None`` the file is opened as it is.
+    ``load(directory)`` returns the ``TraceBundle`` (default ``load_bundle``; the CLI passes one
+    with a progress bar).
+    """
+    if directory is None and db is None:
+        raise InputError("give a trace directory or --db FILE")
+    if load is None:
+        from mapp.analysis.ingest import load_bundle
+
+        def load(d: Path):
+            return load_bundle(d, warn=warn)
+
+    if db is not None:
+        return _open_persisted(Path(directory) if directory is not None else None, Path(db), align=align,
+                               rebuild=rebuild, load=load, warn=warn)
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"{directory}: not a directory", "give the directory that holds the per-rank traces")
+    bundle = load(directory)
+    con = duckdb.connect()
+    build_schema(con, bundle, align=align, warn=warn)
+    return TraceDatabase(con, protected=[directory.resolve()])
+
+
+def _stored_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:
+    try:
+        rows = con.execute("SELECT fingerprint FROM _mapp_meta").fetchall()
+    except duckdb.Error:
+        return None
+    return rows[0][0] if rows else None
+
+
+def _open_persisted(directory: Path | None, db: Path, *, align: bool, rebuild: bool, load, warn) -> TraceDatabase:
+    if directory is None:
+        if not db.exists():
+            raise InputError(f"{db}: no such database", "build it first: mapp sql DIR --db FILE")
+        con = _connect(db)
+        if _stored_fingerprint(con) is None:
+            con.close()
+            raise InputError(f"{db}: not a mapp database", "build one with mapp sql DIR --db FILE")
+        return TraceDatabase(con, protected=[], path=db)
+    if not directory.is_dir():
+        raise InputError(f"{directory}: not a directory", "give the directory that holds the per-rank traces")
+    if db.resolve().parent == directory.resolve() or directory.resolve() in db.resolve().parents:
+        raise OutputError(f"--db {db}: inside the trace bundle {directory}",
+                          "the bundle is read-only; put the database elsewhere")
+    bundle = load(directory)
+    wanted = bundle_fingerprint(bundle)
+    if db.exists() and not rebuild:
+        con = _connect(db)
+        stored = _stored_fingerprint(con)
+        if stored == wanted:
+            return TraceDatabase(con, protected=[directory.resolve()], path=db)
+        con.close()
+        if stored is None:
+            raise OutputError(f"--db {db}: exists and is not a mapp database", "choose another file")
+        if warn:
+            warn(f"{db} was built from another version of the traces; rebuilding it")
+    tmp = db.with_name(f".{db.name}.building")
+    tmp.unlink(missing_ok=True)
+    try:
+        con = duckdb.connect(str(tmp))
+    except (duckdb.Error, OSError) as error:
+        raise OutputError(f"--db {db}: cannot create ({error})") from None
+    try:
+        build_schema(con, bundle, persist=True, align=align, warn=warn)
+        con.execute("CREATE TABLE _mapp_meta AS SELECT ? AS fingerprint", [wanted])
+        con.execute("CHECKPOINT")
+        con.close()
+        os.replace(tmp, db)
+    except BaseException:
+        con.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return TraceDatabase(_connect(db), protected=[directory.resolve()], path=db)
+
+
+def _connect(db: Path) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(str(db))
+    except duckdb.Error as error:
+        raise InputError(f"{db}: cannot open as a DuckDB database ({str(error).splitlines()[0]})") from None

@@ -1,0 +1,63 @@
+-- pipeline_bubbles: the share of each pipeline stage's iteration spent not computing.
+--
+-- Per stage, averaged over its ranks and the selected iterations: the iteration window (the
+-- whole job's iteration on the reference clock when aligned, else each rank's own), the time
+-- the stage computed in it (union of cat compute and optimizer) and the rest, the bubble.
+-- A 1F1B schedule with p stages and m microbatches of equal cost has a bubble ratio of about
+-- (p - 1) / (m + p - 1); a stage with more work than the others has a smaller one.
+--
+-- @param skip INTEGER = 0  leave out the first `skip` iterations (warm-up)
+-- @column pp INTEGER  pipeline stage
+-- @column ranks BIGINT  ranks of the stage
+-- @column iterations BIGINT  iterations averaged over
+-- @column window_ns DOUBLE  mean iteration window
+-- @column compute_ns DOUBLE  mean compute time in it
+-- @column bubble_ns DOUBLE  mean time not computing
+-- @column bubble_ratio DOUBLE  bubble_ns / window_ns
+-- @column max_rank_bubble_ratio DOUBLE  the largest ratio of one rank of the stage
+WITH aligned AS (SELECT aligned FROM bundle),
+win AS (
+    SELECT i.rank, i.iteration,
+           CASE WHEN a.aligned THEN min(i.ts_aligned_ns) OVER (PARTITION BY i.iteration) ELSE i.ts_ns END AS w0,
+           CASE WHEN a.aligned THEN max(i.end_aligned_ns) OVER (PARTITION BY i.iteration) ELSE i.end_ns END AS w1
+    FROM iterations i, aligned a
+    WHERE i.iteration >= (SELECT min(iteration) FROM iterations) + $skip
+),
+clipped AS (
+    SELECT e.rank, e.iteration,
+           greatest(CASE WHEN a.aligned THEN e.ts_aligned_ns ELSE e.ts_ns END, w.w0) AS s,
+           least(CASE WHEN a.aligned THEN e.end_aligned_ns ELSE e.end_ns END, w.w1) AS e
+    FROM events e JOIN win w ON e.rank = w.rank AND e.iteration = w.iteration, aligned a
+    WHERE e.ph = 'X' AND e.cat IN ('compute', 'optimizer') AND e.dur_ns > 0
+),
+reach AS (
+    SELECT *, max(e) OVER (PARTITION BY rank, iteration ORDER BY s, e
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+    FROM clipped WHERE e > s
+),
+islands AS (
+    SELECT *, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY rank, iteration ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island
+    FROM reach
+),
+busy AS (
+    SELECT rank, iteration, sum(hi - lo) AS compute_ns
+    FROM (SELECT rank, iteration, island, min(s) AS lo, max(e) AS hi FROM islands GROUP BY ALL)
+    GROUP BY ALL
+),
+per_rank AS (
+    SELECT w.rank, r.pp, count(*) AS iterations, sum(w.w1 - w.w0) AS window_ns,
+           sum(coalesce(b.compute_ns, 0)) AS compute_ns
+    FROM win w JOIN ranks r USING (rank) LEFT JOIN busy b USING (rank, iteration)
+    GROUP BY w.rank, r.pp
+)
+SELECT
+    pp, count(*) AS ranks, max(iterations) AS iterations,
+    avg(window_ns / iterations) AS window_ns,
+    avg(compute_ns / iterations) AS compute_ns,
+    avg((window_ns - compute_ns) / iterations) AS bubble_ns,
+    sum(window_ns - compute_ns) / nullif(sum(window_ns), 0) AS bubble_ratio,
+    max((window_ns - compute_ns) / nullif(window_ns, 0)) AS max_rank_bubble_ratio
+FROM per_rank
+GROUP BY pp
+ORDER BY pp;

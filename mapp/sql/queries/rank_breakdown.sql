@@ -1,0 +1,86 @@
+-- rank_breakdown: where each rank's time went: compute, communication and idle.
+--
+-- Inside each iteration's window (the whole job's iteration on the reference clock when the
+-- clocks are aligned, else the rank's own iteration), the union of the rank's compute intervals
+-- (cat compute or optimizer), of its communication intervals (collective or p2p) and of all
+-- its events; overlapping intervals count once. Communication while the rank computes is
+-- overlapped; the rest is exposed. Idle time is covered by no event (pipeline bubbles, waiting
+-- on a slow peer's data...). compute + exposed_comm + other + idle = window.
+--
+-- @param skip INTEGER = 0  leave out the first `skip` iterations (warm-up)
+-- @column rank INTEGER  global rank
+-- @column pp INTEGER  pipeline stage
+-- @column tp INTEGER  tensor-parallel coordinate
+-- @column dp INTEGER  data-parallel coordinate
+-- @column iterations BIGINT  iterations summed over
+-- @column window_ns BIGINT  time inside those iterations' windows
+-- @column compute_ns BIGINT  time computing
+-- @column comm_ns BIGINT  time communicating, overlapped or not
+-- @column overlap_ns BIGINT  time communicating while computing
+-- @column exposed_comm_ns BIGINT  time communicating while not computing
+-- @column other_ns BIGINT  time in other events only (data loading, ...)
+-- @column idle_ns BIGINT  time in no event
+-- @column compute_frac DOUBLE  compute_ns / window_ns
+-- @column exposed_comm_frac DOUBLE  exposed_comm_ns / window_ns
+-- @column idle_frac DOUBLE  idle_ns / window_ns
+WITH aligned AS (SELECT aligned FROM bundle),
+win AS (
+    SELECT i.rank, i.iteration,
+           CASE WHEN a.aligned THEN min(i.ts_aligned_ns) OVER (PARTITION BY i.iteration) ELSE i.ts_ns END AS w0,
+           CASE WHEN a.aligned THEN max(i.end_aligned_ns) OVER (PARTITION BY i.iteration) ELSE i.end_ns END AS w1
+    FROM iterations i, aligned a
+    WHERE i.iteration >= (SELECT min(iteration) FROM iterations) + $skip
+),
+clipped AS (
+    SELECT e.rank, e.iteration, e.cat,
+           greatest(CASE WHEN a.aligned THEN e.ts_aligned_ns ELSE e.ts_ns END, w.w0) AS s,
+           least(CASE WHEN a.aligned THEN e.end_aligned_ns ELSE e.end_ns END, w.w1) AS e
+    FROM events e JOIN win w ON e.rank = w.rank AND e.iteration = w.iteration, aligned a
+    WHERE e.ph = 'X' AND e.cat <> 'iteration' AND e.dur_ns > 0
+),
+classed AS (
+    SELECT rank, iteration, s, e,
+           unnest(CASE WHEN cat IN ('compute', 'optimizer') THEN ['compute', 'cc', 'all']
+                       WHEN cat IN ('collective', 'p2p') THEN ['comm', 'cc', 'all']
+                       ELSE ['all'] END) AS cls
+    FROM clipped WHERE e > s
+),
+reach AS (
+    SELECT *, max(e) OVER (PARTITION BY rank, iteration, cls ORDER BY s, e
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+    FROM classed
+),
+islands AS (
+    SELECT *, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY rank, iteration, cls ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island
+    FROM reach
+),
+covered AS (
+    SELECT rank, cls, sum(hi - lo) AS ns
+    FROM (SELECT rank, iteration, cls, island, min(s) AS lo, max(e) AS hi FROM islands GROUP BY ALL)
+    GROUP BY ALL
+),
+per_rank AS (
+    SELECT rank,
+           coalesce(sum(ns) FILTER (cls = 'compute'), 0) AS compute_ns,
+           coalesce(sum(ns) FILTER (cls = 'comm'), 0) AS comm_ns,
+           coalesce(sum(ns) FILTER (cls = 'cc'), 0) AS cc_ns,
+           coalesce(sum(ns) FILTER (cls = 'all'), 0) AS all_ns
+    FROM covered GROUP BY rank
+),
+windows AS (SELECT rank, count(*) AS iterations, sum(w1 - w0) AS window_ns FROM win GROUP BY rank)
+SELECT
+    w.rank, r.pp, r.tp, r.dp, w.iterations, CAST(w.window_ns AS BIGINT) AS window_ns,
+    CAST(coalesce(p.compute_ns, 0) AS BIGINT) AS compute_ns,
+    CAST(coalesce(p.comm_ns, 0) AS BIGINT) AS comm_ns,
+    CAST(coalesce(p.compute_ns + p.comm_ns - p.cc_ns, 0) AS BIGINT) AS overlap_ns,
+    CAST(coalesce(p.cc_ns - p.compute_ns, 0) AS BIGINT) AS exposed_comm_ns,
+    CAST(coalesce(p.all_ns - p.cc_ns, 0) AS BIGINT) AS other_ns,
+    CAST(w.window_ns - coalesce(p.all_ns, 0) AS BIGINT) AS idle_ns,
+    coalesce(p.compute_ns, 0) / nullif(w.window_ns, 0) AS compute_frac,
+    coalesce(p.cc_ns - p.compute_ns, 0) / nullif(w.window_ns, 0) AS exposed_comm_frac,
+    (w.window_ns - coalesce(p.all_ns, 0)) / nullif(w.window_ns, 0) AS idle_frac
+FROM windows w
+JOIN ranks r USING (rank)
+LEFT JOIN per_rank p USING (rank)
+ORDER BY r.pp, w.rank;

@@ -1,0 +1,357 @@
+"""The SQL schema over one trace bundle: what each table holds, and how it is built in DuckDB.
+
+``events`` is a view over the bundle's Parquet events table (nothing is copied unless the
+database is persisted with ``--db``), with each rank's raw times (``ts_ns``, ``dur_ns``,
+``end_ns``) and, where a clock model exists, the same instants on the reference rank's clock
+(``ts_aligned_ns``, ``end_aligned_ns``). The communication tables come from
+``mapp.analysis.graph`` (matching) and ``mapp.analysis.align`` (clock model); when those cannot
+run, the tables exist but are empty and ``bundle.notes`` says why.
+
+Every table and column is described in ``TABLES``; ``.schema`` in the shell prints it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from mapp import __version__
+
+__all__ = ["TABLES", "Table", "SchemaInfo", "build_schema", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A public table or view: what one row is, and each column's meaning."""
+
+    name: str
+    row: str
+    columns: dict[str, str]
+
+
+TABLES: dict[str, Table] = {t.name: t for t in [
+    Table("events", "one trace event (X, i or C) of one rank", {
+        "rank": "global rank that recorded the event",
+        "tp": "tensor-parallel coordinate of the rank", "pp": "pipeline stage of the rank",
+        "dp": "data-parallel coordinate", "cp": "context-parallel coordinate", "ep": "expert-parallel coordinate",
+        "ph": "phase: X (complete), i (instant), C (counter)",
+        "name": "event name (forward, all_reduce, send, a kernel name...)",
+        "cat": "compute, collective, p2p, optimizer, data, iteration or other",
+        "lane": "timeline row inside the rank (compute, comm, ...)",
+        "ts_ns": "start, ns on the rank's own clock", "dur_ns": "duration, ns",
+        "iteration": "training iteration", "microbatch": "microbatch within the iteration",
+        "chunk": "virtual pipeline chunk", "layer": "transformer layer index",
+        "group": "process-group label of a collective (tp, dp, ...); quote it: \"group\"",
+        "group_ranks": "global ranks of the collective's group, sorted",
+        "seq": "per-group (collective) or per-peer-per-direction (p2p) call count",
+        "peer": "the other rank of a p2p call", "bytes": "payload bytes",
+        "src_file": "trace file the event came from", "src_line": "line in that file",
+        "args": "the event's original args as JSON text",
+        "end_ns": "ts_ns + dur_ns (rank's own clock)",
+        "ts_aligned_ns": "start on the reference rank's clock (null without a clock model)",
+        "end_aligned_ns": "end on the reference rank's clock (null without a clock model)",
+    }),
+    Table("ranks", "one traced rank", {
+        "rank": "global rank", "world_size": "ranks in the job",
+        "tp": "tensor-parallel coordinate", "pp": "pipeline stage", "dp": "data-parallel coordinate",
+        "cp": "context-parallel coordinate", "ep": "expert-parallel coordinate",
+        "host": "host name", "device": "device name", "clock": "cuda or host: what timed the events",
+        "run_id": "id shared by the ranks of one run", "format": "reader that produced the rank",
+        "src_file": "the rank's trace file",
+        "first_ts_ns": "start of the rank's first event, own clock",
+        "last_end_ns": "end of the rank's last event, own clock",
+        "clock_offset_ns": "ns added to the rank's raw time at its first event to reach the reference clock",
+        "clock_drift_ppm": "rate of the rank's clock relative to the reference (positive: runs fast)",
+        "clock_residual_ns": "RMS of the alignment anchors' residuals touching this rank",
+        "clock_anchors": "alignment anchors that involve this rank",
+    }),
+    Table("collectives", "one collective operation: the matched calls of every member", {
+        "instance_id": "id of the operation (0.. in group, seq order)", "op": "all_reduce, all_gather, ...",
+        "group": "group label (tp, dp, ...); quote it: \"group\"", "group_ranks": "members, sorted",
+        "seq": "the calls' seq (or call ordinal when by_order)", "by_order": "matched by call order (no seq)",
+        "iteration": "training iteration", "bytes": "payload bytes",
+        "n_members": "ranks that logged it", "n_expected": "group size",
+        "complete": "every member logged it once, with one op and one size",
+        "first_arrival_ns": "earliest member start (reference clock when aligned)",
+        "last_arrival_ns": "latest member start (reference clock when aligned)",
+        "end_ns": "latest member end (reference clock when aligned)",
+        "arrival_spread_ns": "last arrival - first arrival", "end_spread_ns": "last end - first end",
+        "last_arriver": "rank that started last (the one the others waited for)",
+        "transfer_ns": "end_ns - last_arrival_ns: time after everyone had arrived",
+    }),
+    Table("collective_members", "one rank's call in a collective operation", {
+        "instance_id": "the operation (collectives.instance_id)", "rank": "global rank",
+        "op": "op name as this rank logged it", "lane": "lane of the call", "bytes": "payload bytes it logged",
+        "start_ns": "call start, own clock", "end_ns": "call end, own clock",
+        "start_aligned_ns": "call start, reference clock (null without a clock model)",
+        "end_aligned_ns": "call end, reference clock (null without a clock model)",
+        "wait_ns": "how long this rank waited for the last arriver (0 for the last arriver)",
+        "is_last": "this rank arrived last",
+    }),
+    Table("p2p", "one point-to-point message: a send matched with its receive", {
+        "pair_id": "id of the message", "src": "sending rank", "dst": "receiving rank",
+        "bytes": "payload bytes (the sender's)", "seq": "per-direction seq (or ordinal when by_order)",
+        "by_order": "matched by call order (no seq)", "iteration": "training iteration",
+        "send_name": "name of the send call", "recv_name": "name of the receive call",
+        "send_lane": "lane of the send", "recv_lane": "lane of the receive",
+        "send_start_ns": "send start, src's clock", "send_end_ns": "send end, src's clock",
+        "recv_start_ns": "receive start, dst's clock", "recv_end_ns": "receive end, dst's clock",
+        "send_start_aligned_ns": "send start, reference clock", "send_end_aligned_ns": "send end, reference clock",
+        "recv_start_aligned_ns": "receive start, reference clock", "recv_end_aligned_ns": "receive end, reference clock",
+        "bytes_match": "both sides logged the same size",
+        "transfer_ns": "the shorter of the two calls: the side that posted last waited for nothing but the wire",
+        "bandwidth_gbs": "bytes / transfer_ns, GB/s",
+    }),
+    Table("iterations", "one training iteration on one rank", {
+        "rank": "global rank", "iteration": "training iteration",
+        "ts_ns": "start, own clock", "dur_ns": "duration, ns", "end_ns": "end, own clock",
+        "ts_aligned_ns": "start, reference clock (null without a clock model)",
+        "end_aligned_ns": "end, reference clock (null without a clock model)",
+        "marked": "true: from an iteration marker event; false: spanned from the iteration's events",
+    }),
+    Table("findings", "one problem (or note) found while matching communication", {
+        "kind": "missing_member, op_mismatch, unmatched_send, ...", "severity": "error, warning or info",
+        "message": "one line saying what is wrong",
+    }),
+    Table("bundle", "the run (one row)", {
+        "directory": "bundle directory", "format": "input format", "world_size": "ranks in the job",
+        "traced_ranks": "ranks with a trace", "events": "rows of events",
+        "tp": "tensor-parallel size", "pp": "pipeline-parallel size", "dp": "data-parallel size",
+        "cp": "context-parallel size", "ep": "expert-parallel size", "vpp": "virtual pipeline size",
+        "aligned": "a clock model maps every rank onto the reference clock",
+        "reference_rank": "the rank whose clock is the reference",
+        "notes": "why a table is empty or times are not aligned, one line each",
+        "mapp_version": "mapp that built this schema", "schema_version": "version of this schema",
+    }),
+]}
+
+
+@dataclass(slots=True)
+class SchemaInfo:
+    """What ``build_schema`` built."""
+
+    aligned: bool
+    notes: list[str] = field(default_factory=list)
+
+
+_CLOCK_COLUMNS = {"rank": pl.Int32, "offset_ns": pl.Float64, "slope": pl.Float64, "t0_ns": pl.Int64,
+                  "drift_ppm": pl.Float64, "residual_ns": pl.Float64, "anchors": pl.Int64}
+
+
+def _sql_path(path: Path) -> str:
+    return "'" + str(Path(path).resolve()).replace("'", "''") + "'"
+
+
+def _match_and_align(bundle, align: bool, notes: list[str]):
+    """Matching (with aligned times) and the clock model, each None where it cannot be had."""
+    try:
+        from mapp.analysis.graph import match_bundle
+    except ImportError as error:
+        notes.append(f"collectives, collective_members and p2p are empty: matching is unavailable ({error})")
+        return None, None
+    matching = match_bundle(bundle)
+    if not align:
+        notes.append("times are not aligned (--no-align): *_aligned_ns columns are null")
+        return matching, None
+    try:
+        from mapp.analysis.align import align_bundle
+    except ImportError as error:
+        notes.append(f"times are not aligned: clock alignment is unavailable ({error})")
+        return matching, None
+    clock = align_bundle(bundle, matching)
+    if not clock.connected:
+        notes.append(f"ranks form {len(clock.components)} groups with no communication between them; "
+                     f"only the group of rank {clock.reference_rank} shares its clock")
+    return matching.with_clock(clock), clock
+
+
+def _clock_frame(clock) -> pl.DataFrame:
+    if clock is None:
+        return pl.DataFrame(schema=_CLOCK_COLUMNS)
+    rows = [{"rank": r, "offset_ns": c.offset_ns, "slope": c.slope, "t0_ns": c.t0_ns, "drift_ppm": c.drift_ppm,
+             "residual_ns": c.residual_ns, "anchors": c.anchors} for r, c in sorted(clock.ranks.items())]
+    return pl.DataFrame(rows, schema=_CLOCK_COLUMNS)
+
+
+def _create_from_frame(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -> None:
+    con.register("_mapp_frame", frame.to_arrow())
+    try:
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM _mapp_frame")
+    finally:
+        con.unregister("_mapp_frame")
+
+
+def _aligned(column: str) -> str:
+    return f"e.{column} + CAST(round(c.offset_ns + c.slope * (e.{column} - c.t0_ns)) AS BIGINT)"
+
+
+def build_schema(
+    con: duckdb.DuckDBPyConnection,
+    bundle,
+    *,
+    persist: bool = False,
+    align: bool = True,
+    warn: Callable[[str], None] | None = None,
+) -> SchemaInfo:
+    """Create every table of ``TABLES`` in ``con`` for ``bundle`` (a ``TraceBundle``).
+
+    ``persist``: copy the events into a table (for a database file) instead of a view over the
+    bundle's Parquet file. ``align=False`` leaves every ``*_aligned_ns`` column null.
+    """
+    notes: list[str] = []
+    matching, clock = _match_and_align(bundle, align, notes)
+    _create_from_frame(con, "_clock", _clock_frame(clock))
+    events_sql = (
+        f"SELECT e.*, e.ts_ns + e.dur_ns AS end_ns, {_aligned('ts_ns')} AS ts_aligned_ns, "
+        f"{_aligned('ts_ns')} + e.dur_ns AS end_aligned_ns "
+        f"FROM read_parquet({_sql_path(bundle.events_path)}) e LEFT JOIN _clock c ON c.rank = e.rank"
+    )
+    con.execute(f"CREATE {'TABLE' if persist else 'VIEW'} events AS {events_sql}")
+    _build_ranks(con, bundle)
+    _build_comm(con, matching)
+    _build_iterations(con)
+    findings = matching.findings_frame() if matching is not None else None
+    if findings is None or findings.is_empty():
+        findings = pl.DataFrame(schema={"kind": pl.String, "severity": pl.String, "message": pl.String})
+    _create_from_frame(con, "findings", findings.select(
+        *[c for c in findings.columns if c in ("kind", "severity", "message")],
+        *[c for c in findings.columns if c not in ("kind", "severity", "message")]))
+    _build_bundle(con, bundle, clock, notes)
+    for note in notes:
+        if warn:
+            warn(note)
+    return SchemaInfo(aligned=clock is not None, notes=notes)
+
+
+def _build_ranks(con: duckdb.DuckDBPyConnection, bundle) -> None:
+    keep = ["rank", "world_size", "tp", "pp", "dp", "cp", "ep", "host", "device", "clock", "run_id", "format",
+            "src_file"]
+    _create_from_frame(con, "_ranks_meta", bundle.ranks.select([c for c in keep if c in bundle.ranks.columns]))
+    con.execute("""
+        CREATE TABLE ranks AS
+        WITH span AS (SELECT rank, min(ts_ns) AS first_ts_ns, max(ts_ns + dur_ns) AS last_end_ns
+                      FROM events GROUP BY rank)
+        SELECT m.*, s.first_ts_ns, s.last_end_ns,
+               CAST(round(c.offset_ns) AS BIGINT) AS clock_offset_ns, c.drift_ppm AS clock_drift_ppm,
+               c.residual_ns AS clock_residual_ns, c.anchors AS clock_anchors
+        FROM _ranks_meta m LEFT JOIN span s USING (rank) LEFT JOIN _clock c USING (rank)
+        ORDER BY rank""")
+    con.execute("DROP TABLE _ranks_meta")
+
+
+def _empty_comm():
+    from mapp.analysis.graph.collectives import _empty_instances, _empty_members
+    from mapp.analysis.graph.p2p import _empty_pairs
+
+    return _empty_instances(), _empty_members(), _empty_pairs()
+
+
+def _build_comm(con: duckdb.DuckDBPyConnection, matching) -> None:
+    if matching is None:
+        try:
+            instances, members, pairs = _empty_comm()
+        except ImportError:
+            con.execute("CREATE TABLE collectives (instance_id BIGINT, op VARCHAR)")
+            con.execute("CREATE TABLE collective_members (instance_id BIGINT, rank INTEGER)")
+            con.execute("CREATE TABLE p2p (pair_id BIGINT, src INTEGER, dst INTEGER, bytes BIGINT)")
+            return
+    else:
+        instances, members, pairs = matching.collectives, matching.members, matching.p2p
+    if "start_aligned_ns" not in members.columns:
+        members = members.with_columns(start_aligned_ns=pl.lit(None, pl.Int64), end_aligned_ns=pl.lit(None, pl.Int64))
+    for side in ("send", "recv"):
+        for edge in ("start", "end"):
+            if f"{side}_{edge}_aligned_ns" not in pairs.columns:
+                pairs = pairs.with_columns(pl.lit(None, pl.Int64).alias(f"{side}_{edge}_aligned_ns"))
+    base = ["instance_id", "op", "group", "group_ranks", "seq", "by_order", "iteration", "bytes", "n_members",
+            "n_expected", "complete"]
+    _create_from_frame(con, "_members", members.select(
+        "instance_id", "rank", "op", "lane", "bytes", "start_ns", "end_ns", "start_aligned_ns", "end_aligned_ns"))
+    _create_from_frame(con, "_instances", instances.select(base))
+    con.execute("""
+        CREATE TABLE _timing AS
+        SELECT instance_id,
+               min(coalesce(start_aligned_ns, start_ns)) AS first_arrival_ns,
+               max(coalesce(start_aligned_ns, start_ns)) AS last_arrival_ns,
+               max(coalesce(end_aligned_ns, end_ns)) AS end_ns,
+               max(coalesce(end_aligned_ns, end_ns)) - min(coalesce(end_aligned_ns, end_ns)) AS end_spread_ns,
+               arg_max(rank, coalesce(start_aligned_ns, start_ns)) AS last_arriver
+        FROM _members GROUP BY instance_id""")
+    con.execute("""
+        CREATE TABLE collectives AS
+        SELECT i.*, t.first_arrival_ns, t.last_arrival_ns, t.end_ns,
+               t.last_arrival_ns - t.first_arrival_ns AS arrival_spread_ns, t.end_spread_ns, t.last_arriver,
+               t.end_ns - t.last_arrival_ns AS transfer_ns
+        FROM _instances i LEFT JOIN _timing t USING (instance_id) ORDER BY instance_id""")
+    con.execute("""
+        CREATE TABLE collective_members AS
+        SELECT m.*, t.last_arrival_ns - coalesce(m.start_aligned_ns, m.start_ns) AS wait_ns,
+               m.rank = t.last_arriver AS is_last
+        FROM _members m JOIN _timing t USING (instance_id) ORDER BY instance_id, rank""")
+    con.execute("DROP TABLE _members; DROP TABLE _instances; DROP TABLE _timing")
+    _create_from_frame(con, "_pairs", pairs)
+    con.execute("""
+        CREATE TABLE p2p AS
+        SELECT pair_id, src, dst, bytes, seq, by_order, iteration, send_name, recv_name, send_lane, recv_lane,
+               send_start_ns, send_end_ns, recv_start_ns, recv_end_ns,
+               send_start_aligned_ns, send_end_aligned_ns, recv_start_aligned_ns, recv_end_aligned_ns, bytes_match,
+               least(send_end_ns - send_start_ns, recv_end_ns - recv_start_ns) AS transfer_ns,
+               bytes / nullif(least(send_end_ns - send_start_ns, recv_end_ns - recv_start_ns), 0) AS bandwidth_gbs
+        FROM _pairs ORDER BY pair_id""")
+    con.execute("DROP TABLE _pairs")
+
+
+def _build_iterations(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("""
+        CREATE TABLE iterations AS
+        WITH marks AS (
+            SELECT rank, iteration, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns,
+                   min(ts_aligned_ns) AS ts_aligned_ns, max(end_aligned_ns) AS end_aligned_ns, true AS marked
+            FROM events WHERE cat = 'iteration' AND ph = 'X' AND iteration IS NOT NULL GROUP BY rank, iteration),
+        spans AS (
+            SELECT rank, iteration, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns,
+                   min(ts_aligned_ns) AS ts_aligned_ns, max(end_aligned_ns) AS end_aligned_ns, false AS marked
+            FROM events WHERE ph = 'X' AND iteration IS NOT NULL
+              AND rank NOT IN (SELECT rank FROM marks) GROUP BY rank, iteration)
+        SELECT rank, iteration, ts_ns, end_ns - ts_ns AS dur_ns, end_ns, ts_aligned_ns, end_aligned_ns, marked
+        FROM (SELECT * FROM marks UNION ALL SELECT * FROM spans)
+        ORDER BY rank, iteration""")
+
+
+def _build_bundle(con: duckdb.DuckDBPyConnection, bundle, clock, notes: list[str]) -> None:
+    layout = bundle.layout
+    events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+    row = {
+        "directory": str(bundle.directory), "format": bundle.format, "world_size": bundle.world_size,
+        "traced_ranks": len(bundle.ranks), "events": events,
+        **{axis: layout.get(axis) for axis in ("tp", "pp", "dp", "cp", "ep", "vpp")},
+        "aligned": clock is not None, "reference_rank": clock.reference_rank if clock is not None else None,
+        "notes": notes, "mapp_version": __version__, "schema_version": SCHEMA_VERSION,
+    }
+    schema = {"directory": pl.String, "format": pl.String, "world_size": pl.Int32, "traced_ranks": pl.Int32,
+              "events": pl.Int64, **{a: pl.Int32 for a in ("tp", "pp", "dp", "cp", "ep", "vpp")},
+              "aligned": pl.Boolean, "reference_rank": pl.Int32, "notes": pl.List(pl.String),
+              "mapp_version": pl.String, "schema_version": pl.Int32}
+    _create_from_frame(con, "bundle", pl.DataFrame([row], schema=schema))
+
+
+def describe(con: duckdb.DuckDBPyConnection) -> dict:
+    """The ``bundle`` row as a dict (for headers and the report)."""
+    cursor = con.execute("SELECT * FROM bundle")
+    names = [d[0] for d in cursor.description]
+    values = cursor.fetchall()
+    return dict(zip(names, values[0])) if values else {}
+
+
+def bundle_fingerprint(bundle) -> str:
+    """What a persisted database was built from: the events file's identity and the schema version."""
+    stat = Path(bundle.events_path).stat()
+    return json.dumps({"events": str(Path(bundle.events_path).resolve()), "size": stat.st_size,
+                       "mtime_ns": stat.st_mtime_ns, "schema": SCHEMA_VERSION, "mapp": __version__})
