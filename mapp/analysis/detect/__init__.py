@@ -1,0 +1,123 @@
+"""Straggler detection: which GPU, link or host made the job slow, and which ranks only waited.
+
+``detect_bundle(bundle, threshold=0.1) -> Verdict`` runs three stages over a trace bundle:
+
+1. peer comparison (``peers``): a rank's own compute against ranks doing the same work;
+2. collective lateness (``lateness``): who arrives last at TP/DP collectives on aligned clocks;
+3. effective bandwidth (``bandwidth``): p2p links and collective transfers once all are ready;
+
+and combines them (``verdict``) into ranked suspects, workload imbalance and victims.
+``report.DetectReport(verdict)`` renders it; ``suite`` measures accuracy on simulated faults.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import polars as pl
+
+from mapp.analysis.detect.bandwidth import link_bandwidth
+from mapp.analysis.detect.lateness import collective_lateness
+from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
+from mapp.analysis.detect.peers import compare_peers
+from mapp.analysis.detect.verdict import Imbalance, StageStatus, Suspect, Verdict, combine
+from mapp.errors import InputError
+
+__all__ = ["detect_bundle", "parse_layout", "Verdict", "Suspect", "Imbalance", "LayoutInfo"]
+
+_COLUMNS = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer"]
+
+
+def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | str | None = None,
+                  matching: Any = None, clock: Any = None) -> Verdict:
+    """Find the ranks and links that slow the job in ``bundle`` (a ``TraceBundle``).
+
+    ``threshold``: an op is slow when it takes more than ``(1 + threshold)`` x its peers'
+    median, and a link when its transfers do. ``layout``: ``{"tp", "pp", "dp"}`` (or the
+    ``tp=2,pp=1,dp=2`` text) for traces that do not record it. ``matching``/``clock`` may be
+    passed when already computed (``match_bundle``/``align_bundle``), else they are computed.
+    """
+    from mapp.analysis.align import align_bundle
+    from mapp.analysis.graph import match_bundle
+
+    if not threshold > 0:
+        raise InputError(f"--threshold {threshold}: must be > 0", "e.g. --threshold 0.1 (10% slower than peers)")
+    if isinstance(layout, str):
+        layout = parse_layout(layout)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        timings[name] = now - t
+        t = now
+
+    scan = bundle.scan().filter(pl.col("ph") == "X")
+    events = scan.filter(pl.col("cat") != "iteration").select(_COLUMNS).collect()
+    iters = scan.filter(pl.col("cat") == "iteration").select("rank", "iteration", "dur_ns").collect()
+    lap("read")
+    if matching is None:
+        matching = match_bundle(bundle)
+    lap("match")
+    notes: list[str] = []
+    if not matching.aligned:
+        try:
+            clock = clock if clock is not None else align_bundle(bundle, matching)
+            matching = matching.with_clock(clock)
+        except Exception as error:  # alignment is best effort: stage 2 then says why it did not run
+            notes.append(f"clock alignment failed ({type(error).__name__}: {error}); stage 2 skipped")
+    lap("align")
+    groups = matching.members.join(
+        matching.collectives.select("instance_id", "group", "group_ranks"), on="instance_id"
+    ).select("rank", "group", "group_ranks").unique(subset=["rank", "group"]) if len(matching.members) else pl.DataFrame(
+        schema={"rank": pl.Int32, "group": pl.String, "group_ranks": pl.List(pl.Int32)})
+    info = resolve_layout(bundle.ranks, groups, layout, bundle.world_size)
+    notes += info.notes
+    traced = bundle.ranks["rank"].to_list()
+    lap("layout")
+    peers = compare_peers(events, info.ranks, info.sizes, threshold=threshold)
+    lap("peers")
+    lateness = collective_lateness(matching, traced)
+    lap("lateness")
+    bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), threshold=threshold)
+    lap("bandwidth")
+    iteration_ns = _iteration_ns(iters, events)
+    microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
+    suspects, imbalance, victims, grid = combine(peers, lateness, bandwidth, info, threshold=threshold,
+                                                 iteration_ns=iteration_ns, microbatches=microbatches)
+    stages = [
+        StageStatus(name="1 peers", ran=peers.mode != "skipped", reason=peers.reason,
+                    detail=f"compared with {peers.mode}" if peers.mode != "skipped" else None),
+        StageStatus(name="2 lateness", ran=lateness.ran, reason=lateness.reason,
+                    detail=f"{int(lateness.ranks['instances'].sum()):,} collective calls on aligned clocks" if lateness.ran else None),
+        StageStatus(name="3 bandwidth", ran=bandwidth.ran, reason=bandwidth.reason,
+                    detail=f"{bandwidth.observations['obs'].n_unique():,} links and groups" if bandwidth.ran else None),
+    ]
+    if not info.known:
+        notes.append("no layout: the traces record none and --layout was not given; stage 1 (peer comparison) "
+                     "and the stage-balance check did not run (pass --layout tp=..,pp=..,dp=..)")
+    if info.unrecorded:
+        notes.append(f"{len(info.unrecorded)} ranks were not recorded ({_ranks(info.unrecorded)}): not judged")
+    lap("verdict")
+    return Verdict(suspects=suspects, imbalance=imbalance, stages=stages, layout=info.describe(),
+                   layout_sizes=info.sizes, traced=len(traced), unrecorded=info.unrecorded, victims=victims,
+                   grid=grid, iteration_ns=iteration_ns, threshold=threshold, timings_s=timings, notes=notes)
+
+
+def _iteration_ns(iters: pl.DataFrame, events: pl.DataFrame) -> float | None:
+    if iters.is_empty():
+        iters = events.filter(pl.col("iteration").is_not_null()).group_by(["rank", "iteration"]).agg(
+            dur_ns=(pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()
+        )
+    if iters.is_empty():
+        return None
+    per = iters.group_by("iteration").agg(pl.col("dur_ns").max())
+    return float(per["dur_ns"].median())
+
+
+def _ranks(ranks: list[int]) -> str:
+    from mapp.analysis.graph.diagnose import rank_list
+
+    return rank_list(ranks)

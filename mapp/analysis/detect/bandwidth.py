@@ -1,0 +1,175 @@
+"""Stage 3, effective bandwidth of p2p links and collective transfers.
+
+A transfer's *effective time* is measured once both sides are ready: for a p2p message the
+shorter of the send's and the receive's durations (both end together; the later-posted side
+did not wait), for a collective the shortest member duration (the last arriver's, which did
+not wait). No clock alignment is needed for either. Each link (a p2p pair) and each group
+(a collective's members) gets the median effective time per iteration; it is compared with
+its class (same kind, op, size, member count, and whether it crosses nodes) as a ratio.
+
+Attribution: a *slow NIC* makes every inter-node link and group of one rank slow while the
+same links of its neighbours are fine; a *slow link* makes one pair slow (a p2p pair, or a
+two-member group); a larger slow group with no common slow rank is a slow link somewhere
+inside it (which one a ring collective's timing cannot tell). Slow compute leaves all of
+these unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from mapp.analysis.detect._stats import robust_scale, z_critical
+
+__all__ = ["BandwidthEvidence", "LinkFinding", "link_bandwidth"]
+
+
+@dataclass(slots=True)
+class LinkFinding:
+    """One slow NIC, link or group."""
+
+    kind: str
+    """"slow_nic", "slow_link" or "slow_group"."""
+    ranks: tuple[int, ...]
+    """The NIC's rank; the link's two ranks; the group's members."""
+    slowdown: float
+    """Effective time over its class's median (the median over the slow observations)."""
+    z: float
+    observations: list[dict]
+    """The slow links/groups that make the case: ``ranks``, ``what``, ``ratio``, ``iterations``."""
+    excess_ns: float
+    """Transfer time beyond the class medians, per iteration (summed over the observations)."""
+    healthy_links: int = 0
+    """For a NIC: its inter-node links/groups that were not slow (0 for a clear case)."""
+
+
+@dataclass(slots=True)
+class BandwidthEvidence:
+    ran: bool
+    reason: str | None = None
+    observations: pl.DataFrame = field(default_factory=pl.DataFrame)
+    """Per (observation, iteration): ``obs`` (ranks), ``what`` (p2p or op/group),
+    ``inter`` (crosses nodes), ``time_ns``, ``bytes``, ``gbps``, ``ratio``, ``z``, ``slow``."""
+    findings: list[LinkFinding] = field(default_factory=list)
+    z_crit: float = 0.0
+
+
+def _p2p(matching) -> pl.DataFrame:
+    p = matching.p2p.filter(pl.col("bytes_match") & (pl.col("src") != pl.col("dst")))
+    return p.select(
+        obs=pl.concat_list(pl.min_horizontal("src", "dst"), pl.max_horizontal("src", "dst")).cast(pl.List(pl.Int32)),
+        what=pl.lit("p2p"), iteration=pl.col("iteration"), bytes=pl.col("bytes"),
+        time_ns=pl.min_horizontal(pl.col("send_end_ns") - pl.col("send_start_ns"),
+                                  pl.col("recv_end_ns") - pl.col("recv_start_ns")),
+    )
+
+
+def _collectives(matching) -> pl.DataFrame:
+    inst = matching.collectives.filter(pl.col("complete") & (pl.col("n_members") >= 2))
+    t = matching.members.join(inst.select("instance_id"), on="instance_id", how="semi").group_by("instance_id").agg(
+        time_ns=(pl.col("end_ns") - pl.col("start_ns")).min()
+    )
+    return inst.join(t, on="instance_id").select(
+        obs=pl.col("group_ranks").cast(pl.List(pl.Int32)),
+        what=pl.format("{}/{}", pl.col("op"), pl.col("group").fill_null("group")),
+        iteration=pl.col("iteration"), bytes=pl.col("bytes"), time_ns=pl.col("time_ns"),
+    )
+
+
+def link_bandwidth(matching, hosts: pl.DataFrame, *, threshold: float) -> BandwidthEvidence:
+    """Run stage 3. ``hosts`` maps ``rank`` to ``host`` (null when unknown)."""
+    obs = pl.concat([_p2p(matching), _collectives(matching)])
+    obs = obs.filter(pl.col("time_ns") > 0)
+    if obs.is_empty():
+        return BandwidthEvidence(False, "no matched p2p message or complete collective")
+    host_of = dict(zip(hosts["rank"].to_list(), hosts["host"].to_list()))
+    known_hosts = any(h is not None for h in host_of.values())
+    # crosses nodes: members on more than one host (unknown hosts: all in one class)
+    keys = obs.select("obs").unique()
+    keys = keys.with_columns(
+        inter=pl.col("obs").map_elements(
+            lambda rs: len({host_of.get(r) for r in rs}) > 1 if known_hosts else False, return_dtype=pl.Boolean
+        )
+    )
+    obs = obs.join(keys, on="obs", how="left").with_columns(pl.col("iteration").fill_null(-1))
+    per = obs.group_by(["obs", "what", "inter", "bytes", "iteration"]).agg(
+        time_ns=pl.col("time_ns").median(), n=pl.len()
+    ).with_columns(size=pl.col("obs").list.len())
+    cls = ["what", "inter", "bytes", "size", "iteration"]
+    per = per.with_columns(
+        log_ratio=(pl.col("time_ns").cast(pl.Float64).log() - pl.col("time_ns").cast(pl.Float64).log().median().over(cls)),
+        class_n=pl.len().over(cls),
+    ).filter(pl.col("class_n") >= 2)
+    if per.is_empty():
+        return BandwidthEvidence(False, "every link or group is the only one of its kind: nothing to compare with")
+    spread = per.select(robust_scale("log_ratio")).item() or 0.0
+    z_crit = z_critical(len(per))
+    # Slow means: beyond the threshold *and* beyond what the spread of like links explains.
+    cut = max(math.log1p(threshold), z_crit * spread)
+    per = per.with_columns(
+        ratio=pl.col("log_ratio").exp(),
+        z=pl.col("log_ratio") / max(spread, 1e-6),
+        gbps=pl.col("bytes").cast(pl.Float64) / pl.col("time_ns"),
+        slow=pl.col("log_ratio") > cut,
+        excess_ns=(pl.col("time_ns") - pl.col("time_ns") / pl.col("log_ratio").exp()) * pl.col("n"),
+    )
+    findings = _attribute(per)
+    return BandwidthEvidence(True, None, per.sort("ratio", descending=True), findings, z_crit)
+
+
+def _attribute(per: pl.DataFrame) -> list[LinkFinding]:
+    slow = per.filter(pl.col("slow"))
+    if slow.is_empty():
+        return []
+    iterations = max(per["iteration"].n_unique(), 1)
+    by_obs = slow.group_by(["obs"]).agg(
+        ratio=pl.col("ratio").median(), z=pl.col("z").max(), iterations=pl.col("iteration").unique().sort(),
+        excess_ns=pl.col("excess_ns").sum() / iterations, inter=pl.col("inter").first(),
+    ).sort("ratio", descending=True)
+    rows = {tuple(r["obs"]): r for r in by_obs.sort("ratio").iter_rows(named=True)}
+    what = slow.group_by("obs").agg(pl.col("what").unique().sort())
+    whats = {tuple(o): list(w) for o, w in what.iter_rows()}
+    remaining = set(rows)
+    # Every inter-node link/group (a set of ranks, whatever ops ran on it) of each rank.
+    links_of: dict[int, set] = {}
+    for (o,) in per.filter(pl.col("inter")).select("obs").unique().iter_rows():
+        for r in o:
+            links_of.setdefault(r, set()).add(tuple(o))
+    findings: list[LinkFinding] = []
+    while True:
+        best, best_hits = None, set()
+        for rank, links in sorted(links_of.items()):
+            hits = links & remaining
+            # a NIC: at least two of the rank's distinct links slow, and (nearly) all of them
+            if len(hits) >= 2 and len(hits) > len(best_hits) and len(hits) >= 0.75 * len(links):
+                best, best_hits = rank, hits
+        if best is None:
+            break
+        chosen = [rows[k] for k in best_hits]
+        findings.append(LinkFinding(
+            kind="slow_nic", ranks=(best,),
+            slowdown=float(_median([r["ratio"] for r in chosen])), z=float(max(r["z"] for r in chosen)),
+            observations=[_obs(r, whats) for r in chosen], excess_ns=float(sum(r["excess_ns"] for r in chosen)),
+            healthy_links=len(links_of[best]) - len(best_hits),
+        ))
+        remaining -= best_hits
+    for key in sorted(remaining, key=lambda k: -rows[k]["ratio"]):
+        r = rows[key]
+        findings.append(LinkFinding(
+            kind="slow_link" if len(key) == 2 else "slow_group", ranks=key, slowdown=float(r["ratio"]),
+            z=float(r["z"]), observations=[_obs(r, whats)], excess_ns=float(r["excess_ns"]),
+        ))
+    return findings
+
+
+def _obs(r: dict, whats: dict) -> dict:
+    return {"ranks": list(r["obs"]), "what": ", ".join(whats[tuple(r["obs"])]), "ratio": round(float(r["ratio"]), 3),
+            "iterations": [int(i) for i in r["iterations"] if i is not None and i >= 0]}
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])

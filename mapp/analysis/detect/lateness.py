@@ -1,0 +1,92 @@
+"""Stage 2, collective lateness on aligned clocks: who arrives last, and who waits for whom.
+
+In every complete collective instance (each member logged it once) the members' arrivals
+(call starts on the reference clock) are compared. The last arriver keeps the others waiting:
+its *blame* is the time the others spent waiting for it. A culprit arrives last consistently
+and imposes waiting; a victim arrives early and waits, and so arrives late only at the next
+collective of another group (a TP peer of a slow GPU is late at its DP reduce-scatter because
+it waited inside TP). Per rank, the *net delay* (mean wait imposed per instance where it was
+last, summed, minus the waiting it suffered) separates the two: positive for a culprit, near
+zero or negative for its victims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from mapp.analysis.detect._stats import robust_scale, z_critical
+
+__all__ = ["LatenessEvidence", "collective_lateness"]
+
+
+@dataclass(slots=True)
+class LatenessEvidence:
+    """What stage 2 found. Times in ns."""
+
+    ran: bool
+    reason: str | None = None
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    """Per rank: ``instances``, ``last``, ``share_last``, ``expected_share``, ``last_z``
+    (binomial z of being last that often), ``blame_ns``, ``waited_ns``, ``net_ns``, ``net_z``,
+    ``flagged``, and per group kind ``share_last_<group>``."""
+    z_crit: float = 0.0
+
+
+def collective_lateness(matching, traced: list[int]) -> LatenessEvidence:
+    """Run stage 2 on an aligned :class:`~mapp.analysis.graph.Matching`."""
+    if not matching.aligned:
+        return LatenessEvidence(False, "clocks could not be aligned")
+    inst = matching.collectives.filter(pl.col("complete") & (pl.col("n_members") >= 2))
+    if inst.is_empty():
+        return LatenessEvidence(False, "no complete collective instance with two or more traced members")
+    kinds = inst.select(
+        "instance_id", "n_members",
+        kind=pl.col("group").fill_null(pl.format("g{}", pl.col("n_members"))),
+    )
+    m = matching.members.join(kinds, on="instance_id").select(
+        "instance_id", "rank", "kind", "n_members", start=pl.col("start_aligned_ns")
+    )
+    m = m.with_columns(
+        last=pl.col("start").max().over("instance_id"),
+        is_last=pl.col("start") == pl.col("start").max().over("instance_id"),
+    ).with_columns(waited=(pl.col("last") - pl.col("start")).cast(pl.Float64))
+    # ties (identical starts) would make several ranks "last"; keep the lowest rank only
+    m = m.with_columns(
+        is_last=pl.col("is_last") & (pl.col("rank") == pl.col("rank").filter(pl.col("is_last")).min().over("instance_id"))
+    )
+    blame = m.group_by("instance_id").agg(
+        blame=pl.col("waited").sum(), who=pl.col("rank").filter(pl.col("is_last")).first(),
+        n=pl.col("n_members").first(),
+    )
+    per_blame = blame.group_by("who").agg(
+        blame_ns=pl.col("blame").sum(), imposed_ns=(pl.col("blame") / (pl.col("n") - 1)).sum()
+    ).rename({"who": "rank"})
+    per = m.group_by("rank").agg(
+        instances=pl.len(), last=pl.col("is_last").sum(),
+        expected=(1.0 / pl.col("n_members")).sum(), waited_ns=pl.col("waited").sum(),
+    )
+    per_kind = (
+        m.group_by(["rank", "kind"]).agg(share=pl.col("is_last").mean())
+        .with_columns(pl.format("share_last_{}", pl.col("kind")).alias("kind"))
+        .pivot(on="kind", index="rank", values="share")
+    )
+    per = per.join(per_blame, on="rank", how="left").join(per_kind, on="rank", how="left").with_columns(
+        pl.col("blame_ns", "imposed_ns").fill_null(0.0)
+    )
+    # Binomial z of the number of times last: expected sum of 1/n, variance sum p(1-p).
+    var = m.group_by("rank").agg(v=((1.0 / pl.col("n_members")) * (1 - 1.0 / pl.col("n_members"))).sum())
+    per = per.join(var, on="rank").with_columns(
+        share_last=pl.col("last") / pl.col("instances"),
+        expected_share=pl.col("expected") / pl.col("instances"),
+        last_z=(pl.col("last") - pl.col("expected")) / pl.col("v").sqrt().clip(lower_bound=1e-9),
+        net_ns=pl.col("imposed_ns") - pl.col("waited_ns"),
+    )
+    scale = per.select(robust_scale("net_ns")).item() or 0.0
+    center = per["net_ns"].median()
+    z_crit = z_critical(len(traced))
+    per = per.with_columns(net_z=(pl.col("net_ns") - center) / max(scale, 1000.0)).with_columns(
+        flagged=(pl.col("net_z") > z_crit) & (pl.col("last_z") > z_crit)
+    ).drop("v", "expected").sort("rank")
+    return LatenessEvidence(True, None, per, z_crit)

@@ -1,0 +1,149 @@
+"""Which rank sits where: the (tp, pp, dp) coordinates the peer stage needs, and who was not traced.
+
+Taken, in order of preference, from the traces (trace format v1 metadata, MegatronApp file
+names), from the user (``--layout tp=2,pp=1,dp=2``), or from the process groups that profiler
+traces record (a rank's position in its ``tp``/``dp``/``pp`` group is its coordinate).
+Without any of them the layout is unknown and the stages that need it do not run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from mapp.errors import InputError, LayoutError
+
+__all__ = ["LayoutInfo", "parse_layout", "resolve_layout"]
+
+_AXES = ("tp", "pp", "dp")
+
+
+@dataclass(slots=True)
+class LayoutInfo:
+    """The job's layout as the detector sees it."""
+
+    sizes: dict[str, int] | None
+    """``{"tp", "pp", "dp"}`` sizes, or None when unknown."""
+    source: str
+    """Where the layout came from: "traces", "--layout", "process groups" or "unknown"."""
+    ranks: pl.DataFrame
+    """One row per traced rank: ``rank``, ``tp``, ``pp``, ``dp`` (null when unknown), ``host``."""
+    world_size: int | None
+    unrecorded: list[int] = field(default_factory=list)
+    """Ranks of the job with no trace at all (known from the world size or group lists)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def known(self) -> bool:
+        return self.sizes is not None
+
+    def describe(self) -> str:
+        if self.sizes is None:
+            return "unknown"
+        return ",".join(f"{a}={self.sizes[a]}" for a in _AXES) + f" (from {self.source})"
+
+
+def parse_layout(text: str) -> dict[str, int]:
+    """Parse ``tp=2,pp=1,dp=2`` (any order; a missing axis is 1)."""
+    sizes = {a: 1 for a in _AXES}
+    seen = False
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        m = re.fullmatch(r"(tp|pp|dp)\s*=\s*(\d+)", part)
+        if not m or int(m.group(2)) < 1:
+            raise InputError(f"--layout {text!r}: {part!r} is not AXIS=N with AXIS tp, pp or dp and N >= 1",
+                             "write e.g. --layout tp=2,pp=1,dp=2")
+        sizes[m.group(1)] = int(m.group(2))
+        seen = True
+    if not seen:
+        raise InputError(f"--layout {text!r}: names no axis", "write e.g. --layout tp=2,pp=1,dp=2")
+    return sizes
+
+
+def _coords_from_sizes(ranks: pl.Series, sizes: dict[str, int]) -> pl.DataFrame:
+    """Megatron-core's default order: TP fastest, then DP, then PP."""
+    r = ranks.cast(pl.Int64)
+    tp, dp = sizes["tp"], sizes["dp"]
+    return pl.DataFrame({
+        "rank": ranks.cast(pl.Int32),
+        "tp": (r % tp).cast(pl.Int32),
+        "pp": (r // (tp * dp)).cast(pl.Int32),
+        "dp": ((r // tp) % dp).cast(pl.Int32),
+    })
+
+
+def _from_groups(groups: pl.DataFrame, traced: pl.Series) -> tuple[dict[str, int], pl.DataFrame] | None:
+    """Coordinates from labelled process groups: a rank's index in its group of each axis."""
+    labelled = groups.filter(pl.col("group").is_in(list(_AXES)))
+    if labelled.is_empty():
+        return None
+    sizes = {}
+    for axis in _AXES:
+        lens = labelled.filter(pl.col("group") == axis)["group_ranks"].list.len().unique()
+        if len(lens) > 1:
+            return None
+        sizes[axis] = int(lens[0]) if len(lens) else 1
+    labelled = labelled.unique(subset=["rank", "group"], keep="first").with_row_index("_row")
+    rows = labelled.with_columns(pl.col("group_ranks").list.sort()).explode("group_ranks").with_columns(
+        idx=pl.int_range(pl.len()).over("_row")
+    ).filter(pl.col("group_ranks") == pl.col("rank"))
+    coords = rows.pivot(on="group", index="rank", values="idx", aggregate_function="first")
+    out = pl.DataFrame({"rank": traced.cast(pl.Int32)}).join(coords.with_columns(pl.col("rank").cast(pl.Int32)),
+                                                             on="rank", how="left")
+    for axis in _AXES:
+        out = out.with_columns((pl.col(axis) if axis in out.columns else pl.lit(0)).fill_null(0).cast(pl.Int32).alias(axis))
+    return sizes, out.select("rank", *_AXES)
+
+
+def resolve_layout(ranks: pl.DataFrame, groups: pl.DataFrame, layout: dict[str, int] | None,
+                   world_size: int | None) -> LayoutInfo:
+    """Work out every traced rank's coordinates.
+
+    ``ranks`` is the bundle's ranks table; ``groups`` one row per distinct (rank, group,
+    group_ranks) of its collective calls; ``layout`` what the user passed with ``--layout``.
+    """
+    traced = ranks["rank"].cast(pl.Int32)
+    hosts = ranks.select(pl.col("rank").cast(pl.Int32), "host")
+    notes: list[str] = []
+    have = all(ranks[f"layout_{a}"].null_count() == 0 and ranks[a].null_count() == 0 for a in _AXES) and len(ranks)
+    if have:
+        sizes = {a: int(ranks[f"layout_{a}"][0]) for a in _AXES}
+        coords = ranks.select(pl.col("rank").cast(pl.Int32), *(pl.col(a).cast(pl.Int32) for a in _AXES))
+        source = "traces"
+        if layout is not None and layout != sizes:
+            notes.append(f"--layout {_fmt(layout)} ignored: the traces record {_fmt(sizes)}")
+    elif layout is not None:
+        sizes = dict(layout)
+        world = sizes["tp"] * sizes["pp"] * sizes["dp"]
+        if world_size is not None and world_size != world:
+            raise LayoutError(f"--layout {_fmt(layout)} has {world} ranks but the traces say world size {world_size}",
+                              "fix --layout so that tp x pp x dp equals the world size")
+        if len(traced) and int(traced.max()) >= world:
+            raise LayoutError(f"--layout {_fmt(layout)} has {world} ranks but rank {int(traced.max())} was traced",
+                              "fix --layout so that tp x pp x dp covers every rank")
+        coords = _coords_from_sizes(traced, sizes)
+        source = "--layout"
+    else:
+        found = _from_groups(groups, traced) if len(groups) else None
+        if found is None:
+            coords = pl.DataFrame({"rank": traced, **{a: pl.Series([None] * len(traced), dtype=pl.Int32) for a in _AXES}})
+            return LayoutInfo(None, "unknown", coords.join(hosts, on="rank", how="left"), world_size,
+                              _unrecorded(traced, groups, world_size), notes)
+        sizes, coords = found
+        source = "process groups"
+    world = world_size or sizes["tp"] * sizes["pp"] * sizes["dp"]
+    info = LayoutInfo(sizes, source, coords.join(hosts, on="rank", how="left"), world,
+                      _unrecorded(traced, groups, world), notes)
+    return info
+
+
+def _unrecorded(traced: pl.Series, groups: pl.DataFrame, world: int | None) -> list[int]:
+    known = set(range(world)) if world else set()
+    if len(groups):
+        known |= set(groups["group_ranks"].explode().drop_nulls().cast(pl.Int64).to_list())
+    return sorted(known - set(traced.to_list()))
+
+
+def _fmt(sizes: dict[str, int]) -> str:
+    return ",".join(f"{a}={sizes[a]}" for a in _AXES)

@@ -1,0 +1,252 @@
+"""Stage 1, peer comparison: is a rank's own compute slower than that of ranks doing the same work?
+
+Ranks with the same pipeline stage and TP coordinate run the same kernels on different data;
+with equal TP shards every rank of a stage does. For each op instance (iteration, name,
+microbatch, chunk, layer, and its ordinal among equal keys) the rank's *self time* (the op's
+duration minus the communication nested inside it, i.e. minus any waiting for peers) is
+compared with its peers' median. Peers are the DP peers when DP >= 3, else every rank of the
+stage; with a single rank per stage each rank is compared with its own other iterations.
+
+Everything is judged in log space (a slowdown is a ratio), per (rank, iteration) so that a
+fail-slow window of one iteration is not averaged away, with robust scales (median/MAD):
+
+- the *effect* of a (rank, iteration) is the median log-ratio of its ops to their peers;
+- its standard error comes from the scatter of single ops around that median;
+- a rank-iteration is an outlier when its effect is beyond a Bonferroni cut-off in units of
+  the larger of that standard error and the spread of effects across all rank-iterations.
+
+Also here, because they are per-rank timelines compared in the same way: *launch gaps* (idle
+time between a rank's consecutive leaf events, where a slow host shows) and the per-stage
+compute balance (a heavy pipeline stage is imbalance, not a fault).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, z_critical
+
+__all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]
+
+_KEY = ["iteration", "name", "microbatch", "chunk", "layer"]
+
+
+@dataclass(slots=True)
+class PeerEvidence:
+    """What stage 1 found. Times in ns."""
+
+    mode: str
+    """"dp peers", "stage peers", "own history", or "skipped"."""
+    reason: str | None = None
+    """Why the stage did not run (mode "skipped"), else None."""
+    rank_iterations: pl.DataFrame = field(default_factory=pl.DataFrame)
+    """Per (rank, iteration): ``effect`` (log-ratio to peers), ``z``, ``n_ops``, ``share_slow``,
+    ``excess_ns`` (self time beyond the peers' medians), ``busy_ns`` (self time), ``flagged``,
+    ``gap_ns``, ``gap_excess_ns``, ``gap_z``, ``gap_flagged``."""
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    """Per rank: ``slowdown``, ``z``, ``share_slow``, ``n_ops``, ``flagged``, ``iterations``
+    (flagged ones), ``excess_ns`` and ``busy_ns`` per iteration, and the same for gaps."""
+    z_crit: float = 0.0
+    min_effect: float = 0.0
+    seqlen: dict | None = None
+    """Set when compute varies per microbatch the same way on every rank of a replica."""
+    stages: pl.DataFrame | None = None
+    """Per pipeline stage: ``compute_ns`` per iteration (its fastest rank) and ``ratio`` to the lightest."""
+
+
+def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
+    """Compute events that contain no other compute event, with ``self_ns``: their duration
+    minus the collective/p2p time nested inside them (time spent waiting for peers)."""
+    comp = (
+        events.filter(pl.col("cat") == "compute")
+        .with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
+        .sort(["rank", "lane", "ts_ns", "dur_ns"], descending=[False, False, False, True])
+    )
+    # A parent span is followed (in start order) by its first child, which ends inside it;
+    # the next op of a sequence ends after it (timestamps rounded to 1 us may make it start
+    # a hair before the previous op's end, so start order alone would mistake it for a child).
+    nxt_end = pl.col("end_ns").shift(-1).over(["rank", "lane"])
+    leaves = comp.filter(nxt_end.is_null() | (nxt_end > pl.col("end_ns") + 1000)).with_row_index("op_id")
+    comm = (
+        events.filter(pl.col("cat").is_in(["collective", "p2p"]))
+        .select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("c_end"))
+        .sort(["rank", "ts_ns"])
+    )
+    if len(comm) and len(leaves):
+        right = leaves.select("rank", pl.col("ts_ns").alias("l_ts"), pl.col("end_ns").alias("l_end"), "op_id").sort(["rank", "l_ts"])
+        nested = (
+            comm.join_asof(right, left_on="ts_ns", right_on="l_ts", by="rank", strategy="backward", check_sortedness=False)
+            .filter(pl.col("op_id").is_not_null() & (pl.col("c_end") <= pl.col("l_end") + 1000))
+            .group_by("op_id")
+            .agg(nested_ns=(pl.min_horizontal("c_end", "l_end") - pl.col("ts_ns")).sum())
+        )
+        leaves = leaves.join(nested, on="op_id", how="left")
+    else:
+        leaves = leaves.with_columns(nested_ns=pl.lit(0, pl.Int64))
+    # never below 1% of the span: a fully nested op keeps a finite log
+    return leaves.with_columns(
+        self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("nested_ns").fill_null(0), pl.col("dur_ns") // 100, pl.lit(1))
+    )
+
+
+def _mode(sizes: dict[str, int] | None, iterations: int) -> tuple[str, list[str], list[str], str | None]:
+    if sizes is None:
+        return "skipped", [], [], "no layout: the traces carry none and --layout was not given"
+    if sizes["dp"] >= 3:
+        return "dp peers", ["pp", "tp"], _KEY, None
+    if sizes["dp"] * sizes["tp"] >= 2:
+        return "stage peers", ["pp"], _KEY, None
+    if iterations >= 2:
+        return "own history", ["rank"], _KEY[1:], None
+    return "skipped", [], [], "one rank per pipeline stage and a single iteration: no peer to compare with"
+
+
+def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, int] | None, *,
+                  threshold: float) -> PeerEvidence:
+    """Run stage 1 (and the launch-gap and stage-balance checks) over ``events``.
+
+    ``events`` has the events-table columns of timed events; ``coords`` maps ``rank`` to
+    ``tp``, ``pp``, ``dp``.
+    """
+    iterations = events["iteration"].drop_nulls().n_unique()
+    mode, group, key, reason = _mode(sizes, iterations)
+    # Below a quarter of the threshold a rank's slowdown costs the job less than its own
+    # run-to-run noise on real clusters; smaller effects are not worth a verdict.
+    min_effect = threshold / 4
+    if mode == "skipped":
+        return PeerEvidence(mode, reason, min_effect=min_effect)
+    ops = leaf_ops(events.filter(pl.col("iteration").is_not_null()))
+    if ops.is_empty():
+        return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
+    ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left").with_columns(
+        pl.col(c).fill_null(-1) for c in ("microbatch", "chunk", "layer")
+    )
+    ops = ops.with_columns(ordinal=pl.int_range(pl.len()).over(["rank", *_KEY]))
+    g = [*group, *key, "ordinal"]
+    lx = pl.col("self_ns").cast(pl.Float64).log()
+    ops = ops.with_columns(lx=lx).with_columns(
+        n_peers=pl.len().over(g), med=pl.col("lx").median().over(g), mean=pl.col("lx").mean().over(g)
+    ).filter(pl.col("n_peers") >= 2)
+    # With two peers the median is their mean and would halve the difference; compare with
+    # the other one instead (leave-one-out), which is what a median of the others means.
+    ops = ops.with_columns(
+        r=pl.when(pl.col("n_peers") == 2).then(2 * (pl.col("lx") - pl.col("mean"))).otherwise(pl.col("lx") - pl.col("med"))
+    )
+    ops, seqlen = _replica_effect(ops, threshold)
+    ops = ops.with_columns(
+        slow=(pl.col("r").exp() > 1 + threshold),
+        excess=(pl.col("self_ns") - pl.col("self_ns") / pl.col("r_adj").exp()),
+    )
+    per = ops.group_by(["rank", "iteration"]).agg(
+        effect=pl.col("r_adj").median(), n_ops=pl.len(), share_slow=pl.col("slow").mean(),
+        excess_ns=pl.col("excess").sum(), busy_ns=pl.col("self_ns").sum(),
+    )
+    sigma = ops.join(per.select("rank", "iteration", "effect"), on=["rank", "iteration"]).select(
+        robust_scale(pl.col("r_adj") - pl.col("effect"))
+    ).item() or 0.0
+    spread = per.select(robust_scale("effect")).item() or 0.0
+    center = per["effect"].median()
+    z_crit = z_critical(len(per))
+    per = per.with_columns(effect=pl.col("effect") - center).with_columns(
+        se=pl.max_horizontal(MEDIAN_SE * sigma / pl.col("n_ops").cast(pl.Float64).sqrt(), pl.lit(spread), pl.lit(1e-6))
+    ).with_columns(z=pl.col("effect") / pl.col("se")).with_columns(
+        flagged=(pl.col("z") > z_crit) & (pl.col("effect").exp() - 1 >= min_effect)
+    )
+    per = per.join(_gaps(events, ops, group, coords, min_effect), on=["rank", "iteration"], how="left")
+    ranks = _per_rank(per)
+    stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
+    return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages)
+
+
+def _replica_effect(ops: pl.DataFrame, threshold: float) -> tuple[pl.DataFrame, dict | None]:
+    """Remove per-microbatch variation shared by every rank of one data-parallel replica.
+
+    A long sequence makes every stage and TP shard of its replica slower on that microbatch;
+    a slow GPU makes one rank slower on all of them. The shared part of each (replica,
+    iteration, microbatch) is the median over the replica's ops, centred per (replica,
+    iteration) so that a rank's constant slowdown is not taken for data. It is removed only
+    when it is larger than what jitter alone would put into such a median.
+    """
+    have_mb = ops.filter(pl.col("microbatch") >= 0)
+    if have_mb.is_empty():
+        return ops.with_columns(r_adj=pl.col("r")), None
+    cell = ["dp", "iteration", "microbatch"]
+    e = have_mb.group_by(cell).agg(e=pl.col("r").median(), n=pl.len())
+    e = e.with_columns(e_c=pl.col("e") - pl.col("e").median().over(["dp", "iteration"]))
+    spread = e.select(robust_scale("e_c")).item() or 0.0
+    noise = ops.join(e.select(*cell, "e_c"), on=cell, how="left").select(
+        robust_scale(pl.col("r") - pl.col("e_c").fill_null(0.0))
+    ).item() or 0.0
+    n = float(e["n"].median())
+    # a median of n ops with per-op noise sigma scatters by MEDIAN_SE * sigma / sqrt(n); four
+    # times that is far beyond chance for any count of cells we see
+    chance = 4 * MEDIAN_SE * noise / max(n, 1.0) ** 0.5
+    if spread <= chance or e["dp"].n_unique() < 1:
+        return ops.with_columns(r_adj=pl.col("r")), None
+    # With three or more ranks in a replica its median is not moved by one slow rank, so the
+    # whole shared part (also the replica's average over microbatches) can go; with fewer,
+    # only the part that varies between microbatches.
+    size = ops.group_by("dp").agg(replica_n=pl.col("rank").n_unique())
+    ops = ops.join(e.select(*cell, "e", "e_c"), on=cell, how="left").join(size, on="dp", how="left").with_columns(
+        r_adj=pl.col("r") - pl.when(pl.col("replica_n") >= 3).then(pl.col("e")).otherwise(pl.col("e_c")).fill_null(0.0)
+    )
+    info = {"spread": round(float(spread), 4), "chance": round(float(chance), 4),
+            "relative_spread": round(float(spread) * 1.7320508, 3)}
+    return ops, info
+
+
+def _gaps(events: pl.DataFrame, ops: pl.DataFrame, group: list[str], coords: pl.DataFrame,
+          min_effect: float) -> pl.DataFrame:
+    """Idle time between a rank's consecutive leaf events (compute leaves, communication,
+    optimizer), per iteration, compared with its peers'. A slow host launches every op late,
+    which shows as such gaps; a slow GPU does not."""
+    leaves = ops.select("rank", "iteration", "ts_ns", "end_ns")
+    other = events.filter(pl.col("cat").is_in(["collective", "p2p", "optimizer"]) & pl.col("iteration").is_not_null()).select(
+        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")
+    )
+    tl = pl.concat([leaves, other.cast(leaves.schema)]).sort(["rank", "ts_ns"])
+    prev = pl.col("end_ns").cum_max().shift(1).over("rank")
+    tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
+    per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len())
+    per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
+    g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
+    per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64))
+    scale = per.select(robust_scale("gap_excess_ns")).item() or 0.0
+    # Trace timestamps are microseconds: each gap carries up to 1 us of rounding, which adds up
+    # like noise over a rank's gaps. Below that no difference in gaps means anything.
+    floor = 1000.0 * float(per["n_gaps"].mean() or 1.0) ** 0.5
+    z_crit = z_critical(len(per))
+    return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
+        gap_flagged=pl.col("gap_z") > z_crit
+    ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged")
+
+
+def _per_rank(per: pl.DataFrame) -> pl.DataFrame:
+    flagged = pl.col("flagged") | pl.col("gap_flagged").fill_null(False)
+    return per.group_by("rank").agg(
+        slowdown=pl.when(pl.col("flagged").any()).then(pl.col("effect").filter(pl.col("flagged")).median())
+        .otherwise(pl.col("effect").median()).exp(),
+        z=pl.col("z").max(),
+        share_slow=(pl.col("share_slow") * pl.col("n_ops")).sum() / pl.col("n_ops").sum(),
+        n_ops=pl.col("n_ops").sum(),
+        flagged=pl.col("flagged").any(),
+        iterations=pl.col("iteration").filter(flagged).sort(),
+        excess_ns=pl.when(flagged.any()).then(pl.col("excess_ns").filter(flagged).mean()).otherwise(pl.col("excess_ns").mean()),
+        busy_ns=pl.col("busy_ns").mean(),
+        gap_excess_ns=pl.when(pl.col("gap_flagged").any()).then(pl.col("gap_excess_ns").filter(pl.col("gap_flagged")).mean())
+        .otherwise(pl.col("gap_excess_ns").mean()),
+        gap_z=pl.col("gap_z").max(),
+        gap_flagged=pl.col("gap_flagged").fill_null(False).any(),
+    ).sort("rank")
+
+
+def _stage_balance(per: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame:
+    """Per stage, the compute of its fastest rank (a faulty GPU does not move a minimum; a
+    heavier stage moves all its ranks), relative to the lightest stage."""
+    st = (
+        per.join(coords.select("rank", "pp"), on="rank").group_by(["pp", "iteration"]).agg(pl.col("busy_ns").min())
+        .group_by("pp").agg(compute_ns=pl.col("busy_ns").median()).sort("pp")
+    )
+    return st.with_columns(ratio=pl.col("compute_ns") / pl.col("compute_ns").min())

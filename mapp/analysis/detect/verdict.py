@@ -1,0 +1,312 @@
+"""Verdicts: the three stages' evidence combined into ranked suspects and workload imbalance.
+
+A *suspect* is a rank (or link) whose own behaviour explains lost time: slow compute (stage 1:
+its self time beats its peers'), a slow host (idle launch gaps on its timeline), a slow link or
+NIC (stage 3). Stage 2 corroborates (a culprit arrives last and makes others wait) and stands
+in for stage 1 when no layout is known. Ranks that only wait are *victims*, never suspects.
+Whatever slows every peer of a stage alike (a heavier last stage) or every rank of a replica
+alike on some microbatches (long sequences) is *imbalance*: reported, never a faulty GPU.
+
+Confidence: 0.5 for passing a stage's outlier test at all, up to +0.3 as its z-score clears
+the cut-off (1 - cut/z), up to +0.19 when a second, independent stage agrees. Suspects are
+ranked by estimated cost to the job, then confidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from mapp.analysis.detect.bandwidth import BandwidthEvidence
+from mapp.analysis.detect.lateness import LatenessEvidence
+from mapp.analysis.detect.layout import LayoutInfo
+from mapp.analysis.detect.peers import PeerEvidence
+
+__all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "combine", "KINDS"]
+
+KINDS = ("slow_compute", "slow_link", "slow_nic", "slow_host")
+
+
+@dataclass(kw_only=True, slots=True)
+class Suspect:
+    """One likely cause of lost time."""
+
+    rank: int
+    kind: str
+    """One of ``KINDS``."""
+    confidence: float
+    """0..1: how sure the evidence makes us (see the module doc)."""
+    slowdown: float
+    """Estimated factor: the rank's compute (or the link's transfer time) over its peers'."""
+    peer: int | None = None
+    """The other end of a slow link (None when only the group is known)."""
+    group: list[int] | None = None
+    """For a slow link inside a collective group whose timing cannot tell which pair."""
+    coords: dict[str, int] | None = None
+    iterations: list[int] = field(default_factory=list)
+    """Iterations where it was slow (all of the traced ones for a lasting fault)."""
+    excess_ns: float = 0.0
+    """Estimated time it adds to each affected iteration of the job."""
+    iteration_ns: float | None = None
+    """Iteration time now (median over traced iterations)."""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def without_ns(self) -> float | None:
+        """Estimated iteration time without this fault."""
+        if self.iteration_ns is None:
+            return None
+        return max(self.iteration_ns - self.excess_ns, 0.0)
+
+    def label(self) -> str:
+        if self.kind == "slow_link":
+            other = self.peer if self.peer is not None else "group " + ",".join(map(str, self.group or []))
+            return f"{self.rank}<->{other}"
+        return str(self.rank)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rank": self.rank, "kind": self.kind, "confidence": round(self.confidence, 3),
+                               "slowdown": round(self.slowdown, 3)}
+        if self.kind == "slow_link":
+            out["peer"] = self.peer
+            if self.group is not None:
+                out["group"] = self.group
+        if self.coords:
+            out["coords"] = self.coords
+        out["iterations"] = self.iterations
+        out["cost"] = {
+            "iteration_ms": None if self.iteration_ns is None else round(self.iteration_ns / 1e6, 4),
+            "without_ms": None if self.without_ns is None else round(self.without_ns / 1e6, 4),
+            "excess_ms": round(self.excess_ns / 1e6, 4),
+        }
+        out["evidence"] = self.evidence
+        return out
+
+
+@dataclass(kw_only=True, slots=True)
+class Imbalance:
+    """Lost time that the workload, not the hardware, causes."""
+
+    kind: str
+    """"stage" (a pipeline stage computes more than the others) or "sequence_length"."""
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, **self.evidence}
+
+
+@dataclass(kw_only=True, slots=True)
+class StageStatus:
+    name: str
+    ran: bool
+    reason: str | None = None
+    """Why it did not run."""
+    detail: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class Verdict:
+    """Everything ``mapp detect`` reports."""
+
+    suspects: list[Suspect]
+    imbalance: list[Imbalance]
+    stages: list[StageStatus]
+    layout: str
+    layout_sizes: dict[str, int] | None
+    traced: int
+    unrecorded: list[int]
+    victims: list[int]
+    grid: pl.DataFrame
+    """Per traced rank: ``rank``, ``tp``, ``pp``, ``dp``, ``slowdown``, ``share_last``, ``role``."""
+    iteration_ns: float | None
+    threshold: float
+    timings_s: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        """No suspect (imbalance alone does not make a job unhealthy hardware-wise)."""
+        return not self.suspects
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "suspects": [s.to_json() for s in self.suspects],
+            "imbalance": [i.to_json() for i in self.imbalance],
+            "victims": self.victims,
+            "unrecorded": self.unrecorded,
+            "layout": self.layout_sizes, "layout_source": self.layout,
+            "traced_ranks": self.traced,
+            "iteration_ms": None if self.iteration_ns is None else round(self.iteration_ns / 1e6, 4),
+            "threshold": self.threshold,
+            "stages": [{"name": s.name, "ran": s.ran, "reason": s.reason, "detail": s.detail} for s in self.stages],
+            "notes": self.notes,
+            "timings_s": {k: round(v, 4) for k, v in self.timings_s.items()},
+        }
+
+
+def _margin(z: float | None, cut: float) -> float:
+    if z is None or not z > cut or cut <= 0:
+        return 0.0
+    return max(0.0, min(1.0, 1.0 - cut / z))
+
+
+def _pipeline_factor(pp: int, microbatches: int) -> float:
+    """A stage slower by x per iteration delays a 1F1B pipeline by about x (m + pp - 1) / m:
+    every microbatch waits on it, and so do the warm-up and cool-down steps."""
+    if pp <= 1 or microbatches <= 0:
+        return 1.0
+    return (microbatches + pp - 1) / microbatches
+
+
+def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
+            *, threshold: float, iteration_ns: float | None, microbatches: int) -> tuple[list[Suspect], list[Imbalance], list[int], pl.DataFrame]:
+    """Suspects (ranked), imbalance, victims and the per-rank grid from the stages' evidence."""
+    coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in layout.ranks.iter_rows(named=True)}
+    late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)} if lateness.ran else {}
+    pfac = _pipeline_factor(layout.sizes["pp"] if layout.sizes else 1, microbatches)
+    suspects: list[Suspect] = []
+    if peers.mode != "skipped":
+        for row in peers.ranks.iter_rows(named=True):
+            s = _compute_suspect(row, peers, late.get(row["rank"]), lateness.z_crit, coords, pfac, iteration_ns)
+            if s is not None:
+                suspects.append(s)
+    elif lateness.ran:
+        for row in lateness.ranks.filter(pl.col("flagged")).iter_rows(named=True):
+            suspects.append(Suspect(
+                rank=row["rank"], kind="slow_compute", coords=coords.get(row["rank"]),
+                confidence=0.5 + 0.3 * _margin(row["net_z"], lateness.z_crit), slowdown=float("nan"),
+                excess_ns=max(row["net_ns"], 0.0) / max(_iterations(peers), 1), iteration_ns=iteration_ns,
+                evidence={"lateness": _late_evidence(row), "note": "stage 1 could not run: slow compute or slow host"},
+            ))
+    if bandwidth.ran:
+        for f in bandwidth.findings:
+            suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))
+    suspects.sort(key=lambda s: (-s.excess_ns, -s.confidence))
+    imbalance = _imbalance(peers, threshold, layout)
+    flagged = {s.rank for s in suspects} | {s.peer for s in suspects if s.peer is not None}
+    victims = _victims(lateness, flagged)
+    grid = _grid(layout, peers, lateness, flagged, set(victims))
+    return suspects, imbalance, victims, grid
+
+
+def _iterations(peers: PeerEvidence) -> int:
+    if peers.rank_iterations.is_empty():
+        return 1
+    return peers.rank_iterations["iteration"].n_unique()
+
+
+def _late_evidence(row: dict | None) -> dict | None:
+    if row is None:
+        return None
+    out = {"share_last": round(row["share_last"], 3), "expected_share": round(row["expected_share"], 3),
+           "blame_ms": round(row["blame_ns"] / 1e6, 4), "waited_ms": round(row["waited_ns"] / 1e6, 4),
+           "net_delay_ms": round(row["net_ns"] / 1e6, 4), "last_z": round(row["last_z"], 2), "net_z": round(row["net_z"], 2)}
+    for k, v in row.items():
+        if k.startswith("share_last_") and v is not None:
+            out[k] = round(v, 3)
+    return out
+
+
+def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
+                     pfac: float, iteration_ns: float | None) -> Suspect | None:
+    busy = row["busy_ns"] or 0.0
+    gap_excess = max(row["gap_excess_ns"] or 0.0, 0.0)
+    # A slow host shows as idle launch gaps; they count when they are a real share of the
+    # rank's work or come with slower spans (launch delays inside ops stretch them too).
+    host = bool(row["gap_flagged"]) and (gap_excess >= peers.min_effect * busy or row["flagged"])
+    if not (row["flagged"] or host):
+        return None
+    corroborated = late is not None and late["net_z"] > late_cut and late["last_z"] > late_cut
+    c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
+    c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
+    excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
+    slowdown = (busy + excess / pfac) / busy if host and busy else float(row["slowdown"])
+    evidence: dict[str, Any] = {
+        "peers": {"mode": peers.mode, "slowdown": round(float(row["slowdown"]), 3), "z": round(float(row["z"]), 2),
+                  "cut": round(peers.z_crit, 2), "share_slow_ops": round(float(row["share_slow"]), 3),
+                  "ops": int(row["n_ops"]), "excess_ms_per_iteration": round((row["excess_ns"] or 0.0) / 1e6, 4)},
+        "launch_gaps": {"excess_ms_per_iteration": round(gap_excess / 1e6, 4), "z": round(float(row["gap_z"] or 0.0), 2),
+                        "flagged": bool(row["gap_flagged"])},
+        "lateness": _late_evidence(late),
+    }
+    return Suspect(
+        rank=row["rank"], kind="slow_host" if host else "slow_compute", coords=coords.get(row["rank"]),
+        confidence=min(0.99, 0.5 + 0.3 * c1 + 0.19 * c2), slowdown=slowdown,
+        iterations=[int(i) for i in row["iterations"]], excess_ns=excess, iteration_ns=iteration_ns,
+        evidence=evidence,
+    )
+
+
+def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: float | None) -> Suspect:
+    iterations = sorted({i for o in f.observations for i in o["iterations"]})
+    c1 = _margin(f.z, bandwidth.z_crit)
+    # more than one slow observation (several links of one NIC, or one link in several
+    # iterations) is a second, independent look at the same fault
+    c2 = 1.0 if len(f.observations) >= 2 or len(iterations) >= 2 else 0.0
+    evidence = {"bandwidth": {"observations": f.observations, "cut": round(bandwidth.z_crit, 2)}}
+    if f.kind == "slow_nic":
+        evidence["bandwidth"]["healthy_inter_node_links"] = f.healthy_links
+        kind, rank, peer, group = "slow_nic", f.ranks[0], None, None
+    elif f.kind == "slow_link":
+        kind, rank, peer, group = "slow_link", f.ranks[0], f.ranks[1], None
+    else:
+        kind, rank, peer, group = "slow_link", f.ranks[0], None, list(f.ranks)
+        evidence["bandwidth"]["note"] = "a ring collective's timing cannot tell which pair of the group is slow"
+        c2 = 0.0
+    return Suspect(rank=rank, kind=kind, peer=peer, group=group, coords=coords.get(rank),
+                   confidence=min(0.99, 0.5 + 0.3 * c1 + 0.19 * c2) * (0.8 if group else 1.0),
+                   slowdown=f.slowdown, iterations=iterations, excess_ns=f.excess_ns, iteration_ns=iteration_ns,
+                   evidence=evidence)
+
+
+def _imbalance(peers: PeerEvidence, threshold: float, layout: LayoutInfo) -> list[Imbalance]:
+    out: list[Imbalance] = []
+    if peers.stages is not None:
+        one_rank = layout.sizes is not None and layout.sizes["tp"] * layout.sizes["dp"] == 1
+        for row in peers.stages.filter(pl.col("ratio") > 1 + threshold).iter_rows(named=True):
+            message = (f"pipeline stage {row['pp']} computes {row['ratio']:.2f}x the lightest stage "
+                       "(more layers, or the loss/embedding): the other stages wait on it")
+            if one_rank:
+                message += "; with one rank per stage a slow GPU there would look the same"
+            out.append(Imbalance(kind="stage", message=message,
+                                 evidence={"stage": row["pp"], "ratio": round(row["ratio"], 3),
+                                           "compute_ms_per_iteration": round(row["compute_ns"] / 1e6, 4)}))
+    if peers.seqlen is not None:
+        out.append(Imbalance(
+            kind="sequence_length",
+            message=(f"compute varies by about +/-{peers.seqlen['relative_spread']:.0%} between microbatches, alike on "
+                     "every rank of a replica: uneven sequence lengths (discounted when judging GPUs)"),
+            evidence=dict(peers.seqlen),
+        ))
+    return out
+
+
+def _victims(lateness: LatenessEvidence, flagged: set[int]) -> list[int]:
+    if not lateness.ran or lateness.ranks.is_empty():
+        return []
+    w = lateness.ranks.select("rank", "waited_ns")
+    med = w["waited_ns"].median() or 0.0
+    mad = (w["waited_ns"] - med).abs().median() or 0.0
+    cut = med + lateness.z_crit * max(1.4826 * mad, 1000.0)
+    return sorted(r for r in w.filter(pl.col("waited_ns") > cut)["rank"].to_list() if r not in flagged)
+
+
+def _grid(layout: LayoutInfo, peers: PeerEvidence, lateness: LatenessEvidence, flagged: set[int],
+          victims: set[int]) -> pl.DataFrame:
+    grid = layout.ranks.select("rank", "tp", "pp", "dp")
+    if peers.mode != "skipped" and not peers.ranks.is_empty():
+        grid = grid.join(peers.ranks.select("rank", "slowdown"), on="rank", how="left")
+    else:
+        grid = grid.with_columns(slowdown=pl.lit(None, pl.Float64))
+    if lateness.ran:
+        grid = grid.join(lateness.ranks.select("rank", "share_last"), on="rank", how="left")
+    else:
+        grid = grid.with_columns(share_last=pl.lit(None, pl.Float64))
+    return grid.with_columns(
+        role=pl.when(pl.col("rank").is_in(list(flagged))).then(pl.lit("suspect"))
+        .when(pl.col("rank").is_in(list(victims))).then(pl.lit("victim")).otherwise(pl.lit("ok"))
+    ).sort("rank")
