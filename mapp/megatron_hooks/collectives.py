@@ -70,18 +70,44 @@ def _record(ctx: HookContext, name: str, op: str, group: Any, tensor: Any, call:
         result = call()
     finally:
         ctx.comm_depth -= 1
+    if asynchronous and result is not None:
+        event_args = _args(ctx, info, seq, op, tensor, out_tensor)
+        event_args["async"] = True
+        return _TracedWork(result, lambda: tracer.emit(name, "collective", t0, tid="comm", args=event_args))
+    tracer.emit(name, "collective", t0, tid="comm", args=_args(ctx, info, seq, op, tensor, out_tensor, result))
+    return result
+
+
+def _args(ctx: HookContext, info: Any, seq: int, op: str, tensor: Any, out_tensor: Any,
+          result: Any = None) -> dict[str, Any]:
     args = {"group": info.name, "group_ranks": info.ranks, "seq": seq, "op": op,
             "microbatch": ctx.microbatch}
-    if asynchronous:
-        args["async"] = True
     if hasattr(tensor, "numel"):
         args["bytes"] = nbytes(tensor)
         args["dtype"] = dtype_name(tensor.dtype)
         out = out_tensor if out_tensor is not None else result
         if hasattr(out, "numel") and out is not tensor and nbytes(out) != args["bytes"]:
             args["out_bytes"] = nbytes(out)
-    tracer.emit(name, "collective", t0, tid="comm", args=args)
-    return result
+    return args
+
+
+class _TracedWork:
+    """An asynchronous collective's handle: its span ends when ``wait()`` returns."""
+
+    __slots__ = ("_work", "_done")
+
+    def __init__(self, work: Any, done: Callable[[], None]):
+        self._work, self._done = work, done
+
+    def wait(self, *args, **kwargs):
+        result = self._work.wait(*args, **kwargs)
+        done, self._done = self._done, None
+        if done is not None:
+            done()
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
 
 
 def _wrap_mapping(ctx: HookContext, name: str, op: str, fn: Callable) -> Callable:
@@ -110,7 +136,7 @@ def _wrap_direct(ctx: HookContext, op_name: str, fn: Callable,
         else:
             out = args[0] if args else kwargs.get("output_tensor")
             tensor = args[1] if len(args) > 1 else kwargs.get("input_tensor", kwargs.get("input"))
-        # An asynchronous call is recorded from its launch to its return, not its completion.
+        # An asynchronous call is recorded from its launch until its handle's wait() returns.
         return _record(ctx, op, op, group, tensor, lambda: fn(*args, **kwargs), out_tensor=out,
                        asynchronous=bool(kwargs.get("async_op")), level=level)
 
