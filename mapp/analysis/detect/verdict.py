@@ -188,7 +188,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     suspects.sort(key=lambda s: (-s.excess_ns, -s.confidence))
     imbalance = _imbalance(peers, threshold, layout)
     flagged = {s.rank for s in suspects} | {s.peer for s in suspects if s.peer is not None}
-    victims = _victims(lateness, flagged)
+    victims = _victims(lateness, suspects, layout)
     grid = _grid(layout, peers, lateness, flagged, set(victims))
     return suspects, imbalance, victims, grid
 
@@ -285,14 +285,22 @@ def _imbalance(peers: PeerEvidence, threshold: float, layout: LayoutInfo) -> lis
     return out
 
 
-def _victims(lateness: LatenessEvidence, flagged: set[int]) -> list[int]:
-    if not lateness.ran or lateness.ranks.is_empty():
+def _victims(lateness: LatenessEvidence, suspects: list[Suspect], layout: LayoutInfo) -> list[int]:
+    """TP and DP peers of a compute/host suspect that waited for it more than the typical rank."""
+    if not lateness.ran or lateness.ranks.is_empty() or layout.sizes is None:
         return []
-    w = lateness.ranks.select("rank", "waited_ns")
+    culprits = [s for s in suspects if s.kind in ("slow_compute", "slow_host") and s.coords]
+    if not culprits:
+        return []
+    w = lateness.ranks.select("rank", "waited_ns").join(layout.ranks.select("rank", "tp", "pp", "dp"), on="rank")
     med = w["waited_ns"].median() or 0.0
-    mad = (w["waited_ns"] - med).abs().median() or 0.0
-    cut = med + lateness.z_crit * max(1.4826 * mad, 1000.0)
-    return sorted(r for r in w.filter(pl.col("waited_ns") > cut)["rank"].to_list() if r not in flagged)
+    near = pl.lit(False)
+    for s in culprits:
+        c = s.coords
+        near = near | ((pl.col("pp") == c["pp"]) & ((pl.col("dp") == c["dp"]) | (pl.col("tp") == c["tp"])))
+    flagged = {s.rank for s in suspects}
+    out = w.filter(near & (pl.col("waited_ns") > med))["rank"].to_list()
+    return sorted(r for r in out if r not in flagged)
 
 
 def _grid(layout: LayoutInfo, peers: PeerEvidence, lateness: LatenessEvidence, flagged: set[int],

@@ -1,0 +1,166 @@
+"""The detector's report: a rich renderable (suspects, a per-rank grid, the evidence) and JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.table import Table
+from rich.text import Text
+
+from mapp.analysis.detect.verdict import Verdict
+from mapp.errors import OutputError
+
+__all__ = ["DetectReport"]
+
+_KIND_LABEL = {"slow_compute": "slow compute", "slow_link": "slow link", "slow_nic": "slow NIC", "slow_host": "slow host"}
+_GRID_MAX_COLUMNS = 64
+_GRID_MAX_ROWS = 32
+
+
+class DetectReport:
+    """Renders a :class:`Verdict` for the terminal (``console.print(report)``) or as JSON."""
+
+    def __init__(self, verdict: Verdict, *, source: str | None = None):
+        self.verdict = verdict
+        self.source = source
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.verdict.to_json()
+        if self.source is not None:
+            data["source"] = self.source
+        return data
+
+    def write_json(self, path: Path) -> Path:
+        try:
+            Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        except OSError as error:
+            raise OutputError(f"{path}: cannot write ({error.strerror})", "choose another --json path") from None
+        return Path(path)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        v = self.verdict
+        head = Text()
+        if v.healthy:
+            head.append("no suspect", style="mapp.ok")
+            head.append(f": no GPU, host or link is slower than its peers by the evidence (threshold {v.threshold:g})")
+        else:
+            head.append(f"{len(v.suspects)} suspect{'s' if len(v.suspects) != 1 else ''}", style="mapp.suspect")
+            head.append(f" (threshold {v.threshold:g})")
+        if v.iteration_ns:
+            head.append(f"; iteration {v.iteration_ns / 1e6:,.2f} ms", style="mapp.dim")
+        yield head
+        yield Text(f"{v.traced} traced ranks, layout {v.layout}", style="mapp.dim")
+        if v.suspects:
+            yield self._suspects()
+            for i, s in enumerate(v.suspects, 1):
+                yield Text.assemble((f"  #{i} {s.label()}: ", "mapp.suspect"), _evidence_line(s))
+        for item in v.imbalance:
+            yield Text.assemble(("imbalance: ", "mapp.warning"), item.message)
+        if v.victims:
+            yield Text.assemble(("victims (wait on others, not at fault): ", "mapp.victim"), _ranks(v.victims))
+        grid = self._grid()
+        if grid is not None:
+            yield grid
+        yield self._stages()
+        for note in v.notes:
+            yield Text.assemble(("note: ", "mapp.dim"), note)
+
+    def _suspects(self) -> Table:
+        table = Table(title="suspects, most likely first", title_justify="left", show_edge=False, pad_edge=False)
+        for col, just in (("#", "right"), ("rank", "right"), ("where", "left"), ("kind", "left"), ("conf", "right"),
+                          ("slowdown", "right"), ("iterations", "left"), ("cost / iteration", "right")):
+            table.add_column(col, justify=just)
+        for i, s in enumerate(self.verdict.suspects, 1):
+            where = " ".join(f"{a}{s.coords[a]}" for a in ("tp", "pp", "dp")) if s.coords and s.coords.get("tp") is not None else ""
+            cost = f"+{s.excess_ns / 1e6:,.2f} ms" if s.excess_ns else ""
+            if s.without_ns is not None and s.iteration_ns:
+                cost += f" ({s.iteration_ns / 1e6:,.2f} -> {s.without_ns / 1e6:,.2f})"
+            table.add_row(str(i), Text(s.label(), style="mapp.suspect"), where, _KIND_LABEL.get(s.kind, s.kind),
+                          f"{s.confidence:.2f}", "?" if s.slowdown != s.slowdown else f"{s.slowdown:.2f}x",
+                          _ranks(s.iterations) if s.iterations else "", cost)
+        return table
+
+    def _grid(self):
+        g = self.verdict.grid
+        if g.is_empty() or g["pp"].null_count() == len(g):
+            return None
+        g = g.filter(pl.col("pp").is_not_null())
+        tp, dp = int(g["tp"].max()) + 1, int(g["dp"].max()) + 1
+        cols = tp * dp
+        if cols > _GRID_MAX_COLUMNS:
+            return Text(f"(per-rank grid omitted: {cols} ranks per stage is wider than {_GRID_MAX_COLUMNS})", style="mapp.dim")
+        table = Table(show_edge=False, pad_edge=False, show_header=True, box=None)
+        table.add_column("pp", justify="right")
+        for d in range(dp):
+            table.add_column(f"dp{d}" if tp > 1 else str(d), justify="left")
+        cells = {(r["pp"], r["dp"], r["tp"]): r for r in g.iter_rows(named=True)}
+        stages = sorted(g["pp"].unique().to_list())
+        for p in stages[:_GRID_MAX_ROWS]:
+            row = [str(p)]
+            for d in range(dp):
+                text = Text()
+                for t in range(tp):
+                    text.append_text(_cell(cells.get((p, d, t))))
+                row.append(text)
+            table.add_row(*row)
+        return Group(Text("per-rank grid: rows pp, columns dp, one mark per tp rank"), table, Text("  . healthy  + victim (waits)  X suspect  number: compute vs peers, 10ths above 1x  "
+                                 "(blank: not recorded)", style="mapp.dim"))
+
+    def _stages(self) -> Table:
+        table = Table(title="stages", title_justify="left", show_edge=False, pad_edge=False, show_header=False, box=None)
+        table.add_column()
+        table.add_column()
+        for s in self.verdict.stages:
+            if s.ran:
+                table.add_row(Text(s.name), Text.assemble(("ran", "mapp.ok"), f": {s.detail}" if s.detail else ""))
+            else:
+                table.add_row(Text(s.name), Text.assemble(("did not run", "mapp.warning"), f": {s.reason}"))
+        return table
+
+
+def _cell(row: dict | None) -> Text:
+    if row is None:
+        return Text(" ")
+    if row["role"] == "suspect":
+        return Text("X", style="mapp.suspect")
+    if row["role"] == "victim":
+        return Text("+", style="mapp.victim")
+    sd = row["slowdown"]
+    if sd is not None and sd == sd and sd >= 1.1:
+        return Text(str(min(9, int(round((sd - 1) * 10)))), style="mapp.warning")
+    return Text(".", style="mapp.dim")
+
+
+def _evidence_line(s) -> str:
+    e = s.evidence
+    parts = []
+    p = e.get("peers")
+    if p and s.kind in ("slow_compute", "slow_host"):
+        parts.append(f"compute {p['slowdown']:.2f}x {p['mode']} (z {p['z']:.1f} > {p['cut']:.1f})")
+    g = e.get("launch_gaps")
+    if g and s.kind == "slow_host":
+        parts.append(f"launch gaps +{g['excess_ms_per_iteration']:.2f} ms/it (z {g['z']:.1f})")
+    late = e.get("lateness")
+    if late:
+        parts.append(f"last in {late['share_last']:.0%} of collectives (chance {late['expected_share']:.0%}), "
+                     f"others waited {late['blame_ms']:.2f} ms")
+    b = e.get("bandwidth")
+    if b:
+        obs = b["observations"]
+        parts.append("; ".join(f"{o['what']} {'-'.join(map(str, o['ranks']))} {o['ratio']:.2f}x slower" for o in obs[:3])
+                     + (f"; +{len(obs) - 3} more" if len(obs) > 3 else ""))
+        if b.get("note"):
+            parts.append(b["note"])
+    if e.get("note"):
+        parts.append(e["note"])
+    return "; ".join(parts)
+
+
+def _ranks(ranks: list[int]) -> str:
+    from mapp.analysis.graph.diagnose import rank_list
+
+    return rank_list(ranks)

@@ -1,0 +1,49 @@
+"""``mapp detect``: which GPU, host or link slowed the job, and which ranks only waited."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mapp.analysis.detect import detect_bundle, parse_layout
+from mapp.analysis.detect.report import DetectReport
+from mapp.cli._ui import console, guarded, warn
+from mapp.cli.trace import FormatOption, load
+
+__all__ = ["register", "detect"]
+
+
+@guarded
+def detect(
+    directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank trace files.")],
+    threshold: Annotated[float, typer.Option("--threshold", help="An op (or transfer) is slow when it exceeds (1 + this) x its peers' median.")] = 0.1,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the verdict as JSON to this file.")] = None,
+    layout: Annotated[Optional[str], typer.Option("--layout", help="tp=..,pp=..,dp=.. for traces that do not record their layout.")] = None,
+    format: FormatOption = None,
+    fail_on_suspect: Annotated[bool, typer.Option("--fail-on-suspect", help="Exit with status 1 when there is a suspect.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-read the traces even if DIR/.mapp is current.")] = False,
+) -> None:
+    """Find the straggler: slow GPU, slow host, slow link or slow NIC, told apart from its victims.
+
+    Three stages: each rank's compute against its peers', who arrives last at collectives on
+    aligned clocks, and the effective bandwidth of links and collective transfers. Workload
+    imbalance (a heavy stage, uneven sequence lengths) is reported as imbalance, not a fault.
+    Exit status 0 whether or not there are suspects, unless --fail-on-suspect.
+    """
+    sizes = parse_layout(layout) if layout else None
+    bundle = load(directory, format, use_cache=not no_cache)
+    verdict = detect_bundle(bundle, threshold=threshold, layout=sizes)
+    report = DetectReport(verdict, source=str(directory))
+    console.print(report)
+    if json_out is not None:
+        report.write_json(json_out)
+        console.print(f"verdict: [mapp.path]{json_out}[/]", style="mapp.dim")
+    if fail_on_suspect and not verdict.healthy:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``detect`` command to ``app``."""
+    app.command("detect")(detect)
