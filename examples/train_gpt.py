@@ -7,7 +7,7 @@
 Data parallelism is what the world size leaves (world = tp * pp * dp). CPU with gloo or
 GPU with NCCL is chosen by what the machine has. ``--slow-rank R --slow-factor F`` is a
 software fault injector: rank R does extra work inside every transformer layer so that its
-compute takes about F times as long (sleep on CPU, extra matmuls on GPU).
+attention and MLP take about F times as long (sleep on CPU, extra matmuls on GPU).
 
 ``--groups-json PATH`` writes, from rank 0, the process groups megatron-core built (global
 ranks per TP/PP/DP group), which tests compare with the trace.
@@ -142,25 +142,29 @@ def forward_step(data, model):
 
 
 class SlowDown:
-    """Fault injector: makes every transformer layer's forward and backward about ``factor``
-    times slower on this rank. CPU: sleeps for (factor-1) times the measured duration (sleep,
-    not busy work, so the other ranks sharing the cores are not slowed too). GPU: launches
-    extra matmuls with about (factor-1) times the layer's FLOPs."""
+    """Fault injector: makes the attention and MLP of every transformer layer about ``factor``
+    times slower on this rank, forward and backward. CPU: sleeps for (factor-1) times the
+    measured duration (sleep, not busy work, so that the other ranks sharing the cores are not
+    slowed too). GPU: launches extra matmuls with about (factor-1) times the module's FLOPs."""
 
     def __init__(self, factor: float, hidden: int, device: torch.device, dtype, tp: int, seq: int):
         self.extra = max(0.0, factor - 1.0)
         self.device = device
         self.handles = []
+        self.matmuls = {}
         if device.type == "cuda":
-            # A transformer layer's forward is about 24*s*b*h^2/tp FLOPs (+ attention);
-            # one (s*b, h) @ (h, h) matmul is 2*s*b*h^2.
+            # forward FLOPs per token / tp: attention ~ 8h^2 + 4sh, MLP ~ 16h^2;
+            # one (tokens, h) @ (h, h) matmul is 2h^2 per token.
             self.weight = torch.randn(hidden, hidden, device=device, dtype=dtype)
-            self.fwd_mm = max(1, round(self.extra * (12 + 2 * seq / hidden) / tp))
+            self.matmuls = {"attention": max(1, round(self.extra * (4 + 2 * seq / hidden) / tp)),
+                            "mlp": max(1, round(self.extra * 8 / tp))}
 
     def attach(self, layers) -> None:
         for layer in layers:
-            self.handles.append(layer.register_forward_pre_hook(self._pre, prepend=True, with_kwargs=True))
-            self.handles.append(layer.register_forward_hook(self._post, prepend=True))
+            for kind, module in (("attention", layer.self_attention), ("mlp", layer.mlp)):
+                module._slow_kind = kind
+                self.handles.append(module.register_forward_pre_hook(self._pre, prepend=True, with_kwargs=True))
+                self.handles.append(module.register_forward_hook(self._post, prepend=True))
 
     def _burn(self, x: torch.Tensor, count: int) -> None:
         a = x.detach().reshape(-1, x.shape[-1])
@@ -177,7 +181,7 @@ class SlowDown:
     def _post(self, module, args, out):
         x = out[0] if isinstance(out, tuple) else out
         if self.device.type == "cuda":
-            self._burn(x, self.fwd_mm)
+            self._burn(x, self.matmuls[module._slow_kind])
         else:
             time.sleep(self.extra * (time.perf_counter() - module._slow_t0))
         if isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled():
@@ -188,7 +192,7 @@ class SlowDown:
 
     def _bwd_end(self, module, grad):
         if self.device.type == "cuda":
-            self._burn(grad, 2 * self.fwd_mm)
+            self._burn(grad, 2 * self.matmuls[module._slow_kind])
         elif getattr(module, "_slow_b0", None) is not None:
             time.sleep(self.extra * (time.perf_counter() - module._slow_b0))
             module._slow_b0 = None
