@@ -70,16 +70,20 @@ class CudaClock:
 
     ``pool_size`` bounds the events in flight: when all are in use (the GPU is far behind,
     or the writer is), :meth:`stamp` returns ``None`` and the scope is dropped, never blocking.
+    ``event_factory``/``synchronize`` replace ``torch.cuda.Event(enable_timing=True)`` and
+    ``torch.cuda.synchronize`` (tests use fakes).
     """
 
     kind = "cuda"
 
-    def __init__(self, pool_size: int = 16384, get_ns=time.perf_counter_ns, get_unix_ns=time.time_ns):
-        import torch
+    def __init__(self, pool_size: int = 16384, get_ns=time.perf_counter_ns, get_unix_ns=time.time_ns,
+                 event_factory=None, synchronize=None):
+        if event_factory is None or synchronize is None:
+            import torch
 
-        self._torch = torch
-        self._Event = torch.cuda.Event
-        self.device = torch.cuda.current_device()
+            event_factory = event_factory or (lambda: torch.cuda.Event(enable_timing=True))
+            synchronize = synchronize or torch.cuda.synchronize
+        self._new_event = event_factory
         self._free: collections.deque = collections.deque()
         self._made = 0
         self.pool_size = pool_size
@@ -87,8 +91,8 @@ class CudaClock:
         self._get_ns = get_ns
         # One synchronize, outside the training loop, so that the base event's GPU time
         # and the host reading describe the same instant.
-        torch.cuda.synchronize()
-        self._base = self._Event(enable_timing=True)
+        synchronize()
+        self._base = event_factory()
         self._base.record()
         self._base.synchronize()
         self.base_ns = get_ns()
@@ -103,7 +107,7 @@ class CudaClock:
                 self.exhausted += 1
                 return None
             self._made += 1
-            return self._Event(enable_timing=True)
+            return self._new_event()
 
     def stamp(self, anchor: Any = None):
         """Record a pooled event on the current stream (``None`` when the pool is empty)."""

@@ -1,0 +1,112 @@
+"""The CUDA-event clock's bookkeeping with fake events: pooled stamps, times relative to the
+iteration anchor, events resolved only once complete, a bounded pool that drops instead of
+blocking. (The real GPU run is benchmarks/capture_overhead.py on the device machine.)"""
+
+from __future__ import annotations
+
+import time
+
+from mapp.capture import CudaClock, Granularity, Tracer, TracerConfig, Window
+
+from ._read import read_v1
+
+
+class FakeGpu:
+    """A GPU timeline in ms; ``hold`` keeps newly recorded events incomplete until ``release``."""
+
+    def __init__(self) -> None:
+        self.now_ms = 1000.0
+        self.hold = False
+        self.pending: list["FakeEvent"] = []
+        self.syncs = 0
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+        self.release()
+
+    def release(self) -> None:
+        for e in self.pending:
+            e.done = True
+        self.pending.clear()
+
+    def event(self) -> "FakeEvent":
+        return FakeEvent(self)
+
+
+class FakeEvent:
+    def __init__(self, gpu: FakeGpu):
+        self.gpu, self.t_ms, self.done = gpu, None, False
+
+    def record(self) -> None:
+        self.gpu.now_ms += 0.5
+        self.t_ms, self.done = self.gpu.now_ms, not self.gpu.hold
+        if self.gpu.hold:
+            self.gpu.pending.append(self)
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.done = True
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        assert self.done and end.done, "elapsed_time on an incomplete event"
+        return end.t_ms - self.t_ms
+
+
+def make(tmp_path, gpu: FakeGpu, pool: int = 64) -> Tracer:
+    clock = CudaClock(pool_size=pool, event_factory=gpu.event, synchronize=gpu.synchronize)
+    return Tracer(TracerConfig(trace_dir=str(tmp_path), rank=1, world_size=2, flush_ms=5.0,
+                               window=Window(interval=1, length=1)), clock=clock)
+
+
+def test_stamps_resolve_after_completion_without_synchronizing(tmp_path):
+    gpu = FakeGpu()
+    t = make(tmp_path, gpu)
+    assert gpu.syncs == 1  # once, when the clock is made
+    gpu.hold = True
+    with t.iteration(0):
+        with t.scope("forward", cat="compute", level=Granularity.SCHEDULE, microbatch=0):
+            pass
+    time.sleep(0.1)  # the writer finds the events incomplete and waits
+    assert [e for e in read_v1(tmp_path / "rank-00001.json")[0] if e["ph"] == "X"] == []
+    assert gpu.syncs == 1
+    gpu.release()
+    t.close()
+    events = read_v1(tmp_path / "rank-00001.json")[0]
+    assert events[0]["args"]["clock"] == "cuda"
+    assert events[0]["args"]["clock_anchor"]["source"] == "cuda_event"
+    xs = {e["name"]: e for e in events if e["ph"] == "X"}
+    # base at 1000.5 ms; iteration anchor 1001.0, iteration start 1001.5, forward 1002.0-1002.5,
+    # iteration end 1003.0 (each record advances the fake GPU by 0.5 ms)
+    assert xs["forward"]["ts"] == 1500.0 and xs["forward"]["dur"] == 500.0
+    assert xs["iteration"]["ts"] == 1000.0 and xs["iteration"]["dur"] == 1500.0
+
+
+def test_events_return_to_the_pool(tmp_path):
+    gpu = FakeGpu()
+    t = make(tmp_path, gpu, pool=8)
+    for i in range(50):
+        with t.iteration(i):
+            with t.scope("forward", level=Granularity.SCHEDULE):
+                pass
+        time.sleep(0.002)
+    t.close()
+    names = [e["name"] for e in read_v1(tmp_path / "rank-00001.json")[0] if e["ph"] == "X"]
+    assert t.clock._made <= 8
+    assert names.count("iteration") + t.clock.exhausted >= 40  # most made it through a pool of 8
+
+
+def test_exhausted_pool_drops_instead_of_blocking(tmp_path):
+    gpu = FakeGpu()
+    gpu.hold = True  # nothing completes: the pool runs dry
+    t = make(tmp_path, gpu, pool=6)
+    with t.iteration(0):
+        for _ in range(10):
+            with t.scope("op", level=Granularity.ITERATION):
+                pass
+    assert t.clock.exhausted > 0
+    gpu.release()
+    t.close()
+    ops = [e for e in read_v1(tmp_path / "rank-00001.json")[0] if e.get("name") == "op"]
+    assert 0 < len(ops) < 10
