@@ -199,7 +199,7 @@ def measure(directory: Path, truth_path: Path) -> dict:
         bundle = TraceBundle(directory, "mapp", cache / "events.parquet", pl.read_parquet(cache / "ranks.parquet"))
     out: dict = {}
     t = time.perf_counter()
-    matching = match_bundle(bundle)
+    matching = match_bundle(bundle, use_cache=False)
     out["match_s"] = time.perf_counter() - t
     t = time.perf_counter()
     clock = align_bundle(bundle, matching)

@@ -32,6 +32,8 @@ __all__ = ["AlignOptions", "solve", "align_bundle"]
 
 _NS_PER_S = 1e9
 _MIN_SCALE_NS = 20.0
+_SCALE_SAMPLE = 1 << 18
+_CONVERGED_NS = 10.0
 
 
 @dataclass(kw_only=True, slots=True)
@@ -84,9 +86,19 @@ def _system(frame: pl.DataFrame, index: dict[int, int], t0: np.ndarray, with_wei
     xj = (v - t0[j]).astype(np.float64) / _NS_PER_S
     w0 = frame["weight"].to_numpy()[known][ok].astype(np.float64) if with_weight else np.ones(len(i))
     kind = frame["kind"].to_numpy()[known][ok].astype(np.int64) if with_weight else np.zeros(len(i), np.int64)
-    codes = i * n + j
+    edge, unique = _edges(i * n + j, n)
+    return _System(n, i, j, xi, xj, y, w0, kind, edge, unique // n, unique % n)
+
+
+def _edges(codes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index of each anchor's rank pair among the distinct pairs, and those pairs' codes."""
+    if n * n <= 1 << 26:
+        counts = np.bincount(codes, minlength=n * n)
+        present = counts > 0
+        index = np.cumsum(present) - 1
+        return index[codes], np.flatnonzero(present)
     unique, edge = np.unique(codes, return_inverse=True)
-    return _System(n, i, j, xi, xj, y, w0, kind, edge.ravel(), unique // n, unique % n)
+    return edge.ravel(), unique
 
 
 def _normal(sys_: _System, w: np.ndarray, drift: bool, ridge: np.ndarray) -> tuple[sparse.csr_matrix, np.ndarray]:
@@ -132,10 +144,12 @@ def _ridge(sys_: _System, w: np.ndarray) -> np.ndarray:
 
 
 def _solve_once(sys_: _System, w: np.ndarray, drift: bool, fixed: np.ndarray,
-                fixed_a: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                fixed_a: np.ndarray | None = None, ridge: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Weighted least squares with the offsets of ``fixed`` ranks held at ``fixed_a`` (default 0)
     and their rates at 0."""
-    matrix, rhs = _normal(sys_, w, drift, _ridge(sys_, w) if drift else np.zeros(0))
+    if drift and ridge is None:
+        ridge = _ridge(sys_, w)
+    matrix, rhs = _normal(sys_, w, drift, ridge if drift else np.zeros(0))
     n = sys_.n
     free = np.ones(2 * n if drift else n, dtype=bool)
     free[fixed] = False
@@ -159,19 +173,20 @@ def _residuals(sys_: _System, a: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 
 def _robust_weights(r: np.ndarray, kind: np.ndarray, tukey: bool) -> np.ndarray:
-    w = np.ones(len(r))
-    for k in np.unique(kind):
-        sel = kind == k
-        rk = r[sel]
-        scale = max(1.4826 * float(np.median(np.abs(rk - np.median(rk)))), _MIN_SCALE_NS)
-        z = np.abs(rk) / scale
-        if tukey:
-            c = 4.685
-            w[sel] = np.where(z < c, (1 - (z / c) ** 2) ** 2, 0.0)
-        else:
-            c = 1.345
-            w[sel] = np.where(z <= c, 1.0, c / np.maximum(z, 1e-300))
-    return w
+    """Huber or Tukey weights with a robust scale (MAD) per anchor kind, the scale estimated on
+    at most ``_SCALE_SAMPLE`` anchors of each kind."""
+    scale = np.full(int(kind.max()) + 1 if len(kind) else 1, _MIN_SCALE_NS)
+    stride = max(1, len(r) // _SCALE_SAMPLE)
+    sample_r, sample_k = r[::stride], kind[::stride]
+    for k in np.unique(sample_k):
+        rk = sample_r[sample_k == k]
+        scale[k] = max(1.4826 * float(np.median(np.abs(rk - np.median(rk)))), _MIN_SCALE_NS)
+    z = np.abs(r) / scale[kind]
+    if tukey:
+        c = 4.685
+        return np.where(z < c, np.square(1 - np.square(z / c)), 0.0)
+    c = 1.345
+    return np.minimum(1.0, c / np.maximum(z, 1e-300))
 
 
 def solve(
@@ -206,14 +221,15 @@ def solve(
     w = eq.w0.copy()
     a = np.zeros(n)
     s = np.zeros(n)
+    ridge = _ridge(eq, eq.w0) if options.drift else None
     if len(eq.y):
         for round_ in range(options.iterations):
-            a_new, s_new = _solve_once(eq, w, options.drift, fixed)
+            a_new, s_new = _solve_once(eq, w, options.drift, fixed, ridge=ridge)
             change = float(np.max(np.abs(a_new - a))) if round_ else np.inf
             a, s = a_new, s_new
-            if round_ >= 3 and change < 0.5:
+            if round_ >= 2 and change < _CONVERGED_NS:
                 break
-            w = eq.w0 * _robust_weights(_residuals(eq, a, s), eq.kind, tukey=round_ >= 2)
+            w = eq.w0 * _robust_weights(_residuals(eq, a, s), eq.kind, tukey=round_ >= 1)
     violations = 0
     fixed_a = np.zeros(len(fixed))
     notes: list[str] = []
@@ -335,11 +351,11 @@ def _concat(eq: _System, after: _System, active: np.ndarray) -> _System:
     i = np.concatenate([eq.i, after.i[active]])
     j = np.concatenate([eq.j, after.j[active]])
     n = eq.n
-    unique, edge = np.unique(i * n + j, return_inverse=True)
+    edge, unique = _edges(i * n + j, n)
     return _System(
         n, i, j, np.concatenate([eq.xi, after.xi[active]]), np.concatenate([eq.xj, after.xj[active]]),
         np.concatenate([eq.y, after.y[active]]), np.concatenate([eq.w0, after.w0[active]]),
-        np.concatenate([eq.kind, after.kind[active]]), edge.ravel(), unique // n, unique % n,
+        np.concatenate([eq.kind, after.kind[active]]), edge, unique // n, unique % n,
     )
 
 

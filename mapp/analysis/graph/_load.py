@@ -13,23 +13,18 @@ def collective_events(scan: pl.LazyFrame) -> pl.LazyFrame:
     return scan.filter((pl.col("cat") == "collective") & (pl.col("ph") == "X")).select(COLLECTIVE_COLUMNS)
 
 
-def p2p_events(scan: pl.LazyFrame) -> pl.LazyFrame:
+def p2p_events(scan: pl.LazyFrame) -> pl.DataFrame:
     """Timed point-to-point calls; ``expect`` is the name of the matching call on the peer, when
-    the format records it (MegatronApp does, in ``args``) and the event has no ``seq``."""
+    the format records it (MegatronApp does, in ``args``) and the event has no ``seq``. The
+    ``args`` JSON is only read when some call lacks a ``seq``."""
+    p2p = scan.filter((pl.col("cat") == "p2p") & (pl.col("ph") == "X"))
+    calls = p2p.select(P2P_COLUMNS[:-1]).collect()
+    if calls["seq"].null_count() == 0:
+        return calls.with_columns(pl.lit(None, pl.String).alias("expect"))
     expect = (
         pl.when(pl.col("seq").is_null())
         .then(pl.col("args").str.json_path_match("$.expect"))
         .otherwise(pl.lit(None, pl.String))
         .alias("expect")
     )
-    return (
-        scan.filter((pl.col("cat") == "p2p") & (pl.col("ph") == "X"))
-        .select(*P2P_COLUMNS[:-1], "args")
-        .with_columns(expect)
-        .select(P2P_COLUMNS)
-    )
-
-
-def first_event_ns(scan: pl.LazyFrame) -> pl.DataFrame:
-    """Per rank, the timestamp of its first event (``rank``, ``t0_ns``): where offsets are stated."""
-    return scan.group_by("rank").agg(t0_ns=pl.col("ts_ns").min()).sort("rank").collect()
+    return p2p.select(*P2P_COLUMNS[:-1], "args").with_columns(expect).select(P2P_COLUMNS).collect()

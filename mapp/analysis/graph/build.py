@@ -55,9 +55,12 @@ def build_graph(
     """Build the dependency graph of ``matching`` (optionally restricted to some ranks/iterations)."""
     nodes = _nodes(matching, None if ranks is None else set(ranks), None if iterations is None else set(iterations))
     graph = nx.DiGraph()
-    keys = list(zip(nodes["rank"].to_list(), nodes["kind"].to_list(), nodes["id"].to_list()))
-    attrs = nodes.select("rank", "kind", "op", "iteration", "start_ns", "end_ns").to_dicts()
-    graph.add_nodes_from(zip(keys, attrs))
+    columns = [nodes[c].to_list() for c in ("rank", "kind", "id", "op", "iteration", "start_ns", "end_ns")]
+    keys = list(zip(*columns[:3]))
+    graph.add_nodes_from(
+        (key, {"rank": key[0], "kind": key[1], "op": op, "iteration": it, "start_ns": s, "end_ns": e})
+        for key, op, it, s, e in zip(keys, *columns[3:])
+    )
 
     coll = nodes.filter(pl.col("kind") == "collective").select("id", "rank")
     hub = coll.group_by("id").agg(pl.col("rank").min().alias("hub"))

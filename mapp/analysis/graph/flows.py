@@ -123,8 +123,11 @@ def _collective_lines(matching, tids: dict[str, int], offsets_ns) -> Iterator[st
             pl.lit('{"name":"last arriver","cat":"collective","ph":"i","s":"t","pid":'),
             pl.col("rank").cast(pl.String), pl.lit(',"tid":'), _tid(tids, "lane").cast(pl.String),
             pl.lit(',"ts":'), _us(pl.col("start_ns") + _shift(offsets_ns, "rank")),
-            pl.lit(',"args":{"instance_id":'), pl.col("instance_id").cast(pl.String),
-            pl.lit(',"op":"'), pl.col("op"), pl.lit('","group":"'), pl.col("group").fill_null(""),
-            pl.lit('","waited_us":'), _us(pl.col(start) - pl.col("_first")), pl.lit("}},\n"),
+            pl.lit(',"args":'),
+            pl.struct(
+                pl.col("instance_id"), pl.col("op"), pl.col("group"),
+                waited_us=(pl.col(start) - pl.col("_first")) / 1000.0,
+            ).struct.json_encode(),
+            pl.lit("},\n"),
         ])
         yield "".join(last.select(mark).to_series().to_list())

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import polars as pl
 
-from mapp.analysis.graph import _load
+from mapp.analysis.graph import _cache, _load
 from mapp.analysis.graph.collectives import instance_timing, match_collectives
 from mapp.analysis.graph.diagnose import Finding, findings_frame, sort_findings
 from mapp.analysis.graph.p2p import match_p2p
@@ -90,12 +90,18 @@ def match_events(
     return Matching(instances, members, pairs, sort_findings(found_c + found_p))
 
 
-def match_bundle(bundle) -> Matching:
+def match_bundle(bundle, *, use_cache: bool = True) -> Matching:
     """Match every collective and p2p call of a :class:`~mapp.analysis.ingest.TraceBundle`.
 
     Reads only the communication events (and only the columns needed) from the events table.
+    The result is kept in ``DIR/.mapp/matching/`` and reused while the events table is unchanged.
     """
+    if use_cache and (cached := _cache.load(bundle)) is not None:
+        return cached
     scan = bundle.scan()
     calls_c = _load.collective_events(scan).collect()
-    calls_p = _load.p2p_events(scan).collect()
-    return match_events(calls_c, calls_p, bundle.ranks["rank"].to_list())
+    calls_p = _load.p2p_events(scan)
+    matching = match_events(calls_c, calls_p, bundle.ranks["rank"].to_list())
+    if use_cache:
+        _cache.store(bundle, matching)
+    return matching

@@ -207,3 +207,15 @@ def test_chrome_extras_are_flow_events_inside_their_slices(tmp_path):
     assert first["pid"] == 0 and 600 <= first["ts"] <= 650 and first["bp"] == "e"
     tp_marks = sorted((e["pid"], e["ts"]) for e in marks if e["args"]["group"] == "tp" and e["pid"] in (0, 1))
     assert tp_marks == [(1, pytest.approx(110.0)), (1, pytest.approx(211.0)), (1, pytest.approx(312.0))]
+
+
+def test_matching_is_cached_beside_the_events_table(tmp_path):
+    job = Job(tp=4, pp=1, dp=1)
+    job.collective("all_reduce", "tp", [0, 1, 2, 3], arrive=100, end=150)
+    job.collective("all_reduce", "tp", [0, 1, 2, 3], arrive=200, end=250, skip=(3,))
+    bundle = load_bundle(job.write(tmp_path))
+    first = match_bundle(bundle)
+    assert (tmp_path / ".mapp" / "matching" / "members.parquet").exists()
+    again = match_bundle(bundle)
+    assert again.collectives.equals(first.collectives) and again.members.equals(first.members)
+    assert again.findings == first.findings and again.findings[0].ranks == (3,)
