@@ -159,10 +159,24 @@ class TraceDatabase:
         except KeyboardInterrupt:
             self.connection.interrupt()
             worker.join()
+            self._wait_until_idle()
             raise KeyboardInterrupt from None
         if "error" in outcome:
             raise outcome["error"]
         return outcome["results"]
+
+    def _wait_until_idle(self, timeout_s: float = 10.0) -> None:
+        # DuckDB's own threads wind an interrupted query down after the call has returned; the
+        # connection refuses new calls ("busy") until they have.
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.connection.execute("SELECT 1").fetchall()
+                return
+            except duckdb.Error:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.02)
 
     def close(self) -> None:
         self.connection.close()
@@ -176,8 +190,19 @@ def _run_statement(con: duckdb.DuckDBPyConnection, statement, params: dict[str, 
     relation = con.sql(statement.query, params=params or None)
     if relation is None:
         return None
-    to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
-    return to_table()
+    try:
+        to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
+        return to_table()
+    except BaseException:
+        # An interrupted or failed result would keep the connection busy while referenced.
+        relation.close()
+        abort = getattr(con, "abort", None)
+        if abort is not None:
+            try:
+                abort()
+            except duckdb.Error:
+                pass
+        raise
 
 
 def _query_error(error: duckdb.Error) -> QueryError:

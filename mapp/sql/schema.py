@@ -22,7 +22,7 @@ import polars as pl
 
 from mapp import __version__
 
-__all__ = ["TABLES", "Table", "SchemaInfo", "build_schema", "SCHEMA_VERSION"]
+__all__ = ["TABLES", "Table", "SchemaInfo", "build_schema", "describe", "bundle_fingerprint", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -115,6 +115,13 @@ TABLES: dict[str, Table] = {t.name: t for t in [
         "ts_aligned_ns": "start, reference clock (null without a clock model)",
         "end_aligned_ns": "end, reference clock (null without a clock model)",
         "marked": "true: from an iteration marker event; false: spanned from the iteration's events",
+    }),
+    Table("iteration_windows", "the slice of time that counts as one iteration for one rank", {
+        "rank": "global rank", "iteration": "training iteration",
+        "start_ns": "window start: the job's previous iteration end (its first event for the first one)",
+        "end_ns": "window end: the last end of any rank's event of this iteration",
+        "aligned": "true: job-wide windows on the reference clock (compare with *_aligned_ns); "
+                   "false: each rank's own iterations on its own clock (compare with ts_ns)",
     }),
     Table("findings", "one problem (or note) found while matching communication", {
         "kind": "missing_member, op_mismatch, unmatched_send, ...", "severity": "error, warning or info",
@@ -217,6 +224,7 @@ def build_schema(
     _build_ranks(con, bundle)
     _build_comm(con, matching)
     _build_iterations(con)
+    _build_windows(con, clock is not None)
     findings = matching.findings_frame() if matching is not None else None
     if findings is None or findings.is_empty():
         findings = pl.DataFrame(schema={"kind": pl.String, "severity": pl.String, "message": pl.String})
@@ -323,6 +331,26 @@ def _build_iterations(con: duckdb.DuckDBPyConnection) -> None:
         SELECT rank, iteration, ts_ns, end_ns - ts_ns AS dur_ns, end_ns, ts_aligned_ns, end_aligned_ns, marked
         FROM (SELECT * FROM marks UNION ALL SELECT * FROM spans)
         ORDER BY rank, iteration""")
+
+
+def _build_windows(con: duckdb.DuckDBPyConnection, aligned: bool) -> None:
+    if aligned:
+        con.execute("""
+            CREATE TABLE iteration_windows AS
+            WITH job AS (SELECT iteration, min(ts_aligned_ns) AS first_ns, max(end_aligned_ns) AS last_ns
+                         FROM iterations GROUP BY iteration),
+            spans AS (SELECT iteration, coalesce(lag(last_ns) OVER (ORDER BY iteration), first_ns) AS start_ns,
+                             last_ns AS end_ns FROM job)
+            SELECT r.rank, s.iteration, s.start_ns, s.end_ns, true AS aligned
+            FROM spans s CROSS JOIN (SELECT DISTINCT rank FROM iterations) r
+            ORDER BY r.rank, s.iteration""")
+    else:
+        con.execute("""
+            CREATE TABLE iteration_windows AS
+            SELECT rank, iteration,
+                   coalesce(lag(end_ns) OVER (PARTITION BY rank ORDER BY iteration), ts_ns) AS start_ns,
+                   end_ns, false AS aligned
+            FROM iterations ORDER BY rank, iteration""")
 
 
 def _build_bundle(con: duckdb.DuckDBPyConnection, bundle, clock, notes: list[str]) -> None:

@@ -1,7 +1,7 @@
 -- pipeline_bubbles: the share of each pipeline stage's iteration spent not computing.
 --
--- Per stage, averaged over its ranks and the selected iterations: the iteration window (the
--- whole job's iteration on the reference clock when aligned, else each rank's own), the time
+-- Per stage, averaged over its ranks and the selected iterations: the iteration window (table
+-- iteration_windows: the job's iteration on the reference clock when aligned), the time
 -- the stage computed in it (union of cat compute and optimizer) and the rest, the bubble.
 -- A 1F1B schedule with p stages and m microbatches of equal cost has a bubble ratio of about
 -- (p - 1) / (m + p - 1); a stage with more work than the others has a smaller one.
@@ -15,25 +15,35 @@
 -- @column bubble_ns DOUBLE  mean time not computing
 -- @column bubble_ratio DOUBLE  bubble_ns / window_ns
 -- @column max_rank_bubble_ratio DOUBLE  the largest ratio of one rank of the stage
-WITH aligned AS (SELECT aligned FROM bundle),
+WITH clock AS (SELECT aligned FROM bundle),
 win AS (
-    SELECT i.rank, i.iteration,
-           CASE WHEN a.aligned THEN min(i.ts_aligned_ns) OVER (PARTITION BY i.iteration) ELSE i.ts_ns END AS w0,
-           CASE WHEN a.aligned THEN max(i.end_aligned_ns) OVER (PARTITION BY i.iteration) ELSE i.end_ns END AS w1
-    FROM iterations i, aligned a
-    WHERE i.iteration >= (SELECT min(iteration) FROM iterations) + $skip
+    SELECT rank, iteration, start_ns AS w0, end_ns AS w1 FROM iteration_windows
+),
+ev AS (
+    SELECT e.rank, e.cat,
+           CASE WHEN c.aligned THEN e.ts_aligned_ns ELSE e.ts_ns END AS s,
+           CASE WHEN c.aligned THEN e.end_aligned_ns ELSE e.end_ns END AS e
+    FROM events e, clock c
+    WHERE e.ph = 'X' AND e.cat IN ('compute', 'optimizer') AND e.dur_ns > 0
+),
+assigned AS (
+    SELECT ev.rank, ev.cat, ev.s, ev.e, w.iteration, w.w1
+    FROM ev ASOF JOIN win w ON ev.rank = w.rank AND ev.s >= w.w0
+),
+pieces AS (
+    SELECT rank, cat, iteration, s, least(e, w1) AS e FROM assigned
+    UNION ALL
+    SELECT a.rank, a.cat, n.iteration, a.w1 AS s, least(a.e, n.w1) AS e
+    FROM assigned a JOIN win n ON n.rank = a.rank AND n.w0 = a.w1
+    WHERE a.e > a.w1
 ),
 clipped AS (
-    SELECT e.rank, e.iteration,
-           greatest(CASE WHEN a.aligned THEN e.ts_aligned_ns ELSE e.ts_ns END, w.w0) AS s,
-           least(CASE WHEN a.aligned THEN e.end_aligned_ns ELSE e.end_ns END, w.w1) AS e
-    FROM events e JOIN win w ON e.rank = w.rank AND e.iteration = w.iteration, aligned a
-    WHERE e.ph = 'X' AND e.cat IN ('compute', 'optimizer') AND e.dur_ns > 0
+    SELECT * FROM pieces WHERE e > s AND iteration >= (SELECT min(iteration) FROM win) + $skip
 ),
 reach AS (
     SELECT *, max(e) OVER (PARTITION BY rank, iteration ORDER BY s, e
                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
-    FROM clipped WHERE e > s
+    FROM clipped
 ),
 islands AS (
     SELECT *, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
@@ -49,6 +59,7 @@ per_rank AS (
     SELECT w.rank, r.pp, count(*) AS iterations, sum(w.w1 - w.w0) AS window_ns,
            sum(coalesce(b.compute_ns, 0)) AS compute_ns
     FROM win w JOIN ranks r USING (rank) LEFT JOIN busy b USING (rank, iteration)
+    WHERE w.iteration >= (SELECT min(iteration) FROM win) + $skip
     GROUP BY w.rank, r.pp
 )
 SELECT

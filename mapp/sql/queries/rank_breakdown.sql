@@ -1,7 +1,7 @@
 -- rank_breakdown: where each rank's time went: compute, communication and idle.
 --
--- Inside each iteration's window (the whole job's iteration on the reference clock when the
--- clocks are aligned, else the rank's own iteration), the union of the rank's compute intervals
+-- Inside each iteration's window (table iteration_windows: the job's iteration on the reference
+-- clock when the clocks are aligned, else the rank's own iteration), the union of the rank's compute intervals
 -- (cat compute or optimizer), of its communication intervals (collective or p2p) and of all
 -- its events; overlapping intervals count once. Communication while the rank computes is
 -- overlapped; the rest is exposed. Idle time is covered by no event (pipeline bubbles, waiting
@@ -23,27 +23,37 @@
 -- @column compute_frac DOUBLE  compute_ns / window_ns
 -- @column exposed_comm_frac DOUBLE  exposed_comm_ns / window_ns
 -- @column idle_frac DOUBLE  idle_ns / window_ns
-WITH aligned AS (SELECT aligned FROM bundle),
+WITH clock AS (SELECT aligned FROM bundle),
 win AS (
-    SELECT i.rank, i.iteration,
-           CASE WHEN a.aligned THEN min(i.ts_aligned_ns) OVER (PARTITION BY i.iteration) ELSE i.ts_ns END AS w0,
-           CASE WHEN a.aligned THEN max(i.end_aligned_ns) OVER (PARTITION BY i.iteration) ELSE i.end_ns END AS w1
-    FROM iterations i, aligned a
-    WHERE i.iteration >= (SELECT min(iteration) FROM iterations) + $skip
+    SELECT rank, iteration, start_ns AS w0, end_ns AS w1 FROM iteration_windows
+),
+ev AS (
+    SELECT e.rank, e.cat,
+           CASE WHEN c.aligned THEN e.ts_aligned_ns ELSE e.ts_ns END AS s,
+           CASE WHEN c.aligned THEN e.end_aligned_ns ELSE e.end_ns END AS e
+    FROM events e, clock c
+    WHERE e.ph = 'X' AND e.cat <> 'iteration' AND e.dur_ns > 0
+),
+assigned AS (
+    SELECT ev.rank, ev.cat, ev.s, ev.e, w.iteration, w.w1
+    FROM ev ASOF JOIN win w ON ev.rank = w.rank AND ev.s >= w.w0
+),
+pieces AS (
+    SELECT rank, cat, iteration, s, least(e, w1) AS e FROM assigned
+    UNION ALL
+    SELECT a.rank, a.cat, n.iteration, a.w1 AS s, least(a.e, n.w1) AS e
+    FROM assigned a JOIN win n ON n.rank = a.rank AND n.w0 = a.w1
+    WHERE a.e > a.w1
 ),
 clipped AS (
-    SELECT e.rank, e.iteration, e.cat,
-           greatest(CASE WHEN a.aligned THEN e.ts_aligned_ns ELSE e.ts_ns END, w.w0) AS s,
-           least(CASE WHEN a.aligned THEN e.end_aligned_ns ELSE e.end_ns END, w.w1) AS e
-    FROM events e JOIN win w ON e.rank = w.rank AND e.iteration = w.iteration, aligned a
-    WHERE e.ph = 'X' AND e.cat <> 'iteration' AND e.dur_ns > 0
+    SELECT * FROM pieces WHERE e > s AND iteration >= (SELECT min(iteration) FROM win) + $skip
 ),
 classed AS (
     SELECT rank, iteration, s, e,
            unnest(CASE WHEN cat IN ('compute', 'optimizer') THEN ['compute', 'cc', 'all']
                        WHEN cat IN ('collective', 'p2p') THEN ['comm', 'cc', 'all']
                        ELSE ['all'] END) AS cls
-    FROM clipped WHERE e > s
+    FROM clipped
 ),
 reach AS (
     SELECT *, max(e) OVER (PARTITION BY rank, iteration, cls ORDER BY s, e
@@ -68,7 +78,10 @@ per_rank AS (
            coalesce(sum(ns) FILTER (cls = 'all'), 0) AS all_ns
     FROM covered GROUP BY rank
 ),
-windows AS (SELECT rank, count(*) AS iterations, sum(w1 - w0) AS window_ns FROM win GROUP BY rank)
+windows AS (
+    SELECT rank, count(*) AS iterations, sum(w1 - w0) AS window_ns FROM win
+    WHERE iteration >= (SELECT min(iteration) FROM win) + $skip GROUP BY rank
+)
 SELECT
     w.rank, r.pp, r.tp, r.dp, w.iterations, CAST(w.window_ns AS BIGINT) AS window_ns,
     CAST(coalesce(p.compute_ns, 0) AS BIGINT) AS compute_ns,
