@@ -38,7 +38,6 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
     ``tp=2,pp=1,dp=2`` text) for traces that do not record it. ``matching``/``clock`` may be
     passed when already computed (``match_bundle``/``align_bundle``), else they are computed.
     """
-    from mapp.analysis.align import align_bundle
     from mapp.analysis.graph import match_bundle
 
     if not threshold > 0:
@@ -64,10 +63,10 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
     notes: list[str] = []
     if not matching.aligned:
         try:
-            clock = clock if clock is not None else align_bundle(bundle, matching)
+            clock = clock if clock is not None else _align(bundle, matching, notes)
             matching = matching.with_clock(clock)
         except Exception as error:  # alignment is best effort: stage 2 then says why it did not run
-            notes.append(f"clock alignment failed ({type(error).__name__}: {error}); stage 2 skipped")
+            notes.append(f"clock alignment failed ({type(error).__name__}: {str(error).splitlines()[0][:160]}); stage 2 skipped")
     lap("align")
     groups = matching.members.join(
         matching.collectives.select("instance_id", "group", "group_ranks"), on="instance_id"
@@ -104,6 +103,23 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
     return Verdict(suspects=suspects, imbalance=imbalance, stages=stages, layout=info.describe(),
                    layout_sizes=info.sizes, traced=len(traced), unrecorded=info.unrecorded, victims=victims,
                    grid=grid, iteration_ns=iteration_ns, threshold=threshold, timings_s=timings, notes=notes)
+
+
+def _align(bundle, matching, notes: list[str]):
+    """Offsets and drifts; offsets only when the drift solve is degenerate (too few anchors
+    spread over time, as with short MegatronApp traces)."""
+    import math
+    import warnings
+
+    from mapp.analysis.align import AlignOptions, align_bundle
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clock = align_bundle(bundle, matching)
+        if all(math.isfinite(c.offset_ns) and math.isfinite(c.drift_ppm) for c in clock.ranks.values()):
+            return clock
+        notes.append("clock drift could not be solved; aligned with constant offsets only")
+        return align_bundle(bundle, matching, options=AlignOptions(drift=False))
 
 
 def _iteration_ns(iters: pl.DataFrame, events: pl.DataFrame) -> float | None:

@@ -176,8 +176,8 @@ def _replica_effect(ops: pl.DataFrame, threshold: float) -> tuple[pl.DataFrame, 
     e = have_mb.group_by(cell).agg(e=pl.col("r").median(), n=pl.len())
     e = e.with_columns(e_c=pl.col("e") - pl.col("e").median().over(["dp", "iteration"]))
     spread = e.select(robust_scale("e_c")).item() or 0.0
-    noise = ops.join(e.select(*cell, "e_c"), on=cell, how="left").select(
-        robust_scale(pl.col("r") - pl.col("e_c").fill_null(0.0))
+    noise = have_mb.join(e.select(*cell, "e"), on=cell, how="left").select(
+        robust_scale(pl.col("r") - pl.col("e"))
     ).item() or 0.0
     n = float(e["n"].median())
     # a median of n ops with per-op noise sigma scatters by MEDIAN_SE * sigma / sqrt(n); four

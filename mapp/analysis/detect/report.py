@@ -73,7 +73,7 @@ class DetectReport:
         table = Table(title="suspects, most likely first", title_justify="left", show_edge=False, pad_edge=False)
         for col, just in (("#", "right"), ("rank", "right"), ("where", "left"), ("kind", "left"), ("conf", "right"),
                           ("slowdown", "right"), ("iterations", "left"), ("cost / iteration", "right")):
-            table.add_column(col, justify=just)
+            table.add_column(col, justify=just, no_wrap=col in ("kind", "where", "slowdown"))
         for i, s in enumerate(self.verdict.suspects, 1):
             where = " ".join(f"{a}{s.coords[a]}" for a in ("tp", "pp", "dp")) if s.coords and s.coords.get("tp") is not None else ""
             cost = f"+{s.excess_ns / 1e6:,.2f} ms" if s.excess_ns else ""

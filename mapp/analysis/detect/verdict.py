@@ -183,7 +183,14 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                 evidence={"lateness": _late_evidence(row), "note": "stage 1 could not run: slow compute or slow host"},
             ))
     if bandwidth.ran:
+        hosts = {s.rank: s for s in suspects if s.kind == "slow_host"}
         for f in bandwidth.findings:
+            # A slow host launches its transfers late too; where a trace's p2p span starts before
+            # the launch (MegatronApp's batched p2p), its links look slow for that reason alone.
+            late_launch = [hosts[r] for r in f.ranks if r in hosts] if f.kind != "slow_nic" else []
+            if late_launch:
+                late_launch[0].evidence.setdefault("slow_links_explained", []).extend(f.observations)
+                continue
             suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))
     suspects.sort(key=lambda s: (-s.excess_ns, -s.confidence))
     imbalance = _imbalance(peers, threshold, layout)

@@ -1,0 +1,67 @@
+"""``mapp bench``: measured accuracy and speed of mapp's analyses."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from mapp.cli._ui import console, guarded, progress_bar
+from mapp.errors import InputError
+
+__all__ = ["register", "bench_app"]
+
+bench_app = typer.Typer(help="Measure mapp's analyses on simulated jobs with known answers.", no_args_is_help=True)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def suite_table(rows: list[dict], title: str) -> Table:
+    """A table of suite summary rows (``SuiteResult.rows``)."""
+    table = Table(title=title, title_justify="left")
+    for col in ("group", "scenarios", "faults", "negatives", "top-1", "recall", "precision", "negatives flagged",
+                "analysis mean", "analysis max"):
+        table.add_column(col, justify="left" if col == "group" else "right")
+    for r in rows:
+        table.add_row(r["group"], str(r["scenarios"]), str(r["faults"]), str(r["negatives"]), _pct(r["top1"]),
+                      _pct(r["recall"]), _pct(r["precision"]), str(r["negatives_flagged"]),
+                      f"{r['analysis_mean_s'] * 1e3:,.0f} ms", f"{r['analysis_max_s'] * 1e3:,.0f} ms",
+                      style="bold" if r["group"] == "all" else None)
+    return table
+
+
+@bench_app.command("detect")
+@guarded
+def detect(
+    scale: Annotated[str, typer.Option("--scale", help="ci (30 small scenarios), small (8-32 ranks) or full (>= 300 scenarios, 8-1,024 ranks).")] = "small",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the scenario list.")] = 0,
+    threshold: Annotated[float, typer.Option("--threshold", help="Detector threshold (as mapp detect --threshold).")] = 0.1,
+) -> None:
+    """Run the labelled straggler suite: simulate, detect, score.
+
+    Prints precision, recall and top-1 accuracy per fault class and per scale, the negatives
+    flagged (should be 0) and the analysis time (after ingest) per scenario.
+    """
+    from mapp.analysis.detect.suite import run_suite, scenarios
+
+    if scale not in ("ci", "small", "full"):
+        raise InputError(f"--scale {scale}: must be ci, small or full")
+    items = scenarios(scale, seed)
+    with progress_bar(f"running {len(items)} scenarios", unit="scenarios") as update:
+        result = run_suite(items, threshold=threshold, progress=update)
+    console.print(suite_table(result.rows("cls"), f"detect suite, scale {scale}, seed {seed}: by class"))
+    console.print(suite_table(result.rows("scale"), "by scale (ranks)"))
+    for r in result.failures():
+        sc = r.scenario
+        c = sc.config
+        faults = ", ".join(f"{f.kind}:{f.rank if f.rank is not None else f.ranks}:{f.strength:g}" for f in c.faults) or "none"
+        console.print(f"[mapp.warning]miss[/] {sc.id} ({sc.cls}, tp{c.tp} pp{c.pp} dp{c.dp}, {faults}): "
+                      f"top suspect {r.top or 'none'}{'; ' + r.error if r.error else ''}", soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``bench`` command group to ``app``."""
+    app.add_typer(bench_app, name="bench")

@@ -1,0 +1,31 @@
+"""The labelled suite in its reduced (CI) form: the accuracy targets hold on it."""
+
+from __future__ import annotations
+
+from mapp.analysis.detect.suite import run_suite, scenarios
+
+
+def test_full_suite_has_the_promised_size_and_mix():
+    items = scenarios("full", 0)
+    faults = [s for s in items if not s.negative]
+    negatives = [s for s in items if s.negative]
+    assert len(faults) >= 200 and len(negatives) >= 100
+    sizes = {s.config.world_size for s in items}
+    assert min(sizes) == 8 and max(sizes) == 1024
+    assert {s.cls for s in faults} >= {"slow_gpu 5%", "slow_gpu >=10%", "slow_link", "slow_nic", "slow_host",
+                                       "transient", "two faults"}
+    assert {s.cls for s in negatives} == {"healthy", "stage imbalance", "seqlen imbalance"}
+    assert [s.config.seed for s in scenarios("full", 0)] == [s.config.seed for s in items]  # fixed seeds
+
+
+def test_ci_suite_meets_the_targets(tmp_path):
+    items = scenarios("ci", 0)
+    assert len(items) == 30
+    result = run_suite(items, workdir=tmp_path)
+    assert not any(r.error for r in result.results), [r.error for r in result.results if r.error]
+    strong = [r for r in result.results if not r.scenario.negative and r.scenario.cls != "slow_gpu 5%"]
+    weak = [r for r in result.results if r.scenario.cls == "slow_gpu 5%"]
+    assert all(r.top1 for r in strong), [(r.scenario.id, r.top) for r in strong if not r.top1]
+    assert sum(r.top1 for r in weak) >= 0.95 * len(weak)
+    negatives = [r for r in result.results if r.scenario.negative]
+    assert all(r.false == 0 for r in negatives), [(r.scenario.id, r.top) for r in negatives if r.false]

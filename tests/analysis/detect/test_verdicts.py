@@ -1,0 +1,187 @@
+"""The detector on simulated jobs whose faults are known: the right rank, kind and nothing else."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from mapp.analysis.detect import detect_bundle, parse_layout
+from mapp.analysis.detect.report import DetectReport
+from mapp.analysis.ingest import load_bundle
+from mapp.cli._ui import THEME
+from mapp.errors import InputError, LayoutError
+from tests.analysis.detect._sim import detect, simulated
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def top(verdict):
+    assert verdict.suspects, "expected a suspect"
+    return verdict.suspects[0]
+
+
+@pytest.mark.parametrize("rank,factor", [(9, 1.3), (2, 1.1), (13, 1.05)])
+def test_slow_gpu_is_top_suspect_and_its_peers_are_victims(tmp_path, rank, factor):
+    v = detect(tmp_path, f"slow_gpu:{rank}:{factor}", tp=2, pp=2, dp=4)
+    s = top(v)
+    assert (s.rank, s.kind) == (rank, "slow_compute")
+    assert len(v.suspects) == 1
+    assert s.slowdown == pytest.approx(factor, rel=0.03)
+    assert s.iterations == [0, 1]
+    tp_peer = rank ^ 1  # tp=2: the other rank of its TP group waits on it
+    assert tp_peer in v.victims
+    assert all(x.rank != tp_peer for x in v.suspects)
+
+
+def test_slow_gpu_with_dp_of_two_uses_stage_peers(tmp_path):
+    v = detect(tmp_path, "slow_gpu:1:1.2", tp=2, pp=2, dp=2)
+    assert (top(v).rank, top(v).kind) == (1, "slow_compute")
+    assert "stage peers" in v.stages[0].detail
+
+
+def test_slow_link_between_pipeline_neighbours(tmp_path):
+    v = detect(tmp_path, "slow_link:1-9:4", tp=2, pp=2, dp=4)
+    s = top(v)
+    assert s.kind == "slow_link" and {s.rank, s.peer} == {1, 9}
+    assert s.slowdown == pytest.approx(4, rel=0.1)
+    assert len(v.suspects) == 1
+
+
+def test_slow_nic_names_the_rank_not_its_links(tmp_path):
+    v = detect(tmp_path, "slow_nic:9:3", tp=2, pp=4, dp=4, gpus_per_node=2)
+    s = top(v)
+    assert (s.rank, s.kind) == (9, "slow_nic")
+    assert len(s.evidence["bandwidth"]["observations"]) >= 2
+    assert len(v.suspects) == 1
+
+
+@pytest.mark.parametrize("per_layer", [False, True])
+def test_slow_host_shows_as_launch_gaps(tmp_path, per_layer):
+    v = detect(tmp_path, "slow_host:6:10", tp=2, pp=2, dp=4, per_layer=per_layer)
+    s = top(v)
+    assert (s.rank, s.kind) == (6, "slow_host")
+    assert s.evidence["launch_gaps"]["flagged"]
+
+
+def test_transient_fault_reports_its_window(tmp_path):
+    v = detect(tmp_path, "slow_gpu:5:1.5:2-2", tp=2, pp=2, dp=4, iterations=4)
+    s = top(v)
+    assert (s.rank, s.kind) == (5, "slow_compute")
+    assert s.iterations == [2]
+
+
+def test_two_faults_at_once_are_both_found(tmp_path):
+    v = detect(tmp_path, "slow_gpu:3:1.5", "slow_gpu:12:1.3", tp=2, pp=2, dp=4)
+    assert {(s.rank, s.kind) for s in v.suspects} == {(3, "slow_compute"), (12, "slow_compute")}
+    assert v.suspects[0].rank == 3  # the bigger cost first
+
+
+@pytest.mark.parametrize("fields", [dict(tp=2, pp=2, dp=4), dict(tp=1, pp=2, dp=4), dict(tp=4, pp=1, dp=2)])
+def test_healthy_job_has_no_suspect(tmp_path, fields):
+    v = detect(tmp_path, **fields)
+    assert v.healthy and v.suspects == [] and v.imbalance == []
+
+
+def test_heavy_last_stage_is_imbalance_not_a_gpu(tmp_path):
+    v = detect(tmp_path, "stage_imbalance:1:1.4", tp=2, pp=2, dp=4)
+    assert v.healthy
+    assert [(i.kind, i.evidence["stage"]) for i in v.imbalance] == [("stage", 1)]
+    assert i_ratio(v) == pytest.approx(1.4, rel=0.05)
+
+
+def i_ratio(v):
+    return v.imbalance[0].evidence["ratio"]
+
+
+def test_uneven_sequence_lengths_are_imbalance_not_a_gpu(tmp_path):
+    v = detect(tmp_path, "seqlen_imbalance::0.3", tp=2, pp=2, dp=4, microbatches=8)
+    assert v.healthy
+    assert [i.kind for i in v.imbalance] == ["sequence_length"]
+
+
+def test_megatronapp_format(tmp_path):
+    v = detect(tmp_path, "slow_gpu:9:1.3", tp=2, pp=2, dp=4, format="megatronapp")
+    assert (top(v).rank, top(v).kind) == (9, "slow_compute")
+    assert v.layout.endswith("(from traces)")
+
+
+def test_megatronapp_slow_link(tmp_path):
+    v = detect(tmp_path, "slow_link:1-5:4", tp=2, pp=2, dp=2, format="megatronapp")
+    s = top(v)
+    assert s.kind == "slow_link" and {s.rank, s.peer} == {1, 5}
+
+
+@pytest.mark.parametrize("fixture", ["kineto_gloo", "kineto_nccl"])
+def test_profiler_traces_run_and_say_which_stages_could_not(tmp_path, fixture):
+    shutil.copytree(FIXTURES / fixture, tmp_path / fixture)
+    v = detect_bundle(load_bundle(tmp_path / fixture))
+    skipped = [s for s in v.stages if not s.ran]
+    assert all(s.reason for s in skipped)
+    assert v.suspects == []
+    if fixture == "kineto_gloo":  # gloo traces name no group: no layout at all
+        assert not v.stages[0].ran and "no layout" in v.stages[0].reason
+        assert any("--layout" in n for n in v.notes)
+    else:  # NCCL traces label the TP group: layout from the process groups
+        assert v.layout.endswith("(from process groups)")
+    text = render(v)
+    assert "did not run" in text
+
+
+def test_layout_from_the_user_when_traces_have_none(tmp_path):
+    shutil.copytree(FIXTURES / "kineto_gloo", tmp_path / "k")
+    v = detect_bundle(load_bundle(tmp_path / "k"), layout="tp=2")
+    assert v.layout_sizes == {"tp": 2, "pp": 1, "dp": 1}
+    assert v.stages[0].ran
+    with pytest.raises(LayoutError):
+        detect_bundle(load_bundle(tmp_path / "k"), layout="tp=4")
+
+
+def test_parse_layout():
+    assert parse_layout("tp=2,pp=1,dp=2") == {"tp": 2, "pp": 1, "dp": 2}
+    assert parse_layout("dp=8") == {"tp": 1, "pp": 1, "dp": 8}
+    for bad in ("tp=0", "tp=2,xp=3", "", "tp2"):
+        with pytest.raises(InputError):
+            parse_layout(bad)
+
+
+def test_unrecorded_ranks_are_reported_never_suspects(tmp_path):
+    out, _ = simulated(tmp_path, "slow_gpu:3:1.5", tp=2, pp=2, dp=4)
+    for path in out.glob("rank-*.json"):  # only TP rank 0 traced
+        if int(path.stem.split("-")[1]) % 2:
+            path.unlink()
+    v = detect_bundle(load_bundle(out))
+    assert v.unrecorded == [1, 3, 5, 7, 9, 11, 13, 15]
+    assert all(s.rank % 2 == 0 and (s.peer is None or s.peer % 2 == 0) for s in v.suspects)
+    assert any("not recorded" in n for n in v.notes)
+
+
+def render(verdict, width: int = 120) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, theme=THEME, color_system=None).print(DetectReport(verdict))
+    return buf.getvalue()
+
+
+def test_report_renders_and_json_has_the_contract(tmp_path):
+    v = detect(tmp_path, "slow_gpu:9:1.3", tp=2, pp=2, dp=4)
+    text = render(v)
+    assert "1 suspect" in text and "slow compute" in text and "per-rank grid" in text
+    data = json.loads(json.dumps(DetectReport(v).to_json()))
+    assert data["healthy"] is False
+    s = data["suspects"][0]
+    assert {"rank", "kind", "confidence", "slowdown", "evidence"} <= set(s)
+    assert s["rank"] == 9 and s["kind"] == "slow_compute" and 0 <= s["confidence"] <= 1
+    assert isinstance(data["imbalance"], list)
+    link = detect(tmp_path / "l", "slow_link:1-9:4", tp=2, pp=2, dp=4)
+    assert DetectReport(link).to_json()["suspects"][0]["peer"] in (1, 9)
+
+
+def test_renumbering_nothing_shifting_one_clock_changes_no_verdict(tmp_path):
+    """Clock offsets are part of every simulation; a second seed moves them all."""
+    a = detect(tmp_path / "a", "slow_gpu:6:1.2", tp=2, pp=2, dp=4, seed=11)
+    b = detect(tmp_path / "b", "slow_gpu:6:1.2", tp=2, pp=2, dp=4, seed=12)
+    assert [(s.rank, s.kind) for s in a.suspects] == [(s.rank, s.kind) for s in b.suspects] == [(6, "slow_compute")]

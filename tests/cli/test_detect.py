@@ -1,0 +1,54 @@
+"""``mapp detect`` and ``mapp bench detect`` end to end: output, JSON, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from mapp.cli.app import app
+from tests.analysis.detect._sim import simulated
+
+runner = CliRunner()
+
+
+def one_line_error(result) -> str:
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("error:")
+    return lines[0]
+
+
+def test_detect_prints_the_suspect_and_writes_json(tmp_path):
+    out, _ = simulated(tmp_path, "slow_gpu:9:1.3", tp=2, pp=2, dp=4)
+    target = tmp_path / "verdict.json"
+    result = runner.invoke(app, ["detect", str(out), "--json", str(target)])
+    assert result.exit_code == 0, result.output
+    assert "1 suspect" in result.output and "slow compute" in result.output
+    data = json.loads(target.read_text())
+    assert data["suspects"][0]["rank"] == 9 and data["suspects"][0]["kind"] == "slow_compute"
+    assert data["healthy"] is False
+
+
+def test_fail_on_suspect_sets_the_exit_code(tmp_path):
+    out, _ = simulated(tmp_path, "slow_gpu:9:1.3", tp=2, pp=2, dp=4)
+    assert runner.invoke(app, ["detect", str(out), "--fail-on-suspect"]).exit_code == 1
+    healthy, _ = simulated(tmp_path, name="ok", tp=2, pp=2, dp=4)
+    result = runner.invoke(app, ["detect", str(healthy), "--fail-on-suspect"])
+    assert result.exit_code == 0 and "no suspect" in result.output
+
+
+def test_bad_arguments_are_one_line(tmp_path):
+    out, _ = simulated(tmp_path, tp=2, pp=1, dp=2)
+    assert "--layout" in one_line_error(runner.invoke(app, ["detect", str(out), "--layout", "tp=two"]))
+    assert "--threshold" in one_line_error(runner.invoke(app, ["detect", str(out), "--threshold", "0"]))
+    one_line_error(runner.invoke(app, ["detect", str(tmp_path / "missing")]))
+    assert "--scale" in one_line_error(runner.invoke(app, ["bench", "detect", "--scale", "huge"]))
+
+
+def test_commands_have_help():
+    for args in (["detect", "--help"], ["bench", "detect", "--help"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0 and "Usage" in result.output
