@@ -1,0 +1,50 @@
+"""``mapp report``: a summary of the run in the terminal, and optionally as an HTML page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mapp.cli._ui import console, guarded, warn
+from mapp.errors import InputError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("report")
+    @guarded
+    def report(
+        directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank traces.")],
+        html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as one self-contained HTML page with interactive charts.")] = None,
+        db: Annotated[Optional[Path], typer.Option("--db", help="Keep the SQL database in this file and reuse it (see mapp sql --db).")] = None,
+        skip: Annotated[int, typer.Option("--skip", help="Leave the first N iterations (warm-up) out of the time breakdowns.")] = 0,
+        no_align: Annotated[bool, typer.Option("--no-align", help="Skip clock alignment (job-wide windows and skew need it).")] = False,
+        no_detect: Annotated[bool, typer.Option("--no-detect", help="Do not run the straggler detector.")] = False,
+        input_format: Annotated[Optional[str], typer.Option("--input-format", help="Trace format instead of detecting it: mapp, megatronapp, kineto.")] = None,
+    ) -> None:
+        """Summarise a run: layout, iteration time, time per stage and rank, overlap, collective
+        skew, p2p bandwidth, pipeline bubbles, top ops and (if installed) the straggler verdict.
+
+        Every figure comes from a named query (mapp sql --list); --html writes the same as a page.
+        """
+        from mapp.cli.trace import load
+        from mapp.report import ReportView, build_summary, detect_verdict, write_html
+        from mapp.sql.database import open_database
+
+        if skip < 0:
+            raise InputError(f"--skip {skip}: must be >= 0")
+        bundle = load(directory, input_format) if directory.is_dir() else None
+        if bundle is None:
+            raise InputError(f"{directory}: not a directory", "give the directory that holds the per-rank traces")
+        database = open_database(directory, db=db, align=not no_align, load=lambda _: bundle, warn=warn)
+        try:
+            notes: list[str] = []
+            verdict = None if no_detect else detect_verdict(bundle, notes)
+            summary = build_summary(database, skip=skip, verdict=verdict, notes=notes)
+        finally:
+            database.close()
+        console.print(ReportView(summary))
+        if html is not None:
+            path = write_html(summary, html)
+            console.print(f"[mapp.ok]wrote[/] [mapp.path]{path}[/]")

@@ -1,0 +1,46 @@
+"""The terminal report renders every section from the named queries, at a fixed width."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from mapp.cli._ui import THEME
+from mapp.report import ReportView
+
+
+def _render(summary) -> str:
+    out = io.StringIO()
+    Console(file=out, width=120, theme=THEME, color_system=None).print(ReportView(summary))
+    return out.getvalue()
+
+
+def test_every_section_is_there(summary):
+    text = _render(summary)
+    for heading in ("mapp report", "TP2 x PP2 x DP2", "iteration time", "time per pipeline stage", "time per rank",
+                    "communication / computation overlap", "collective skew", "last arrivers", "p2p bandwidth",
+                    "pipeline bubbles", "top ops by total time", "slowest op instances", "straggler verdict",
+                    "rank 5 is slow"):
+        assert heading in text, heading
+
+
+def test_the_figures_point_at_the_faults(summary):
+    assert summary.last_arrivers.row(0, named=True)["rank"] == 5
+    slowest = summary.bandwidth.sort("vs_median").head(2)
+    assert {(r["src"], r["dst"]) for r in slowest.iter_rows(named=True)} == {(1, 5), (5, 1)}
+    assert summary.stages["ranks"].to_list() == [4, 4]
+    assert summary.median_iteration_ns > 0
+    text = _render(summary)
+    assert "1 -> 5" in text and "0.25x" in text
+
+
+def test_many_ranks_show_the_extremes_only(summary):
+    import polars as pl
+
+    wide = summary.breakdown
+    many = pl.concat([wide.with_columns(rank=pl.col("rank") + 8 * k) for k in range(4)])
+    from dataclasses import replace
+
+    text = _render(replace(summary, breakdown=many))
+    assert "least and most computing of 32" in text
