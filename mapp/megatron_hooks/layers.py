@@ -31,13 +31,39 @@ _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
 
 class LayerHooks:
-    """Registers the module hooks on model chunks; :meth:`remove` takes them all off."""
+    """Module hooks on model chunks, registered only while an iteration is traced.
+
+    A module with hooks takes PyTorch's slower call path, so the hooks are put on at the start
+    of each traced iteration and taken off at the start of the next untraced one (layer spans
+    carry no counters that must see every call). :meth:`remove` takes them off for good.
+    """
 
     def __init__(self, ctx: HookContext):
         self.ctx = ctx
         self.tracer = ctx.tracer
         self.handles: list[Any] = []
+        self.targets: list[tuple[torch.nn.Module, tuple]] = []
         self.modules = 0
+        self._closed = False
+        ctx.tracer.on_iteration(self._on_iteration)
+
+    def _on_iteration(self, iteration: int, traced: bool) -> None:
+        if traced and not self.handles and not self._closed:
+            self._register()
+        elif not traced and self.handles:
+            self._unregister()
+
+    def _register(self) -> None:
+        for module, spec in self.targets:
+            stack: list[tuple] = []
+            self.handles.append(module.register_forward_pre_hook(
+                functools.partial(self._pre, spec, stack), with_kwargs=True))
+            self.handles.append(module.register_forward_hook(functools.partial(self._post, spec, stack)))
+
+    def _unregister(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
 
     def attach_model(self, chunks: list[torch.nn.Module]) -> None:
         """Hook every transformer layer (and its attention/MLP, embedding, output layer)."""
@@ -72,17 +98,15 @@ class LayerHooks:
     def attach(self, module: torch.nn.Module, kind: str, level: Granularity, layer: int | None,
                chunk: int) -> None:
         """Hook one module: its spans are ``<kind>.forward`` / ``.backward`` / ``.recompute``."""
+        if level > self.tracer.granularity:
+            return
         spec = (level, layer, chunk, f"{kind}.forward", f"{kind}.backward", f"{kind}.recompute")
-        stack: list[tuple] = []
-        self.handles.append(module.register_forward_pre_hook(
-            functools.partial(self._pre, spec, stack), with_kwargs=True))
-        self.handles.append(module.register_forward_hook(functools.partial(self._post, spec, stack)))
+        self.targets.append((module, spec))
         self.modules += 1
 
     def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        self.handles.clear()
+        self._closed = True
+        self._unregister()
 
     # -- hooks -----------------------------------------------------------------------------
     def _pre(self, spec, stack, module, args, kwargs):
