@@ -36,19 +36,13 @@ classed AS (
     SELECT rank, iteration, s, e, 'compute' FROM selected WHERE cat IN ('compute', 'optimizer')
 ),
 reach AS (
-    SELECT *, max(e) OVER (PARTITION BY rank, iteration, cls ORDER BY s, e
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
-    FROM classed
-),
-islands AS (
-    SELECT *, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY rank, iteration, cls ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island
-    FROM reach
+    -- Sorted by start, each interval adds what lies past the furthest end before it: the union.
+    SELECT *, lag(furthest) OVER (PARTITION BY rank, iteration, cls ORDER BY s, e) AS reach
+    FROM (SELECT *, max(e) OVER (PARTITION BY rank, iteration, cls ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS furthest
+          FROM classed)
 ),
 covered AS (
-    SELECT rank, cls, sum(hi - lo) AS ns
-    FROM (SELECT rank, iteration, cls, island, min(s) AS lo, max(e) AS hi FROM islands GROUP BY ALL)
-    GROUP BY ALL
+    SELECT rank, cls, sum(greatest(0, e - greatest(s, coalesce(reach, s)))) AS ns FROM reach GROUP BY rank, cls
 ),
 per_kind AS (
     SELECT k.rank, k.kind,

@@ -41,19 +41,14 @@ clipped AS (
     SELECT * FROM pieces WHERE e > s AND iteration >= (SELECT min(iteration) FROM win) + $skip
 ),
 reach AS (
-    SELECT *, max(e) OVER (PARTITION BY rank, iteration ORDER BY s, e
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
-    FROM clipped
-),
-islands AS (
-    SELECT *, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY rank, iteration ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island
-    FROM reach
+    -- Sorted by start, each interval adds what lies past the furthest end before it: the union.
+    SELECT *, lag(furthest) OVER (PARTITION BY rank, iteration ORDER BY s, e) AS reach
+    FROM (SELECT *, max(e) OVER (PARTITION BY rank, iteration ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS furthest
+          FROM clipped)
 ),
 busy AS (
-    SELECT rank, iteration, sum(hi - lo) AS compute_ns
-    FROM (SELECT rank, iteration, island, min(s) AS lo, max(e) AS hi FROM islands GROUP BY ALL)
-    GROUP BY ALL
+    SELECT rank, iteration, sum(greatest(0, e - greatest(s, coalesce(reach, s)))) AS compute_ns
+    FROM reach GROUP BY rank, iteration
 ),
 per_rank AS (
     SELECT w.rank, r.pp, count(*) AS iterations, sum(w.w1 - w.w0) AS window_ns,
