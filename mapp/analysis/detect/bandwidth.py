@@ -104,15 +104,18 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, threshold: float) -> Bandwi
     ).filter(pl.col("class_n") >= 2)
     if per.is_empty():
         return BandwidthEvidence(False, "every link or group is the only one of its kind: nothing to compare with")
-    spread = per.select(robust_scale("log_ratio")).item() or 0.0
+    # Scatter of like observations: pooled over all classes whose rows are medians of as many
+    # transfers (a collective that runs once per iteration scatters more than a p2p link's
+    # median of many messages), never below the scatter of everything pooled.
+    pooled = per.select(robust_scale("log_ratio")).item() or 0.0
+    per = per.with_columns(spread=pl.max_horizontal(robust_scale("log_ratio").over("n"), pl.lit(max(pooled, 1e-6))))
     z_crit = z_critical(len(per))
-    # Slow means: beyond the threshold *and* beyond what the spread of like links explains.
-    cut = max(math.log1p(threshold), z_crit * spread)
+    # Slow means: beyond the threshold *and* beyond what the scatter of like links explains.
     per = per.with_columns(
         ratio=pl.col("log_ratio").exp(),
-        z=pl.col("log_ratio") / max(spread, 1e-6),
+        z=pl.col("log_ratio") / pl.col("spread"),
         gbps=pl.col("bytes").cast(pl.Float64) / pl.col("time_ns"),
-        slow=pl.col("log_ratio") > cut,
+        slow=pl.col("log_ratio") > pl.max_horizontal(pl.lit(math.log1p(threshold)), z_crit * pl.col("spread")),
         excess_ns=(pl.col("time_ns") - pl.col("time_ns") / pl.col("log_ratio").exp()) * pl.col("n"),
     )
     findings = _attribute(per)

@@ -85,9 +85,9 @@ def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
         leaves = leaves.join(nested, on="op_id", how="left")
     else:
         leaves = leaves.with_columns(nested_ns=pl.lit(0, pl.Int64))
-    # never below 1% of the span: a fully nested op keeps a finite log
+    # never below the 1 us resolution of the traces: a fully nested op keeps a finite log
     return leaves.with_columns(
-        self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("nested_ns").fill_null(0), pl.col("dur_ns") // 100, pl.lit(1))
+        self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("nested_ns").fill_null(0), pl.lit(1000))
     )
 
 
@@ -112,9 +112,9 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     """
     iterations = events["iteration"].drop_nulls().n_unique()
     mode, group, key, reason = _mode(sizes, iterations)
-    # Below a quarter of the threshold a rank's slowdown costs the job less than its own
-    # run-to-run noise on real clusters; smaller effects are not worth a verdict.
-    min_effect = threshold / 4
+    # Below a third of the threshold a rank's slowdown is within the spread of healthy GPUs
+    # of one model (a few percent); smaller effects are not worth a verdict however certain.
+    min_effect = threshold / 3
     if mode == "skipped":
         return PeerEvidence(mode, reason, min_effect=min_effect)
     ops = leaf_ops(events.filter(pl.col("iteration").is_not_null()))
@@ -125,20 +125,56 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     )
     ops = ops.with_columns(ordinal=pl.int_range(pl.len()).over(["rank", *_KEY]))
     g = [*group, *key, "ordinal"]
-    lx = pl.col("self_ns").cast(pl.Float64).log()
-    ops = ops.with_columns(lx=lx).with_columns(
-        n_peers=pl.len().over(g), med=pl.col("lx").median().over(g), mean=pl.col("lx").mean().over(g)
-    ).filter(pl.col("n_peers") >= 2)
-    # With two peers the median is their mean and would halve the difference; compare with
-    # the other one instead (leave-one-out), which is what a median of the others means.
-    ops = ops.with_columns(
-        r=pl.when(pl.col("n_peers") == 2).then(2 * (pl.col("lx") - pl.col("mean"))).otherwise(pl.col("lx") - pl.col("med"))
-    )
+    ops = ops.with_columns(lx=pl.col("self_ns").cast(pl.Float64).log(), use=pl.lit(True))
+    ops = ops.with_columns(n_peers=pl.len().over(g)).filter(pl.col("n_peers") >= 2)
+    # Two passes: a slow rank pulls its peers' median up (with two slow ranks out of four the
+    # healthy ones even look fast), so ranks that are clear outliers in the first pass are left
+    # out of the baseline of the second.
+    ops = _relative(ops, g)
+    first = _rank_iterations(_replica_effect(ops, threshold)[0], min_effect, use_spread=False)
+    outliers = first.filter(pl.col("flagged")).select("rank", "iteration", out=pl.lit(True))
+    if len(outliers):
+        ops = ops.join(outliers, on=["rank", "iteration"], how="left").with_columns(
+            use=pl.col("out").is_null()).drop("out")
+        ops = _relative(ops.drop("r"), g)
     ops, seqlen = _replica_effect(ops, threshold)
     ops = ops.with_columns(
         slow=(pl.col("r").exp() > 1 + threshold),
         excess=(pl.col("self_ns") - pl.col("self_ns") / pl.col("r_adj").exp()),
     )
+    per = _rank_iterations(ops, min_effect, use_spread=True)
+    z_crit = z_critical(len(per))
+    per = per.join(_gaps(events, ops, group, coords, min_effect), on=["rank", "iteration"], how="left")
+    ranks = _per_rank(per)
+    stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
+    return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages)
+
+
+def _relative(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame:
+    """``r``: each op's log-ratio to the median of its peers' (rows with ``use``) same op."""
+    base = ops.filter(pl.col("use")).group_by(g).agg(
+        n_base=pl.len(), med=pl.col("lx").median(), mean=pl.col("lx").mean()
+    )
+    ops = ops.drop([c for c in ("n_base", "med", "mean") if c in ops.columns]).join(base, on=g, how="left")
+    # With two peers the median is their mean and would halve the difference; compare with
+    # the other one instead (leave-one-out), which is what a median of the others means.
+    # Where every peer was left out the op keeps no baseline and drops out.
+    return ops.with_columns(
+        r=pl.when((pl.col("n_base") == 2) & pl.col("use")).then(2 * (pl.col("lx") - pl.col("mean")))
+        .otherwise(pl.col("lx") - pl.col("med"))
+    ).filter(pl.col("r").is_not_null())
+
+
+def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) -> pl.DataFrame:
+    """Per (rank, iteration): the median log-ratio ``effect`` (centred), its ``z`` and ``flagged``.
+
+    The standard error of a median of n ops is MEDIAN_SE x sigma / sqrt(n), sigma the scatter
+    of single ops around their rank-iteration's median. With ``use_spread`` the spread of
+    effects across rank-iterations is a floor too: when healthy ranks differ among themselves
+    (data-dependent work) a rank must stand out from that, not only from its own noise.
+    """
+    if "slow" not in ops.columns:
+        ops = ops.with_columns(slow=pl.lit(False), excess=pl.lit(0.0))
     per = ops.group_by(["rank", "iteration"]).agg(
         effect=pl.col("r_adj").median(), n_ops=pl.len(), share_slow=pl.col("slow").mean(),
         excess_ns=pl.col("excess").sum(), busy_ns=pl.col("self_ns").sum(),
@@ -146,18 +182,14 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     sigma = ops.join(per.select("rank", "iteration", "effect"), on=["rank", "iteration"]).select(
         robust_scale(pl.col("r_adj") - pl.col("effect"))
     ).item() or 0.0
-    spread = per.select(robust_scale("effect")).item() or 0.0
+    spread = (per.select(robust_scale("effect")).item() or 0.0) if use_spread else 0.0
     center = per["effect"].median()
     z_crit = z_critical(len(per))
-    per = per.with_columns(effect=pl.col("effect") - center).with_columns(
+    return per.with_columns(effect=pl.col("effect") - center).with_columns(
         se=pl.max_horizontal(MEDIAN_SE * sigma / pl.col("n_ops").cast(pl.Float64).sqrt(), pl.lit(spread), pl.lit(1e-6))
     ).with_columns(z=pl.col("effect") / pl.col("se")).with_columns(
         flagged=(pl.col("z") > z_crit) & (pl.col("effect").exp() - 1 >= min_effect)
     )
-    per = per.join(_gaps(events, ops, group, coords, min_effect), on=["rank", "iteration"], how="left")
-    ranks = _per_rank(per)
-    stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
-    return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages)
 
 
 def _replica_effect(ops: pl.DataFrame, threshold: float) -> tuple[pl.DataFrame, dict | None]:

@@ -166,7 +166,9 @@ def _fault_scenario(rng: random.Random, cls: str, layout: tuple[int, int, int], 
         # one TP group per node, so DP groups and pipeline links cross nodes
         gpn = lay.tp
         faults = [Fault(kind="slow_nic", rank=_rank(rng, lay), factor=rng.choice((2.0, 3.0, 4.0)))]
-        if lay.pp == 1 and lay.dp <= 2 or lay.pp * lay.dp < 4:
+        # a NIC is told from a link by two or more slow links of one rank: pipeline links and
+        # a DP group must all cross nodes
+        if lay.pp < 2 or lay.dp < 2 or lay.tp < 2:
             return None
     elif cls == "slow_host":
         faults = [Fault(kind="slow_host", rank=_rank(rng, lay), factor=rng.choice((3.0, 5.0, 10.0, 20.0)))]
