@@ -56,3 +56,16 @@ def test_parameters_are_typed_and_checked():
         query.bind({"limit": "many"})
     with pytest.raises(InputError, match="no parameter 'top'"):
         query.bind({"top": "5"})
+
+
+def test_the_readme_lists_every_query_and_table():
+    from pathlib import Path
+
+    import mapp.sql
+    from mapp.sql import TABLES
+
+    readme = (Path(mapp.sql.__file__).parent / "README.md").read_text()
+    for query in list_queries():
+        assert f"`{query.name}`" in readme, query.name
+    for table in TABLES:
+        assert f"### `{table}`" in readme, table
