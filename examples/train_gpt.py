@@ -227,6 +227,8 @@ def write_groups(path: str) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     device = init_distributed(args)
+    if args.bf16 and device.type == "cpu":
+        raise SystemExit("--bf16 needs a GPU (megatron-core's bf16 optimizer takes CUDA tensors only)")
     from mapp.megatron_hooks.cpu_patches import apply_if_cpu
 
     apply_if_cpu()
