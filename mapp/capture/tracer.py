@@ -96,6 +96,8 @@ class TracerConfig:
     """Device name for the metadata event."""
     flush_ms: float = 100.0
     """The writer writes and flushes at least this often."""
+    flush_every: int = 4096
+    """... and as soon as this many records are waiting."""
     max_pending: int = 200_000
     """Records waiting in memory before new ones are dropped."""
     event_pool: int = 16384
@@ -164,7 +166,7 @@ class Tracer:
         self.path = os.path.join(config.trace_dir, file_name(self.rank))
         self.writer = TraceWriter(
             self.path, pid=self.rank, clock=self.clock, header_events=self._header(),
-            flush_ms=config.flush_ms, max_pending=config.max_pending)
+            flush_ms=config.flush_ms, flush_every=config.flush_every, max_pending=config.max_pending)
         self._put = self.writer.put
         self._stamp = self.clock.stamp
         atexit.register(self.close)

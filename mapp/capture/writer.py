@@ -3,7 +3,8 @@
 The training thread only appends tuples to a bounded deque (:meth:`TraceWriter.put`); this
 thread resolves their timestamps (CUDA events once ``query()`` says they are complete),
 encodes complete events with :func:`mapp.trace_format.encode_event`, writes and flushes every
-``flush_ms`` milliseconds or when told an iteration ended. A process that dies loses at most
+``flush_ms`` milliseconds, when ``flush_every`` records are waiting, or when told an iteration
+ended. A process that dies loses at most
 the records not yet flushed; what is on disk is always whole lines after a ``[`` line.
 
 Records (tuples, first item is the kind):
@@ -50,6 +51,7 @@ class TraceWriter:
         clock: Any,
         header_events: Iterable[dict[str, Any]],
         flush_ms: float = 100.0,
+        flush_every: int = 4096,
         max_pending: int = 200_000,
         batch: int = 256,
     ):
@@ -58,6 +60,7 @@ class TraceWriter:
         self.clock = clock
         self.flush_s = flush_ms / 1000.0
         self.max_pending = max_pending
+        self.flush_every = max(1, flush_every)
         self.batch = batch
         self.dropped = 0
         self.written = 0
@@ -81,10 +84,13 @@ class TraceWriter:
     # -- training thread -------------------------------------------------------------------
     def put(self, record: tuple) -> None:
         """Queue one record; drops it (and counts) when ``max_pending`` are waiting."""
-        if len(self._queue) >= self.max_pending:
+        n = len(self._queue)
+        if n >= self.max_pending:
             self.dropped += 1
             return
         self._queue.append(record)
+        if n + 1 == self.flush_every:
+            self._wake.set()
 
     def kick(self) -> None:
         """Ask the thread to write what it has now (called once per iteration)."""

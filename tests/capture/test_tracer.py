@@ -195,3 +195,17 @@ def test_import_capture_does_not_import_torch():
     code = "import sys, mapp.capture; print(any(n.split('.')[0] == 'torch' for n in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_flush_every_wakes_the_writer_early(tmp_path):
+    t = make(tmp_path, flush_ms=60_000, flush_every=8)
+    t.begin_iteration(0)
+    for _ in range(10):
+        with t.scope("op"):
+            pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(xs(read_v1(tmp_path / "rank-00005.json")[0])) < 8:
+        time.sleep(0.01)
+    assert len(xs(read_v1(tmp_path / "rank-00005.json")[0])) >= 8  # before the iteration ended
+    t.end_iteration()
+    t.close()
