@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -21,9 +22,12 @@ import pyarrow.parquet as pq
 
 from mapp import trace_format
 from mapp.analysis.ingest.bundle import TraceBundle
+
+if TYPE_CHECKING:
+    from mapp.analysis.align import ClockModel
 from mapp.errors import OutputError
 
-__all__ = ["MERGED_MARKER", "MergeResult", "write_chrome_trace", "lane_ids", "process_order"]
+__all__ = ["MERGED_MARKER", "MergeResult", "write_chrome_trace", "lane_ids", "process_order", "us_text"]
 
 MERGED_MARKER = trace_format.MERGED_MARKER
 # Lanes that get fixed, readable positions; any other lane follows in name order.
@@ -51,31 +55,30 @@ def process_order(ranks: pl.DataFrame) -> list[int]:
     return ranks.sort(["pp", "tp", "dp", "rank"], nulls_last=True)["rank"].to_list()
 
 
-def _us_text(column: str) -> pl.Expr:
-    """Integer nanoseconds as exact decimal microseconds (no float rounding on large clocks)."""
-    ns = pl.col(column)
+def us_text(ns: pl.Expr) -> pl.Expr:
+    """Integer nanoseconds as exact decimal microseconds text (no float rounding on large clocks)."""
     whole = (ns.abs() // 1000).cast(pl.String)
     frac = (ns.abs() % 1000).cast(pl.String).str.zfill(3)
     sign = pl.when(ns < 0).then(pl.lit("-")).otherwise(pl.lit(""))
     return pl.concat_str([sign, whole, pl.lit("."), frac])
 
 
-def _encode(frame: pl.DataFrame, tids: dict[str, int], shift_ns: pl.Expr) -> pl.Series:
+def _encode(frame: pl.DataFrame, tids: dict[str, int], clock: "ClockModel | None") -> pl.Series:
     frame = frame.with_columns(
-        ts_ns=pl.col("ts_ns") + shift_ns,
+        ts_ns=pl.col("ts_ns") if clock is None else clock.to_reference(pl.col("ts_ns"), pl.col("rank")),
         tid=pl.col("lane").replace_strict(tids, default=len(tids), return_dtype=pl.Int64),
         ph=pl.when(pl.col("ph") == "I").then(pl.lit("i")).otherwise(pl.col("ph")),
     )
     head = pl.struct(
         pl.col("name"), pl.col("cat"), pl.col("ph"), pid=pl.col("rank"), tid=pl.col("tid")
     ).struct.json_encode()
-    dur = pl.when(pl.col("ph") == "X").then(pl.concat_str([pl.lit(',"dur":'), _us_text("dur_ns")])).otherwise(pl.lit(""))
+    dur = pl.when(pl.col("ph") == "X").then(pl.concat_str([pl.lit(',"dur":'), us_text(pl.col("dur_ns"))])).otherwise(pl.lit(""))
     scope = pl.when(pl.col("ph") == "i").then(pl.lit(',"s":"t"')).otherwise(pl.lit(""))
     line = pl.concat_str(
         [
             head.str.strip_suffix("}"),
             pl.lit(',"ts":'),
-            _us_text("ts_ns"),
+            us_text(pl.col("ts_ns")),
             dur,
             scope,
             pl.lit(',"args":'),
@@ -135,13 +138,13 @@ def write_chrome_trace(
     bundle: TraceBundle,
     out_path: Path,
     *,
-    offsets_ns: dict[int, int] | None = None,
+    clock: "ClockModel | None" = None,
     extra_lines: Callable[[], Iterable[str]] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> MergeResult:
     """Write ``bundle`` as one Chrome trace at ``out_path`` (atomically: all or nothing).
 
-    ``offsets_ns`` maps rank -> nanoseconds to add to its timestamps (clock alignment);
+    ``clock`` maps every rank's raw times onto the reference clock (offset and drift);
     ``extra_lines`` yields additional encoded event lines (flows, markers) written at the end.
     """
     inputs = {Path(p).resolve() for p in bundle.ranks["src_file"].to_list()}
@@ -153,8 +156,6 @@ def write_chrome_trace(
             lanes_by_rank.setdefault(rank, []).append(lane)
     for lanes in lanes_by_rank.values():
         lanes.sort(key=tids.__getitem__)
-    offsets = offsets_ns or {}
-    shift = pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0, pl.Int64)
 
     handle, tmp = _open_output(Path(out_path), inputs)
     written = 0
@@ -166,7 +167,7 @@ def write_chrome_trace(
             total = parquet.metadata.num_rows
             for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=_EVENT_COLUMNS):
                 frame = pl.from_arrow(batch)
-                _write_lines(handle, _encode(frame, tids, shift))
+                _write_lines(handle, _encode(frame, tids, clock))
                 written += len(frame)
                 if progress:
                     progress(written, total)

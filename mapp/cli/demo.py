@@ -12,11 +12,10 @@ from typing import Annotated
 
 import typer
 
-from mapp.analysis.merge import write_chrome_trace
 from mapp.analysis.simulate import simulate
 from mapp.analysis.simulate.presets import DEMO_SLOW_FACTOR, DEMO_SLOW_RANK, demo_config
 from mapp.cli._ui import console, guarded, progress_bar
-from mapp.cli.trace import load
+from mapp.cli.trace import load, merge_with_progress
 
 def register(app: typer.Typer) -> None:
     @app.command("demo")
@@ -38,8 +37,7 @@ def register(app: typer.Typer) -> None:
                       f"ground_truth.json to [mapp.path]{out}[/]")
         console.print("2. merging into one timeline")
         bundle = load(out, None)
-        with progress_bar("writing merged trace") as update:
-            merged = write_chrome_trace(bundle, out / "merged.json", progress=update)
+        merged = merge_with_progress(bundle, out / "merged.json").merged
         console.print(f"   [mapp.path]{merged.path}[/]: open it at https://ui.perfetto.dev")
         if importlib.util.find_spec("mapp.analysis.detect") is not None:
             from mapp.analysis.detect import detect_bundle

@@ -7,11 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from mapp.analysis.align import CLOCK_FILE, ClockModel, align_bundle
-from mapp.analysis.graph import Matching, chrome_extras, match_bundle
+from mapp.analysis.align import ClockModel
+from mapp.analysis.graph import Matching
 from mapp.analysis.graph.diagnose import rank_list
-from mapp.analysis.ingest import FORMATS, load_bundle
-from mapp.analysis.merge import write_chrome_trace
+from mapp.analysis.ingest import FORMATS, TraceBundle, load_bundle
+from mapp.analysis.timeline import Timeline, merge_timeline
 from mapp.cli._ui import console, guarded, progress_bar, warn
 
 trace_app = typer.Typer(help="Work with per-rank trace files.", no_args_is_help=True)
@@ -30,7 +30,7 @@ def load(directory: Path, format: str | None, *, use_cache: bool = True):
 
 @trace_app.command("merge")
 @guarded
-def merge(
+def merge_command(
     directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank trace files.")],
     out: Annotated[
         Optional[Path], typer.Option("-o", "--out", help="Merged Chrome trace to write [default: DIR/merged.json].")
@@ -49,25 +49,28 @@ def merge(
     """
     bundle = load(directory, format, use_cache=not no_cache)
     target = out if out is not None else directory / "merged.json"
-    matching = match_bundle(bundle)
-    clock = None
-    if not no_align:
-        clock = align_bundle(bundle, matching)
-        clock.write(bundle.cache_dir / CLOCK_FILE)
-        matching = matching.with_clock(clock)
-    offsets = clock.constant_offsets_ns() if clock is not None else None
+    merge_with_progress(bundle, target, align=not no_align)
+    console.print(f"events table: [mapp.path]{bundle.events_path}[/]", style="mapp.dim")
+
+
+def merge_with_progress(bundle: TraceBundle, target: Path, *, align: bool = True) -> Timeline:
+    """Merge with a progress bar, then render the findings and the alignment summary."""
     with progress_bar("writing merged trace") as update:
-        result = write_chrome_trace(bundle, target, offsets_ns=offsets,
-                                    extra_lines=chrome_extras(bundle, matching, offsets), progress=update)
-    _report_matching(matching, clock, bundle.cache_dir / CLOCK_FILE)
+        timeline = merge_timeline(bundle, target, align=align, progress=update)
+    render_timeline(timeline, bundle)
+    return timeline
+
+
+def render_timeline(timeline: Timeline, bundle: TraceBundle) -> None:
+    _report_matching(timeline.matching, timeline.clock, timeline.clock_path)
+    result = timeline.merged
     console.print(
         f"[mapp.ok]merged[/] {result.events:,} events from {result.ranks} ranks ({bundle.format}) "
         f"into [mapp.path]{result.path}[/]"
     )
-    console.print(f"events table: [mapp.path]{bundle.events_path}[/]", style="mapp.dim")
 
 
-def _report_matching(matching: Matching, clock: ClockModel | None, clock_path: Path) -> None:
+def _report_matching(matching: Matching, clock: ClockModel | None, clock_path: Path | None) -> None:
     for finding in matching.findings:
         if finding.severity == "info":
             console.print(finding.line(), style="mapp.dim", soft_wrap=True)

@@ -17,25 +17,16 @@ from collections.abc import Callable, Iterator
 
 import polars as pl
 
-from mapp.analysis.merge import lane_ids
+from mapp.analysis.merge import lane_ids, us_text
 
 __all__ = ["chrome_extras"]
 
 _CHUNK = 1 << 20
 
 
-def _us(expr: pl.Expr) -> pl.Expr:
-    """Integer nanoseconds as exact decimal microseconds text."""
-    whole = (expr.abs() // 1000).cast(pl.String)
-    frac = (expr.abs() % 1000).cast(pl.String).str.zfill(3)
-    sign = pl.when(expr < 0).then(pl.lit("-")).otherwise(pl.lit(""))
-    return pl.concat_str([sign, whole, pl.lit("."), frac])
-
-
-def _shift(offsets_ns: dict[int, int] | None, rank: str) -> pl.Expr:
-    if not offsets_ns:
-        return pl.lit(0, pl.Int64)
-    return pl.col(rank).replace_strict(offsets_ns, default=0, return_dtype=pl.Int64)
+def _aligned(clock, ts: pl.Expr, rank: str) -> pl.Expr:
+    """Raw ``ts`` of ``rank`` on the merged trace's clock (the same mapping as the slices)."""
+    return ts if clock is None else clock.to_reference(ts, pl.col(rank))
 
 
 def _flow_lines(frame: pl.DataFrame) -> pl.Series:
@@ -44,7 +35,7 @@ def _flow_lines(frame: pl.DataFrame) -> pl.Series:
         pl.lit('{"name":"'), pl.col("cat"), pl.lit('","cat":"'), pl.col("cat"),
         pl.lit('","ph":"'), pl.col("ph"), pl.lit('","id":'), pl.col("fid").cast(pl.String),
         pl.lit(',"pid":'), pl.col("pid").cast(pl.String), pl.lit(',"tid":'), pl.col("tid").cast(pl.String),
-        pl.lit(',"ts":'), _us(pl.col("ts_ns")), pl.lit(',"bp":"e"},\n'),
+        pl.lit(',"ts":'), us_text(pl.col("ts_ns")), pl.lit(',"bp":"e"},\n'),
     ])
     return frame.select(line).to_series()
 
@@ -58,17 +49,17 @@ def _tid(tids: dict[str, int], lane: str) -> pl.Expr:
     return pl.col(lane).replace_strict(tids, default=len(tids), return_dtype=pl.Int64)
 
 
-def chrome_extras(bundle, matching, offsets_ns: dict[int, int] | None = None) -> Callable[[], Iterator[str]]:
+def chrome_extras(bundle, matching, clock=None) -> Callable[[], Iterator[str]]:
     """A generator factory for ``write_chrome_trace(..., extra_lines=...)``.
 
-    ``offsets_ns`` must be the same per-rank shifts given to ``write_chrome_trace`` so that the
-    flow events land inside their (shifted) slices.
+    ``clock`` must be the ``ClockModel`` given to ``write_chrome_trace`` (or None for raw
+    clocks) so that the flow events land inside their slices.
     """
     tids = _tids(bundle)
 
     def lines() -> Iterator[str]:
-        yield from _p2p_lines(matching.p2p, tids, offsets_ns)
-        yield from _collective_lines(matching, tids, offsets_ns)
+        yield from _p2p_lines(matching.p2p, tids, clock)
+        yield from _collective_lines(matching, tids, clock)
 
     return lines
 
@@ -78,7 +69,7 @@ def _chunks(frame: pl.DataFrame) -> Iterator[pl.DataFrame]:
         yield frame.slice(start, _CHUNK)
 
 
-def _p2p_lines(p2p: pl.DataFrame, tids: dict[str, int], offsets_ns) -> Iterator[str]:
+def _p2p_lines(p2p: pl.DataFrame, tids: dict[str, int], clock) -> Iterator[str]:
     if p2p.is_empty():
         return
     for part in _chunks(p2p):
@@ -86,17 +77,17 @@ def _p2p_lines(p2p: pl.DataFrame, tids: dict[str, int], offsets_ns) -> Iterator[
         send = part.select(
             pl.lit("p2p").alias("cat"), (2 * pl.col("pair_id") + 1).alias("fid"), pl.lit("s").alias("ph"),
             pl.col("src").alias("pid"), _tid(tids, "send_lane").alias("tid"),
-            (mid("send") + _shift(offsets_ns, "src")).alias("ts_ns"),
+            _aligned(clock, mid("send"), "src").alias("ts_ns"),
         )
         recv = part.select(
             pl.lit("p2p").alias("cat"), (2 * pl.col("pair_id") + 1).alias("fid"), pl.lit("f").alias("ph"),
             pl.col("dst").alias("pid"), _tid(tids, "recv_lane").alias("tid"),
-            (mid("recv") + _shift(offsets_ns, "dst")).alias("ts_ns"),
+            _aligned(clock, mid("recv"), "dst").alias("ts_ns"),
         )
         yield "".join(_flow_lines(pl.concat([send, recv])).to_list())
 
 
-def _collective_lines(matching, tids: dict[str, int], offsets_ns) -> Iterator[str]:
+def _collective_lines(matching, tids: dict[str, int], clock) -> Iterator[str]:
     members = matching.members
     if members.is_empty():
         return
@@ -115,14 +106,14 @@ def _collective_lines(matching, tids: dict[str, int], offsets_ns) -> Iterator[st
             pl.when(pl.col("_pos") == 0).then(pl.lit("s"))
             .when(pl.col("_pos") == pl.col("_n") - 1).then(pl.lit("f")).otherwise(pl.lit("t")).alias("ph"),
             pl.col("rank").alias("pid"), _tid(tids, "lane").alias("tid"),
-            ((pl.col("start_ns") + pl.col("end_ns")) // 2 + _shift(offsets_ns, "rank")).alias("ts_ns"),
+            _aligned(clock, (pl.col("start_ns") + pl.col("end_ns")) // 2, "rank").alias("ts_ns"),
         )
         yield "".join(_flow_lines(flows).to_list())
         last = part.filter(pl.col("_pos") == pl.col("_n") - 1)
         mark = pl.concat_str([
             pl.lit('{"name":"last arriver","cat":"collective","ph":"i","s":"t","pid":'),
             pl.col("rank").cast(pl.String), pl.lit(',"tid":'), _tid(tids, "lane").cast(pl.String),
-            pl.lit(',"ts":'), _us(pl.col("start_ns") + _shift(offsets_ns, "rank")),
+            pl.lit(',"ts":'), us_text(_aligned(clock, pl.col("start_ns"), "rank")),
             pl.lit(',"args":'),
             pl.struct(
                 pl.col("instance_id"), pl.col("op"), pl.col("group"),

@@ -1,0 +1,48 @@
+"""The merged timeline of a job: match communication, align clocks, write one Chrome trace.
+
+This is what ``mapp trace merge`` (and ``mapp demo``) do, as one call over plain data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mapp.analysis.align import CLOCK_FILE, ClockModel, align_bundle
+from mapp.analysis.graph import Matching, chrome_extras, match_bundle
+from mapp.analysis.ingest.bundle import TraceBundle
+from mapp.analysis.merge import MergeResult, write_chrome_trace
+
+__all__ = ["Timeline", "merge_timeline"]
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """What a merge produced: the written trace, the matching, and the clock model (if aligned)."""
+
+    merged: MergeResult
+    matching: Matching
+    clock: ClockModel | None
+    clock_path: Path | None
+
+
+def merge_timeline(
+    bundle: TraceBundle,
+    out_path: Path,
+    *,
+    align: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> Timeline:
+    """Match collectives and p2p, align clocks (unless ``align`` is False; then raw clocks are
+    kept and no ``clock.json`` is written), and write the merged Chrome trace with flow arrows
+    and last-arriver marks."""
+    matching = match_bundle(bundle)
+    clock = clock_path = None
+    if align:
+        clock = align_bundle(bundle, matching)
+        clock_path = clock.write(bundle.cache_dir / CLOCK_FILE)
+        matching = matching.with_clock(clock)
+    merged = write_chrome_trace(bundle, out_path, clock=clock,
+                                extra_lines=chrome_extras(bundle, matching, clock), progress=progress)
+    return Timeline(merged, matching, clock, clock_path)
