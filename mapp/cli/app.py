@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
-
 import typer
 
 from mapp import __version__
+from mapp.cli import bench, demo, detect, report, simulate, sql
 from mapp.cli.trace import trace_app
 
 app = typer.Typer(
@@ -17,18 +16,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
-app.add_typer(trace_app, name="trace")
 
-# Command modules each define ``register(app)``; listed here so the layout is explicit.
-_COMMAND_MODULES = ("mapp.cli.demo", "mapp.cli.simulate", "mapp.cli.detect", "mapp.cli.sql", "mapp.cli.report", "mapp.cli.bench")
-for _name in _COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(_name)
-    except ModuleNotFoundError as _error:
-        if _error.name != _name:
-            raise
-        continue
+# Each command module adds its commands; the order here is the order in --help.
+for _module in (demo, simulate, detect, sql, report):
     _module.register(app)
+app.add_typer(trace_app, name="trace")
+bench.register(app)
 
 
 def _version(value: bool) -> None:

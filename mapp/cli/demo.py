@@ -6,12 +6,13 @@ down, merges the traces into one Perfetto timeline, and runs the straggler detec
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from mapp.analysis.detect import detect_bundle
+from mapp.analysis.detect.report import DetectReport
 from mapp.analysis.simulate import simulate
 from mapp.analysis.simulate.presets import DEMO_SLOW_FACTOR, DEMO_SLOW_RANK, demo_config
 from mapp.cli._ui import console, guarded, progress_bar
@@ -39,10 +40,7 @@ def register(app: typer.Typer) -> None:
         bundle = load(out, None)
         merged = merge_with_progress(bundle, out / "merged.json").merged
         console.print(f"   [mapp.path]{merged.path}[/]: open it at https://ui.perfetto.dev")
-        if importlib.util.find_spec("mapp.analysis.detect") is not None:
-            from mapp.analysis.detect import detect_bundle
-
-            console.print("3. looking for the straggler")
-            console.print(detect_bundle(bundle))
+        console.print("3. looking for the straggler")
+        console.print(DetectReport(detect_bundle(bundle), source=str(out)))
         console.print(f"next: [bold]mapp sql {out}[/] to ask the traces anything, "
                       f"[bold]mapp report {out}[/] for a summary")
