@@ -123,9 +123,15 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left").with_columns(
         pl.col(c).fill_null(-1) for c in ("microbatch", "chunk", "layer")
     )
-    ops = ops.with_columns(ordinal=pl.int_range(pl.len()).over(["rank", *_KEY]))
-    g = [*group, *key, "ordinal"]
-    ops = ops.with_columns(lx=pl.col("self_ns").cast(pl.Float64).log(), use=pl.lit(True))
+    # repeated keys on one rank (a format without microbatch numbers) are told apart by order
+    if ops.select(pl.struct("rank", *_KEY).is_duplicated().any()).item():
+        ops = ops.with_columns(ordinal=pl.int_range(pl.len()).over(["rank", *_KEY]))
+    else:
+        ops = ops.with_columns(ordinal=pl.lit(0, pl.Int64))
+    # one hashed column for the peer group + op key: grouping on it is much cheaper than on seven
+    ops = ops.with_columns(gk=pl.struct(*group, *key, "ordinal").hash(), lx=pl.col("self_ns").cast(pl.Float64).log(),
+                           use=pl.lit(True))
+    g = ["gk"]
     ops = ops.with_columns(n_peers=pl.len().over(g)).filter(pl.col("n_peers") >= 2)
     # Two passes: a slow rank pulls its peers' median up (with two slow ranks out of four the
     # healthy ones even look fast), so ranks that are clear outliers in the first pass are left
@@ -179,9 +185,9 @@ def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) 
         effect=pl.col("r_adj").median(), n_ops=pl.len(), share_slow=pl.col("slow").mean(),
         excess_ns=pl.col("excess").sum(), busy_ns=pl.col("self_ns").sum(),
     )
-    sigma = ops.join(per.select("rank", "iteration", "effect"), on=["rank", "iteration"]).select(
-        robust_scale(pl.col("r_adj") - pl.col("effect"))
-    ).item() or 0.0
+    # sigma from the scatter of single ops around their peers (not around the rank's own
+    # median, which fits the same ops and so understates it for a dozen ops)
+    sigma = ops.select(robust_scale("r_adj")).item() or 0.0
     spread = (per.select(robust_scale("effect")).item() or 0.0) if use_spread else 0.0
     center = per["effect"].median()
     z_crit = z_critical(len(per))

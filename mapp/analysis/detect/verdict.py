@@ -194,6 +194,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))
     suspects.sort(key=lambda s: (-s.excess_ns, -s.confidence))
     imbalance = _imbalance(peers, threshold, layout)
+    suspects = _heavy_replicas(suspects, peers, layout, imbalance)
     flagged = {s.rank for s in suspects} | {s.peer for s in suspects if s.peer is not None}
     victims = _victims(lateness, suspects, layout)
     grid = _grid(layout, peers, lateness, flagged, set(victims))
@@ -290,6 +291,29 @@ def _imbalance(peers: PeerEvidence, threshold: float, layout: LayoutInfo) -> lis
             evidence=dict(peers.seqlen),
         ))
     return out
+
+
+def _heavy_replicas(suspects: list[Suspect], peers: PeerEvidence, layout: LayoutInfo,
+                    imbalance: list[Imbalance]) -> list[Suspect]:
+    """With uneven sequence lengths, a replica can draw longer sequences on average: then every
+    rank of that replica is slower alike, which is data, not a GPU (a replica of one or two
+    ranks cannot tell its own average from a fault otherwise)."""
+    if peers.seqlen is None or layout.sizes is None:
+        return suspects
+    size = layout.sizes["tp"] * layout.sizes["pp"]
+    compute = [s for s in suspects if s.kind == "slow_compute" and s.coords]
+    by_replica: dict[int, list[Suspect]] = {}
+    for s in compute:
+        by_replica.setdefault(s.coords["dp"], []).append(s)
+    drop: set[int] = set()
+    for dp, members in by_replica.items():
+        if size >= 2 and len(members) == size:
+            drop |= {s.rank for s in members}
+            factor = sum(s.slowdown for s in members) / len(members)
+            imbalance.append(Imbalance(kind="sequence_length", message=(
+                f"replica dp{dp} got longer sequences: all its {size} ranks computed {factor:.2f}x alike"),
+                evidence={"replica": dp, "ratio": round(factor, 3), "ranks": sorted(s.rank for s in members)}))
+    return [s for s in suspects if not (s.kind == "slow_compute" and s.rank in drop)]
 
 
 def _victims(lateness: LatenessEvidence, suspects: list[Suspect], layout: LayoutInfo) -> list[int]:
