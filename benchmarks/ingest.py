@@ -92,8 +92,9 @@ def _stage_mapp_merge(directory: str) -> dict:
 
 
 def _stage_baseline(directory: str) -> dict:
-    """How the original aggregates: whole-file json.load, then Python lists of every field."""
-    columns: dict[str, list] = {k: [] for k in ("rank", "name", "cat", "ts", "dur", "iteration", "seq", "bytes")}
+    """How the original aggregates: json.load each whole file, keep every event in Python
+    lists, then one global sort by time."""
+    events: list[tuple] = []
     for path in sorted(Path(directory).glob("rank-*.json")):
         with open(path) as f:
             text = f.read().rstrip().rstrip(",") + "]"
@@ -101,15 +102,10 @@ def _stage_baseline(directory: str) -> dict:
             if event.get("ph") != "X":
                 continue
             args = event.get("args", {})
-            columns["rank"].append(event["pid"])
-            columns["name"].append(event["name"])
-            columns["cat"].append(event["cat"])
-            columns["ts"].append(event["ts"])
-            columns["dur"].append(event["dur"])
-            columns["iteration"].append(args.get("iteration"))
-            columns["seq"].append(args.get("seq"))
-            columns["bytes"].append(args.get("bytes"))
-    return {"events": len(columns["rank"])}
+            events.append((event["ts"], event["pid"], event["name"], event["cat"], event["dur"],
+                           args.get("iteration"), args.get("seq"), args.get("bytes")))
+    events.sort(key=lambda e: e[0])
+    return {"events": len(events)}
 
 
 STAGES = {"ingest": _stage_mapp_ingest, "merge": _stage_mapp_merge, "baseline": _stage_baseline}
