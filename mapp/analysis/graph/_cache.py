@@ -16,7 +16,7 @@ import polars as pl
 from mapp import __version__
 from mapp.analysis.graph.diagnose import Finding
 
-_VERSION = 1
+_VERSION = 2
 _DIR = "matching"
 _TABLES = ("collectives", "members", "p2p")
 

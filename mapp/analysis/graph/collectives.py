@@ -90,7 +90,7 @@ def match_collectives(
     )
     findings += _instance_findings(instances, members, traced_ranks)
     members = members.select(
-        "instance_id", "rank", pl.col("name").alias("op"), "lane", "bytes",
+        "instance_id", "rank", pl.col("name").alias("op"), "group", "lane", "bytes",
         pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
     )
     instances = instances.select(
@@ -255,6 +255,6 @@ def _empty_instances() -> pl.DataFrame:
 
 def _empty_members() -> pl.DataFrame:
     return pl.DataFrame(schema={
-        "instance_id": pl.Int64, "rank": pl.Int32, "op": pl.String, "lane": pl.String, "bytes": pl.Int64,
-        "start_ns": pl.Int64, "end_ns": pl.Int64,
+        "instance_id": pl.Int64, "rank": pl.Int32, "op": pl.String, "group": pl.String, "lane": pl.String,
+        "bytes": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
     })

@@ -93,8 +93,7 @@ def _collective_lines(matching, tids: dict[str, int], clock) -> Iterator[str]:
         return
     start = "start_aligned_ns" if matching.aligned else "start_ns"
     members = members.join(
-        matching.collectives.filter(pl.col("n_members") > 1).select("instance_id", "group"),
-        on="instance_id", how="inner",
+        matching.collectives.filter(pl.col("n_members") > 1).select("instance_id"), on="instance_id", how="semi",
     ).sort(["instance_id", start, "rank"])
     members = members.with_columns(
         _pos=pl.int_range(pl.len()).over("instance_id"), _n=pl.len().over("instance_id"),

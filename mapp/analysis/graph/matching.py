@@ -35,8 +35,10 @@ class Matching:
       The timing columns are on the reference clock once a clock is applied (``aligned``), else
       on each rank's raw clock.
     ``members``, one row per call in an instance:
-      ``instance_id``, ``rank``, ``op``, ``lane``, ``bytes``, ``start_ns``, ``end_ns`` (raw rank
-      clock) and, once aligned, ``start_aligned_ns``, ``end_aligned_ns``.
+      ``instance_id``, ``rank``, ``op``, ``group`` (the collective's group label: tp, dp, ...,
+      the same as the instance's ``collectives.group``; null when the trace names none), ``lane``, ``bytes``,
+      ``start_ns``, ``end_ns`` (raw rank clock) and, once aligned, ``start_aligned_ns``,
+      ``end_aligned_ns``.
     ``p2p``, one row per matched message:
       ``pair_id``, ``src``, ``dst``, ``bytes`` (the sender's), ``seq`` (or ordinal when
       ``by_order``), ``by_order``, ``iteration``, ``send_name``, ``recv_name``, ``send_lane``,

@@ -51,6 +51,15 @@ def test_collective_instances_by_seq(tmp_path):
     assert m.findings == []
 
 
+def test_members_carry_the_group_label(tmp_path):
+    m = match(small_job(), tmp_path)
+    members = m.members.join(m.collectives.select("instance_id", pl.col("group").alias("instance_group")),
+                             on="instance_id")
+    assert members["group"].to_list() == members["instance_group"].to_list()
+    assert members.group_by("group").len().sort("group").rows() == [("dp", 4), ("tp", 12)]
+    assert {"instance_id", "rank", "op", "group", "lane", "bytes", "start_ns", "end_ns"} <= set(m.members.columns)
+
+
 def test_p2p_pairs_by_seq(tmp_path):
     m = match(small_job(), tmp_path)
     p = m.p2p.sort("pair_id")
