@@ -7,7 +7,9 @@
   where they do not hold).
 - *after* anchors: a receive cannot end before its send starts.
 
-Only complete instances (every member once, one op, one size) and size-consistent pairs count.
+Only complete instances (every member once, one op, one size) of a group whose members are
+known (``group_ranks``; a call that names neither group nor members is matched across every rank
+that logged it, which says nothing about who waited for whom) and size-consistent pairs count.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ class Anchors:
 
 def anchors_from(matching, *, p2p_weight: float = 1.0) -> Anchors:
     """Anchors from a :class:`~mapp.analysis.graph.Matching`."""
-    complete = matching.collectives.filter(pl.col("complete") & (pl.col("n_members") > 1)).select("instance_id")
+    complete = matching.collectives.filter(
+        pl.col("complete") & (pl.col("n_members") > 1) & pl.col("group_ranks").is_not_null()
+    ).select("instance_id")
     members = (
         matching.members.join(complete, on="instance_id", how="semi")
         .select("instance_id", "rank", "end_ns")

@@ -70,11 +70,19 @@ class ClockModel:
     anchors_rejected: int = 0
     """Equality anchors rejected as outliers by the robust solve."""
     notes: list[str] = field(default_factory=list)
-    """Lines on how weakly linked groups of ranks were placed (send/recv bounds only)."""
+    """Lines on how weakly linked groups of ranks were placed (send/recv bounds only), and why
+    groups of ranks could not be put on the reference clock."""
 
     @property
     def connected(self) -> bool:
         return len(self.components) <= 1
+
+    @property
+    def unaligned(self) -> list[int]:
+        """Ranks not on the reference clock (outside ``components[0]``): no anchor links them to
+        it (none logged, or every one rejected as an outlier). Each such group is aligned to its
+        own lowest rank only; ``notes`` says why. Their offsets and drifts are finite."""
+        return sorted(r for comp in self.components[1:] for r in comp)
 
     def to_reference(self, ts: pl.Expr, rank: pl.Expr) -> pl.Expr:
         """Expression: raw ``ts`` (int ns) of ``rank`` on the reference clock (int ns)."""

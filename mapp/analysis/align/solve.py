@@ -17,13 +17,14 @@ are added as equalities at their bound and the system is solved again.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 from scipy import sparse
 from scipy.sparse import csgraph
-from scipy.sparse.linalg import spsolve
+from scipy.sparse.linalg import MatrixRankWarning, lsqr, spsolve
 
 from mapp.analysis.align.anchors import Anchors, anchors_from
 from mapp.analysis.align.clock import ClockModel, RankClock
@@ -78,14 +79,16 @@ def _system(frame: pl.DataFrame, index: dict[int, int], t0: np.ndarray, with_wei
     ri, rj = ri[known], rj[known]
     i, j = lookup[ri], lookup[rj]
     ok = (i >= 0) & (j >= 0)
-    u = frame["u_ns"].to_numpy()[known][ok]
-    v = frame["v_ns"].to_numpy()[known][ok]
-    i, j = i[ok], j[ok]
-    y = (u - v).astype(np.float64)
-    xi = (u - t0[i]).astype(np.float64) / _NS_PER_S
-    xj = (v - t0[j]).astype(np.float64) / _NS_PER_S
-    w0 = frame["weight"].to_numpy()[known][ok].astype(np.float64) if with_weight else np.ones(len(i))
-    kind = frame["kind"].to_numpy()[known][ok].astype(np.int64) if with_weight else np.zeros(len(i), np.int64)
+    u = frame["u_ns"].cast(pl.Float64).to_numpy()[known][ok]
+    v = frame["v_ns"].cast(pl.Float64).to_numpy()[known][ok]
+    w0 = frame["weight"].cast(pl.Float64).to_numpy()[known][ok] if with_weight else np.ones(len(u))
+    kind = frame["kind"].to_numpy()[known][ok].astype(np.int64) if with_weight else np.zeros(len(u), np.int64)
+    # a self-anchor says nothing; a missing time (null end) or weight cannot be used
+    good = np.isfinite(u) & np.isfinite(v) & np.isfinite(w0) & (w0 > 0) & (i[ok] != j[ok])
+    i, j, u, v, w0, kind = i[ok][good], j[ok][good], u[good], v[good], w0[good], kind[good]
+    y = u - v
+    xi = (u - t0[i]) / _NS_PER_S
+    xj = (v - t0[j]) / _NS_PER_S
     edge, unique = _edges(i * n + j, n)
     return _System(n, i, j, xi, xj, y, w0, kind, edge, unique // n, unique % n)
 
@@ -162,10 +165,22 @@ def _solve_once(sys_: _System, w: np.ndarray, drift: bool, fixed: np.ndarray,
     if len(idx):
         sub = matrix[idx][:, idx].tocsc()
         known = matrix[idx][:, np.flatnonzero(~free)] @ sol[~free]
-        sol[idx] = spsolve(sub, rhs[idx] - known)
+        sol[idx] = _linear_solve(sub, rhs[idx] - known)
     a = sol[:n]
     s = sol[n:] if drift else np.zeros(n)
     return a, s
+
+
+def _linear_solve(matrix: sparse.csc_matrix, rhs: np.ndarray) -> np.ndarray:
+    """``matrix x = rhs``. The callers hold one rank fixed per connected component, so the
+    system is regular; should it still be (numerically) singular, the least-squares solution of
+    smallest norm is used instead of the NaNs a direct solver returns."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MatrixRankWarning)
+        x = spsolve(matrix, rhs)
+    if np.all(np.isfinite(x)):
+        return x
+    return lsqr(matrix, rhs, atol=1e-12, btol=1e-12)[0]
 
 
 def _residuals(sys_: _System, a: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -210,26 +225,27 @@ def solve(
     t0 = np.array([first_event_ns[r] for r in ranks], dtype=np.int64)
     eq = _system(anchors.equal, index, t0, True)
 
-    graph = sparse.coo_matrix((np.ones(len(eq.edge_i)), (eq.edge_i, eq.edge_j)), shape=(n, n))
-    n_comp, labels = csgraph.connected_components(graph, directed=False)
     reference = options.reference_rank if options.reference_rank in index else ranks[0]
-    comp_members = [np.flatnonzero(labels == c) for c in range(n_comp)]
-    ref_comp = labels[index[reference]]
-    order = [ref_comp] + [c for c in range(n_comp) if c != ref_comp]
-    fixed = np.array([index[reference] if c == ref_comp else int(comp_members[c].min()) for c in order])
-
+    ref = index[reference]
     w = eq.w0.copy()
+    n_comp, labels, order = _partition(eq, w, ref)
+    linked = labels
     a = np.zeros(n)
     s = np.zeros(n)
     ridge = _ridge(eq, eq.w0) if options.drift else None
     if len(eq.y):
         for round_ in range(options.iterations):
-            a_new, s_new = _solve_once(eq, w, options.drift, fixed, ridge=ridge)
+            # outlier rejection may cut every anchor between two groups of ranks: each part
+            # then needs a rank of its own held fixed, or the system is singular
+            n_comp, labels, order = _partition(eq, w, ref)
+            a_new, s_new = _solve_once(eq, w, options.drift, _fixed(labels, order, ref), ridge=ridge)
             change = float(np.max(np.abs(a_new - a))) if round_ else np.inf
             a, s = a_new, s_new
-            if round_ >= 2 and change < _CONVERGED_NS:
+            if (round_ >= 2 and change < _CONVERGED_NS) or round_ == options.iterations - 1:
                 break
             w = eq.w0 * _robust_weights(_residuals(eq, a, s), eq.kind, tukey=round_ >= 1)
+    fixed = _fixed(labels, order, ref)
+    comp_members = [np.flatnonzero(labels == c) for c in range(n_comp)]
     violations = 0
     fixed_a = np.zeros(len(fixed))
     notes: list[str] = []
@@ -254,6 +270,16 @@ def solve(
                                fixed, fixed_a)
         violations = int((-_residuals(after, a, s) < -0.5).sum())
 
+    bad = ~(np.isfinite(a) & np.isfinite(s))
+    if bad.any():  # never expected (the solve falls back to least squares); never passed on
+        a, s, labels = np.where(bad, 0.0, a), np.where(bad, 0.0, s), labels.copy()
+        for k in np.flatnonzero(bad):
+            labels[k] = int(labels.max()) + 1
+            order.append(int(labels[k]))
+            notes.append(f"rank {ranks[k]}: its clock could not be solved; left on its own clock")
+    order = [c for c in order if (labels == c).any()]
+    notes += _unlinked_notes(eq, w, linked, labels, order, ranks)
+
     r = _residuals(eq, a, s) if len(eq.y) else np.zeros(0)
     inlier = w > 0
     sq = np.where(inlier, r * r, 0.0)
@@ -261,8 +287,6 @@ def solve(
     cnt = (np.bincount(eq.i, weights=inlier.astype(float), minlength=n)
            + np.bincount(eq.j, weights=inlier.astype(float), minlength=n))
     rms = np.sqrt(np.divide(ssum, cnt, out=np.zeros(n), where=cnt > 0))
-    order = [c for c in order if (labels == c).any()]
-    comp_members = [np.flatnonzero(labels == c) for c in range(n_comp)]
     position = {c: k for k, c in enumerate(order)}
     clocks = {}
     for k, rank in enumerate(ranks):
@@ -272,9 +296,54 @@ def solve(
             t0_ns=int(t0[k]), t1_ns=None if last_event_ns is None else int(last_event_ns.get(rank, t0[k])),
             residual_ns=float(rms[k]), anchors=int(cnt[k]), component=position[labels[k]],
         )
-    components = [sorted(ranks[m] for m in comp_members[c]) for c in order]
+    components = [sorted(ranks[m] for m in np.flatnonzero(labels == c)) for c in order]
     return ClockModel(reference, clocks, components, violations=violations,
                       anchors_rejected=int((~inlier).sum()), notes=notes)
+
+
+def _partition(eq: _System, w: np.ndarray, ref: int) -> tuple[int, np.ndarray, list[int]]:
+    """Connected components of the ranks over anchors of positive weight: their count, each
+    rank's label, and the labels in order (the reference's first, then by lowest rank)."""
+    n = eq.n
+    weight = np.bincount(eq.edge, weights=w, minlength=len(eq.edge_i)) if len(eq.edge) else np.zeros(0)
+    keep = weight > 0
+    graph = sparse.coo_matrix((np.ones(int(keep.sum())), (eq.edge_i[keep], eq.edge_j[keep])), shape=(n, n))
+    n_comp, labels = csgraph.connected_components(graph, directed=False)
+    first = np.full(n_comp, n)
+    np.minimum.at(first, labels, np.arange(n))
+    order = [int(labels[ref])] + [int(c) for c in np.argsort(first, kind="stable") if c != labels[ref]]
+    return int(n_comp), labels, order
+
+
+def _unlinked_notes(eq: _System, w: np.ndarray, linked: np.ndarray, labels: np.ndarray, order: list[int],
+                    ranks: list[int]) -> list[str]:
+    """Why each group of ranks off the reference's clock is there: no anchor at all, or every
+    anchor linking it to the others rejected as an outlier (``linked``: components before
+    outlier rejection; ``labels``: at the end)."""
+    notes = []
+    degree = np.bincount(eq.i, minlength=eq.n) + np.bincount(eq.j, minlength=eq.n)
+    cut = labels[eq.i] != labels[eq.j]
+    for c in order[1:]:
+        members = np.flatnonzero(labels == c)
+        names = [ranks[m] for m in members]
+        label = f"rank {names[0]}" if len(names) == 1 else f"ranks {names[0]}..{names[-1]} ({len(names)})"
+        if not degree[members].any():
+            notes.append(f"{label}: no usable anchor (no complete collective with a known group, no matched "
+                         "send/recv with another traced rank); left on its own clock")
+            continue
+        touching = cut & (np.isin(eq.i, members) | np.isin(eq.j, members))
+        if touching.any() and np.isin(linked[members], linked[labels != c]).any():
+            worst = float(np.max(np.abs(eq.y[touching]))) if touching.any() else 0.0
+            notes.append(f"{label}: all {int(touching.sum()):,} anchors linking it to the other ranks were "
+                         f"rejected as outliers (inconsistent end times, raw gaps up to {worst / 1000:.1f} us); "
+                         f"aligned among themselves only, on rank {names[0]}'s clock")
+    return notes
+
+
+def _fixed(labels: np.ndarray, order: list[int], ref: int) -> np.ndarray:
+    """The rank held fixed in each component (in ``order``): the reference, else the lowest."""
+    return np.array([ref if k == 0 else int(np.flatnonzero(labels == c).min()) for k, c in enumerate(order)],
+                    dtype=np.int64)
 
 
 def _bridge(after: _System, labels: np.ndarray, order: list[int], a: np.ndarray, s: np.ndarray,

@@ -89,6 +89,7 @@ def match_collectives(
         )
     )
     findings += _instance_findings(instances, members, traced_ranks)
+    findings += _unknown_group_findings(members.filter(pl.col("group").is_null() & pl.col("group_ranks").is_null()))
     members = members.select(
         "instance_id", "rank", pl.col("name").alias("op"), "group", "lane", "bytes",
         pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
@@ -142,6 +143,20 @@ def _order_findings(calls: pl.DataFrame, groups: pl.DataFrame) -> list[Finding]:
             op=row["name"], count=row["hi"] - row["lo"],
         ))
     return findings
+
+
+def _unknown_group_findings(calls: pl.DataFrame) -> list[Finding]:
+    if calls.is_empty():
+        return []
+    ops = sorted(set(calls["name"].to_list()))
+    ranks = sorted(set(calls["rank"].to_list()))
+    return [Finding(
+        kind="unknown_group", severity="info",
+        message=f"{len(calls):,} collective calls ({', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}) name "
+                f"neither a group nor its members; matched by call order across ranks {rank_list(ranks)}, "
+                "and not used for clock alignment",
+        ranks=tuple(ranks), op=ops[0], count=len(calls),
+    )]
 
 
 def _instance_findings(instances: pl.DataFrame, members: pl.DataFrame, traced: set[int]) -> list[Finding]:

@@ -26,8 +26,10 @@ class Finding:
     entered), ``untraced_member`` (group members with no trace file), ``op_mismatch``,
     ``size_mismatch``, ``duplicate_call`` (a rank logged the same ``seq`` twice),
     ``unmatched_send``, ``unmatched_recv``, ``p2p_size_mismatch``, ``no_peer`` (a p2p event
-    without a peer or direction), ``order_matched`` (no ``seq``: matched by call order) and
-    ``order_unsafe`` (matched by order although ranks made different numbers of calls).
+    without a peer or direction), ``order_matched`` (no ``seq``: matched by call order),
+    ``order_unsafe`` (matched by order although ranks made different numbers of calls) and
+    ``unknown_group`` (calls naming neither a group nor its members: matched across every rank
+    that logged them, so not used as clock-alignment anchors).
     """
 
     kind: str

@@ -8,9 +8,11 @@ import os
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from mapp.analysis.align import AlignOptions, ClockModel, align_bundle
+from mapp.analysis.align import AlignOptions, Anchors, ClockModel, align_bundle, anchors_from, solve
 from mapp.analysis.graph import match_bundle
 from mapp.analysis.ingest import load_bundle
 from mapp.cli.app import app
@@ -197,3 +199,129 @@ def test_alignment_result_is_plain_data():
     frame = pl.DataFrame({"rank": [0, 1], "ts_ns": [10, 20]})
     model = ClockModel(0, {}, [])
     assert model.apply(frame)["ts_aligned_ns"].to_list() == [10, 20]
+
+
+def test_simulated_megatronapp_job(tmp_path):
+    """What MegatronApp files keep of the clocks, and that alignment recovers it.
+
+    A rank's times are rebuilt as ``sum(pad_before) + sum(duration_wall) + rel_ts``: its own
+    clock minus its reading at the first traced iteration, plus that iteration's ``pad_before``
+    (whatever the tracer measured from). The absolute offsets of ground truth are therefore not
+    in the files; what is recoverable is every event's time on the reference rank's rebuilt clock
+    (relative offsets and drifts), for the ranks that anchors link to the reference. Here the
+    first ``pad_before`` is set to a different value per rank, so that there is an offset to find.
+    The DP gradient sync (``grad-sync``) names no group: it is not an anchor, so unless the DP
+    collectives inside it are read, each DP replica is a component of its own; within one, the
+    TP ``_reduce`` and pipeline send/recv link the ranks.
+    """
+    simulate = pytest.importorskip("mapp.analysis.simulate")
+    config = simulate.SimConfig(tp=2, pp=2, dp=4, microbatches=4, iterations=2, layers=4, hidden=1024,
+                                format="megatronapp", seed=1)
+    simulate.simulate(config, tmp_path)
+    truth = json.loads((tmp_path / "ground_truth.json").read_text())
+    drift = {int(r): v["drift_ppm"] for r, v in truth["clocks"].items()}
+    rng = np.random.default_rng(5)
+    pad_ns = {}
+    for path in sorted(tmp_path.glob("benchmark-data-*.json")):
+        text = path.read_text()
+        rank = json.loads(text.splitlines()[1].rstrip(","))["g_rk"]
+        pad_ns[rank] = int(rng.integers(0, 50_000_000))
+        path.write_text(text.replace('"pad_before":0', f'"pad_before":{pad_ns[rank]}', 1))
+
+    bundle = load_bundle(tmp_path)
+    matching = match_bundle(bundle)
+    assert "unknown_group" in {f.kind for f in matching.findings}
+    for options in (AlignOptions(), AlignOptions(drift=False)):
+        clock = align_bundle(bundle, matching, options=options)
+        assert all(np.isfinite(c.offset_ns) and np.isfinite(c.drift_ppm) for c in clock.ranks.values())
+        matching.with_clock(clock)  # integer aligned times: no NaN to convert
+
+    clock = align_bundle(bundle, matching)
+    replica = {r: dp for r, dp in bundle.ranks.select("rank", "dp").iter_rows()}
+    assert sorted(r for comp in clock.components for r in comp) == list(range(16))
+    for comp in clock.components:  # whole DP replicas: TP and pipeline links are all kept
+        assert comp == sorted(r for r in replica if replica[r] in {replica[m] for m in comp})
+    assert 0 in clock.components[0] and clock.unaligned == sorted(set(range(16)) - set(clock.components[0]))
+
+    frame = clock.apply(bundle.scan().select("rank", "ts_ns")).collect()
+    rank = frame["rank"].to_numpy()
+    anchor = {r: comp[0] for comp in clock.components for r in comp}
+    to_true = (frame["ts_ns"].to_numpy() - np.vectorize(pad_ns.get)(rank)) / (1 + np.vectorize(drift.get)(rank) * 1e-6)
+    ref = np.vectorize(anchor.get)(rank)
+    expected = to_true * (1 + np.vectorize(drift.get)(ref) * 1e-6) + np.vectorize(pad_ns.get)(ref)
+    errors_us = np.abs(frame["ts_aligned_ns"].to_numpy() - expected) / 1000.0
+    assert np.percentile(errors_us, 99) < 2.0
+    for r, c in clock.ranks.items():
+        assert c.drift_ppm == pytest.approx(drift[r] - drift[anchor[r]], abs=1.0)
+
+
+SHAPES = [(1, 2, 1), (2, 1, 2), (2, 2, 2), (1, 3, 2), (2, 3, 1)]
+
+
+@pytest.fixture(scope="module")
+def small_jobs(tmp_path_factory):
+    """Matching and first/last event per rank of a few small job shapes (tp, pp, dp)."""
+    jobs = []
+    for k, (tp, pp, dp) in enumerate(SHAPES):
+        job = pipeline_job(tp=tp, pp=pp, dp=dp, steps=8, seed=k, jitter_us=0.5)
+        bundle = load_bundle(job.write(tmp_path_factory.mktemp(f"job{k}")))
+        span = bundle.scan().group_by("rank").agg(t0=pl.col("ts_ns").min(), t1=pl.col("ts_ns").max()).collect()
+        jobs.append((match_bundle(bundle, use_cache=False), dict(zip(span["rank"], span["t0"])),
+                     dict(zip(span["rank"], span["t1"]))))
+    return jobs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.integers(0, len(SHAPES) - 1), data=st.data(), drift=st.booleans(),
+       p2p_weight=st.sampled_from([0.0, 1.0]), outliers=st.integers(0, 3), one_instant=st.booleans())
+def test_alignment_never_returns_nan(small_jobs, shape, data, drift, p2p_weight, outliers, one_instant):
+    """Any job shape, with random ranks' anchors dropped (and some anchors corrupted): every rank
+    gets a finite offset and drift, lands in exactly one component, and a rank left with no
+    anchor is alone in its own (unless it is the reference)."""
+    matching, first, last = small_jobs[shape]
+    world = len(first)
+    dropped = data.draw(st.sets(st.integers(0, world - 1), max_size=world), label="dropped")
+    reference = data.draw(st.integers(0, world - 1), label="reference")
+    anchors = anchors_from(matching, p2p_weight=p2p_weight)
+    keep = ~(pl.col("i").is_in(list(dropped)) | pl.col("j").is_in(list(dropped)))
+    equal, after = anchors.equal.filter(keep), anchors.after.filter(keep)
+    if one_instant:  # every anchor at one moment: drift has nothing to go on
+        equal = equal.head(1).select(pl.all().repeat_by(max(len(equal), 1)).explode())
+    if outliers and len(equal):
+        rows = data.draw(st.lists(st.integers(0, len(equal) - 1), min_size=1, max_size=outliers), label="outliers")
+        bump = pl.int_range(pl.len()).is_in(rows)
+        equal = equal.with_columns(v_ns=pl.when(bump).then(pl.col("v_ns") + 10**9).otherwise(pl.col("v_ns")))
+    options = AlignOptions(drift=drift, p2p_weight=p2p_weight, reference_rank=reference)
+    clock = solve(Anchors(equal, after), first, last_event_ns=last, options=options)
+
+    assert sorted(clock.ranks) == sorted(first)
+    assert all(np.isfinite(c.offset_ns) and np.isfinite(c.drift_ppm) and np.isfinite(c.residual_ns)
+               for c in clock.ranks.values())
+    assert sorted(r for comp in clock.components for r in comp) == sorted(first)
+    assert clock.reference_rank == reference and reference in clock.components[0]
+    assert clock.ranks[reference].offset_ns == 0.0
+    for r, c in clock.ranks.items():
+        assert r in clock.components[c.component]
+    for r in dropped - {reference}:
+        assert [r] in clock.components[1:] and r in clock.unaligned
+    aligned = matching.with_clock(clock)
+    assert aligned.members["start_aligned_ns"].null_count() == 0
+    json.dumps(clock.to_json(), allow_nan=False)
+
+
+def test_ranks_cut_off_by_outlier_rejection_are_reported():
+    """Two TP pairs linked by a single DP collective whose ends disagree wildly with each other:
+    those anchors are rejected, the pairs split, and a note says so."""
+    rows = []
+    for k in range(20):
+        t = 1_000_000 * k
+        rows += [(0, 1, t, t, 0), (2, 3, t, t, 0)]
+    rows += [(0, 2, 5_000_000 + 3_000_000 * (-1) ** k, 5_000_000, 0) for k in range(4)]
+    equal = pl.DataFrame(rows, schema=["i", "j", "u_ns", "v_ns", "kind"], orient="row").with_columns(
+        pl.col("i", "j").cast(pl.Int32), pl.col("kind").cast(pl.Int8), weight=pl.lit(1.0))
+    after = pl.DataFrame(schema={"i": pl.Int32, "j": pl.Int32, "u_ns": pl.Int64, "v_ns": pl.Int64})
+    clock = solve(Anchors(equal, after), {r: 0 for r in range(4)})
+    assert all(np.isfinite(c.offset_ns) and np.isfinite(c.drift_ppm) for c in clock.ranks.values())
+    assert clock.components == [[0, 1], [2, 3]] and clock.unaligned == [2, 3]
+    assert any(note.startswith("ranks 2..3 (2): all 4 anchors linking it to the other ranks were rejected")
+               for note in clock.notes), clock.notes
