@@ -325,3 +325,18 @@ def test_ranks_cut_off_by_outlier_rejection_are_reported():
     assert clock.components == [[0, 1], [2, 3]] and clock.unaligned == [2, 3]
     assert any(note.startswith("ranks 2..3 (2): all 4 anchors linking it to the other ranks were rejected")
                for note in clock.notes), clock.notes
+
+
+def test_contradictory_send_recv_order_is_explained():
+    """A message each way whose receive ends 100 us before its send starts, on ranks whose
+    collectives say the clocks agree: no offset orders both, and a note says what that means."""
+    equal = pl.DataFrame(
+        {"i": [0] * 10, "j": [1] * 10, "u_ns": [k * 1_000_000 for k in range(10)],
+         "v_ns": [k * 1_000_000 for k in range(10)], "kind": [0] * 10, "weight": [1.0] * 10},
+        schema_overrides={"i": pl.Int32, "j": pl.Int32, "kind": pl.Int8})
+    after = pl.DataFrame({"i": [0, 1], "j": [1, 0], "u_ns": [2_100_000, 6_100_000], "v_ns": [2_000_000, 6_000_000]},
+                         schema_overrides={"i": pl.Int32, "j": pl.Int32})
+    clock = solve(Anchors(equal, after), {0: 0, 1: 0}, options=AlignOptions(drift=False))
+    assert clock.violations >= 1 and np.isfinite(clock.ranks[1].offset_ns)
+    assert any(note.startswith(f"{clock.violations} p2p messages (worst: rank ") and "cannot be ordered" in note
+               for note in clock.notes), clock.notes
