@@ -28,6 +28,7 @@ from scipy.sparse.linalg import MatrixRankWarning, lsqr, spsolve
 
 from mapp.analysis.align.anchors import Anchors, anchors_from
 from mapp.analysis.align.clock import ClockModel, RankClock
+from mapp.analysis.graph.diagnose import rank_list
 
 __all__ = ["AlignOptions", "solve", "align_bundle"]
 
@@ -289,7 +290,7 @@ def solve(
             order.append(int(labels[k]))
             notes.append(f"rank {ranks[k]}: its clock could not be solved; left on its own clock")
     order = [c for c in order if (labels == c).any()]
-    notes += _unlinked_notes(eq, w, linked, labels, order, ranks)
+    notes += _unlinked_notes(eq, w, linked, labels, order, ranks, reference)
 
     r = _residuals(eq, a, s) if len(eq.y) else np.zeros(0)
     inlier = w > 0
@@ -327,7 +328,7 @@ def _partition(eq: _System, w: np.ndarray, ref: int) -> tuple[int, np.ndarray, l
 
 
 def _unlinked_notes(eq: _System, w: np.ndarray, linked: np.ndarray, labels: np.ndarray, order: list[int],
-                    ranks: list[int]) -> list[str]:
+                    ranks: list[int], reference: int) -> list[str]:
     """Why each group of ranks off the reference's clock is there: no anchor at all, or every
     anchor linking it to the others rejected as an outlier (``linked``: components before
     outlier rejection; ``labels``: at the end)."""
@@ -337,7 +338,7 @@ def _unlinked_notes(eq: _System, w: np.ndarray, linked: np.ndarray, labels: np.n
     for c in order[1:]:
         members = np.flatnonzero(labels == c)
         names = [ranks[m] for m in members]
-        label = f"rank {names[0]}" if len(names) == 1 else f"ranks {names[0]}..{names[-1]} ({len(names)})"
+        label = f"rank {names[0]}" if len(names) == 1 else f"ranks {rank_list(names)}"
         if not degree[members].any():
             notes.append(f"{label}: no usable anchor (no complete collective with a known group, no matched "
                          "send/recv with another traced rank); left on its own clock")
@@ -347,6 +348,10 @@ def _unlinked_notes(eq: _System, w: np.ndarray, linked: np.ndarray, labels: np.n
             worst = float(np.max(np.abs(eq.y[touching]))) if touching.any() else 0.0
             notes.append(f"{label}: all {int(touching.sum()):,} anchors linking it to the other ranks were "
                          f"rejected as outliers (inconsistent end times, raw gaps up to {worst / 1000:.1f} us); "
+                         f"aligned among themselves only, on rank {names[0]}'s clock")
+        else:
+            notes.append(f"{label}: no complete collective with a known group and no matched send/recv links "
+                         f"{'it' if len(names) == 1 else 'them'} to rank {reference}'s group; "
                          f"aligned among themselves only, on rank {names[0]}'s clock")
     return notes
 

@@ -72,6 +72,9 @@ def test_disconnected_ranks_are_reported(tmp_path):
     assert not clock.connected
     assert clock.components == [[0, 1], [2, 3]]
     assert clock.ranks[2].offset_ns == 0.0 and clock.ranks[3].component == 1
+    assert clock.unaligned == [2, 3] and clock.notes == [
+        "ranks 2,3: no complete collective with a known group and no matched send/recv links them to rank 0's "
+        "group; aligned among themselves only, on rank 2's clock"]
     data = clock.to_json()
     assert data["components"] == [[0, 1], [2, 3]]
 
@@ -323,7 +326,7 @@ def test_ranks_cut_off_by_outlier_rejection_are_reported():
     clock = solve(Anchors(equal, after), {r: 0 for r in range(4)})
     assert all(np.isfinite(c.offset_ns) and np.isfinite(c.drift_ppm) for c in clock.ranks.values())
     assert clock.components == [[0, 1], [2, 3]] and clock.unaligned == [2, 3]
-    assert any(note.startswith("ranks 2..3 (2): all 4 anchors linking it to the other ranks were rejected")
+    assert any(note.startswith("ranks 2,3: all 4 anchors linking it to the other ranks were rejected")
                for note in clock.notes), clock.notes
 
 
