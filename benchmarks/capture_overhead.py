@@ -187,6 +187,133 @@ def run_overhead(a: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+# -- micro-benchmark (no torchrun, no GPU) --------------------------------------------------
+def _micro_model(layers: int, hidden: int):
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(hidden, hidden)
+
+        def forward(self, hidden_states):
+            return torch.nn.functional.gelu(self.lin(hidden_states))
+
+    class Layer(torch.nn.Module):
+        def __init__(self, number):
+            super().__init__()
+            self.layer_number = number
+            self.self_attention = Block()
+            self.mlp = Block()
+
+        def forward(self, hidden_states):
+            x = hidden_states + self.self_attention(hidden_states)
+            return x + self.mlp(x)
+
+    return torch.nn.Sequential(*[Layer(i + 1) for i in range(layers)])
+
+
+def run_micro(a: argparse.Namespace) -> None:
+    """Per-event cost on the training thread: scopes, and hooked module forward+backward."""
+    import torch
+
+    from mapp.capture import Granularity, Tracer, TracerConfig, Window
+    from mapp.megatron_hooks.context import HookContext
+    from mapp.megatron_hooks.groups import GroupNames
+    from mapp.megatron_hooks.layers import LayerHooks
+
+    torch.set_num_threads(1)
+    scratch = Path(tempfile.mkdtemp(prefix="mapp-micro-"))
+    parked = {"flush_ms": 1e9, "flush_every": 10**9}  # the writer sleeps until close()
+    results: dict[str, float] = {}
+
+    # 1. scope enter/exit (two stamps, one record) and the writer's cost per record
+    n = a.micro_events
+    tracer = Tracer(TracerConfig(trace_dir=str(scratch / "scope"), rank=0, world_size=1, clock="host",
+                                 window=Window(interval=1, length=1), max_pending=(a.micro_reps + 1) * n, **parked))
+    tracer.writer.kick = lambda: None  # everything is written by close(), timed below
+    per = []
+    for it in range(a.micro_reps):
+        with tracer.iteration(it):
+            t0 = time.perf_counter_ns()
+            for i in range(n):
+                with tracer.scope("layer.forward", "compute", Granularity.LAYER, microbatch=1, chunk=0):
+                    pass
+            per.append((time.perf_counter_ns() - t0) / n / 1000)
+    t0 = time.perf_counter_ns()
+    tracer.close()
+    results["scope_us"] = statistics.median(per)
+    results["writer_us_per_event"] = (time.perf_counter_ns() - t0) / 1000 / tracer.stats["written"]
+    # the same with the hooks' form (an EventSpec per span), where this mapp has it
+    from mapp.capture import tracer as tracer_module
+
+    if hasattr(tracer_module, "EventSpec"):
+        tracer = Tracer(TracerConfig(trace_dir=str(scratch / "spec"), rank=0, world_size=1, clock="host",
+                                     window=Window(interval=1, length=1), max_pending=(a.micro_reps + 1) * n,
+                                     **parked))
+        tracer.writer.kick = lambda: None
+        spec = tracer_module.EventSpec("layer.forward", "compute", "compute", {"microbatch": 1, "chunk": 0, "layer": 3})
+        per = []
+        for it in range(a.micro_reps):
+            with tracer.iteration(it):
+                t0 = time.perf_counter_ns()
+                for i in range(n):
+                    tracer.emit_spec(spec, tracer.stamp())
+                per.append((time.perf_counter_ns() - t0) / n / 1000)
+        t0 = time.perf_counter_ns()
+        tracer.close()
+        results["spec_us"] = statistics.median(per)
+        results["writer_spec_us_per_event"] = (time.perf_counter_ns() - t0) / 1000 / tracer.stats["written"]
+
+    # 2. a hooked model: layer + attention + mlp per layer, forward and backward spans
+    model = _micro_model(a.micro_layers, a.micro_hidden)
+    x = torch.randn(a.micro_tokens, a.micro_hidden, requires_grad=True)
+    for writer in ("parked", "running"):
+        extra = parked if writer == "parked" else {}
+        tracer = Tracer(TracerConfig(trace_dir=str(scratch / writer), rank=0, world_size=1, clock="host",
+                                     window=Window(interval=20, length=10), max_pending=10**7, **extra))
+        ctx = HookContext(tracer, GroupNames())
+        hooks = LayerHooks(ctx)
+        for layer in model:
+            hooks.attach(layer, "layer", Granularity.LAYER, layer.layer_number - 1, 0)
+            hooks.attach(layer.self_attention, "attention", Granularity.LAYER, layer.layer_number - 1, 0)
+            hooks.attach(layer.mlp, "mlp", Granularity.LAYER, layer.layer_number - 1, 0)
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for it in range(20 * max(2, a.micro_reps // 10)):  # blocks of 10 traced, 10 untraced
+            with tracer.iteration(it) as traced:
+                t0 = time.perf_counter_ns()
+                for mb in range(4):
+                    ctx.microbatch = mb
+                    model(x).sum().backward()
+                dt = time.perf_counter_ns() - t0
+            if it % 10 >= 2:  # the first two of each block warm up
+                times[traced].append(dt)
+        written_before = tracer.stats["written"]
+        hooks.remove()
+        tracer.close()
+        events = 4 * 6 * a.micro_layers  # layer/attention/mlp x forward/backward x 4 microbatches
+        on, off = statistics.median(times[True]), statistics.median(times[False])
+        results[f"module_{writer}_us_per_event"] = (on - off) / events / 1000
+        results[f"module_{writer}_off_us"] = off / 1000
+        results[f"module_{writer}_overhead_pct"] = (on / off - 1) * 100
+        del written_before
+    shutil.rmtree(scratch, ignore_errors=True)
+    print(f"mapp capture micro-benchmark  ({a.micro_events} scopes x {a.micro_reps}; "
+          f"{a.micro_layers} layers x 4 microbatches, hidden {a.micro_hidden}, {a.micro_tokens} tokens)")
+    print(f"scope enter+exit (training thread)   {results['scope_us']:8.2f} us/event")
+    print(f"writer (resolve + encode + write)    {results['writer_us_per_event']:8.2f} us/event")
+    if "spec_us" in results:
+        print(f"emit_spec (training thread)          {results['spec_us']:8.2f} us/event")
+        print(f"writer, EventSpec records            {results['writer_spec_us_per_event']:8.2f} us/event")
+    for writer in ("parked", "running"):
+        print(f"hooked fwd+bwd, writer {writer:<8}      {results[f'module_{writer}_us_per_event']:8.2f} us/event"
+              f"   (step {results[f'module_{writer}_off_us'] / 1000:.2f} ms untraced, "
+              f"{results[f'module_{writer}_overhead_pct']:+.1f}% traced)")
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "micro.json").write_text(json.dumps(results, indent=1))
+
+
 # -- orchestration (outside torchrun) -----------------------------------------------------
 def _env(visible: str | None) -> dict[str, str]:
     env = dict(os.environ)
@@ -292,9 +419,18 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--slowed-iterations", type=int, default=12)
     s.add_argument("--overhead-timeout", type=float, default=330)
     s.add_argument("--slowed-timeout", type=float, default=110)
+    m = sub.add_parser("micro", help="per-event cost on the training thread (CPU, no torchrun)")
+    m.add_argument("--out", default=None, help="also write micro.json here")
+    m.add_argument("--micro-events", type=int, default=5000)
+    m.add_argument("--micro-reps", type=int, default=40)
+    m.add_argument("--micro-layers", type=int, default=8)
+    m.add_argument("--micro-hidden", type=int, default=8)
+    m.add_argument("--micro-tokens", type=int, default=2)
     a = p.parse_args(argv)
     if a.command == "overhead":
         run_overhead(a)
+    elif a.command == "micro":
+        run_micro(a)
     else:
         run_suite(a)
 

@@ -150,7 +150,6 @@ class SlowDown:
     def __init__(self, factor: float, hidden: int, device: torch.device, dtype, tp: int, seq: int):
         self.extra = max(0.0, factor - 1.0)
         self.device = device
-        self.handles = []
         self.matmuls = {}
         if device.type == "cuda":
             # forward FLOPs per token / tp: attention ~ 8h^2 + 4sh, MLP ~ 16h^2;
@@ -160,11 +159,21 @@ class SlowDown:
                             "mlp": max(1, round(self.extra * 8 / tp))}
 
     def attach(self, layers) -> None:
+        """Wraps ``forward`` on the attention and MLP instances (before mapp installs, so that
+        mapp's spans of those modules include the extra work, as a slow GPU's would)."""
         for layer in layers:
             for kind, module in (("attention", layer.self_attention), ("mlp", layer.mlp)):
                 module._slow_kind = kind
-                self.handles.append(module.register_forward_pre_hook(self._pre, prepend=True, with_kwargs=True))
-                self.handles.append(module.register_forward_hook(self._post, prepend=True))
+                module.forward = self._wrap(module, module.forward)
+
+    def _wrap(self, module, forward):
+        def slow_forward(*args, **kwargs):
+            self._pre(module, args, kwargs)
+            out = forward(*args, **kwargs)
+            self._post(module, args, out)
+            return out
+
+        return slow_forward
 
     def _burn(self, x: torch.Tensor, count: int) -> None:
         a = x.detach().reshape(-1, x.shape[-1])

@@ -12,7 +12,13 @@ metadata event as ``clock_anchor: {"unix_ns": ..., "trace_us": 0.0}``.
   ``elapsed(base, iteration anchor) + elapsed(iteration anchor, event)``, where ``base`` was
   recorded once, with a device synchronize, when the clock was made (not in the hot path).
   Keeping the second term short keeps ``cudaEventElapsedTime``'s float precision for the
-  times inside an iteration. Events are resolved when ``query()`` says they are complete.
+  times inside an iteration. Events are resolved once complete: the writer asks about the
+  newest one only (:meth:`CudaClock.newest_ready`, :meth:`CudaClock.wait_ready`) and then
+  reads the elapsed times of everything before it without a ``query()`` each.
+
+The training thread makes one CUDA call per stamp (recording the event, on the current stream,
+from C++ where torch has the device-generic ``torch.Event``); everything else, the pool's
+events included, is made or asked on the writer thread or outside the training loop.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ class HostClock:
     def ready(self, stamp: Any) -> bool:
         return True
 
-    def to_us(self, stamp: int, anchor: Any = None) -> float:
+    def to_us(self, stamp: int, anchor: Any = None, checked: bool = True) -> float:
         """Trace microseconds of a stamp."""
         return (stamp - self.base_ns) / 1000.0
 
@@ -81,7 +87,7 @@ class CudaClock:
         if event_factory is None or synchronize is None:
             import torch
 
-            event_factory = event_factory or (lambda: torch.cuda.Event(enable_timing=True))
+            event_factory = event_factory or _cuda_event_factory(torch)
             synchronize = synchronize or torch.cuda.synchronize
         self._new_event = event_factory
         self._free: collections.deque = collections.deque()
@@ -123,6 +129,23 @@ class CudaClock:
     def ready(self, stamp: Any) -> bool:
         return stamp is None or stamp.query()
 
+    def newest_ready(self, record: tuple) -> bool:
+        """Whether the end stamp of a span record (the newest stamp in it) is complete."""
+        stamp = record[-3]
+        return stamp is None or stamp.query()
+
+    def wait_ready(self, record: tuple, timeout_s: float) -> bool:
+        """Sleep until :meth:`newest_ready` (polling, 0.5 ms doubling to 8 ms), at most ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        pause = 0.0005
+        while not self.newest_ready(record):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.008)
+        return True
+
     def _anchor_offset_ms(self, anchor) -> float:
         key = id(anchor)
         offset = self._anchor_ms.get(key)
@@ -133,13 +156,23 @@ class CudaClock:
             self._anchor_ms[key] = offset
         return offset
 
-    def to_us(self, stamp, anchor=None) -> float:
-        """Trace microseconds of a completed event (raises :class:`NotReady` otherwise)."""
-        if not stamp.query():
+    def to_us(self, stamp, anchor=None, checked: bool = True) -> float:
+        """Trace microseconds of a completed event (raises :class:`NotReady` otherwise).
+
+        ``checked=False``: the caller knows a later event is complete, so no ``query()``;
+        an event still running (recorded on another stream) raises :class:`NotReady` too."""
+        if checked and not stamp.query():
             raise NotReady()
-        if anchor is None:
-            return self._base.elapsed_time(stamp) * 1000.0
-        return (self._anchor_offset_ms(anchor) + anchor.elapsed_time(stamp)) * 1000.0
+        try:
+            if anchor is None:
+                return self._base.elapsed_time(stamp) * 1000.0
+            return (self._anchor_offset_ms(anchor) + anchor.elapsed_time(stamp)) * 1000.0
+        except NotReady:
+            raise
+        except Exception:
+            if checked or stamp.query():
+                raise
+            raise NotReady() from None
 
     def host_to_us(self, perf_ns: int) -> float:
         return (perf_ns - self.base_ns) / 1000.0
@@ -157,3 +190,22 @@ class CudaClock:
 
     def anchor(self) -> dict[str, Any]:
         return {"unix_ns": self.base_unix_ns, "trace_us": 0.0, "source": "cuda_event"}
+
+
+def _cuda_event_factory(torch: Any):
+    """Timing events on the current CUDA device: ``torch.Event`` where torch has it (its
+    ``record()`` finds the current stream in C++; ``torch.cuda.Event.record`` builds a Python
+    ``Stream`` per call), else ``torch.cuda.Event``. The first choice is tried once here."""
+    generic = getattr(torch, "Event", None)
+    if generic is not None:
+        try:
+            device = torch.device("cuda", torch.cuda.current_device())
+            a, b = generic(device, enable_timing=True), generic(device, enable_timing=True)
+            a.record()
+            b.record()
+            b.synchronize()
+            a.elapsed_time(b)
+            return lambda: generic(device, enable_timing=True)
+        except Exception:
+            pass
+    return lambda: torch.cuda.Event(enable_timing=True)

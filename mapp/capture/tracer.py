@@ -2,7 +2,8 @@
 
 Framework-neutral: nothing here knows megatron-core (``mapp.megatron_hooks`` drives it).
 The hot path is a few attribute reads, two clock stamps and one ``deque.append``; no
-synchronization, no file I/O. ``Tracer(enabled=False)`` (or ``TracerConfig(enabled=False)``)
+synchronization, no file I/O, no JSON (hooks that fire often describe their spans once, as
+:class:`~mapp.capture.writer.EventSpec`, and :meth:`Tracer.emit_spec` records a tuple). ``Tracer(enabled=False)`` (or ``TracerConfig(enabled=False)``)
 makes every call a no-op, so instrumented code needs no ``if``.
 
 ::
@@ -34,9 +35,9 @@ from mapp.trace_format import file_name, metadata_events
 
 from .clock import CudaClock, HostClock
 from .window import Window
-from .writer import CALL, COUNTER, RELEASE, SPAN, TraceWriter
+from .writer import CALL, COUNTER, RELEASE, SPAN, SPEC, EventSpec, TraceWriter
 
-__all__ = ["Granularity", "TracerConfig", "Tracer"]
+__all__ = ["Granularity", "TracerConfig", "Tracer", "EventSpec"]
 
 
 class Granularity(enum.IntEnum):
@@ -245,6 +246,12 @@ class Tracer:
             t1 = self._stamp()
         self._put((SPAN, name, cat, tid, t0, t1, args, self.iteration_number, self._anchor))
 
+    def emit_spec(self, spec: EventSpec, t0) -> None:
+        """Record the span ``spec`` from stamp ``t0`` to now (the hooks' fast form of :meth:`emit`)."""
+        if t0 is None or not self.active:
+            return
+        self._put((SPEC, spec, t0, self._stamp(), self.iteration_number, self._anchor))
+
     def scope(self, name: str, cat: str = "other", level: Granularity = Granularity.ITERATION,
               tid: str = "compute", **args: Any):
         """Context manager recording ``name`` when ``level`` is being traced."""
@@ -287,6 +294,7 @@ class Tracer:
             hook(iteration, traced)
         if traced:
             self._anchor = self.clock.iteration_anchor()
+            self.writer.busy = True
             self.active = True
             self._want = [level <= self.granularity for level in Granularity]
             self._iter_t0 = self._stamp()
@@ -305,6 +313,7 @@ class Tracer:
         if self._anchor is not None:
             self._put((RELEASE, self._anchor))
         self._anchor = None
+        self.writer.busy = False
         self.writer.kick()
 
     @contextlib.contextmanager

@@ -1,15 +1,27 @@
 """Background writer: turns the tracer's records into v1 lines and appends them to the rank's file.
 
-The training thread only appends tuples to a bounded deque (:meth:`TraceWriter.put`); this
-thread resolves their timestamps (CUDA events once ``query()`` says they are complete),
-encodes complete events with :func:`mapp.trace_format.encode_event`, writes and flushes every
-``flush_ms`` milliseconds, when ``flush_every`` records are waiting, or when told an iteration
-ended. A process that dies loses at most
-the records not yet flushed; what is on disk is always whole lines after a ``[`` line.
+The training thread only appends tuples to a bounded deque (:meth:`TraceWriter.put`). This
+thread keeps out of the training thread's way: it needs the GIL for everything it does, and on
+a host-bound step every microsecond it holds the GIL is a microsecond of step time. So it
+
+- works when an iteration ends (:meth:`kick`), when ``flush_every`` records are waiting, and
+  on its ``flush_ms`` timer only when no iteration is running or when the running one has
+  stopped producing records (a stall or a hang: what is complete gets to disk);
+- on the CUDA clock, waits until the newest stamp is complete (polling one event, asleep in
+  between) and then resolves everything before it in one pass, without a ``query()`` per
+  stamp; a stamp on another stream that is still running sends it back to in-order resolution;
+- encodes with cached pieces: the head of each (name, cat, tid) and, for the hooks'
+  :class:`EventSpec` records, the ``args`` JSON of each (spec, iteration);
+- holds the GIL for at most ``batch`` records at a time and sleeps between batches while an
+  iteration runs.
+
+What is on disk is always whole lines after a ``[`` line; a process that dies loses at most
+the records not yet flushed, so at most the running iteration (and only while it does not stall).
 
 Records (tuples, first item is the kind):
 
 - ``(SPAN, name, cat, tid, t0, t1, args, iteration, anchor)``: a complete ``X`` event;
+- ``(SPEC, spec, t0, t1, iteration, anchor)``: the same, described by an :class:`EventSpec`;
 - ``(COUNTER, name, perf_ns, values, iteration)``: a ``C`` event at a host-clock instant;
 - ``(CALL, fn)``: ``fn()`` runs here and returns more records (NVML sampling);
 - ``(RELEASE, anchor)``: every stamp measured from ``anchor`` has been resolved.
@@ -21,6 +33,8 @@ training is never blocked or broken by tracing.
 from __future__ import annotations
 
 import collections
+import json
+import math
 import os
 import threading
 import time
@@ -31,16 +45,44 @@ from mapp.trace_format import HEADER, encode_event
 
 from .clock import NotReady
 
-__all__ = ["TraceWriter", "SPAN", "COUNTER", "CALL", "RELEASE"]
+__all__ = ["TraceWriter", "EventSpec", "SPAN", "COUNTER", "CALL", "RELEASE", "SPEC"]
 
-SPAN, COUNTER, CALL, RELEASE = 0, 1, 2, 3
+SPAN, COUNTER, CALL, RELEASE, SPEC = 0, 1, 2, 3, 4
+
+_float_repr = float.__repr__
+
+
+class EventSpec:
+    """What a hook's spans share: name, cat, tid and args (never changed once made).
+
+    Made once per (hook, microbatch, ...) on the training thread, so that a span costs one
+    tuple; the writer caches its encoded ``args`` per iteration."""
+
+    __slots__ = ("name", "cat", "tid", "args", "_iteration", "_tail")
+
+    def __init__(self, name: str, cat: str = "compute", tid: str = "compute",
+                 args: dict[str, Any] | None = None):
+        self.name, self.cat, self.tid, self.args = name, cat, tid, args
+        self._iteration: Any = self  # nothing cached yet
+        self._tail = ""
+
+    def __repr__(self) -> str:
+        return f"EventSpec({self.name!r}, {self.cat!r}, {self.tid!r}, {self.args!r})"
+
+
+def _args_json(iteration: Any, args: dict[str, Any] | None) -> str:
+    event_args = {"iteration": iteration}
+    if args:
+        event_args.update(args)
+    return json.dumps(event_args, separators=(",", ":"))
 
 
 class TraceWriter:
     """Append-only v1 writer for one rank, with its own thread.
 
     ``max_pending`` bounds the records waiting in memory; past it new records are dropped
-    and counted (``dropped``), never blocking the training thread.
+    and counted (``dropped``), never blocking the training thread. ``busy`` is set by the
+    tracer while a traced iteration runs (the thread then stays asleep unless told).
     """
 
     def __init__(
@@ -53,7 +95,8 @@ class TraceWriter:
         flush_ms: float = 100.0,
         flush_every: int = 4096,
         max_pending: int = 200_000,
-        batch: int = 256,
+        batch: int = 64,
+        pause_s: float = 0.0002,
     ):
         self.path = path
         self.pid = pid
@@ -62,11 +105,17 @@ class TraceWriter:
         self.max_pending = max_pending
         self.flush_every = max(1, flush_every)
         self.batch = batch
+        self.pause_s = pause_s
+        self.busy = False
         self.dropped = 0
         self.written = 0
         self.failed: str | None = None
         self._queue: collections.deque = collections.deque()
         self._held: collections.deque = collections.deque()  # popped, waiting for the GPU
+        self._heads: dict[tuple, str] = {}
+        self._tails: dict[tuple, str] = {}
+        self._pid_text = json.dumps(pid)
+        self._bulk = getattr(clock, "kind", "host") == "cuda" and hasattr(clock, "newest_ready")
         self._wake = threading.Event()
         self._stop = False
         self._lock = threading.Lock()
@@ -101,6 +150,7 @@ class TraceWriter:
         if self._stop:
             return
         self._stop = True
+        self.busy = False
         self._wake.set()
         self._thread.join(timeout_s)
         with self._lock:
@@ -123,10 +173,20 @@ class TraceWriter:
                           RuntimeWarning, stacklevel=2)
 
     def _run(self) -> None:
+        seen = -1
         while True:
-            self._wake.wait(self.flush_s)
+            told = self._wake.wait(self.flush_s)
             self._wake.clear()
             stopping = self._stop
+            n = len(self._queue)
+            if not told and not stopping:
+                # The timer: stay asleep while a running iteration keeps producing records
+                # (its end kicks us); write when it has stalled, or when none runs.
+                stalled = n == seen
+                seen = n
+                if (self.busy and not stalled) or not (n or self._held):
+                    continue
+            seen = -1
             try:
                 self._drain(final=stopping)
             except Exception as exc:  # never let the thread die silently
@@ -136,8 +196,20 @@ class TraceWriter:
 
     def _drain(self, final: bool) -> None:
         deadline = time.monotonic() + 10.0
+        last_target = None
         while True:
-            lines, blocked = self._resolve_some()
+            target = None
+            if self._bulk and not self._held and self._queue:
+                target = self._newest_span()
+                if target is None or target is last_target:
+                    target = None  # bulk failed on it once: in order this time
+                elif not self.clock.newest_ready(target):
+                    # Wait (asleep, a query per poll) for the GPU to reach the newest stamp.
+                    if not self.clock.wait_ready(target, self.flush_s if not final else
+                                                 max(0.0, deadline - time.monotonic())):
+                        target = None
+                last_target = target
+            lines, blocked = self._resolve_some(target)
             if lines:
                 self._write(lines)
             if not self._queue and not self._held:
@@ -147,12 +219,26 @@ class TraceWriter:
                     return
                 time.sleep(0.001)
             else:
-                time.sleep(0)  # let the training thread have the GIL between batches
+                time.sleep(0 if final else self.pause_s)  # give the training thread the GIL back
 
-    def _resolve_some(self) -> tuple[list[str], bool]:
-        """Resolve up to ``batch`` records in order; stop at the first one not yet complete."""
+    def _newest_span(self) -> tuple | None:
+        """The newest span record (its end stamp is the newest stamp), looking back a little."""
+        for i, record in enumerate(reversed(self._queue)):
+            if record[0] in (SPAN, SPEC):
+                return record
+            if i >= 16:
+                break
+        return None
+
+    def _resolve_some(self, target: Any = None) -> tuple[list[str], bool]:
+        """Resolve up to ``batch`` records in order; stop at the first one not yet complete.
+
+        With ``target`` (a record whose stamps are known complete), records are resolved
+        without asking the clock whether each stamp is complete."""
         lines: list[str] = []
         held, queue = self._held, self._queue
+        checked = target is None
+        encode = self._encode
         while len(lines) < self.batch:
             if held:
                 record = held.popleft()
@@ -162,31 +248,72 @@ class TraceWriter:
                 except IndexError:
                     break
             try:
-                for event in self._events(record):
-                    lines.append(encode_event(event))
+                line = encode(record, checked)
             except NotReady:
                 held.appendleft(record)
                 return lines, True
+            if line:
+                lines.append(line)
+            if record is target:
+                checked = True
         return lines, False
+
+    def _encode(self, record: tuple, checked: bool) -> str:
+        kind = record[0]
+        clock = self.clock
+        if kind == SPEC:
+            _, spec, t0, t1, iteration, anchor = record
+            name, cat, tid, args = spec.name, spec.cat, spec.tid, spec.args
+            if spec._iteration != iteration:
+                spec._tail = _args_json(iteration, args) + "},\n"
+                spec._iteration = iteration
+            tail = spec._tail
+        elif kind == SPAN:
+            _, name, cat, tid, t0, t1, args, iteration, anchor = record
+            tail = None
+        else:
+            return "".join(encode_event(e) for e in self._events(record))
+        if t0 is None or t1 is None:  # a stamp was dropped (pool exhausted)
+            clock.release(t0)
+            clock.release(t1)
+            return ""
+        end = clock.to_us(t1, anchor, checked)
+        start = clock.to_us(t0, anchor, checked)
+        clock.release(t0)
+        clock.release(t1)
+        ts, dur = round(start, 3), round(max(end - start, 0.0), 3)
+        if not (math.isfinite(ts) and math.isfinite(dur)):
+            return encode_event({"ph": "X", "name": name, "cat": cat, "pid": self.pid, "tid": tid,
+                                 "ts": ts, "dur": dur, "args": {"iteration": iteration, **(args or {})}})
+        key = (name, cat, tid)
+        head = self._heads.get(key)
+        if head is None:
+            head = (f'{{"ph":"X","name":{json.dumps(name)},"cat":{json.dumps(cat)},'
+                    f'"pid":{self._pid_text},"tid":{json.dumps(tid)},"ts":')
+            self._heads[key] = head
+        if tail is None:
+            tail = self._tail(iteration, args)
+        return f'{head}{_float_repr(ts)},"dur":{_float_repr(dur)},"args":{tail}'
+
+    def _tail(self, iteration: Any, args: dict[str, Any] | None) -> str:
+        """``args`` JSON and the line's end, cached by value (scopes repeat the same args)."""
+        try:
+            key = (iteration, tuple(args.items())) if args else (iteration,)
+            tail = self._tails.get(key)
+        except TypeError:  # an unhashable value (a list of ranks): not cached
+            return _args_json(iteration, args) + "},\n"
+        if tail is None:
+            if len(self._tails) >= 4096:
+                self._tails.clear()
+            tail = self._tails[key] = _args_json(iteration, args) + "},\n"
+        return tail
 
     def _events(self, record: tuple) -> list[dict[str, Any]]:
         kind = record[0]
         clock = self.clock
-        if kind == SPAN:
-            _, name, cat, tid, t0, t1, args, iteration, anchor = record
-            if t0 is None or t1 is None:  # a stamp was dropped (pool exhausted)
-                clock.release(t0)
-                clock.release(t1)
-                return []
-            end = clock.to_us(t1, anchor)
-            start = clock.to_us(t0, anchor)
-            clock.release(t0)
-            clock.release(t1)
-            event_args = {"iteration": iteration}
-            if args:
-                event_args.update(args)
-            return [{"ph": "X", "name": name, "cat": cat, "pid": self.pid, "tid": tid,
-                     "ts": round(start, 3), "dur": round(max(end - start, 0.0), 3), "args": event_args}]
+        if kind in (SPAN, SPEC):
+            line = self._encode(record, False)
+            return [json.loads(line.rstrip().rstrip(","))] if line else []
         if kind == COUNTER:
             _, name, perf_ns, values, iteration = record
             return [{"ph": "C", "name": name, "cat": "other", "pid": self.pid, "tid": "counters",
@@ -208,8 +335,9 @@ class TraceWriter:
             if self._file is None or self.failed is not None:
                 return
             try:
-                self._file.write("".join(lines))
+                text = "".join(lines)
+                self._file.write(text)
                 self._file.flush()
-                self.written += len(lines)
+                self.written += text.count("\n")
             except (OSError, ValueError) as exc:
                 self._fail(exc)

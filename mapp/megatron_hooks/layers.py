@@ -1,13 +1,18 @@
 """Forward and backward spans of transformer layers, attention, MLP (and, at ``op``
 granularity, the modules inside them), with layer index, microbatch and model chunk.
 
-Forward: a forward pre-hook takes a stamp, a forward hook emits ``<kind>.forward``.
-Backward: autograd hooks on tensors, no synchronization. A hook on the module's *output*
-fires when the gradient with respect to it is complete, i.e. when the module's backward
-starts; a hook on its *input* fires when the gradient with respect to the input is complete,
-i.e. when the module's backward is done. That span is emitted as ``<kind>.backward``, tagged
-with the forward's microbatch and chunk. A forward that runs inside backward (activation
-recomputation) is emitted as ``<kind>.recompute``.
+Forward: the module's ``forward`` is wrapped on the instance (``module.forward``), not hooked:
+a module with forward hooks, with kwargs above all, takes PyTorch's slow call path, and the
+wrapper costs one Python call. The wrapper takes a stamp, calls the original and emits
+``<kind>.forward``; the spans' names and args are made once per (module, microbatch)
+(:class:`~mapp.capture.writer.EventSpec`), so a span costs a tuple.
+Backward: autograd hooks, no synchronization. A pre-hook on the ``grad_fn`` of the output
+fires when the gradient with respect to the output is complete, i.e. when the module's
+backward starts; one on the ``grad_fn`` of the input (a tensor hook if the input is a leaf)
+fires when the gradient with respect to the input is complete, i.e. when the module's
+backward is done. That span is emitted as
+``<kind>.backward``, tagged with the forward's microbatch and chunk. A forward that runs
+inside backward (activation recomputation) is emitted as ``<kind>.recompute``.
 
 Event names: ``layer.forward``/``layer.backward`` (``args.layer``: 0-based global layer
 index), ``attention.*``, ``mlp.*``, ``embedding.forward``, ``output_layer.*``, and at ``op``
@@ -17,34 +22,36 @@ granularity ``<submodule>.*`` (``linear_qkv``, ``core_attention``, ``linear_fc1`
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from mapp.capture.tracer import Granularity
+from mapp.capture.writer import SPEC, EventSpec
 
 from .context import HookContext, first_tensor
 
 __all__ = ["LayerHooks"]
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+_MISSING = object()
 
 
 class LayerHooks:
-    """Module hooks on model chunks, registered only while an iteration is traced.
-
-    A module with hooks takes PyTorch's slower call path, so the hooks are put on at the start
-    of each traced iteration and taken off at the start of the next untraced one (layer spans
-    carry no counters that must see every call). :meth:`remove` takes them off for good.
+    """Forward wrappers and backward hooks on model chunks, put on only while an iteration is
+    traced: at the start of each traced iteration, and taken off at the start of the next
+    untraced one (layer spans carry no counters that must see every call), so untraced
+    iterations run the model untouched. :meth:`remove` takes them off for good.
     """
 
     def __init__(self, ctx: HookContext):
         self.ctx = ctx
         self.tracer = ctx.tracer
-        self.handles: list[Any] = []
+        self.handles: list[tuple[torch.nn.Module, Any]] = []
         self.targets: list[tuple[torch.nn.Module, tuple]] = []
         self.modules = 0
         self._closed = False
+        self._specs: dict[tuple, dict[Any, tuple]] = {}
         ctx.tracer.on_iteration(self._on_iteration)
 
     def _on_iteration(self, iteration: int, traced: bool) -> None:
@@ -55,14 +62,16 @@ class LayerHooks:
 
     def _register(self) -> None:
         for module, spec in self.targets:
-            stack: list[tuple] = []
-            self.handles.append(module.register_forward_pre_hook(
-                functools.partial(self._pre, spec, stack), with_kwargs=True))
-            self.handles.append(module.register_forward_hook(functools.partial(self._post, spec, stack)))
+            previous = module.__dict__.get("forward", _MISSING)
+            self.handles.append((module, previous))
+            module.forward = self._wrap(spec, module.forward)
 
     def _unregister(self) -> None:
-        for handle in self.handles:
-            handle.remove()
+        for module, previous in reversed(self.handles):
+            if previous is _MISSING:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = previous
         self.handles.clear()
 
     def attach_model(self, chunks: list[torch.nn.Module]) -> None:
@@ -108,45 +117,85 @@ class LayerHooks:
         self._closed = True
         self._unregister()
 
-    # -- hooks -----------------------------------------------------------------------------
-    def _pre(self, spec, stack, module, args, kwargs):
-        tracer = self.tracer
-        if not tracer.wants(spec[0]):
-            return None
-        t0 = tracer.stamp()
-        recompute = _graph_task_id() != -1
-        event_args = {"microbatch": self.ctx.microbatch, "chunk": spec[2]}
-        if spec[1] is not None:
-            event_args["layer"] = spec[1]
-        cell = None
-        if not recompute and torch.is_grad_enabled():
-            x = args[0] if args else kwargs.get("hidden_states")
-            if isinstance(x, torch.Tensor) and x.requires_grad:
-                cell = [None]
-                x.register_hook(functools.partial(self._backward_end, spec[4], cell, event_args))
-        stack.append((t0, recompute, cell, event_args))
-        return None
+    # -- the wrapper -----------------------------------------------------------------------
+    def _specs_for(self, spec: tuple, microbatch: Any) -> tuple[EventSpec, EventSpec, EventSpec]:
+        """(forward, backward, recompute) event specs of one module and microbatch."""
+        by_microbatch = self._specs.setdefault(spec, {})
+        specs = by_microbatch.get(microbatch)
+        if specs is None:
+            args = {"microbatch": microbatch, "chunk": spec[2]}
+            if spec[1] is not None:
+                args["layer"] = spec[1]
+            specs = tuple(EventSpec(name, "compute", "compute", args) for name in spec[3:6])
+            by_microbatch[microbatch] = specs
+        return specs
 
-    def _post(self, spec, stack, module, args, output):
-        if not stack:
-            return None
-        t0, recompute, cell, event_args = stack.pop()
-        self.tracer.emit(spec[5] if recompute else spec[3], "compute", t0, args=event_args)
-        if cell is not None:
-            y = first_tensor(output)
-            if isinstance(y, torch.Tensor) and y.requires_grad:
-                y.register_hook(functools.partial(self._backward_start, cell))
-        return None
+    def _wrap(self, spec: tuple, forward: Callable) -> Callable:
+        tracer, ctx = self.tracer, self.ctx
+        level = spec[0]
+        specs_for = functools.partial(self._specs_for, spec)
+        cache: dict[Any, tuple] = {}
+        grad_enabled = torch.is_grad_enabled
+        Tensor = torch.Tensor
 
-    def _backward_start(self, cell, grad):
-        if cell[0] is None:
-            cell[0] = self.tracer.stamp()
+        def traced_forward(*args, **kwargs):
+            if not tracer._want[level]:
+                return forward(*args, **kwargs)
+            microbatch = ctx.microbatch
+            specs = cache.get(microbatch)
+            if specs is None:
+                specs = cache[microbatch] = specs_for(microbatch)
+            backward = None
+            if _graph_task_id() != -1:
+                span = specs[2]  # recomputation inside backward
+            else:
+                span = specs[0]
+                if grad_enabled():
+                    x = args[0] if args else kwargs.get("hidden_states")
+                    if isinstance(x, Tensor) and x.requires_grad:
+                        backward = _Backward(tracer, specs[1])
+                        _on_grad_ready(x, backward.end)
+            stamp = tracer._stamp
+            t0 = stamp()
+            output = forward(*args, **kwargs)
+            tracer._put((SPEC, span, t0, stamp(), tracer.iteration_number, tracer._anchor))
+            if backward is not None:
+                y = first_tensor(output)
+                if isinstance(y, Tensor) and y.requires_grad:
+                    _on_grad_ready(y, backward.start)
+            return output
 
-    def _backward_end(self, name, cell, event_args, grad):
-        t0 = cell[0]
+        return functools.wraps(forward)(traced_forward)
+
+
+def _on_grad_ready(tensor: torch.Tensor, fn: Callable) -> None:
+    """Call ``fn`` when the gradient with respect to ``tensor`` is complete: a pre-hook on the
+    node that produced it (which runs once all of its gradients are summed; cheaper than a
+    tensor hook), a tensor hook for a leaf (a pipeline stage's received input)."""
+    node = tensor.grad_fn
+    if node is not None:
+        node.register_prehook(fn)
+    else:
+        tensor.register_hook(fn)
+
+
+class _Backward:
+    """One module call's backward span: started by the output's gradient, ended by the input's."""
+
+    __slots__ = ("tracer", "spec", "t0")
+
+    def __init__(self, tracer, spec: EventSpec):
+        self.tracer, self.spec, self.t0 = tracer, spec, None
+
+    def start(self, grad) -> None:
+        if self.t0 is None:
+            self.t0 = self.tracer.stamp()
+
+    def end(self, grad) -> None:
+        t0 = self.t0
         if t0 is not None:
-            cell[0] = None
-            self.tracer.emit(name, "compute", t0, args=event_args)
+            self.t0 = None
+            self.tracer.emit_spec(self.spec, t0)
 
 
 def _is_identity(module: torch.nn.Module) -> bool:

@@ -209,3 +209,23 @@ def test_flush_every_wakes_the_writer_early(tmp_path):
     assert len(xs(read_v1(tmp_path / "rank-00005.json")[0])) >= 8  # before the iteration ended
     t.end_iteration()
     t.close()
+
+
+def test_lines_are_what_encode_event_writes(tmp_path):
+    from mapp.capture.tracer import EventSpec
+    from mapp.trace_format import encode_event
+
+    t = make(tmp_path)
+    spec = EventSpec("layer.forward", "compute", "compute", {"microbatch": 2, "chunk": 0, "layer": 3})
+    for i in range(2):
+        with t.iteration(i):
+            with t.scope("send", cat="p2p", tid="comm", peer=1, ratio=0.1, name_é="x"):
+                t.emit_spec(spec, t.stamp())
+    t.close()
+    lines = [line for line in (tmp_path / "rank-00005.json").read_text().splitlines()[1:] if line]
+    import json
+
+    for line in lines:
+        assert encode_event(json.loads(line.rstrip(","))) == line + "\n"
+    layer = [json.loads(line.rstrip(",")) for line in lines if "layer.forward" in line]
+    assert [e["args"] for e in layer] == [{"iteration": i, "microbatch": 2, "chunk": 0, "layer": 3} for i in range(2)]
