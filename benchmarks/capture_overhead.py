@@ -26,6 +26,11 @@ On the device machine (2x H200; the 1-GPU part uses GPU 0 only):
 
 CPU smoke test (tiny model, host clock): ``python benchmarks/capture_overhead.py suite
 --out /tmp/cap --tiny``.
+
+``micro`` (no torchrun, no GPU, host clock) prints the per-event cost on the training thread:
+a scope, an ``emit_spec``, the writer's cost per record, and a toy model whose layers,
+attention and MLP are traced like megatron's (forward wrapper + backward hooks), as step
+time added per event against the same model untraced (blocks of 10 iterations each).
 """
 
 from __future__ import annotations

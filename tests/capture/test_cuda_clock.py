@@ -110,3 +110,20 @@ def test_exhausted_pool_drops_instead_of_blocking(tmp_path):
     t.close()
     ops = [e for e in read_v1(tmp_path / "rank-00001.json")[0] if e.get("name") == "op"]
     assert 0 < len(ops) < 10
+
+
+def test_bulk_resolution_holds_an_event_still_running_on_another_stream(tmp_path):
+    gpu = FakeGpu()
+    t = make(tmp_path, gpu)
+    with t.iteration(0):
+        with t.scope("forward", cat="compute", level=Granularity.SCHEDULE, microbatch=0):
+            pass
+        straggler = t.writer._queue[0][4]  # the forward's start stamp: still running elsewhere
+        straggler.done = False
+    time.sleep(0.1)  # the newest stamp is complete, but the writer must not read the straggler
+    assert [e for e in read_v1(tmp_path / "rank-00001.json")[0] if e["ph"] == "X"] == []
+    straggler.done = True
+    t.close()
+    xs = {e["name"]: e for e in read_v1(tmp_path / "rank-00001.json")[0] if e["ph"] == "X"}
+    assert xs["forward"]["ts"] == 1500.0 and xs["forward"]["dur"] == 500.0
+    assert xs["iteration"]["dur"] == 1500.0
