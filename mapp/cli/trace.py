@@ -86,10 +86,11 @@ def _report_matching(matching: Matching, clock: ClockModel | None, clock_path: P
             style="mapp.dim",
         )
     for note in clock.notes:
-        console.print(note, style="mapp.dim", soft_wrap=True)
+        if clock.violations and "p2p messages" in note:
+            warn(note)
+        else:
+            console.print(note, style="mapp.dim", soft_wrap=True)
     if not clock.connected:
         others = "; ".join(f"ranks {rank_list(c)} on rank {c[0]}'s" for c in clock.components[1:])
         warn(f"ranks form {len(clock.components)} groups with no collective or p2p between them; only the "
              f"first is on rank {clock.reference_rank}'s clock, the others on their own: {others}")
-    if clock.violations:
-        warn(f"{clock.violations} p2p messages still end before their send starts after alignment")

@@ -63,8 +63,11 @@ _TP_MAPPINGS = frozenset({
     "_reduce", "_gather_along_last_dim", "_gather_along_first_dim",
     "_reduce_scatter_along_first_dim", "_reduce_scatter_along_last_dim",
 })
-_COLLECTIVES = _TP_MAPPINGS | {"allreduce", "all_reduce", "grad-sync", "_all_to_all", "all_gather",
+_COLLECTIVES = _TP_MAPPINGS | {"allreduce", "all_reduce", "_all_to_all", "all_gather",
                                "reduce_scatter", "broadcast"}
+# ``grad-sync`` is one data-parallel collective when its record names the group; a bare
+# ``grad-sync`` span only encloses the allreduce / reduce-scatter calls and is not matched.
+_COMM_WRAPPERS = frozenset({"grad-sync"})
 _P2P_PREFIXES = ("send-", "recv-", "exchange-")
 # pipeline direction of each p2p event when its peer is not recorded: +1 next stage, -1 previous
 _P2P_DIRECTION = {
@@ -160,10 +163,12 @@ def _load(path: pathlib.Path, warn: Callable[[str], None]) -> _RankFile:
     return _RankFile(path, rank, coords, None if device is None else str(device), records)
 
 
-def _category(name: str) -> tuple[str, str]:
+def _category(name: str, attrs: dict) -> tuple[str, str]:
     if name == "iteration":
         return "iteration", "iteration"
-    if name in _COLLECTIVES:
+    if name in _COMM_WRAPPERS:
+        return ("collective", "comm") if isinstance(attrs.get("group"), list) else ("other", "comm")
+    if name in _COLLECTIVES or name.replace("-", "_") in _COLLECTIVES:
         return "collective", "comm"
     if name.startswith(_P2P_PREFIXES):
         return "p2p", "comm"
@@ -219,7 +224,7 @@ def _emit(rf: _RankFile, out: dict[str, list], name: str, begin: dict, end: dict
           by_coords: dict[tuple[int, int, int], int], layout: dict[str, int]) -> None:
     attrs = {k: v for k, v in begin.items() if k not in _CORE_FIELDS}
     attrs.update((k, v) for k, v in end.items() if k not in _CORE_FIELDS)
-    cat, lane = _category(name)
+    cat, lane = _category(name, attrs)
     members = attrs.get("group")
     group_ranks = group = peer = None
     if cat == "collective" and isinstance(members, list):
