@@ -106,20 +106,14 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
 
 
 def _align(bundle, matching, notes: list[str]):
-    """Offsets and drifts; offsets only when the drift solve is degenerate (too few anchors
-    spread over time, as with short MegatronApp traces)."""
-    import math
-    import warnings
+    """Offsets and drifts on the reference clock; ranks that cannot be placed are listed."""
+    from mapp.analysis.align import align_bundle
 
-    from mapp.analysis.align import AlignOptions, align_bundle
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        clock = align_bundle(bundle, matching)
-        if all(math.isfinite(c.offset_ns) and math.isfinite(c.drift_ppm) for c in clock.ranks.values()):
-            return clock
-        notes.append("clock drift could not be solved; aligned with constant offsets only")
-        return align_bundle(bundle, matching, options=AlignOptions(drift=False))
+    clock = align_bundle(bundle, matching)
+    if clock.unaligned:
+        notes.append(f"{len(clock.unaligned)} ranks share no collective or p2p with rank "
+                     f"{clock.reference_rank}: their lateness is judged on their own clocks")
+    return clock
 
 
 def _iteration_ns(iters: pl.DataFrame, events: pl.DataFrame) -> float | None:
