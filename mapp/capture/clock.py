@@ -129,16 +129,15 @@ class CudaClock:
     def ready(self, stamp: Any) -> bool:
         return stamp is None or stamp.query()
 
-    def newest_ready(self, record: tuple) -> bool:
-        """Whether the end stamp of a span record (the newest stamp in it) is complete."""
-        stamp = record[-3]
+    def newest_ready(self, stamp: Any) -> bool:
+        """Whether ``stamp`` (the end stamp of the newest span) is complete."""
         return stamp is None or stamp.query()
 
-    def wait_ready(self, record: tuple, timeout_s: float) -> bool:
+    def wait_ready(self, stamp: Any, timeout_s: float) -> bool:
         """Sleep until :meth:`newest_ready` (polling, 0.5 ms doubling to 8 ms), at most ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         pause = 0.0005
-        while not self.newest_ready(record):
+        while not self.newest_ready(stamp):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False

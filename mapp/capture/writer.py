@@ -203,9 +203,9 @@ class TraceWriter:
                 target = self._newest_span()
                 if target is None or target is last_target:
                     target = None  # bulk failed on it once: in order this time
-                elif not self.clock.newest_ready(target):
+                elif not self.clock.newest_ready(_end_stamp(target)):
                     # Wait (asleep, a query per poll) for the GPU to reach the newest stamp.
-                    if not self.clock.wait_ready(target, self.flush_s if not final else
+                    if not self.clock.wait_ready(_end_stamp(target), self.flush_s if not final else
                                                  max(0.0, deadline - time.monotonic())):
                         target = None
                 last_target = target
@@ -341,3 +341,8 @@ class TraceWriter:
                 self.written += text.count("\n")
             except (OSError, ValueError) as exc:
                 self._fail(exc)
+
+
+def _end_stamp(record: tuple) -> Any:
+    """The end stamp of a span record (the newest stamp in it), whatever the record's layout."""
+    return record[3] if record[0] == SPEC else record[5]

@@ -127,3 +127,23 @@ def test_bulk_resolution_holds_an_event_still_running_on_another_stream(tmp_path
     xs = {e["name"]: e for e in read_v1(tmp_path / "rank-00001.json")[0] if e["ph"] == "X"}
     assert xs["forward"]["ts"] == 1500.0 and xs["forward"]["dur"] == 500.0
     assert xs["iteration"]["dur"] == 1500.0
+
+
+def test_bulk_resolution_handles_scopes_with_args(tmp_path):
+    # The newest record is a plain scope (args dict and all): the writer must find its end
+    # stamp, not mistake another field for one (a bug seen only on a real GPU).
+    gpu = FakeGpu()
+    clock = CudaClock(pool_size=4096, event_factory=gpu.event, synchronize=gpu.synchronize)
+    t = Tracer(TracerConfig(trace_dir=str(tmp_path), rank=1, world_size=2, flush_ms=5.0, flush_every=8,
+                            window=Window(interval=1, length=1)), clock=clock)
+    for it in range(3):
+        with t.iteration(it):
+            for mb in range(50):
+                with t.scope("forward", cat="compute", level=Granularity.SCHEDULE, microbatch=mb):
+                    pass
+                time.sleep(0.0005)  # let the writer drain mid-iteration (flush_every records wait)
+    t.close()
+    assert t.writer.failed is None
+    spans = [e for e in read_v1(tmp_path / "rank-00001.json")[0] if e["ph"] == "X" and e["name"] == "forward"]
+    assert sorted((e["args"]["iteration"], e["args"]["microbatch"]) for e in spans) == [
+        (it, mb) for it in range(3) for mb in range(50)]

@@ -224,12 +224,8 @@ def test_trace_merge_reads_the_traces(run: Run, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# mapp detect on the same traces. Expected: for tp2pp2 the top suspect is rank 3 (compute),
-# for dp2pp2_vpp2 no suspect. Marked xfail (not strict) while the detector, built in parallel,
-# does not flag rank 3 yet: on these traces its peer stage already gives rank 3 a ~8x
-# slowdown and lateness shows rank 3 last at ~3/4 of TP collectives.
-@pytest.mark.xfail(reason="mapp.analysis.detect does not flag the slowed rank on 2 traced iterations yet",
-                   strict=False)
+# mapp detect on the same traces: for tp2pp2 the top suspect is rank 3 (compute), for
+# dp2pp2_vpp2 (nobody slowed) no suspect.
 def test_detect_finds_the_slowed_rank(tp2pp2: Run, dp2pp2_vpp2: Run):
     detect = pytest.importorskip("mapp.analysis.detect")
     ingest = pytest.importorskip("mapp.analysis.ingest")
