@@ -183,19 +183,45 @@ def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) 
         ops = ops.with_columns(slow=pl.lit(False), excess=pl.lit(0.0))
     per = ops.group_by(["rank", "iteration"]).agg(
         effect=pl.col("r_adj").median(), n_ops=pl.len(), share_slow=pl.col("slow").mean(),
-        excess_ns=pl.col("excess").sum(), busy_ns=pl.col("self_ns").sum(),
+        excess_ns=pl.col("excess").sum(), busy_ns=pl.col("self_ns").sum(), baseline=pl.col("use").all(),
     )
     # sigma from the scatter of single ops around their peers (not around the rank's own
     # median, which fits the same ops and so understates it for a dozen ops)
-    sigma = ops.select(robust_scale("r_adj")).item() or 0.0
-    spread = (per.select(robust_scale("effect")).item() or 0.0) if use_spread else 0.0
-    center = per["effect"].median()
+    pairs = _two_peers(ops)
+    if pairs:  # the ops' scatter around peers is the slowdown itself: use their own medians
+        sigma = ops.select(robust_scale(pl.col("r_adj") - pl.col("r_adj").median().over(["rank", "iteration"]))).item() or 0.0
+    else:
+        sigma = ops.select(robust_scale("r_adj")).item() or 0.0
+    spread = _effect_spread(per, pairs) if use_spread else 0.0
+    # centred on the rank-iterations that form the baseline (the first pass's outliers do not)
+    base = per.filter(pl.col("baseline"))["effect"]
+    center = base.median() if len(base) else per["effect"].median()
     z_crit = z_critical(len(per))
     return per.with_columns(effect=pl.col("effect") - center).with_columns(
         se=pl.max_horizontal(MEDIAN_SE * sigma / pl.col("n_ops").cast(pl.Float64).sqrt(), pl.lit(spread), pl.lit(1e-6))
     ).with_columns(z=pl.col("effect") / pl.col("se")).with_columns(
         flagged=(pl.col("z") > z_crit) & (pl.col("effect").exp() - 1 >= min_effect)
-    )
+    ).drop("baseline")
+
+
+def _two_peers(ops: pl.DataFrame) -> bool:
+    """Whether some op is compared between two ranks only (each is then measured against the other)."""
+    smallest = ops.group_by("gk").agg(pl.col("rank").n_unique().alias("n"))["n"].min()
+    return smallest is not None and smallest < 3
+
+
+def _effect_spread(per: pl.DataFrame, pairs: bool) -> float:
+    """How much healthy rank-iterations' effects scatter: the floor of a standard error.
+
+    Across rank-iterations when every peer group has three or more ranks (then the healthy
+    majority sets the scale). With two peers the two ranks' effects are mirror images, so
+    their scatter *is* the slowdown being tested; there the floor is how much each rank's
+    effect varies from iteration to iteration.
+    """
+    if not pairs:
+        return per.select(robust_scale("effect")).item() or 0.0
+    within = per.with_columns(d=pl.col("effect") - pl.col("effect").median().over("rank"))
+    return within.select(robust_scale("d")).item() or 0.0
 
 
 def _replica_effect(ops: pl.DataFrame, threshold: float) -> tuple[pl.DataFrame, dict | None]:
