@@ -283,7 +283,8 @@ def _imbalance(peers: PeerEvidence, threshold: float, layout: LayoutInfo) -> lis
             out.append(Imbalance(kind="stage", message=message,
                                  evidence={"stage": row["pp"], "ratio": round(row["ratio"], 3),
                                            "compute_ms_per_iteration": round(row["compute_ns"] / 1e6, 4)}))
-    if peers.seqlen is not None:
+    # Statistically clear but under a percent is not worth a line (it still gets discounted).
+    if peers.seqlen is not None and peers.seqlen["relative_spread"] >= 0.01:
         out.append(Imbalance(
             kind="sequence_length",
             message=(f"compute varies by about +/-{peers.seqlen['relative_spread']:.0%} between microbatches, alike on "
