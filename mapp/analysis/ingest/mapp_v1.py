@@ -29,6 +29,9 @@ __all__ = ["NAME", "sniff", "read", "read_batches", "read_header"]
 
 NAME = "mapp"
 _TAIL_BYTES = 1 << 16
+# Rows per Arrow batch handed to the Parquet writer: small enough that the few batches in
+# flight stay a few tens of MB, large enough that per-batch costs vanish.
+_BATCH_ROWS = int(os.environ.get("MAPP_INGEST_BATCH_ROWS", 1 << 16))
 _KEPT_PHASES = ("X", "i", "I", "C")
 _COLUMNS = (
     "{ph:'VARCHAR',name:'VARCHAR',cat:'VARCHAR',pid:'BIGINT',tid:'VARCHAR',"
@@ -212,7 +215,7 @@ def read_batches(
     *,
     warn: Callable[[str], None],
     progress: Callable[[int], None] | None = None,
-    batch_bytes: int = 32 << 20,
+    batch_bytes: int = 256 << 20,
 ) -> tuple[Iterator[pa.RecordBatch], pl.DataFrame]:
     """Stream the events of ``files`` as events-table Arrow batches; also return the ranks table.
 
@@ -269,13 +272,8 @@ def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pa.Recor
             con.execute(f"CREATE OR REPLACE TYPE mapp_files AS ENUM ({', '.join(map(_sql_string, paths))})")
             files = _FileTable.of(group)
             try:
-                relation = con.sql(_query(paths))
-                # A group of small files is fetched whole (DuckDB parses it on every core);
-                # one file larger than a group is streamed so memory stays bounded.
-                if sum(p.parse_path.stat().st_size for p in group) <= 2 * batch_bytes:
-                    reader = relation.to_arrow_table().to_batches(max_chunksize=1 << 18)
-                else:
-                    reader = relation.to_arrow_reader(1 << 18)
+                # Streamed: DuckDB parses ahead on its own threads while batches are handed on.
+                reader = con.sql(_query(paths)).to_arrow_reader(_BATCH_ROWS)
                 for batch in reader:
                     yield _to_events(batch, files, skipped_phases)
             except (duckdb.Error, OSError) as error:
@@ -305,7 +303,23 @@ def _to_events(batch: pa.RecordBatch, files: _FileTable, skipped_phases: dict[st
         other = pc.filter(ph, pc.invert(pc.or_(keep, pc.equal(ph, "M"))))
         for item in pc.value_counts(other).to_pylist():
             skipped_phases[str(item["values"])] = skipped_phases.get(str(item["values"]), 0) + item["counts"]
-    return events.filter(keep).cast(EVENTS_ARROW_SCHEMA)
+    return _keep_rows(events, keep.to_numpy(zero_copy_only=False)).cast(EVENTS_ARROW_SCHEMA)
+
+
+def _keep_rows(table: pa.Table, keep: np.ndarray) -> pa.Table:
+    """``table`` without the rows where ``keep`` is False, as zero-copy slices.
+
+    The rows dropped are metadata events, a couple at the head of each file: slicing around
+    them avoids copying every column (a filter would copy the whole batch)."""
+    if keep.all():
+        return table
+    edges = np.flatnonzero(np.diff(np.r_[False, keep, False].astype(np.int8)))
+    runs = list(zip(edges[::2], edges[1::2]))
+    if not runs:
+        return table.slice(0, 0)
+    if len(runs) > 64:  # scattered drops: one copying filter is cheaper than many slices
+        return table.filter(pa.array(keep))
+    return pa.concat_tables([table.slice(start, end - start) for start, end in runs])
 
 
 def _format_error(error: Exception, names: dict[str, str]) -> TraceFormatError:
