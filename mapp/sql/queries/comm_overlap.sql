@@ -23,33 +23,33 @@ kinds AS (
     SELECT DISTINCT rank, CASE WHEN cat = 'p2p' THEN 'p2p' ELSE coalesce("group", 'collective') END AS kind
     FROM selected WHERE cat IN ('collective', 'p2p')
 ),
-classed AS (
-    SELECT rank, iteration, s, e, 'k:' || CASE WHEN cat = 'p2p' THEN 'p2p' ELSE coalesce("group", 'collective') END AS cls
+rows AS (
+    -- each communication interval under its kind; the rank's compute intervals under every
+    -- kind the rank has, so that each kind's partition holds all it is compared with
+    SELECT rank, iteration, s, e, CASE WHEN cat = 'p2p' THEN 'p2p' ELSE coalesce("group", 'collective') END AS kind,
+           false AS is_compute
     FROM selected WHERE cat IN ('collective', 'p2p')
     UNION ALL
-    SELECT rank, iteration, s, e, 'u:' || CASE WHEN cat = 'p2p' THEN 'p2p' ELSE coalesce("group", 'collective') END
-    FROM selected WHERE cat IN ('collective', 'p2p')
-    UNION ALL
-    SELECT s.rank, s.iteration, s.s, s.e, 'u:' || k.kind
-    FROM selected s JOIN kinds k USING (rank) WHERE s.cat IN ('compute', 'optimizer')
-    UNION ALL
-    SELECT rank, iteration, s, e, 'compute' FROM selected WHERE cat IN ('compute', 'optimizer')
+    SELECT x.rank, x.iteration, x.s, x.e, k.kind, true
+    FROM selected x JOIN kinds k USING (rank) WHERE x.cat IN ('compute', 'optimizer')
 ),
 reach AS (
-    -- Sorted by start, each interval adds what lies past the furthest end before it: the union.
-    SELECT *, lag(furthest) OVER (PARTITION BY rank, iteration, cls ORDER BY s, e) AS reach
-    FROM (SELECT *, max(e) OVER (PARTITION BY rank, iteration, cls ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS furthest
-          FROM classed)
-),
-covered AS (
-    SELECT rank, cls, sum(greatest(0, e - greatest(s, coalesce(reach, s)))) AS ns FROM reach GROUP BY rank, cls
+    -- One sort per (rank, iteration, kind) by start. For each class (compute, this kind's
+    -- communication, both), a row adds what lies past the furthest end among the earlier rows
+    -- of that class: summed, that is the class's union.
+    SELECT *,
+           max(CASE WHEN is_compute THEN e END) OVER w AS r_compute,
+           max(CASE WHEN NOT is_compute THEN e END) OVER w AS r_comm,
+           max(e) OVER w AS r_union
+    FROM rows
+    WINDOW w AS (PARTITION BY rank, iteration, kind ORDER BY s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 per_kind AS (
-    SELECT k.rank, k.kind,
-           coalesce(c.ns, 0) AS compute_ns,
-           coalesce((SELECT ns FROM covered x WHERE x.rank = k.rank AND x.cls = 'k:' || k.kind), 0) AS comm_ns,
-           coalesce((SELECT ns FROM covered x WHERE x.rank = k.rank AND x.cls = 'u:' || k.kind), 0) AS union_ns
-    FROM kinds k LEFT JOIN covered c ON c.rank = k.rank AND c.cls = 'compute'
+    SELECT rank, kind,
+           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_compute, s)))) FILTER (is_compute), 0) AS compute_ns,
+           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_comm, s)))) FILTER (NOT is_compute), 0) AS comm_ns,
+           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_union, s)))), 0) AS union_ns
+    FROM reach GROUP BY rank, kind
 )
 SELECT
     p.rank, r.pp, p.kind,

@@ -48,29 +48,30 @@ pieces AS (
 clipped AS (
     SELECT * FROM pieces WHERE e > s AND iteration >= (SELECT min(iteration) FROM win) + $skip
 ),
-classed AS (
+flagged AS (
     SELECT rank, iteration, s, e,
-           unnest(CASE WHEN cat IN ('compute', 'optimizer') THEN ['compute', 'cc', 'all']
-                       WHEN cat IN ('collective', 'p2p') THEN ['comm', 'cc', 'all']
-                       ELSE ['all'] END) AS cls
+           cat IN ('compute', 'optimizer') AS is_compute,
+           cat IN ('collective', 'p2p') AS is_comm
     FROM clipped
 ),
 reach AS (
-    -- Sorted by start, each interval adds what lies past the furthest end before it: the union.
-    SELECT *, lag(furthest) OVER (PARTITION BY rank, iteration, cls ORDER BY s, e) AS reach
-    FROM (SELECT *, max(e) OVER (PARTITION BY rank, iteration, cls ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS furthest
-          FROM classed)
-),
-covered AS (
-    SELECT rank, cls, sum(greatest(0, e - greatest(s, coalesce(reach, s)))) AS ns FROM reach GROUP BY rank, cls
+    -- One sort per (rank, iteration) by start. For each class, a row adds what lies past the
+    -- furthest end among the earlier rows of that class: summed, that is the class's union.
+    SELECT *,
+           max(CASE WHEN is_compute THEN e END) OVER w AS r_compute,
+           max(CASE WHEN is_comm THEN e END) OVER w AS r_comm,
+           max(CASE WHEN is_compute OR is_comm THEN e END) OVER w AS r_cc,
+           max(e) OVER w AS r_all
+    FROM flagged
+    WINDOW w AS (PARTITION BY rank, iteration ORDER BY s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 per_rank AS (
     SELECT rank,
-           coalesce(sum(ns) FILTER (cls = 'compute'), 0) AS compute_ns,
-           coalesce(sum(ns) FILTER (cls = 'comm'), 0) AS comm_ns,
-           coalesce(sum(ns) FILTER (cls = 'cc'), 0) AS cc_ns,
-           coalesce(sum(ns) FILTER (cls = 'all'), 0) AS all_ns
-    FROM covered GROUP BY rank
+           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_compute, s)))) FILTER (is_compute), 0) AS compute_ns,
+           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_comm, s)))) FILTER (is_comm), 0) AS comm_ns,
+           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_cc, s)))) FILTER (is_compute OR is_comm), 0) AS cc_ns,
+           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_all, s)))), 0) AS all_ns
+    FROM reach GROUP BY rank
 ),
 windows AS (
     SELECT rank, count(*) AS iterations, sum(w1 - w0) AS window_ns FROM win
