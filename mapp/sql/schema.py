@@ -232,6 +232,7 @@ def build_schema(
         *[c for c in findings.columns if c in ("kind", "severity", "message")],
         *[c for c in findings.columns if c not in ("kind", "severity", "message")]))
     _build_bundle(con, bundle, clock, notes)
+    _build_window_pieces(con)
     for note in notes:
         if warn:
             warn(note)
@@ -351,6 +352,34 @@ def _build_windows(con: duckdb.DuckDBPyConnection, aligned: bool) -> None:
                    coalesce(lag(end_ns) OVER (PARTITION BY rank ORDER BY iteration), ts_ns) AS start_ns,
                    end_ns, false AS aligned
             FROM iterations ORDER BY rank, iteration""")
+
+
+def _build_window_pieces(con: duckdb.DuckDBPyConnection) -> None:
+    """``_window_pieces`` (internal, for the covered-time queries): every timed event (not the
+    iteration markers) as (rank, cat, iteration, s, e) on the clock of ``iteration_windows``,
+    cut at window boundaries so that each piece lies inside one iteration's window."""
+    con.execute("""
+        CREATE VIEW _window_pieces AS
+        WITH win AS (SELECT rank, iteration, start_ns AS w0, end_ns AS w1 FROM iteration_windows),
+        ev AS (
+            SELECT e.rank, e.cat,
+                   CASE WHEN b.aligned THEN e.ts_aligned_ns ELSE e.ts_ns END AS s,
+                   CASE WHEN b.aligned THEN e.end_aligned_ns ELSE e.end_ns END AS e
+            FROM events e, (SELECT aligned FROM bundle) b
+            WHERE e.ph = 'X' AND e.cat <> 'iteration' AND e.dur_ns > 0
+        ),
+        assigned AS (
+            SELECT ev.rank, ev.cat, ev.s, ev.e, w.iteration, w.w1
+            FROM ev ASOF JOIN win w ON ev.rank = w.rank AND ev.s >= w.w0
+        ),
+        pieces AS (
+            SELECT rank, cat, iteration, s, least(e, w1) AS e FROM assigned
+            UNION ALL
+            SELECT a.rank, a.cat, n.iteration, a.w1 AS s, least(a.e, n.w1) AS e
+            FROM assigned a JOIN win n ON n.rank = a.rank AND n.w0 = a.w1
+            WHERE a.e > a.w1
+        )
+        SELECT * FROM pieces WHERE e > s""")
 
 
 def _build_bundle(con: duckdb.DuckDBPyConnection, bundle, clock, notes: list[str]) -> None:

@@ -15,36 +15,18 @@
 -- @column bubble_ns DOUBLE  mean time not computing
 -- @column bubble_ratio DOUBLE  bubble_ns / window_ns
 -- @column max_rank_bubble_ratio DOUBLE  the largest ratio of one rank of the stage
-WITH clock AS (SELECT aligned FROM bundle),
-win AS (
+WITH win AS (
     SELECT rank, iteration, start_ns AS w0, end_ns AS w1 FROM iteration_windows
 ),
-ev AS (
-    SELECT e.rank, e.cat,
-           CASE WHEN c.aligned THEN e.ts_aligned_ns ELSE e.ts_ns END AS s,
-           CASE WHEN c.aligned THEN e.end_aligned_ns ELSE e.end_ns END AS e
-    FROM events e, clock c
-    WHERE e.ph = 'X' AND e.cat IN ('compute', 'optimizer') AND e.dur_ns > 0
-),
-assigned AS (
-    SELECT ev.rank, ev.cat, ev.s, ev.e, w.iteration, w.w1
-    FROM ev ASOF JOIN win w ON ev.rank = w.rank AND ev.s >= w.w0
-),
-pieces AS (
-    SELECT rank, cat, iteration, s, least(e, w1) AS e FROM assigned
-    UNION ALL
-    SELECT a.rank, a.cat, n.iteration, a.w1 AS s, least(a.e, n.w1) AS e
-    FROM assigned a JOIN win n ON n.rank = a.rank AND n.w0 = a.w1
-    WHERE a.e > a.w1
-),
 clipped AS (
-    SELECT * FROM pieces WHERE e > s AND iteration >= (SELECT min(iteration) FROM win) + $skip
+    -- _window_pieces: events cut at iteration-window boundaries (see mapp/sql/schema.py)
+    SELECT * FROM _window_pieces
+    WHERE iteration >= (SELECT min(iteration) FROM win) + $skip AND cat IN ('compute', 'optimizer')
 ),
 reach AS (
     -- Sorted by start, each interval adds what lies past the furthest end before it: the union.
-    SELECT *, lag(furthest) OVER (PARTITION BY rank, iteration ORDER BY s, e) AS reach
-    FROM (SELECT *, max(e) OVER (PARTITION BY rank, iteration ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS furthest
-          FROM clipped)
+    SELECT *, max(e) OVER (PARTITION BY rank, iteration ORDER BY s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+    FROM clipped
 ),
 busy AS (
     SELECT rank, iteration, sum(greatest(0, e - greatest(s, coalesce(reach, s)))) AS compute_ns
