@@ -54,6 +54,9 @@ class PeerEvidence:
     """Set when compute varies per microbatch the same way on every rank of a replica."""
     stages: pl.DataFrame | None = None
     """Per pipeline stage: ``compute_ns`` per iteration (its fastest rank) and ``ratio`` to the lightest."""
+    pairs: bool = False
+    """Some ops had only two ranks to compare: a slower one could be either's noise, so a
+    verdict needs stage 2 to agree (the slow rank also arrives last)."""
 
 
 def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
@@ -153,7 +156,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     per = per.join(_gaps(events, ops, group, coords, min_effect), on=["rank", "iteration"], how="left")
     ranks = _per_rank(per)
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
-    return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages)
+    return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
+                        pairs=_two_peers(ops))
 
 
 def _relative(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame:

@@ -219,6 +219,17 @@ def _late_evidence(row: dict | None) -> dict | None:
     return out
 
 
+# With two ranks, being last in all of six collectives happens by chance once in 64 (z 2.45).
+_PAIR_LAST_Z = 2.0
+
+
+def _last_more_than_chance(late: dict | None) -> bool:
+    """Stage 2 agrees that a rank of a two-rank comparison is the slow one: it arrives last
+    more often than chance and makes its peer wait more than it waits (robust z-scores across
+    ranks say little with two ranks, so the binomial one is used)."""
+    return late is not None and late["last_z"] > _PAIR_LAST_Z and late["net_ns"] > 0
+
+
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
                      pfac: float, iteration_ns: float | None) -> Suspect | None:
     busy = row["busy_ns"] or 0.0
@@ -229,6 +240,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     if not (row["flagged"] or host):
         return None
     corroborated = late is not None and late["net_z"] > late_cut and late["last_z"] > late_cut
+    if peers.pairs and not host and not _last_more_than_chance(late):
+        return None
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
     excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
