@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 
 from mapp.cli._ui import console, guarded, progress_bar
@@ -16,15 +17,22 @@ bench_app = typer.Typer(help="Measure mapp's analyses on simulated jobs with kno
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
+    if value is None:
+        return "-"
+    return "100%" if value == 1.0 else f"{value:.1%}"
 
 
 def suite_table(rows: list[dict], title: str) -> Table:
     """A table of suite summary rows (``SuiteResult.rows``)."""
-    table = Table(title=title, title_justify="left")
-    for col in ("group", "scenarios", "faults", "negatives", "top-1", "recall", "precision", "negatives flagged",
-                "analysis mean", "analysis max"):
-        table.add_column(col, justify="left" if col == "group" else "right")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1),
+                  caption="neg: negative scenarios; flagged: negatives given a GPU verdict; mean/max: "
+                  "analysis time after ingest", caption_justify="left")
+    for col in ("group", "runs", "faults", "neg", "top-1", "recall", "prec", "flagged", "mean", "max"):
+        if col == "group":
+            table.add_column(col, no_wrap=True, max_width=14, overflow="ellipsis")
+        else:
+            table.add_column(col, justify="right", no_wrap=True,
+                             min_width=6 if col in ("mean", "max") else len(col))
     for r in rows:
         table.add_row(r["group"], str(r["scenarios"]), str(r["faults"]), str(r["negatives"]), _pct(r["top1"]),
                       _pct(r["recall"]), _pct(r["precision"]), str(r["negatives_flagged"]),
