@@ -233,6 +233,7 @@ def build_schema(
         *[c for c in findings.columns if c not in ("kind", "severity", "message")]))
     _build_bundle(con, bundle, clock, notes)
     _build_window_pieces(con)
+    _build_coverage(con, persist)
     for note in notes:
         if warn:
             warn(note)
@@ -380,6 +381,76 @@ def _build_window_pieces(con: duckdb.DuckDBPyConnection) -> None:
             WHERE a.e > a.w1
         )
         SELECT * FROM pieces WHERE e > s""")
+
+
+# Covered time (the union of a rank's intervals, overlaps counted once) per rank and iteration:
+# the expensive part of rank_breakdown and comm_overlap (a sort of every event). Views, or with
+# ``persist`` (a --db file) tables computed once at load, so the queries then read a few rows.
+# Each is summed over one sort per partition: a row adds what lies past the furthest end among
+# the earlier rows of its class.
+_COVERAGE = {
+    # per (rank, iteration window): compute, communication, either, and any event
+    "_rank_coverage": """
+        WITH flagged AS (
+            SELECT rank, iteration, s, e,
+                   cat IN ('compute', 'optimizer') AS is_compute, cat IN ('collective', 'p2p') AS is_comm
+            FROM _window_pieces
+        ),
+        reach AS (
+            SELECT *,
+                   max(CASE WHEN is_compute THEN e END) OVER w AS r_compute,
+                   max(CASE WHEN is_comm THEN e END) OVER w AS r_comm,
+                   max(CASE WHEN is_compute OR is_comm THEN e END) OVER w AS r_cc,
+                   max(e) OVER w AS r_all
+            FROM flagged
+            WINDOW w AS (PARTITION BY rank, iteration ORDER BY s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+        )
+        SELECT rank, iteration,
+               coalesce(sum(greatest(0, e - greatest(s, coalesce(r_compute, s)))) FILTER (is_compute), 0) AS compute_ns,
+               coalesce(sum(greatest(0, e - greatest(s, coalesce(r_comm, s)))) FILTER (is_comm), 0) AS comm_ns,
+               coalesce(sum(greatest(0, e - greatest(s, coalesce(r_cc, s)))) FILTER (is_compute OR is_comm), 0) AS cc_ns,
+               coalesce(sum(greatest(0, e - greatest(s, coalesce(r_all, s)))), 0) AS all_ns
+        FROM reach GROUP BY rank, iteration""",
+    # per (rank, event iteration, kind of communication): compute, that kind, and their union;
+    # the rank's compute is compared with every kind the rank has
+    "_kind_coverage": """
+        WITH selected AS (
+            SELECT rank, iteration, cat, "group", ts_ns AS s, end_ns AS e
+            FROM events
+            WHERE ph = 'X' AND dur_ns > 0 AND cat IN ('compute', 'optimizer', 'collective', 'p2p')
+        ),
+        kinds AS (
+            SELECT DISTINCT rank, CASE WHEN cat = 'p2p' THEN 'p2p' ELSE coalesce("group", 'collective') END AS kind
+            FROM selected WHERE cat IN ('collective', 'p2p')
+        ),
+        rows AS (
+            SELECT rank, iteration, s, e, CASE WHEN cat = 'p2p' THEN 'p2p' ELSE coalesce("group", 'collective') END AS kind,
+                   false AS is_compute
+            FROM selected WHERE cat IN ('collective', 'p2p')
+            UNION ALL
+            SELECT x.rank, x.iteration, x.s, x.e, k.kind, true
+            FROM selected x JOIN kinds k USING (rank) WHERE x.cat IN ('compute', 'optimizer')
+        ),
+        reach AS (
+            SELECT *,
+                   max(CASE WHEN is_compute THEN e END) OVER w AS r_compute,
+                   max(CASE WHEN NOT is_compute THEN e END) OVER w AS r_comm,
+                   max(e) OVER w AS r_union
+            FROM rows
+            WINDOW w AS (PARTITION BY rank, iteration, kind ORDER BY s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+        )
+        SELECT rank, iteration, kind,
+               count(*) FILTER (NOT is_compute) AS comm_calls,
+               coalesce(sum(greatest(0, e - greatest(s, coalesce(r_compute, s)))) FILTER (is_compute), 0) AS compute_ns,
+               coalesce(sum(greatest(0, e - greatest(s, coalesce(r_comm, s)))) FILTER (NOT is_compute), 0) AS comm_ns,
+               coalesce(sum(greatest(0, e - greatest(s, coalesce(r_union, s)))), 0) AS union_ns
+        FROM reach GROUP BY rank, iteration, kind""",
+}
+
+
+def _build_coverage(con: duckdb.DuckDBPyConnection, persist: bool) -> None:
+    for name, sql in _COVERAGE.items():
+        con.execute(f"CREATE {'TABLE' if persist else 'VIEW'} {name} AS {sql}")
 
 
 def _build_bundle(con: duckdb.DuckDBPyConnection, bundle, clock, notes: list[str]) -> None:

@@ -26,35 +26,12 @@
 WITH win AS (
     SELECT rank, iteration, start_ns AS w0, end_ns AS w1 FROM iteration_windows
 ),
-clipped AS (
-    -- _window_pieces: events cut at iteration-window boundaries (see mapp/sql/schema.py)
-    SELECT * FROM _window_pieces
-    WHERE iteration >= (SELECT min(iteration) FROM win) + $skip
-),
-flagged AS (
-    SELECT rank, iteration, s, e,
-           cat IN ('compute', 'optimizer') AS is_compute,
-           cat IN ('collective', 'p2p') AS is_comm
-    FROM clipped
-),
-reach AS (
-    -- One sort per (rank, iteration) by start. For each class, a row adds what lies past the
-    -- furthest end among the earlier rows of that class: summed, that is the class's union.
-    SELECT *,
-           max(CASE WHEN is_compute THEN e END) OVER w AS r_compute,
-           max(CASE WHEN is_comm THEN e END) OVER w AS r_comm,
-           max(CASE WHEN is_compute OR is_comm THEN e END) OVER w AS r_cc,
-           max(e) OVER w AS r_all
-    FROM flagged
-    WINDOW w AS (PARTITION BY rank, iteration ORDER BY s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-),
 per_rank AS (
-    SELECT rank,
-           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_compute, s)))) FILTER (is_compute), 0) AS compute_ns,
-           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_comm, s)))) FILTER (is_comm), 0) AS comm_ns,
-           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_cc, s)))) FILTER (is_compute OR is_comm), 0) AS cc_ns,
-           coalesce(sum(greatest(0, e - greatest(s, coalesce(r_all, s)))), 0) AS all_ns
-    FROM reach GROUP BY rank
+    -- _rank_coverage: covered time per (rank, iteration window), see mapp/sql/schema.py
+    SELECT rank, sum(compute_ns) AS compute_ns, sum(comm_ns) AS comm_ns, sum(cc_ns) AS cc_ns, sum(all_ns) AS all_ns
+    FROM _rank_coverage
+    WHERE iteration >= (SELECT min(iteration) FROM win) + $skip
+    GROUP BY rank
 ),
 windows AS (
     SELECT rank, count(*) AS iterations, sum(w1 - w0) AS window_ns FROM win
