@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from mapp.analysis.detect.bandwidth import link_bandwidth
+from mapp.analysis.detect.device import device_counters, device_evidence
 from mapp.analysis.detect.lateness import collective_lateness
 from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
 from mapp.analysis.detect.peers import compare_peers
@@ -86,6 +87,11 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
     suspects, imbalance, victims, grid = combine(peers, lateness, bandwidth, info, threshold=threshold,
                                                  iteration_ns=iteration_ns, microbatches=microbatches)
+    counters = device_counters(bundle.scan())
+    for suspect in suspects:
+        device = device_evidence(counters, suspect.rank)
+        if device is not None:
+            suspect.evidence["device"] = device
     stages = [
         StageStatus(name="1 peers", ran=peers.mode != "skipped", reason=peers.reason,
                     detail=f"compared with {peers.mode}" if peers.mode != "skipped" else None),

@@ -155,6 +155,14 @@ def _evidence_line(s) -> str:
                      + (f"; +{len(obs) - 3} more" if len(obs) > 3 else ""))
         if b.get("note"):
             parts.append(b["note"])
+    d = e.get("device")
+    if d and "sm_clock_mhz" in d:
+        text = f"SM clock {d['sm_clock_mhz']:.0f} MHz"
+        if "peers_sm_clock_mhz" in d:
+            text += f" vs {d['peers_sm_clock_mhz']:.0f} MHz on its peers"
+        if d.get("throttle_reasons"):
+            text += f" (throttle reasons 0x{d['throttle_reasons']:x})"
+        parts.append(text)
     if e.get("note"):
         parts.append(e["note"])
     return "; ".join(parts)
