@@ -65,20 +65,13 @@ def speed(console: Console, repeat: int) -> None:
 
 def accuracy(console: Console, scale: str) -> None:
     from mapp.analysis.detect.suite import run_suite, scenarios
-    from mapp.cli.bench import suite_table
+    from mapp.cli.bench import print_suite
 
     items = scenarios(scale, 0)
     start = time.perf_counter()
     result = run_suite(items)
     wall = time.perf_counter() - start
-    console.print(suite_table(result.rows("cls"), f"suite {scale} (seed 0), {len(items)} scenarios in {wall:,.0f} s: by class"))
-    console.print(suite_table(result.rows("scale"), "by scale (ranks)"))
-    for r in result.failures():
-        sc = r.scenario
-        c = sc.config
-        faults = ", ".join(f"{f.kind}:{f.rank if f.rank is not None else f.ranks}:{f.strength:g}" for f in c.faults) or "none"
-        console.print(f"miss {sc.id} ({sc.cls}, tp{c.tp} pp{c.pp} dp{c.dp}, {faults}): top {r.top}"
-                      + (f"; {r.error}" if r.error else ""), soft_wrap=True)
+    print_suite(console, result, f"suite {scale} (seed 0), {len(items)} scenarios in {wall:,.0f} s")
 
 
 def main() -> None:
@@ -86,7 +79,7 @@ def main() -> None:
     parser.add_argument("--suite", default="full", choices=("full", "small", "ci", "none"))
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    console = Console(width=140)
+    console = Console(width=140, theme=THEME)
     speed(console, args.repeat)
     if args.suite != "none":
         accuracy(console, args.suite)

@@ -60,7 +60,12 @@ def detect(
     items = scenarios(scale, seed)
     with progress_bar(f"running {len(items)} scenarios", unit="scenarios") as update:
         result = run_suite(items, threshold=threshold, progress=update)
-    console.print(suite_table(result.rows("cls"), f"detect suite, scale {scale}, seed {seed}: by class"))
+    print_suite(console, result, f"detect suite, scale {scale}, seed {seed}")
+
+
+def print_suite(console, result, title: str) -> None:
+    """The suite's tables by fault class and by scale, then one line per missed scenario."""
+    console.print(suite_table(result.rows("cls"), f"{title}: by class"))
     console.print(suite_table(result.rows("scale"), "by scale (ranks)"))
     for r in result.failures():
         sc = r.scenario
