@@ -81,7 +81,9 @@ def run_overhead(a: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     tg = _example()
-    size = TINY if a.tiny else BIG
+    size = dict(TINY if a.tiny else BIG)
+    if a.mbs:
+        size["mbs"] = a.mbs
     targs = tg.parse_args(_model_flags(size, bf16=not a.tiny and torch.cuda.is_available())
                           + ["--tp", str(a.tp), "--pp", str(a.pp)])
     device = tg.init_distributed(targs)
@@ -104,14 +106,17 @@ def run_overhead(a: argparse.Namespace) -> None:
     rank = dist.get_rank()
     cuda = device.type == "cuda"
 
-    def step() -> None:
+    def step() -> float:
+        """One training step; returns when the host had issued forward and backward."""
         for c in chunks:
             c.zero_grad_buffer()
         opt.zero_grad()
         fb(forward_step_func=tg.forward_step, data_iterator=data, model=chunks[0],
            num_microbatches=targs.num_microbatches, seq_length=targs.seq,
            micro_batch_size=targs.micro_batch_size, forward_only=False)
+        issued = time.perf_counter()
         opt.step()
+        return issued
 
     def sync() -> None:
         if cuda:
@@ -123,19 +128,25 @@ def run_overhead(a: argparse.Namespace) -> None:
 
     out = Path(a.out)
     scratch = Path(tempfile.mkdtemp(prefix="mapp-overhead-"))
-    modes = ["off", "idle", "on"]
+    modes = a.modes.split(",")
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        raise SystemExit(f"unknown mode(s) {sorted(unknown)}; choose from {', '.join(MODES)}")
     times: dict[str, list[float]] = {m: [] for m in modes}
+    issue: dict[str, list[float]] = {m: [] for m in modes}
     stats: list[dict] = []
     iteration = 0
     last_traced: Path | None = None
     for r in range(a.rounds):
-        order = modes[r % 3:] + modes[:r % 3]
+        k = r % len(modes)
+        order = modes[k:] + modes[:k]
         for mode in order:
             inst = None
             block_dir = scratch / f"round{r:02d}-{mode}"
             if mode != "off":
                 inst = install(model=chunks, optimizer=opt, trace_dir=str(block_dir), interval=1,
-                               length=1 if mode == "on" else 0, granularity=a.granularity)
+                               length=0 if mode == "idle" else 1, granularity=a.granularity,
+                               clock="host" if mode == "on_host" else "auto")
                 if os.environ.get("MAPP_BENCH_PARK_WRITER"):
                     # Diagnostic: the writer does nothing until close, so "on" shows the
                     # training thread's own cost only.
@@ -143,14 +154,16 @@ def run_overhead(a: argparse.Namespace) -> None:
                     writer.kick, writer.flush_s, writer.flush_every = (lambda: None), 1e9, 10**9
             dist.barrier()
             sync()
-            for s in range(a.steps):
-                t0 = time.perf_counter()
-                with inst.iteration(iteration) if inst is not None else contextlib.nullcontext():
-                    step()
-                sync()
-                if s > 0:
-                    times[mode].append(time.perf_counter() - t0)
-                iteration += 1
+            with _diagnostic(mode):
+                for s in range(a.steps):
+                    t0 = time.perf_counter()
+                    with inst.iteration(iteration) if inst is not None else contextlib.nullcontext():
+                        issued = step()
+                    sync()
+                    if s > 0:
+                        times[mode].append(time.perf_counter() - t0)
+                        issue[mode].append(issued - t0)
+                    iteration += 1
             if inst is not None:
                 st = dict(inst.tracer.stats)
                 inst.close()
@@ -160,7 +173,8 @@ def run_overhead(a: argparse.Namespace) -> None:
                     last_traced = block_dir
     # every rank's medians, gathered
     summary = {m: {"median_ms": statistics.median(v) * 1e3, "p10_ms": _percentile(v, 0.1) * 1e3,
-                   "p90_ms": _percentile(v, 0.9) * 1e3, "steps": len(v)} for m, v in times.items()}
+                   "p90_ms": _percentile(v, 0.9) * 1e3, "steps": len(v),
+                   "issued_ms": statistics.median(issue[m]) * 1e3} for m, v in times.items()}
     base = summary["off"]["median_ms"]
     for m in modes:
         summary[m]["overhead_pct"] = (summary[m]["median_ms"] / base - 1.0) * 100.0
@@ -173,20 +187,22 @@ def run_overhead(a: argparse.Namespace) -> None:
             "device": torch.cuda.get_device_name() if cuda else "cpu",
             "model": size | {"tp": a.tp, "pp": a.pp, "bf16": targs.bf16},
             "granularity": a.granularity, "rounds": a.rounds, "steps_per_block": a.steps,
-            "ranks": gathered, "step_times_s": times,
+            "ranks": gathered, "step_times_s": times, "issued_s": issue,
         }
         (out / "overhead.json").write_text(json.dumps(result, indent=1))
         print(f"\nmapp capture overhead  device={result['device']}  model={result['model']}  "
               f"granularity={a.granularity}  {a.rounds} rounds x {a.steps} steps/block", flush=True)
-        print(f"{'mode':<6} {'steps':>5} {'median ms':>10} {'p10 ms':>9} {'p90 ms':>9} {'overhead':>9}")
+        print(f"{'mode':<8} {'steps':>5} {'median ms':>10} {'p10 ms':>9} {'p90 ms':>9} {'overhead':>9} "
+              f"{'fwd+bwd issued ms':>18}")
         for m in modes:
             s = summary[m]
-            print(f"{m:<6} {s['steps']:>5} {s['median_ms']:>10.2f} {s['p10_ms']:>9.2f} {s['p90_ms']:>9.2f} "
-                  f"{s['overhead_pct']:>+8.2f}%")
+            print(f"{m:<8} {s['steps']:>5} {s['median_ms']:>10.2f} {s['p10_ms']:>9.2f} {s['p90_ms']:>9.2f} "
+                  f"{s['overhead_pct']:>+8.2f}% {s['issued_ms']:>18.2f}")
         if on_stats:
             print(f"traced: {statistics.median(s['events_per_step'] for s in on_stats):.0f} events/step, "
                   f"dropped {sum(s['dropped'] for s in on_stats)}, "
-                  f"event pool empty {sum(s['pool_exhausted'] for s in on_stats)} times", flush=True)
+                  f"event pool empty {sum(s['pool_exhausted'] for s in on_stats)} times, "
+                  f"CUDA events made per block {[s.get('cuda_events_made', 0) for s in on_stats]}", flush=True)
     if last_traced is not None:
         dest = out / "overhead-trace"
         dest.mkdir(parents=True, exist_ok=True)
@@ -195,6 +211,31 @@ def run_overhead(a: argparse.Namespace) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     dist.barrier()
     dist.destroy_process_group()
+
+
+MODES = {
+    "off": "nothing installed",
+    "idle": "hooks installed, outside a tracing window",
+    "on": "every step traced",
+    "on_host": "every step traced, host clock instead of CUDA events (diagnostic)",
+    "on_nobwd": "every step traced, no backward hooks on layers (diagnostic)",
+}
+
+
+@contextlib.contextmanager
+def _diagnostic(mode: str):
+    """Switch off one part of the hooks for a diagnostic mode."""
+    if mode != "on_nobwd":
+        yield
+        return
+    from mapp.megatron_hooks import layers
+
+    saved = layers._on_grad_ready
+    layers._on_grad_ready = lambda tensor, fn: None
+    try:
+        yield
+    finally:
+        layers._on_grad_ready = saved
 
 
 # -- micro-benchmark (no torchrun, no GPU) --------------------------------------------------
@@ -308,6 +349,8 @@ def run_micro(a: argparse.Namespace) -> None:
         results[f"module_{writer}_overhead_pct"] = (on / off - 1) * 100
         del written_before
     shutil.rmtree(scratch, ignore_errors=True)
+    if torch.cuda.is_available():
+        results.update(_gpu_event_cost(torch))
     print(f"mapp capture micro-benchmark  ({a.micro_events} scopes x {a.micro_reps}; "
           f"{a.micro_layers} layers x 4 microbatches, hidden {a.micro_hidden}, {a.micro_tokens} tokens)")
     print(f"scope enter+exit (training thread)   {results['scope_us']:8.2f} us/event")
@@ -319,9 +362,43 @@ def run_micro(a: argparse.Namespace) -> None:
         print(f"hooked fwd+bwd, writer {writer:<8}      {results[f'module_{writer}_us_per_event']:8.2f} us/event"
               f"   (step {results[f'module_{writer}_off_us'] / 1000:.2f} ms untraced, "
               f"{results[f'module_{writer}_overhead_pct']:+.1f}% traced)")
+    if "gpu_us_per_record" in results:
+        print(f"CUDA timing event, GPU time added     {results['gpu_us_per_record']:8.2f} us/record"
+              f"   (between {results['gpu_matmul_us']:.0f} us matmuls; host {results['host_us_per_record']:.2f} us/record)")
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "micro.json").write_text(json.dumps(results, indent=1))
+
+
+def _gpu_event_cost(torch, n: int = 2000, reps: int = 5) -> dict[str, float]:
+    """GPU time a timing event record adds between back-to-back kernels, and its host cost."""
+    from mapp.capture.clock import _cuda_event_factory
+
+    new_event = _cuda_event_factory(torch)
+    events = [new_event() for _ in range(n)]
+    x = torch.randn(4096, 2048, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+
+    def run(record: bool) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(n):
+            torch.mm(x, w)
+            if record:
+                events[i].record()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    run(True)
+    plain = statistics.median(run(False) for _ in range(reps))
+    recorded = statistics.median(run(True) for _ in range(reps))
+    t0 = time.perf_counter()
+    for e in events:
+        e.record()
+    host = (time.perf_counter() - t0) / n
+    torch.cuda.synchronize()
+    return {"gpu_us_per_record": (recorded - plain) / n * 1e6, "gpu_matmul_us": plain / n * 1e6,
+            "host_us_per_record": host * 1e6}
 
 
 # -- orchestration (outside torchrun) -----------------------------------------------------
@@ -388,7 +465,7 @@ def run_suite(a: argparse.Namespace) -> None:
     print(f"GPUs visible: {gpus}", flush=True)
     if not a.skip_overhead:
         flags = ["overhead", "--out", str(out), "--rounds", str(a.rounds), "--steps", str(a.steps),
-                 "--granularity", a.granularity] + (["--tiny"] if a.tiny else [])
+                 "--granularity", a.granularity, "--modes", a.modes, "--mbs", str(a.mbs)] + (["--tiny"] if a.tiny else [])
         _torchrun(1, Path(__file__), flags, "0" if gpus else None, a.overhead_timeout, out / "overhead.log")
     if a.skip_slowed:
         return
@@ -418,6 +495,8 @@ def main(argv: list[str] | None = None) -> None:
     common.add_argument("--granularity", default="layer")
     common.add_argument("--rounds", type=int, default=8)
     common.add_argument("--steps", type=int, default=8, help="steps per block (the first is not counted)")
+    common.add_argument("--modes", default="off,idle,on", help=f"comma-separated, of: {', '.join(MODES)}")
+    common.add_argument("--mbs", type=int, default=0, help="micro-batch size (default: the model's)")
     o = sub.add_parser("overhead", parents=[common], help="run under torchrun")
     o.add_argument("--tp", type=int, default=1)
     o.add_argument("--pp", type=int, default=1)

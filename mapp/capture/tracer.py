@@ -48,9 +48,9 @@ class Granularity(enum.IntEnum):
     SCHEDULE = 1
     """+ pipeline schedule steps (forward/backward per microbatch and chunk), p2p."""
     LAYER = 2
-    """+ transformer layers, attention, MLP, embedding, output layer, TP collectives."""
+    """+ transformer layers, embedding, output layer, TP collectives."""
     OP = 3
-    """+ the modules inside a layer (linear layers, norms, core attention)."""
+    """+ attention, MLP and the modules inside them (linear layers, norms, core attention)."""
 
     @classmethod
     def parse(cls, value: "str | int | Granularity") -> "Granularity":
@@ -351,6 +351,7 @@ class Tracer:
             "dropped": w.dropped if w else 0,
             "pending": w.pending if w else 0,
             "pool_exhausted": getattr(self.clock, "exhausted", 0),
+            "cuda_events_made": getattr(self.clock, "_made", 0),
             "write_failed": w.failed if w else None,
         }
 

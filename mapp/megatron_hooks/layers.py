@@ -1,5 +1,9 @@
-"""Forward and backward spans of transformer layers, attention, MLP (and, at ``op``
-granularity, the modules inside them), with layer index, microbatch and model chunk.
+"""Forward and backward spans of transformer layers (and, at ``op`` granularity, attention,
+MLP and the modules inside them), with layer index, microbatch and model chunk.
+
+Why attention and MLP are ``op`` and not ``layer``: on a GPU every span costs two timing
+CUDA events, and each one adds GPU time between kernels (``capture_overhead.py micro``
+measures it); a layer's own span is what the detector needs, its parts are for a closer look.
 
 Forward: the module's ``forward`` is wrapped on the instance (``module.forward``), not hooked:
 a module with forward hooks, with kwargs above all, takes PyTorch's slow call path, and the
@@ -15,8 +19,8 @@ backward is done. That span is emitted as
 inside backward (activation recomputation) is emitted as ``<kind>.recompute``.
 
 Event names: ``layer.forward``/``layer.backward`` (``args.layer``: 0-based global layer
-index), ``attention.*``, ``mlp.*``, ``embedding.forward``, ``output_layer.*``, and at ``op``
-granularity ``<submodule>.*`` (``linear_qkv``, ``core_attention``, ``linear_fc1``, ...).
+index), ``embedding.forward``, ``output_layer.*``, and at ``op`` granularity ``attention.*``,
+``mlp.*`` and ``<submodule>.*`` (``linear_qkv``, ``core_attention``, ``linear_fc1``, ...).
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ class LayerHooks:
                 continue
             if child_name in ("self_attention", "cross_attention", "mlp"):
                 kind = "mlp" if child_name == "mlp" else "attention"
-                self.attach(child, kind, Granularity.LAYER, index, chunk)
+                self.attach(child, kind, Granularity.OP, index, chunk)
                 for op_name, op in child.named_children():
                     if not _is_identity(op):
                         self.attach(op, op_name, Granularity.OP, index, chunk)

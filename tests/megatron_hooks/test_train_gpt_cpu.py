@@ -4,7 +4,8 @@ Two runs, each tracing iterations 1 and 2 of 0..3 (iterations 0 and 3 untraced, 
 ``seq`` counters must also count untraced calls):
 
 - ``tp2pp2``: TP2 x PP2, 1F1B, rank 3 slowed 3x by ``--slow-rank 3 --slow-factor 3``;
-- ``dp2pp2_vpp2``: DP2 x PP2 with interleaving (2 model chunks per rank), nobody slowed.
+- ``dp2pp2_vpp2``: DP2 x PP2 with interleaving (2 model chunks per rank), nobody slowed,
+  traced at ``op`` granularity (attention and MLP too; ``tp2pp2`` uses the default ``layer``).
 
 The trace files are checked directly; ``mapp trace merge`` / ``mapp detect`` checks are at the
 end, skipped until ``mapp.analysis.detect`` exists.
@@ -36,7 +37,7 @@ def tp2pp2(tmp_path_factory) -> Run:
 @pytest.fixture(scope="module")
 def dp2pp2_vpp2(tmp_path_factory) -> Run:
     return run_example(tmp_path_factory.mktemp("dp2pp2") / "trace",
-                       ["--tp", "1", "--pp", "2", "--vpp", "2", *COMMON])
+                       ["--tp", "1", "--pp", "2", "--vpp", "2", *COMMON, "--trace-granularity", "op"])
 
 
 RUNS = ["tp2pp2", "dp2pp2_vpp2"]
@@ -93,8 +94,11 @@ def test_layer_forward_and_backward_for_every_layer_microbatch_and_chunk(run: Ru
                 for mb in range(MICROBATCHES):
                     for layer in layers:
                         want[(it, mb, chunk, layer)] = 1
+        op = meta["tracer"]["granularity"] == "op"
+        if not op:  # attention and MLP are op granularity
+            assert not xs(events, "attention.forward") and not xs(events, "mlp.backward"), rank
         for phase in ("forward", "backward"):
-            for kind in ("layer", "attention", "mlp"):
+            for kind in ("layer", "attention", "mlp") if op else ("layer",):
                 got = collections.Counter(
                     (e["args"]["iteration"], e["args"]["microbatch"], e["args"]["chunk"], e["args"]["layer"])
                     for e in xs(run.events[rank], f"{kind}.{phase}"))

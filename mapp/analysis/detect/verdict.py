@@ -240,7 +240,10 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     if not (row["flagged"] or host):
         return None
     corroborated = late is not None and late["net_z"] > late_cut and late["last_z"] > late_cut
-    if peers.pairs and not host and not _last_more_than_chance(late):
+    # Where only two ranks can be compared, stage 2 must agree for a host as for a GPU:
+    # a rank whose launch gaps look long but that waits on its peer more than it makes
+    # the peer wait is not what slows the job.
+    if peers.pairs and not _last_more_than_chance(late):
         return None
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
