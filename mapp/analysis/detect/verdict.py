@@ -310,12 +310,19 @@ def _imbalance(peers: PeerEvidence, threshold: float, layout: LayoutInfo) -> lis
     return out
 
 
+# Slowdowns this close (as ratios) count as "alike" for a whole replica.
+_ALIKE = 1.03
+
+
 def _heavy_replicas(suspects: list[Suspect], peers: PeerEvidence, layout: LayoutInfo,
                     imbalance: list[Imbalance]) -> list[Suspect]:
     """With uneven sequence lengths, a replica can draw longer sequences on average: then every
     rank of that replica is slower alike, which is data, not a GPU (a replica of one or two
-    ranks cannot tell its own average from a fault otherwise)."""
-    if peers.seqlen is None or layout.sizes is None:
+    ranks cannot tell its own average from a fault otherwise). A slow GPU slows its own
+    compute only (its TP and PP peers wait, which is not compute), so a whole replica slower
+    by the same factor is read as data even when the microbatch-to-microbatch spread was too
+    small to be measured; slowdowns that differ are left as suspects (two faulty GPUs)."""
+    if layout.sizes is None:
         return suspects
     size = layout.sizes["tp"] * layout.sizes["pp"]
     compute = [s for s in suspects if s.kind == "slow_compute" and s.coords]
@@ -324,7 +331,9 @@ def _heavy_replicas(suspects: list[Suspect], peers: PeerEvidence, layout: Layout
         by_replica.setdefault(s.coords["dp"], []).append(s)
     drop: set[int] = set()
     for dp, members in by_replica.items():
-        if size >= 2 and len(members) == size:
+        slowdowns = [s.slowdown for s in members]
+        alike = max(slowdowns) <= _ALIKE * min(slowdowns)
+        if size >= 2 and len(members) == size and (peers.seqlen is not None or alike):
             drop |= {s.rank for s in members}
             factor = sum(s.slowdown for s in members) / len(members)
             imbalance.append(Imbalance(kind="sequence_length", message=(
