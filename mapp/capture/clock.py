@@ -43,10 +43,12 @@ class HostClock:
         self._get_ns = get_ns
         self.base_ns = get_ns()
         self.base_unix_ns = get_unix_ns()
+        self.last: Any = None
 
     def stamp(self, anchor: Any = None) -> int:
-        """A point in time, for :meth:`to_us` later."""
-        return self._get_ns()
+        """A point in time, for :meth:`to_us` later (also kept as :attr:`last`)."""
+        self.last = t = self._get_ns()
+        return t
 
     def iteration_anchor(self) -> None:
         """Host stamps need no per-iteration anchor."""
@@ -104,6 +106,8 @@ class CudaClock:
         self.base_ns = get_ns()
         self.base_unix_ns = get_unix_ns()
         self._anchor_ms: dict[int, float] = {}
+        self.last: Any = None
+        """The newest stamp handed out (hooks share a boundary only if nothing stamped since)."""
 
     def _take(self):
         try:
@@ -117,7 +121,7 @@ class CudaClock:
 
     def stamp(self, anchor: Any = None):
         """Record a pooled event on the current stream (``None`` when the pool is empty)."""
-        event = self._take()
+        self.last = event = self._take()
         if event is not None:
             event.record()
         return event

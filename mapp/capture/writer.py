@@ -22,6 +22,10 @@ Records (tuples, first item is the kind):
 
 - ``(SPAN, name, cat, tid, t0, t1, args, iteration, anchor)``: a complete ``X`` event;
 - ``(SPEC, spec, t0, t1, iteration, anchor)``: the same, described by an :class:`EventSpec`;
+- ``(SPEC_LENT, spec, t0, t1, iteration, anchor)``: the same, but ``t1`` is also the start of a
+  later span (adjacent layers share their boundary, one CUDA event instead of two): the later
+  record gives it back to the pool, or a ``(FREE, t1)`` does when no span took it;
+- ``(FREE, stamp)``: give a lent stamp back;
 - ``(COUNTER, name, perf_ns, values, iteration)``: a ``C`` event at a host-clock instant;
 - ``(CALL, fn)``: ``fn()`` runs here and returns more records (NVML sampling);
 - ``(RELEASE, anchor)``: every stamp measured from ``anchor`` has been resolved.
@@ -45,9 +49,10 @@ from mapp.trace_format import HEADER, encode_event
 
 from .clock import NotReady
 
-__all__ = ["TraceWriter", "EventSpec", "SPAN", "COUNTER", "CALL", "RELEASE", "SPEC"]
+__all__ = ["TraceWriter", "EventSpec", "SPAN", "COUNTER", "CALL", "RELEASE", "SPEC", "SPEC_LENT", "FREE"]
 
-SPAN, COUNTER, CALL, RELEASE, SPEC = 0, 1, 2, 3, 4
+SPAN, COUNTER, CALL, RELEASE, SPEC, SPEC_LENT, FREE = 0, 1, 2, 3, 4, 5, 6
+_SPANS = (SPAN, SPEC, SPEC_LENT)
 
 _float_repr = float.__repr__
 
@@ -224,7 +229,7 @@ class TraceWriter:
     def _newest_span(self) -> tuple | None:
         """The newest span record (its end stamp is the newest stamp), looking back a little."""
         for i, record in enumerate(reversed(self._queue)):
-            if record[0] in (SPAN, SPEC):
+            if record[0] in _SPANS:
                 return record
             if i >= 16:
                 break
@@ -261,7 +266,7 @@ class TraceWriter:
     def _encode(self, record: tuple, checked: bool) -> str:
         kind = record[0]
         clock = self.clock
-        if kind == SPEC:
+        if kind == SPEC or kind == SPEC_LENT:
             _, spec, t0, t1, iteration, anchor = record
             name, cat, tid, args = spec.name, spec.cat, spec.tid, spec.args
             if spec._iteration != iteration:
@@ -275,12 +280,14 @@ class TraceWriter:
             return "".join(encode_event(e) for e in self._events(record))
         if t0 is None or t1 is None:  # a stamp was dropped (pool exhausted)
             clock.release(t0)
-            clock.release(t1)
+            if kind != SPEC_LENT:
+                clock.release(t1)
             return ""
         end = clock.to_us(t1, anchor, checked)
         start = clock.to_us(t0, anchor, checked)
         clock.release(t0)
-        clock.release(t1)
+        if kind != SPEC_LENT:
+            clock.release(t1)
         ts, dur = round(start, 3), round(max(end - start, 0.0), 3)
         if not (math.isfinite(ts) and math.isfinite(dur)):
             return encode_event({"ph": "X", "name": name, "cat": cat, "pid": self.pid, "tid": tid,
@@ -311,7 +318,7 @@ class TraceWriter:
     def _events(self, record: tuple) -> list[dict[str, Any]]:
         kind = record[0]
         clock = self.clock
-        if kind in (SPAN, SPEC):
+        if kind in _SPANS:
             line = self._encode(record, False)
             return [json.loads(line.rstrip().rstrip(","))] if line else []
         if kind == COUNTER:
@@ -323,6 +330,9 @@ class TraceWriter:
             for sub in record[1]() or ():
                 events.extend(self._events(sub))
             return events
+        if kind == FREE:
+            clock.release(record[1])
+            return []
         if kind == RELEASE:
             release = getattr(clock, "release_anchor", None)
             if release is not None:
@@ -345,4 +355,4 @@ class TraceWriter:
 
 def _end_stamp(record: tuple) -> Any:
     """The end stamp of a span record (the newest stamp in it), whatever the record's layout."""
-    return record[3] if record[0] == SPEC else record[5]
+    return record[5] if record[0] == SPAN else record[3]

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 
 from mapp.capture.tracer import Granularity
-from mapp.capture.writer import SPEC, EventSpec
+from mapp.capture.writer import FREE, SPEC, SPEC_LENT, EventSpec
 
 from .context import HookContext, first_tensor
 
@@ -56,9 +56,17 @@ class LayerHooks:
         self.modules = 0
         self._closed = False
         self._specs: dict[tuple, dict[Any, tuple]] = {}
+        self._fwd_link: tuple | None = None  # ((chunk, microbatch, next layer, iteration), stamp)
+        self._bwd_link: tuple | None = None  # (grad_fn of the last layer's output, its _Backward)
         ctx.tracer.on_iteration(self._on_iteration)
 
+    def _forget_links(self) -> None:
+        if self._fwd_link is not None:
+            self.tracer._put((FREE, self._fwd_link[1]))
+        self._fwd_link = self._bwd_link = None
+
     def _on_iteration(self, iteration: int, traced: bool) -> None:
+        self._forget_links()
         if traced and not self.handles and not self._closed:
             self._register()
         elif not traced and self.handles:
@@ -120,6 +128,7 @@ class LayerHooks:
     def remove(self) -> None:
         self._closed = True
         self._unregister()
+        self._forget_links()
 
     # -- the wrapper -----------------------------------------------------------------------
     def _specs_for(self, spec: tuple, microbatch: Any) -> tuple[EventSpec, EventSpec, EventSpec]:
@@ -135,8 +144,13 @@ class LayerHooks:
         return specs
 
     def _wrap(self, spec: tuple, forward: Callable) -> Callable:
-        tracer, ctx = self.tracer, self.ctx
-        level = spec[0]
+        tracer, ctx, hooks = self.tracer, self.ctx, self
+        clock = tracer.clock
+        level, layer, chunk = spec[0], spec[1], spec[2]
+        # Transformer layers run back to back: one layer's end is the next one's start
+        # (forward), and the gradient that ends one layer's backward starts the previous
+        # layer's (backward). They share that stamp: one CUDA event per boundary, not two.
+        chained = spec[3] == "layer.forward" and layer is not None
         specs_for = functools.partial(self._specs_for, spec)
         cache: dict[Any, tuple] = {}
         grad_enabled = torch.is_grad_enabled
@@ -150,23 +164,47 @@ class LayerHooks:
             if specs is None:
                 specs = cache[microbatch] = specs_for(microbatch)
             backward = None
-            if _graph_task_id() != -1:
-                span = specs[2]  # recomputation inside backward
+            recompute = _graph_task_id() != -1  # a forward run again inside backward
+            link = chained and not recompute
+            if recompute:
+                span = specs[2]
             else:
                 span = specs[0]
                 if grad_enabled():
                     x = args[0] if args else kwargs.get("hidden_states")
                     if isinstance(x, Tensor) and x.requires_grad:
                         backward = _Backward(tracer, specs[1])
-                        _on_grad_ready(x, backward.end)
+                        previous = hooks._bwd_link
+                        if link and previous is not None and previous[0] is x.grad_fn:
+                            previous[1].then = backward  # its start is this one's end
+                        else:
+                            _on_grad_ready(x, backward.end)
             stamp = tracer._stamp
-            t0 = stamp()
+            t0 = None
+            if link:
+                lent = hooks._fwd_link
+                if lent is not None:
+                    hooks._fwd_link = None
+                    if lent[0] == (chunk, microbatch, layer, tracer.iteration_number) and clock.last is lent[1]:
+                        t0 = lent[1]
+                    else:
+                        tracer._put((FREE, lent[1]))
+            if t0 is None:
+                t0 = stamp()
             output = forward(*args, **kwargs)
-            tracer._put((SPEC, span, t0, stamp(), tracer.iteration_number, tracer._anchor))
+            t1 = stamp()
+            if link and t1 is not None:
+                tracer._put((SPEC_LENT, span, t0, t1, tracer.iteration_number, tracer._anchor))
+                hooks._fwd_link = ((chunk, microbatch, layer + 1, tracer.iteration_number), t1)
+            else:
+                tracer._put((SPEC, span, t0, t1, tracer.iteration_number, tracer._anchor))
             if backward is not None:
                 y = first_tensor(output)
                 if isinstance(y, Tensor) and y.requires_grad:
                     _on_grad_ready(y, backward.start)
+                    if link:
+                        node = y.grad_fn
+                        hooks._bwd_link = None if node is None else (node, backward)
             return output
 
         return functools.wraps(forward)(traced_forward)
@@ -184,22 +222,37 @@ def _on_grad_ready(tensor: torch.Tensor, fn: Callable) -> None:
 
 
 class _Backward:
-    """One module call's backward span: started by the output's gradient, ended by the input's."""
+    """One module call's backward span: started by the output's gradient, ended by the input's,
+    or (``then``) by the next span's start: the previous layer's backward starts when this
+    layer's input gradient is complete, and the two spans share that stamp."""
 
-    __slots__ = ("tracer", "spec", "t0")
+    __slots__ = ("tracer", "spec", "t0", "then")
 
     def __init__(self, tracer, spec: EventSpec):
-        self.tracer, self.spec, self.t0 = tracer, spec, None
+        self.tracer, self.spec, self.t0, self.then = tracer, spec, None, None
 
     def start(self, grad) -> None:
         if self.t0 is None:
-            self.t0 = self.tracer.stamp()
+            self.t0 = t = self.tracer.stamp()
+            then = self.then
+            if then is not None:
+                self.then = None
+                then.end_at(t)
 
     def end(self, grad) -> None:
         t0 = self.t0
         if t0 is not None:
             self.t0 = None
             self.tracer.emit_spec(self.spec, t0)
+
+    def end_at(self, t1) -> None:
+        """End at ``t1``, a stamp that starts another span (which gives it back)."""
+        t0 = self.t0
+        if t0 is not None:
+            self.t0 = None
+            tracer = self.tracer
+            kind = SPEC_LENT if t1 is not None else SPEC
+            tracer._put((kind, self.spec, t0, t1, tracer.iteration_number, tracer._anchor))
 
 
 def _is_identity(module: torch.nn.Module) -> bool:
