@@ -1,15 +1,19 @@
 """Reader for mapp trace format v1 (``rank-*.json``, one event per line).
 
-DuckDB's JSON reader parses the files (in C++, on every core) straight into Arrow batches,
-which are streamed to the caller: the whole table never has to sit in memory at once.
-A file cut off mid-line by a crash is salvaged up to its last complete event.
+DuckDB's JSON reader parses the files (in C++) straight into Arrow batches, which are
+streamed to the caller: the whole table never has to sit in memory at once. The work is a
+pipeline over threads: one thread parses (DuckDB reads a JSON array file on one thread
+anyway), the consuming thread lifts the ``args`` fields into columns, and the caller's writer
+encodes Parquet. A file cut off mid-line by a crash is salvaged up to its last complete event.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +41,16 @@ _COLUMNS = (
     "{ph:'VARCHAR',name:'VARCHAR',cat:'VARCHAR',pid:'BIGINT',tid:'VARCHAR',"
     "ts:'DOUBLE',dur:'DOUBLE',args:'JSON'}"
 )
-_DUCKDB_CONFIG = {"memory_limit": os.environ.get("MAPP_DUCKDB_MEMORY", "1GB")}
+# DuckDB parses a JSON array file on one thread, and rows must come out in file order: parsing
+# files side by side makes DuckDB hold the files ahead (and a 32 MiB read buffer per thread).
+# On a small machine one parsing thread plus the lifting and Parquet threads use every core;
+# a larger one parses on the cores left over.
+_PARSE_THREADS = int(os.environ.get("MAPP_INGEST_PARSE_THREADS", max(1, (os.cpu_count() or 2) - 1)))
+_DUCKDB_CONFIG = {"memory_limit": os.environ.get("MAPP_DUCKDB_MEMORY", "1GB"), "threads": _PARSE_THREADS}
+# Parsed batches waiting for the lifting thread (each ~10 MB at the default batch size).
+_QUEUED_BATCHES = 1
 _ARG_SPEC = "{" + ",".join(f'"{k}":"{v}"' for k, v in ARG_COLUMNS.items()) + "}"
+_LIFT = f"unnest(json_transform(args, '{_ARG_SPEC}'))"
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -178,14 +190,16 @@ def _copy_prefix(src, dst, length: int) -> None:
 
 
 def _query(paths: list[str]) -> str:
+    """The parse: every event of ``paths`` in file order, ``file_index`` numbering the files.
+
+    The ``args`` fields are lifted into columns later, on another thread (``_LIFT``)."""
     file_list = "[" + ",".join(_sql_string(p) for p in paths) + "]"
     return f"""
-        SELECT CAST(filename AS mapp_files) AS file_index, ph, name, cat, tid AS lane,
+        SELECT file_index, ph, name, cat, tid AS lane,
                CAST(round(ts * 1000) AS BIGINT) AS ts_ns,
                CAST(round(coalesce(dur, 0) * 1000) AS BIGINT) AS dur_ns,
-               unnest(json_transform(args, '{_ARG_SPEC}')),
                CAST(args AS VARCHAR) AS args
-        FROM read_json({file_list}, format = 'array', filename = true, columns = {_COLUMNS})
+        FROM read_json({file_list}, format = 'array', columns = {_COLUMNS})
     """
 
 
@@ -247,7 +261,7 @@ def _groups(prepared: list[_Prepared], batch_bytes: int) -> Iterator[list[_Prepa
 
 @dataclass(slots=True)
 class _FileTable:
-    """Per-file values of one group of files, indexed by the group's ``mapp_files`` enum code."""
+    """Per-file values of one group of files, indexed by DuckDB's ``file_index`` in the group."""
 
     originals: pa.Array
     per_file: dict[str, pa.Array]
@@ -262,48 +276,94 @@ class _FileTable:
                    np.full(len(group), 2, dtype=np.int64))
 
 
+_END = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupDone:
+    """Marker from the parsing thread: every batch of ``group`` has been queued."""
+
+    group: list[_Prepared]
+
+
 def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pa.RecordBatch]:
     names = {str(p.parse_path): str(p.original) for p in prepared}
     skipped_phases: dict[str, int] = {}
     con = duckdb.connect(config=_DUCKDB_CONFIG)
+    lift = con.cursor()
+    parsed: queue.Queue = queue.Queue(maxsize=_QUEUED_BATCHES)
+    stop = threading.Event()
+
+    def parse() -> None:
+        # DuckDB releases the GIL while it parses, so this thread runs beside the lifting and
+        # Parquet threads; its batches wait in ``parsed`` (bounded, so memory stays flat).
+        try:
+            for group in _groups(prepared, batch_bytes):
+                files = _FileTable.of(group)
+                for batch in con.sql(_query([str(p.parse_path) for p in group])).to_arrow_reader(_BATCH_ROWS):
+                    if stop.is_set():
+                        return
+                    parsed.put((batch, files))
+                parsed.put(_GroupDone(group))
+        except BaseException as error:  # raised again on the consuming thread
+            parsed.put(error)
+        finally:
+            parsed.put(_END)
+
+    parser = threading.Thread(target=parse, name="mapp-json-parser", daemon=True)
+    parser.start()
     try:
-        for group in _groups(prepared, batch_bytes):
-            paths = [str(p.parse_path) for p in group]
-            con.execute(f"CREATE OR REPLACE TYPE mapp_files AS ENUM ({', '.join(map(_sql_string, paths))})")
-            files = _FileTable.of(group)
+        while (item := parsed.get()) is not _END:
+            if isinstance(item, BaseException):
+                if isinstance(item, (duckdb.Error, OSError)):
+                    raise _format_error(item, names) from None
+                raise item
+            if isinstance(item, _GroupDone):
+                if progress:
+                    progress(sum(p.original.stat().st_size for p in item.group))
+                continue
             try:
-                # Streamed: DuckDB parses ahead on its own threads while batches are handed on.
-                reader = con.sql(_query(paths)).to_arrow_reader(_BATCH_ROWS)
-                for batch in reader:
-                    yield _to_events(batch, files, skipped_phases)
-            except (duckdb.Error, OSError) as error:
+                events = _to_events(*item, lift, skipped_phases)
+            except duckdb.Error as error:
                 raise _format_error(error, names) from None
-            if progress:
-                progress(sum(p.original.stat().st_size for p in group))
+            yield events
     finally:
+        stop.set()
+        while parser.is_alive():  # unblock a parser waiting to queue a batch
+            try:
+                parsed.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        parser.join()
+        lift.close()
         con.close()
         shutil.rmtree(scratch, ignore_errors=True)
     for phase, count in sorted(skipped_phases.items()):
         warn(f"skipped {count} events with ph={phase!r} (v1 analyses use X, i and C events)")
 
 
-def _to_events(batch: pa.RecordBatch, files: _FileTable, skipped_phases: dict[str, int]) -> pa.RecordBatch:
-    """DuckDB's batch -> an events-table batch: per-file columns filled in, metadata dropped."""
-    codes = batch.column("file_index").indices
+def _to_events(batch: pa.RecordBatch, files: _FileTable, lift: duckdb.DuckDBPyConnection,
+               skipped_phases: dict[str, int]) -> pa.Table:
+    """DuckDB's batch -> an events-table batch: per-file columns filled in, metadata dropped,
+    ``args`` fields lifted into their columns (by DuckDB, on ``lift``, this thread's cursor)."""
+    codes = batch.column("file_index")
     codes_np = codes.to_numpy(zero_copy_only=False).astype(np.int64)
     columns = {name: files.per_file[name].take(codes) for name in ("rank", *COORDS)}
     columns["src_file"] = files.originals.take(codes)
     columns["src_line"] = pa.array(_line_numbers(codes_np, files.next_line))
     table = pa.Table.from_batches([batch])
     events = pa.table({name: columns[name] if name in columns else table.column(name)
-                       for name in EVENTS_ARROW_SCHEMA.names})
+                       for name in EVENTS_ARROW_SCHEMA.names if name not in ARG_COLUMNS})
     ph = events.column("ph")
     keep = pc.is_in(ph, value_set=pa.array(_KEPT_PHASES))
     if not pc.all(pc.or_(keep, pc.equal(ph, "M"))).as_py():
         other = pc.filter(ph, pc.invert(pc.or_(keep, pc.equal(ph, "M"))))
         for item in pc.value_counts(other).to_pylist():
             skipped_phases[str(item["values"])] = skipped_phases.get(str(item["values"]), 0) + item["counts"]
-    return _keep_rows(events, keep.to_numpy(zero_copy_only=False)).cast(EVENTS_ARROW_SCHEMA)
+    events = _keep_rows(events, keep.to_numpy(zero_copy_only=False))
+    lifted = lift.from_arrow(events.select(["args"])).select(_LIFT).to_arrow_table()
+    return pa.table({name: lifted.column(name) if name in ARG_COLUMNS else events.column(name)
+                     for name in EVENTS_ARROW_SCHEMA.names}).cast(EVENTS_ARROW_SCHEMA)
 
 
 def _keep_rows(table: pa.Table, keep: np.ndarray) -> pa.Table:
