@@ -150,7 +150,7 @@ def run_overhead(a: argparse.Namespace) -> None:
                 inst = install(model=chunks, optimizer=opt, trace_dir=str(block_dir), interval=1,
                                length=0 if mode == "idle" else 1, granularity=a.granularity,
                                clock="host" if mode == "on_host" else "auto")
-                if os.environ.get("MAPP_BENCH_PARK_WRITER"):
+                if mode == "on_parked" or os.environ.get("MAPP_BENCH_PARK_WRITER"):
                     # Diagnostic: the writer does nothing until close, so "on" shows the
                     # training thread's own cost only.
                     writer = inst.tracer.writer
@@ -222,6 +222,7 @@ MODES = {
     "on": "every step traced",
     "on_host": "every step traced, host clock instead of CUDA events (diagnostic)",
     "on_nobwd": "every step traced, no backward hooks on layers (diagnostic)",
+    "on_parked": "every step traced, the writer idle until the block ends (diagnostic)",
 }
 
 
