@@ -23,7 +23,6 @@ import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from mapp import trace_format
 from mapp.analysis.ingest.schema import ARG_COLUMNS, COORDS, EVENTS_ARROW_SCHEMA, EVENTS_SCHEMA, RANKS_SCHEMA, conform
@@ -37,6 +36,9 @@ _TAIL_BYTES = 1 << 16
 # flight stay a few tens of MB, large enough that per-batch costs vanish.
 _BATCH_ROWS = int(os.environ.get("MAPP_INGEST_BATCH_ROWS", 1 << 16))
 _KEPT_PHASES = ("X", "i", "I", "C")
+_KEPT_BYTES = np.frombuffer("".join(_KEPT_PHASES).encode(), dtype=np.uint8)
+# DuckDB names the item of a LIST 'l'; the events table's lists name it 'item' (same layout).
+_GROUP_RANKS_TYPE = EVENTS_ARROW_SCHEMA.field("group_ranks").type
 _COLUMNS = (
     "{ph:'VARCHAR',name:'VARCHAR',cat:'VARCHAR',pid:'BIGINT',tid:'VARCHAR',"
     "ts:'DOUBLE',dur:'DOUBLE',args:'JSON'}"
@@ -207,6 +209,12 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _runs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and length of each run of equal codes (a stretch of consecutive rows of one file)."""
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if len(codes) else np.empty(0, dtype=np.int64)
+    return starts, np.diff(np.r_[starts, len(codes)])
+
+
 def _line_numbers(codes: np.ndarray, next_line: np.ndarray) -> np.ndarray:
     """Line of each row in its file; ``next_line[file]`` carries on across batches.
 
@@ -216,8 +224,7 @@ def _line_numbers(codes: np.ndarray, next_line: np.ndarray) -> np.ndarray:
     n = len(codes)
     if n == 0:
         return np.empty(0, dtype=np.int64)
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    lengths = np.diff(np.r_[starts, n])
+    starts, lengths = _runs(codes)
     first = next_line[codes[starts]]
     np.add.at(next_line, codes[starts], lengths)
     # arange within each run, shifted to the run's first line
@@ -261,19 +268,36 @@ def _groups(prepared: list[_Prepared], batch_bytes: int) -> Iterator[list[_Prepa
 
 @dataclass(slots=True)
 class _FileTable:
-    """Per-file values of one group of files, indexed by DuckDB's ``file_index`` in the group."""
+    """Per-file values of one group of files, indexed by DuckDB's ``file_index`` in the group.
 
-    originals: pa.Array
-    per_file: dict[str, pa.Array]
+    Columns are built with numpy (no Arrow compute kernels, whose library ingest need not load)."""
+
+    per_file: dict[str, tuple[np.ndarray, np.ndarray | None]]  # int32 values, null mask
+    originals: list[bytes]
     next_line: np.ndarray
 
     @classmethod
     def of(cls, group: list[_Prepared]) -> "_FileTable":
-        per_file = {"rank": pa.array([p.rank_row["rank"] for p in group], pa.int32())}
-        for axis in COORDS:
-            per_file[axis] = pa.array([p.rank_row[axis] for p in group], pa.int32())
-        return cls(pa.array([str(p.original) for p in group], pa.string()), per_file,
-                   np.full(len(group), 2, dtype=np.int64))
+        per_file = {}
+        for name in ("rank", *COORDS):
+            values = [p.rank_row[name] for p in group]
+            nulls = np.array([v is None for v in values])
+            per_file[name] = (np.array([0 if v is None else v for v in values], dtype=np.int32),
+                              nulls if nulls.any() else None)
+        return cls(per_file, [str(p.original).encode() for p in group], np.full(len(group), 2, dtype=np.int64))
+
+    def column(self, name: str, codes: np.ndarray) -> pa.Array:
+        values, nulls = self.per_file[name]
+        return pa.array(values[codes], mask=None if nulls is None else nulls[codes])
+
+    def src_file(self, codes: np.ndarray) -> pa.Array:
+        """The original path of each row's file; rows come in runs of one file."""
+        starts, lengths = _runs(codes)
+        data = b"".join(self.originals[c] * n for c, n in zip(codes[starts].tolist(), lengths.tolist()))
+        sizes = np.fromiter(map(len, self.originals), dtype=np.int64, count=len(self.originals))[codes]
+        offsets = np.zeros(len(codes) + 1, dtype=np.int32)
+        np.cumsum(sizes, out=offsets[1:])
+        return pa.StringArray.from_buffers(len(codes), pa.py_buffer(offsets), pa.py_buffer(data))
 
 
 _END = object()
@@ -346,24 +370,51 @@ def _to_events(batch: pa.RecordBatch, files: _FileTable, lift: duckdb.DuckDBPyCo
                skipped_phases: dict[str, int]) -> pa.Table:
     """DuckDB's batch -> an events-table batch: per-file columns filled in, metadata dropped,
     ``args`` fields lifted into their columns (by DuckDB, on ``lift``, this thread's cursor)."""
-    codes = batch.column("file_index")
-    codes_np = codes.to_numpy(zero_copy_only=False).astype(np.int64)
-    columns = {name: files.per_file[name].take(codes) for name in ("rank", *COORDS)}
-    columns["src_file"] = files.originals.take(codes)
-    columns["src_line"] = pa.array(_line_numbers(codes_np, files.next_line))
-    table = pa.Table.from_batches([batch])
-    events = pa.table({name: columns[name] if name in columns else table.column(name)
+    codes = batch.column("file_index").to_numpy(zero_copy_only=False).astype(np.int64)
+    columns = {name: files.column(name, codes) for name in ("rank", *COORDS)}
+    columns["src_file"] = files.src_file(codes)
+    columns["src_line"] = pa.array(_line_numbers(codes, files.next_line))
+    events = pa.table({name: columns[name] if name in columns else batch.column(name)
                        for name in EVENTS_ARROW_SCHEMA.names if name not in ARG_COLUMNS})
-    ph = events.column("ph")
-    keep = pc.is_in(ph, value_set=pa.array(_KEPT_PHASES))
-    if not pc.all(pc.or_(keep, pc.equal(ph, "M"))).as_py():
-        other = pc.filter(ph, pc.invert(pc.or_(keep, pc.equal(ph, "M"))))
-        for item in pc.value_counts(other).to_pylist():
-            skipped_phases[str(item["values"])] = skipped_phases.get(str(item["values"]), 0) + item["counts"]
-    events = _keep_rows(events, keep.to_numpy(zero_copy_only=False))
+    keep, other = _phase_masks(batch.column("ph"))
+    if other.any():
+        phases = batch.column("ph").to_pylist()
+        for index in np.flatnonzero(other).tolist():
+            skipped_phases[str(phases[index])] = skipped_phases.get(str(phases[index]), 0) + 1
+    events = _keep_rows(events, keep)
     lifted = lift.from_arrow(events.select(["args"])).select(_LIFT).to_arrow_table()
-    return pa.table({name: lifted.column(name) if name in ARG_COLUMNS else events.column(name)
-                     for name in EVENTS_ARROW_SCHEMA.names}).cast(EVENTS_ARROW_SCHEMA)
+    arrays = []
+    for name in EVENTS_ARROW_SCHEMA.names:
+        if name == "group_ranks":
+            column = lifted.column(name)
+            arrays.append(pa.chunked_array([chunk.view(_GROUP_RANKS_TYPE) for chunk in column.chunks],
+                                           _GROUP_RANKS_TYPE))
+        else:
+            arrays.append(lifted.column(name) if name in ARG_COLUMNS else events.column(name))
+    return pa.Table.from_arrays(arrays, schema=EVENTS_ARROW_SCHEMA)
+
+
+def _phase_masks(ph: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, other): rows whose phase is kept, and rows neither kept nor metadata (``M``,
+    dropped silently); a null phase is neither. Read off the string buffers: every phase is
+    one character."""
+    n = len(ph)
+    if pa.types.is_string(ph.type) and n:
+        offsets = np.frombuffer(ph.buffers()[1], dtype=np.int32, count=n + 1, offset=ph.offset * 4)
+        data = ph.buffers()[2]
+        one = np.diff(offsets) == 1
+        first = np.zeros(n, dtype=np.uint8)
+        if data is not None and one.any():
+            first[one] = np.frombuffer(data, dtype=np.uint8)[offsets[:-1][one]]
+        keep = one & np.isin(first, _KEPT_BYTES)
+        other = ~(keep | (one & (first == ord("M"))))
+    else:
+        values = np.array(ph.to_pylist(), dtype=object)
+        keep = np.isin(values, _KEPT_PHASES)
+        other = ~(keep | (values == "M"))
+    if ph.null_count:
+        other &= np.array([value is not None for value in ph.to_pylist()])
+    return keep, other
 
 
 def _keep_rows(table: pa.Table, keep: np.ndarray) -> pa.Table:
