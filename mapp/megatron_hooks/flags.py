@@ -35,7 +35,9 @@ def add_trace_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--trace-start", type=int, default=0, help="First iteration that may be traced.")
     g.add_argument("--trace-granularity", default="layer",
                    choices=[m.name.lower() for m in Granularity] + ["base", "full"],
-                   help="iteration < schedule < layer < op (MegatronApp's base = schedule, full = op).")
+                   help="iteration (optimizer, DP sync) < schedule (+ forward/backward per microbatch, p2p) "
+                        "< layer (+ transformer layers, TP collectives) < op (+ attention, MLP and their "
+                        "parts; costs more on GPU: use short windows). MegatronApp's base = schedule, full = op.")
     g.add_argument("--trace-clock", default="auto", choices=["auto", "host", "cuda"],
                    help="Timestamps from CUDA events (GPU) or the host clock; auto picks.")
     g.add_argument("--trace-no-nvml", action="store_true",
