@@ -327,7 +327,7 @@ def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pa.Recor
                 for batch in con.sql(_query([str(p.parse_path) for p in group])).to_arrow_reader(_BATCH_ROWS):
                     if stop.is_set():
                         return
-                    parsed.put((batch, files))
+                    parsed.put(_events(batch, files, skipped_phases))
                 parsed.put(_GroupDone(group))
         except BaseException as error:  # raised again on the consuming thread
             parsed.put(error)
@@ -347,7 +347,7 @@ def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pa.Recor
                     progress(sum(p.original.stat().st_size for p in item.group))
                 continue
             try:
-                events = _to_events(*item, lift, skipped_phases)
+                events = _lift(item, lift)
             except duckdb.Error as error:
                 raise _format_error(error, names) from None
             yield events
@@ -366,10 +366,9 @@ def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pa.Recor
         warn(f"skipped {count} events with ph={phase!r} (v1 analyses use X, i and C events)")
 
 
-def _to_events(batch: pa.RecordBatch, files: _FileTable, lift: duckdb.DuckDBPyConnection,
-               skipped_phases: dict[str, int]) -> pa.Table:
-    """DuckDB's batch -> an events-table batch: per-file columns filled in, metadata dropped,
-    ``args`` fields lifted into their columns (by DuckDB, on ``lift``, this thread's cursor)."""
+def _events(batch: pa.RecordBatch, files: _FileTable, skipped_phases: dict[str, int]) -> pa.Table:
+    """DuckDB's batch -> the events table without the ``args`` fields: per-file columns filled
+    in, metadata dropped (on the parsing thread)."""
     codes = batch.column("file_index").to_numpy(zero_copy_only=False).astype(np.int64)
     columns = {name: files.column(name, codes) for name in ("rank", *COORDS)}
     columns["src_file"] = files.src_file(codes)
@@ -381,7 +380,12 @@ def _to_events(batch: pa.RecordBatch, files: _FileTable, lift: duckdb.DuckDBPyCo
         phases = batch.column("ph").to_pylist()
         for index in np.flatnonzero(other).tolist():
             skipped_phases[str(phases[index])] = skipped_phases.get(str(phases[index]), 0) + 1
-    events = _keep_rows(events, keep)
+    return _keep_rows(events, keep)
+
+
+def _lift(events: pa.Table, lift: duckdb.DuckDBPyConnection) -> pa.Table:
+    """``events`` with the ``args`` fields lifted into their columns (by DuckDB, on ``lift``,
+    the consuming thread's cursor): an events-table batch."""
     lifted = lift.from_arrow(events.select(["args"])).select(_LIFT).to_arrow_table()
     arrays = []
     for name in EVENTS_ARROW_SCHEMA.names:
