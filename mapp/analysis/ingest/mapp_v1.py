@@ -36,7 +36,8 @@ _TAIL_BYTES = 1 << 16
 # flight stay a few tens of MB, large enough that per-batch costs vanish.
 _BATCH_ROWS = int(os.environ.get("MAPP_INGEST_BATCH_ROWS", 1 << 16))
 _KEPT_PHASES = ("X", "i", "I", "C")
-_KEPT_BYTES = np.frombuffer("".join(_KEPT_PHASES).encode(), dtype=np.uint8)
+_KEPT_BYTE = np.zeros(256, dtype=bool)  # the first byte of a one-character phase -> kept?
+_KEPT_BYTE[np.frombuffer("".join(_KEPT_PHASES).encode(), dtype=np.uint8)] = True
 # DuckDB names the item of a LIST 'l'; the events table's lists name it 'item' (same layout).
 _GROUP_RANKS_TYPE = EVENTS_ARROW_SCHEMA.field("group_ranks").type
 _COLUMNS = (
@@ -215,7 +216,8 @@ def _runs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.diff(np.r_[starts, len(codes)])
 
 
-def _line_numbers(codes: np.ndarray, next_line: np.ndarray) -> np.ndarray:
+def _line_numbers(codes: np.ndarray, next_line: np.ndarray,
+                  runs: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Line of each row in its file; ``next_line[file]`` carries on across batches.
 
     Rows of one file are contiguous and in file order (DuckDB preserves insertion order), so
@@ -224,9 +226,11 @@ def _line_numbers(codes: np.ndarray, next_line: np.ndarray) -> np.ndarray:
     n = len(codes)
     if n == 0:
         return np.empty(0, dtype=np.int64)
-    starts, lengths = _runs(codes)
+    starts, lengths = runs if runs is not None else _runs(codes)
     first = next_line[codes[starts]]
     np.add.at(next_line, codes[starts], lengths)
+    if len(starts) == 1:
+        return np.arange(first[0], first[0] + n, dtype=np.int64)
     # arange within each run, shifted to the run's first line
     return np.arange(n) - np.repeat(starts, lengths) + np.repeat(first, lengths)
 
@@ -286,18 +290,22 @@ class _FileTable:
                               nulls if nulls.any() else None)
         return cls(per_file, [str(p.original).encode() for p in group], np.full(len(group), 2, dtype=np.int64))
 
-    def column(self, name: str, codes: np.ndarray) -> pa.Array:
+    def column(self, name: str, codes: np.ndarray, runs: tuple[np.ndarray, np.ndarray]) -> pa.Array:
         values, nulls = self.per_file[name]
+        if len(runs[0]) == 1 and (nulls is None or not nulls[codes[0]]):  # one file: a constant
+            return pa.array(np.full(len(codes), values[codes[0]], dtype=np.int32))
         return pa.array(values[codes], mask=None if nulls is None else nulls[codes])
 
-    def src_file(self, codes: np.ndarray) -> pa.Array:
-        """The original path of each row's file; rows come in runs of one file."""
-        starts, lengths = _runs(codes)
-        data = b"".join(self.originals[c] * n for c, n in zip(codes[starts].tolist(), lengths.tolist()))
-        sizes = np.fromiter(map(len, self.originals), dtype=np.int64, count=len(self.originals))[codes]
+    def src_file(self, codes: np.ndarray, runs: tuple[np.ndarray, np.ndarray]) -> pa.Array:
+        """The original path of each row's file, built run by run (rows come in runs of one file)."""
         offsets = np.zeros(len(codes) + 1, dtype=np.int32)
-        np.cumsum(sizes, out=offsets[1:])
-        return pa.StringArray.from_buffers(len(codes), pa.py_buffer(offsets), pa.py_buffer(data))
+        pieces, end = [], 0
+        for start, code, length in zip(runs[0].tolist(), codes[runs[0]].tolist(), runs[1].tolist()):
+            name = self.originals[code]
+            pieces.append(name * length)
+            offsets[start + 1:start + length + 1] = np.arange(1, length + 1, dtype=np.int64) * len(name) + end
+            end += len(name) * length
+        return pa.StringArray.from_buffers(len(codes), pa.py_buffer(offsets), pa.py_buffer(b"".join(pieces)))
 
 
 _END = object()
@@ -370,9 +378,10 @@ def _events(batch: pa.RecordBatch, files: _FileTable, skipped_phases: dict[str, 
     """DuckDB's batch -> the events table without the ``args`` fields: per-file columns filled
     in, metadata dropped (on the parsing thread)."""
     codes = batch.column("file_index").to_numpy(zero_copy_only=False).astype(np.int64)
-    columns = {name: files.column(name, codes) for name in ("rank", *COORDS)}
-    columns["src_file"] = files.src_file(codes)
-    columns["src_line"] = pa.array(_line_numbers(codes, files.next_line))
+    runs = _runs(codes)
+    columns = {name: files.column(name, codes, runs) for name in ("rank", *COORDS)}
+    columns["src_file"] = files.src_file(codes, runs)
+    columns["src_line"] = pa.array(_line_numbers(codes, files.next_line, runs))
     events = pa.table({name: columns[name] if name in columns else batch.column(name)
                        for name in EVENTS_ARROW_SCHEMA.names if name not in ARG_COLUMNS})
     keep, other = _phase_masks(batch.column("ph"))
@@ -406,15 +415,22 @@ def _phase_masks(ph: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if pa.types.is_string(ph.type) and n:
         offsets = np.frombuffer(ph.buffers()[1], dtype=np.int32, count=n + 1, offset=ph.offset * 4)
         data = ph.buffers()[2]
+        if data is None:
+            data = b""
+        data = np.frombuffer(data, dtype=np.uint8)
         one = np.diff(offsets) == 1
-        first = np.zeros(n, dtype=np.uint8)
-        if data is not None and one.any():
-            first[one] = np.frombuffer(data, dtype=np.uint8)[offsets[:-1][one]]
-        keep = one & np.isin(first, _KEPT_BYTES)
-        other = ~(keep | (one & (first == ord("M"))))
+        if one.all():  # the usual case: read the characters in one slice
+            first = data[offsets[0]:offsets[n]]
+            keep = _KEPT_BYTE[first]
+            other = ~(keep | (first == ord("M")))
+        else:
+            first = np.zeros(n, dtype=np.uint8)
+            first[one] = data[offsets[:-1][one]]
+            keep = one & _KEPT_BYTE[first]
+            other = ~(keep | (one & (first == ord("M"))))
     else:
         values = np.array(ph.to_pylist(), dtype=object)
-        keep = np.isin(values, _KEPT_PHASES)
+        keep = np.isin(values, np.array(_KEPT_PHASES, dtype=object))
         other = ~(keep | (values == "M"))
     if ph.null_count:
         other &= np.array([value is not None for value in ph.to_pylist()])

@@ -70,6 +70,30 @@ def test_cache_is_reused_until_an_input_changes(tmp_path):
     assert again.events.filter(pl.col("name") == "backward").height == 1
 
 
+def test_phases_other_than_x_i_c_are_skipped_and_counted(tmp_path):
+    trace = RankTrace(0, 2, LAYOUT, {"tp": 0, "pp": 0, "dp": 0, "cp": 0, "ep": 0})
+    trace.x("forward", "compute", 1.0, 1.0)
+    trace.events += [
+        {"ph": "B", "name": "open", "cat": "c", "pid": 0, "tid": "compute", "ts": 2.0, "args": {}},
+        {"ph": "i", "name": "mark", "cat": "c", "pid": 0, "tid": "compute", "ts": 3.0, "args": {"iteration": 1}},
+        {"ph": "XX", "name": "odd", "cat": "c", "pid": 0, "tid": "compute", "ts": 4.0, "args": {}},
+        {"name": "no phase", "cat": "c", "pid": 0, "tid": "compute", "ts": 5.0, "args": {}},
+        {"ph": "B", "name": "open", "cat": "c", "pid": 0, "tid": "compute", "ts": 6.0, "args": {}},
+        {"ph": "C", "name": "memory", "cat": "c", "pid": 0, "tid": "compute", "ts": 7.0, "args": {"bytes": 8}},
+    ]
+    trace.write(tmp_path)
+    # The second rank's events follow in the same batch: per-file columns and lines restart.
+    RankTrace(1, 2, LAYOUT, {"tp": 1, "pp": 0, "dp": 0, "cp": 0, "ep": 0}).x("backward", "compute", 1.0, 2.0).write(tmp_path)
+    warnings = []
+    events = load_bundle(tmp_path, warn=warnings.append).events
+    assert events.select("rank", "tp", "ph", "name", "src_line").rows() == [
+        (0, 0, "X", "forward", 4), (0, 0, "i", "mark", 6), (0, 0, "C", "memory", 10), (1, 1, "X", "backward", 4)]
+    assert events["src_file"].to_list() == [str(tmp_path / "rank-00000.json")] * 3 + [str(tmp_path / "rank-00001.json")]
+    assert (events["iteration"][1], events["bytes"][2]) == (1, 8)
+    assert warnings == ["skipped 2 events with ph='B' (v1 analyses use X, i and C events)",
+                        "skipped 1 events with ph='XX' (v1 analyses use X, i and C events)"]
+
+
 def test_truncated_file_is_salvaged_with_a_warning(tmp_path):
     job(tmp_path, dp=2, events_per_rank=3)
     path = tmp_path / "rank-00001.json"
