@@ -45,10 +45,11 @@ _COLUMNS = (
     "ts:'DOUBLE',dur:'DOUBLE',args:'JSON'}"
 )
 # DuckDB parses a JSON array file on one thread, and rows must come out in file order: parsing
-# files side by side makes DuckDB hold the files ahead (and a 32 MiB read buffer per thread).
-# On a small machine one parsing thread plus the lifting and Parquet threads use every core;
-# a larger one parses on the cores left over.
-_PARSE_THREADS = int(os.environ.get("MAPP_INGEST_PARSE_THREADS", max(1, (os.cpu_count() or 2) - 1)))
+# files side by side makes DuckDB hold the files ahead (and a 32 MiB read buffer per thread),
+# ~150 MB more at peak. On 2 cores one parsing thread plus the lifting and Parquet threads
+# use both; with more cores a second parser helps until the single lifting and Parquet
+# threads are the limit (from their CPU time, ~3 M events/s; not measured on such a machine).
+_PARSE_THREADS = int(os.environ.get("MAPP_INGEST_PARSE_THREADS", 1 if (os.cpu_count() or 1) <= 2 else 2))
 _DUCKDB_CONFIG = {"memory_limit": os.environ.get("MAPP_DUCKDB_MEMORY", "1GB"), "threads": _PARSE_THREADS}
 # Parsed batches waiting for the lifting thread (each ~10 MB at the default batch size).
 _QUEUED_BATCHES = 1
