@@ -83,7 +83,8 @@ def test_phases_other_than_x_i_c_are_skipped_and_counted(tmp_path):
     ]
     trace.write(tmp_path)
     # The second rank's events follow in the same batch: per-file columns and lines restart.
-    RankTrace(1, 2, LAYOUT, {"tp": 1, "pp": 0, "dp": 0, "cp": 0, "ep": 0}).x("backward", "compute", 1.0, 2.0).write(tmp_path)
+    second = RankTrace(1, 2, LAYOUT, {"tp": 1, "pp": 0, "dp": 0, "cp": 0, "ep": 0})
+    second.x("backward", "compute", 1.0, 2.0).write(tmp_path)
     warnings = []
     events = load_bundle(tmp_path, warn=warnings.append).events
     assert events.select("rank", "tp", "ph", "name", "src_line").rows() == [
