@@ -35,6 +35,9 @@ _DICTIONARY_COLUMNS = ["ph", "name", "cat", "lane", "group", "src_file"]
 # Min/max statistics let a scan skip row groups by rank, time, iteration...; on the string and
 # list columns they prune nothing (every row group holds many names) and cost ~10% of the encoding.
 _STATISTICS_COLUMNS = [f.name for f in EVENTS_ARROW_SCHEMA if pa.types.is_integer(f.type)]
+# Times and line numbers grow row by row within a file: stored as deltas they take ~10x less
+# room than plain + zstd, and encode faster.
+_DELTA_COLUMNS = {"ts_ns": "DELTA_BINARY_PACKED", "src_line": "DELTA_BINARY_PACKED"}
 # Batches waiting for the Parquet writer thread (each ~15 MB at the readers' batch sizes).
 _QUEUED_TABLES = 2
 
@@ -132,7 +135,7 @@ def _write_parquet_atomically(batches: Iterator, target: Path) -> int:
     def write() -> None:
         try:
             with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS,
-                                  write_statistics=_STATISTICS_COLUMNS) as writer:
+                                  write_statistics=_STATISTICS_COLUMNS, column_encoding=_DELTA_COLUMNS) as writer:
                 while (table := pending.get()) is not None:
                     writer.write_table(table, row_group_size=1 << 20)
         except BaseException as error:  # reported on the calling thread

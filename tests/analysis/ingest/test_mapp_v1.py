@@ -167,3 +167,18 @@ def test_directory_without_traces(tmp_path):
     (tmp_path / "readme.txt").write_text("hi")
     with pytest.raises(InputError, match="no recognisable traces"):
         load_bundle(tmp_path)
+
+
+def test_progress_is_reported_file_by_file_and_adds_up(tmp_path, monkeypatch):
+    from mapp.analysis.ingest import mapp_v1
+
+    job(tmp_path, tp=2, dp=4, events_per_rank=3000)
+    files = sorted(tmp_path.glob("rank-*.json"))
+    monkeypatch.setattr(mapp_v1, "_BATCH_ROWS", 2048)  # several batches per file
+    steps: list[int] = []
+    batches, _ = mapp_v1.read_batches(files, warn=lambda m: None, progress=steps.append)
+    rows = sum(b.num_rows for b in batches)
+    # every event of every file came through (each file: "[", two metadata lines, events)
+    assert rows == sum(len(f.read_text().splitlines()) - 3 for f in files)
+    assert sum(steps) == sum(f.stat().st_size for f in files)
+    assert len(steps) >= len(files) // 2  # while reading, not once at the end
