@@ -43,3 +43,15 @@ def test_offline_toolkit_never_imports_capture_side():
                 if name.startswith(("mapp.megatron_hooks", "mapp.capture", "torch", "megatron")):
                     offenders.append(f"{path.relative_to(PACKAGE)} imports {name}")
     assert offenders == []
+
+
+def test_cli_start_up_leaves_the_heavy_libraries_to_the_commands():
+    # `mapp --help` and option parsing should not pay for polars, DuckDB, Arrow or scipy:
+    # each command imports what it needs when it runs.
+    code = (
+        "import sys, mapp.cli.app\n"
+        "heavy = sorted(n for n in sys.modules if n.split('.')[0] in ('polars', 'duckdb', 'pyarrow', 'scipy', 'networkx'))\n"
+        "print(','.join(heavy))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""

@@ -11,10 +11,6 @@ from typing import Annotated
 
 import typer
 
-from mapp.analysis.detect import detect_bundle
-from mapp.analysis.detect.report import DetectReport
-from mapp.analysis.simulate import simulate
-from mapp.analysis.simulate.presets import DEMO_SLOW_FACTOR, DEMO_SLOW_RANK, demo_config
 from mapp.cli._ui import console, guarded, progress_bar
 from mapp.cli.trace import load, merge_with_progress
 
@@ -27,6 +23,11 @@ def register(app: typer.Typer) -> None:
         force: Annotated[bool, typer.Option("--force", help="Overwrite traces already in --out.")] = False,
     ) -> None:
         """Simulate a 64-rank job with one slowed GPU, merge its traces and find the culprit."""
+        from mapp.analysis.detect import detect_bundle
+        from mapp.analysis.detect.report import DetectReport
+        from mapp.analysis.simulate import simulate
+        from mapp.analysis.simulate.presets import DEMO_SLOW_FACTOR, DEMO_SLOW_RANK, demo_config
+
         config = demo_config(seed=seed)
         console.rule("[bold]mapp demo")
         console.print(f"1. simulating TP{config.tp} x PP{config.pp} x DP{config.dp} = "

@@ -7,8 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from mapp.analysis.detect import detect_bundle, parse_layout
-from mapp.analysis.detect.report import DetectReport
 from mapp.cli._ui import console, guarded, warn
 from mapp.cli.trace import FormatOption, load
 
@@ -32,6 +30,9 @@ def detect(
     imbalance (a heavy stage, uneven sequence lengths) is reported as imbalance, not a fault.
     Exit status 0 whether or not there are suspects, unless --fail-on-suspect.
     """
+    from mapp.analysis.detect import detect_bundle, parse_layout
+    from mapp.analysis.detect.report import DetectReport
+
     sizes = parse_layout(layout) if layout else None
     bundle = load(directory, format, use_cache=not no_cache)
     verdict = detect_bundle(bundle, threshold=threshold, layout=sizes)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from mapp.cli._ui import console, guarded, warn
 from mapp.errors import InputError
-from mapp.sql import render
-from mapp.sql.database import QueryResult, TraceDatabase, open_database
-from mapp.sql.library import get_query, parse_params
+
+if TYPE_CHECKING:  # DuckDB and Arrow load when a command runs, not for `mapp --help`
+    from mapp.sql.database import QueryResult, TraceDatabase
 
 ENGINES = ("duckdb", "perfetto")
 
@@ -26,12 +26,16 @@ def _loader(input_format: str | None):
 def open_for_cli(directory: Path | None, db: Path | None, *, no_align: bool = False, rebuild: bool = False,
                  input_format: str | None = None) -> TraceDatabase:
     """Open the bundle's database with a progress bar and warnings on stderr (shared with report)."""
+    from mapp.sql.database import open_database
+
     return open_database(directory, db=db, align=not no_align, rebuild=rebuild, load=_loader(input_format),
                          warn=warn)
 
 
 def print_result(result: QueryResult, fmt: str) -> None:
     """One result on stdout in ``fmt`` (table, csv or json)."""
+    from mapp.sql import render
+
     if fmt == "table":
         console.print(render.rich_table(result.table, max_rows=None))
     elif fmt == "csv":
@@ -67,6 +71,8 @@ def _perfetto(directory: Path | None, sql: str | None, perfetto_bin: Path | None
     bundle = _loader(input_format)(directory)
     engine = PerfettoEngine(merged_trace_for(directory, bundle), perfetto_bin)
     try:
+        from mapp.sql.database import QueryResult
+
         print_result(QueryResult(engine.query(sql), 0.0, sql), fmt)
     finally:
         engine.close()
@@ -96,6 +102,8 @@ def register(app: typer.Typer) -> None:
         (.schema in the shell describes every column). Times are integer nanoseconds: *_ns on
         each rank's own clock, *_aligned_ns on the reference rank's clock. The bundle is read-only.
         """
+        from mapp.sql import render
+        from mapp.sql.library import get_query, parse_params
         from mapp.sql.shell import Shell, queries_table
 
         if fmt not in render.FORMATS:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from mapp.analysis.align import ClockModel
-from mapp.analysis.graph import Matching
-from mapp.analysis.graph.diagnose import rank_list
-from mapp.analysis.ingest import FORMATS, TraceBundle, load_bundle
-from mapp.analysis.timeline import Timeline, merge_timeline
+from mapp.analysis.ingest import FORMATS
 from mapp.cli._ui import console, guarded, progress_bar, warn
+
+if TYPE_CHECKING:  # the analysis is imported when a command runs, not for `mapp --help`
+    from mapp.analysis.align import ClockModel
+    from mapp.analysis.graph import Matching
+    from mapp.analysis.ingest import TraceBundle
+    from mapp.analysis.timeline import Timeline
 
 trace_app = typer.Typer(help="Work with per-rank trace files.", no_args_is_help=True)
 
@@ -24,6 +26,8 @@ FormatOption = Annotated[
 
 def load(directory: Path, format: str | None, *, use_cache: bool = True):
     """Load a bundle with a progress bar and warnings on stderr (shared by commands)."""
+    from mapp.analysis.ingest import load_bundle
+
     with progress_bar(f"reading {directory}", unit="bytes") as update:
         return load_bundle(directory, format=format, use_cache=use_cache, warn=warn, progress=update)
 
@@ -55,6 +59,8 @@ def merge_command(
 
 def merge_with_progress(bundle: TraceBundle, target: Path, *, align: bool = True) -> Timeline:
     """Merge with a progress bar, then render the findings and the alignment summary."""
+    from mapp.analysis.timeline import merge_timeline
+
     with progress_bar("writing merged trace") as update:
         timeline = merge_timeline(bundle, target, align=align, progress=update)
     render_timeline(timeline, bundle)
@@ -91,6 +97,8 @@ def _report_matching(matching: Matching, clock: ClockModel | None, clock_path: P
         else:
             console.print(note, style="mapp.dim", soft_wrap=True)
     if not clock.connected:
+        from mapp.analysis.graph.diagnose import rank_list
+
         others = "; ".join(f"ranks {rank_list(c)} on rank {c[0]}'s" for c in clock.components[1:])
         warn(f"ranks form {len(clock.components)} groups with no collective or p2p between them; only the "
              f"first is on rank {clock.reference_rank}'s clock, the others on their own: {others}")

@@ -3,12 +3,29 @@ a library of documented named queries, an interactive shell, and an optional Per
 
 ``open_database(DIR)`` -> ``TraceDatabase``; ``get_query(NAME)`` -> ``NamedQuery``;
 ``db.query(q.sql, q.bind({"limit": "5"}))`` -> ``QueryResult`` (Arrow rows).
+
+The names below are imported on first use (PEP 562), so that importing ``mapp.sql.library``
+(the CLI's help) does not load DuckDB.
 """
 
-from mapp.sql.database import QueryResult, TraceDatabase, open_database
-from mapp.sql.errors import QueryError, UnknownQueryError
-from mapp.sql.library import NamedQuery, get_query, list_queries
-from mapp.sql.schema import TABLES
+import importlib
 
 __all__ = ["NamedQuery", "QueryError", "QueryResult", "TABLES", "TraceDatabase", "UnknownQueryError",
            "get_query", "list_queries", "open_database"]
+
+_HOMES = {"QueryResult": "database", "TraceDatabase": "database", "open_database": "database",
+          "QueryError": "errors", "UnknownQueryError": "errors", "NamedQuery": "library",
+          "get_query": "library", "list_queries": "library", "TABLES": "schema"}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -2,10 +2,29 @@
 
 ``load_bundle(DIR)`` finds the traces, detects their format (mapp v1, MegatronApp, PyTorch
 profiler), reads them and caches the events table as Parquet beside them.
+
+The names below are imported on first use (PEP 562), so that ``mapp --help`` and the CLI's
+option texts do not load polars, DuckDB and Arrow.
 """
 
-from mapp.analysis.ingest.bundle import CACHE_DIR, TraceBundle, load_bundle
-from mapp.analysis.ingest.discover import FORMATS, discover
-from mapp.analysis.ingest.schema import EVENTS_SCHEMA, RANKS_SCHEMA
+import importlib
+
+from mapp.analysis.ingest.discover import FORMATS, discover  # light: no polars, DuckDB or Arrow
 
 __all__ = ["CACHE_DIR", "EVENTS_SCHEMA", "FORMATS", "RANKS_SCHEMA", "TraceBundle", "discover", "load_bundle"]
+
+_HOMES = {"CACHE_DIR": "bundle", "TraceBundle": "bundle", "load_bundle": "bundle",
+          "EVENTS_SCHEMA": "schema", "RANKS_SCHEMA": "schema"}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

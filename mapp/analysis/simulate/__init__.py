@@ -3,11 +3,27 @@
 ``simulate(SimConfig(tp=4, pp=4, dp=8, faults=[parse_fault("slow_gpu:5:1.4")]), out_dir)``
 writes per-rank traces (format v1 or MegatronApp's) and ``ground_truth.json``: the layout,
 the injected faults, every rank's clock offset and drift, and the healthy iteration time.
+
+The names below are imported on first use (PEP 562): the CLI's option texts need the fault
+kinds without loading numpy.
 """
 
-from .config import SimConfig
-from .faults import Fault, parse_fault
-from .presets import demo_config
-from .runner import SimResult, simulate
+import importlib
 
 __all__ = ["SimConfig", "Fault", "parse_fault", "simulate", "SimResult", "demo_config"]
+
+_HOMES = {"SimConfig": "config", "Fault": "faults", "parse_fault": "faults", "demo_config": "presets",
+          "SimResult": "runner", "simulate": "runner"}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)
