@@ -113,7 +113,7 @@ STAGES = {"ingest": _stage_mapp_ingest, "merge": _stage_mapp_merge, "baseline": 
 
 def _child(stage: str, directory: str) -> None:
     if stage != "baseline":  # import cost is not ingest cost (the readers' DuckDB included)
-        import mapp.analysis.ingest  # noqa: F401
+        import mapp.analysis.ingest.bundle  # noqa: F401
         import mapp.analysis.ingest.mapp_v1  # noqa: F401
         import mapp.analysis.merge  # noqa: F401
         import pyarrow.parquet  # noqa: F401
