@@ -205,7 +205,8 @@ def run_overhead(a: argparse.Namespace) -> None:
             print(f"traced: {statistics.median(s['events_per_step'] for s in on_stats):.0f} events/step, "
                   f"dropped {sum(s['dropped'] for s in on_stats)}, "
                   f"event pool empty {sum(s['pool_exhausted'] for s in on_stats)} times, "
-                  f"CUDA events made per block {[s.get('cuda_events_made', 0) for s in on_stats]}", flush=True)
+                  f"CUDA events made per block {[s.get('cuda_events_made', 0) for s in on_stats]}, "
+                  f"stamps resolved by {sorted({str(s.get('resolver')) for s in on_stats})}", flush=True)
     if last_traced is not None:
         dest = out / "overhead-trace"
         dest.mkdir(parents=True, exist_ok=True)

@@ -352,6 +352,7 @@ class Tracer:
             "pending": w.pending if w else 0,
             "pool_exhausted": getattr(self.clock, "exhausted", 0),
             "cuda_events_made": getattr(self.clock, "_made", 0),
+            "resolver": getattr(self.clock, "resolver", None),
             "write_failed": w.failed if w else None,
         }
 

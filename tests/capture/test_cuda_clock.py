@@ -147,3 +147,47 @@ def test_bulk_resolution_handles_scopes_with_args(tmp_path):
     spans = [e for e in read_v1(tmp_path / "rank-00001.json")[0] if e["ph"] == "X" and e["name"] == "forward"]
     assert sorted((e["args"]["iteration"], e["args"]["microbatch"]) for e in spans) == [
         (it, mb) for it in range(3) for mb in range(50)]
+
+
+def test_runtime_resolver_reads_cuda_answers_and_errors():
+    # The writer's ctypes path (used on a GPU): the CUDA runtime's return codes, read right.
+    import ctypes
+
+    import pytest
+
+    from mapp.capture.clock import NotReady, _event_handle, _loaded_library, _Runtime
+
+    class FakeLib:
+        def __init__(self):
+            self.codes, self.devices = {}, []
+
+        def cudaSetDevice(self, device):
+            self.devices.append(device)
+            return 0
+
+        def cudaEventQuery(self, handle):
+            return self.codes.get(handle, 0)
+
+        def cudaEventElapsedTime(self, out, start, end):
+            if self.codes.get(end, 0):
+                return self.codes[end]
+            ctypes.cast(out, ctypes.POINTER(ctypes.c_float)).contents.value = float(end - start)
+            return 0
+
+    class Event:
+        def __init__(self, handle):
+            self.event_id = handle
+
+    lib = FakeLib()
+    runtime = _Runtime(lib, 3, _event_handle)
+    a, b, running, broken = Event(100), Event(102), Event(7), Event(9)
+    lib.codes = {7: 600, 9: 700}
+    assert runtime.query(a) is True and runtime.query(running) is False
+    assert runtime.elapsed_ms(a, b) == 2.0
+    with pytest.raises(NotReady):
+        runtime.elapsed_ms(a, running)
+    with pytest.raises(RuntimeError, match="700"):
+        runtime.query(broken)
+    assert lib.devices == [3]  # bound to the training device once per thread, not device 0
+    assert _event_handle(object()) is None
+    assert _loaded_library("libc.so") is not None and _loaded_library("no-such-library.so") is None
