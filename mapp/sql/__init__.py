@@ -8,7 +8,7 @@ The names below are imported on first use (PEP 562), so that importing ``mapp.sq
 (the CLI's help) does not load DuckDB.
 """
 
-import importlib
+from mapp._lazy import lazy_exports
 
 __all__ = ["NamedQuery", "QueryError", "QueryResult", "TABLES", "TraceDatabase", "UnknownQueryError",
            "get_query", "list_queries", "open_database"]
@@ -18,14 +18,4 @@ _HOMES = {"QueryResult": "database", "TraceDatabase": "database", "open_database
           "get_query": "library", "list_queries": "library", "TABLES": "schema"}
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

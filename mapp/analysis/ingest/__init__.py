@@ -7,8 +7,7 @@ The names below are imported on first use (PEP 562), so that ``mapp --help`` and
 option texts do not load polars, DuckDB and Arrow.
 """
 
-import importlib
-
+from mapp._lazy import lazy_exports
 from mapp.analysis.ingest.discover import FORMATS, discover  # light: no polars, DuckDB or Arrow
 
 __all__ = ["CACHE_DIR", "EVENTS_SCHEMA", "FORMATS", "RANKS_SCHEMA", "TraceBundle", "discover", "load_bundle"]
@@ -17,14 +16,4 @@ _HOMES = {"CACHE_DIR": "bundle", "TraceBundle": "bundle", "load_bundle": "bundle
           "EVENTS_SCHEMA": "schema", "RANKS_SCHEMA": "schema"}
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -8,7 +8,7 @@ The names below are imported on first use (PEP 562): the CLI's option texts need
 kinds without loading numpy.
 """
 
-import importlib
+from mapp._lazy import lazy_exports
 
 __all__ = ["SimConfig", "Fault", "parse_fault", "simulate", "SimResult", "demo_config"]
 
@@ -16,14 +16,4 @@ _HOMES = {"SimConfig": "config", "Fault": "faults", "parse_fault": "faults", "de
           "SimResult": "runner", "simulate": "runner"}
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
