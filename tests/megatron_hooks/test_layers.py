@@ -99,11 +99,18 @@ def test_cuda_events_go_back_to_the_pool_once(tmp_path):
     gpu = FakeGpu()
     clock = CudaClock(pool_size=4096, event_factory=gpu.event, synchronize=gpu.synchronize)
     tracer, events = run(tmp_path, clock=clock, iterations=6)
-    per_iteration = len(events) / 6
-    # shared boundaries: about one event per layer boundary, fewer than two per span
-    assert clock._made < 2 * 2 * per_iteration
     free = list(clock._free)
     assert len({id(e) for e in free}) == len(free), "an event was given back twice"
     assert len(free) == clock._made, "an event was never given back"
     fwd = spans(events, "layer.forward")
     assert len(fwd) == 6 * MICROBATCHES * LAYERS
+
+
+def test_adjacent_layers_take_one_event_per_boundary(tmp_path):
+    # One traced iteration (nothing goes back to the pool before it ends): two events per span
+    # plus the iteration's anchor, less one per shared boundary: LAYERS - 1 forward and
+    # LAYERS - 1 backward in each microbatch.
+    gpu = FakeGpu()
+    clock = CudaClock(pool_size=4096, event_factory=gpu.event, synchronize=gpu.synchronize)
+    _, events = run(tmp_path, clock=clock, iterations=1)
+    assert clock._made == 2 * len(events) + 1 - 2 * (LAYERS - 1) * MICROBATCHES
