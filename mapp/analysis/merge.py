@@ -8,12 +8,10 @@ column expressions, so the merged file is written without holding the job in mem
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -26,6 +24,7 @@ from mapp.analysis.ingest.bundle import TraceBundle
 if TYPE_CHECKING:
     from mapp.analysis.align import ClockModel
 from mapp.errors import OutputError
+from mapp.output import open_beside, output_target, publish
 
 __all__ = ["MERGED_MARKER", "MergeResult", "write_chrome_trace", "lane_ids", "process_order", "us_text"]
 
@@ -118,20 +117,19 @@ def _metadata_lines(bundle: TraceBundle, tids: dict[str, int], lanes_by_rank: di
     return [json.dumps(e, separators=(",", ":")) + ",\n" for e in events]
 
 
-def _open_output(out_path: Path, inputs: set[Path]):
-    out_path = out_path.absolute()
-    if out_path.resolve() in inputs:
+def _open_output(out_path: Path, inputs: set[Path]) -> tuple[IO, Path, Path]:
+    """(open temporary file, its path, the file it will replace)."""
+    target = output_target(out_path)
+    if target.resolve() in inputs:
         raise OutputError(f"{out_path} is one of the input traces", "choose another -o path; mapp never overwrites its input")
-    if out_path.is_dir():
-        raise OutputError(f"{out_path} is a directory", "give a file name, e.g. -o merged.json")
-    parent = out_path.parent
+    parent = target.parent
     if not parent.is_dir():
         raise OutputError(f"cannot write {out_path}: {parent} does not exist", "create the directory first or choose another -o path")
     try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{out_path.name}.", suffix=".tmp")
+        handle, tmp = open_beside(target)
     except OSError as error:
         raise OutputError(f"cannot write {out_path}: {error.strerror}", "choose a writable -o path") from None
-    return os.fdopen(fd, "wb"), Path(tmp)
+    return handle, tmp, target
 
 
 def write_chrome_trace(
@@ -157,7 +155,7 @@ def write_chrome_trace(
     for lanes in lanes_by_rank.values():
         lanes.sort(key=tids.__getitem__)
 
-    handle, tmp = _open_output(Path(out_path), inputs)
+    handle, tmp, target = _open_output(Path(out_path), inputs)
     written = 0
     try:
         with handle:
@@ -174,7 +172,7 @@ def write_chrome_trace(
             if extra_lines is not None:
                 handle.writelines(line.encode() for line in extra_lines())
             handle.write(b'{"ph":"M","name":"mapp-end","pid":0,"tid":0,"args":{}}\n]}\n')
-        os.replace(tmp, out_path)
+        publish(tmp, target)
     except OSError as error:
         tmp.unlink(missing_ok=True)
         raise OutputError(f"cannot write {out_path}: {error.strerror}", "check free space and permissions") from None

@@ -11,8 +11,6 @@ from __future__ import annotations
 import html
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ import polars as pl
 from rich.console import Console
 
 from mapp.errors import OutputError
+from mapp.output import open_beside, output_target, publish
 from mapp.report.summary import RunSummary, renderable
 from mapp.sql.render import json_value
 
@@ -74,15 +73,16 @@ def write_html(summary: RunSummary, path: Path) -> Path:
     """Write the page to ``path`` atomically; ``OutputError`` if it cannot be written."""
     path = Path(path)
     text = render_html(summary)
+    target = output_target(path)
+    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out, tmp = open_beside(target, "w", encoding="utf-8")
+        with out:
             out.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        publish(tmp, target)
     except OSError as error:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise OutputError(f"--html {path}: cannot write ({error.strerror})", "choose another path") from None
     return path
 

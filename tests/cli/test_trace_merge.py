@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +155,67 @@ def test_console_script_exits_non_zero_without_traceback(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error:") and "Traceback" not in result.stderr
+
+
+def test_output_onto_a_pipe_is_refused_and_the_pipe_kept(tmp_path):
+    job(tmp_path, dp=2)
+    pipe = tmp_path / "out.fifo"
+    os.mkfifo(pipe)
+    assert "not a regular file" in one_line_error(merge(str(tmp_path), "-o", str(pipe)))
+    assert stat.S_ISFIFO(pipe.lstat().st_mode)
+
+
+def test_output_through_a_symlink_replaces_the_file_it_points_at(tmp_path):
+    (tmp_path / "traces").mkdir()
+    job(tmp_path / "traces", dp=2)
+    target = tmp_path / "target.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert merge(str(tmp_path / "traces"), "-o", str(link)).exit_code == 0
+    assert link.is_symlink() and link.resolve() == target
+    assert len(json.loads(target.read_text())["traceEvents"]) > 0
+
+
+def test_written_files_get_the_usual_mode(tmp_path):
+    job(tmp_path, dp=2)
+    old = os.umask(0o022)
+    try:
+        assert merge(str(tmp_path)).exit_code == 0
+    finally:
+        os.umask(old)
+    for path in (tmp_path / "merged.json", tmp_path / ".mapp" / "events.parquet"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def _kineto_job(directory: Path) -> Path:
+    directory.mkdir()
+    for fixture in sorted((FIXTURES / "kineto_gloo").glob("rank-*.json")):
+        shutil.copy(fixture, directory / fixture.name)
+    return directory
+
+
+def test_damaged_profiler_trace_named_like_one_is_an_error(tmp_path):
+    traces = _kineto_job(tmp_path / "traces")
+    (traces / "worker1.1700000000.pt.trace.json").write_text("garbage")
+    line = one_line_error(merge(str(traces)))
+    assert "worker1.1700000000.pt.trace.json" in line and "kineto" in line
+
+
+def test_other_json_beside_profiler_traces_is_named_not_dropped_silently(tmp_path):
+    traces = _kineto_job(tmp_path / "traces")
+    (traces / "notes.json").write_text("garbage")
+    result = merge(str(traces))
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if "notes.json" in line]
+    assert len(warnings) == 1 and "not PyTorch profiler traces" in warnings[0]
+    # mapp's own merged output in the same directory is not worth a warning
+    assert "merged.json" not in merge(str(traces)).output.replace(str(traces / "merged.json"), "")
+
+
+def test_two_ranks_claiming_the_same_coordinates(tmp_path):
+    job(tmp_path, dp=2)
+    path = tmp_path / "rank-00001.json"
+    path.write_text(path.read_text().replace('"dp":1', '"dp":0', 1))
+    line = one_line_error(merge(str(tmp_path)))
+    assert "ranks 0, 1 all claim" in line and "dp0" in line

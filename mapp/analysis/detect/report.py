@@ -13,6 +13,7 @@ from rich.text import Text
 
 from mapp.analysis.detect.verdict import Verdict
 from mapp.errors import OutputError
+from mapp.output import open_beside, output_target, publish
 
 __all__ = ["DetectReport"]
 
@@ -35,9 +36,17 @@ class DetectReport:
         return data
 
     def write_json(self, path: Path) -> Path:
+        """Write the verdict as JSON to ``path``, atomically (see ``mapp.output``)."""
+        target = output_target(path)
+        tmp = None
         try:
-            Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+            out, tmp = open_beside(target, "w", encoding="utf-8")
+            with out:
+                out.write(json.dumps(self.to_json(), indent=1) + "\n")
+            publish(tmp, target)
         except OSError as error:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
             raise OutputError(f"{path}: cannot write ({error.strerror})", "choose another --json path") from None
         return Path(path)
 

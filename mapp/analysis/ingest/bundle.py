@@ -25,6 +25,7 @@ from mapp import __version__
 from mapp.analysis.ingest.discover import discover, reader_module
 from mapp.analysis.ingest.schema import COORDS, EVENTS_ARROW_SCHEMA, RANKS_SCHEMA, conform, to_arrow_events
 from mapp.errors import LayoutError
+from mapp.output import publish
 
 __all__ = ["TraceBundle", "load_bundle", "CACHE_DIR"]
 
@@ -121,6 +122,17 @@ def _validate_ranks(ranks: pl.DataFrame) -> None:
     if len(world) and (ranks["rank"] >= world[0]).any():
         bad = ranks.filter(pl.col("rank") >= world[0])["rank"][0]
         raise LayoutError(f"rank {bad} is outside world_size {world[0]}", "the trace metadata is inconsistent")
+    # Each rank has its own place in the (tp, pp, dp, cp) grid; ep subdivides data parallelism.
+    placed = ranks.drop_nulls(["tp", "pp", "dp", "cp"])
+    clash = placed.filter(pl.struct("tp", "pp", "dp", "cp").is_duplicated()).sort("rank")
+    if len(clash):
+        first = clash.row(0, named=True)
+        same = clash.filter((pl.col("tp") == first["tp"]) & (pl.col("pp") == first["pp"])
+                            & (pl.col("dp") == first["dp"]) & (pl.col("cp") == first["cp"]))["rank"].to_list()
+        raise LayoutError(
+            f"ranks {', '.join(map(str, same))} all claim tp{first['tp']} pp{first['pp']} dp{first['dp']} cp{first['cp']}",
+            "the trace metadata is inconsistent: each rank has its own coordinates",
+        )
 
 
 def _write_parquet_atomically(batches: Iterator, target: Path) -> int:
@@ -156,7 +168,7 @@ def _write_parquet_atomically(batches: Iterator, target: Path) -> int:
             writer_thread.join()
         if failure:
             raise failure[0]
-        os.replace(tmp, target)
+        publish(Path(tmp), target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -194,6 +206,11 @@ def load_bundle(
             warn(message)
 
     found = discover(directory, format)
+    if found.format == "kineto" and found.ignored:
+        # Kineto traces have no naming convention: a damaged one looks like any other file.
+        names = ", ".join(p.name for p in found.ignored[:3]) + (", ..." if len(found.ignored) > 3 else "")
+        _warn(f"{directory}: skipped {len(found.ignored)} .json file(s) that are not PyTorch profiler "
+              f"traces ({names}); if one should be, it is damaged")
     cache = _cache_location(directory, _warn)
     manifest = {
         "cache_version": _CACHE_VERSION,

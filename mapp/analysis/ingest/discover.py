@@ -19,6 +19,15 @@ FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
     "megatronapp": ("mapp.analysis.ingest.megatronapp", ("benchmark-data-*-pipeline-*-tensor-*.json",)),
     "kineto": ("mapp.analysis.ingest.kineto", ("*.json",)),
 }
+# Names only one format uses: a file named so that does not hold that format is a damaged
+# trace (an error), not an unrelated file to skip. (PyTorch's tensorboard_trace_handler names
+# its files ``<worker>.<time>.pt.trace.json``; other Kineto traces may have any name.)
+_TELLTALE_NAMES: dict[str, str] = {
+    "mapp": "rank-*.json",
+    "megatronapp": "benchmark-data-*-pipeline-*-tensor-*.json",
+    "kineto": "*.pt.trace.json",
+}
+_MERGED = "merged"  # mapp's own merged output, found beside the traces: never an input
 _HEAD_BYTES = 4096
 
 
@@ -28,7 +37,7 @@ class Discovered:
 
     format: str
     files: list[Path]
-    ignored: list[Path]
+    ignored: list[Path]  # other .json files: not traces of this format, not mapp's own output
 
 
 def reader_module(format_name: str) -> ModuleType:
@@ -57,13 +66,11 @@ def _head(path: Path) -> bytes:
 def _sniff(path: Path) -> str | None:
     head = _head(path)
     if f'"{trace_format.MERGED_MARKER}"'.encode() in head:
-        return None
-    named_like = None
+        return _MERGED
+    named_like = next((name for name, pattern in _TELLTALE_NAMES.items() if fnmatch.fnmatch(path.name, pattern)), None)
     for name, (_module, patterns) in FORMATS.items():
         if not any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns):
             continue
-        if named_like is None and patterns != ("*.json",):
-            named_like = name
         try:
             module = reader_module(name)
         except ImportError:
@@ -98,6 +105,8 @@ def discover(directory: Path, format_name: str | None = None) -> Discovered:
     ignored: list[Path] = []
     for path in candidates:
         found = _sniff(path)
+        if found == _MERGED:
+            continue
         if found is None:
             ignored.append(path)
         else:
