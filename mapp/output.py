@@ -17,7 +17,7 @@ from typing import IO
 
 from mapp.errors import OutputError
 
-__all__ = ["output_target", "open_beside", "publish"]
+__all__ = ["output_target", "open_beside", "publish", "write_text"]
 
 
 def output_target(path: Path | str) -> Path:
@@ -52,3 +52,17 @@ def publish(tmp: Path, target: Path) -> None:
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, target)
+
+
+def write_text(path: Path | str, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically. ``OutputError`` for a target that is not
+    a regular file; ``OSError`` if writing fails (the temporary file is removed)."""
+    target = output_target(path)
+    out, tmp = open_beside(target, "w", encoding="utf-8")
+    try:
+        with out:
+            out.write(text)
+        publish(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

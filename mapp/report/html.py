@@ -18,7 +18,7 @@ import polars as pl
 from rich.console import Console
 
 from mapp.errors import OutputError
-from mapp.output import open_beside, output_target, publish
+from mapp.output import write_text
 from mapp.report.summary import RunSummary, renderable
 from mapp.sql.render import json_value
 
@@ -73,16 +73,9 @@ def write_html(summary: RunSummary, path: Path) -> Path:
     """Write the page to ``path`` atomically; ``OutputError`` if it cannot be written."""
     path = Path(path)
     text = render_html(summary)
-    target = output_target(path)
-    tmp = None
     try:
-        out, tmp = open_beside(target, "w", encoding="utf-8")
-        with out:
-            out.write(text)
-        publish(tmp, target)
+        write_text(path, text)
     except OSError as error:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
         raise OutputError(f"--html {path}: cannot write ({error.strerror})", "choose another path") from None
     return path
 

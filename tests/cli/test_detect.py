@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 from typer.testing import CliRunner
 
@@ -52,3 +54,19 @@ def test_commands_have_help():
     for args in (["detect", "--help"], ["bench", "detect", "--help"]):
         result = runner.invoke(app, args)
         assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_json_verdict_is_published_with_the_usual_mode_and_never_over_a_pipe(tmp_path):
+    out, _ = simulated(tmp_path, tp=2, pp=1, dp=2)
+    pipe = tmp_path / "verdict.fifo"
+    os.mkfifo(pipe)
+    result = runner.invoke(app, ["detect", str(out), "--json", str(pipe)])
+    assert result.exit_code != 0 and "not a regular file" in result.output
+    assert stat.S_ISFIFO(pipe.lstat().st_mode)
+    old = os.umask(0o022)
+    try:
+        assert runner.invoke(app, ["detect", str(out), "--json", str(tmp_path / "v.json")]).exit_code == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "v.json").stat().st_mode) == 0o644
+    assert not list(tmp_path.glob(".v.json.*"))  # no temporary file left behind

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from mapp.analysis.detect.verdict import Verdict
 from mapp.errors import OutputError
-from mapp.output import open_beside, output_target, publish
+from mapp.output import write_text
 
 __all__ = ["DetectReport"]
 
@@ -37,16 +37,9 @@ class DetectReport:
 
     def write_json(self, path: Path) -> Path:
         """Write the verdict as JSON to ``path``, atomically (see ``mapp.output``)."""
-        target = output_target(path)
-        tmp = None
         try:
-            out, tmp = open_beside(target, "w", encoding="utf-8")
-            with out:
-                out.write(json.dumps(self.to_json(), indent=1) + "\n")
-            publish(tmp, target)
+            write_text(path, json.dumps(self.to_json(), indent=1) + "\n")
         except OSError as error:
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
             raise OutputError(f"{path}: cannot write ({error.strerror})", "choose another --json path") from None
         return Path(path)
 
