@@ -22,6 +22,7 @@ from mapp.analysis.detect.device import device_counters, device_evidence
 from mapp.analysis.detect.lateness import collective_lateness
 from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
 from mapp.analysis.detect.peers import compare_peers
+from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.verdict import Imbalance, StageStatus, Suspect, Verdict, combine
 from mapp.errors import InputError
 
@@ -55,7 +56,7 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
         t = now
 
     scan = bundle.scan().filter(pl.col("ph") == "X")
-    events = scan.filter(pl.col("cat") != "iteration").select(_COLUMNS).collect()
+    events = scan.filter(pl.col("cat") != "iteration").select(_COLUMNS + _shape(bundle)).collect()
     iters = scan.filter(pl.col("cat") == "iteration").select("rank", "iteration", "dur_ns").collect()
     lap("read")
     if matching is None:
@@ -74,6 +75,8 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
     ).select("rank", "group", "group_ranks").unique(subset=["rank", "group"]) if len(matching.members) else pl.DataFrame(
         schema={"rank": pl.Int32, "group": pl.String, "group_ranks": pl.List(pl.Int32)})
     info = resolve_layout(bundle.ranks, groups, layout, bundle.world_size)
+    if not info.known:
+        info = _program_peers(info, events, matching, groups)
     notes += info.notes
     traced = bundle.ranks["rank"].to_list()
     lap("layout")
@@ -87,6 +90,11 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
     suspects, imbalance, victims, grid = combine(peers, lateness, bandwidth, info, threshold=threshold,
                                                  iteration_ns=iteration_ns, microbatches=microbatches)
+    suspects, below = _at_threshold(suspects, threshold)
+    if below:
+        notes.append("below threshold (not suspects): " + "; ".join(
+            f"{s.kind.replace('_', ' ')} {s.label()} {s.slowdown:.3f}x" for s in below)
+            + f" < {1 + threshold:g}x")
     counters = device_counters(bundle.scan())
     for suspect in suspects:
         device = device_evidence(counters, suspect.rank)
@@ -100,15 +108,54 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
         StageStatus(name="3 bandwidth", ran=bandwidth.ran, reason=bandwidth.reason,
                     detail=f"{bandwidth.observations['obs'].n_unique():,} links and groups" if bandwidth.ran else None),
     ]
-    if not info.known:
+    if not info.known and info.peers is None:
         notes.append("no layout: the traces record none and --layout was not given; stage 1 (peer comparison) "
                      "and the stage-balance check did not run (pass --layout tp=..,pp=..,dp=..)")
+    elif not info.known:
+        notes.append(f"no layout in the traces: peers by program ({info.peers}); "
+                     "--layout tp=..,pp=..,dp=.. adds the stage-balance check")
     if info.unrecorded:
         notes.append(f"{len(info.unrecorded)} ranks were not recorded ({_ranks(info.unrecorded)}): not judged")
     lap("verdict")
     return Verdict(suspects=suspects, imbalance=imbalance, stages=stages, layout=info.describe(),
                    layout_sizes=info.sizes, traced=len(traced), unrecorded=info.unrecorded, victims=victims,
                    grid=grid, iteration_ns=iteration_ns, threshold=threshold, timings_s=timings, notes=notes)
+
+
+def _at_threshold(suspects: list[Suspect], threshold: float) -> tuple[list[Suspect], list[Suspect]]:
+    """``--threshold`` as documented: a suspect must be slower than (1 + t) x its peers."""
+    keep, below = [], []
+    for s in suspects:
+        (below if s.slowdown == s.slowdown and s.slowdown < 1 + threshold else keep).append(s)
+    return keep, below
+
+
+def _shape(bundle) -> list[pl.Expr]:
+    """A ``shape`` column where the format records one (profiler traces: a CPU op's input
+    dimensions, a kernel's grid and block), so that ops are compared on the same work."""
+    if "kineto" not in bundle.ranks["format"].to_list():
+        return []
+    args = pl.col("args")
+    dims = args.str.json_path_match("$['Input Dims']")
+    grid = pl.concat_str(args.str.json_path_match("$.grid"), args.str.json_path_match("$.block"), separator="x")
+    return [pl.when(pl.col("lane").str.starts_with("stream:")).then(grid).otherwise(dims).alias("shape")]
+
+
+def _program_peers(info: LayoutInfo, events: pl.DataFrame, matching, groups: pl.DataFrame) -> LayoutInfo:
+    """Without a layout, ranks running the same program are peers (see ``program``)."""
+    ops = events.filter(pl.col("cat") == "compute").select(
+        "rank", "name", pl.col("shape") if "shape" in events.columns else pl.lit(None, pl.String).alias("shape")
+    ).unique()
+    pairs = set()
+    if len(matching.p2p):
+        pairs = {(int(a), int(b)) for a, b in matching.p2p.select("src", "dst").unique().iter_rows()}
+    members = [frozenset(g) for g in groups["group_ranks"].drop_nulls().to_list() if g] if len(groups) else []
+    ranks = info.ranks["rank"].to_list()
+    programs, what = program_groups(ops, pairs, ranks, members)
+    coords = info.ranks.drop("tp", "pp", "dp").join(programs, on="rank", how="left").with_columns(
+        tp=pl.lit(0, pl.Int32), pp=pl.col("program"), dp=pl.int_range(pl.len()).over("program").cast(pl.Int32),
+    ).select("rank", "tp", "pp", "dp", "host")
+    return LayoutInfo(None, info.source, coords, info.world_size, info.unrecorded, info.notes, peers=what)
 
 
 def _align(bundle, matching, notes: list[str]):

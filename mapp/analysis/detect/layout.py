@@ -34,6 +34,8 @@ class LayoutInfo:
     unrecorded: list[int] = field(default_factory=list)
     """Ranks of the job with no trace at all (known from the world size or group lists)."""
     notes: list[str] = field(default_factory=list)
+    peers: str | None = None
+    """Without a layout: how peers were found instead (ranks running the same program), else None."""
 
     @property
     def known(self) -> bool:
@@ -41,7 +43,7 @@ class LayoutInfo:
 
     def describe(self) -> str:
         if self.sizes is None:
-            return "unknown"
+            return "unknown" if self.peers is None else f"unknown; peers by program: {self.peers}"
         return ",".join(f"{a}={self.sizes[a]}" for a in _AXES) + f" (from {self.source})"
 
 

@@ -61,7 +61,8 @@ class PeerEvidence:
 
 def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
     """Compute events that contain no other compute event, with ``self_ns``: their duration
-    minus the collective/p2p time nested inside them (time spent waiting for peers)."""
+    minus the collective/p2p time nested inside them (time spent waiting for peers).
+    (Profiler traces, whose ops nest differently, use ``same_work.self_times``.)"""
     comp = (
         events.filter(pl.col("cat") == "compute")
         .with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
@@ -94,7 +95,9 @@ def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _mode(sizes: dict[str, int] | None, iterations: int) -> tuple[str, list[str], list[str], str | None]:
+def _mode(sizes: dict[str, int] | None, iterations: int, programs: bool) -> tuple[str, list[str], list[str], str | None]:
+    if sizes is None and programs:
+        return "program peers", ["pp"], _KEY, None
     if sizes is None:
         return "skipped", [], [], "no layout: the traces carry none and --layout was not given"
     if sizes["dp"] >= 3:
@@ -114,15 +117,26 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     ``tp``, ``pp``, ``dp``.
     """
     iterations = events["iteration"].drop_nulls().n_unique()
-    mode, group, key, reason = _mode(sizes, iterations)
+    programs = sizes is None and len(coords) > 0 and coords["pp"].null_count() == 0
+    mode, group, key, reason = _mode(sizes, iterations, programs)
     # Below a third of the threshold a rank's slowdown is within the spread of healthy GPUs
     # of one model (a few percent); smaller effects are not worth a verdict however certain.
     min_effect = threshold / 3
     if mode == "skipped":
         return PeerEvidence(mode, reason, min_effect=min_effect)
-    ops = leaf_ops(events.filter(pl.col("iteration").is_not_null()))
+    timed = events.filter(pl.col("iteration").is_not_null())
+    if "shape" in events.columns and events["shape"].null_count() < len(events):
+        from mapp.analysis.detect.same_work import compare_same_work, self_times
+
+        ops = self_times(timed)
+        if ops.is_empty():
+            return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
+        gaps = _gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns"), group, coords, min_effect)
+        return compare_same_work(ops, gaps, coords, sizes, mode, group, min_effect=min_effect)
+    ops = leaf_ops(timed)
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
+    leaves = ops.select("rank", "iteration", "ts_ns", "end_ns")
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left").with_columns(
         pl.col(c).fill_null(-1) for c in ("microbatch", "chunk", "layer")
     )
@@ -153,7 +167,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     )
     per = _rank_iterations(ops, min_effect, use_spread=True)
     z_crit = z_critical(len(per))
-    per = per.join(_gaps(events, ops, group, coords, min_effect), on=["rank", "iteration"], how="left")
+    per = per.join(_gaps(events, leaves, group, coords, min_effect), on=["rank", "iteration"], how="left")
     ranks = _per_rank(per)
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
@@ -182,6 +196,7 @@ def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) 
     of single ops around their rank-iteration's median. With ``use_spread`` the spread of
     effects across rank-iterations is a floor too: when healthy ranks differ among themselves
     (data-dependent work) a rank must stand out from that, not only from its own noise.
+
     """
     if "slow" not in ops.columns:
         ops = ops.with_columns(slow=pl.lit(False), excess=pl.lit(0.0))
@@ -265,12 +280,12 @@ def _replica_effect(ops: pl.DataFrame, threshold: float) -> tuple[pl.DataFrame, 
     return ops, info
 
 
-def _gaps(events: pl.DataFrame, ops: pl.DataFrame, group: list[str], coords: pl.DataFrame,
+def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
           min_effect: float) -> pl.DataFrame:
     """Idle time between a rank's consecutive leaf events (compute leaves, communication,
     optimizer), per iteration, compared with its peers'. A slow host launches every op late,
-    which shows as such gaps; a slow GPU does not."""
-    leaves = ops.select("rank", "iteration", "ts_ns", "end_ns")
+    which shows as such gaps; a slow GPU does not. ``leaves``: ``rank``, ``iteration``,
+    ``ts_ns``, ``end_ns`` of the compute leaves."""
     other = events.filter(pl.col("cat").is_in(["collective", "p2p", "optimizer"]) & pl.col("iteration").is_not_null()).select(
         "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")
     )
@@ -307,6 +322,7 @@ def _per_rank(per: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.col("gap_excess_ns").mean()),
         gap_z=pl.col("gap_z").max(),
         gap_flagged=pl.col("gap_flagged").fill_null(False).any(),
+        gap_ns=pl.col("gap_ns").mean(),
     ).sort("rank")
 
 

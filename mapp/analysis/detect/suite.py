@@ -39,6 +39,16 @@ _CI_LAYOUTS = [(2, 2, 2), (2, 2, 4), (1, 2, 4), (2, 1, 4), (2, 4, 2)]
 _GPU_FACTORS = (1.05, 1.1, 1.2, 1.3, 1.5, 2.0)
 
 
+def threshold_for(sc: "Scenario", threshold: float) -> float:
+    """The threshold a scenario is detected with: ``threshold``, or below its weakest slow GPU.
+
+    ``--threshold t`` means "slower than (1 + t) x its peers", so a GPU slowed by 10% is a
+    suspect only at a threshold below 0.1: each fault is asked for at 0.8 of its own size
+    (a 5% fault at 0.04, a 10% one at 0.08); negative controls keep ``threshold``."""
+    factors = [f.factor for f in sc.faults if f.kind == "slow_gpu" and f.factor]
+    return min([threshold] + [0.8 * (x - 1) for x in factors if x > 1])
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     """One simulated job and what the detector should say about it."""
@@ -259,6 +269,7 @@ def run_scenario(sc: Scenario, workdir: Path, *, threshold: float = 0.1) -> Scen
     from mapp.analysis.ingest import load_bundle
 
     target = Path(workdir) / sc.id
+    threshold = threshold_for(sc, threshold)
     try:
         simulate(sc.config, target, force=True)
         bundle = load_bundle(target)

@@ -176,10 +176,12 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                 suspects.append(s)
     elif lateness.ran:
         for row in lateness.ranks.filter(pl.col("flagged")).iter_rows(named=True):
+            excess = max(row["net_ns"], 0.0) / max(_iterations(peers), 1)
             suspects.append(Suspect(
                 rank=row["rank"], kind="slow_compute", coords=coords.get(row["rank"]),
-                confidence=0.5 + 0.3 * _margin(row["net_z"], lateness.z_crit), slowdown=float("nan"),
-                excess_ns=max(row["net_ns"], 0.0) / max(_iterations(peers), 1), iteration_ns=iteration_ns,
+                confidence=0.5 + 0.3 * _margin(row["net_z"], lateness.z_crit),
+                slowdown=iteration_ns / max(iteration_ns - excess, 1.0) if iteration_ns else float("nan"),
+                excess_ns=excess, iteration_ns=iteration_ns,
                 evidence={"lateness": _late_evidence(row), "note": "stage 1 could not run: slow compute or slow host"},
             ))
     if bandwidth.ran:
@@ -248,7 +250,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
     excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
-    slowdown = (busy + excess / pfac) / busy if host and busy else float(row["slowdown"])
+    slowdown = _host_slowdown(row, gap_excess) if host else float(row["slowdown"])
     evidence: dict[str, Any] = {
         "peers": {"mode": peers.mode, "slowdown": round(float(row["slowdown"]), 3), "z": round(float(row["z"]), 2),
                   "cut": round(peers.z_crit, 2), "share_slow_ops": round(float(row["share_slow"]), 3),
@@ -263,6 +265,14 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         iterations=[int(i) for i in row["iterations"]], excess_ns=excess, iteration_ns=iteration_ns,
         evidence=evidence,
     )
+
+
+def _host_slowdown(row: dict, gap_excess: float) -> float:
+    """A slow host's rank takes (work + idle) where its peers take (work + idle - excess idle)."""
+    span = (row["busy_ns"] or 0.0) + (row.get("gap_ns") or 0.0)
+    if span <= gap_excess or span <= 0:
+        return float("inf") if gap_excess > 0 else 1.0
+    return span / (span - gap_excess)
 
 
 def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: float | None) -> Suspect:

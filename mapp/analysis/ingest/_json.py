@@ -4,6 +4,11 @@ Both MegatronApp files (a top-level array) and PyTorch profiler traces (an objec
 ``traceEvents`` array holds nearly all the bytes) end, when a job dies while writing, in the
 middle of one record. What came before is intact, so we cut back to the end of the last
 complete record and close the brackets that were open there.
+
+A gzip-compressed file (PyTorch's ``tensorboard_trace_handler(..., use_gzip=True)`` writes
+``*.pt.trace.json.gz``; HTA and TraceLens ship their traces so) is decompressed first, told by
+its magic bytes, not its name; a compressed stream cut off mid-write yields what it holds so far,
+which is then salvaged like any other cut-off document.
 """
 
 from __future__ import annotations
@@ -12,13 +17,16 @@ import contextlib
 import gc
 import pathlib
 import re
+import zlib
 from collections.abc import Iterator
 
 import orjson
 
 from mapp.errors import TraceFormatError
 
-__all__ = ["load_document", "Salvage", "paused_gc"]
+__all__ = ["load_document", "Salvage", "paused_gc", "read_head", "GZIP_MAGIC"]
+
+GZIP_MAGIC = b"\x1f\x8b"
 
 # A record inside an array ends with ``}`` followed by ``,`` (more records were coming).
 _RECORD_END = re.compile(rb"\}\s*,")
@@ -59,9 +67,10 @@ def load_document(path: pathlib.Path, closers: tuple[bytes, ...], what: str) -> 
     """
     salvage = Salvage()
     try:
-        data = path.read_bytes()
+        raw = path.read_bytes()
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror})", "check the path and its permissions") from exc
+    data = _gunzip(raw, path) if raw.startswith(GZIP_MAGIC) else raw
     try:
         with paused_gc():
             return orjson.loads(data), salvage
@@ -79,10 +88,53 @@ def load_document(path: pathlib.Path, closers: tuple[bytes, ...], what: str) -> 
                     document = orjson.loads(head + closer)
             except orjson.JSONDecodeError:
                 continue
-            salvage.truncated_at = len(data)
+            salvage.truncated_at = len(raw)
             return document, salvage
     raise TraceFormatError(f"{path}: not valid JSON and no complete record to salvage ({first_error})",
                            f"is this really a {what}?")
+
+
+def read_head(path: pathlib.Path, size: int) -> bytes:
+    """The first ``size`` bytes of the file's content, decompressed if it is gzip.
+
+    Only as much of a compressed file is read as is needed; a damaged compressed stream gives
+    the bytes it yielded before the damage (possibly none).
+    """
+    with open(path, "rb") as f:
+        start = f.read(size)
+        if not start.startswith(GZIP_MAGIC):
+            return start
+        inflater = zlib.decompressobj(wbits=31)
+        out = b""
+        chunk = start
+        try:
+            while chunk and len(out) < size and not inflater.eof:
+                out += inflater.decompress(chunk, size - len(out))
+                chunk = inflater.unconsumed_tail or f.read(1 << 16)
+        except zlib.error:
+            pass
+        return out
+
+
+def _gunzip(raw: bytes, path: pathlib.Path) -> bytes:
+    """The content of every gzip member of ``raw``; a stream cut off mid-write gives what it
+    holds so far (the JSON salvage then cuts back to the last complete record)."""
+    parts: list[bytes] = []
+    rest = raw
+    while rest.startswith(GZIP_MAGIC):
+        inflater = zlib.decompressobj(wbits=31)
+        try:
+            parts.append(inflater.decompress(rest))
+        except zlib.error as exc:
+            if not parts:
+                raise TraceFormatError(f"{path}: damaged gzip data ({exc})",
+                                       "try `gzip -dc` on it to see how much is readable") from exc
+            break
+        if not inflater.eof:                    # cut off: keep what came out
+            parts.append(inflater.flush())
+            break
+        rest = inflater.unused_data
+    return b"".join(parts)
 
 
 def _record_ends_from_the_back(data: bytes) -> list[int]:

@@ -31,7 +31,7 @@ __all__ = ["TraceBundle", "load_bundle", "CACHE_DIR"]
 
 CACHE_DIR = ".mapp"
 _MANIFEST = "manifest.json"
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 _DICTIONARY_COLUMNS = ["ph", "name", "cat", "lane", "group", "src_file"]
 # Min/max statistics let a scan skip row groups by rank, time, iteration...; on the string and
 # list columns they prune nothing (every row group holds many names) and cost ~10% of the encoding.

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 from mapp import trace_format
+from mapp.analysis.ingest._json import read_head
 from mapp.errors import InputError, TraceFormatError
 
 __all__ = ["FORMATS", "Discovered", "discover", "reader_module"]
@@ -17,16 +18,20 @@ __all__ = ["FORMATS", "Discovered", "discover", "reader_module"]
 FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mapp": ("mapp.analysis.ingest.mapp_v1", ("rank-*.json",)),
     "megatronapp": ("mapp.analysis.ingest.megatronapp", ("benchmark-data-*-pipeline-*-tensor-*.json",)),
-    "kineto": ("mapp.analysis.ingest.kineto", ("*.json",)),
+    "kineto": ("mapp.analysis.ingest.kineto", ("*.json", "*.json.gz")),
 }
 # Names only one format uses: a file named so that does not hold that format is a damaged
 # trace (an error), not an unrelated file to skip. (PyTorch's tensorboard_trace_handler names
-# its files ``<worker>.<time>.pt.trace.json``; other Kineto traces may have any name.)
-_TELLTALE_NAMES: dict[str, str] = {
-    "mapp": "rank-*.json",
-    "megatronapp": "benchmark-data-*-pipeline-*-tensor-*.json",
-    "kineto": "*.pt.trace.json",
+# its files ``<worker>.<time>.pt.trace.json``, ``.pt.trace.json.gz`` with use_gzip=True;
+# other Kineto traces may have any name.)
+_TELLTALE_NAMES: dict[str, tuple[str, ...]] = {
+    "mapp": ("rank-*.json",),
+    "megatronapp": ("benchmark-data-*-pipeline-*-tensor-*.json",),
+    "kineto": ("*.pt.trace.json", "*.pt.trace.json.gz"),
 }
+# Trace files are JSON; ``*.json.gz`` (gzip) ones only for the Kineto reader, which reads them
+# through _json.load_document like plain ones.
+_SUFFIXES = (".json", ".json.gz")
 _MERGED = "merged"  # mapp's own merged output, found beside the traces: never an input
 _HEAD_BYTES = 4096
 
@@ -37,7 +42,7 @@ class Discovered:
 
     format: str
     files: list[Path]
-    ignored: list[Path]  # other .json files: not traces of this format, not mapp's own output
+    ignored: list[Path]  # other .json(.gz) files: not traces of this format, not mapp's own output
 
 
 def reader_module(format_name: str) -> ModuleType:
@@ -55,10 +60,14 @@ def _candidates(directory: Path) -> list[Path]:
     files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
     if not files:
         raise InputError(f"{directory} is empty", "point mapp at the directory your training job wrote traces to")
-    return [p for p in files if p.name.endswith(".json")]
+    return [p for p in files if p.name.endswith(_SUFFIXES)]
 
 
 def _head(path: Path) -> bytes:
+    """The start of the file's content: decompressed for a ``*.gz`` name (only the Kineto reader
+    takes those), raw otherwise, so a compressed file named ``rank-*.json`` is not taken for v1."""
+    if path.name.endswith(".gz"):
+        return read_head(path, _HEAD_BYTES)
     with open(path, "rb") as f:
         return f.read(_HEAD_BYTES)
 
@@ -67,7 +76,8 @@ def _sniff(path: Path) -> str | None:
     head = _head(path)
     if f'"{trace_format.MERGED_MARKER}"'.encode() in head:
         return _MERGED
-    named_like = next((name for name, pattern in _TELLTALE_NAMES.items() if fnmatch.fnmatch(path.name, pattern)), None)
+    named_like = next((name for name, patterns in _TELLTALE_NAMES.items()
+                       if any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns)), None)
     for name, (_module, patterns) in FORMATS.items():
         if not any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns):
             continue

@@ -20,7 +20,8 @@ What this reader keeps and how it maps it:
   stream id in ``tid`` and the device in ``pid``).
 * ``iteration``: ``ProfilerStep#N`` spans become ``cat="iteration"`` rows (lane "iteration")
   with iteration N; every other event gets the N of the step span containing its start, a GPU
-  event that of its launching runtime call (by ``correlation``); null outside any step.
+  event that of its launching runtime call (by ``correlation``; null when the launch was not
+  recorded, i.e. before the profiling window); null outside any step.
 * communication, one canonical event per call so that nothing is counted twice:
   GPU events carrying ``Collective name`` if the rank has any; else CPU events carrying it
   (``record_param_comms`` and friends). ``gloo:*`` annotations are canonical unless the rank
@@ -39,8 +40,17 @@ What this reader keeps and how it maps it:
   x the dtype's size, null if either is unknown; p2p ``peer`` from ``Dst Rank``/``Src Rank``/
   ``Rank`` (group-local, mapped through the group's ranks), for gloo from the enclosing
   ``c10d::send``/``c10d::recv_`` call's arguments, or the other rank of a 2-rank world.
-* everything else: ``cat="compute"`` (``Optimizer.*`` annotations ``optimizer``; memcpy/memset
-  and the ``c10d::*`` dispatch ops that start a comm call ``other``). ``microbatch``, ``chunk``, ``layer`` are null; ``args`` is the event's own args.
+* on a rank that recorded GPU kernels the CPU runs ahead of the GPU, so its CPU side says little
+  about when work happened: the canonical comm event of a call is its collective kernel (a CPU
+  ``record_param_comms`` that is canonical takes the timing and stream of the NCCL/RCCL kernel it
+  launched), so that arrival at a collective is when the kernel starts on its stream.
+* the rest, by what the time was spent on (annotations are spans for grouping, not work):
+  ``user_annotation`` and ``gpu_user_annotation`` spans are ``other`` (``Optimizer.*`` annotations
+  ``optimizer`` on CPU-only ranks); on a rank with GPU kernels, compute is kernels
+  (``cat="compute"``), memcpy/memset are ``memory``, and CPU ops are ``other`` (host-side launches);
+  on a CPU-only rank (gloo) CPU ops are ``compute``. The ``c10d::*`` dispatch ops that start a comm
+  call, comm kernels that are not canonical and the other copies of a call are ``other``.
+  ``microbatch``, ``chunk``, ``layer`` are null; ``args`` is the event's own args.
 
 Parsing: ``orjson.loads`` of the whole file with the cyclic GC paused, then one Python pass
 over ``traceEvents``. On a 150 MB, 510k-event trace (2 shared cores) this whole reader took
@@ -73,6 +83,10 @@ _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotatio
 _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
 _KEEP_CATS = _CPU_CATS | _GPU_CATS
 _COPY_CATS = frozenset({"gpu_memcpy", "gpu_memset", "Memcpy", "Memset"})
+_KERNEL_CATS = frozenset({"kernel", "Kernel"})
+_ANNOTATION_CATS = frozenset({"user_annotation", "gpu_user_annotation"})
+# collective-library kernels: communication (and its waiting), never compute
+_COMM_KERNEL = re.compile(r"^(nccl|rccl|ncclDevKernel|ncclKernel)", re.IGNORECASE)
 
 _COLLECTIVE_NAMES = {
     "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
@@ -185,6 +199,9 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
     args_text = [None] * n
 
     comm = _CommContext(rank, world_size, pgs, kept)
+    on_gpu = any(c in _KERNEL_CATS for c in kept.cat)
+    timed_by = comm.kernel_timing(launch_ns, base) if on_gpu else {}
+    ts_list, dur_list = ts_ns.to_list(), dur_ns.to_list()
     for i in range(n):
         name, src_cat, args = kept.name[i], kept.cat[i], kept.args[i]
         gpu = src_cat in _GPU_CATS
@@ -197,21 +214,24 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
             names[i] = coll
             cat[i] = "p2p" if coll in _P2P else "collective"
             group[i], group_ranks[i], seq[i], peer[i], nbytes[i] = comm.fields(i, coll)
-        elif i in comm.mirrors or src_cat in _COPY_CATS or name.startswith("c10d::"):
-            cat[i] = "other"
-        elif name.startswith("Optimizer."):
-            cat[i] = "optimizer"
+            if i in timed_by:
+                k = timed_by[i]
+                ts_list[i], dur_list[i] = ts_list[k], dur_list[k]
+                lanes[i] = f"stream:{kept.tid[k]}"
+                args = {**args, "kernel": kept.name[k]}
         else:
-            cat[i] = "compute"
+            cat[i] = _category(name, src_cat, on_gpu, i in comm.mirrors)
         if names[i] != name:
             args = {**args, "kineto_name": name}
         args_text[i] = orjson.dumps(args).decode()
 
+    ts_ns, dur_ns = pl.Series(ts_list, dtype=pl.Int64), pl.Series(dur_list, dtype=pl.Int64)
     # date each event for the step lookup: GPU work by its launch, the rest by its own start
     date_ns = ts_ns.to_list()
     for i, corr in kept.correlation.items():
-        if corr in launch_ns:
-            date_ns[i] = launch_ns[corr]
+        # GPU work launched before the profiling window has no launch record: its start says
+        # nothing about the step that launched it, so it is left outside every step
+        date_ns[i] = launch_ns.get(corr)
     iteration = _assign_steps(iteration, date_ns, ts_ns, dur_ns, cat)
 
     events = pl.DataFrame(
@@ -325,6 +345,28 @@ class _CommContext:
         self.only_pg = pgs[0] if len(pgs) == 1 else None
         self.c10d_p2p = self._c10d_p2p_spans()
 
+    def kernel_timing(self, launch_ns: dict, base: int) -> dict[int, int]:
+        """For canonical CPU comm events on a GPU rank: the index of the comm kernel each launched.
+
+        A kernel belongs to the CPU call whose span contains the kernel's launch (runtime call,
+        joined by ``correlation``); the first such kernel is the call's (p2p calls may launch
+        one per peer)."""
+        cpu = sorted((self.kept.ts[i], i) for i in self.canonical if self.kept.cat[i] not in _GPU_CATS)
+        if not cpu:
+            return {}
+        kernels = []
+        for k, corr in self.kept.correlation.items():
+            if self.kept.cat[k] in _KERNEL_CATS and _COMM_KERNEL.match(self.kept.name[k]) and corr in launch_ns:
+                kernels.append(((launch_ns[corr] - base) / 1000.0, k))
+        kernels.sort()
+        starts = [t for t, _ in kernels]
+        out: dict[int, int] = {}
+        for ts, i in cpu:
+            at = bisect.bisect_left(starts, ts)
+            if at < len(kernels) and kernels[at][0] <= ts + self.kept.dur[i]:
+                out[i] = kernels[at][1]
+        return out
+
     def collective_name(self, i: int) -> str:
         args = self.kept.args[i]
         raw = args.get("Collective name")
@@ -397,6 +439,19 @@ class _CommContext:
         return None
 
 
+def _category(name: str, src_cat: str, on_gpu: bool, mirror: bool) -> str:
+    """The events-table category of a non-step, non-canonical-comm event (see the module doc)."""
+    if mirror or name.startswith("c10d::"):
+        return "other"
+    if src_cat in _ANNOTATION_CATS:
+        return "optimizer" if name.startswith("Optimizer.") and not on_gpu else "other"
+    if src_cat in _COPY_CATS:
+        return "memory"
+    if src_cat in _KERNEL_CATS:
+        return "other" if _COMM_KERNEL.match(name) else "compute"
+    return "other" if on_gpu else "compute"
+
+
 def _assign_steps(iteration: list, date_ns: list[int], ts_ns: pl.Series, dur_ns: pl.Series, cat: list) -> list:
     steps = sorted((t, t + d, it) for t, d, it, c in zip(ts_ns.to_list(), dur_ns.to_list(), iteration, cat)
                    if c == "iteration")
@@ -405,7 +460,7 @@ def _assign_steps(iteration: list, date_ns: list[int], ts_ns: pl.Series, dur_ns:
     starts = [s[0] for s in steps]
     out = list(iteration)
     for i, when in enumerate(date_ns):
-        if out[i] is not None:
+        if out[i] is not None or when is None:
             continue
         at = bisect.bisect_right(starts, when) - 1
         if at >= 0 and when < steps[at][1]:

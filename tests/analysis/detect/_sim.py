@@ -21,5 +21,6 @@ def simulated(tmp_path: Path, *faults: str, name: str = "job", **fields) -> tupl
 def detect(tmp_path: Path, *faults: str, **fields):
     """Simulate, load and detect; returns the verdict."""
     layout = fields.pop("detect_layout", None)
+    threshold = fields.pop("threshold", 0.1)
     out, _ = simulated(tmp_path, *faults, **fields)
-    return detect_bundle(load_bundle(out), layout=layout)
+    return detect_bundle(load_bundle(out), layout=layout, threshold=threshold)
