@@ -10,7 +10,7 @@ from pathlib import Path
 import mapp
 
 PACKAGE = Path(mapp.__file__).resolve().parent
-OFFLINE = ("analysis", "cli", "sql", "report")
+OFFLINE = ("analysis", "bench", "cli", "sql", "report")
 
 
 def test_cli_and_analysis_do_not_import_torch():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,7 +14,7 @@ from mapp.errors import InputError
 
 __all__ = ["register", "bench_app"]
 
-bench_app = typer.Typer(help="Measure mapp's analyses on simulated jobs with known answers.", no_args_is_help=True)
+bench_app = typer.Typer(help="Measure mapp's analyses on simulated and recorded jobs with known answers.", no_args_is_help=True)
 
 
 def _pct(value: float | None) -> str:
@@ -44,23 +45,39 @@ def suite_table(rows: list[dict], title: str) -> Table:
 @bench_app.command("detect")
 @guarded
 def detect(
-    scale: Annotated[str, typer.Option("--scale", help="ci (30 small scenarios), small (8-32 ranks) or full (>= 300 scenarios, 8-1,024 ranks).")] = "small",
+    scale: Annotated[str, typer.Option("--scale", help="ci (30 small scenarios), small (8-32 ranks), full (>= 300 scenarios, 8-1,024 ranks) or none (real corpus only).")] = "small",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the scenario list.")] = 0,
     threshold: Annotated[float, typer.Option("--threshold", help="Detector threshold (as mapp detect --threshold).")] = 0.1,
+    real: Annotated[Path | None, typer.Option("--real", metavar="DIR", help="Also score a corpus of recorded jobs with known answers (a directory with manifest.json, e.g. tests/corpus/cases).")] = None,
 ) -> None:
-    """Run the labelled straggler suite: simulate, detect, score.
+    """Run the labelled straggler suite: simulate, detect, score; and a real-trace corpus.
 
     Prints precision, recall and top-1 accuracy per fault class and per scale, the negatives
-    flagged (should be 0) and the analysis time (after ingest) per scenario.
+    flagged (should be 0) and the analysis time (after ingest) per scenario. With --real, a
+    second table scores recorded jobs (each case's source and what was injected in it).
     """
-    from mapp.analysis.detect.suite import run_suite, scenarios
+    if scale not in ("ci", "small", "full", "none"):
+        raise InputError(f"--scale {scale}: must be ci, small, full or none")
+    if scale == "none" and real is None:
+        raise InputError("--scale none runs nothing without --real", "add --real DIR, or pick a --scale")
+    cases = None
+    if real is not None:
+        from mapp.bench.real import load_corpus
 
-    if scale not in ("ci", "small", "full"):
-        raise InputError(f"--scale {scale}: must be ci, small or full")
-    items = scenarios(scale, seed)
-    with progress_bar(f"running {len(items)} scenarios", unit="scenarios") as update:
-        result = run_suite(items, threshold=threshold, progress=update)
-    print_suite(console, result, f"detect suite, scale {scale}, seed {seed}")
+        cases = load_corpus(real)   # a bad corpus fails before minutes of simulation
+    if scale != "none":
+        from mapp.analysis.detect.suite import run_suite, scenarios
+
+        items = scenarios(scale, seed)
+        with progress_bar(f"running {len(items)} scenarios", unit="scenarios") as update:
+            result = run_suite(items, threshold=threshold, progress=update)
+        print_suite(console, result, f"simulated: detect suite, scale {scale}, seed {seed}")
+    if cases is not None:
+        from mapp.bench.real import run_corpus
+
+        with progress_bar(f"running {len(cases)} recorded jobs", unit="jobs") as update:
+            results = run_corpus(cases, threshold=threshold, progress=update)
+        print_real(console, results, f"real: {real} ({len(cases)} recorded jobs, threshold {threshold:g})")
 
 
 def print_suite(console, result, title: str) -> None:
@@ -73,6 +90,32 @@ def print_suite(console, result, title: str) -> None:
         faults = ", ".join(f"{f.kind}:{f.rank if f.rank is not None else f.ranks}:{f.strength:g}" for f in c.faults) or "none"
         console.print(f"[mapp.warning]miss[/] {sc.id} ({sc.cls}, tp{c.tp} pp{c.pp} dp{c.dp}, {faults}): "
                       f"top suspect {r.top or 'none'}{'; ' + r.error if r.error else ''}", soft_wrap=True)
+
+
+def print_real(console, results, title: str) -> None:
+    """One row per recorded job (its source, what was injected, expected and found), then a summary."""
+    from mapp.bench.real import summary_rows
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
+    for col in ("case", "source", "injected", "expected", "top suspect", "ok"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        e = r.case.expect
+        expected = "none" if e is None else f"{'/'.join(e.get('kinds', []))} {e['rank']}" + (
+            f"<->{e['peer']}" if "peer" in e else "")
+        found = r.error or r.top or "none"
+        table.add_row(r.case.id, r.case.source, r.case.describe_injection(), expected, found,
+                      "[mapp.ok]yes[/]" if r.right else "[mapp.warning]NO[/]")
+    console.print(table)
+    summary = Table(title="real: by class", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                    padding=(0, 0, 0, 1), caption="top-1: faults whose first suspect is the injected rank and kind; "
+                    "flagged: healthy/imbalance jobs given any suspect", caption_justify="left")
+    for col in ("group", "cases", "right", "top-1", "neg", "flagged", "errors"):
+        summary.add_column(col, justify="left" if col == "group" else "right", no_wrap=True)
+    for row in summary_rows(results):
+        summary.add_row(row["group"], str(row["cases"]), str(row["right"]), _pct(row["top1"]), str(row["negatives"]),
+                        str(row["flagged"]), str(row["errors"]), style="bold" if row["group"] == "all" else None)
+    console.print(summary)
 
 
 def register(app: typer.Typer) -> None:

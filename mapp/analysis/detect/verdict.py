@@ -247,10 +247,15 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # the peer wait is not what slows the job.
     if peers.pairs and not _last_more_than_chance(late):
         return None
+    # Peers found by their program (no layout) are a guess at who does the same work, and on
+    # shared CPUs every rank's ops and gaps stretch by chance: a rank is what slows the job
+    # only if it also keeps the others waiting at their collectives.
+    if peers.mode == "program peers" and late is not None and not _last_more_than_chance(late):
+        return None
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
     excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
-    slowdown = _host_slowdown(row, gap_excess) if host else float(row["slowdown"])
+    slowdown = _host_slowdown(row, gap_excess, iteration_ns) if host else float(row["slowdown"])
     evidence: dict[str, Any] = {
         "peers": {"mode": peers.mode, "slowdown": round(float(row["slowdown"]), 3), "z": round(float(row["z"]), 2),
                   "cut": round(peers.z_crit, 2), "share_slow_ops": round(float(row["share_slow"]), 3),
@@ -267,9 +272,10 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     )
 
 
-def _host_slowdown(row: dict, gap_excess: float) -> float:
-    """A slow host's rank takes (work + idle) where its peers take (work + idle - excess idle)."""
-    span = (row["busy_ns"] or 0.0) + (row.get("gap_ns") or 0.0)
+def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> float:
+    """A slow host stretches its rank's iteration by its excess idle time: the iteration over
+    the iteration without it (else the rank's work and idle time over the same less the excess)."""
+    span = iteration_ns or (row["busy_ns"] or 0.0) + (row.get("gap_ns") or 0.0)
     if span <= gap_excess or span <= 0:
         return float("inf") if gap_excess > 0 else 1.0
     return span / (span - gap_excess)

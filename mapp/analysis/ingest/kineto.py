@@ -324,9 +324,13 @@ class _CommContext:
         self.world_size = world_size
         self.pgs = {str(pg.get("pg_name")): pg for pg in pgs}
         self.kept = kept
-        gpu_args, cpu_args, gloo, nccl = [], [], [], []
+        gpu_args, cpu_args, gloo, nccl, waits = [], [], [], [], []
         for i, (name, cat, args) in enumerate(zip(kept.name, kept.cat, kept.args)):
             if "Collective name" in args:
+                # a p2p call's work.wait() is recorded as a "wait" comm record: not a call of its own
+                if str(args["Collective name"]).lower() == "wait":
+                    waits.append(i)
+                    continue
                 (gpu_args if cat in _GPU_CATS else cpu_args).append(i)
             elif name.startswith("gloo:"):
                 gloo.append(i)
@@ -338,7 +342,7 @@ class _CommContext:
         if not gpu_args and not cpu_args:
             canonical += nccl
         self.canonical = set(canonical)
-        self.mirrors = set(gpu_args + cpu_args + gloo + nccl) - self.canonical
+        self.mirrors = set(gpu_args + cpu_args + gloo + nccl + waits) - self.canonical
         # gloo records no group: usable only when every process group has the same members
         member_sets = {tuple(sorted(pg.get("ranks") or ())) for pg in pgs}
         self.only_ranks = list(member_sets.pop()) if len(member_sets) == 1 and pgs else None

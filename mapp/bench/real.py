@@ -1,0 +1,168 @@
+"""The real-trace corpus: recorded jobs with known answers, detected and scored.
+
+A corpus directory holds a ``manifest.json`` (and may hold further corpora one level down, each
+with its own manifest: a committed small set beside a regenerated large one, say). A manifest
+is ``{"version": 1, "cases": [...]}``; each case names its trace directory (``path``, relative
+to the manifest), where it came from (``source``), its ``class`` (``fault``, ``healthy`` or
+``imbalance``), what was ``injected``, and what the detector must say (``expect``):
+``{"suspect": {"rank": R, "kinds": [...], "peer": P?}}`` or ``{"suspect": null}``.
+
+Scoring, per case: a fault case is right when the *top* suspect is the injected rank (and peer,
+for a link) with one of the expected kinds; a healthy or imbalance case is right when there is
+no suspect at all (any GPU, host or link verdict there is a false alarm). Cases are detected in
+a temporary copy, so the corpus itself is never written to (no cache beside it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mapp.errors import InputError
+
+__all__ = ["RealCase", "RealResult", "load_corpus", "run_case", "run_corpus", "summary_rows"]
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True, slots=True)
+class RealCase:
+    """One recorded job and the answer the detector must give."""
+
+    id: str
+    directory: Path
+    source: str
+    cls: str
+    """"fault", "healthy" or "imbalance"."""
+    injected: list[dict[str, Any]]
+    expect: dict[str, Any] | None
+    """The expected top suspect (``rank``, ``kinds``, optional ``peer``), or None for none."""
+    format: str | None = None
+    measured: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def negative(self) -> bool:
+        return self.expect is None
+
+    def describe_injection(self) -> str:
+        if not self.injected:
+            return "nothing" if self.cls == "healthy" else self.cls
+        parts = []
+        for item in self.injected:
+            where = item.get("rank", item.get("ranks"))
+            size = item.get("factor", item.get("ms", item.get("extra_bytes")))
+            parts.append(f"{item.get('how', '?')} on {where}" + (f" ({size})" if size is not None else ""))
+        return "; ".join(parts)
+
+
+@dataclass(slots=True)
+class RealResult:
+    case: RealCase
+    right: bool
+    top: str | None
+    """The first suspect as "kind rank[<->peer]", or None."""
+    suspects: int
+    analysis_s: float
+    error: str | None = None
+
+
+def load_corpus(directory: Path | str) -> list[RealCase]:
+    """Every case of the manifest in ``directory`` and of those one level below it."""
+    root = Path(directory)
+    manifests = [root / MANIFEST] if (root / MANIFEST).is_file() else []
+    manifests += sorted(p for p in root.glob(f"*/{MANIFEST}"))
+    if not manifests:
+        raise InputError(f"{root}: no {MANIFEST} here or one level down",
+                         "point --real at a corpus made by tests/corpus/make_corpus.py")
+    cases: list[RealCase] = []
+    for path in manifests:
+        try:
+            doc = json.loads(path.read_text())
+            items = doc["cases"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise InputError(f"{path}: not a corpus manifest ({type(error).__name__}: {error})",
+                             'a manifest is {"version": 1, "cases": [...]}') from None
+        for item in items:
+            try:
+                expect = item["expect"]["suspect"]
+                cases.append(RealCase(
+                    id=str(item["id"]), directory=path.parent / item["path"], source=str(item.get("source", "")),
+                    cls=str(item.get("class", "fault" if expect else "healthy")), injected=list(item.get("injected") or []),
+                    expect=expect, format=item.get("format"), measured=dict(item.get("measured") or {}),
+                ))
+            except (KeyError, TypeError) as error:
+                raise InputError(f"{path}: case {item.get('id', '?') if isinstance(item, dict) else item!r} "
+                                 f"lacks {error}", "each case needs id, path and expect.suspect") from None
+    return cases
+
+
+def _label(suspect) -> str:
+    return f"{suspect.kind} {suspect.label()}"
+
+
+def _is_expected(suspect, expect: dict[str, Any]) -> bool:
+    if suspect.rank != expect["rank"] and not ("peer" in expect and suspect.peer == expect["rank"]):
+        return False
+    if suspect.kind not in expect.get("kinds", [expect.get("kind")]):
+        return False
+    if "peer" in expect:
+        return {suspect.rank, suspect.peer} == {expect["rank"], expect["peer"]}
+    return True
+
+
+def run_case(case: RealCase, *, threshold: float = 0.1) -> RealResult:
+    """Detect ``case`` in a temporary copy of its traces and score the verdict."""
+    from mapp.analysis.detect import detect_bundle
+    from mapp.analysis.ingest import load_bundle
+
+    with tempfile.TemporaryDirectory(prefix="mapp-real-") as tmp:
+        target = Path(tmp) / case.id
+        try:
+            shutil.copytree(case.directory, target, ignore=shutil.ignore_patterns(".mapp"))
+            bundle = load_bundle(target)
+            start = time.perf_counter()
+            verdict = detect_bundle(bundle, threshold=threshold)
+            elapsed = time.perf_counter() - start
+        except Exception as error:  # a crash is a failed case, reported, not the end of the run
+            return RealResult(case, False, None, 0, 0.0, error=f"{type(error).__name__}: {str(error)[:200]}")
+    top = verdict.suspects[0] if verdict.suspects else None
+    if case.negative:
+        right = top is None
+    else:
+        right = top is not None and _is_expected(top, case.expect)
+    return RealResult(case, right, None if top is None else _label(top), len(verdict.suspects), elapsed)
+
+
+def run_corpus(cases: list[RealCase], *, threshold: float = 0.1,
+               progress: Callable[[int, int], None] | None = None) -> list[RealResult]:
+    """Run every case, in order."""
+    out = []
+    for i, case in enumerate(cases):
+        out.append(run_case(case, threshold=threshold))
+        if progress is not None:
+            progress(i + 1, len(cases))
+    return out
+
+
+def summary_rows(results: list[RealResult]) -> list[dict[str, Any]]:
+    """Per class and overall: cases, right, and for faults top-1, for negatives those flagged."""
+    groups: dict[str, list[RealResult]] = {}
+    for r in results:
+        groups.setdefault(r.case.cls, []).append(r)
+    rows = []
+    for key, rs in [*groups.items(), ("all", results)]:
+        faults = [r for r in rs if not r.case.negative]
+        negatives = [r for r in rs if r.case.negative]
+        rows.append({
+            "group": key, "cases": len(rs), "right": sum(r.right for r in rs),
+            "top1": sum(r.right for r in faults) / len(faults) if faults else None,
+            "negatives": len(negatives), "flagged": sum(1 for r in negatives if r.suspects),
+            "errors": sum(1 for r in rs if r.error),
+        })
+    return rows
