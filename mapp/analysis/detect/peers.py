@@ -168,7 +168,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     per = _rank_iterations(ops, min_effect, use_spread=True)
     z_crit = z_critical(len(per))
     per = per.join(_gaps(events, leaves, group, coords, min_effect), on=["rank", "iteration"], how="left")
-    ranks = _per_rank(per)
+    ranks = _per_rank(per, z_crit)
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
                         pairs=_two_peers(ops))
@@ -306,9 +306,19 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged")
 
 
-def _per_rank(per: pl.DataFrame) -> pl.DataFrame:
-    flagged = pl.col("flagged") | pl.col("gap_flagged").fill_null(False)
+def _per_rank(per: pl.DataFrame, z_crit: float) -> pl.DataFrame:
+    """Per rank. ``lasting``: a fault lasts, while noise on shared or busy hosts can make one
+    iteration of one rank stand out; a rank's flags last when it is flagged in nearly every
+    traced iteration (``CONSISTENT``) or, for a fault that came and went (a transient window),
+    in fewer but far beyond the cut-off. Verdicts need it (``verdict.combine``)."""
+    from mapp.analysis.detect.same_work import CONSISTENT
+
+    gap = pl.col("gap_flagged").fill_null(False)
+    lasting = ((pl.col("flagged") | gap).mean() >= CONSISTENT) | (
+        pl.max_horizontal(pl.col("z").filter(pl.col("flagged")).max(), pl.col("gap_z").filter(gap).max()) >= 2 * z_crit)
+    flagged = pl.col("flagged") | gap
     return per.group_by("rank").agg(
+        lasting=lasting.fill_null(False),
         slowdown=pl.when(pl.col("flagged").any()).then(pl.col("effect").filter(pl.col("flagged")).median())
         .otherwise(pl.col("effect").median()).exp(),
         z=pl.col("z").max(),

@@ -8,14 +8,16 @@ A rank whose GPU is slow takes longer on every kind; a rank that does extra work
 other shapes, which its peers never ran, so it is not compared on them at all (imbalance in
 the data is not a fault).
 
-Per (rank, iteration) the *effect* is the log of the rank's time on the compared work over its
-peers' median time for it, so that every kind counts by its share of the time. A rank is
-flagged when its median effect over the iterations stands out from the scatter of effects of
-healthy rank-iterations and it is slower in (nearly) every iteration: a real fault lasts, while
-noise on oversubscribed CPUs (a process descheduled in the middle of an op) hits one op of one
-iteration. For the same reason a rank's time on one kind is capped at three times its own
-median over the iterations before it is summed. Idle gaps (a slow host) are judged the same
-way: the median excess over the iterations, and positive in nearly all of them.
+Noise on oversubscribed CPUs (a process descheduled in the middle of an op) makes any call
+take longer, by up to several times, and hits different calls of different ranks; the number
+of calls a rank makes of each kind is exact. So a rank's work per iteration is estimated as
+sum over kinds of (calls x typical call time), the typical time being a low quantile of the
+kind's call times (``QUICK``); its slowdown is that over its peers' median calls x typical
+time, for the same kinds. A GPU 20% slower on everything reads 1.2; extra matmuls that double
+a third of the work read about 1.5. A fault lasts: a rank is flagged when the slowdown is
+beyond the scatter of healthy ranks and it is slower in nearly every iteration
+(``CONSISTENT``). Idle gaps (a slow host) are judged alike: the median excess over the
+iterations, positive in nearly all of them.
 """
 
 from __future__ import annotations
@@ -23,36 +25,51 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, z_critical
+from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
 
 __all__ = ["CONSISTENT", "self_times", "compare_same_work"]
 
 CONSISTENT = 0.75
 """Share of the traced iterations in which a rank must be slower for a lasting verdict."""
 
-_SPIKE = 3.0
+QUICK = 0.25
+"""The quantile of a kind's call times taken as its typical call: robust to descheduling."""
+
+_FLOOR = 0.005
+"""Below half a percent no difference in work is told from the timers' own noise."""
 
 
 def self_times(events: pl.DataFrame) -> pl.DataFrame:
     """Every compute op with ``self_ns``: its duration minus that of the ops directly inside it
     on the same thread or stream (a profiler's "self time"). An ``aten::addmm`` spends its time
     in its own kernel, not in the tiny ``aten::resolve_conj`` it calls first, so the finest
-    spans alone (leaves) would miss most of the work."""
+    spans alone (leaves) would miss most of the work.
+
+    An op that issues a collective or p2p call itself (a ``c10d::*`` dispatch op directly
+    inside it, as a tensor-parallel autograd function does) waits for its peers inside its own
+    time: that is communication, not compute, so such ops are left out."""
+    marks = pl.col("name").str.starts_with("c10d::")
     comp = (
-        events.filter(pl.col("cat") == "compute")
-        .with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
+        events.filter((pl.col("cat") == "compute") | marks)
+        .with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"), mark=marks)
         .sort(["rank", "lane", "ts_ns", "dur_ns"], descending=[False, False, False, True])
     )
     if comp.is_empty():
         return comp.with_columns(self_ns=pl.lit(0, pl.Int64))
     thread = comp.select(pl.struct("rank", "lane").rank("dense")).to_series().to_numpy()
-    child = _child_time(thread, comp["ts_ns"].to_numpy(), comp["end_ns"].to_numpy(), comp["dur_ns"].to_numpy())
-    return comp.with_columns(self_ns=pl.Series(np.maximum(comp["dur_ns"].to_numpy() - child, 0)))
+    child, waits = _child_time(thread, comp["ts_ns"].to_numpy(), comp["end_ns"].to_numpy(), comp["dur_ns"].to_numpy(),
+                               comp["mark"].to_numpy())
+    return comp.with_columns(
+        self_ns=pl.Series(np.maximum(comp["dur_ns"].to_numpy() - child, 0)), waits=pl.Series(waits),
+    ).filter(~pl.col("mark") & ~pl.col("waits")).drop("mark", "waits")
 
 
-def _child_time(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Per span (sorted by thread, start, longest first): the summed duration of its direct children."""
+def _child_time(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray,
+                mark: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per span (sorted by thread, start, longest first): the summed duration of its direct
+    children, and whether a marked span (a comm dispatch) is one of them."""
     out = np.zeros(len(start), dtype=np.int64)
+    waits = np.zeros(len(start), dtype=bool)
     stack: list[int] = []
     current = None
     for i in range(len(start)):
@@ -63,58 +80,87 @@ def _child_time(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.
             stack.pop()
         if stack:
             out[stack[-1]] += dur[i]
+            if mark[i]:
+                waits[stack[-1]] = True
         stack.append(i)
+    return out, waits
+
+
+def _others_median(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """For each row, the median of ``value`` over the other rows of its ``group`` (groups of >= 2)."""
+    order = np.lexsort((value, group))
+    g, v = group[order], value[order].astype(np.float64)
+    starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+    sizes = np.diff(np.r_[starts, len(g)])
+    start = np.repeat(starts, sizes)
+    n = np.repeat(sizes, sizes)
+    k = np.arange(len(g)) - start              # own position in the sorted group
+    m = n - 1                                  # the others
+    lo, hi = (m - 1) // 2, m // 2              # middle positions among the others
+
+    def others_at(j: np.ndarray) -> np.ndarray:  # the j-th smallest of the others
+        return v[start + j + (j >= k)]
+
+    out = np.empty(len(g))
+    out[order] = (others_at(lo) + others_at(hi)) / 2
     return out
 
 
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, sizes: dict | None, mode: str,
                       group: list[str], *, min_effect: float):
-    """Stage 1 over leaf ``ops`` (``rank``, ``iteration``, ``name``, ``shape``, ``self_ns``);
+    """Stage 1 over ``ops`` (``rank``, ``iteration``, ``name``, ``shape``, ``self_ns``);
     ``gaps`` per (rank, iteration) from ``peers._gaps``. Returns a ``PeerEvidence``."""
     from mapp.analysis.detect.peers import PeerEvidence, _stage_balance
 
-    work = ops.group_by(["rank", "iteration", "name", "shape"]).agg(t=pl.col("self_ns").sum().cast(pl.Float64))
-    work = work.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
-    iterations = work["iteration"].n_unique()
     kind = ["name", "shape"]
-    if iterations >= 3:
-        own = pl.col("t").median().over(["rank", *kind])
-        work = work.with_columns(t=pl.min_horizontal("t", _SPIKE * own))
-    peer_key = [c for c in group if c != "rank"] + (["iteration"] if group != ["rank"] else []) + kind
-    work = work.with_columns(n=pl.len().over(peer_key), total=pl.col("t").sum().over(peer_key),
-                             med=pl.col("t").median().over(peer_key)).filter(pl.col("n") >= 2)
+    ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
+    peers = [c for c in group if c != "rank"]
+    # per (rank, kind): the typical time of one call, from its quicker calls (being descheduled
+    # only ever makes a call longer)
+    per_call = ops.group_by(["rank", *peers, *kind]).agg(q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64))
+    counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64),
+                                                                      t=pl.col("self_ns").sum().cast(pl.Float64))
+    work = counts.join(per_call, on=["rank", *peers, *kind])
+    key = [*peers, "iteration", *kind]
+    work = work.with_columns(n=pl.len().over(key), gid=pl.struct(key).rank("dense")).filter(pl.col("n") >= 2)
     if work.is_empty():
         return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
-    # with two peers the median is their mean and halves a difference: compare with the other one
-    work = work.with_columns(base=pl.when(pl.col("n") == 2).then(pl.col("total") - pl.col("t")).otherwise(pl.col("med")))
     pairs = bool(work["n"].min() < 3)
+    # each rank against the median of the *others*: with four ranks a slow one would otherwise
+    # pull the median of all four halfway to itself (and two peers compare with each other)
+    gid = work["gid"].to_numpy()
+    work = work.with_columns(
+        own=pl.col("calls") * pl.col("q"),
+        peer=pl.Series(_others_median(gid, work["calls"].to_numpy()) * _others_median(gid, work["q"].to_numpy())),
+    )
     per = work.group_by(["rank", "iteration"]).agg(
-        busy_ns=pl.col("t").sum(), expected_ns=pl.col("base").sum(), n_ops=pl.len(),
-        share_slow=pl.col("t").filter(pl.col("t") > (1 + min_effect * 3) * pl.col("base")).sum() / pl.col("t").sum(),
-    ).with_columns(effect=(pl.col("busy_ns") / pl.col("expected_ns")).log(),
-                   excess_ns=pl.col("busy_ns") - pl.col("expected_ns"))
-    if pairs:   # two ranks' effects mirror each other: noise is how much each varies by itself
-        sigma = per.select(robust_scale(pl.col("effect") - pl.col("effect").median().over("rank"))).item() or 0.0
-    else:
-        sigma = per.select(robust_scale("effect")).item() or 0.0
-    sigma = max(sigma, 1e-3)
-    z_crit = z_critical(per["rank"].n_unique())
-    per = per.with_columns(z=pl.col("effect") / sigma).join(gaps, on=["rank", "iteration"], how="left")
-    gap_scale = max(per.select(robust_scale("gap_excess_ns")).item() or 0.0, 1000.0)
+        own=pl.col("own").sum(), peer=pl.col("peer").sum(), busy_ns=pl.col("t").sum(), n_ops=pl.len(),
+        share_slow=pl.col("t").filter(pl.col("own") > (1 + 3 * min_effect) * pl.col("peer")).sum() / pl.col("t").sum(),
+    ).with_columns(effect=(pl.col("own") / pl.col("peer")).log())
+    per = per.with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
+    per = per.join(gaps, on=["rank", "iteration"], how="left")
     ranks = per.group_by("rank").agg(
-        effect=pl.col("effect").median(), n_it=pl.len(),
+        effect=(pl.col("own").median() / pl.col("peer").median()).log(), n_it=pl.len(),
+        scatter=(pl.col("effect") - pl.col("effect").median()).abs().median() * MAD_TO_SIGMA,
         consistent=(pl.col("effect").exp() - 1 >= min_effect).mean(),
-        share_slow=(pl.col("share_slow") * pl.col("busy_ns")).sum() / pl.col("busy_ns").sum(),
-        n_ops=pl.col("n_ops").sum(), excess_ns=pl.col("excess_ns").mean(), busy_ns=pl.col("busy_ns").mean(),
+        share_slow=pl.col("share_slow").median(), n_ops=pl.col("n_ops").sum(),
+        busy_ns=pl.col("busy_ns").median(),
         gap_excess_ns=pl.col("gap_excess_ns").median(), gap_ns=pl.col("gap_ns").mean(),
         gap_consistent=(pl.col("gap_excess_ns") > 0).mean(),
-        its=pl.col("iteration").sort(), slow_its=pl.col("iteration").filter(pl.col("effect").exp() - 1 >= min_effect).sort(),
+        slow_its=pl.col("iteration").filter(pl.col("effect").exp() - 1 >= min_effect).sort(),
         gap_its=pl.col("iteration").filter(pl.col("gap_excess_ns") > 0).sort(),
-    ).with_columns(
-        se=MEDIAN_SE * sigma / pl.col("n_it").cast(pl.Float64).sqrt(),
-        gap_se=MEDIAN_SE * gap_scale / pl.col("n_it").cast(pl.Float64).sqrt(),
-    ).with_columns(
-        z=pl.col("effect") / pl.col("se"), gap_z=pl.col("gap_excess_ns") / pl.col("gap_se"),
+    ).with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
+    # Noise: how far ranks' slowdowns scatter (most ranks are healthy), and how much a rank's
+    # own slowdown varies between iterations; with two peers only the latter means anything.
+    spread = 0.0 if pairs else float((ranks["effect"].abs()).median() or 0.0)
+    ranks = ranks.with_columns(
+        se=pl.max_horizontal(pl.lit(spread), MEDIAN_SE * pl.col("scatter") / pl.col("n_it").cast(pl.Float64).sqrt(),
+                             pl.lit(_FLOOR)))
+    gap_scale = max(per.select(robust_scale("gap_excess_ns")).item() or 0.0, 1000.0)
+    z_crit = z_critical(len(ranks))
+    ranks = ranks.with_columns(
+        z=pl.col("effect") / pl.col("se"),
+        gap_z=pl.col("gap_excess_ns") / (MEDIAN_SE * gap_scale / pl.col("n_it").cast(pl.Float64).sqrt()),
     ).with_columns(
         flagged=(pl.col("z") > z_crit) & (pl.col("effect").exp() - 1 >= min_effect) & (pl.col("consistent") >= CONSISTENT),
         gap_flagged=(pl.col("gap_z") > z_crit) & (pl.col("gap_consistent") >= CONSISTENT),
@@ -123,9 +169,10 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         iterations=pl.when(pl.col("flagged")).then(pl.col("slow_its")).when(pl.col("gap_flagged"))
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
-             "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "consistent").sort("rank")
-    flagged_ranks = ranks.filter(pl.col("flagged") | pl.col("gap_flagged"))["rank"].to_list()
+             "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns").sort("rank")
+    flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
+        z=pl.col("effect") / max(spread, _FLOOR),
         flagged=pl.col("rank").is_in(flagged_ranks) & (pl.col("effect").exp() - 1 >= min_effect),
     ).select("rank", "iteration", "effect", "z", "n_ops", "share_slow", "excess_ns", "busy_ns", "flagged",
              "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged").sort(["rank", "iteration"])

@@ -197,6 +197,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     suspects.sort(key=lambda s: (-s.excess_ns, -s.confidence))
     imbalance = _imbalance(peers, threshold, layout)
     suspects = _heavy_replicas(suspects, peers, layout, imbalance)
+    # a rank slower in one iteration of several, and not by far, is noise, not a fault
+    suspects = [s for s in suspects if s.evidence.pop("lasting", True)]
     flagged = {s.rank for s in suspects} | {s.peer for s in suspects if s.peer is not None}
     victims = _victims(lateness, suspects, layout)
     grid = _grid(layout, peers, lateness, flagged, set(victims))
@@ -255,8 +257,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
     excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
-    slowdown = _host_slowdown(row, gap_excess, iteration_ns) if host else float(row["slowdown"])
+    slowdown = _host_slowdown(row, gap_excess) if host else float(row["slowdown"])
     evidence: dict[str, Any] = {
+        "lasting": bool(row.get("lasting", True)),
         "peers": {"mode": peers.mode, "slowdown": round(float(row["slowdown"]), 3), "z": round(float(row["z"]), 2),
                   "cut": round(peers.z_crit, 2), "share_slow_ops": round(float(row["share_slow"]), 3),
                   "ops": int(row["n_ops"]), "excess_ms_per_iteration": round((row["excess_ns"] or 0.0) / 1e6, 4)},
@@ -272,10 +275,10 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     )
 
 
-def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> float:
-    """A slow host stretches its rank's iteration by its excess idle time: the iteration over
-    the iteration without it (else the rank's work and idle time over the same less the excess)."""
-    span = iteration_ns or (row["busy_ns"] or 0.0) + (row.get("gap_ns") or 0.0)
+def _host_slowdown(row: dict, gap_excess: float) -> float:
+    """A slow host stretches its rank's own timeline (its work and the idle time between) by the
+    excess idle time: that timeline over the same less the excess."""
+    span = (row["busy_ns"] or 0.0) + (row.get("gap_ns") or 0.0)
     if span <= gap_excess or span <= 0:
         return float("inf") if gap_excess > 0 else 1.0
     return span / (span - gap_excess)
