@@ -1,6 +1,8 @@
 """Benchmark: simulate a 10,240-rank job (TP8 x PP8 x DP160, 2 iterations) to v1 traces.
 
-Run: ``python benchmarks/simulate.py [--out DIR] [--microbatches N] [--keep]``.
+Run: ``python benchmarks/simulate.py [--out DIR] [--microbatches N] [--realistic] [--keep]``.
+``--realistic`` turns on the realism options the detection suite uses (host ahead of the GPU,
+host noise, data fetch, heavy-tailed sequence lengths, output layer).
 Prints a table: ranks, events, wall s, events/s, output size, peak RSS. Each size runs in a
 fresh child process so its peak RSS is its own.
 """
@@ -27,12 +29,17 @@ CASES = [
 ]
 
 
-def _child(tp: int, pp: int, dp: int, microbatches: int, iterations: int, out: Path) -> None:
+REALISTIC = dict(host_ahead=True, host_overhead_us=60.0, host_noise_us=5.0, data_load_us=200.0,
+                 seqlen_sigma=0.5, vocab_size=131072)
+
+
+def _child(tp: int, pp: int, dp: int, microbatches: int, iterations: int, out: Path, realistic: bool) -> None:
     sys.path.insert(0, str(ROOT))
     from mapp.analysis.simulate import SimConfig, parse_fault, simulate
 
     cfg = SimConfig(tp=tp, pp=pp, dp=dp, microbatches=microbatches, iterations=iterations,
-                    layers=32, hidden=4096, seed=7, faults=[parse_fault("slow_gpu:5:1.4")])
+                    layers=32, hidden=4096, seed=7, faults=[parse_fault("slow_gpu:5:1.4")],
+                    **(REALISTIC if realistic else {}))
     t0 = time.perf_counter()
     result = simulate(cfg, out, force=True)
     wall = time.perf_counter() - t0
@@ -48,16 +55,17 @@ def main() -> None:
     ap.add_argument("--microbatches", type=int, default=16)
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--only-large", action="store_true", help="Run only the 10,240-rank case.")
+    ap.add_argument("--realistic", action="store_true", help="Turn on the realism options.")
     ap.add_argument("--keep", action="store_true", help="Keep the traces written.")
     ap.add_argument("--child", nargs=3, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        _child(*args.child, args.microbatches, args.iterations, args.out)
+        _child(*args.child, args.microbatches, args.iterations, args.out, args.realistic)
         return
     root = args.out or Path(tempfile.mkdtemp(prefix="mapp-sim-bench-"))
     cases = CASES[-1:] if args.only_large else CASES
     print(f"microbatches={args.microbatches} iterations={args.iterations} layers=32 hidden=4096 "
-          f"format=v1, one slow GPU")
+          f"format=v1, one slow GPU{', realistic' if args.realistic else ''}")
     print(f"{'ranks':>7} {'layout':>14} {'events':>11} {'wall s':>8} {'events/s':>11} "
           f"{'output MB':>10} {'peak RSS MB':>12}")
     try:
@@ -66,7 +74,7 @@ def main() -> None:
             proc = subprocess.run(
                 [sys.executable, __file__, "--child", str(tp), str(pp), str(dp),
                  "--microbatches", str(args.microbatches), "--iterations", str(args.iterations),
-                 "--out", str(out)],
+                 "--out", str(out), *(["--realistic"] if args.realistic else [])],
                 check=True, capture_output=True, text=True)
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             print(f"{r['ranks']:>7} {f'TP{tp}xPP{pp}xDP{dp}':>14} {r['events']:>11,} "

@@ -81,6 +81,13 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
     traced = bundle.ranks["rank"].to_list()
     lap("layout")
     peers = compare_peers(events, info.ranks, info.sizes, threshold=threshold)
+    if _synchronizing_tracer(bundle) and not peers.ranks.is_empty() and "gap_flagged" in peers.ranks.columns:
+        # the original MegaScan tracer calls cuda.synchronize and TP barriers inside the traced
+        # path: a rank's host then idles while its own (slow) GPU catches up, so idle gaps are no
+        # evidence of a slow host there
+        peers.ranks = peers.ranks.with_columns(gap_flagged=pl.lit(False))
+        notes.append("launch gaps not judged: the MegatronApp tracer synchronizes the GPU inside the traced "
+                     "path, so a slow GPU's own host idles too")
     lap("peers")
     lateness = collective_lateness(matching, traced)
     lap("lateness")
@@ -120,6 +127,10 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
     return Verdict(suspects=suspects, imbalance=imbalance, stages=stages, layout=info.describe(),
                    layout_sizes=info.sizes, traced=len(traced), unrecorded=info.unrecorded, victims=victims,
                    grid=grid, iteration_ns=iteration_ns, threshold=threshold, timings_s=timings, notes=notes)
+
+
+def _synchronizing_tracer(bundle) -> bool:
+    return set(bundle.ranks["format"].to_list()) == {"megatronapp"}
 
 
 def _at_threshold(suspects: list[Suspect], threshold: float) -> tuple[list[Suspect], list[Suspect]]:

@@ -295,8 +295,15 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len())
     per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
     g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
-    per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64))
-    scale = per.select(robust_scale("gap_excess_ns")).item() or 0.0
+    per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
+                           n_peers=pl.len().over(g))
+    if group != ["rank"] and per["n_peers"].min() == 2:
+        # two peers: their excesses mirror each other, so the scatter across ranks is the
+        # difference being tested; the noise is how much a rank's excess varies by itself
+        scale = per.select(robust_scale(pl.col("gap_excess_ns") - pl.col("gap_excess_ns").median().over("rank"))).item() or 0.0
+        per = per.with_columns(gap_excess_ns=2 * pl.col("gap_excess_ns"))   # against the other, not the mean
+    else:
+        scale = per.select(robust_scale("gap_excess_ns")).item() or 0.0
     # Trace timestamps are microseconds: each gap carries up to 1 us of rounding, which adds up
     # like noise over a rank's gaps. Below that no difference in gaps means anything.
     floor = 1000.0 * float(per["n_gaps"].mean() or 1.0) ** 0.5
@@ -308,14 +315,19 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
 
 def _per_rank(per: pl.DataFrame, z_crit: float) -> pl.DataFrame:
     """Per rank. ``lasting``: a fault lasts, while noise on shared or busy hosts can make one
-    iteration of one rank stand out; a rank's flags last when it is flagged in nearly every
-    traced iteration (``CONSISTENT``) or, for a fault that came and went (a transient window),
-    in fewer but far beyond the cut-off. Verdicts need it (``verdict.combine``)."""
+    iteration of one rank stand out; a rank's compute flags last when it is flagged in nearly
+    every traced iteration (``CONSISTENT``) or, for a fault that came and went (a transient
+    window), in fewer but far beyond the cut-off; launch-gap flags only in nearly every
+    iteration. Verdicts need it (``verdict.combine``)."""
     from mapp.analysis.detect.same_work import CONSISTENT
 
     gap = pl.col("gap_flagged").fill_null(False)
-    lasting = ((pl.col("flagged") | gap).mean() >= CONSISTENT) | (
-        pl.max_horizontal(pl.col("z").filter(pl.col("flagged")).max(), pl.col("gap_z").filter(gap).max()) >= 2 * z_crit)
+    # a slow host is a lasting condition (no transient exemption: a first traced iteration
+    # often idles longer on one rank while the others warm up)
+    gap_lasting = gap.mean() >= CONSISTENT
+    per = per.with_columns(gap_flagged=gap & gap_lasting.over("rank"))
+    gap = pl.col("gap_flagged")
+    lasting = (pl.col("flagged").mean() >= CONSISTENT) | (pl.col("z").filter(pl.col("flagged")).max() >= 2 * z_crit) | gap.any()
     flagged = pl.col("flagged") | gap
     return per.group_by("rank").agg(
         lasting=lasting.fill_null(False),

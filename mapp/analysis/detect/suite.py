@@ -1,9 +1,16 @@
 """The labelled scenario suite: simulated jobs with known faults, detected and scored.
 
 ``scenarios(scale, seed)`` draws a fixed list from a seed: fault scenarios (a slow GPU from 5%
-to 2x, a slow link, a slow NIC, a slow host, transient windows, two faults at once, at TP/PP/DP
-positions, layouts from 8 to 1,024 ranks, clock offsets and drift always on, jitter 1-3%) and
-negative controls (healthy, a heavy pipeline stage, uneven sequence lengths).
+to 2x, a slow link, a slow NIC, a slow host, a data-loader stall, transient windows, two faults
+at once, at TP/PP/DP positions, layouts from 8 to 1,024 ranks, clock offsets and drift always
+on, jitter 1-3%) and negative controls (healthy, a heavy pipeline stage, uneven sequence
+lengths, heavy-tailed sequence lengths per replica on PP2 x DP8+ jobs, the last stage made
+heavy by the output layer with small TP and DP).
+
+Every job is a realistic one (``REALISM``): a 7B-class layer (hidden 4096, 2,048 tokens), the
+CPU running ahead of the GPU with per-op launch costs of eager PyTorch and heavy-tailed host
+noise, a data fetch per microbatch on the ranks that read data, the output layer and loss on
+the last stage, and in a third of the jobs heavy-tailed sequence lengths.
 ``run_suite`` simulates each into a temporary directory, runs ``detect_bundle`` and scores it:
 
 - *top-1*: the first suspect is one of the injected faults (right rank(s) and kind);
@@ -25,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mapp.analysis.simulate import Fault, SimConfig, simulate
+from mapp.analysis.simulate.faults import HARDWARE_KINDS
 from mapp.analysis.simulate.layout import Layout
 
 __all__ = ["Scenario", "ScenarioResult", "SuiteResult", "scenarios", "run_scenario", "run_suite", "matches"]
@@ -37,16 +45,32 @@ _LAYOUTS = {
 }
 _CI_LAYOUTS = [(2, 2, 2), (2, 2, 4), (1, 2, 4), (2, 1, 4), (2, 4, 2)]
 _GPU_FACTORS = (1.05, 1.1, 1.2, 1.3, 1.5, 2.0)
+# negative controls with layouts of their own: uneven lengths on a wide DP (like a 64-rank
+# PP2 x DP32 job), and a heavy last stage where TP and DP are small (few peers to compare)
+_HEAVY_TAIL_LAYOUTS = {"8-32": [(1, 2, 8), (1, 2, 16), (2, 2, 8)], "64-256": [(1, 2, 32), (2, 2, 16), (4, 2, 8)],
+                       "512-1024": [(8, 2, 32)]}
+_LAST_STAGE_LAYOUTS = [(1, 4, 2), (2, 4, 1), (2, 2, 2), (1, 8, 1)]  # 8 ranks, the smallest jobs
+
+REALISM = {
+    "host_ahead": True,
+    "host_overhead_us": (30.0, 60.0, 100.0),  # host time to launch one attention or MLP block
+    "host_noise_us": (2.0, 5.0, 10.0),        # Lomax(1.5) scale: mean 2x, 1% above 20x
+    "data_load_us": (50.0, 200.0),            # next(data_iterator), prefetched
+    "seqlen_sigma": (0.0, 0.0, 0.3),          # a third of the jobs train on uneven lengths
+    "vocab_size": (32768, 50304),
+}
+"""The realism every scenario gets (a tuple: one value drawn per scenario)."""
 
 
 def threshold_for(sc: "Scenario", threshold: float) -> float:
     """The threshold a scenario is detected with: ``threshold``, or below its weakest slow GPU.
 
     ``--threshold t`` means "slower than (1 + t) x its peers", so a GPU slowed by 10% is a
-    suspect only at a threshold below 0.1: each fault is asked for at 0.8 of its own size
-    (a 5% fault at 0.04, a 10% one at 0.08); negative controls keep ``threshold``."""
+    suspect only at a threshold below 0.1, and a slowdown is estimated with some error where
+    work varies between microbatches: each fault is asked for at half its own size, and at
+    0.04 at least (a 5% fault at 0.04, 10% at 0.05, 20% at 0.1); negative controls keep ``threshold``."""
     factors = [f.factor for f in sc.faults if f.kind == "slow_gpu" and f.factor]
-    return min([threshold] + [0.8 * (x - 1) for x in factors if x > 1])
+    return min([threshold] + [max(0.04, 0.5 * (x - 1)) for x in factors if x > 1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +80,8 @@ class Scenario:
     id: str
     cls: str
     """Fault class ("slow_gpu 5%", "slow_gpu >=10%", "slow_link", "slow_nic", "slow_host",
-    "transient", "two faults") or negative control ("healthy", "stage imbalance", "seqlen imbalance")."""
+    "data stall", "transient", "two faults") or negative control ("healthy", "stage imbalance",
+    "seqlen imbalance", "seqlen heavy tail", "heavy last stage")."""
     config: SimConfig
     negative: bool
 
@@ -67,7 +92,7 @@ class Scenario:
 
     @property
     def faults(self) -> list[Fault]:
-        return [f for f in self.config.faults if f.kind in ("slow_gpu", "slow_link", "slow_nic", "slow_host")]
+        return [f for f in self.config.faults if f.kind in HARDWARE_KINDS]
 
 
 @dataclass(slots=True)
@@ -82,6 +107,8 @@ class ScenarioResult:
     top: str | None = None
     """The first suspect, as "kind rank[-peer]"."""
     error: str | None = None
+    hidden: bool = False
+    """A host fault that slowed the job by less than the threshold (see ``_hidden_host_fault``)."""
 
 
 @dataclass(slots=True)
@@ -119,8 +146,9 @@ class SuiteResult:
 
 
 def matches(suspect, fault: Fault) -> bool:
-    """Whether a suspect names an injected hardware fault: same rank (or pair) and kind."""
-    kind = {"slow_gpu": "slow_compute"}.get(fault.kind, fault.kind)
+    """Whether a suspect names an injected hardware fault: same rank (or pair) and kind. A
+    data-loader stall is a host fault: the rank named a slow host."""
+    kind = {"slow_gpu": "slow_compute", "data_stall": "slow_host"}.get(fault.kind, fault.kind)
     if suspect.kind != kind:
         return False
     if fault.kind == "slow_link":
@@ -129,17 +157,21 @@ def matches(suspect, fault: Fault) -> bool:
 
 
 def _config(rng: random.Random, layout: tuple[int, int, int], faults: list[Fault], *, iterations: int = 2,
-            gpus_per_node: int = 8) -> SimConfig:
+            gpus_per_node: int = 8, **override) -> SimConfig:
     tp, pp, dp = layout
     world = tp * pp * dp
     # keep big jobs light: one layer per stage and fewer microbatches
     lpc = 1 if world >= 256 else rng.choice((1, 2))
-    return SimConfig(
-        tp=tp, pp=pp, dp=dp, layers=pp * lpc, hidden=1024, seq_length=1024,
+    fields = dict(
+        tp=tp, pp=pp, dp=dp, layers=pp * lpc, hidden=4096, seq_length=2048,
         microbatches=max(pp, 4) if world >= 256 else max(pp, rng.choice((4, 8))),
         iterations=iterations, gpus_per_node=gpus_per_node, jitter_sigma=rng.choice((0.01, 0.02, 0.03)),
         per_layer=world <= 32 and rng.random() < 0.25, faults=faults, seed=rng.randrange(1 << 30),
     )
+    for name, value in REALISM.items():
+        fields[name] = rng.choice(value) if isinstance(value, tuple) else value
+    fields.update(override)
+    return SimConfig(**fields)
 
 
 def _rank(rng: random.Random, lay: Layout) -> int:
@@ -182,6 +214,15 @@ def _fault_scenario(rng: random.Random, cls: str, layout: tuple[int, int, int], 
             return None
     elif cls == "slow_host":
         faults = [Fault(kind="slow_host", rank=_rank(rng, lay), factor=rng.choice((3.0, 5.0, 10.0, 20.0)))]
+    elif cls == "data stall":
+        # a rank that reads data (TP rank 0 of the first or last stage) stalls one microbatch per
+        # iteration: in a window of one or two iterations (a transient host fault) or in every one
+        iterations = 4
+        stage = rng.choice((0, lay.pp - 1))
+        rank = lay.rank(0, rng.randrange(lay.dp), stage)
+        first = rng.randrange(4)
+        window = None if rng.random() < 0.3 else (first, min(3, first + rng.randrange(2)))
+        faults = [Fault(kind="data_stall", rank=rank, factor=rng.choice((10.0, 30.0, 100.0)), iterations=window)]
     elif cls == "transient":
         iterations = 4
         first = rng.randrange(4)
@@ -208,6 +249,7 @@ def _fault_scenario(rng: random.Random, cls: str, layout: tuple[int, int, int], 
 
 def _negative_scenario(rng: random.Random, cls: str, layout: tuple[int, int, int], n: int) -> Scenario | None:
     tp, pp, dp = layout
+    override: dict = {}
     if cls == "healthy":
         faults: list[Fault] = []
     elif cls == "stage imbalance":
@@ -215,23 +257,36 @@ def _negative_scenario(rng: random.Random, cls: str, layout: tuple[int, int, int
             return None
         stage = pp - 1 if rng.random() < 0.6 else rng.randrange(pp)
         faults = [Fault(kind="stage_imbalance", stage=stage, factor=rng.choice((1.1, 1.2, 1.3, 1.5)))]
+    elif cls == "seqlen heavy tail":
+        # lognormal tokens per (replica, microbatch), like an SFT job on unpacked samples
+        faults = []
+        override = {"seqlen_sigma": rng.choice((0.5, 0.8, 1.0)), "microbatches": 8}
+    elif cls == "heavy last stage":
+        # a large vocabulary on the last stage: the output layer costs 2.5 layers, so with one
+        # or two layers per stage the last stage is 2-3.5x the others
+        faults = []
+        override = {"vocab_size": 131072}
     else:
         faults = [Fault(kind="seqlen_imbalance", factor=rng.choice((0.1, 0.2, 0.3, 0.4)))]
-    return Scenario(f"{cls.split()[0]}-{n:03d}", cls, _config(rng, layout, faults), negative=True)
+    return Scenario(f"{cls.split()[0]}-{n:03d}", cls, _config(rng, layout, faults, **override), negative=True)
 
 
 _FAULT_MIX = {"slow_gpu 5%": 40, "slow_gpu >=10%": 60, "slow_link": 30, "slow_nic": 20, "slow_host": 20,
-              "transient": 20, "two faults": 20}
-_NEGATIVE_MIX = {"healthy": 40, "stage imbalance": 35, "seqlen imbalance": 35}
+              "data stall": 20, "transient": 20, "two faults": 20}
+_NEGATIVE_MIX = {"healthy": 40, "stage imbalance": 35, "seqlen imbalance": 35, "seqlen heavy tail": 20,
+                 "heavy last stage": 20}
+# negative controls whose layouts are their own (None: the scale's pool)
+_OWN_LAYOUTS = {"seqlen heavy tail": _HEAVY_TAIL_LAYOUTS, "heavy last stage": {"8-32": _LAST_STAGE_LAYOUTS}}
 
 
 def scenarios(scale: str = "full", seed: int = 0) -> list[Scenario]:
     """The fixed scenario list for ``scale`` ("ci", "small" or "full") and ``seed``."""
     rng = random.Random(seed)
     if scale == "ci":
-        fault_mix = {"slow_gpu 5%": 4, "slow_gpu >=10%": 5, "slow_link": 3, "slow_nic": 2, "slow_host": 3,
-                     "transient": 2, "two faults": 1}
-        neg_mix = {"healthy": 4, "stage imbalance": 3, "seqlen imbalance": 3}
+        fault_mix = {"slow_gpu 5%": 3, "slow_gpu >=10%": 4, "slow_link": 3, "slow_nic": 2, "slow_host": 2,
+                     "data stall": 2, "transient": 2, "two faults": 1}
+        neg_mix = {"healthy": 3, "stage imbalance": 2, "seqlen imbalance": 2, "seqlen heavy tail": 2,
+                   "heavy last stage": 2}
         pools = {"8-32": _CI_LAYOUTS}
         weights = {"8-32": 1.0}
     elif scale == "small":
@@ -253,7 +308,9 @@ def scenarios(scale: str = "full", seed: int = 0) -> list[Scenario]:
             made = 0
             while made < count:
                 bucket = rng.choices(buckets, weights=[weights[b] for b in buckets])[0]
-                layout = rng.choice(pools[bucket])
+                own = _OWN_LAYOUTS.get(cls)
+                pool = own.get(bucket, own["8-32"]) if own else pools[bucket]
+                layout = rng.choice(pool)
                 sc = make(rng, cls, layout, n)
                 if sc is None:
                     continue
@@ -271,7 +328,7 @@ def run_scenario(sc: Scenario, workdir: Path, *, threshold: float = 0.1) -> Scen
     target = Path(workdir) / sc.id
     threshold = threshold_for(sc, threshold)
     try:
-        simulate(sc.config, target, force=True)
+        truth = simulate(sc.config, target, force=True).ground_truth
         bundle = load_bundle(target)
         start = time.perf_counter()
         verdict = detect_bundle(bundle, threshold=threshold)
@@ -285,8 +342,27 @@ def run_scenario(sc: Scenario, workdir: Path, *, threshold: float = 0.1) -> Scen
     false = sum(1 for s in verdict.suspects if not any(matches(s, f) for f in faults))
     top = verdict.suspects[0] if verdict.suspects else None
     top1 = top is not None and any(matches(top, f) for f in faults)
+    hidden = _hidden_host_fault(sc, truth, threshold)
+    if hidden:
+        top1 = top is None or top1
     label = None if top is None else f"{top.kind} {top.label()}"
-    return ScenarioResult(sc, top1, found, false, elapsed, top=label)
+    return ScenarioResult(sc, top1, found, false, elapsed, top=label, hidden=hidden)
+
+
+def _hidden_host_fault(sc: Scenario, truth: dict, threshold: float) -> bool:
+    """A host fault the job does not feel: a host that still runs ahead of its GPU (or a stall
+    the pipeline absorbs) leaves the iteration within the threshold, and by the threshold's
+    meaning it is then no suspect. Such a scenario counts as right with no suspect or the fault."""
+    if not sc.faults or any(f.kind not in ("slow_host", "data_stall") for f in sc.faults):
+        return False
+    now, healthy = truth.get("iteration_us"), truth.get("healthy_iteration_us")
+    if isinstance(now, list):
+        now = sorted(now)[len(now) // 2] if now else None
+    if isinstance(healthy, list):
+        healthy = sorted(healthy)[len(healthy) // 2] if healthy else None
+    if not now or not healthy:
+        return False
+    return now / healthy - 1 < threshold
 
 
 def run_suite(items: list[Scenario], *, threshold: float = 0.1,

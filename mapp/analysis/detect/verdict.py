@@ -227,6 +227,14 @@ def _late_evidence(row: dict | None) -> dict | None:
 _PAIR_LAST_Z = 2.0
 
 
+def _stage2_agrees(late: dict | None) -> bool:
+    """Stage 2 does not contradict a rank that stage 1 finds slow: it is last at least as often
+    as chance and makes the others wait more than it waits for them. (With a handful of
+    collectives per iteration, being last "more than chance" cannot be shown; a victim, which
+    waits, is still told apart.)"""
+    return late is not None and late["net_ns"] > 0 and late["share_last"] >= late["expected_share"]
+
+
 def _last_more_than_chance(late: dict | None) -> bool:
     """Stage 2 agrees that a rank of a two-rank comparison is the slow one: it arrives last
     more often than chance and makes its peer wait more than it waits (robust z-scores across
@@ -239,25 +247,42 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     busy = row["busy_ns"] or 0.0
     gap_excess = max(row["gap_excess_ns"] or 0.0, 0.0)
     # A slow host shows as idle launch gaps; they count when they are a real share of the
-    # rank's work or come with slower spans (launch delays inside ops stretch them too).
-    host = bool(row["gap_flagged"]) and (gap_excess >= peers.min_effect * busy or row["flagged"])
+    # rank's work (its launch delays inside spans stretch those too: see _host_slowdown).
+    # (a rank whose spans are slower and whose gaps grew by a sliver is a slow GPU: a slower
+    # kernel also delays the launches queued behind it a little)
+    host = bool(row["gap_flagged"]) and gap_excess >= peers.min_effect * busy
+    corroborated = late is not None and late["net_z"] > late_cut and late["last_z"] > late_cut
+    # Two independent stages that each lean the same way are evidence together: a rank whose
+    # compute stands out by half the cut-off and that stage 2 finds keeping the others waiting
+    # (where work varies between microbatches, the spread of healthy ranks hides a slow GPU
+    # from stage 1 alone).
+    # (stage 2 "leans" when the rank is last far more often than chance and imposes more
+    # waiting than it suffers; a flag of stage 1 in only some iterations lasts when it does)
+    leans = late is not None and late["last_z"] > late_cut and late["net_ns"] > 0
+    joint = (not row["flagged"] and leans and (row["z"] or 0.0) > peers.z_crit / 2
+             and float(row["slowdown"]) - 1 >= peers.min_effect)
+    if joint or (row["flagged"] and leans):
+        row = {**row, "flagged": True, "lasting": True}
     if not (row["flagged"] or host):
         return None
-    corroborated = late is not None and late["net_z"] > late_cut and late["last_z"] > late_cut
     # Where only two ranks can be compared, stage 2 must agree for a host as for a GPU:
     # a rank whose launch gaps look long but that waits on its peer more than it makes
     # the peer wait is not what slows the job.
-    if peers.pairs and not _last_more_than_chance(late):
+    if peers.pairs and not _stage2_agrees(late):
         return None
     # Peers found by their program (no layout) are a guess at who does the same work, and on
     # shared CPUs every rank's ops and gaps stretch by chance: a rank is what slows the job
     # only if it also keeps the others waiting at their collectives.
-    if peers.mode == "program peers" and late is not None and not _last_more_than_chance(late):
+    if peers.mode == "program peers" and late is not None and not _stage2_agrees(late):
+        return None
+    # Idle gaps stretch on any busy host by chance; a host is what slows the job only if its
+    # rank also keeps the others waiting.
+    if host and not row["flagged"] and late is not None and not _stage2_agrees(late):
         return None
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
     excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
-    slowdown = _host_slowdown(row, gap_excess) if host else float(row["slowdown"])
+    slowdown = _host_slowdown(row, gap_excess, iteration_ns) if host else float(row["slowdown"])
     evidence: dict[str, Any] = {
         "lasting": bool(row.get("lasting", True)),
         "peers": {"mode": peers.mode, "slowdown": round(float(row["slowdown"]), 3), "z": round(float(row["z"]), 2),
@@ -275,13 +300,16 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     )
 
 
-def _host_slowdown(row: dict, gap_excess: float) -> float:
-    """A slow host stretches its rank's own timeline (its work and the idle time between) by the
-    excess idle time: that timeline over the same less the excess."""
-    span = (row["busy_ns"] or 0.0) + (row.get("gap_ns") or 0.0)
-    if span <= gap_excess or span <= 0:
-        return float("inf") if gap_excess > 0 else 1.0
-    return span / (span - gap_excess)
+def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> float:
+    """A slow host stretches its rank's iteration: by the excess idle time, and by the excess
+    time of its spans when they are slower too (a late launch inside a span stretches it).
+    The iteration over the same less the excess (without iteration times: the rank's work and
+    idle time, which on a CPU trace with several threads can count some time twice)."""
+    span = iteration_ns or (row["busy_ns"] or 0.0) + (row.get("gap_ns") or 0.0)
+    excess = gap_excess + (max(row["excess_ns"] or 0.0, 0.0) if row["flagged"] else 0.0)
+    if span <= excess or span <= 0:
+        return float("inf") if excess > 0 else 1.0
+    return span / (span - excess)
 
 
 def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: float | None) -> Suspect:

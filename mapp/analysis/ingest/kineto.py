@@ -39,7 +39,9 @@ What this reader keeps and how it maps it:
   (gloo has none: null); ``bytes`` = ``In msg nelems`` (or the first input's dims for gloo)
   x the dtype's size, null if either is unknown; p2p ``peer`` from ``Dst Rank``/``Src Rank``/
   ``Rank`` (group-local, mapped through the group's ranks), for gloo from the enclosing
-  ``c10d::send``/``c10d::recv_`` call's arguments, or the other rank of a 2-rank world.
+  ``c10d::send``/``c10d::recv_`` call's arguments (group-local too, and gloo names no group:
+  mapped only when every process group of the rank maps it alike, else null), or the other
+  rank of a 2-rank world.
 * on a rank that recorded GPU kernels the CPU runs ahead of the GPU, so its CPU side says little
   about when work happened: the canonical comm event of a call is its collective kernel (a CPU
   ``record_param_comms`` that is canonical takes the timing and stream of the NCCL/RCCL kernel it
@@ -406,6 +408,11 @@ class _CommContext:
             types = args.get("Input type")
             size = _dtype_size(types[0]) if isinstance(types, list) and types else None
             local = self._enclosing_p2p_peer(i) if coll in _P2P else None
+            if local is not None:
+                # c10d's peer argument is the rank within the group the call used, which gloo
+                # does not record: it names a global rank only when every group of this rank
+                # maps it to the same one (always so for a job with one group)
+                ranks, local = None, self._global_peer(local)
         nbytes = nelems * size if nelems is not None and size is not None else None
         if coll in _P2P:
             peer = None
@@ -418,6 +425,13 @@ class _CommContext:
                 peer = 1 - self.rank
             return label, None, seq, peer, nbytes
         return label, sorted(ranks) if ranks is not None else None, seq, None, nbytes
+
+    def _global_peer(self, local: int) -> int | None:
+        found = {pg_ranks[local] for pg_ranks in (_rank_list(pg.get("ranks")) for pg in self.pgs.values())
+                 if pg_ranks and self.rank in pg_ranks and 0 <= local < len(pg_ranks)}
+        if not self.pgs:
+            return local
+        return found.pop() if len(found) == 1 else None
 
     def _c10d_p2p_spans(self) -> dict[object, list[tuple[float, float, int | None]]]:
         spans: dict[object, list[tuple[float, float, int | None]]] = {}

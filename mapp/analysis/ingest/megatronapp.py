@@ -1,38 +1,65 @@
 """Reader for the original MegatronApp (MegaScan) per-rank files.
 
 Each rank writes ``benchmark-data-{dp}-pipeline-{pp}-tensor-{tp}.json``: a JSON array of flat
-``B``/``E`` records ``{"name", "ph", "rel_ts", "dp_rk", "pp_rk", "tp_rk", "dev", "g_rk", ...attrs}``
-whose ``rel_ts`` (ns) counts from the start of the traced iteration. Iterations are bracketed
-by ``{"name": "iteration", "ph": "B", "pad_before": ns}`` and
-``{"name": "iteration", "ph": "E", "rel_ts", "duration_wall", "duration_cuda"}``.
+``B``/``E`` records. What the original tracer writes (``megatron/training/trace.py`` of
+OpenSQZ/MegatronApp, and the scopes in ``pipeline_parallel/schedules.py``,
+``tensor_parallel/mappings.py``, ``training/training.py``):
+
+* every record but the iteration's ``B`` is ``{**attrs, "name", "ph", "rel_ts", "dp_rk",
+  "pp_rk", "tp_rk", "dev", "g_rk"}``; ``rel_ts`` is ns of CUDA-event time since the
+  iteration's ``B`` event; ``B`` records carry no attrs, ``E`` records the scope's.
+* iterations are bracketed by ``{"name": "iteration", "ph": "B", "pad_before": ns}`` (nothing
+  else: no ``rel_ts``, no coordinates) and ``{"name": "iteration", "ph": "E", "rel_ts",
+  ..., "duration_wall", "duration_cuda"}``: ``pad_before`` is the host (``time.time_ns``) time
+  since the previous traced iteration's end (0 for the first), ``duration_wall`` the host time
+  from the iteration's begin to after the ``torch.cuda.synchronize()`` at its end,
+  ``duration_cuda`` its own ``rel_ts``.
+* attrs: ``micro_batch_index`` on steps and on most p2p scopes; ``expect`` (the peer's scope
+  name) on ``recv-warmup``/``send-warmup``/``recv-extra``/``exchange-*`` and on the TP mappings
+  (``_reduce`` expects ``_reduce``); ``group`` (the *other* global ranks) on the same ones;
+  ``data`` (bytes sent + received) on every p2p scope; ``bandwidth`` after ``data`` on the
+  ``E`` record: ``data / 2**27`` per second since its ``B`` -- the tracer's "Gbps", binary
+  gigabits per second (``data x 8 / 2**30 / s``), i.e. 7.45 x the GB/s figure (bytes/ns).
+  Where a p2p call moved nothing (the first stage's ``recv-warmup``, the last stage's
+  ``exchange-next``, ...) ``data``, ``group`` and ``bandwidth`` are null; with TP 1 a
+  ``_reduce``'s ``group`` is null. The gradient reduction is an ``allreduce`` scope with no
+  attrs, the optimizer step an ``optimizer`` scope with none; with PP 1 there are no step or
+  p2p records at all.
 
 What this reader builds, per rank:
 
 * one ``X`` row per ``B``/``E`` pair (a stack per name; ``E`` attrs win over ``B`` attrs);
   ``B`` records left open at the end of the file (a job killed mid-iteration) are dropped
-  with a warning.
-* an absolute time axis. Assumption: ``pad_before`` is the wall time between the *end* of the
-  previous traced iteration and the start of this one (for the first iteration, whatever the
-  tracer measured from; it only shifts the whole rank). So iteration ``k`` starts at
-  ``sum(pad_before[0..k]) + sum(duration_wall[0..k-1])`` and an event at ``start + rel_ts``.
-  ``duration_wall`` falls back to the iteration ``E``'s ``rel_ts``. The clock is the rank's own.
+  with a warning. An iteration bracket that repeats the previous one record for record (the
+  original's ``iteration_end`` runs twice per iteration and re-emits its pending events) is
+  dropped with a warning.
+* an absolute time axis: iteration ``k`` starts at ``sum(pad_before[0..k]) +
+  sum(duration_wall[0..k-1])`` and an event at ``start + rel_ts`` (``duration_wall`` falls
+  back to the iteration ``E``'s ``rel_ts``). The clock is the rank's own.
 * ``iteration``: the record's own ``iteration`` attr if it has one, else the count of traced
   iterations before it in the file (0, 1, ...); null outside any iteration bracket.
 * ``cat``/``lane``: ``iteration``/"iteration"; tensor-parallel mappings (``_reduce``,
   ``_gather_along_*``, ``_reduce_scatter_along_*``), ``allreduce`` and ``grad-sync`` are
   ``collective``/"comm"; ``send-*``/``recv-*``/``exchange-*`` are ``p2p``/"comm";
-  ``optimizer*`` is ``optimizer``/"compute"; everything else ``compute``/"compute".
+  ``optimizer*`` is ``optimizer``/"compute"; everything else ``compute``/"compute". A p2p
+  scope whose ``data`` is null and a TP mapping whose ``group`` is null moved nothing: they
+  are ``other``/"comm".
 * collectives: ``group_ranks`` = sorted(``group`` + own rank); ``group`` is "tp", "dp" or "pp"
   when the members' coordinates (from the files read) form exactly that axis, else null.
   MegatronApp tags its TP mappings with the TP x DP group; when a TP mapping's members are
-  exactly this rank's TP x DP plane, the row is narrowed to the TP group and the original list
-  is kept in ``args["mapp_original_group"]``.
+  exactly this rank's TP x DP plane, the row is narrowed to the TP group (from the coordinates
+  of the files read, or, when every file follows megatron-core's default rank order
+  ``g_rk = tp + TP (dp + DP pp)``, from that arithmetic, so that missing files do not matter)
+  and the original list is kept in ``args["mapp_original_group"]``. An ``allreduce`` without a
+  ``group`` (the original's) is the data-parallel gradient reduction: its group is this rank's
+  DP group, found the same way, and ``args["mapp_inferred_group"]`` says so.
 * p2p: ``peer`` is the single rank in ``group`` when there is one, else the pipeline
   neighbour (``send-warmup``/``exchange-next``/``recv-cooldown`` talk to stage pp+1,
-  ``recv-warmup``/``exchange-prev``/``send-cooldown`` to pp-1) found by coordinates.
+  ``recv-warmup``/``recv-extra``/``exchange-prev``/``send-extra``/``send-cooldown`` to pp-1)
+  found by coordinates.
 * ``microbatch`` from ``micro_batch_index``, ``bytes`` from ``data``; ``seq``, ``chunk``,
   ``layer``, ``cp``, ``ep`` are null (the format has none of them). ``args`` holds the original
-  extra attrs (``expect``, ``bandwidth``, ``group``, ``duration_cuda``, ...).
+  extra attrs (``expect``, ``bandwidth`` in the original's unit, ``group``, ``duration_cuda``, ...).
 * the ranks table: layout = max + 1 per axis over the files read, ``world_size`` their product,
   ``device`` from ``dev``, ``clock`` "cuda" (the tracer times with CUDA events).
 """
@@ -72,9 +99,11 @@ _P2P_PREFIXES = ("send-", "recv-", "exchange-")
 # pipeline direction of each p2p event when its peer is not recorded: +1 next stage, -1 previous
 _P2P_DIRECTION = {
     "send-warmup": 1, "recv-warmup": -1, "send-cooldown": -1, "recv-cooldown": 1,
-    "exchange-next": 1, "exchange-prev": -1,
+    "exchange-next": 1, "exchange-prev": -1, "recv-extra": -1, "send-extra": -1,
     "send-forward": 1, "recv-forward": -1, "send-backward": -1, "recv-backward": 1,
 }
+# the data-parallel gradient reduction: the original records no group on it
+_DP_REDUCTIONS = frozenset({"allreduce"})
 
 
 def sniff(path: pathlib.Path, head: bytes) -> bool:
@@ -101,10 +130,11 @@ def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.
     coords_of = {rf.rank: rf.coords for rf in rank_files}
     layout = {axis: max((rf.coords[axis] for rf in rank_files), default=-1) + 1 for axis in _AXES}
     by_coords = {(c["tp"], c["dp"], c["pp"]): rank for rank, c in coords_of.items()}
+    groups = _Groups(coords_of, layout)
 
     columns: dict[str, list] = {name: [] for name in _EVENT_COLUMNS}
     for rf in rank_files:
-        _pair(rf, columns, coords_of, by_coords, layout, warn)
+        _pair(rf, columns, groups, by_coords, warn)
     events = pl.DataFrame(columns, schema={name: schema.EVENTS_SCHEMA[name] for name in _EVENT_COLUMNS})
     events = schema.conform(events, schema.EVENTS_SCHEMA).sort(
         ["rank", "ts_ns", "dur_ns"], descending=[False, False, True], maintain_order=True)
@@ -163,30 +193,127 @@ def _load(path: pathlib.Path, warn: Callable[[str], None]) -> _RankFile:
     return _RankFile(path, rank, coords, None if device is None else str(device), records)
 
 
+class _Groups:
+    """Process groups recovered from the coordinates of the files read."""
+
+    def __init__(self, coords_of: dict[int, dict[str, int]], layout: dict[str, int]):
+        self.coords_of = coords_of
+        self.layout = layout
+        tp, dp = layout["tp"], layout["dp"]
+        # megatron-core's default order "tp-cp-ep-dp-pp": rank = tp + TP (dp + DP pp)
+        self.default_order = bool(coords_of) and all(
+            r == c["tp"] + tp * (c["dp"] + dp * c["pp"]) for r, c in coords_of.items())
+
+    def axis_of(self, members: list[int]) -> str | None:
+        """The parallel axis (tp/dp/pp) whose full group is exactly ``members``, if one is."""
+        coords_of, layout = self.coords_of, self.layout
+        if len(members) < 2 or any(m not in coords_of for m in members):
+            return None
+        coords = [coords_of[m] for m in members]
+        for axis in _AXES:
+            fixed = [a for a in _AXES if a != axis]
+            if (len({tuple(c[a] for a in fixed) for c in coords}) == 1
+                    and len({c[axis] for c in coords}) == len(members) == layout[axis]):
+                return axis
+        return None
+
+    def narrow_to_tp(self, rf: _RankFile, members: list[int]) -> list[int] | None:
+        """This rank's TP group, when ``members`` is exactly its TP x DP plane (MegatronApp's tagging)."""
+        tp, dp = self.layout["tp"], self.layout["dp"]
+        if dp < 2:
+            return None
+        c = rf.coords
+        if self.default_order:
+            base = tp * dp * c["pp"]
+            if members != list(range(base, base + tp * dp)):
+                return None
+            first = rf.rank - c["tp"]
+            return list(range(first, first + tp))
+        coords_of = self.coords_of
+        if any(m not in coords_of for m in members):
+            return None
+        plane = sorted(r for r, cc in coords_of.items() if cc["pp"] == c["pp"])
+        if plane != members or len(plane) != tp * dp:
+            return None
+        return sorted(r for r in plane if coords_of[r]["dp"] == c["dp"])
+
+    def dp_group(self, rf: _RankFile) -> list[int] | None:
+        """This rank's data-parallel group (same tp and pp), when DP > 1 and it is known in full."""
+        tp, dp = self.layout["tp"], self.layout["dp"]
+        if dp < 2:
+            return None
+        c = rf.coords
+        if self.default_order:
+            return [c["tp"] + tp * (d + dp * c["pp"]) for d in range(dp)]
+        group = sorted(r for r, cc in self.coords_of.items() if cc["tp"] == c["tp"] and cc["pp"] == c["pp"])
+        return group if len(group) == dp else None
+
+
 def _category(name: str, attrs: dict) -> tuple[str, str]:
     if name == "iteration":
         return "iteration", "iteration"
     if name in _COMM_WRAPPERS:
         return ("collective", "comm") if isinstance(attrs.get("group"), list) else ("other", "comm")
+    if name in _TP_MAPPINGS and "group" in attrs and attrs["group"] is None:
+        return "other", "comm"  # TP size 1: the mapping returned at once
     if name in _COLLECTIVES or name.replace("-", "_") in _COLLECTIVES:
         return "collective", "comm"
     if name.startswith(_P2P_PREFIXES):
+        if "data" in attrs and attrs["data"] is None:
+            return "other", "comm"  # the call had nothing to move (an end of the pipeline)
         return "p2p", "comm"
     if name.startswith("optimizer"):
         return "optimizer", "compute"
     return "compute", "compute"
 
 
-def _pair(rf: _RankFile, out: dict[str, list], coords_of: dict[int, dict[str, int]],
-          by_coords: dict[tuple[int, int, int], int], layout: dict[str, int],
-          warn: Callable[[str], None]) -> None:
+def _drop_repeated_iterations(records: list[dict]) -> tuple[list[dict], int]:
+    """``records`` without iteration brackets that repeat the previous one record for record
+    (same ``pad_before``, names, phases and ``rel_ts``; the ``E``'s ``duration_wall`` differs:
+    the original's second ``iteration_end`` re-processes the same pending events with the same
+    stale ``pad_before``)."""
+    out: list[dict] = []
+    bracket: list[dict] | None = None
+    previous = None
+    dropped = 0
+    for record in records:
+        name, ph = record.get("name"), record.get("ph")
+        if name == "iteration" and ph == "B":
+            if bracket is not None:
+                out.extend(bracket)
+            bracket = [record]
+            continue
+        if bracket is None:
+            out.append(record)
+            continue
+        bracket.append(record)
+        if name == "iteration" and ph == "E":
+            signature = (bracket[0].get("pad_before"),
+                         *((r.get("name"), r.get("ph"), r.get("rel_ts")) for r in bracket[1:]))
+            if signature == previous and len(signature) > 2:
+                dropped += 1
+            else:
+                out.extend(bracket)
+                previous = signature
+            bracket = None
+    if bracket is not None:
+        out.extend(bracket)
+    return out, dropped
+
+
+def _pair(rf: _RankFile, out: dict[str, list], groups: _Groups,
+          by_coords: dict[tuple[int, int, int], int], warn: Callable[[str], None]) -> None:
     iteration: int | None = None
     traced = 0
     start_ns = 0          # absolute start of the current iteration
     end_ns = 0            # absolute end of the last finished iteration
     open_: dict[str, list[tuple[dict, int, int | None]]] = {}
     orphans = 0
-    for record in rf.records:
+    records, repeated = _drop_repeated_iterations(rf.records)
+    if repeated:
+        warn(f"{rf.path}: {repeated} iteration(s) repeat the one before record for record "
+             "(MegatronApp's tracer re-emits an iteration when iteration_end runs twice); dropped them")
+    for record in records:
         name, ph = record.get("name"), record.get("ph")
         if not isinstance(name, str) or ph not in ("B", "E"):
             continue
@@ -209,7 +336,7 @@ def _pair(rf: _RankFile, out: dict[str, list], coords_of: dict[int, dict[str, in
             wall = _int(record.get("duration_wall"))
             end = begin_ns + (wall if wall is not None else rel)
             end_ns = end
-        _emit(rf, out, name, begin, record, begin_ns, end - begin_ns, begin_iteration, coords_of, by_coords, layout)
+        _emit(rf, out, name, begin, record, begin_ns, end - begin_ns, begin_iteration, groups, by_coords)
         if name == "iteration":
             iteration = None
     left_open = sum(len(stack) for stack in open_.values())
@@ -220,8 +347,7 @@ def _pair(rf: _RankFile, out: dict[str, list], coords_of: dict[int, dict[str, in
 
 
 def _emit(rf: _RankFile, out: dict[str, list], name: str, begin: dict, end: dict, ts_ns: int, dur_ns: int,
-          iteration: int | None, coords_of: dict[int, dict[str, int]],
-          by_coords: dict[tuple[int, int, int], int], layout: dict[str, int]) -> None:
+          iteration: int | None, groups: _Groups, by_coords: dict[tuple[int, int, int], int]) -> None:
     attrs = {k: v for k, v in begin.items() if k not in _CORE_FIELDS}
     attrs.update((k, v) for k, v in end.items() if k not in _CORE_FIELDS)
     cat, lane = _category(name, attrs)
@@ -229,12 +355,17 @@ def _emit(rf: _RankFile, out: dict[str, list], name: str, begin: dict, end: dict
     group_ranks = group = peer = None
     if cat == "collective" and isinstance(members, list):
         group_ranks = sorted({rf.rank, *(m for m in members if isinstance(m, int))})
-        group = _axis_of(group_ranks, coords_of, layout)
+        group = groups.axis_of(group_ranks)
         if group is None and name in _TP_MAPPINGS:
-            narrowed = _narrow_to_tp(rf, group_ranks, coords_of, layout)
+            narrowed = groups.narrow_to_tp(rf, group_ranks)
             if narrowed is not None:
                 attrs["mapp_original_group"] = members
                 group_ranks, group = narrowed, "tp"
+    elif cat == "collective" and name in _DP_REDUCTIONS and "group" not in attrs:
+        inferred = groups.dp_group(rf)
+        if inferred is not None:
+            group_ranks, group = inferred, "dp"
+            attrs["mapp_inferred_group"] = "dp"
     elif cat == "p2p":
         others = [m for m in members if isinstance(m, int) and m != rf.rank] if isinstance(members, list) else []
         if len(others) == 1:
@@ -260,30 +391,6 @@ def _emit(rf: _RankFile, out: dict[str, list], name: str, begin: dict, end: dict
     out["bytes"].append(_int(attrs.get("data")))
     out["src_file"].append(str(rf.path))
     out["args"].append(orjson.dumps(attrs).decode())
-
-
-def _axis_of(members: list[int], coords_of: dict[int, dict[str, int]], layout: dict[str, int]) -> str | None:
-    """The parallel axis (tp/dp/pp) whose full group is exactly ``members``, if one is."""
-    if len(members) < 2 or any(m not in coords_of for m in members):
-        return None
-    coords = [coords_of[m] for m in members]
-    for axis in _AXES:
-        fixed = [a for a in _AXES if a != axis]
-        if (len({tuple(c[a] for a in fixed) for c in coords}) == 1
-                and len({c[axis] for c in coords}) == len(members) == layout[axis]):
-            return axis
-    return None
-
-
-def _narrow_to_tp(rf: _RankFile, members: list[int], coords_of: dict[int, dict[str, int]],
-                  layout: dict[str, int]) -> list[int] | None:
-    """This rank's TP group, when ``members`` is exactly its TP x DP plane (MegatronApp's tagging)."""
-    if layout["dp"] < 2 or any(m not in coords_of for m in members):
-        return None
-    plane = sorted(r for r, c in coords_of.items() if c["pp"] == rf.coords["pp"])
-    if plane != members or len(plane) != layout["tp"] * layout["dp"]:
-        return None
-    return sorted(r for r in plane if coords_of[r]["dp"] == rf.coords["dp"])
 
 
 def _int(value: object) -> int | None:

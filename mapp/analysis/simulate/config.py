@@ -50,7 +50,36 @@ class SimConfig:
     inter_node_latency_us: float = 10.0
     """Latency of one transfer step between nodes, microseconds."""
     host_overhead_us: float = 10.0
-    """Host time to launch one op. Hidden on a healthy host; a slow host adds (factor-1) x this."""
+    """Host time to launch one op (a simulated op stands for the dozens of kernels of an
+    attention or MLP block). Without ``host_ahead`` it is hidden and a slow host adds
+    (factor-1) x this before each op; with it, the host spends it on every launch."""
+    host_ahead: bool = False
+    """The CPU runs ahead of the GPU, as PyTorch's asynchronous launches make it: an op starts on
+    the GPU at max(stream free, host launch), and the host waits for the GPU only where
+    megatron-core synchronises (after each batched p2p, at the optimizer's grad-norm ``.item()``).
+    Spans are then what CUDA events record: they start when the stream reaches them, so host
+    delays show only where the host falls behind. It also makes the first and last stage's
+    TP rank 0 fetch each microbatch (``data_load_us``) and broadcast it to its TP group.
+    False: host and GPU are one timeline (the original model)."""
+    host_noise_us: float = 0.0
+    """Host noise of oversubscribed CPUs: every op launch on every rank is delayed by a heavy-tailed
+    draw (Lomax/Pareto II, shape 1.5, scale this many us; mean 2x, P(> 20x) ~ 1%), clipped at
+    10 ms. 0 = none."""
+    data_load_us: float = 0.0
+    """Host time of one ``next(data_iterator)`` on the ranks that read data (TP rank 0 of the
+    first and last pipeline stage), inside the forward step. 0 = not modelled."""
+    seqlen_sigma: float = 0.0
+    """Heavy-tailed sequence lengths: every (replica, microbatch) gets ``seq_length x`` a lognormal
+    draw of this sigma (mean 1, tokens clipped to 1 .. 8 x seq_length), the same on every stage
+    and TP shard of its replica. Attention scales with tokens and tokens squared, MLP and the
+    output layer with tokens, and the bytes of p2p messages and TP collectives with tokens
+    (traces carry the real sizes). 0 = every microbatch is ``seq_length`` tokens."""
+    vocab_size: int = 0
+    """Vocabulary size: the last stage computes the output layer (2 b s h V / tp FLOPs forward,
+    twice that backward), the vocab-parallel cross-entropy (three small TP all-reduces) and the
+    loss function (whose NaN check syncs the host); with TP the embedding's and the output
+    layer's TP all-reduces are added, as megatron-core does. 0 = embedding, output layer and
+    loss not modelled."""
     jitter_sigma: float = 0.02
     """Sigma of the lognormal noise on every compute and transfer time (0 = deterministic)."""
     distributed_optimizer: bool = True
@@ -89,9 +118,15 @@ class SimConfig:
             if not getattr(self, name) > 0:
                 raise InputError(f"{name} {getattr(self, name)}: must be > 0")
         for name in ("intra_node_latency_us", "inter_node_latency_us", "host_overhead_us",
-                     "jitter_sigma", "max_offset_us", "max_drift_ppm"):
+                     "jitter_sigma", "max_offset_us", "max_drift_ppm", "host_noise_us",
+                     "data_load_us", "seqlen_sigma"):
             if not getattr(self, name) >= 0:
                 raise InputError(f"{name} {getattr(self, name)}: must be >= 0")
+        if not isinstance(self.vocab_size, int) or self.vocab_size < 0:
+            raise InputError(f"--vocab-size {self.vocab_size}: must be a whole number >= 0")
+        if self.vocab_size % self.tp:
+            raise InputError(f"--vocab-size {self.vocab_size}: must be divisible by --tp {self.tp}",
+                             "megatron-core pads the vocabulary to a multiple of the TP size")
         chunks = self.pp * self.vpp
         if self.layers % chunks:
             raise InputError(

@@ -2,7 +2,10 @@
 
 Compute of one transformer layer for one microbatch (b samples of s tokens, hidden h), split
 over ``tp`` GPUs: attention ``8 b s h^2 + 4 b s^2 h`` FLOPs (QKV, projection, scores),
-MLP ``16 b s h^2`` (4h feed-forward); backward is twice the forward.
+MLP ``16 b s h^2`` (4h feed-forward); backward is twice the forward. The output layer (with a
+vocabulary V) is ``2 b s h V`` forward. Each is split into a part linear in the tokens and a
+part quadratic in them (attention scores), so that a microbatch of ``f x s`` tokens costs
+``linear x f + quadratic x f^2``.
 Transfers: ``steps x latency + algorithm bytes / bandwidth``, with ring algorithms for
 collectives (all-reduce moves ``2 (n-1)/n`` of the buffer in ``2 (n-1)`` steps; reduce-scatter
 and all-gather half of that); bandwidth is the intra-node rate when every member sits on one
@@ -55,14 +58,37 @@ class CostModel:
         return self._flops_us((8 * b * s * h * h + 4 * b * s * s * h) / self.tp)
 
     @property
+    def attention_linear_us(self) -> float:
+        """QKV and output projections: linear in the tokens."""
+        b, s, h = self.micro_batch_size, self.seq_length, self.hidden
+        return self._flops_us(8 * b * s * h * h / self.tp)
+
+    @property
+    def attention_quadratic_us(self) -> float:
+        """Scores and their product with the values: quadratic in the tokens."""
+        b, s, h = self.micro_batch_size, self.seq_length, self.hidden
+        return self._flops_us(4 * b * s * s * h / self.tp)
+
+    @property
     def mlp_forward_us(self) -> float:
         b, s, h = self.micro_batch_size, self.seq_length, self.hidden
         return self._flops_us(16 * b * s * h * h / self.tp)
+
+    def output_layer_forward_us(self, vocab: int) -> float:
+        """Logits (column-parallel over the vocabulary) and the cross-entropy, forward."""
+        b, s, h = self.micro_batch_size, self.seq_length, self.hidden
+        return self._flops_us(2 * b * s * h * vocab / self.tp)
 
     @property
     def activation_bytes(self) -> int:
         """One microbatch's hidden states: what p2p carries and TP all-reduces."""
         return self.micro_batch_size * self.seq_length * self.hidden * BYTES_PER_VALUE
+
+    @property
+    def token_values(self) -> int:
+        """One value per token of a microbatch (``b x s``): the cross-entropy's TP all-reduces
+        carry that many fp32 values, the batch broadcast that many int64 token ids."""
+        return self.micro_batch_size * self.seq_length
 
     @property
     def chunk_param_count(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .faults import Fault
+from .faults import HARDWARE_KINDS, Fault
 from .layout import Layout
 
 __all__ = ["Effects"]
@@ -14,24 +14,35 @@ class Effects:
     """Multipliers and delays for one iteration.
 
     ``gpu[s]``: compute multiplier; ``host[s]``: launch delay before each op (us);
-    ``nic[s]``: inter-node transfer multiplier; ``links``: active slow links as (a, b, factor).
+    ``nic[s]``: inter-node transfer multiplier; ``links``: active slow links as (a, b, factor);
+    ``stalls``: data-loader stalls as (stage, dp, tp, microbatch, us), the microbatch drawn
+    from ``stall_rng`` (only when a ``data_stall`` fault is active).
     """
 
     def __init__(self, layout: Layout, faults: list[Fault], iteration: int, iterations: int,
-                 host_overhead_us: float, hardware: bool = True):
+                 host_overhead_us: float, hardware: bool = True, *, microbatches: int = 1,
+                 stall_rng: np.random.Generator | None = None):
         shape = (layout.pp, layout.dp, layout.tp)
         self.layout = layout
         self.gpu = np.ones(shape)
         self.host = np.zeros(shape)
         self.nic = np.ones(shape)
         self.links: list[tuple[int, int, float]] = []
+        self.stalls: list[tuple[int, int, int, int, float]] = []
+        self.stalled: list[tuple[int, int]] = []  # (fault index, microbatch), for the ground truth
         self.seqlen_spread = 0.0
-        for f in faults:
+        for i, f in enumerate(faults):
             if not f.active(iteration, iterations):
                 continue
-            if not hardware and f.kind in ("slow_gpu", "slow_link", "slow_nic", "slow_host"):
+            if not hardware and f.kind in HARDWARE_KINDS:
                 continue
             k = f.strength
+            if f.kind == "data_stall":
+                c = layout.coords(f.rank)
+                mb = int(stall_rng.integers(microbatches)) if stall_rng is not None else 0
+                self.stalls.append((c["pp"], c["dp"], c["tp"], mb, k * 1e3))
+                self.stalled.append((i, mb))
+                continue
             if f.kind in ("slow_gpu", "slow_nic", "slow_host"):
                 c = layout.coords(f.rank)
                 idx = (c["pp"], c["dp"], c["tp"])

@@ -7,12 +7,22 @@ Kinds and what ``factor`` means for each:
 - ``slow_link`` (pair of ranks ``A-B``): bandwidth / ``factor`` on transfers between the two
   (their p2p messages and any collective holding both).
 - ``slow_nic`` (rank): bandwidth / ``factor`` on all of the rank's inter-node traffic.
-- ``slow_host`` (rank): the host launches ops ``factor`` x slower, which shows as a delay of
-  ``(factor - 1) x host_overhead_us`` before each op.
+- ``slow_host`` (rank): the host launches ops ``factor`` x slower. With ``host_ahead`` the
+  launch of each op costs ``factor x host_overhead_us`` of host time (hidden while the host
+  stays ahead of the GPU); without it, a delay of ``(factor - 1) x host_overhead_us`` before
+  each op.
+- ``data_stall`` (rank): in each iteration of its window, one microbatch's
+  ``next(data_iterator)`` on the rank takes ``factor`` *milliseconds* more (a starved
+  data-loader worker, slow storage); which microbatch is drawn per iteration and written to
+  the ground truth. Only ranks that read data can stall: tensor-parallel rank 0 of the first
+  and of the last pipeline stage (``get_batch_on_this_tp_rank`` broadcasts the batch to the
+  other TP ranks, which wait for it). A host fault, transient when its window is shorter than
+  the run: the detector should name the rank a slow host.
 - ``stage_imbalance`` (pipeline stage): that stage's compute is ``factor`` x (negative control:
   more layers or the loss on the last stage, not a hardware fault).
 - ``seqlen_imbalance`` (no target): each microbatch of each replica gets its compute scaled by a
-  uniform draw in ``[1 - factor, 1 + factor]`` (negative control: uneven sequence lengths).
+  uniform draw in ``[1 - factor, 1 + factor]`` (negative control: uneven sequence lengths;
+  ``SimConfig.seqlen_sigma`` is the heavy-tailed form that also sizes the transfers).
 
 Any of them can be limited to an inclusive window of iterations (a transient fail-slow).
 On the command line: ``KIND:TARGET[:FACTOR[:FIRST-LAST]]``.
@@ -28,10 +38,13 @@ from mapp.errors import InputError
 
 __all__ = ["Fault", "parse_fault", "check_faults", "KINDS", "HARDWARE_KINDS", "DEFAULT_FACTORS"]
 
-KINDS = ("slow_gpu", "slow_link", "slow_nic", "slow_host", "stage_imbalance", "seqlen_imbalance")
-HARDWARE_KINDS = ("slow_gpu", "slow_link", "slow_nic", "slow_host")
+KINDS = ("slow_gpu", "slow_link", "slow_nic", "slow_host", "data_stall", "stage_imbalance",
+         "seqlen_imbalance")
+HARDWARE_KINDS = ("slow_gpu", "slow_link", "slow_nic", "slow_host", "data_stall")
+"""Faults of the machine (GPU, link, NIC, host and its data loader) that a detector should name;
+the other kinds are workload (negative controls)."""
 DEFAULT_FACTORS = {
-    "slow_gpu": 1.4, "slow_link": 4.0, "slow_nic": 3.0, "slow_host": 10.0,
+    "slow_gpu": 1.4, "slow_link": 4.0, "slow_nic": 3.0, "slow_host": 10.0, "data_stall": 50.0,
     "stage_imbalance": 1.3, "seqlen_imbalance": 0.3,
 }
 _SYNTAX = "KIND:TARGET[:FACTOR[:FIRST-LAST]], e.g. slow_gpu:5:1.4 or slow_link:3-11:4:2-4"
@@ -44,7 +57,7 @@ class Fault:
     kind: str
     """One of ``KINDS``."""
     rank: int | None = None
-    """Global rank, for slow_gpu, slow_nic and slow_host."""
+    """Global rank, for slow_gpu, slow_nic, slow_host and data_stall."""
     ranks: tuple[int, int] | None = None
     """The two ends of a link, for slow_link."""
     stage: int | None = None
@@ -142,12 +155,23 @@ def check_faults(faults: list[Fault], *, tp: int, pp: int, dp: int, vpp: int, it
         if f.kind == "seqlen_imbalance":
             if not 0 <= factor < 1:
                 raise InputError(f"{label} factor {factor}: must be in [0, 1) (relative spread)")
+        elif f.kind == "data_stall":
+            if not factor > 0:
+                raise InputError(f"{label} factor {factor}: must be > 0 (milliseconds of stall)")
         elif not factor >= 1:
             raise InputError(f"{label} factor {factor}: must be >= 1 (how many times slower)")
-        if f.kind in ("slow_gpu", "slow_nic", "slow_host"):
+        if f.kind in ("slow_gpu", "slow_nic", "slow_host", "data_stall"):
             if f.rank is None or not 0 <= f.rank < world:
                 raise InputError(f"{label}:{f.rank}: rank must be in 0..{world - 1} "
                                  f"(world size {world})")
+        if f.kind == "data_stall":
+            c = layout.coords(f.rank)
+            if c["tp"] != 0 or c["pp"] not in (0, pp - 1):
+                readers = sorted({layout.rank(0, d, p) for d in range(dp) for p in {0, pp - 1}})
+                shown = ", ".join(map(str, readers[:8])) + (", ..." if len(readers) > 8 else "")
+                raise InputError(f"{label}:{f.rank}: rank {f.rank} reads no data (tp{c['tp']} pp{c['pp']}); "
+                                 "only tensor-parallel rank 0 of the first and last pipeline stage do",
+                                 f"ranks that read data: {shown}")
         if f.kind == "slow_link":
             if f.ranks is None or len(f.ranks) != 2:
                 raise InputError(f"{label}: needs two ranks A-B")

@@ -15,6 +15,7 @@ from .clock import TRUE_ORIGIN_US, Clocks
 from .config import SimConfig
 from .cost import CostModel
 from .engine import Engine
+from .faults import HARDWARE_KINDS
 from .layout import Layout
 from .program import lower
 from .schedule import build_programs
@@ -61,18 +62,31 @@ def _iteration_times(ends: list[float]) -> list[float]:
 
 
 def _run_engine(cfg: SimConfig, layout: Layout, programs, cost: CostModel, *, hardware: bool,
-                sink: Callable | None) -> list[float]:
+                sink: Callable | None) -> tuple[list[float], Engine]:
     engine = Engine(layout, programs, cost, faults=cfg.faults, iterations=cfg.iterations,
                     microbatches=cfg.microbatches, jitter_sigma=cfg.jitter_sigma,
                     host_overhead_us=cfg.host_overhead_us, seed=cfg.seed,
-                    hardware_faults=hardware)
+                    hardware_faults=hardware, host_ahead=cfg.host_ahead,
+                    host_noise_us=cfg.host_noise_us, data_load_us=cfg.data_load_us,
+                    seqlen_sigma=cfg.seqlen_sigma, global_barrier=cfg.format == "megatronapp")
     ends = [-np.inf] * cfg.iterations
     for times in engine.run():
         it = times.iteration
         ends[it] = max(ends[it], float(times.end[0].max()))
         if sink is not None:
             sink(times)
-    return _iteration_times(ends)
+    return _iteration_times(ends), engine
+
+
+def _faults_truth(config: SimConfig, coords, stalled: list[tuple[int, int, int]]) -> list[dict]:
+    """The faults as the ground truth lists them; a data stall also says where it struck."""
+    out = []
+    for i, f in enumerate(config.faults):
+        entry = f.ground_truth(config.iterations, coords)
+        if f.kind == "data_stall":
+            entry["stalls"] = [{"iteration": it, "microbatch": mb} for j, it, mb in stalled if j == i]
+        out.append(entry)
+    return out
 
 
 def simulate(config: SimConfig, out_dir: Path, *, force: bool = False,
@@ -93,7 +107,8 @@ def simulate(config: SimConfig, out_dir: Path, *, force: bool = False,
     programs = lower(build_programs(config.pp, config.vpp, config.microbatches),
                      pp=config.pp, vpp=config.vpp, tp=config.tp, dp=config.dp, cost=cost,
                      per_layer=config.per_layer,
-                     distributed_optimizer=config.distributed_optimizer)
+                     distributed_optimizer=config.distributed_optimizer, tracer=config.format,
+                     vocab_size=config.vocab_size, host_ahead=config.host_ahead)
     clock_rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([config.seed, 0xC10C])))
     clocks = Clocks.draw(layout.world_size, clock_rng, skew=config.skew,
                          max_offset_us=config.max_offset_us, max_drift_ppm=config.max_drift_ppm)
@@ -101,7 +116,7 @@ def simulate(config: SimConfig, out_dir: Path, *, force: bool = False,
 
     run_id = f"sim-{config.seed}"
     if config.format == "megatronapp":
-        writer = MegatronAppWriter(out_dir, layout, programs, clocks)
+        writer = MegatronAppWriter(out_dir, layout, programs, clocks, seq_length=config.seq_length)
     else:
         writer = V1Writer(out_dir, layout, programs, clocks, run_id=run_id,
                           extra_meta={"simulated": True})
@@ -118,11 +133,10 @@ def simulate(config: SimConfig, out_dir: Path, *, force: bool = False,
         if progress is not None:
             progress(world * done[0] // total_units, world)
 
-    iteration_us = _run_engine(config, layout, programs, cost, hardware=True, sink=sink)
+    iteration_us, engine = _run_engine(config, layout, programs, cost, hardware=True, sink=sink)
     writer.finish()
-    hardware = [f for f in config.faults if f.kind in ("slow_gpu", "slow_link", "slow_nic",
-                                                         "slow_host")]
-    healthy = (_run_engine(config, layout, programs, cost, hardware=False, sink=None)
+    hardware = [f for f in config.faults if f.kind in HARDWARE_KINDS]
+    healthy = (_run_engine(config, layout, programs, cost, hardware=False, sink=None)[0]
                if hardware else iteration_us)
     coords = {f.rank: layout.coords(f.rank) for f in config.faults if f.rank is not None}
     settings = asdict(config)
@@ -136,7 +150,7 @@ def simulate(config: SimConfig, out_dir: Path, *, force: bool = False,
         "world_size": world,
         "rank_order": "tp-cp-ep-dp-pp",
         "gpus_per_node": config.gpus_per_node,
-        "faults": [f.ground_truth(config.iterations, coords) for f in config.faults],
+        "faults": _faults_truth(config, coords, engine.stalled),
         "healthy_iteration_us": round(float(np.median(healthy)), 3),
         "iteration_us": iteration_us,
         "healthy_iteration_us_each": healthy,

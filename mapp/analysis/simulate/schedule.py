@@ -44,11 +44,13 @@ class P2P:
 
 @dataclass(slots=True)
 class Batch:
-    """Sends and receives issued together and waited for together."""
+    """Sends and receives issued together and waited for together (none: a call that moves
+    nothing on this stage, kept for the MegatronApp tracer's record of it)."""
 
     ops: list[P2P]
     phase: str
     label: str = ""  # MegatronApp name: send-warmup, exchange-next, ...
+    ma_microbatch: int | None = None  # the micro_batch_index MegatronApp records, if any
 
 
 Step = Compute | Batch
@@ -73,21 +75,16 @@ def warmup_count(p: int, v: int, m: int, s: int) -> int:
 
 
 def _one_f_one_b(p: int, m: int, s: int) -> list[Step]:
+    """megatron-core's 1F1B order, with every p2p call it makes, named as MegatronApp's tracer
+    names them. A call that moves nothing on this stage (the first stage's ``recv_forward``,
+    the last stage's ``send_forward_recv_backward``, ...) is kept as an empty batch: the
+    original tracer records its scope all the same."""
     first, last = s == 0, s == p - 1
     nxt, prv = (s + 1) % p, (s - 1) % p
     out: list[Step] = []
 
-    def batch(phase: str, *ops: P2P) -> None:
-        if ops:
-            out.append(Batch(list(ops), phase))
-
-    def recv_fwd(phase: str) -> None:
-        if not first:
-            batch(phase, P2P(False, prv, "f"))
-
-    def send_fwd(phase: str, mb: int) -> None:
-        if not last:
-            batch(phase, P2P(True, nxt, "f", mb, 0))
+    def batch(label: str, phase: str, mb: int | None, *ops: P2P) -> None:
+        out.append(Batch(list(ops), phase, label, mb))
 
     if p == 1:
         for i in range(m):
@@ -95,28 +92,37 @@ def _one_f_one_b(p: int, m: int, s: int) -> list[Step]:
         return out
     w = warmup_count(p, 1, m, s)
     r = m - w
+    def recv_act() -> tuple[P2P, ...]:
+        return () if first else (P2P(False, prv, "f"),)
+
+    def recv_grad() -> tuple[P2P, ...]:
+        return () if last else (P2P(False, nxt, "b"),)
+
+    def send_act(mb: int) -> tuple[P2P, ...]:
+        return () if last else (P2P(True, nxt, "f", mb, 0),)
+
+    def send_grad(mb: int) -> tuple[P2P, ...]:
+        return () if first else (P2P(True, prv, "b", mb, 0),)
+
     for i in range(w):
-        recv_fwd("warmup")
+        batch("recv-warmup", "warmup", i, *recv_act())
         out.append(Compute(False, i, 0, "warmup"))
-        send_fwd("warmup", i)
+        batch("send-warmup", "warmup", i, *send_act(i))
     if r > 0:
-        recv_fwd("warmup")
+        batch("recv-extra", "warmup", w, *recv_act())
     for i in range(r):
         out.append(Compute(False, w + i, 0, "steady"))
-        if not last:  # send_forward_recv_backward
-            batch("steady", P2P(True, nxt, "f", w + i, 0), P2P(False, nxt, "b"))
+        # send_forward_recv_backward
+        batch("exchange-next", "steady", None, *(send_act(w + i) + recv_grad() if not last else ()))
         out.append(Compute(True, i, 0, "steady"))
-        if i == r - 1:  # send_backward
-            if not first:
-                batch("steady", P2P(True, prv, "b", i, 0))
-        elif not first:  # send_backward_recv_forward
-            batch("steady", P2P(True, prv, "b", i, 0), P2P(False, prv, "f"))
+        if i == r - 1:  # send_backward (MegatronApp records the last microbatch's index)
+            batch("send-extra", "steady", m - 1, *send_grad(i))
+        else:  # send_backward_recv_forward
+            batch("exchange-prev", "steady", None, *(send_grad(i) + recv_act() if not first else ()))
     for i in range(w):
-        if not last:
-            batch("cooldown", P2P(False, nxt, "b"))
+        batch("recv-cooldown", "cooldown", r + i, *recv_grad())
         out.append(Compute(True, r + i, 0, "cooldown"))
-        if not first:
-            batch("cooldown", P2P(True, prv, "b", r + i, 0))
+        batch("send-cooldown", "cooldown", r + i, *send_grad(r + i))
     return out
 
 
@@ -214,7 +220,8 @@ def build_programs(p: int, v: int, m: int) -> Programs:
     for s, program in enumerate(stages):
         for step in program:
             if isinstance(step, Batch):
-                step.label = _label(step)
+                if not step.label:
+                    step.label = _label(step)
                 for op in step.ops:
                     if op.send:
                         key = (s, op.peer_stage, op.direction)

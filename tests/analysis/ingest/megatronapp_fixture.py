@@ -1,27 +1,34 @@
 """Writes small MegatronApp (MegaScan) per-rank trace dirs for tests.
 
-Shapes follow the original tracer's files: ``benchmark-data-{dp}-pipeline-{pp}-tensor-{tp}.json``
-holding a JSON array of flat B/E records with ``rel_ts`` in ns from the iteration start, core
-fields ``dp_rk pp_rk tp_rk dev g_rk`` on every record, iteration brackets with ``pad_before``
-and ``duration_wall``/``duration_cuda``, and ``micro_batch_index``/``expect``/``group``/``data``/
-``bandwidth`` on E records.
+Shapes follow the original tracer (OpenSQZ/MegatronApp ``megatron/training/trace.py`` and the
+scopes of its 1F1B schedule): ``benchmark-data-{dp}-pipeline-{pp}-tensor-{tp}.json`` holding a
+JSON array of flat B/E records ``{**attrs, "name", "ph", "rel_ts", "dp_rk", "pp_rk", "tp_rk",
+"dev", "g_rk"}`` (attrs on E records only) with ``rel_ts`` in ns from the iteration start;
+iteration brackets ``{"name": "iteration", "ph": "B", "pad_before"}`` (nothing else) and
+``{..., "name": "iteration", "ph": "E", "rel_ts", ..., "duration_wall", "duration_cuda"}``.
 
 Global ranks follow Megatron's default order (tp fastest, then dp, then pp):
-``g_rk = tp + TP * (dp + DP * pp)``. Supported layouts: any TP and DP, PP in {1, 2}.
+``g_rk = tp + TP * (dp + DP * pp)``. Supported layouts: any TP and DP, PP in {1, 2}; two
+microbatches.
 
-Per iteration, a rank records (``F`` = forward with its nested layer, ``B`` = backward):
+Per iteration, a rank records (``F`` = forward with its nested layer, ``B`` = backward), as
+megatron-core's 1F1B with MegatronApp's scopes does for PP=2, M=2:
 
-* PP=1: F(mb0) B(mb0) F(mb1) B(mb1)
-* PP=2, stage 0: forward-warmup(mb0) send-warmup(mb0) F(mb1) exchange-next(mb1) B(mb0)
-  recv-cooldown(mb1) backward-cooldown(mb1)
-* PP=2, stage 1: recv-warmup(mb0) F(mb0) B(mb0) exchange-prev(mb0) F(mb1) backward-cooldown(mb1)
-  send-cooldown(mb1)
+* PP=1 (``forward_backward_no_pipelining`` has no scopes): the layer and ``loss`` of F(mb0),
+  F(mb1) without a step record, then ``optimizer``
+* PP=2, stage 0: recv-warmup(0, moves nothing) forward-warmup(0) send-warmup(0)
+  recv-extra(1, nothing) forward(1) exchange-next B(0) send-extra(1, nothing) recv-cooldown(1)
+  backward-cooldown(1) send-cooldown(1, nothing)
+* PP=2, stage 1: recv-extra(0) forward(0) exchange-next(nothing) backward(0) exchange-prev
+  forward(1) exchange-next(nothing) backward(1) send-extra(1)
 
-then ``grad-sync`` (when DP > 1) and ``optimizer``. A forward is
+then (PP=2) ``allreduce`` (no attrs) and ``optimizer``. A forward is
 ``forward{transformer_layer{attention{_reduce} mlp{_reduce}}}`` (+ ``loss`` on the last stage).
-``send-*``/``recv-*``/``exchange-*`` warm-up and steady records carry ``group=[peer]``;
-the cool-down ones carry no ``group`` (the reader must find the peer from coordinates).
-TP ``_reduce`` records carry the *TP x DP* group minus the rank itself, as the original does.
+p2p records carry ``micro_batch_index`` (except exchanges), ``expect``/``group`` on
+recv-warmup, send-warmup, recv-extra and exchanges, ``data`` on all (null where the call moves
+nothing, as ``group`` then is) and ``bandwidth`` = data / 2**27 / seconds (null with data).
+``_reduce`` records carry ``expect: "_reduce"`` and the *TP x DP* group minus the rank itself
+(null with TP 1), as the original does; no ``data``.
 Every B/E pair lasts a fixed number of ns (see ``LEAF_NS``/``GAP_NS``).
 """
 
@@ -33,9 +40,7 @@ from dataclasses import dataclass, field
 
 LEAF_NS = 100           # duration of an event with no children
 GAP_NS = 10             # time between a parent's B and its first child, between siblings, and before E
-P2P_BYTES = 8192
-TP_BYTES = 4096
-GRAD_BYTES = 65536
+P2P_BYTES = 8192        # one tensor between stages
 PAD_BEFORE = (1000, 5000, 7000, 9000)   # ns gap before traced iteration k
 WALL_EXTRA_NS = 7       # duration_wall = last rel_ts + this (host-side overhead)
 MICROBATCHES = 2
@@ -55,34 +60,48 @@ def global_rank(tp: int, dp: int, pp: int, layout: dict[str, int]) -> int:
     return tp + layout["tp"] * (dp + layout["dp"] * pp)
 
 
+def bandwidth(data: int, elapsed_ns: int) -> float:
+    """The original's figure: ``data / 2**27`` "Gb" per second."""
+    return data / 2 ** 27 / (elapsed_ns / 1e9)
+
+
 class _Recorder:
     def __init__(self, core: dict):
         self.core = core
         self.records: list[dict] = []
         self.t = 0
         self.pairs = 0
+        self._begun: list[int] = []
 
     def leaf(self, name: str, **end_attrs) -> None:
         self.begin(name)
         self.t += LEAF_NS - 2 * GAP_NS
         self.end(name, **end_attrs)
 
-    def begin(self, name: str, **attrs) -> None:
+    def begin(self, name: str) -> None:
         self.t += GAP_NS
-        self.records.append({"name": name, "ph": "B", "rel_ts": self.t, **self.core, **attrs})
+        self.records.append({"name": name, "ph": "B", "rel_ts": self.t, **self.core})
+        self._begun.append(self.t)
 
     def end(self, name: str, **attrs) -> None:
         self.t += GAP_NS
-        self.records.append({"name": name, "ph": "E", "rel_ts": self.t, **self.core, **attrs})
+        began = self._begun.pop()
+        record = {**attrs, "name": name, "ph": "E", "rel_ts": self.t, **self.core}
+        if "data" in attrs:
+            record["bandwidth"] = None if attrs["data"] is None else bandwidth(attrs["data"], self.t - began)
+        self.records.append(record)
         self.pairs += 1
 
 
 def write_trace_dir(directory: pathlib.Path, *, tp: int = 2, pp: int = 2, dp: int = 1, iterations: int = 2,
-                    truncate_last_iteration: bool = False) -> Written:
+                    truncate_last_iteration: bool = False, repeat_iterations: bool = False) -> Written:
     """Write one file per rank of a TP x PP x DP job into ``directory``; return what was written.
 
     ``truncate_last_iteration`` stops every file in the middle of its last iteration's first
     forward (open B records, no closing ``]``), the way a killed job leaves it.
+    ``repeat_iterations`` writes every iteration twice, the copy with the same ``pad_before``
+    and a short ``duration_wall``, as the original's second ``iteration_end`` call does
+    (``Written`` describes the file without the copies).
     """
     if pp not in (1, 2):
         raise ValueError("the fixture knows PP=1 and PP=2 schedules only")
@@ -99,7 +118,8 @@ def write_trace_dir(directory: pathlib.Path, *, tp: int = 2, pp: int = 2, dp: in
                 tp_dp_plane = [global_rank(tt, dd, p, layout) for dd in range(dp) for tt in range(tp)]
                 for it in range(iterations):
                     rec.t = 0
-                    rec.records.append({"name": "iteration", "ph": "B", **core, "pad_before": PAD_BEFORE[it]})
+                    first = len(rec.records)
+                    rec.records.append({"name": "iteration", "ph": "B", "pad_before": PAD_BEFORE[it]})
                     cut = truncate_last_iteration and it == iterations - 1
                     _iteration(rec, t, d, p, layout, tp_dp_plane, cut)
                     if cut:
@@ -109,6 +129,10 @@ def write_trace_dir(directory: pathlib.Path, *, tp: int = 2, pp: int = 2, dp: in
                     rec.records.append({"name": "iteration", "ph": "E", "rel_ts": rec.t, **core,
                                         "duration_wall": wall, "duration_cuda": rec.t})
                     rec.pairs += 1
+                    if repeat_iterations:
+                        copy = [dict(r) for r in rec.records[first:]]
+                        copy[-1]["duration_wall"] = 3
+                        rec.records += copy
                 path = directory / f"benchmark-data-{d}-pipeline-{p}-tensor-{t}.json"
                 text = "[\n" + ",\n".join(json.dumps(r, separators=(",", ":")) for r in rec.records)
                 if truncate_last_iteration:
@@ -130,65 +154,78 @@ def _iteration(rec: _Recorder, t: int, d: int, p: int, layout: dict[str, int], p
     last = p == layout["pp"] - 1
     tp_group = [r for r in plane if r != me] if layout["tp"] > 1 else None
 
-    def forward(name: str, mb: int) -> None:
-        rec.begin(name)
+    def body(mb: int) -> None:
         rec.begin("transformer_layer")
         for part in ("attention", "mlp"):
             rec.begin(part)
-            if tp_group is not None:
-                rec.leaf("_reduce", micro_batch_index=mb, group=tp_group, data=TP_BYTES)
+            rec.leaf("_reduce", expect="_reduce", group=tp_group)
             if cut:
                 return                       # stop with forward/transformer_layer/attention open
             rec.end(part)
         rec.end("transformer_layer")
         if last:
-            rec.leaf("loss", micro_batch_index=mb)
+            rec.leaf("loss")
+
+    def forward(name: str, mb: int) -> None:
+        rec.begin(name)
+        body(mb)
+        if cut:
+            return
         rec.end(name, micro_batch_index=mb)
 
     def backward(name: str, mb: int) -> None:
         rec.leaf(name, micro_batch_index=mb)
 
-    def p2p(name: str, expect: str, mb: int, peer: int | None, with_group: bool) -> None:
-        attrs = {"micro_batch_index": mb, "expect": expect, "data": P2P_BYTES, "bandwidth": 12.5}
-        if with_group:
-            attrs["group"] = [peer]
+    def p2p(name: str, mb: int | None, peer: int | None, tensors: int) -> None:
+        attrs: dict = {} if mb is None else {"micro_batch_index": mb}
+        expect = {"recv-warmup": "send-warmup", "send-warmup": "recv-warmup", "recv-extra": "send-warmup",
+                  "exchange-next": "exchange-prev", "exchange-prev": "exchange-next"}.get(name)
+        if expect is not None:
+            attrs["expect"] = expect
+        attrs["data"] = P2P_BYTES * tensors if peer is not None else None
+        if expect is not None:
+            attrs["group"] = [peer] if peer is not None else None
         rec.leaf(name, **attrs)
 
     if layout["pp"] == 1:
-        forward("forward", 0)
+        body(0)
         if cut:
             return
-        backward("backward", 0)
-        forward("forward", 1)
-        backward("backward", 1)
+        body(1)
     elif p == 0:
+        p2p("recv-warmup", 0, None, 1)
         forward("forward-warmup", 0)
         if cut:
             return
-        p2p("send-warmup", "recv-warmup", 0, nxt, True)
+        p2p("send-warmup", 0, nxt, 1)
+        p2p("recv-extra", 1, None, 1)
         forward("forward", 1)
-        p2p("exchange-next", "exchange-prev", 1, nxt, True)
+        p2p("exchange-next", None, nxt, 2)
         backward("backward", 0)
-        p2p("recv-cooldown", "send-cooldown", 1, nxt, False)
+        p2p("send-extra", 1, None, 1)
+        p2p("recv-cooldown", 1, nxt, 1)
         backward("backward-cooldown", 1)
+        p2p("send-cooldown", 1, None, 1)
     else:
-        p2p("recv-warmup", "send-warmup", 0, prv, True)
+        p2p("recv-extra", 0, prv, 1)
         forward("forward", 0)
         if cut:
             return
+        p2p("exchange-next", None, None, 2)
         backward("backward", 0)
-        p2p("exchange-prev", "exchange-next", 0, prv, True)
+        p2p("exchange-prev", None, prv, 2)
         forward("forward", 1)
-        backward("backward-cooldown", 1)
-        p2p("send-cooldown", "recv-cooldown", 1, prv, False)
-    if layout["dp"] > 1:
-        dp_group = [global_rank(t, dd, p, layout) for dd in range(layout["dp"]) if dd != d]
-        rec.leaf("grad-sync", group=dp_group, data=GRAD_BYTES)
+        p2p("exchange-next", None, None, 2)
+        backward("backward", 1)
+        p2p("send-extra", 1, prv, 1)
+    if layout["pp"] > 1:
+        rec.leaf("allreduce")
     rec.leaf("optimizer")
 
 
 if __name__ == "__main__":
     # tests/fixtures/megatronapp was made with: python megatronapp_fixture.py tests/fixtures/megatronapp 1
+    # (by an earlier version of this script, before its records followed the original field for field)
     import sys
 
     write_trace_dir(pathlib.Path(sys.argv[1]), iterations=int(sys.argv[2]) if len(sys.argv) > 2 else 2)

@@ -103,10 +103,10 @@ def test_tp_collectives(tp2pp2):
     assert reduces["cat"].unique().to_list() == ["collective"]
     assert reduces["lane"].unique().to_list() == ["comm"]
     assert reduces["group"].unique().to_list() == ["tp"]
-    assert reduces["bytes"].unique().to_list() == [fx.TP_BYTES]
+    assert reduces["bytes"].null_count() == reduces.height  # the original records no size on them
     by_rank = {r: g for r, g in reduces.select("rank", "group_ranks").unique("rank").iter_rows()}
     assert by_rank == {0: [0, 1], 1: [0, 1], 2: [2, 3], 3: [2, 3]}
-    assert sorted(reduces["microbatch"].unique().to_list()) == [0, 1]
+    assert orjson.loads(reduces["args"][0])["expect"] == "_reduce"
 
 
 def test_p2p_peers_from_group_and_from_coordinates(tp2pp2):
@@ -116,15 +116,34 @@ def test_p2p_peers_from_group_and_from_coordinates(tp2pp2):
     expected = {0: 2, 1: 3, 2: 0, 3: 1}
     for rank, peer in expected.items():
         assert p2p.filter(pl.col("rank") == rank)["peer"].unique().to_list() == [peer]
-    # cool-down records carry no group: their peer came from the coordinates
+    # cool-down and send-extra records carry no group: their peer came from the coordinates
     assert p2p.filter(pl.col("name") == "recv-cooldown")["peer"].to_list() == [2, 2, 3, 3]
-    assert p2p["bytes"].unique().to_list() == [fx.P2P_BYTES]
+    assert p2p.filter(pl.col("name") == "send-extra")["peer"].to_list() == [0, 0, 1, 1]
+    # an exchange moves two tensors (one each way), the others one
+    sizes = dict(p2p.select("name", "bytes").unique().iter_rows())
+    assert sizes == {"send-warmup": fx.P2P_BYTES, "recv-extra": fx.P2P_BYTES, "exchange-next": 2 * fx.P2P_BYTES,
+                     "exchange-prev": 2 * fx.P2P_BYTES, "recv-cooldown": fx.P2P_BYTES, "send-extra": fx.P2P_BYTES}
     assert p2p["lane"].unique().to_list() == ["comm"]
     names0 = p2p.filter((pl.col("rank") == 0) & (pl.col("iteration") == 0))["name"].to_list()
     assert names0 == ["send-warmup", "exchange-next", "recv-cooldown"]
     args = orjson.loads(p2p.filter(pl.col("name") == "send-warmup")["args"][0])
     assert args["expect"] == "recv-warmup"
-    assert args["bandwidth"] == 12.5
+    # the original's unit: data / 2**27 per second (binary gigabits/s), over the record's span
+    leaf = fx.LEAF_NS - fx.GAP_NS
+    assert args["bandwidth"] == pytest.approx(fx.P2P_BYTES / 2**27 / (leaf / 1e9))
+    assert args["bandwidth"] == pytest.approx(fx.P2P_BYTES * 8 / 2**30 / (leaf / 1e9))
+
+
+def test_p2p_calls_that_move_nothing_are_not_p2p(tp2pp2):
+    _, events, _ = tp2pp2
+    idle = events.filter(pl.col("cat") == "other")
+    # stage 0: recv-warmup, recv-extra, send-extra, send-cooldown; stage 1: two exchange-next
+    assert sorted(idle.filter((pl.col("rank") == 0) & (pl.col("iteration") == 0))["name"].to_list()) == [
+        "recv-extra", "recv-warmup", "send-cooldown", "send-extra"]
+    assert idle.filter((pl.col("rank") == 2) & (pl.col("iteration") == 0))["name"].to_list() == [
+        "exchange-next", "exchange-next"]
+    assert idle["peer"].null_count() == idle.height and idle["bytes"].null_count() == idle.height
+    assert orjson.loads(idle["args"][0])["bandwidth"] is None
 
 
 def test_categories(tp2pp2):
@@ -134,24 +153,60 @@ def test_categories(tp2pp2):
     for name in ("forward", "forward-warmup", "backward", "backward-cooldown", "transformer_layer",
                  "attention", "mlp", "loss"):
         assert cats[name] == "compute"
+    assert cats["allreduce"] == "collective"
     assert events.filter(pl.col("name") == "optimizer").height == 4 * 2
 
 
 def test_tp_x_dp_tag_is_narrowed_to_tp_and_dp_group_named(tmp_path):
-    written = fx.write_trace_dir(tmp_path, tp=2, pp=1, dp=2, iterations=2)
+    written = fx.write_trace_dir(tmp_path, tp=2, pp=2, dp=2, iterations=2)
     events, ranks = _read(written.files.values())
-    assert (ranks["layout_tp"][0], ranks["layout_dp"][0], ranks["layout_pp"][0]) == (2, 2, 1)
-    reduces = events.filter((pl.col("name") == "_reduce") & (pl.col("rank") == 3))
+    assert (ranks["layout_tp"][0], ranks["layout_dp"][0], ranks["layout_pp"][0]) == (2, 2, 2)
+    reduces = events.filter((pl.col("name") == "_reduce") & (pl.col("rank") == 7))
     assert reduces["group"].unique().to_list() == ["tp"]
-    assert reduces["group_ranks"][0].to_list() == [2, 3]
-    assert orjson.loads(reduces["args"][0])["mapp_original_group"] == [0, 1, 2]
-    sync = events.filter(pl.col("name") == "grad-sync")
-    assert sync.height == 4 * 2
+    assert reduces["group_ranks"][0].to_list() == [6, 7]
+    assert orjson.loads(reduces["args"][0])["mapp_original_group"] == [4, 5, 6]
+    # the gradient reduction carries no group in the original: it is the rank's DP group
+    sync = events.filter(pl.col("name") == "allreduce")
+    assert sync.height == 8 * 2
     assert sync["cat"].unique().to_list() == ["collective"]
     assert sync["group"].unique().to_list() == ["dp"]
     assert dict(sync.select("rank", "group_ranks").unique("rank").iter_rows()) == {
-        0: [0, 2], 1: [1, 3], 2: [0, 2], 3: [1, 3]}
-    assert sync["bytes"].unique().to_list() == [fx.GRAD_BYTES]
+        0: [0, 2], 1: [1, 3], 2: [0, 2], 3: [1, 3], 4: [4, 6], 5: [5, 7], 6: [4, 6], 7: [5, 7]}
+    assert orjson.loads(sync["args"][0])["mapp_inferred_group"] == "dp"
+    assert sync["bytes"].null_count() == sync.height
+
+
+def test_groups_are_recovered_when_files_are_missing(tmp_path):
+    # files of rank 4 and 6 are absent: the TP x DP list still names them, and the default rank
+    # order (tp fastest, then dp, then pp) gives the TP and DP groups by arithmetic
+    written = fx.write_trace_dir(tmp_path, tp=2, pp=2, dp=2, iterations=1)
+    files = [path for rank, path in written.files.items() if rank not in (4, 6)]
+    events, _ = _read(files)
+    reduces = events.filter((pl.col("name") == "_reduce") & (pl.col("rank") == 7))
+    assert reduces["group"].unique().to_list() == ["tp"]
+    assert reduces["group_ranks"][0].to_list() == [6, 7]
+    sync = events.filter((pl.col("name") == "allreduce") & (pl.col("rank") == 5))
+    assert sync["group_ranks"][0].to_list() == [5, 7]
+
+
+def test_tp_one_reduces_move_nothing(tmp_path):
+    written = fx.write_trace_dir(tmp_path, tp=1, pp=2, dp=2, iterations=1)
+    events, _ = _read(written.files.values())
+    reduces = events.filter(pl.col("name") == "_reduce")
+    assert reduces.height > 0
+    assert reduces["cat"].unique().to_list() == ["other"]
+    assert reduces["group_ranks"].null_count() == reduces.height
+
+
+def test_repeated_iterations_are_dropped(tmp_path):
+    # the original's iteration_end runs twice per iteration and writes the iteration again
+    written = fx.write_trace_dir(tmp_path, tp=2, pp=2, dp=1, iterations=2, repeat_iterations=True)
+    warnings: list[str] = []
+    events, _ = _read(written.files.values(), warnings)
+    assert dict(events.group_by("rank").len().iter_rows()) == written.pairs
+    its = events.filter((pl.col("rank") == 0) & (pl.col("cat") == "iteration")).sort("ts_ns")
+    assert its["dur_ns"].to_list() == written.iteration_walls[0]
+    assert sum("repeat the one before" in w for w in warnings) == 4
 
 
 def test_group_is_null_when_members_form_no_axis(tmp_path):

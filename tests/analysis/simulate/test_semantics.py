@@ -20,10 +20,16 @@ LAYOUTS = [
     dict(tp=2, pp=2, dp=2, vpp=2, microbatches=4),
     dict(tp=1, pp=4, dp=2, vpp=2, microbatches=8),
     dict(tp=4, pp=1, dp=2, vpp=1, microbatches=3),
+    # the realism options: the host ahead of the GPU, noise, data fetch, uneven lengths, vocabulary
+    dict(tp=2, pp=4, dp=2, vpp=1, microbatches=6, host_ahead=True, host_noise_us=5.0, data_load_us=50.0,
+         seqlen_sigma=0.5, vocab_size=4096),
+    dict(tp=2, pp=2, dp=2, vpp=2, microbatches=4, host_ahead=True, host_noise_us=20.0, seqlen_sigma=0.8,
+         vocab_size=4096),
 ]
 
 
-@pytest.fixture(scope="module", params=range(len(LAYOUTS)), ids=lambda i: "tp{tp}pp{pp}dp{dp}v{vpp}".format(**LAYOUTS[i]))
+@pytest.fixture(scope="module", params=range(len(LAYOUTS)),
+                ids=lambda i: "tp{tp}pp{pp}dp{dp}v{vpp}".format(**LAYOUTS[i]) + ("-real" if len(LAYOUTS[i]) > 5 else ""))
 def traced(request, tmp_path_factory):
     layout = LAYOUTS[request.param]
     tmp = tmp_path_factory.mktemp("sem")
