@@ -5,9 +5,36 @@
         --slow-rank 3 --slow-factor 2.0
 
 Data parallelism is what the world size leaves (world = tp * pp * dp). CPU with gloo or
-GPU with NCCL is chosen by what the machine has. ``--slow-rank R --slow-factor F`` is a
-software fault injector: rank R does extra work inside every transformer layer so that its
-attention and MLP take about F times as long (sleep on CPU, extra matmuls on GPU).
+GPU with NCCL is chosen by what the machine has.
+
+Software fault injectors (``--slow-rank R`` picks the rank, ``--slow-mode`` what it does):
+
+- ``layer`` (default), with ``--slow-factor F``: rank R does extra work inside every
+  transformer layer so that its attention and MLP take about F times as long, forward and
+  backward. ``--slow-work`` says how: ``sleep`` (the CPU default: the other ranks sharing the
+  cores are not slowed too) or ``matmul`` (real matmuls of the layer's activations, for
+  (F-1) x the module's measured time on CPU, (F-1) x its FLOPs on GPU; the GPU default).
+- ``before-microbatch``, with ``--slow-ms MS``: real matmuls for about MS ms before each
+  microbatch's forward (in the forward step function, outside the model: a profiler sees the
+  extra aten ops, mapp's capture sees untraced time inside the schedule's ``forward`` span).
+- ``host-sleep``, with ``--slow-ms MS``: ``time.sleep(MS/1000)`` in the data iterator before
+  each microbatch is handed out (a slow data path / host).
+
+``--link-slow SRC,DST --link-extra-bytes N`` makes one pipeline link carry more traffic:
+every pipeline exchange between the two ranks (activations forward, gradients backward)
+also moves an extra N-byte tensor between them, on a process group of its own and inside
+megatron-core's ``P2PCommunicator._communicate`` (so a tracer of that call sees a slower
+transfer of the same recorded size).
+
+Workload imbalance without a fault: ``--last-stage-layers N`` gives the last pipeline stage N
+of the ``--layers`` (megatron-core's ``num_layers_in_last_pipeline_stage``);
+``--seq-lognormal SIGMA`` draws every microbatch's sequence length independently per data
+parallel replica, ``min(--seq, max(8, round(--seq/4 * exp(SIGMA * N(0, 1)))))`` (with
+``variable_seq_lengths`` so that pipeline stages exchange shapes).
+
+``--profile-dir DIR`` traces the run with ``torch.profiler`` instead (CPU activity, and CUDA on
+a GPU; ``record_shapes``; ``--profile-wait`` iterations skipped, ``--profile-warmup`` warm-up,
+``--profile-active`` recorded), one ``rank-<r>.json`` per rank.
 
 ``--groups-json PATH`` writes, from rank 0, the process groups megatron-core built (global
 ranks per TP/PP/DP group), which tests compare with the trace.
@@ -17,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -43,8 +71,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--num-microbatches", type=int, default=4)
     p.add_argument("--bf16", action="store_true", help="bf16 weights and activations (GPU)")
     p.add_argument("--overlap-grad-reduce", action="store_true")
+    p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
+    p.add_argument("--clip-grad", type=float, default=1.0, help="gradient clipping norm (0: none)")
     p.add_argument("--slow-rank", type=int, default=None, help="rank to slow down (fault injector)")
     p.add_argument("--slow-factor", type=float, default=1.0, help="compute slowdown of --slow-rank")
+    p.add_argument("--slow-mode", default="layer", choices=["layer", "before-microbatch", "host-sleep"],
+                   help="what --slow-rank does (see the module doc)")
+    p.add_argument("--slow-work", default="auto", choices=["auto", "sleep", "matmul"],
+                   help="--slow-mode layer: sleep or real matmuls (auto: sleep on CPU, matmuls on GPU)")
+    p.add_argument("--slow-ms", type=float, default=20.0,
+                   help="--slow-mode before-microbatch/host-sleep: ms of extra work/sleep per microbatch")
+    p.add_argument("--link-slow", default=None, metavar="SRC,DST",
+                   help="two ranks of one pipeline link that exchange extra bytes with every p2p")
+    p.add_argument("--link-extra-bytes", type=int, default=0, help="bytes of the extra tensor (--link-slow)")
+    p.add_argument("--last-stage-layers", type=int, default=None,
+                   help="transformer layers of the last pipeline stage (uneven split)")
+    p.add_argument("--seq-lognormal", type=float, default=None, metavar="SIGMA",
+                   help="heavy-tailed per-microbatch sequence lengths, independent per DP replica")
+    p.add_argument("--profile-dir", default=None, help="trace with torch.profiler: rank-<r>.json here")
+    p.add_argument("--profile-wait", type=int, default=1, help="iterations before the profiler starts")
+    p.add_argument("--profile-warmup", type=int, default=1, help="profiler warm-up iterations")
+    p.add_argument("--profile-active", type=int, default=None,
+                   help="profiled iterations (default: the rest)")
     p.add_argument("--groups-json", default=None, help="rank 0 writes the parallel groups here")
     p.add_argument("--timings-json", default=None, help="each rank appends its step times here")
     p.add_argument("--seed", type=int, default=1234)
@@ -59,6 +107,15 @@ def init_distributed(args) -> torch.device:
         return torch.device("cuda", torch.cuda.current_device())
     dist.init_process_group("gloo")
     return torch.device("cpu")
+
+
+def _variable_seq_kwargs(args) -> dict:
+    """Pipeline stages must exchange shapes when sequence lengths vary (megatron-core's
+    ``variable_seq_lengths``; its config check also wants the (here unused) MoE dispatcher
+    that supports them). Without pipelining nothing needs to be told."""
+    if args.seq_lognormal is None or args.pp == 1:
+        return {}
+    return {"variable_seq_lengths": True, "moe_token_dispatcher_type": "alltoall"}
 
 
 def build_model(args, device):
@@ -83,6 +140,8 @@ def build_model(args, device):
         attention_dropout=0.0,
         hidden_dropout=0.0,
         use_cpu_initialization=device.type == "cpu",
+        num_layers_in_last_pipeline_stage=args.last_stage_layers,
+        **_variable_seq_kwargs(args),
     )
     chunks = []
     for vp_stage in range(args.vpp or 1):
@@ -119,18 +178,40 @@ def _finalize_grads(model, *args, **kwargs):
     return finalize_model_grads(model, *args, **kwargs)
 
 
-def batches(args, device):
-    """Synthetic next-token batches (tokens, labels, positions, causal mask)."""
+def batches(args, device, replica: int = 0, delay_s: float = 0.0, injected=None):
+    """Synthetic next-token batches (tokens, labels, positions, causal mask).
+
+    ``replica``: the data-parallel rank; with ``--seq-lognormal`` it seeds the lengths, so that
+    the TP ranks and pipeline stages of one replica draw the same ones and replicas differ.
+    ``delay_s``: the host-sleep injector, slept before each batch is handed out."""
     gen = torch.Generator().manual_seed(args.seed)
-    pos = torch.arange(args.seq, device=device).unsqueeze(0).expand(args.micro_batch_size, -1)
-    mask = torch.tril(torch.ones(1, 1, args.seq, args.seq, device=device)) < 0.5
+    lengths = torch.Generator().manual_seed(args.seed * 1000 + 7919 * replica + 1)
+    masks = {}
     while True:
-        tok = torch.randint(0, args.vocab, (args.micro_batch_size, args.seq + 1), generator=gen)
+        seq = args.seq
+        if args.seq_lognormal is not None:
+            z = torch.randn((), generator=lengths).item()
+            seq = min(args.seq, max(8, round(args.seq / 4 * math.exp(args.seq_lognormal * z))))
+        if delay_s:
+            t0 = time.perf_counter()
+            time.sleep(delay_s)
+            if injected is not None:
+                injected.add(time.perf_counter() - t0)
+        tok = torch.randint(0, args.vocab, (args.micro_batch_size, seq + 1), generator=gen)
         tok = tok.to(device)
+        if seq not in masks:
+            masks[seq] = (torch.arange(seq, device=device).unsqueeze(0).expand(args.micro_batch_size, -1),
+                          torch.tril(torch.ones(1, 1, seq, seq, device=device)) < 0.5)
+        pos, mask = masks[seq]
         yield {"tokens": tok[:, :-1], "labels": tok[:, 1:], "pos": pos, "mask": mask}
 
 
+_BEFORE_MICROBATCH = None  # set on the slow rank by --slow-mode before-microbatch
+
+
 def forward_step(data, model):
+    if _BEFORE_MICROBATCH is not None:
+        _BEFORE_MICROBATCH()
     b = next(data)
     out = model(b["tokens"], b["pos"], b["mask"], labels=b["labels"])
 
@@ -141,16 +222,73 @@ def forward_step(data, model):
     return out, loss_func
 
 
+class Injected:
+    """Seconds of work or sleep an injector added, per iteration (what the run measured)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.per_iteration: list[float] = []
+
+    def add(self, seconds: float) -> None:
+        self.now += seconds
+
+    def close_iteration(self) -> None:
+        self.per_iteration.append(self.now)
+        self.now = 0.0
+
+
+class CpuBurner:
+    """CPU busy work that a profiler sees as a few real aten matmuls: ``x @ (hidden, width)``
+    for an activation ``x``; ``width`` is ``hidden``, widened at the first call (on that ``x``)
+    until one matmul takes about 0.5 ms: a millisecond of extra work is a handful of ops, not
+    thousands of tiny ones."""
+
+    def __init__(self, hidden: int, dtype, target_s: float = 5e-4):
+        self.hidden, self.dtype, self.target_s = hidden, dtype, target_s
+        self.weight = None
+
+    def _calibrate(self, a: torch.Tensor) -> None:
+        width = self.hidden        # (hidden x hidden) when that is already slow enough
+        while True:
+            w = torch.randn(self.hidden, width, dtype=self.dtype)
+            torch.matmul(a, w)
+            t0 = time.perf_counter()
+            for _ in range(3):
+                torch.matmul(a, w)
+            per = (time.perf_counter() - t0) / 3
+            if per >= self.target_s or width >= 1 << 15:
+                break
+            width = min(1 << 15, width * max(2, min(8, int(self.target_s / max(per, 1e-7)))))
+        self.weight = w
+
+    def burn_for(self, x: torch.Tensor, seconds: float) -> None:
+        """Real matmuls of ``x`` (last dim ``hidden``) until ``seconds`` have passed."""
+        t0 = time.perf_counter()
+        a = x.detach().reshape(-1, x.shape[-1])
+        with torch.no_grad():
+            if self.weight is None:
+                self._calibrate(a)
+            while time.perf_counter() - t0 < seconds:
+                torch.matmul(a, self.weight)
+
+
 class SlowDown:
     """Fault injector: makes the attention and MLP of every transformer layer about ``factor``
-    times slower on this rank, forward and backward. CPU: sleeps for (factor-1) times the
-    measured duration (sleep, not busy work, so that the other ranks sharing the cores are not
-    slowed too). GPU: launches extra matmuls with about (factor-1) times the module's FLOPs."""
+    times slower on this rank, forward and backward. ``work="sleep"`` (the CPU default): sleeps
+    for (factor-1) times the measured duration (sleep, not busy work, so that the other ranks
+    sharing the cores are not slowed too). ``work="matmul"``: real matmuls of the module's
+    activations; on GPU about (factor-1) times the module's FLOPs (the GPU default), on CPU
+    repeated until (factor-1) times the module's measured duration has passed."""
 
-    def __init__(self, factor: float, hidden: int, device: torch.device, dtype, tp: int, seq: int):
+    def __init__(self, factor: float, hidden: int, device: torch.device, dtype, tp: int, seq: int,
+                 work: str = "auto", injected: Injected | None = None):
         self.extra = max(0.0, factor - 1.0)
         self.device = device
+        self.work = ("matmul" if device.type == "cuda" else "sleep") if work == "auto" else work
+        self.injected = injected if injected is not None else Injected()
         self.matmuls = {}
+        if self.work == "matmul" and device.type == "cpu":
+            self.burner = CpuBurner(hidden, dtype)
         if device.type == "cuda":
             # forward FLOPs per token / tp: attention ~ 8h^2 + 4sh, MLP ~ 16h^2;
             # one (tokens, h) @ (h, h) matmul is 2h^2 per token.
@@ -181,6 +319,16 @@ class SlowDown:
             for _ in range(count):
                 torch.matmul(a, self.weight)
 
+    def _spend(self, module, x: torch.Tensor, elapsed: float, backward: bool) -> None:
+        t0 = time.perf_counter()
+        if self.device.type == "cuda" and self.work == "matmul":
+            self._burn(x, (2 if backward else 1) * self.matmuls[module._slow_kind])
+        elif self.work == "matmul":
+            self.burner.burn_for(x, self.extra * elapsed)
+        else:
+            time.sleep(self.extra * elapsed)
+        self.injected.add(time.perf_counter() - t0)
+
     def _pre(self, module, args, kwargs):
         module._slow_t0 = time.perf_counter()
         x = args[0] if args else kwargs.get("hidden_states")
@@ -189,10 +337,7 @@ class SlowDown:
 
     def _post(self, module, args, out):
         x = out[0] if isinstance(out, tuple) else out
-        if self.device.type == "cuda":
-            self._burn(x, self.matmuls[module._slow_kind])
-        else:
-            time.sleep(self.extra * (time.perf_counter() - module._slow_t0))
+        self._spend(module, x, time.perf_counter() - module._slow_t0, backward=False)
         if isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled():
             x.register_hook(lambda g, m=module: self._bwd_start(m, g))
 
@@ -200,11 +345,89 @@ class SlowDown:
         module._slow_b0 = time.perf_counter()
 
     def _bwd_end(self, module, grad):
-        if self.device.type == "cuda":
-            self._burn(grad, 2 * self.matmuls[module._slow_kind])
-        elif getattr(module, "_slow_b0", None) is not None:
-            time.sleep(self.extra * (time.perf_counter() - module._slow_b0))
+        if self.device.type == "cuda" or getattr(module, "_slow_b0", None) is not None:
+            elapsed = time.perf_counter() - module._slow_b0 if getattr(module, "_slow_b0", None) else 0.0
+            self._spend(module, grad, elapsed, backward=True)
             module._slow_b0 = None
+
+
+class BeforeMicrobatch:
+    """Fault injector (``--slow-mode before-microbatch``): real matmuls for about ``ms`` ms
+    before each microbatch's forward, outside the model. CPU: :class:`CpuBurner` matmuls of a
+    (micro_batch * seq, hidden) activation until the time has passed. GPU: a count of (hidden x
+    hidden) matmuls calibrated once (synchronised) to take about ``ms``; they run asynchronously."""
+
+    def __init__(self, ms: float, args, device: torch.device, dtype, injected: Injected):
+        self.seconds = ms / 1e3
+        self.device = device
+        self.injected = injected
+        self.a = torch.randn(args.micro_batch_size * args.seq, args.hidden, device=device, dtype=dtype)
+        self.count = None
+        if device.type == "cpu":
+            self.burner = CpuBurner(args.hidden, dtype)
+        else:
+            self.weight = torch.randn(args.hidden, args.hidden, device=device, dtype=dtype)
+            with torch.no_grad():
+                for _ in range(10):
+                    torch.matmul(self.a, self.weight)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(200):
+                    torch.matmul(self.a, self.weight)
+                torch.cuda.synchronize()
+            per = (time.perf_counter() - t0) / 200
+            self.count = max(1, round(self.seconds / per))
+
+    def __call__(self) -> None:
+        if self.count is not None:
+            with torch.no_grad():
+                for _ in range(self.count):
+                    torch.matmul(self.a, self.weight)
+            self.injected.add(self.seconds)   # GPU: the calibrated estimate, not host time
+            return
+        t0 = time.perf_counter()
+        self.burner.burn_for(self.a, self.seconds)
+        self.injected.add(time.perf_counter() - t0)
+
+
+def install_link_slow(args, rank: int, device: torch.device, injected: Injected | None = None) -> None:
+    """``--link-slow SRC,DST``: every pipeline exchange between SRC and DST also moves an extra
+    ``--link-extra-bytes`` tensor between them (both directions: the side that sends a tensor to
+    the other sends the extra one too, the receiving side receives it), on a 2-rank process
+    group of its own. It wraps ``P2PCommunicator._communicate`` (before mapp's capture wraps
+    it, so that mapp's send/recv spans include the extra transfer but record megatron's bytes).
+    Every rank must call this (``new_group`` is collective)."""
+    from megatron.core.pipeline_parallel import p2p_communication
+
+    src, dst = (int(r) for r in args.link_slow.split(","))
+    group = dist.new_group(sorted([src, dst]))
+    if rank not in (src, dst):
+        return
+    peer = dst if rank == src else src
+    n = max(1, args.link_extra_bytes // 4)
+    out_buf = torch.ones(n, dtype=torch.float32, device=device)
+    in_buf = torch.empty(n, dtype=torch.float32, device=device)
+    cls = p2p_communication.P2PCommunicator
+    original = cls._communicate
+
+    def _communicate(self, *, tensor_send_next=None, tensor_send_prev=None, recv_prev=False, recv_next=False,
+                     **kwargs):
+        result = original(self, tensor_send_next=tensor_send_next, tensor_send_prev=tensor_send_prev,
+                          recv_prev=recv_prev, recv_next=recv_next, **kwargs)
+        sends = (tensor_send_next is not None and self.next_rank == peer) + \
+                (tensor_send_prev is not None and self.prev_rank == peer)
+        recvs = (recv_next and self.next_rank == peer) + (recv_prev and self.prev_rank == peer)
+        ops = [dist.P2POp(dist.isend, out_buf, peer, group) for _ in range(sends)]
+        ops += [dist.P2POp(dist.irecv, in_buf, peer, group) for _ in range(recvs)]
+        if ops:
+            t0 = time.perf_counter()
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+            if injected is not None:
+                injected.add(time.perf_counter() - t0)
+        return result
+
+    cls._communicate = _communicate
 
 
 def transformer_layers(chunks):
@@ -233,7 +456,54 @@ def write_groups(path: str) -> None:
                        "by_rank": gathered}, f)
 
 
+def store_barrier(name: str) -> None:
+    """Wait until every rank got here, through the rendezvous store (no collective, so nothing
+    that a profiler records)."""
+    store = dist.distributed_c10d._get_default_store()
+    store.add(name, 1)
+    while store.add(name, 0) < dist.get_world_size():
+        time.sleep(0.002)
+
+
+_STOPS = [0]
+
+
+def _synced_profile_class():
+    from torch.profiler import profile
+
+    class SyncedProfile(profile):
+        """torch.profiler.profile whose ranks all finish their last recorded step before any of
+        them stops the trace: stopping (processing the events) takes the CPU for a while, and
+        on shared cores it would slow the ranks still in that step."""
+
+        def stop_trace(self):
+            if dist.is_initialized():
+                _STOPS[0] += 1
+                store_barrier(f"mapp-profiler-stop-{_STOPS[0]}")
+            super().stop_trace()
+
+    return SyncedProfile
+
+
+def make_profiler(args, rank: int, device: torch.device):
+    """``--profile-dir``: a torch.profiler that writes ``rank-<r>.json``, or None."""
+    if not args.profile_dir:
+        return None
+    from torch.profiler import ProfilerActivity, schedule
+
+    SyncedProfile = _synced_profile_class()
+    os.makedirs(args.profile_dir, exist_ok=True)
+    active = args.profile_active or max(1, args.iterations - args.profile_wait - args.profile_warmup)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    path = os.path.join(args.profile_dir, f"rank-{rank}.json")
+    return SyncedProfile(activities=activities, record_shapes=True,
+                         schedule=schedule(wait=args.profile_wait, warmup=args.profile_warmup, active=active,
+                                           repeat=1),
+                         on_trace_ready=lambda p: p.export_chrome_trace(path))
+
+
 def main(argv=None) -> None:
+    global _BEFORE_MICROBATCH
     args = parse_args(argv)
     device = init_distributed(args)
     if args.bf16 and device.type == "cpu":
@@ -257,11 +527,18 @@ def main(argv=None) -> None:
         write_groups(args.groups_json)
 
     cfg, chunks = build_model(args, device)
-    if args.slow_rank == rank and args.slow_factor > 1.0:
-        SlowDown(args.slow_factor, args.hidden, device, cfg.params_dtype, args.tp, args.seq).attach(
-            transformer_layers(chunks))
+    injected = Injected()
+    slow = args.slow_rank == rank
+    if slow and args.slow_mode == "layer" and args.slow_factor > 1.0:
+        SlowDown(args.slow_factor, args.hidden, device, cfg.params_dtype, args.tp, args.seq,
+                 work=args.slow_work, injected=injected).attach(transformer_layers(chunks))
+    if slow and args.slow_mode == "before-microbatch" and args.slow_ms > 0:
+        _BEFORE_MICROBATCH = BeforeMicrobatch(args.slow_ms, args, device, cfg.params_dtype, injected)
+    if args.link_slow:
+        install_link_slow(args, rank, device, injected)
     opt = get_megatron_optimizer(
-        OptimizerConfig(optimizer="adam", lr=1e-4, bf16=args.bf16, use_distributed_optimizer=False),
+        OptimizerConfig(optimizer=args.optimizer, lr=1e-4, bf16=args.bf16, use_distributed_optimizer=False,
+                        clip_grad=args.clip_grad),
         chunks,
     )
 
@@ -270,8 +547,13 @@ def main(argv=None) -> None:
     tracer = install_from_args(args, model=chunks, optimizer=opt)
 
     fb = get_forward_backward_func()
-    data = [batches(args, device) for _ in chunks]
+    delay_s = args.slow_ms / 1e3 if slow and args.slow_mode == "host-sleep" else 0.0
+    replica = ps.get_data_parallel_rank()
+    data = [batches(args, device, replica, delay_s, injected) for _ in chunks]
     step_s = []
+    profiler = make_profiler(args, rank, device)
+    if profiler is not None:
+        profiler.start()
     for it in range(args.iterations):
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -293,17 +575,23 @@ def main(argv=None) -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
         step_s.append(time.perf_counter() - t0)
+        injected.close_iteration()
+        if profiler is not None:
+            profiler.step()
         if rank == dist.get_world_size() - 1 and losses:
             loss = torch.stack([x["loss"] for x in losses]).mean().item()
             print(f"iteration {it} loss {loss:.4f} step {step_s[-1] * 1e3:.1f} ms", flush=True)
 
+    if profiler is not None:
+        profiler.stop()
     tracer.close()
     if args.timings_json:
         times = [None] * dist.get_world_size()
-        dist.all_gather_object(times, step_s)
+        dist.all_gather_object(times, {"step_s": step_s, "injected_s": injected.per_iteration})
         if rank == 0:
             with open(args.timings_json, "w") as f:
-                json.dump({"step_s": times}, f)
+                json.dump({"step_s": [t["step_s"] for t in times],
+                           "injected_s": [t["injected_s"] for t in times]}, f)
     if rank == 0:
         med = statistics.median(step_s[1:] or step_s)
         print(f"done: {args.iterations} iterations, median step {med * 1e3:.1f} ms "

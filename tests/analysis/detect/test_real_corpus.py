@@ -1,0 +1,78 @@
+"""The detector on real recorded jobs (tests/corpus/cases): the answer is what was injected.
+
+Every case is a real execution (torchrun, gloo, 4 processes on 2 cores), made by
+tests/corpus/make_corpus.py; its manifest states what was injected and what the detector must
+say. The cases listed here are those the detector gets right today, one or more per failure
+class of issue 13; the rest are measured by `mapp bench detect --real tests/corpus/cases`
+(BENCHMARKS.md), not asserted.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mapp.analysis.detect import detect_bundle
+from mapp.analysis.ingest import load_bundle
+from mapp.bench.real import load_corpus, run_case
+
+CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "cases"
+CASES = {c.id: c for c in load_corpus(CORPUS)}
+
+RIGHT_TODAY = [
+    # 1. profiler traces without a Megatron layout: peers from the program, same work compared
+    "ddp4-prof-healthy", "ddp4-prof-fwd2.5x-r3",
+    "tp2dp2-plain-prof-healthy", "tp2dp2-plain-prof-1.6x-r1", "tp2dp2-plain-prof-2.5x-r2",
+    "gpt-tp2dp2-prof-healthy", "gpt-tp2dp2-prof-layer1.5x-r1", "gpt-pp2dp2-prof-healthy",
+    # mapp's own capture of megatron-core: compute and host faults, healthy runs
+    "gpt-tp2dp2-mapp-healthy", "gpt-tp2dp2-mapp-layer1.5x-r1", "gpt-pp2dp2-mapp-healthy",
+    "gpt-pp2dp2-mapp-layer1.5x-r2", "gpt-tp2pp2-mapp-healthy", "gpt-tp2pp2-mapp-layer1.5x-r3",
+    "gpt-tp2dp2-mapp-hostsleep20ms-r3", "gpt-pp2dp2-mapp-hostsleep20ms-r0", "gpt-pp2dp2-mapp-beforemb20ms-r1",
+    # 3. imbalance without a fault: a heavier last stage, heavy-tailed sequence lengths
+    "gpt-pp2dp2-mapp-laststage3of4", "gpt-pp2dp2-prof-laststage2of3",
+    "gpt-tp2dp2-mapp-seqlognorm0.8", "gpt-pp2dp2-mapp-seqlognorm0.8",
+]
+
+
+@pytest.mark.parametrize("case_id", RIGHT_TODAY)
+def test_recorded_job_gets_the_injected_answer(case_id):
+    case = CASES[case_id]
+    result = run_case(case, threshold=0.1)
+    assert result.error is None, result.error
+    expected = "none" if case.expect is None else f"{case.expect['kinds']} rank {case.expect['rank']}"
+    assert result.right, f"{case_id}: expected {expected}, got {result.top or 'none'}"
+
+
+def test_every_listed_case_is_in_the_corpus_with_its_files():
+    assert set(RIGHT_TODAY) <= set(CASES)
+    for case_id in RIGHT_TODAY:
+        assert any(CASES[case_id].directory.iterdir())
+
+
+def test_a_slowdown_below_the_threshold_is_not_a_suspect(tmp_path):
+    # 5. --threshold t: slower than (1 + t) x its peers. Rank 1's layers were slowed about 1.5x
+    # (as measured when the corpus was made); at t = 0.1 it is the suspect; at a threshold half
+    # as large again as its slowdown it is not one, and the note says what fell below.
+    case = CASES["gpt-tp2dp2-mapp-layer1.5x-r1"]
+    shutil.copytree(case.directory, tmp_path / "job")
+    bundle = load_bundle(tmp_path / "job")
+    at_ten = detect_bundle(bundle, threshold=0.1)
+    assert [(s.rank, s.kind) for s in at_ten.suspects][:1] == [(1, "slow_compute")]
+    slowdown = at_ten.suspects[0].slowdown
+    assert 1.1 < slowdown < 5.0
+    above = detect_bundle(bundle, threshold=1.5 * (slowdown - 1))
+    assert above.suspects == []
+    assert any(n.startswith("below threshold") and "slow compute 1 " in n for n in above.notes)
+
+
+def test_a_two_rank_slow_rank_is_named_from_who_waits(tmp_path):
+    # 1. two peers only (each compared with the other): stage 2 decides which one is slow
+    case = CASES["tp2dp2-plain-prof-1.6x-r1"]
+    shutil.copytree(case.directory, tmp_path / "job")
+    verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (1, "slow_compute")
+    assert top.evidence["lateness"]["net_delay_ms"] > 0      # it made the others wait
+    assert "peers by program" in verdict.layout

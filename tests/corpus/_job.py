@@ -1,0 +1,113 @@
+"""What the corpus's plain-PyTorch jobs (``ddp_job.py``, ``tp_job.py``) share: process-group
+start-up (gloo on CPU, NCCL on a GPU), the torch.profiler setup, the fault injectors' time
+accounting and the per-rank timings file. Run under torchrun; not a test module."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", type=int, default=7, help="training steps in all")
+    p.add_argument("--profile-dir", default=None, help="torch.profiler trace per rank: DIR/rank-<r>.json")
+    p.add_argument("--profile-wait", type=int, default=1, help="steps before the profiler starts")
+    p.add_argument("--profile-warmup", type=int, default=1, help="profiler warm-up steps")
+    p.add_argument("--profile-active", type=int, default=None, help="profiled steps (default: the rest)")
+    p.add_argument("--timings-json", default=None, help="rank 0 writes every rank's step and injected times")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--slow-rank", type=int, default=None, help="rank that the fault injector slows")
+    p.add_argument("--slow-factor", type=float, default=1.0, help="matmul count factor of --slow-rank")
+    p.add_argument("--slow-mode", default="matmul", choices=["matmul", "data-sleep"],
+                   help="matmul: extra matmuls inside forward; data-sleep: sleep in the data path")
+    p.add_argument("--slow-ms", type=float, default=20.0, help="data-sleep: ms slept per step")
+
+
+def init(seed: int) -> tuple[int, int, torch.device]:
+    """Start the default process group: NCCL on a GPU (one per local rank), else gloo."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl")
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        dist.init_process_group("gloo")
+        device = torch.device("cpu")
+    rank = dist.get_rank()
+    torch.manual_seed(seed + rank)
+    return rank, dist.get_world_size(), device
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class Injected:
+    """Seconds an injector added per step (host time; on a GPU the extra kernels run later)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.per_step: list[float] = []
+
+    def add(self, seconds: float) -> None:
+        self.now += seconds
+
+    def close_step(self) -> None:
+        self.per_step.append(self.now)
+        self.now = 0.0
+
+
+def extra_counts(factor: float, slots: int, per_slot: int = 1) -> list[int]:
+    """Spread ``(factor - 1) * slots * per_slot`` extra matmuls over ``slots`` places (layers),
+    as evenly as whole numbers allow: 1.5x over 4 layers of 1 matmul is [0, 1, 0, 1]."""
+    extra = max(0.0, factor - 1.0) * per_slot
+    return [int((i + 1) * extra + 1e-9) - int(i * extra + 1e-9) for i in range(slots)]
+
+
+def store_barrier(name: str) -> None:
+    """Wait for every rank through the rendezvous store: no collective, nothing profiled."""
+    store = dist.distributed_c10d._get_default_store()
+    store.add(name, 1)
+    while store.add(name, 0) < dist.get_world_size():
+        time.sleep(0.002)
+
+
+def make_profiler(args, rank: int, device: torch.device):
+    """torch.profiler (CPU, + CUDA on a GPU; record_shapes) writing ``rank-<r>.json``, or None.
+    All ranks finish their last recorded step before any stops the trace (stopping takes the
+    CPU a while, which on shared cores would slow the ranks still in that step)."""
+    if not args.profile_dir:
+        return None
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    class SyncedProfile(profile):
+        def stop_trace(self):
+            store_barrier("corpus-profiler-stop")
+            super().stop_trace()
+
+    os.makedirs(args.profile_dir, exist_ok=True)
+    active = args.profile_active or max(1, args.steps - args.profile_wait - args.profile_warmup)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    path = os.path.join(args.profile_dir, f"rank-{rank}.json")
+    return SyncedProfile(activities=activities, record_shapes=True,
+                         schedule=schedule(wait=args.profile_wait, warmup=args.profile_warmup, active=active,
+                                           repeat=1),
+                         on_trace_ready=lambda p: p.export_chrome_trace(path))
+
+
+def write_timings(path: str | None, rank: int, step_s: list[float], injected: Injected, extra: dict | None = None):
+    """Rank 0 writes ``{"step_s": [[...] per rank], "injected_s": [[...] per rank], ...}``."""
+    if not path:
+        return
+    mine = {"step_s": step_s, "injected_s": injected.per_step, **(extra or {})}
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    if rank == 0:
+        keys = sorted({k for d in everyone for k in d})
+        with open(path, "w") as f:
+            json.dump({k: [d.get(k) for d in everyone] for k in keys}, f)

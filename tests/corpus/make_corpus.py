@@ -1,0 +1,762 @@
+"""(Re)generate the real-trace corpus with known answers for the straggler detector.
+
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full] [--only ID_SUBSTRING] [--gpu]
+
+Every case is one real ``torchrun`` job of 4 processes (CPU: gloo, ``OMP_NUM_THREADS=1``,
+``CUDA_VISIBLE_DEVICES=""``, all 4 processes on however many cores the machine has, so the
+timings are noisy on purpose), traced either by torch.profiler (format ``kineto``) or by mapp's
+own capture hooks (format ``mapp-v1``). Nothing is written by hand: the trace files are what
+the job wrote, except that profiler traces lose the event kinds mapp's Kineto reader ignores
+(flow events, instant events, ``python_function``, and on CPU-only traces ``cuda_runtime`` /
+``cuda_driver``), are re-serialised compactly and gzip-compressed (``rank-<r>.json.gz``; the
+reader takes ``*.json.gz``). mapp v1 files are copied as the capture wrote them.
+
+``--set small`` (the default) is the committed corpus, written to ``tests/corpus/cases``;
+``--set full`` adds repeats with other seeds and more variants (default out:
+``tests/corpus/cases-full``, not committed). ``--only S`` (re)generates the cases whose id
+contains S and keeps the other entries of an existing manifest. ``--gpu`` runs the same cases
+with NCCL on 4 GPUs (extra GPU kernels instead of CPU work; ids end in ``-gpu``; default out
+``tests/corpus/cases-gpu``). ``--keep-weak`` keeps a fault case whose injected effect measured
+under 10% (of its rank's step time and of the injected part); by default it is left out.
+
+The manifest (``manifest.json`` beside the cases) lists, per case: what was injected where,
+what the detector is expected to say, what was measured at generation, and the command.
+See ``tests/corpus/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+TRAIN_GPT = "examples/train_gpt.py"
+DDP_JOB = "tests/corpus/ddp_job.py"
+TP_JOB = "tests/corpus/tp_job.py"
+
+# -----------------------------------------------------------------------------------------
+# the cases
+
+# megatron-core model sizes: mapp capture (2 layers per pipeline stage, hidden 64, 4
+# microbatches), torch.profiler (1 layer per stage, 2 microbatches, SGD without gradient clipping: a profiler records ~1,000 CPU ops per
+# microbatch of this model whatever its width, and Adam + clipping add ~1,100 per step; hidden
+# 512 so that matmuls, not per-op overhead, are most of the compute)
+GPT_MAPP = ["--layers", "4", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "256",
+            "--micro-batch-size", "2", "--num-microbatches", "4"]
+GPT_PROF = ["--layers", "2", "--hidden", "512", "--heads", "8", "--seq", "32", "--vocab", "256",
+            "--micro-batch-size", "2", "--num-microbatches", "2", "--optimizer", "sgd", "--clip-grad", "0"]
+# on GPUs: a model whose GEMMs, not elementwise kernels, are most of a layer's time on an
+# H100/H200 (at hidden 1024 and seq 1024 the unfused attention softmax and copies dominated)
+GPT_GPU = ["--layers", "8", "--hidden", "4096", "--heads", "32", "--seq", "2048", "--vocab", "32000",
+           "--micro-batch-size", "1", "--num-microbatches", "4", "--bf16"]
+MAPP_WINDOW = ["--iterations", "6", "--trace", "--trace-interval", "1", "--trace-start", "2",
+               "--continuous-trace-iterations", "4"]
+PROF_WINDOW = ["--iterations", "6", "--profile-wait", "1", "--profile-warmup", "1", "--profile-active", "4"]
+JOB_WINDOW = ["--steps", "7", "--profile-wait", "1", "--profile-warmup", "1", "--profile-active", "5"]
+DDP_ARGS = ["--layers", "4", "--width", "256", "--batch", "2048"]
+TP_ARGS = ["--tp", "2", "--layers", "4", "--width", "256", "--ffn", "1024", "--batch", "512"]
+DDP_GPU = ["--layers", "8", "--width", "4096", "--batch", "4096"]
+TP_GPU = ["--tp", "2", "--layers", "8", "--width", "4096", "--ffn", "16384", "--batch", "2048"]
+
+LAYOUTS = {"tp2dp2": {"tp": 2, "pp": 1, "dp": 2}, "pp2dp2": {"tp": 1, "pp": 2, "dp": 2},
+           "tp2pp2": {"tp": 2, "pp": 2, "dp": 1}, "dp4": {"tp": 1, "pp": 1, "dp": 4}}
+GPT_LAYOUT_ARGS = {"tp2dp2": ["--tp", "2", "--pp", "1"], "pp2dp2": ["--tp", "1", "--pp", "2"],
+                   "tp2pp2": ["--tp", "2", "--pp", "2"], "dp4": ["--tp", "1", "--pp", "1"]}
+
+
+@dataclass
+class Case:
+    id: str
+    job: str                      # "ddp", "tp", "gpt"
+    fmt: str                      # "kineto" or "mapp-v1"
+    layout: dict
+    cls: str                      # "healthy", "fault", "imbalance"
+    args: list[str]               # job arguments (without trace dir / timings)
+    injected: list = field(default_factory=list)
+    expect: dict = field(default_factory=lambda: {"suspect": None})
+    part: str | None = None       # what the injection slows: "layers", "matmuls", "link", "stages", "microbatches"
+    baseline: str | None = None   # id of the healthy case of the same job/layout/format (for readers;
+    # step times of separate runs are not compared: other work on the shared cores varies)
+    gpu_args: list[str] | None = None  # replaces the model-size arguments on GPUs
+    gpu_injected: list | None = None   # ``injected`` on GPUs, where it differs
+
+    @property
+    def slow_rank(self) -> int | None:
+        for inj in self.injected:
+            if "rank" in inj:
+                return inj["rank"]
+        return None
+
+
+def _slow(rank, kinds):
+    return {"suspect": {"rank": rank, "kinds": kinds}}
+
+
+def _link(src, dst):
+    return {"suspect": {"rank": src, "peer": dst, "kinds": ["slow_link"]}}
+
+
+def ddp_cases(seed: int = 1234, tag: str = "") -> list[Case]:
+    base = "ddp4-prof-healthy" + tag
+    s = ["--seed", str(seed)]
+    lay = LAYOUTS["dp4"]
+    return [
+        Case(base, "ddp", "kineto", lay, "healthy", [*DDP_ARGS, *s], gpu_args=DDP_GPU),
+        Case("ddp4-prof-fwd1.5x-r2" + tag, "ddp", "kineto", lay, "fault",
+             [*DDP_ARGS, *s, "--slow-rank", "2", "--slow-factor", "1.5"],
+             [{"how": "extra matmuls inside forward (1.5x the forward's matmuls: duplicate F.linear of "
+                      "blocks 1 and 3, same shapes, results discarded)", "rank": 2, "factor": 1.5}],
+             _slow(2, ["slow_compute"]), "matmuls", base, DDP_GPU),
+        Case("ddp4-prof-datasleep20ms-r1" + tag, "ddp", "kineto", lay, "fault",
+             [*DDP_ARGS, *s, "--slow-rank", "1", "--slow-mode", "data-sleep", "--slow-ms", "20"],
+             [{"how": "host sleep in the data path (time.sleep(20 ms) in the dataset before each batch, "
+                      "inside DataLoader.__next__)", "rank": 1, "sleep_ms": 20}],
+             _slow(1, ["slow_host"]), "host", base, DDP_GPU),
+        Case("ddp4-prof-fwd2.5x-r3" + tag, "ddp", "kineto", lay, "fault",
+             [*DDP_ARGS, *s, "--slow-rank", "3", "--slow-factor", "2.5"],
+             [{"how": "extra matmuls inside forward (2.5x the forward's matmuls: 6 duplicate F.linear, "
+                      "same shapes, results discarded)", "rank": 3, "factor": 2.5}],
+             _slow(3, ["slow_compute"]), "matmuls", base, DDP_GPU),
+    ]
+
+
+def tp_cases(seed: int = 1234, tag: str = "") -> list[Case]:
+    base = "tp2dp2-plain-prof-healthy" + tag
+    s = ["--seed", str(seed)]
+    lay = LAYOUTS["tp2dp2"]
+    out = [Case(base, "tp", "kineto", lay, "healthy", [*TP_ARGS, *s], gpu_args=TP_GPU)]
+    for rank, factor in ((1, 1.6), (2, 2.5)):
+        out.append(Case(
+            f"tp2dp2-plain-prof-{factor}x-r{rank}" + tag, "tp", "kineto", lay, "fault",
+            [*TP_ARGS, *s, "--slow-rank", str(rank), "--slow-factor", str(factor)],
+            [{"how": f"extra matmuls inside forward ({factor}x the blocks' forward+backward matmul count, "
+                     "same shapes, results discarded)", "rank": rank, "factor": factor}],
+            _slow(rank, ["slow_compute"]), "matmuls", base, TP_GPU))
+    return out
+
+
+def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "", rank: int | None = None,
+             factor: float = 1.5, ms: float = 20.0, link: tuple[int, int] | None = None,
+             link_bytes: int = 4_000_000, last_layers: int = 3, sigma: float = 0.8) -> Case:
+    """One megatron-core case: ``variant`` is healthy, layer, beforemb, hostsleep, link, laststage, seqlognorm."""
+    short = "mapp" if fmt == "mapp-v1" else "prof"
+    model = list(GPT_MAPP if fmt == "mapp-v1" else GPT_PROF)
+    # two transformer layers per pipeline stage under mapp's capture, one under the profiler
+    per_stage = 2 if fmt == "mapp-v1" else 1
+    model[model.index("--layers") + 1] = str(per_stage * LAYOUTS[layout]["pp"])
+    window = MAPP_WINDOW if fmt == "mapp-v1" else PROF_WINDOW
+    args = [*GPT_LAYOUT_ARGS[layout], *model, *window, "--seed", str(seed)]
+    base = f"gpt-{layout}-{short}-healthy" + tag
+    lay = LAYOUTS[layout]
+    gpu = [*GPT_LAYOUT_ARGS[layout], *GPT_GPU, *window, "--seed", str(seed)]
+    if variant == "healthy":
+        return Case(base, "gpt", fmt, lay, "healthy", args, gpu_args=gpu)
+    if variant == "layer":
+        work = "sleep" if fmt == "mapp-v1" else "matmul"
+        extra = ["--slow-rank", str(rank), "--slow-factor", str(factor), "--slow-work", work]
+        how = ("extra work inside forward/backward of each transformer layer's attention and MLP: "
+               + ("sleep for" if work == "sleep" else "real matmuls of the layer's activations for")
+               + f" ({factor}-1)x each call's measured time")
+        return Case(f"gpt-{layout}-{short}-layer{factor}x-r{rank}" + tag, "gpt", fmt, lay, "fault",
+                    args + extra, [{"how": how, "rank": rank, "factor": factor}],
+                    _slow(rank, ["slow_compute"]), "layers" if fmt == "mapp-v1" else "matmuls", base,
+                    gpu + ["--slow-rank", str(rank), "--slow-factor", str(factor)])
+    if variant == "beforemb":
+        extra = ["--slow-rank", str(rank), "--slow-mode", "before-microbatch", "--slow-ms", f"{ms:g}"]
+        kinds = ["slow_compute", "slow_host"] if fmt == "mapp-v1" else ["slow_compute"]
+        return Case(f"gpt-{layout}-{short}-beforemb{ms:g}ms-r{rank}" + tag, "gpt", fmt, lay, "fault", args + extra,
+                    [{"how": f"extra real work before each microbatch's forward (matmuls for {ms:g} ms, "
+                             "in the forward step function, outside the model)", "rank": rank, "ms": ms}],
+                    _slow(rank, kinds), "host" if fmt == "mapp-v1" else "matmuls", base, gpu + extra)
+    if variant == "hostsleep":
+        extra = ["--slow-rank", str(rank), "--slow-mode", "host-sleep", "--slow-ms", f"{ms:g}"]
+        return Case(f"gpt-{layout}-{short}-hostsleep{ms:g}ms-r{rank}" + tag, "gpt", fmt, lay, "fault", args + extra,
+                    [{"how": f"host sleep in the data path (time.sleep({ms:g} ms) in the data iterator before "
+                             "each microbatch)", "rank": rank, "sleep_ms": ms}],
+                    _slow(rank, ["slow_host"]), "host", base, gpu + extra)
+    if variant == "link":
+        src, dst = link
+        gpu_bytes = link_bytes * 128   # NVLink moves 4 MB in ~10 us: 512 MB to matter next to 16 MB activations
+
+        def how(n):
+            return [{"how": "heavier traffic on one pipeline link: every p2p exchange between the two ranks also "
+                            f"moves an extra {n}-byte tensor (both directions, own process group, inside "
+                            "P2PCommunicator._communicate, not in the recorded bytes)",
+                     "ranks": [src, dst], "extra_bytes": n}]
+
+        extra = ["--link-slow", f"{src},{dst}", "--link-extra-bytes", str(link_bytes)]
+        return Case(f"gpt-{layout}-{short}-link{src}-{dst}" + tag, "gpt", fmt, lay, "fault", args + extra,
+                    how(link_bytes), _link(src, dst), "link", base,
+                    gpu + ["--link-slow", f"{src},{dst}", "--link-extra-bytes", str(gpu_bytes)], how(gpu_bytes))
+    if variant == "laststage":
+        n = last_layers + 1   # the first stage keeps one layer
+        args[args.index("--layers") + 1] = str(n)
+        extra = ["--last-stage-layers", str(last_layers)]
+        return Case(f"gpt-{layout}-{short}-laststage{last_layers}of{n}" + tag, "gpt", fmt, lay, "imbalance",
+                    args + extra, [], {"suspect": None}, "stages", base, gpu + ["--last-stage-layers", "6"])
+    if variant == "seqlognorm":
+        extra = ["--seq-lognormal", f"{sigma:g}", "--seq", "256", "--hidden", "256"]
+        return Case(f"gpt-{layout}-{short}-seqlognorm{sigma:g}" + tag, "gpt", fmt, lay, "imbalance", args + extra,
+                    [], {"suspect": None}, "microbatches", None, gpu + ["--seq-lognormal", f"{sigma:g}"])
+    raise ValueError(variant)
+
+
+def small_set(seed: int = 1234, tag: str = "") -> list[Case]:
+    g = lambda *a, **k: gpt_case(*a, seed=seed, tag=tag, **k)  # noqa: E731
+    return [
+        *ddp_cases(seed, tag),
+        *tp_cases(seed, tag),
+        # C: megatron-core, mapp capture
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=1),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "layer", rank=2),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "layer", rank=3),
+        g("tp2dp2", "mapp-v1", "beforemb", rank=2),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=1),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=3),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=0),
+        g("pp2dp2", "mapp-v1", "link", link=(1, 3)),
+        g("tp2pp2", "mapp-v1", "link", link=(0, 2)),
+        # D: megatron-core, torch.profiler
+        g("tp2dp2", "kineto", "healthy"),
+        g("tp2dp2", "kineto", "layer", rank=1),
+        g("pp2dp2", "kineto", "healthy"),
+        g("pp2dp2", "kineto", "layer", rank=2),
+        # E: imbalance without a fault
+        g("pp2dp2", "mapp-v1", "laststage"),
+        g("pp2dp2", "kineto", "laststage", last_layers=2),
+        g("tp2dp2", "mapp-v1", "seqlognorm"),
+        g("pp2dp2", "mapp-v1", "seqlognorm"),
+    ]
+
+
+def full_set() -> list[Case]:
+    cases = small_set()
+    g = gpt_case
+    cases += [
+        g("dp4", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "layer", rank=2),
+        g("dp4", "mapp-v1", "seqlognorm"),
+        g("tp2dp2", "mapp-v1", "layer", rank=0, factor=1.2),
+        g("tp2dp2", "mapp-v1", "layer", rank=0, factor=2.0),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.2),
+        g("tp2pp2", "mapp-v1", "beforemb", rank=1),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=2),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=3, ms=5),
+        g("pp2dp2", "mapp-v1", "link", link=(0, 2), link_bytes=1_000_000),
+        g("tp2dp2", "kineto", "beforemb", rank=2),
+        g("tp2dp2", "kineto", "hostsleep", rank=0),
+        g("pp2dp2", "kineto", "link", link=(1, 3)),
+        g("tp2pp2", "kineto", "healthy"),
+        g("tp2pp2", "kineto", "layer", rank=3),
+        g("tp2dp2", "kineto", "seqlognorm"),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.5),
+    ]
+    for seed in (1, 2):
+        cases += small_set(seed=seed, tag=f"-s{seed}")
+    return cases
+
+
+# -----------------------------------------------------------------------------------------
+# running one case
+
+def env(gpu: bool) -> dict[str, str]:
+    e = dict(os.environ)
+    e.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+             PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""))
+    if not gpu:
+        e["CUDA_VISIBLE_DEVICES"] = ""
+    return e
+
+
+def job_script(case: Case) -> str:
+    return {"ddp": DDP_JOB, "tp": TP_JOB, "gpt": TRAIN_GPT}[case.job]
+
+
+def job_args(case: Case, gpu: bool) -> list[str]:
+    """The case's arguments; on GPUs the model-size ones are replaced by ``gpu_args``."""
+    if not gpu or case.gpu_args is None:
+        return list(case.args)
+    if case.job == "gpt":
+        return list(case.gpu_args)
+    drop = {"--layers", "--width", "--batch", "--ffn", "--tp"}
+    out, skip = [], False
+    for a in case.args:
+        if skip:
+            skip = False
+        elif a in drop:
+            skip = True
+        else:
+            out.append(a)
+    return [*case.gpu_args, *out]
+
+
+def command(case: Case, trace_dir: str, timings: str, gpu: bool, nproc: int) -> list[str]:
+    args = job_args(case, gpu)
+    if case.job == "gpt":
+        trace = ["--trace-dir", trace_dir] if case.fmt == "mapp-v1" else ["--profile-dir", trace_dir]
+    else:
+        trace = ["--profile-dir", trace_dir, *JOB_WINDOW]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            job_script(case), *args, *trace, "--timings-json", timings]
+
+
+def shown_command(cmd: list[str], trace_dir: str, timings: str, gpu: bool) -> str:
+    """The command as the manifest shows it: ``python`` for the interpreter, the temporary
+    paths as $TRACE_DIR / $TIMINGS, the environment in front."""
+    words = ["python" if i == 0 else w.replace(trace_dir, "$TRACE_DIR").replace(timings, "$TIMINGS")
+             for i, w in enumerate(cmd)]
+    prefix = "OMP_NUM_THREADS=1 " + ("" if gpu else 'CUDA_VISIBLE_DEVICES="" ')
+    return prefix + " ".join(w if w.startswith("$") else shlex.quote(w) for w in words)
+
+
+# -----------------------------------------------------------------------------------------
+# profiler traces: keep what mapp's Kineto reader reads
+
+_DROP_CATS_ALWAYS = {"python_function", "ac2g", "fwdbwd"}
+_RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy", "Memset"}
+
+
+def trim_kineto(doc: dict) -> tuple[dict, dict]:
+    """Drop flows (``s``/``f``/``t``), instants (``i``/``I``), ``python_function`` and, when the
+    trace has no GPU events, CUDA runtime/driver calls. Returns (trimmed doc, dropped counts)."""
+    events = doc.get("traceEvents") or []
+    has_gpu = any(isinstance(e, dict) and e.get("cat") in _GPU_CATS for e in events)
+    kept, dropped = [], {}
+    for e in events:
+        ph, cat = e.get("ph"), e.get("cat")
+        drop = (ph in ("s", "f", "t", "i", "I") or cat in _DROP_CATS_ALWAYS
+                or (not has_gpu and cat in _RUNTIME_CATS))
+        if drop:
+            key = f"{ph}:{cat}"
+            dropped[key] = dropped.get(key, 0) + 1
+        else:
+            kept.append(e)
+    return {**doc, "traceEvents": kept}, dropped
+
+
+def write_kineto(doc: dict, path: Path, use_gzip: bool) -> Path:
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    if use_gzip:
+        path = path.with_name(path.name + ".gz")
+        path.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+    else:
+        path.write_bytes(data)
+    return path
+
+
+# -----------------------------------------------------------------------------------------
+# measuring what a case's traces show
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _r(x, nd=2):
+    return None if x is None else round(x, nd)
+
+
+def _nest(events: list[dict]) -> list[tuple[dict, list[str]]]:
+    """(event, names of its ancestors) per complete event, by containment on its thread."""
+    out = []
+    by_tid: dict = {}
+    for e in events:
+        by_tid.setdefault(e.get("tid"), []).append(e)
+    for evs in by_tid.values():
+        evs.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
+        stack: list[dict] = []
+        for e in evs:
+            while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) < e["ts"] + e.get("dur", 0) - 0.01:
+                stack.pop()
+            out.append((e, [s["name"] for s in stack]))
+            stack.append(e)
+    return out
+
+
+_MM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+
+
+_GEMM_WORDS = ("gemm", "cutlass", "xmma", "cublas", "matmul", "nvjet")   # nvjet: cuBLASLt on Hopper
+
+
+def measure_kineto(docs: dict[int, dict]) -> dict:
+    """Per rank and recorded step: step ms (ProfilerStep#N), matmul ms and comm ms.
+
+    CPU traces: matmul = aten mm/addmm/bmm/baddbmm, split forward/backward by whether an
+    autograd ``evaluate_function`` encloses them; comm = outermost ``gloo:*`` spans. GPU traces:
+    matmul = GEMM kernels (all counted as ``mm_fwd``), comm = ``nccl`` kernels, each dated by
+    the runtime call that launched it."""
+    per = {}
+    for rank, doc in docs.items():
+        raw = [e for e in doc["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
+        evs = [e for e in raw if e.get("cat") in ("cpu_op", "user_annotation")]
+        steps = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
+                       for e in evs if e["name"].startswith("ProfilerStep#"))
+        rows = {n: {"step": (b - a) / 1e3, "mm_fwd": 0.0, "mm_bwd": 0.0, "comm": 0.0} for a, b, n in steps}
+
+        def step_of(ts):
+            for a, b, n in steps:
+                if a <= ts < b:
+                    return n
+            return None
+
+        kernels = [e for e in raw if e.get("cat") == "kernel"]
+        if kernels:
+            launch = {e["args"]["correlation"]: e["ts"] for e in raw
+                      if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+            for k in kernels:
+                n = step_of(launch.get(k.get("args", {}).get("correlation"), k["ts"]))
+                if n is None:
+                    continue
+                name = k["name"].lower()
+                if "nccl" in name:
+                    rows[n]["comm"] += k["dur"] / 1e3
+                elif any(w in name for w in _GEMM_WORDS):
+                    rows[n]["mm_fwd"] += k["dur"] / 1e3
+            per[rank] = rows
+            continue
+        for e, anc in _nest(evs):
+            n = step_of(e["ts"])
+            if n is None:
+                continue
+            if e["name"] in _MM:
+                bwd = any(a.startswith("autograd::engine::evaluate_function") for a in anc)
+                rows[n]["mm_bwd" if bwd else "mm_fwd"] += e["dur"] / 1e3
+            elif e["name"].startswith("gloo:") and not any(a.startswith("gloo:") for a in anc):
+                rows[n]["comm"] += e["dur"] / 1e3
+        per[rank] = rows
+    return per
+
+
+def _read_v1(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip().rstrip(",")
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return out
+
+
+def measure_v1(files: dict[int, Path]) -> tuple[dict, dict]:
+    """Per rank and traced iteration: step ms, layer self ms (layer spans minus the
+    collectives inside them), forward ms per microbatch; per link: the time of each matched
+    send/recv pair once both ends had entered the call."""
+    per, links, meta, calls = {}, {}, {}, {}
+    for rank, path in files.items():
+        evs = [e for e in _read_v1(path) if e.get("ph") == "X"]
+        meta[rank] = next((e["args"] for e in _read_v1(path)[:1] if e.get("name") == "mapp"), {})
+        rows = {}
+        for e in evs:
+            if e.get("cat") == "iteration":
+                rows[e["args"]["iteration"]] = {"step": e["dur"] / 1e3, "layers": 0.0, "fwd_mb": []}
+        colls = [(e["ts"], e["ts"] + e["dur"]) for e in evs if e.get("cat") in ("collective", "p2p")]
+        for e in evs:
+            it = e.get("args", {}).get("iteration")
+            if it not in rows:
+                continue
+            if e["name"] in ("layer.forward", "layer.backward"):
+                a, b = e["ts"], e["ts"] + e["dur"]
+                wait = sum(min(y, b) - max(x, a) for x, y in colls if x < b and y > a)
+                rows[it]["layers"] += (e["dur"] - wait) / 1e3
+            elif e["name"] == "forward" and e.get("cat") == "compute":
+                rows[it]["fwd_mb"].append(e["dur"] / 1e3)
+            elif e.get("cat") == "p2p":
+                a = e["args"]
+                src, dst = (rank, a["peer"]) if e["name"] == "send" else (a["peer"], rank)
+                anchor = meta[rank].get("clock_anchor") or {}
+                shift = anchor.get("unix_ns", 0) / 1e3 - anchor.get("trace_us", 0.0)
+                calls.setdefault((src, dst, a["seq"]), []).append((e["ts"] + shift, e["ts"] + e["dur"] + shift))
+        per[rank] = rows
+    # a transfer's time once both ends are in the call: min(ends) - max(starts), host clocks
+    # of one machine (each file's clock anchor maps its times to Unix time)
+    for (src, dst, _), spans in calls.items():
+        if len(spans) == 2:
+            both = min(b for _, b in spans) - max(a for a, _ in spans)
+            links.setdefault(tuple(sorted((src, dst))), []).append(max(both, 0.0) / 1e3)
+    return per, {"links": links, "meta": meta}
+
+
+def measure(case: Case, trace_dir: Path, timings: dict, docs: dict[int, dict] | None) -> dict:
+    """What the case's traces and the job's own accounting show (see the README)."""
+    if case.fmt == "kineto":
+        per = measure_kineto(docs)
+        extra = {}
+    else:
+        files = {int(p.stem.split("-")[1]): p for p in sorted(trace_dir.glob("rank-*.json"))}
+        per, extra = measure_v1(files)
+    ranks = sorted(per)
+    its = sorted(set.intersection(*(set(per[r]) for r in ranks))) if ranks else []
+    step_ms = [_median(per[r][i]["step"] for i in its) for r in ranks]
+    out: dict = {"recorded_steps": its, "step_ms": [_r(x) for x in step_ms]}
+    inj = timings.get("injected_s") or []
+    slow = case.slow_rank
+    if slow is not None and inj and inj[slow]:
+        injected = _median(inj[slow][i] * 1e3 for i in its if i < len(inj[slow]))
+        out["injected_ms_per_step"] = _r(injected)
+        out["injected_share_of_step"] = _r(injected / step_ms[ranks.index(slow)], 3) if step_ms[ranks.index(slow)] else None
+    layout = case.layout
+
+    def stage_of(r):   # megatron order tp-cp-ep-dp-pp; the plain jobs have pp = 1
+        return r // (layout["tp"] * layout["dp"])
+
+    def peers_of(r):
+        return [q for q in ranks if q != r and stage_of(q) == stage_of(r)]
+
+    if case.fmt == "kineto":
+        fwd = [_median(per[r][i]["mm_fwd"] for i in its) for r in ranks]
+        bwd = [_median(per[r][i]["mm_bwd"] for i in its) for r in ranks]
+        out["matmul_fwd_ms"] = [_r(x) for x in fwd]
+        out["matmul_bwd_ms"] = [_r(x) for x in bwd]
+        out["comm_ms"] = [_r(_median(per[r][i]["comm"] for i in its)) for r in ranks]
+        if slow is not None and case.part == "matmuls":
+            tot = [f + b for f, b in zip(fwd, bwd)]
+            others = statistics.median(tot[q] for q in peers_of(slow))
+            out["part"] = "matmul time per step (aten mm/addmm/bmm, forward + backward)"
+            out["part_slowdown"] = _r(tot[slow] / others, 3)
+            if case.job == "ddp":   # the injection is in forward: that is the part
+                out["part"] = "forward matmul time per step (aten mm/addmm outside autograd's backward)"
+                out["matmul_total_slowdown"] = out["part_slowdown"]
+                out["part_slowdown"] = _r(fwd[slow] / statistics.median(fwd[q] for q in peers_of(slow)), 3)
+    else:
+        layers = [_median(per[r][i]["layers"] for i in its) for r in ranks]
+        out["layer_self_ms"] = [_r(x) for x in layers]
+        mb = {r: [x for i in its for x in per[r][i]["fwd_mb"]] for r in ranks}
+        if slow is not None and case.part == "layers":
+            out["part"] = "transformer layer self time per step (layer spans minus nested collectives)"
+            out["part_slowdown"] = _r(layers[slow] / statistics.median(layers[q] for q in peers_of(slow)), 3)
+        if case.part == "link":
+            links = {k: _median(v) for k, v in extra["links"].items()}
+            inj_link = tuple(sorted(case.injected[0]["ranks"]))
+            others = [v for k, v in links.items() if k != inj_link]
+            out["p2p_both_ready_median_ms"] = {f"{a}-{b}": _r(v, 3) for (a, b), v in sorted(links.items())}
+            out["part"] = ("median p2p transfer on the link once both ends are in the call (send and recv "
+                           "matched by seq: min(ends) - max(starts)), over the other links'")
+            if others and links.get(inj_link):
+                out["part_slowdown"] = _r(links[inj_link] / statistics.median(others), 3)
+        if case.part == "stages":
+            st = {}
+            for r in ranks:
+                st.setdefault(stage_of(r), []).append(layers[r])
+            st = {s: statistics.median(v) for s, v in sorted(st.items())}
+            out["stage_layer_self_ms"] = {str(s): _r(v) for s, v in st.items()}
+            out["last_over_first_stage"] = _r(st[max(st)] / st[min(st)], 3) if st[min(st)] else None
+        if case.part == "microbatches":
+            spread = {}
+            for r in ranks:
+                xs = sorted(mb[r])
+                if xs:
+                    spread[str(r)] = {"min": _r(xs[0]), "median": _r(statistics.median(xs)), "max": _r(xs[-1])}
+            out["forward_ms_per_microbatch"] = spread
+    if case.fmt == "kineto" and case.part == "stages":
+        tot = [(_median(per[r][i]["mm_fwd"] + per[r][i]["mm_bwd"] for i in its)) for r in ranks]
+        st = {}
+        for r in ranks:
+            st.setdefault(stage_of(r), []).append(tot[r])
+        st = {s: statistics.median(v) for s, v in sorted(st.items())}
+        out["stage_matmul_ms"] = {str(s): _r(v) for s, v in st.items()}
+        out["last_over_first_stage"] = _r(st[max(st)] / st[min(st)], 3) if st[min(st)] else None
+    if case.part == "host" and slow is not None:
+        out["part"] = "injected host time per step on the slow rank, over its step time"
+    return out
+
+
+def effect_ok(m: dict) -> bool:
+    """A fault case is kept when its injected effect is >= 10% of its rank's step time or of
+    the injected part (its slowdown over peers)."""
+    share = m.get("injected_share_of_step") or 0.0
+    part = (m.get("part_slowdown") or 1.0) - 1.0
+    return share >= 0.10 or part >= 0.10
+
+
+# -----------------------------------------------------------------------------------------
+
+def run_case(case: Case, out_dir: Path, gpu: bool, nproc: int, use_gzip: bool, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"corpus-{case.id}-") as tmp:
+        trace_dir = str(Path(tmp) / "trace")
+        timings_path = str(Path(tmp) / "timings.json")
+        cmd = command(case, trace_dir, timings_path, gpu, nproc)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=ROOT, env=env(gpu), capture_output=True, text=True, timeout=timeout)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"{case.id}: exit {proc.returncode}\n{(proc.stdout + proc.stderr)[-4000:]}")
+        timings = json.loads(Path(timings_path).read_text()) if Path(timings_path).exists() else {}
+        dest = out_dir / case.id
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        docs, dropped = None, {}
+        if case.fmt == "kineto":
+            docs = {}
+            for path in sorted(Path(trace_dir).glob("rank-*.json")):
+                doc = json.loads(path.read_text())
+                rank = doc.get("distributedInfo", {}).get("rank", int(path.stem.split("-")[1]))
+                doc, d = trim_kineto(doc)
+                for k, v in d.items():
+                    dropped[k] = dropped.get(k, 0) + v
+                docs[rank] = doc
+                write_kineto(doc, dest / path.name, use_gzip)
+        else:
+            for path in sorted(Path(trace_dir).glob("rank-*.json")):
+                shutil.copyfile(path, dest / path.name)
+        measured = measure(case, dest, timings, docs)
+        measured["generation_wall_s"] = round(wall, 1)
+        if dropped:
+            measured["dropped_events"] = dropped
+        files = sorted(dest.iterdir())
+        if len(files) != nproc:
+            raise RuntimeError(f"{case.id}: {len(files)} trace files, expected {nproc}")
+        shown = shown_command(cmd, trace_dir, timings_path, gpu)
+    return {"measured": measured, "command": shown, "bytes": sum(f.stat().st_size for f in files)}
+
+
+def source_text(case: Case, gpu: bool, nproc: int) -> str:
+    where = (f"GPU NCCL, torchrun {nproc} processes on {nproc} GPUs" if gpu
+             else f"CPU gloo, torchrun {nproc} processes on {os.cpu_count()} cores")
+    what = {"ddp": "plain DDP MLP", "tp": "plain torch DP x TP MLP (dist.new_group, no descriptions)",
+            "gpt": "megatron-core GPT (examples/train_gpt.py)"}[case.job]
+    tracer = "torch.profiler" if case.fmt == "kineto" else "mapp capture (layer granularity)"
+    return f"{where}, {what}, {tracer}"
+
+
+def entry(case: Case, gpu: bool, nproc: int, result: dict, cid: str) -> dict:
+    injected = case.gpu_injected if gpu and case.gpu_injected is not None else case.injected
+    return {"id": cid, "path": cid, "source": source_text(case, gpu, nproc), "format": case.fmt,
+            "layout": case.layout, "class": case.cls, "injected": injected, "expect": case.expect,
+            "measured": result["measured"], "command": result["command"]}
+
+
+def table(manifest: dict, out_dir: Path) -> str:
+    """The README's table of cases: id, size, what was injected, expected verdict, measured."""
+    lines = ["| case | size | layout | class | injected | expected | measured |", "|---|---|---|---|---|---|---|"]
+    for c in manifest["cases"]:
+        d = out_dir / c["path"]
+        size = sum(f.stat().st_size for f in d.glob("rank-*")) / 1024 if d.exists() else 0
+        lay = "x".join(f"{k}{v}" for k, v in c["layout"].items() if v > 1) or "1"
+        inj = "; ".join(
+            f"{i.get('rank', i.get('ranks'))}: " + ", ".join(f"{k} {v}" for k, v in i.items()
+                                                            if k in ("factor", "sleep_ms", "ms", "extra_bytes"))
+            for i in c["injected"]) or "-"
+        e = c["expect"]["suspect"]
+        exp = "none" if e is None else (f"{e['rank']}<->{e['peer']} " if "peer" in e else f"{e['rank']} ") + "/".join(e["kinds"])
+        m = c["measured"]
+        bits = [f"step {min(m['step_ms']):.0f}-{max(m['step_ms']):.0f} ms"]
+        if "injected_ms_per_step" in m:
+            bits.append(f"injected {m['injected_ms_per_step']:.1f} ms/step = {100 * m['injected_share_of_step']:.0f}% of its step")
+        if "part_slowdown" in m:
+            bits.append(f"part x{m['part_slowdown']:.2f}")
+        if "p2p_both_ready_median_ms" in m:
+            link = "-".join(map(str, sorted(c["injected"][0]["ranks"])))
+            per = m["p2p_both_ready_median_ms"]
+            bits[-1] += " (transfer " + ", ".join(f"{k} {v:.2f} ms" for k, v in per.items()) + f"; injected {link})"
+        if "last_over_first_stage" in m:
+            bits.append(f"last/first stage x{m['last_over_first_stage']:.2f}")
+        if "forward_ms_per_microbatch" in m:
+            f = m["forward_ms_per_microbatch"]
+            bits.append("fwd/microbatch " + ", ".join(f"r{r} {v['min']:.0f}-{v['max']:.0f}" for r, v in f.items()) + " ms")
+        lines.append(f"| `{c['id']}` | {size:.0f} KiB | {lay} | {c['class']} | {inj} | {exp} | {'; '.join(bits)} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=None, help="directory of the set (default: tests/corpus/cases[-full|-gpu])")
+    p.add_argument("--set", default="small", choices=["small", "full"])
+    p.add_argument("--only", default=None, help="only the cases whose id contains this")
+    p.add_argument("--gpu", action="store_true", help="run on 4 GPUs with NCCL (ids end in -gpu)")
+    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--no-gzip", action="store_true", help="write profiler traces as plain rank-<r>.json")
+    p.add_argument("--keep-weak", action="store_true", help="keep fault cases whose effect measured < 10%%")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
+    p.add_argument("--list", action="store_true", help="list the set's case ids and exit")
+    p.add_argument("--table", action="store_true", help="print the README's table of the set's manifest and exit")
+    args = p.parse_args(argv)
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console()
+    cases = small_set() if args.set == "small" else full_set()
+    suffix = "-gpu" if args.gpu else ""
+    if args.only:
+        cases = [c for c in cases if args.only in c.id + suffix]
+    if args.list:
+        for c in cases:
+            console.print(c.id + suffix)
+        return 0
+    default = {"small": "cases", "full": "cases-full"}[args.set] + ("-gpu" if args.gpu else "")
+    out_dir = Path(args.out) if args.out else HERE / default
+    manifest_path = out_dir / "manifest.json"
+    if args.table:
+        print(table(json.loads(manifest_path.read_text()), out_dir))
+        return 0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    old = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"version": 1, "cases": []}
+    entries = {c["id"]: c for c in old.get("cases", [])}
+    order = [c.id + suffix for c in (small_set() if args.set == "small" else full_set())]
+    failed, weak = [], []
+    t_all = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task("corpus", total=len(cases))
+        for case in cases:
+            cid = case.id + suffix
+            progress.update(task, description=f"[bold]{cid}")
+            try:
+                result = run_case(case, out_dir, args.gpu, args.nproc, not args.no_gzip, args.timeout)
+            except Exception as error:  # keep going: report at the end
+                failed.append(cid)
+                progress.console.print(f"[red]FAILED[/red] {cid}: {str(error)[-2000:]}")
+                progress.advance(task)
+                continue
+            m = result["measured"]
+            e = entry(case, args.gpu, args.nproc, result, cid)
+            ok = case.cls != "fault" or effect_ok(m)
+            if not ok:
+                weak.append(cid)
+            if ok or args.keep_weak:
+                entries[cid] = e
+            else:
+                shutil.rmtree(out_dir / cid, ignore_errors=True)
+                entries.pop(cid, None)
+            note = "" if ok else " [yellow](effect < 10%: left out)[/yellow]"
+            progress.console.print(
+                f"{cid}: {result['bytes'] / 1024:.0f} KiB, step ms {m.get('step_ms')}, "
+                + ", ".join(f"{k} {m[k]}" for k in ("injected_ms_per_step", "injected_share_of_step", "part_slowdown",
+                                                    "last_over_first_stage") if k in m)
+                + f", {m['generation_wall_s']} s{note}")
+            progress.advance(task)
+            manifest = {"version": 1, "cases": [entries[i] for i in order if i in entries]
+                        + [v for k, v in entries.items() if k not in order]}
+            manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    size = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file())
+    console.print(f"{len(cases) - len(failed)} of {len(cases)} cases in {time.perf_counter() - t_all:.0f} s; "
+                  f"{out_dir} holds {size / 1e6:.2f} MB")
+    if weak:
+        console.print(f"[yellow]under 10% effect:[/yellow] {', '.join(weak)}")
+    if failed:
+        console.print(f"[red]failed:[/red] {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
