@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, z_critical
+from mapp.analysis.detect.same_work import CONSISTENT, compare_same_work, self_times
 
 __all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]
 
@@ -126,13 +127,16 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         return PeerEvidence(mode, reason, min_effect=min_effect)
     timed = events.filter(pl.col("iteration").is_not_null())
     if "shape" in events.columns and events["shape"].null_count() < len(events):
-        from mapp.analysis.detect.same_work import compare_same_work, self_times
-
         ops = self_times(timed)
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
         gaps = _gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns"), group, coords, min_effect)
-        return compare_same_work(ops, gaps, coords, sizes, mode, group, min_effect=min_effect)
+        found = compare_same_work(ops, gaps, coords, group, min_effect=min_effect)
+        if found is None:
+            return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
+        per, ranks, z_crit, pairs = found
+        stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
+        return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs)
     ops = leaf_ops(timed)
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
@@ -319,8 +323,6 @@ def _per_rank(per: pl.DataFrame, z_crit: float) -> pl.DataFrame:
     every traced iteration (``CONSISTENT``) or, for a fault that came and went (a transient
     window), in fewer but far beyond the cut-off; launch-gap flags only in nearly every
     iteration. Verdicts need it (``verdict.combine``)."""
-    from mapp.analysis.detect.same_work import CONSISTENT
-
     gap = pl.col("gap_flagged").fill_null(False)
     # a slow host is a lasting condition (no transient exemption: a first traced iteration
     # often idles longer on one rank while the others warm up)

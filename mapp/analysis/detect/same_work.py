@@ -106,11 +106,12 @@ def _others_median(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return out
 
 
-def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, sizes: dict | None, mode: str,
-                      group: list[str], *, min_effect: float):
+def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
+                      min_effect: float) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
     """Stage 1 over ``ops`` (``rank``, ``iteration``, ``name``, ``shape``, ``self_ns``);
-    ``gaps`` per (rank, iteration) from ``peers._gaps``. Returns a ``PeerEvidence``."""
-    from mapp.analysis.detect.peers import PeerEvidence, _stage_balance
+    ``gaps`` per (rank, iteration) from ``peers._gaps``. Returns the per (rank, iteration) and
+    per-rank tables of ``peers.PeerEvidence``, the cut-off and whether some kind had two peers
+    only; None when no kind of work ran on two or more peers."""
 
     kind = ["name", "shape"]
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
@@ -124,7 +125,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     key = [*peers, "iteration", *kind]
     work = work.with_columns(n=pl.len().over(key), gid=pl.struct(key).rank("dense")).filter(pl.col("n") >= 2)
     if work.is_empty():
-        return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
+        return None
     pairs = bool(work["n"].min() < 3)
     # each rank against the median of the *others*: with four ranks a slow one would otherwise
     # pull the median of all four halfway to itself (and two peers compare with each other)
@@ -176,5 +177,4 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         flagged=pl.col("rank").is_in(flagged_ranks) & (pl.col("effect").exp() - 1 >= min_effect),
     ).select("rank", "iteration", "effect", "z", "n_ops", "share_slow", "excess_ns", "busy_ns", "flagged",
              "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged").sort(["rank", "iteration"])
-    stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
-    return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs)
+    return per, ranks, z_crit, pairs
