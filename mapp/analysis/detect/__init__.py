@@ -80,12 +80,12 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
     notes += info.notes
     traced = bundle.ranks["rank"].to_list()
     lap("layout")
-    peers = compare_peers(events, info.ranks, info.sizes, threshold=threshold)
-    if _synchronizing_tracer(bundle) and not peers.ranks.is_empty() and "gap_flagged" in peers.ranks.columns:
-        # the original MegaScan tracer calls cuda.synchronize and TP barriers inside the traced
-        # path: a rank's host then idles while its own (slow) GPU catches up, so idle gaps are no
-        # evidence of a slow host there
-        peers.ranks = peers.ranks.with_columns(gap_flagged=pl.lit(False))
+    # the original MegaScan tracer calls cuda.synchronize and TP barriers inside the traced
+    # path: a rank's host then idles while its own (slow) GPU catches up, so idle gaps are no
+    # evidence of a slow host there
+    judge_gaps = not _synchronizing_tracer(bundle)
+    peers = compare_peers(events, info.ranks, info.sizes, threshold=threshold, judge_gaps=judge_gaps)
+    if not judge_gaps:
         notes.append("launch gaps not judged: the MegatronApp tracer synchronizes the GPU inside the traced "
                      "path, so a slow GPU's own host idles too")
     lap("peers")

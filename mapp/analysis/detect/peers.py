@@ -111,8 +111,11 @@ def _mode(sizes: dict[str, int] | None, iterations: int, programs: bool) -> tupl
 
 
 def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, int] | None, *,
-                  threshold: float) -> PeerEvidence:
+                  threshold: float, judge_gaps: bool = True) -> PeerEvidence:
     """Run stage 1 (and the launch-gap and stage-balance checks) over ``events``.
+
+    ``judge_gaps=False`` where idle gaps say nothing of the host (a tracer that synchronizes
+    the GPU inside the traced path): no rank is then flagged for them.
 
     ``events`` has the events-table columns of timed events; ``coords`` maps ``rank`` to
     ``tp``, ``pp``, ``dp``.
@@ -135,6 +138,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         if found is None:
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
         per, ranks, z_crit, pairs = found
+        if not judge_gaps:
+            ranks = ranks.with_columns(gap_flagged=pl.lit(False))
         stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
         return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs)
     ops = leaf_ops(timed)
@@ -172,6 +177,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     per = _rank_iterations(ops, min_effect, use_spread=True)
     z_crit = z_critical(len(per))
     per = per.join(_gaps(events, leaves, group, coords, min_effect), on=["rank", "iteration"], how="left")
+    if not judge_gaps:
+        per = per.with_columns(gap_flagged=pl.lit(False))
     ranks = _per_rank(per, z_crit)
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,

@@ -223,23 +223,12 @@ def _late_evidence(row: dict | None) -> dict | None:
     return out
 
 
-# With two ranks, being last in all of six collectives happens by chance once in 64 (z 2.45).
-_PAIR_LAST_Z = 2.0
-
-
 def _stage2_agrees(late: dict | None) -> bool:
     """Stage 2 does not contradict a rank that stage 1 finds slow: it is last at least as often
     as chance and makes the others wait more than it waits for them. (With a handful of
     collectives per iteration, being last "more than chance" cannot be shown; a victim, which
     waits, is still told apart.)"""
     return late is not None and late["net_ns"] > 0 and late["share_last"] >= late["expected_share"]
-
-
-def _last_more_than_chance(late: dict | None) -> bool:
-    """Stage 2 agrees that a rank of a two-rank comparison is the slow one: it arrives last
-    more often than chance and makes its peer wait more than it waits (robust z-scores across
-    ranks say little with two ranks, so the binomial one is used)."""
-    return late is not None and late["last_z"] > _PAIR_LAST_Z and late["net_ns"] > 0
 
 
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
