@@ -70,3 +70,29 @@ def test_json_verdict_is_published_with_the_usual_mode_and_never_over_a_pipe(tmp
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "v.json").stat().st_mode) == 0o644
     assert not list(tmp_path.glob(".v.json.*"))  # no temporary file left behind
+
+
+def test_bench_detect_scores_a_real_corpus_and_leaves_it_unwritten(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[1] / "corpus" / "cases"
+    cases = [c for c in json.loads((source / "manifest.json").read_text())["cases"]
+             if c["id"] in ("tp2dp2-plain-prof-healthy", "tp2dp2-plain-prof-2.5x-r2")]
+    for c in cases:
+        shutil.copytree(source / c["path"], tmp_path / c["path"])
+    cases.append({**cases[0], "id": "wrong-on-purpose", "expect": {"suspect": {"rank": 0, "kinds": ["slow_link"]}}})
+    (tmp_path / "manifest.json").write_text(json.dumps({"version": 1, "cases": cases}))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = runner.invoke(app, ["bench", "detect", "--scale", "none", "--real", str(tmp_path)],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split()[-1] for line in result.output.splitlines()
+            if line.strip() and line.split()[0] in {c["id"] for c in cases}}
+    assert rows == {"tp2dp2-plain-prof-healthy": "yes", "tp2dp2-plain-prof-2.5x-r2": "yes", "wrong-on-purpose": "NO"}
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before   # no cache beside the corpus
+
+
+def test_bench_detect_real_without_a_manifest_is_one_line(tmp_path):
+    line = one_line_error(runner.invoke(app, ["bench", "detect", "--scale", "none", "--real", str(tmp_path)]))
+    assert "manifest.json" in line

@@ -67,8 +67,9 @@ def test_a_slowdown_below_the_threshold_is_not_a_suspect(tmp_path):
     assert any(n.startswith("below threshold") and "slow compute 1 " in n for n in above.notes)
 
 
-def test_a_two_rank_slow_rank_is_named_from_who_waits(tmp_path):
-    # 1. two peers only (each compared with the other): stage 2 decides which one is slow
+def test_without_a_layout_the_slow_rank_is_the_one_that_makes_others_wait(tmp_path):
+    # 1. a plain DP2 x TP2 profiler job records no layout: the four ranks run one program and
+    # are compared on it, and the rank named is the one stage 2 sees keeping the others waiting
     case = CASES["tp2dp2-plain-prof-1.6x-r1"]
     shutil.copytree(case.directory, tmp_path / "job")
     verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
