@@ -328,7 +328,7 @@ def _per_rank(per: pl.DataFrame, z_crit: float) -> pl.DataFrame:
     """Per rank. ``lasting``: a fault lasts, while noise on shared or busy hosts can make one
     iteration of one rank stand out; a rank's compute flags last when it is flagged in nearly
     every traced iteration (``CONSISTENT``) or, for a fault that came and went (a transient
-    window), in fewer but far beyond the cut-off; launch-gap flags only in nearly every
+    window, told from a hiccup with three traced iterations or more), in fewer but far beyond the cut-off; launch-gap flags only in nearly every
     iteration. Verdicts need it (``verdict.combine``)."""
     gap = pl.col("gap_flagged").fill_null(False)
     # a slow host is a lasting condition (no transient exemption: a first traced iteration
@@ -336,7 +336,13 @@ def _per_rank(per: pl.DataFrame, z_crit: float) -> pl.DataFrame:
     gap_lasting = gap.mean() >= CONSISTENT
     per = per.with_columns(gap_flagged=gap & gap_lasting.over("rank"))
     gap = pl.col("gap_flagged")
-    lasting = (pl.col("flagged").mean() >= CONSISTENT) | (pl.col("z").filter(pl.col("flagged")).max() >= 2 * z_crit) | gap.any()
+    # A window is told from a hiccup only against traced iterations on its sides: with two, a
+    # rank slow in one of them and normal in the other is as likely a busy host's noise as a
+    # fault that came and went (a lasting fault that noise put under the cut-off once still
+    # leans the same way in the other iteration).
+    window = per["iteration"].n_unique() >= 3
+    far = (pl.col("z").filter(pl.col("flagged")).max() >= 2 * z_crit) & (pl.lit(window) | (pl.col("z").min() > z_crit / 2))
+    lasting = (pl.col("flagged").mean() >= CONSISTENT) | far | gap.any()
     flagged = pl.col("flagged") | gap
     return per.group_by("rank").agg(
         lasting=lasting.fill_null(False),
