@@ -79,8 +79,10 @@ class TraceBundle:
         return int(sizes[0]) if len(sizes) else None
 
 
-def _fingerprint(files: list[Path]) -> list[list]:
-    return [[p.name, (s := p.stat()).st_size, s.st_mtime_ns] for p in files]
+def _fingerprint(directory: Path, files: list[Path]) -> list[list]:
+    # the path relative to the bundle, not the name: a file moved to another node's
+    # subdirectory is another input
+    return [[p.relative_to(directory).as_posix(), (s := p.stat()).st_size, s.st_mtime_ns] for p in files]
 
 
 def _cache_location(directory: Path, warn: Callable[[str], None]) -> Path:
@@ -208,7 +210,7 @@ def load_bundle(
     found = discover(directory, format)
     if found.format == "kineto" and found.ignored:
         # Kineto traces have no naming convention: a damaged one looks like any other file.
-        names = ", ".join(p.name for p in found.ignored[:3]) + (", ..." if len(found.ignored) > 3 else "")
+        names = ", ".join(p.relative_to(directory).as_posix() for p in found.ignored[:3]) + (", ..." if len(found.ignored) > 3 else "")
         _warn(f"{directory}: skipped {len(found.ignored)} .json file(s) that are not PyTorch profiler "
               f"traces ({names}); if one should be, it is damaged")
     cache = _cache_location(directory, _warn)
@@ -216,7 +218,7 @@ def load_bundle(
         "cache_version": _CACHE_VERSION,
         "mapp_version": __version__,
         "format": found.format,
-        "inputs": _fingerprint(found.files),
+        "inputs": _fingerprint(directory, found.files),
     }
     events_path, ranks_path = cache / "events.parquet", cache / "ranks.parquet"
     if use_cache and _cache_matches(cache / _MANIFEST, manifest, events_path, ranks_path):

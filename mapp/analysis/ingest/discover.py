@@ -1,9 +1,21 @@
-"""Finding the trace files in a directory and telling which format they are in."""
+"""Finding the trace files in a directory and telling which format they are in.
+
+Which files are looked at: every regular file whose name ends ``.json`` or ``.json.gz``, in the
+directory and in its subdirectories at any depth (each host of a job often writes its own
+``node0/``, ``node1/``...), except hidden files and anything under a hidden directory (a name
+starting with ``.``: mapp's cache ``.mapp``, editors' and VCS directories). Symbolic links are
+followed, but each real directory is read once, so a link back up the tree cannot loop.
+
+Which of them are traces: the same rules wherever a file lies. Its content tells the format
+(each reader's ``sniff``); a name only one format uses makes a file that does not hold that
+format an error; the rank comes from the file's own metadata, never from its directory.
+"""
 
 from __future__ import annotations
 
 import fnmatch
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -57,10 +69,39 @@ def _candidates(directory: Path) -> list[Path]:
         raise InputError(f"{directory} does not exist", "pass the directory that holds the per-rank trace files")
     if not directory.is_dir():
         raise InputError(f"{directory} is not a directory", "pass the directory that holds the per-rank trace files")
-    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+    files = _walk(directory)
     if not files:
         raise InputError(f"{directory} is empty", "point mapp at the directory your training job wrote traces to")
-    return [p for p in files if p.name.endswith(_SUFFIXES)]
+    # sorted by path relative to the bundle: the same order on every machine
+    return sorted((p for p in files if p.name.endswith(_SUFFIXES)), key=lambda p: p.relative_to(directory).parts)
+
+
+def _walk(directory: Path) -> list[Path]:
+    """The visible regular files under ``directory`` (see the module docstring for the rule)."""
+    files: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+    pending = [directory]
+    while pending:
+        folder = pending.pop()
+        try:
+            info = folder.stat()
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError as exc:                  # traces may be in there: never skip it silently
+            raise InputError(f"cannot read the directory {folder} ({exc.strerror})",
+                             "fix its permissions, or move it out of the trace directory") from exc
+        if (info.st_dev, info.st_ino) in seen:  # reached again through a link: already read
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            # is_dir/is_file follow links and answer False (not raise) for a dangling one
+            if entry.is_dir():
+                pending.append(Path(entry.path))
+            elif entry.is_file():
+                files.append(Path(entry.path))
+    return files
 
 
 def _head(path: Path) -> bytes:
@@ -123,7 +164,7 @@ def discover(directory: Path, format_name: str | None = None) -> Discovered:
             by_format.setdefault(found, []).append(path)
     if not by_format:
         raise InputError(
-            f"no recognisable traces in {directory}",
+            f"no recognisable traces in {directory} or its subdirectories",
             "expected mapp rank-*.json, MegatronApp benchmark-data-*.json or PyTorch profiler "
             "traces; pass --format to force one",
         )
