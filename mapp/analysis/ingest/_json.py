@@ -24,9 +24,12 @@ import orjson
 
 from mapp.errors import TraceFormatError
 
-__all__ = ["load_document", "Salvage", "paused_gc", "read_head", "GZIP_MAGIC"]
+__all__ = ["load_document", "Salvage", "paused_gc", "read_head", "GZIP_MAGIC", "HEAD_BYTES", "cut_short"]
 
 GZIP_MAGIC = b"\x1f\x8b"
+# How much of a file's content format detection looks at.
+HEAD_BYTES = 4096
+_BEYOND_SALVAGE = "the file is cut off or damaged beyond salvage; move it aside to read the rest"
 
 # A record inside an array ends with ``}`` followed by ``,`` (more records were coming).
 _RECORD_END = re.compile(rb"\}\s*,")
@@ -70,13 +73,15 @@ def load_document(path: pathlib.Path, closers: tuple[bytes, ...], what: str) -> 
         raw = path.read_bytes()
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror})", "check the path and its permissions") from exc
-    data = _gunzip(raw, path) if raw.startswith(GZIP_MAGIC) else raw
+    data = _gunzip(raw, path, salvage) if raw.startswith(GZIP_MAGIC) else raw
     try:
         with paused_gc():
             return orjson.loads(data), salvage
     except orjson.JSONDecodeError as exc:
         first_error = exc
     stripped = data.rstrip()
+    if not stripped and salvage.truncated_at is not None:
+        raise TraceFormatError(f"{path}: the compressed stream is cut off before any content", _BEYOND_SALVAGE)
     if not stripped or stripped[:1] not in (b"[", b"{"):
         raise TraceFormatError(f"{path}: not a JSON {what} ({first_error})",
                                f"is this really a {what}? pass --format to say which reader to use")
@@ -91,7 +96,25 @@ def load_document(path: pathlib.Path, closers: tuple[bytes, ...], what: str) -> 
             salvage.truncated_at = len(raw)
             return document, salvage
     raise TraceFormatError(f"{path}: not valid JSON and no complete record to salvage ({first_error})",
-                           f"is this really a {what}?")
+                           _BEYOND_SALVAGE)
+
+
+def cut_short(head: bytes, compressed: bool) -> bool:
+    """True when ``head`` (at most ``HEAD_BYTES``) is a file's whole content and that content is
+    a JSON document that was never finished: a trace whose writer died in its first bytes.
+    ``compressed``: the file is gzip, so ``head`` came out of a stream that may itself be cut."""
+    if len(head) >= HEAD_BYTES:
+        return False
+    text = head.strip()
+    if not text:
+        return compressed                       # a gzip header and nothing after it
+    if text[:1] not in (b"{", b"["):
+        return False
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return True
+    return False
 
 
 def read_head(path: pathlib.Path, size: int) -> bytes:
@@ -102,6 +125,8 @@ def read_head(path: pathlib.Path, size: int) -> bytes:
     """
     with open(path, "rb") as f:
         start = f.read(size)
+        if len(start) < len(GZIP_MAGIC) and GZIP_MAGIC.startswith(start):
+            return b""                          # cut inside the magic bytes: no content yet
         if not start.startswith(GZIP_MAGIC):
             return start
         inflater = zlib.decompressobj(wbits=31)
@@ -116,9 +141,11 @@ def read_head(path: pathlib.Path, size: int) -> bytes:
         return out
 
 
-def _gunzip(raw: bytes, path: pathlib.Path) -> bytes:
+def _gunzip(raw: bytes, path: pathlib.Path, salvage: Salvage) -> bytes:
     """The content of every gzip member of ``raw``; a stream cut off mid-write gives what it
-    holds so far (the JSON salvage then cuts back to the last complete record)."""
+    holds so far (the JSON salvage then cuts back to the last complete record) and is recorded
+    in ``salvage``, also when what it holds happens to be a whole document (a cut in the
+    trailer): the reader says it read an unfinished file."""
     parts: list[bytes] = []
     rest = raw
     while rest.startswith(GZIP_MAGIC):
@@ -132,6 +159,7 @@ def _gunzip(raw: bytes, path: pathlib.Path) -> bytes:
             break
         if not inflater.eof:                    # cut off: keep what came out
             parts.append(inflater.flush())
+            salvage.truncated_at = len(raw)
             break
         rest = inflater.unused_data
     return b"".join(parts)

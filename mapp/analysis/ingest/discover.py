@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 from mapp import trace_format
-from mapp.analysis.ingest._json import read_head
+from mapp.analysis.ingest._json import GZIP_MAGIC, HEAD_BYTES, cut_short, read_head
 from mapp.errors import InputError, TraceFormatError
 
 __all__ = ["FORMATS", "Discovered", "discover", "reader_module"]
@@ -45,7 +45,7 @@ _TELLTALE_NAMES: dict[str, tuple[str, ...]] = {
 # through _json.load_document like plain ones.
 _SUFFIXES = (".json", ".json.gz")
 _MERGED = "merged"  # mapp's own merged output, found beside the traces: never an input
-_HEAD_BYTES = 4096
+_CUT = "cut off"    # a JSON document cut off before it shows its format: a damaged trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +107,19 @@ def _walk(directory: Path) -> list[Path]:
 def _head(path: Path) -> bytes:
     """The start of the file's content: decompressed for a ``*.gz`` name (only the Kineto reader
     takes those), raw otherwise, so a compressed file named ``rank-*.json`` is not taken for v1."""
-    if path.name.endswith(".gz"):
-        return read_head(path, _HEAD_BYTES)
+    if _compressed(path):
+        return read_head(path, HEAD_BYTES)
     with open(path, "rb") as f:
-        return f.read(_HEAD_BYTES)
+        return f.read(HEAD_BYTES)
+
+
+def _compressed(path: Path) -> bool:
+    """A ``*.gz`` file that starts as gzip does (a file cut inside the magic bytes counts)."""
+    if not path.name.endswith(".gz"):
+        return False
+    with open(path, "rb") as f:
+        start = f.read(len(GZIP_MAGIC))
+    return bool(start) and GZIP_MAGIC.startswith(start)
 
 
 def _sniff(path: Path) -> str | None:
@@ -128,6 +137,10 @@ def _sniff(path: Path) -> str | None:
             continue
         if module.sniff(path, head):
             return name
+    if cut_short(head, _compressed(path)):
+        if named_like is None:
+            return _CUT
+        raise _cut_error(path, head)
     if named_like is not None:
         first = head.lstrip()[:40].decode("utf-8", "replace").splitlines()
         raise TraceFormatError(
@@ -136,6 +149,13 @@ def _sniff(path: Path) -> str | None:
             "fix the file or move it out of the directory",
         )
     return None
+
+
+def _cut_error(path: Path, head: bytes) -> TraceFormatError:
+    return TraceFormatError(
+        f"{path} is cut off after {len(head)} bytes of content, before anything shows which trace it is",
+        "the file is damaged beyond salvage; move it aside to read the rest",
+    )
 
 
 def discover(directory: Path, format_name: str | None = None) -> Discovered:
@@ -154,14 +174,21 @@ def discover(directory: Path, format_name: str | None = None) -> Discovered:
         return Discovered(format_name, files, [p for p in candidates if p not in files])
     by_format: dict[str, list[Path]] = {}
     ignored: list[Path] = []
+    cut: list[Path] = []
     for path in candidates:
         found = _sniff(path)
         if found == _MERGED:
             continue
-        if found is None:
+        if found == _CUT:
+            cut.append(path)
+        elif found is None:
             ignored.append(path)
         else:
             by_format.setdefault(found, []).append(path)
+    if not by_format and cut:
+        # nothing else to read: the cut-off file is what the user wanted read, not a stray one
+        raise _cut_error(cut[0], _head(cut[0]))
+    ignored = sorted(ignored + cut, key=candidates.index)
     if not by_format:
         raise InputError(
             f"no recognisable traces in {directory} or its subdirectories",

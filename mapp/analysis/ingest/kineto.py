@@ -73,7 +73,7 @@ import orjson
 import polars as pl
 
 from mapp.analysis.ingest import schema
-from mapp.analysis.ingest._json import load_document, paused_gc
+from mapp.analysis.ingest._json import HEAD_BYTES, load_document, paused_gc
 from mapp.errors import TraceFormatError
 
 __all__ = ["NAME", "sniff", "read"]
@@ -138,14 +138,19 @@ _STEP = re.compile(r"ProfilerStep#(\d+)$")
 _C10D_P2P = {"c10d::send": "send", "c10d::recv_": "recv", "c10d::recv_any_source_": "recv"}
 
 
+_KINETO_KEYS = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"', b'"baseTimeNanoseconds"')
+
+
 def sniff(path: pathlib.Path, head: bytes) -> bool:
-    """True for a PyTorch profiler trace: a JSON object with Kineto's top-level keys."""
+    """True for a PyTorch profiler trace: a JSON object with Kineto's top-level keys.
+
+    ``traceEvents`` is also in other Chrome traces, so one of Kineto's own keys must be there
+    too; a file cut off before ``traceEvents`` (the head is all there is) is told by those alone,
+    so that it is reported as the damaged trace it is."""
     start = head.lstrip()
-    if not start.startswith(b"{"):
+    if not start.startswith(b"{") or not any(key in head for key in _KINETO_KEYS):
         return False
-    return b'"traceEvents"' in head and (
-        b'"schemaVersion"' in head or b'"distributedInfo"' in head or b'"deviceProperties"' in head
-        or b'"baseTimeNanoseconds"' in head)
+    return b'"traceEvents"' in head or len(head) < HEAD_BYTES
 
 
 def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -166,10 +171,11 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
     if isinstance(document, list):          # the bare Chrome array form: events only
         document = {"traceEvents": document}
     if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
+        if salvage.truncated_at is not None:
+            raise TraceFormatError(f"{path}: cut off at byte {salvage.truncated_at}, before its traceEvents",
+                                   "the file is damaged beyond salvage; move it aside to read the rest")
         raise TraceFormatError(f"{path}: no traceEvents array", "is this a PyTorch profiler trace?")
     raw = document["traceEvents"]
-    if salvage.truncated_at is not None:
-        warn(f"{path}: truncated at byte {salvage.truncated_at}; kept {len(raw)} events")
     dist = document.get("distributedInfo") if isinstance(document.get("distributedInfo"), dict) else {}
     rank = dist.get("rank")
     if not isinstance(rank, int):
@@ -249,6 +255,9 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
     )
     events = schema.conform(events, schema.EVENTS_SCHEMA).sort(
         ["ts_ns", "dur_ns"], descending=[False, True], maintain_order=True)
+    if salvage.truncated_at is not None:
+        # counted in the events table, not in traceEvents: those include records this reader drops
+        warn(f"{path}: truncated at byte {salvage.truncated_at}; kept {events.height} events")
 
     props = document.get("deviceProperties")
     device = props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict) else None
