@@ -1,14 +1,13 @@
 """A trace bundle: one directory of per-rank traces, read once into the events table.
 
 The events table is kept as Parquet in ``DIR/.mapp/events.parquet`` (beside ``ranks.parquet``
-and a manifest of the inputs it was built from) and reused while the inputs are unchanged.
-Readers stream batches into it, so a bundle larger than memory can still be ingested;
-analyses scan only the columns they need.
+and a manifest of the inputs it was built from) and reused while the inputs are unchanged and
+the cache is intact (see :mod:`mapp.analysis.ingest.cache`). Readers stream batches into it,
+so a bundle larger than memory can still be ingested; analyses scan only the columns they need.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import tempfile
@@ -22,6 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mapp import __version__
+from mapp.analysis.ingest import cache as cache_files
+from mapp.analysis.ingest.cache import CACHE_DIR
 from mapp.analysis.ingest.discover import discover, reader_module
 from mapp.analysis.ingest.schema import COORDS, EVENTS_ARROW_SCHEMA, RANKS_SCHEMA, conform, to_arrow_events
 from mapp.errors import LayoutError
@@ -29,9 +30,6 @@ from mapp.output import publish
 
 __all__ = ["TraceBundle", "load_bundle", "CACHE_DIR"]
 
-CACHE_DIR = ".mapp"
-_MANIFEST = "manifest.json"
-_CACHE_VERSION = 2
 _DICTIONARY_COLUMNS = ["ph", "name", "cat", "lane", "group", "src_file"]
 # Min/max statistics let a scan skip row groups by rank, time, iteration...; on the string and
 # list columns they prune nothing (every row group holds many names) and cost ~10% of the encoding.
@@ -85,19 +83,6 @@ def _fingerprint(directory: Path, files: list[Path]) -> list[list]:
     return [[p.relative_to(directory).as_posix(), (s := p.stat()).st_size, s.st_mtime_ns] for p in files]
 
 
-def _cache_location(directory: Path, warn: Callable[[str], None]) -> Path:
-    cache = directory / CACHE_DIR
-    try:
-        cache.mkdir(exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=cache, prefix=".probe-", delete=True)
-        probe.close()
-        return cache
-    except OSError:
-        fallback = Path(tempfile.mkdtemp(prefix="mapp-cache-"))
-        warn(f"cannot write the cache in {cache}; using {fallback} for this run only")
-        return fallback
-
-
 def _validate_ranks(ranks: pl.DataFrame) -> None:
     """Ranks must be unique and agree on world size and layout."""
     duplicated = ranks.filter(pl.col("rank").is_duplicated()).sort("rank")
@@ -137,8 +122,9 @@ def _validate_ranks(ranks: pl.DataFrame) -> None:
         )
 
 
-def _write_parquet_atomically(batches: Iterator, target: Path) -> int:
-    schema = EVENTS_ARROW_SCHEMA
+def _write_parquet_atomically(batches: Iterator, target: Path, build: str) -> int:
+    # the build id in the footer ties the file to its manifest (cache.check reads it back)
+    schema = EVENTS_ARROW_SCHEMA.with_metadata({cache_files.BUILD_KEY: build})
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     rows = 0
@@ -210,21 +196,43 @@ def load_bundle(
     found = discover(directory, format)
     if found.format == "kineto" and found.ignored:
         # Kineto traces have no naming convention: a damaged one looks like any other file.
-        names = ", ".join(p.relative_to(directory).as_posix() for p in found.ignored[:3]) + (", ..." if len(found.ignored) > 3 else "")
+        names = ", ".join(p.relative_to(directory).as_posix() for p in found.ignored[:3])
+        names += ", ..." if len(found.ignored) > 3 else ""
         _warn(f"{directory}: skipped {len(found.ignored)} .json file(s) that are not PyTorch profiler "
               f"traces ({names}); if one should be, it is damaged")
-    cache = _cache_location(directory, _warn)
-    manifest = {
-        "cache_version": _CACHE_VERSION,
-        "mapp_version": __version__,
-        "format": found.format,
-        "inputs": _fingerprint(directory, found.files),
-    }
-    events_path, ranks_path = cache / "events.parquet", cache / "ranks.parquet"
-    if use_cache and _cache_matches(cache / _MANIFEST, manifest, events_path, ranks_path):
-        ranks = pl.read_parquet(ranks_path)
-        return TraceBundle(directory, found.format, events_path, ranks, warnings, from_cache=True)
+    cache = cache_files.location(directory, _warn)
+    wanted = cache_files.identity(found.format, _fingerprint(directory, found.files), __version__)
+    checked = cache_files.check(cache, wanted) if use_cache else cache_files.Cached(False)
+    if checked.fresh:
+        ranks = _cached_ranks(cache)
+        if ranks is not None:
+            return TraceBundle(directory, found.format, cache / cache_files.EVENTS, ranks, warnings, from_cache=True)
+        checked = cache_files.Cached(False, f"{cache_files.RANKS}: unreadable")
+    damaged = cache if checked.problem is not None else None
+    try:
+        cache_files.clear(cache)
+    except OSError:                             # cannot put things right in place
+        cache = cache_files.fallback(directory, cache, _warn)
+    ranks = _build(directory, found, cache, wanted, _warn, progress)
+    if damaged is not None:
+        _warn(f"{damaged} was damaged ({checked.problem}); rebuilt it"
+              + ("" if cache == damaged else f" in {cache}"))
+    return TraceBundle(directory, found.format, cache / cache_files.EVENTS, ranks, warnings)
 
+
+def _cached_ranks(cache: Path) -> pl.DataFrame | None:
+    """The cached ranks table, or None if its data cannot be read (the check read only the
+    footer; the table is a few rows, so reading it all is what checks the rest)."""
+    try:
+        return pl.read_parquet(cache / cache_files.RANKS)
+    except (OSError, pl.exceptions.PolarsError):
+        return None
+
+
+def _build(directory: Path, found, cache: Path, wanted: dict, _warn, progress) -> pl.DataFrame:
+    """Read the traces and write the cache in ``cache``: events, ranks, then the manifest that
+    makes them valid (a build cut short leaves no manifest, so it is merely absent)."""
+    events_path, ranks_path = cache / cache_files.EVENTS, cache / cache_files.RANKS
     module = reader_module(found.format)
     total = sum(p.stat().st_size for p in found.files)
     done = 0
@@ -243,24 +251,13 @@ def load_bundle(
             batches.close()
         raise
     ranks = conform(ranks, RANKS_SCHEMA).sort("rank")
-    rows = _write_parquet_atomically(batches, events_path)
+    build = cache_files.new_build()
+    rows = _write_parquet_atomically(batches, events_path, build)
     if rows == 0:
         _warn(f"{directory}: the trace files hold no events")
-    _write_ranks_and_manifest(ranks, ranks_path, cache / _MANIFEST, manifest)
-    return TraceBundle(directory, found.format, events_path, ranks, warnings)
-
-
-def _cache_matches(manifest_path: Path, manifest: dict, *paths: Path) -> bool:
-    try:
-        return json.loads(manifest_path.read_text()) == manifest and all(p.exists() for p in paths)
-    except (OSError, ValueError):
-        return False
-
-
-def _write_ranks_and_manifest(ranks: pl.DataFrame, ranks_path: Path, manifest_path: Path, manifest: dict) -> None:
     tmp = ranks_path.with_suffix(".parquet.tmp")
-    ranks.write_parquet(tmp)
+    ranks.write_parquet(tmp, metadata={cache_files.BUILD_KEY: build})
     os.replace(tmp, ranks_path)
-    tmp = manifest_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, manifest_path)
+    cache_files.write_manifest(cache, {**wanted, "build": build,
+                                       "rows": {cache_files.EVENTS: rows, cache_files.RANKS: ranks.height}})
+    return ranks

@@ -1,0 +1,169 @@
+"""The Parquet cache of a bundle: ``DIR/.mapp/`` with ``events.parquet``, ``ranks.parquet`` and
+``manifest.json`` (what they were built from, how many rows each holds, and a build id).
+
+The cache is reused only after a cheap check on open (footers only, no data is read): the
+manifest names the same inputs (path relative to the bundle, size, mtime), format and mapp;
+both Parquet files open, have the events/ranks schema, hold the rows the manifest counted and
+carry the manifest's build id in their footer (so a file copied from another bundle's cache is
+told apart even where its rows happen to agree).
+
+* stale (inputs changed, another mapp, no manifest yet): rebuilt quietly;
+* damaged or foreign (garbage, a cut-off file, a manifest that is not JSON, a file of another
+  build): rebuilt with one warning naming what was wrong;
+* not writable in place (a read-only bundle, ``.mapp`` that is not a directory): built in a
+  temporary directory that is removed when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mapp.analysis.ingest.schema import EVENTS_ARROW_SCHEMA, RANKS_SCHEMA
+
+__all__ = ["CACHE_DIR", "CACHE_VERSION", "EVENTS", "RANKS", "BUILD_KEY", "Cached", "location", "fallback",
+           "identity", "check", "clear", "new_build", "write_manifest"]
+
+CACHE_DIR = ".mapp"
+CACHE_VERSION = 3                               # 3: row counts and build id in the manifest
+EVENTS, RANKS, MANIFEST = "events.parquet", "ranks.parquet", "manifest.json"
+BUILD_KEY = "mapp_build"                        # footer key-value metadata of both Parquet files
+# Fallback caches of this process, by bundle directory: a second load in the same process
+# reuses the first one's instead of building another.
+_FALLBACKS: dict[Path, Path] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Cached:
+    """What :func:`check` found: ``fresh`` (reuse it), else ``problem`` (None: merely stale)."""
+
+    fresh: bool
+    problem: str | None = None
+
+
+def location(directory: Path, warn) -> Path:
+    """``DIR/.mapp`` when it can be written; else a fallback for this process (see :func:`fallback`)."""
+    cache = directory / CACHE_DIR
+    try:
+        cache.mkdir(exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=cache, prefix=".probe-", delete=True)
+        probe.close()
+        return cache
+    except OSError:
+        return fallback(directory, cache, warn)
+
+
+def fallback(directory: Path, cache: Path, warn) -> Path:
+    """A temporary cache directory for ``directory``, removed when the process exits.
+
+    At exit, not when the bundle object goes away: the events file's path escapes the bundle
+    (a ``scan()`` LazyFrame, DuckDB views that read it by path), so it must outlive the object.
+    """
+    key = directory.resolve()
+    where = _FALLBACKS.get(key)
+    if where is None or not where.is_dir():
+        where = Path(tempfile.mkdtemp(prefix="mapp-cache-"))
+        _FALLBACKS[key] = where
+        atexit.register(shutil.rmtree, where, ignore_errors=True)
+    warn(f"cannot write the cache in {cache}; using {where} for this run only")
+    return where
+
+
+def identity(fmt: str, inputs: list[list], version: str) -> dict:
+    """The manifest keys that say which inputs, format and mapp a cache was built from."""
+    return {"cache_version": CACHE_VERSION, "mapp_version": version, "format": fmt, "inputs": inputs}
+
+
+def new_build() -> str:
+    return uuid.uuid4().hex
+
+
+def check(cache: Path, wanted: dict) -> Cached:
+    """Whether the cache in ``cache`` was built from ``wanted`` and is intact (footers only)."""
+    try:
+        text = (cache / MANIFEST).read_text()
+    except FileNotFoundError:
+        return Cached(False)                    # never built, or a build that did not finish
+    except (OSError, UnicodeDecodeError) as exc:
+        return Cached(False, f"{MANIFEST}: unreadable ({_reason(exc)})")
+    try:
+        manifest = json.loads(text)
+    except ValueError:
+        return Cached(False, f"{MANIFEST}: not JSON")
+    if not isinstance(manifest, dict):
+        return Cached(False, f"{MANIFEST}: not a JSON object")
+    if any(manifest.get(k) != v for k, v in wanted.items()):
+        return Cached(False)                    # stale: other inputs, format or mapp
+    rows, build = manifest.get("rows"), manifest.get("build")
+    if not isinstance(rows, dict) or not isinstance(build, str):
+        return Cached(False, f"{MANIFEST}: no row counts or build id")
+    for name, expected in ((EVENTS, _events_schema_ok), (RANKS, _ranks_schema_ok)):
+        problem = _check_parquet(cache / name, expected, rows.get(name), build)
+        if problem is not None:
+            return Cached(False, f"{name}: {problem}")
+    return Cached(True)
+
+
+def _check_parquet(path: Path, schema_ok, rows: object, build: str) -> str | None:
+    if path.is_dir():
+        return "a directory, not a file"
+    try:
+        meta = pq.read_metadata(path)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:                      # a directory, no permission
+        return f"unreadable ({_reason(exc)})"
+    except (pa.ArrowException, ValueError):  # garbage, or cut off: no footer
+        return "not a Parquet file"
+    try:
+        good_schema = schema_ok(path, meta)
+    except (pa.ArrowException, pl.exceptions.PolarsError, OSError, ValueError):
+        good_schema = False
+    if not good_schema:
+        return "not the expected schema"
+    if meta.num_rows != rows:
+        return f"{meta.num_rows} rows where the manifest counted {rows}"
+    if (meta.metadata or {}).get(BUILD_KEY.encode()) != build.encode():
+        return "from another build"
+    return None
+
+
+def _events_schema_ok(path: Path, meta: pq.FileMetaData) -> bool:
+    return meta.schema.to_arrow_schema().remove_metadata().equals(EVENTS_ARROW_SCHEMA)
+
+
+def _ranks_schema_ok(path: Path, meta: pq.FileMetaData) -> bool:
+    return dict(pl.read_parquet_schema(path)) == dict(RANKS_SCHEMA)
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or type(exc).__name__
+
+
+def clear(cache: Path) -> None:
+    """Remove the manifest first (a rebuild cut short is then merely absent, not damaged) and
+    whatever stands where the Parquet files go that a rename cannot replace (a directory).
+    Only these three names: other things in ``.mapp`` (the matching cache) look after themselves.
+    Raises OSError when that cannot be done."""
+    for name in (MANIFEST, EVENTS, RANKS):
+        path = cache / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif name == MANIFEST or path.is_symlink():
+            path.unlink(missing_ok=True)
+
+
+def write_manifest(cache: Path, manifest: dict) -> None:
+    tmp = cache / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, cache / MANIFEST)
