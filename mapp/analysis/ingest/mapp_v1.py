@@ -14,6 +14,7 @@ import queue
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,26 @@ _LIFT = f"unnest(json_transform(args, '{_ARG_SPEC}'))"
 def sniff(path: Path, head: bytes) -> bool:
     """A v1 file opens with ``[`` and a ``mapp`` metadata event declaring ``mapp-trace``."""
     return head.lstrip().startswith(b"[") and f'"format":"{trace_format.FORMAT_NAME}"'.encode() in head.replace(b" ", b"")
+
+
+class _Scratch:
+    """The temporary directory for salvaged copies: made only when a file needs one, removed by
+    :meth:`remove` (``mapp-salvage-*`` in the temp directory)."""
+
+    __slots__ = ("_path",)
+
+    def __init__(self) -> None:
+        self._path: Path | None = None
+
+    def path(self) -> Path:
+        if self._path is None:
+            self._path = Path(tempfile.mkdtemp(prefix="mapp-salvage-"))
+        return self._path
+
+    def remove(self) -> None:
+        if self._path is not None:
+            shutil.rmtree(self._path, ignore_errors=True)
+            self._path = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +196,12 @@ def _line_of(path: Path, byte_offset: int) -> int:
     return newlines + 1
 
 
-def _prepare(path: Path, scratch: Path, warn: Callable[[str], None]) -> _Prepared:
+def _prepare(path: Path, scratch: _Scratch, warn: Callable[[str], None]) -> _Prepared:
     header = read_header(path)
     keep = _salvage_length(path, warn)
     parse_path = path
     if keep is not None:
-        parse_path = scratch / f"{len(os.listdir(scratch))}-{path.name}"
+        parse_path = scratch.path() / f"{len(os.listdir(scratch.path()))}-{path.name}"
         with open(path, "rb") as src, open(parse_path, "wb") as dst:
             _copy_prefix(src, dst, keep)
             dst.write(b"\n]\n")
@@ -254,14 +275,18 @@ def read_batches(
     parses one file at a time); ``progress`` is called with the number of input bytes
     finished as each file is done.
     """
-    scratch = Path(tempfile.mkdtemp(prefix="mapp-salvage-"))
+    scratch = _Scratch()
     try:
         prepared = [_prepare(path, scratch, warn) for path in files]
     except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.remove()
         raise
     ranks = conform(pl.DataFrame([p.rank_row for p in prepared]), RANKS_SCHEMA)
-    return _stream(prepared, scratch, warn, progress, batch_bytes), ranks
+    batches = _stream(prepared, scratch, warn, progress, batch_bytes)
+    # The stream removes the copies when it ends; a stream closed or dropped before its first
+    # batch (the caller found the ranks inconsistent) never runs that code: this does instead.
+    weakref.finalize(batches, scratch.remove)
+    return batches, ranks
 
 
 def _groups(prepared: list[_Prepared], batch_bytes: int) -> Iterator[list[_Prepared]]:
@@ -382,7 +407,7 @@ def _stream(prepared, scratch, warn, progress, batch_bytes) -> Iterator[pa.Recor
         parser.join()
         lift.close()
         con.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.remove()
     for phase, count in sorted(skipped_phases.items()):
         warn(f"skipped {count} events with ph={phase!r} (v1 analyses use X, i and C events)")
 
