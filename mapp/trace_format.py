@@ -23,6 +23,7 @@ __all__ = [
     "process_label",
     "HEADER",
     "MERGED_MARKER",
+    "CACHE_DIR",
 ]
 
 FORMAT_NAME = "mapp-trace"
@@ -31,6 +32,9 @@ CATEGORIES = ("compute", "collective", "p2p", "optimizer", "data", "iteration", 
 HEADER = "[\n"
 # Name of the first metadata event of a merged trace; discovery never reads such a file as input.
 MERGED_MARKER = "mapp-merged"
+# Directory beside the traces where mapp keeps what it derived from them (events table,
+# clock, matching); nothing may be written there but the cache itself.
+CACHE_DIR = ".mapp"
 
 
 def file_name(rank: int) -> str:

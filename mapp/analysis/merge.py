@@ -8,6 +8,7 @@ column expressions, so the merged file is written without holding the job in mem
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from mapp.analysis.ingest.bundle import TraceBundle
 if TYPE_CHECKING:
     from mapp.analysis.align import ClockModel
 from mapp.errors import OutputError
-from mapp.output import open_beside, output_target, publish
+from mapp.output import is_stdout, open_beside, output_target, publish
 
 __all__ = ["MERGED_MARKER", "MergeResult", "write_chrome_trace", "lane_ids", "process_order", "us_text"]
 
@@ -117,8 +118,10 @@ def _metadata_lines(bundle: TraceBundle, tids: dict[str, int], lanes_by_rank: di
     return [json.dumps(e, separators=(",", ":")) + ",\n" for e in events]
 
 
-def _open_output(out_path: Path, inputs: set[Path]) -> tuple[IO, Path, Path]:
-    """(open temporary file, its path, the file it will replace)."""
+def _open_output(out_path: Path, inputs: set[Path]) -> tuple[IO, Path | None, Path | None]:
+    """(open temporary file, its path, the file it will replace); for ``-``, stdout and Nones."""
+    if is_stdout(out_path):
+        return _Unclosed(sys.stdout.buffer), None, None
     target = output_target(out_path)
     if target.resolve() in inputs:
         raise OutputError(f"{out_path} is one of the input traces", "choose another -o path; mapp never overwrites its input")
@@ -130,6 +133,21 @@ def _open_output(out_path: Path, inputs: set[Path]) -> tuple[IO, Path, Path]:
     except OSError as error:
         raise OutputError(f"cannot write {out_path}: {error.strerror}", "choose a writable -o path") from None
     return handle, tmp, target
+
+
+class _Unclosed:
+    """stdout as the merged trace's file: written and flushed, never closed (the process still
+    prints after it)."""
+
+    def __init__(self, stream: IO) -> None:
+        self.stream = stream
+        self.write, self.writelines = stream.write, stream.writelines
+
+    def __enter__(self) -> "_Unclosed":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stream.flush()
 
 
 def write_chrome_trace(
@@ -172,11 +190,16 @@ def write_chrome_trace(
             if extra_lines is not None:
                 handle.writelines(line.encode() for line in extra_lines())
             handle.write(b'{"ph":"M","name":"mapp-end","pid":0,"tid":0,"args":{}}\n]}\n')
-        publish(tmp, target)
+        if tmp is not None:
+            publish(tmp, target)
+    except BrokenPipeError:  # stdout's reader stopped early (| head): not a write failure
+        raise
     except OSError as error:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise OutputError(f"cannot write {out_path}: {error.strerror}", "check free space and permissions") from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
     return MergeResult(Path(out_path), written, len(bundle.ranks))

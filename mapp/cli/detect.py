@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from mapp.cli._ui import console, guarded, warn
+from mapp.cli._ui import console, err_console, guarded, warn
 from mapp.cli.trace import FormatOption, load
+from mapp.output import check_output, is_stdout
 
 __all__ = ["register", "detect"]
 
@@ -17,7 +18,7 @@ __all__ = ["register", "detect"]
 def detect(
     directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank trace files.")],
     threshold: Annotated[float, typer.Option("--threshold", help="An op (or transfer) is slow when it exceeds (1 + this) x its peers' median.")] = 0.1,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the verdict as JSON to this file.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the verdict as JSON to this file (- for stdout; the report then goes to stderr).")] = None,
     layout: Annotated[Optional[str], typer.Option("--layout", help="tp=..,pp=..,dp=.. for traces that do not record their layout.")] = None,
     format: FormatOption = None,
     fail_on_suspect: Annotated[bool, typer.Option("--fail-on-suspect", help="Exit with status 1 when there is a suspect.")] = False,
@@ -34,13 +35,16 @@ def detect(
     from mapp.analysis.detect.report import DetectReport
 
     sizes = parse_layout(layout) if layout else None
+    check_output(json_out, directory, option="--json")
     bundle = load(directory, format, use_cache=not no_cache)
     verdict = detect_bundle(bundle, threshold=threshold, layout=sizes)
     report = DetectReport(verdict, source=str(directory))
-    console.print(report)
+    # with --json -, stdout carries the JSON alone (for jq and scripts); the report goes to stderr
+    (err_console if is_stdout(json_out) else console).print(report)
     if json_out is not None:
         report.write_json(json_out)
-        console.print(f"verdict: [mapp.path]{json_out}[/]", style="mapp.dim")
+        if not is_stdout(json_out):
+            console.print(f"verdict: [mapp.path]{json_out}[/]", style="mapp.dim")
     if fail_on_suspect and not verdict.healthy:
         raise typer.Exit(1)
 

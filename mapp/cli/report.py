@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from mapp.cli._ui import console, guarded, warn
+from mapp.cli._ui import console, err_console, guarded, warn
 from mapp.errors import InputError
+from mapp.output import check_output, is_stdout
 
 
 def register(app: typer.Typer) -> None:
@@ -16,7 +17,7 @@ def register(app: typer.Typer) -> None:
     @guarded
     def report(
         directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank traces.")],
-        html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as one self-contained HTML page with interactive charts.")] = None,
+        html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as one self-contained HTML page with interactive charts (- for stdout).")] = None,
         db: Annotated[Optional[Path], typer.Option("--db", help="Keep the SQL database in this file and reuse it (see mapp sql --db).")] = None,
         skip: Annotated[int, typer.Option("--skip", help="Leave the first N iterations (warm-up) out of the time breakdowns.")] = 0,
         no_align: Annotated[bool, typer.Option("--no-align", help="Skip clock alignment (job-wide windows and skew need it).")] = False,
@@ -34,6 +35,8 @@ def register(app: typer.Typer) -> None:
 
         if skip < 0:
             raise InputError(f"--skip {skip}: must be >= 0")
+        check_output(html, directory, option="--html")
+        check_output(db, directory, option="--db", beside_traces=False)
         bundle = load(directory, input_format) if directory.is_dir() else None
         if bundle is None:
             raise InputError(f"{directory}: not a directory", "give the directory that holds the per-rank traces")
@@ -44,7 +47,9 @@ def register(app: typer.Typer) -> None:
             summary = build_summary(database, skip=skip, verdict=verdict, notes=notes)
         finally:
             database.close()
-        console.print(ReportView(summary))
+        # with --html -, stdout carries the page alone; the summary goes to stderr
+        (err_console if is_stdout(html) else console).print(ReportView(summary))
         if html is not None:
             path = write_html(summary, html)
-            console.print(f"[mapp.ok]wrote[/] [mapp.path]{path}[/]")
+            if not is_stdout(html):
+                console.print(f"[mapp.ok]wrote[/] [mapp.path]{path}[/]")

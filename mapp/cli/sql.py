@@ -24,12 +24,12 @@ def _loader(input_format: str | None):
 
 
 def open_for_cli(directory: Path | None, db: Path | None, *, no_align: bool = False, rebuild: bool = False,
-                 input_format: str | None = None) -> TraceDatabase:
+                 input_format: str | None = None, allow_files: list[Path] | None = None) -> TraceDatabase:
     """Open the bundle's database with a progress bar and warnings on stderr (shared with report)."""
     from mapp.sql.database import open_database
 
     return open_database(directory, db=db, align=not no_align, rebuild=rebuild, load=_loader(input_format),
-                         warn=warn)
+                         warn=warn, allow_files=allow_files or ())
 
 
 def print_result(result: QueryResult, fmt: str) -> None:
@@ -95,12 +95,14 @@ def register(app: typer.Typer) -> None:
         input_format: Annotated[Optional[str], typer.Option("--input-format", help="Trace format instead of detecting it: mapp, megatronapp, kineto.")] = None,
         engine: Annotated[str, typer.Option("--engine", help="duckdb (built in) or perfetto (your trace_processor_shell over the merged trace; needs pip install perfetto).")] = "duckdb",
         perfetto_bin: Annotated[Optional[Path], typer.Option("--perfetto-bin", help="Path to trace_processor_shell, for --engine perfetto.")] = None,
+        allow_files: Annotated[Optional[list[Path]], typer.Option("--allow-files", metavar="DIR", help="Let statements read and write files in DIR (e.g. COPY ... TO 'DIR/out.csv'); DIR must be outside the bundle. Repeatable. Without it, no statement reaches any file.")] = None,
     ) -> None:
         """Query a trace bundle in SQL: an interactive shell, -c/-f statements, or a named query.
 
         Tables: events, ranks, collectives, collective_members, p2p, iterations, findings, bundle
         (.schema in the shell describes every column). Times are integer nanoseconds: *_ns on
-        each rank's own clock, *_aligned_ns on the reference rank's clock. The bundle is read-only.
+        each rank's own clock, *_aligned_ns on the reference rank's clock. Statements reach no
+        file and no extension (a console shared over a bundle is harmless), unless --allow-files.
         """
         from mapp.sql import render
         from mapp.sql.library import get_query, parse_params
@@ -123,7 +125,13 @@ def register(app: typer.Typer) -> None:
             raise InputError("--param without --query", "parameters belong to named queries")
         if named is not None and statements is not None:
             raise InputError("--query with -c or -f", "give one of them")
-        database = open_for_cli(directory, db, no_align=no_align, rebuild=rebuild, input_format=input_format)
+        if allow_files:
+            from mapp.output import check_export_dir
+
+            for allowed in allow_files:  # before any work: a bad directory costs nothing
+                check_export_dir(allowed, directory, option="--allow-files")
+        database = open_for_cli(directory, db, no_align=no_align, rebuild=rebuild, input_format=input_format,
+                                allow_files=allow_files)
         try:
             if named is not None:
                 print_result(database.query(named.sql, params), fmt)

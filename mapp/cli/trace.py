@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+from rich.console import Console
 
 from mapp.analysis.ingest import FORMATS
-from mapp.cli._ui import console, guarded, progress_bar, warn
+from mapp.cli._ui import console, err_console, guarded, progress_bar, warn
+from mapp.output import check_output, is_stdout
 
 if TYPE_CHECKING:  # the analysis is imported when a command runs, not for `mapp --help`
     from mapp.analysis.align import ClockModel
@@ -37,7 +39,7 @@ def load(directory: Path, format: str | None, *, use_cache: bool = True):
 def merge_command(
     directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank trace files.")],
     out: Annotated[
-        Optional[Path], typer.Option("-o", "--out", help="Merged Chrome trace to write [default: DIR/merged.json].")
+        Optional[Path], typer.Option("-o", "--out", help="Merged Chrome trace to write, - for stdout [default: DIR/merged.json].")
     ] = None,
     format: FormatOption = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-read the traces even if DIR/.mapp is current.")] = False,
@@ -51,32 +53,35 @@ def merge_command(
     DIR/.mapp/clock.json), draws flow arrows for p2p messages and collectives and marks each
     collective's last arriver. Also writes the events table to DIR/.mapp/events.parquet.
     """
-    bundle = load(directory, format, use_cache=not no_cache)
     target = out if out is not None else directory / "merged.json"
-    merge_with_progress(bundle, target, align=not no_align)
-    console.print(f"events table: [mapp.path]{bundle.events_path}[/]", style="mapp.dim")
+    check_output(target, directory, option="-o", merged=True)
+    bundle = load(directory, format, use_cache=not no_cache)
+    # with -o -, stdout carries the trace alone; what is said about it goes to stderr
+    said = err_console if is_stdout(target) else console
+    merge_with_progress(bundle, target, align=not no_align, said=said)
+    said.print(f"events table: [mapp.path]{bundle.events_path}[/]", style="mapp.dim")
 
 
-def merge_with_progress(bundle: TraceBundle, target: Path, *, align: bool = True) -> Timeline:
-    """Merge with a progress bar, then render the findings and the alignment summary."""
+def merge_with_progress(bundle: TraceBundle, target: Path, *, align: bool = True, said: Console = console) -> Timeline:
+    """Merge with a progress bar, then render the findings and the alignment summary on ``said``."""
     from mapp.analysis.timeline import merge_timeline
 
     with progress_bar("writing merged trace") as update:
         timeline = merge_timeline(bundle, target, align=align, progress=update)
-    render_timeline(timeline, bundle)
+    render_timeline(timeline, bundle, said)
     return timeline
 
 
-def render_timeline(timeline: Timeline, bundle: TraceBundle) -> None:
-    _report_matching(timeline.matching, timeline.clock, timeline.clock_path)
+def render_timeline(timeline: Timeline, bundle: TraceBundle, said: Console = console) -> None:
+    _report_matching(timeline.matching, timeline.clock, timeline.clock_path, said)
     result = timeline.merged
-    console.print(
+    said.print(
         f"[mapp.ok]merged[/] {result.events:,} events from {result.ranks} ranks ({bundle.format}) "
         f"into [mapp.path]{result.path}[/]"
     )
 
 
-def _report_matching(matching: Matching, clock: ClockModel | None, clock_path: Path | None) -> None:
+def _report_matching(matching: Matching, clock: ClockModel | None, clock_path: Path | None, console: Console) -> None:
     for finding in matching.findings:
         if finding.severity == "info":
             console.print(finding.line(), style="mapp.dim", soft_wrap=True)

@@ -11,7 +11,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,17 +20,16 @@ import duckdb
 import pyarrow as pa
 
 from mapp.errors import InputError, OutputError
+from mapp.output import check_export_dir, check_output
 from mapp.sql.errors import QueryError, ReadOnlyError
 from mapp.sql.schema import TABLES, build_schema, bundle_fingerprint, describe
 
 __all__ = ["TraceDatabase", "QueryResult", "open_database"]
 
-_WRITING_STATEMENTS = {"COPY", "EXPORT", "ATTACH"}
 # Statements whose result is only a count or a flag: run, nothing shown.
 _SILENT_STATEMENTS = {"CREATE", "INSERT", "UPDATE", "DELETE", "DROP", "ALTER", "SET", "VARIABLE_SET", "COPY",
                       "ATTACH", "DETACH", "TRANSACTION", "LOAD", "EXPORT", "PREPARE", "EXECUTE", "VACUUM",
                       "ANALYZE", "UPDATE_EXTENSIONS", "COPY_DATABASE", "MULTI"}
-_STRING_LITERAL = re.compile(r"'((?:[^']|'')*)'")
 
 
 @dataclass(slots=True)
@@ -59,8 +58,8 @@ class TraceDatabase:
     """One DuckDB connection holding the schema of ``mapp.sql.schema.TABLES``."""
 
     connection: duckdb.DuckDBPyConnection
-    protected: list[Path] = field(default_factory=list)
-    """Directories no statement may write into (the bundle)."""
+    allowed: list[Path] = field(default_factory=list)
+    """The only directories statements may read or write files in (--allow-files)."""
     path: Path | None = None
     """The database file, when persisted."""
 
@@ -90,36 +89,21 @@ class TraceDatabase:
             raise InputError(f"no table {table!r}", f"tables: {names}")
         return rows
 
-    def check_read_only(self, sql: str) -> None:
-        """Refuse a statement that would write a file inside the bundle (COPY/EXPORT/ATTACH there)."""
-        try:
-            statements = self.connection.extract_statements(sql)
-        except duckdb.Error:
-            return  # the parser error is reported when the statement runs
-        for statement in statements:
-            if statement.type.name not in _WRITING_STATEMENTS:
-                continue
-            for literal in _STRING_LITERAL.findall(statement.query):
-                target = Path(literal.replace("''", "'")).expanduser()
-                resolved = target.resolve() if target.is_absolute() else (Path.cwd() / target).resolve()
-                for protected in self.protected:
-                    if resolved == protected or protected in resolved.parents:
-                        raise ReadOnlyError(
-                            f"{statement.type.name} would write {literal!r} inside the trace bundle {protected}",
-                            "queries are read-only on the bundle; write results elsewhere, e.g. COPY (...) TO 'out.csv'",
-                        )
-
     def execute(self, sql: str, params: dict[str, Any] | None = None, *,
                 on_start: Callable[[], None] | None = None) -> list[QueryResult]:
         """Run every statement of ``sql``; return a result for each one that yields rows.
 
         DuckDB's refusals become ``QueryError`` carrying DuckDB's message and a hint.
         """
-        self.check_read_only(sql)
         try:
             statements = self.connection.extract_statements(sql)
         except duckdb.Error as error:
             raise _query_error(error) from None
+        if not self.allowed:
+            for statement in statements:
+                if _writes_files(self.connection, statement):
+                    raise ReadOnlyError(f"read-only: {statement.type.name} reaches files, and this console reaches none",
+                                        "to write or read files, pass --allow-files DIR (a directory outside the bundle)")
         results = []
         for statement in statements:
             start = time.perf_counter()
@@ -207,6 +191,10 @@ def _run_statement(con: duckdb.DuckDBPyConnection, statement, params: dict[str, 
 
 def _query_error(error: duckdb.Error) -> QueryError:
     text = str(error).strip()
+    if isinstance(error, duckdb.PermissionException) or "the configuration has been locked" in text:
+        return ReadOnlyError(f"read-only: {text.splitlines()[0]}",
+                             "mapp sql reads the bundle and nothing else; to read or write files, pass "
+                             "--allow-files DIR (a directory outside the bundle)")
     hint = "see the tables with .tables / .schema TABLE, or mapp sql DIR -c 'DESCRIBE events'"
     if "Catalog Error" in text and "group" in text.lower():
         hint = 'quote the column "group" (a SQL keyword); ' + hint
@@ -223,13 +211,15 @@ def open_database(
     rebuild: bool = False,
     load: Callable[[Path], Any] | None = None,
     warn: Callable[[str], None] | None = None,
+    allow_files: Sequence[Path | str] = (),
 ) -> TraceDatabase:
-    """Open the SQL schema of the bundle in ``directory``.
+    """Open the SQL schema of the bundle in ``directory``, sealed (see ``_seal``).
 
     ``db``: persist the schema (events included) in this DuckDB file and reuse it while the
     bundle's events table is unchanged; with ``directory=None`` the file is opened as it is.
     ``load(directory)`` returns the ``TraceBundle`` (default ``load_bundle``; the CLI passes one
-    with a progress bar).
+    with a progress bar). ``allow_files``: directories outside the bundle that statements may
+    read and write files in (``COPY ... TO``); by default none.
     """
     if directory is None and db is None:
         raise InputError("give a trace directory or --db FILE")
@@ -239,16 +229,72 @@ def open_database(
         def load(d: Path):
             return load_bundle(d, warn=warn)
 
+    allowed = [check_export_dir(d, directory, option="--allow-files") for d in allow_files]
     if db is not None:
-        return _open_persisted(Path(directory) if directory is not None else None, Path(db), align=align,
-                               rebuild=rebuild, load=load, warn=warn)
+        database = _open_persisted(Path(directory) if directory is not None else None, Path(db), align=align,
+                                   rebuild=rebuild, load=load, warn=warn)
+        return _seal(database, allowed)
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(f"{directory}: not a directory", "give the directory that holds the per-rank traces")
     bundle = load(directory)
+    # a cache outside the bundle (a read-only bundle's) is as much off limits
+    allowed = [check_export_dir(d, bundle.cache_dir, option="--allow-files") for d in allowed]
     con = duckdb.connect()
-    build_schema(con, bundle, align=align, warn=warn)
-    return TraceDatabase(con, protected=[directory.resolve()])
+    build_schema(con, bundle, align=align, warn=warn, via_arrow=bool(allowed))
+    return _seal(TraceDatabase(con), allowed, reads=[] if allowed else [bundle.events_path])
+
+
+def _seal(database: TraceDatabase, allowed: list[Path], reads: list[Path] = ()) -> TraceDatabase:
+    """What makes a console shared over a bundle (or embedded in a report) harmless.
+
+    DuckDB opens no file but ``reads`` (the events view's Parquet) and those in ``allowed``
+    (--allow-files), installs and loads no extension, and no statement may change that
+    (``lock_configuration``). A path DuckDB may read it may also write (``COPY ... TO`` with
+    ``USE_TMP_FILE false``, to a target that can be any expression): so where it reads the
+    events file, no statement that writes files runs at all (``_writes_files``); where
+    statements may write (``allowed``), the events are read through Arrow instead. A --db file
+    is open read-only.
+    """
+    con = database.connection
+    paths = [str(Path(p).resolve()) for p in reads]
+    if paths:
+        con.execute("SET allowed_paths = " + _sql_list(paths))
+    if allowed:
+        con.execute("SET allowed_directories = " + _sql_list([str(p) + os.sep for p in allowed]))
+    for setting in ("enable_external_access", "autoinstall_known_extensions", "autoload_known_extensions"):
+        con.execute(f"SET {setting} = false")
+    con.execute("SET lock_configuration = true")
+    database.allowed = allowed
+    return database
+
+
+def _sql_list(items: list[str]) -> str:
+    return "[" + ", ".join("'" + item.replace("'", "''") + "'" for item in items) + "]"
+
+
+# Statements that reach files whatever their arguments; and the ones that wrap another statement.
+_FILE_STATEMENTS = {"COPY", "COPY_DATABASE", "EXPORT", "ATTACH", "DETACH", "LOAD", "EXTENSION", "UPDATE_EXTENSIONS"}
+_WRAPPER = re.compile(r'^\s*(?:EXPLAIN(?:\s+ANALYZE)?|PREPARE\s+(?:"[^"]*"|\w+)(?:\s*\([^)]*\))?\s+AS)\s+',
+                      re.IGNORECASE)
+
+
+def _writes_files(con: duckdb.DuckDBPyConnection, statement) -> bool:
+    """Whether a statement reads or writes files by its kind (COPY, EXPORT, ATTACH, ...), also
+    inside EXPLAIN ANALYZE (which runs it) or PREPARE; what cannot be told counts as yes."""
+    kind = statement.type.name
+    if kind in _FILE_STATEMENTS:
+        return True
+    if kind not in ("EXPLAIN", "PREPARE"):
+        return False
+    wrapper = _WRAPPER.match(statement.query)
+    if wrapper is None:
+        return True
+    try:
+        inner = con.extract_statements(statement.query[wrapper.end():])
+    except duckdb.Error:
+        return True
+    return any(_writes_files(con, s) for s in inner)
 
 
 def _stored_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -267,19 +313,17 @@ def _open_persisted(directory: Path | None, db: Path, *, align: bool, rebuild: b
         if _stored_fingerprint(con) is None:
             con.close()
             raise InputError(f"{db}: not a mapp database", "build one with mapp sql DIR --db FILE")
-        return TraceDatabase(con, protected=[], path=db)
+        return TraceDatabase(con, path=db)
     if not directory.is_dir():
         raise InputError(f"{directory}: not a directory", "give the directory that holds the per-rank traces")
-    if db.resolve().parent == directory.resolve() or directory.resolve() in db.resolve().parents:
-        raise OutputError(f"--db {db}: inside the trace bundle {directory}",
-                          "the bundle is read-only; put the database elsewhere")
+    check_output(db, directory, option="--db", beside_traces=False)
     bundle = load(directory)
     wanted = bundle_fingerprint(bundle)
     if db.exists() and not rebuild:
         con = _connect(db)
         stored = _stored_fingerprint(con)
         if stored == wanted:
-            return TraceDatabase(con, protected=[directory.resolve()], path=db)
+            return TraceDatabase(con, path=db)
         con.close()
         if stored is None:
             raise OutputError(f"--db {db}: exists and is not a mapp database", "choose another file")
@@ -301,11 +345,12 @@ def _open_persisted(directory: Path | None, db: Path, *, align: bool, rebuild: b
         con.close()
         tmp.unlink(missing_ok=True)
         raise
-    return TraceDatabase(_connect(db), protected=[directory.resolve()], path=db)
+    return TraceDatabase(_connect(db), path=db)
 
 
 def _connect(db: Path) -> duckdb.DuckDBPyConnection:
+    """The database file, read-only: queries may make TEMP tables, never change the file."""
     try:
-        return duckdb.connect(str(db))
+        return duckdb.connect(str(db), read_only=True)
     except duckdb.Error as error:
         raise InputError(f"{db}: cannot open as a DuckDB database ({str(error).splitlines()[0]})") from None

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 
 import duckdb
 import pytest
 
 from mapp.errors import InputError, OutputError
 from mapp.sql import QueryError, TABLES, open_database
-from mapp.sql.errors import ReadOnlyError
 
 
 def test_every_table_exists_and_is_documented(faulty):
@@ -57,26 +55,6 @@ def test_invalid_sql_is_a_query_error_with_duckdb_s_message(faulty):
     with pytest.raises(QueryError, match='"group"'):
         db.execute("SELECT group FROM collectives")
     assert db.query("SELECT 1 AS ok").rows() == [(1,)]  # still usable
-
-
-def test_the_bundle_is_read_only(faulty, tmp_path):
-    db, _, directory = faulty
-    before = {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file()}
-    for target in (directory / "x.csv", directory / ".mapp" / "events.parquet"):
-        with pytest.raises(ReadOnlyError, match="inside the trace bundle"):
-            db.execute(f"COPY (SELECT 1) TO '{target}'")
-    with pytest.raises(ReadOnlyError):
-        db.execute(f"ATTACH '{directory / 'evil.db'}' AS evil")
-    with pytest.raises(ReadOnlyError):
-        db.execute(f"EXPORT DATABASE '{directory / 'dump'}'")
-    relative = os.path.relpath(directory / "y.csv")
-    with pytest.raises(ReadOnlyError):
-        db.execute(f"COPY (SELECT 1) TO '{relative}'")
-    after = {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file()}
-    assert before == after
-    out = tmp_path / "out.csv"
-    db.execute(f"COPY (SELECT 1 AS a) TO '{out}'")  # elsewhere is fine
-    assert out.read_text().splitlines() == ["a", "1"]
 
 
 def test_db_file_is_built_once_and_reused(faulty, tmp_path):
