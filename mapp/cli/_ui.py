@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.protocol import is_renderable, rich_cast
+from rich.rule import Rule
+from rich.segment import Segment
+from rich.table import Table
 from rich.theme import Theme
 
 from mapp.errors import MappError
 
-__all__ = ["console", "err_console", "guarded", "progress_bar", "warn"]
+__all__ = ["FitConsole", "console", "err_console", "guarded", "help_paragraphs", "progress_bar", "warn"]
 
 THEME = Theme(
     {
@@ -29,8 +35,84 @@ THEME = Theme(
         "mapp.path": "cyan",
     }
 )
-console = Console(theme=THEME, highlight=False)
+
+_UNBOUNDED = 100_000
+"""A width no table reaches: what a renderable measures at this width is what it needs."""
+
+
+class FitConsole(Console):
+    """A console that never squeezes a table into fewer columns than it needs.
+
+    rich lays everything out at the console's width (80 columns when stdout is a pipe), so a
+    wide table in a CI log or a file had its numbers folded over two lines or cut with an
+    ellipsis. Here, when stdout is not a terminal, each print is laid out at the width it needs
+    (no wrapping at all: a log can be as wide as it likes). In a terminal, rich still wraps
+    text to fit, but a table whose narrowest layout (every number whole) is wider than the
+    terminal is printed at that width, and ``hints`` (stderr) says what to do instead: the
+    table's ``too_wide_hint`` attribute, else a generic line.
+    """
+
+    def __init__(self, *args: Any, hints: Console | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.hints = hints
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        width = None
+        if objects and not kwargs.get("soft_wrap") and not kwargs.get("width"):
+            options = self.options.update(width=_UNBOUNDED, markup=kwargs.get("markup"))
+            width = self._terminal_width(objects, options) if self.is_terminal else _widest(self, options, objects)
+        if width is None or width <= self.width:
+            super().print(*objects, **kwargs)
+            return
+        saved = self._width  # the configured width (None: follow the terminal), put back as it was
+        self.width = width
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self._width = saved
+
+    def _terminal_width(self, objects: tuple[Any, ...], options: ConsoleOptions) -> int | None:
+        """The narrowest width that keeps every table's cells whole; says so on ``hints`` past the edge."""
+        tables = [o for o in objects if isinstance(o, Table)]
+        needed = max((Measurement.get(self, options, t).minimum for t in tables), default=0)
+        if needed > self.width and self.hints is not None:
+            hint = next((t.too_wide_hint for t in tables if getattr(t, "too_wide_hint", None)),
+                        "widen the terminal, or pipe the output through less -S")
+            self.hints.print(f"[mapp.dim]hint:[/] this table is {needed} columns wide and the terminal "
+                             f"{self.width}: {escape(hint)}", soft_wrap=True)
+        return needed or None
+
+
+def _widest(console: Console, options: ConsoleOptions, objects: tuple[Any, ...]) -> int | None:
+    """The width that lays ``objects`` out without wrapping anything; None if only rules."""
+    spans = [_span(console, options, o) for o in objects]
+    return max((s.maximum for s in spans if s is not None), default=None)
+
+
+def _span(console: Console, options: ConsoleOptions, renderable: Any) -> Measurement | None:
+    """The narrowest and widest ``renderable`` can be laid out; None when it fills any width (a rule).
+
+    A renderable without its own measure (a report made of tables and lines) is measured by
+    the parts it yields.
+    """
+    renderable = rich_cast(renderable)
+    if isinstance(renderable, Rule):
+        return None
+    if not is_renderable(renderable):
+        renderable = str(renderable)
+    if isinstance(renderable, str) or hasattr(renderable, "__rich_measure__"):
+        span = Measurement.get(console, options, renderable)
+        return None if span.maximum >= options.max_width else span
+    parts = [_span(console, options, part) for part in renderable.__rich_console__(console, options)
+             if not isinstance(part, Segment)]
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    return Measurement(max(p.minimum for p in parts), max(p.maximum for p in parts))
+
+
 err_console = Console(theme=THEME, stderr=True, highlight=False, emoji=False)
+console = FitConsole(theme=THEME, highlight=False, hints=err_console)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,7 +125,8 @@ def warn(message: str) -> None:
 def guarded(command: F) -> F:
     """Turn a ``MappError`` into one red line and its exit code; Ctrl-C into exit 130.
 
-    ``MAPP_DEBUG=1`` re-raises so the traceback is shown.
+    ``MAPP_DEBUG=1`` re-raises so the traceback is shown. Every command wears this, so it also
+    makes the command's docstring into ``--help`` paragraphs (see ``help_paragraphs``).
     """
 
     @functools.wraps(command)
@@ -59,7 +142,21 @@ def guarded(command: F) -> F:
             err_console.print("[mapp.error]interrupted[/]")
             raise typer.Exit(130) from None
 
+    wrapper.__doc__ = help_paragraphs(command.__doc__)
     return wrapper  # type: ignore[return-value]
+
+
+def help_paragraphs(doc: str | None) -> str | None:
+    """``doc`` with the lines of each paragraph joined, paragraphs still apart.
+
+    Typer's ``rich`` markup mode keeps a docstring's line breaks, so help text broke wherever
+    the source line ended and then again at the terminal's edge ("... nanoseconds:" / "*_ns on"
+    / "each rank's ..."); joined, rich wraps each paragraph on words at any width.
+    """
+    if not doc:
+        return doc
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
 
 
 @contextmanager

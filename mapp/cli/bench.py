@@ -30,7 +30,7 @@ def suite_table(rows: list[dict], title: str) -> Table:
                   "analysis time after ingest", caption_justify="left")
     for col in ("group", "runs", "faults", "neg", "top-1", "recall", "prec", "flagged", "mean", "max"):
         if col == "group":
-            table.add_column(col, no_wrap=True, max_width=14, overflow="ellipsis")
+            table.add_column(col, no_wrap=True)
         else:
             table.add_column(col, justify="right", no_wrap=True,
                              min_width=6 if col in ("mean", "max") else len(col))
@@ -98,7 +98,8 @@ def print_real(console, results, title: str) -> None:
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
     for col in ("case", "source", "injected", "expected", "top suspect", "ok"):
-        table.add_column(col, overflow="fold")
+        # Ids and answers stay whole; the prose columns wrap on words in a narrow terminal.
+        table.add_column(col, no_wrap=col not in ("source", "injected"))
     for r in results:
         e = r.case.expect
         expected = "none" if e is None else f"{'/'.join(e.get('kinds', []))} {e['rank']}" + (

@@ -42,7 +42,11 @@ def simulate(
     jitter: Annotated[float, typer.Option("--jitter", help="Lognormal sigma of the noise on every duration (0: none).")] = _default("jitter_sigma"),
     fault: Annotated[
         Optional[list[str]],
-        typer.Option("--fault", help="KIND:TARGET[:FACTOR[:FIRST-LAST]], repeatable; kinds: " + ", ".join(KINDS) + "."),
+        # A short metavar and the syntax in words: KIND:TARGET[:FACTOR[:FIRST-LAST]] is one
+        # 34-column word that an 80-column help table cannot hold, so rich cut it short (and,
+        # squeezing the table, --no-distributed-optimizer too).
+        typer.Option("--fault", metavar="FAULT", help="A fault to inject, repeatable: KIND:TARGET, then optionally "
+                     ":FACTOR and :FIRST-LAST iterations, e.g. slow_gpu:5:1.5:0-1. Kinds: " + ", ".join(KINDS) + "."),
     ] = None,
     no_skew: Annotated[bool, typer.Option("--no-skew", help="Perfectly synchronised clocks (no offset or drift).")] = False,
     per_layer: Annotated[bool, typer.Option("--per-layer", help="Also emit per-layer compute events.")] = False,

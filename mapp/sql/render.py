@@ -43,12 +43,19 @@ def _cell(value: Any) -> Text | str:
     return str(value)
 
 
-def rich_table(table: pa.Table, *, max_rows: int | None = 1000, title: str | None = None) -> Table:
-    """``table`` as a rich Table; rows past ``max_rows`` are left out with a note in the caption."""
+def rich_table(table: pa.Table, *, max_rows: int | None = 1000, title: str | None = None,
+               too_wide_hint: str = "--format csv, or a wider terminal") -> Table:
+    """``table`` as a rich Table; rows past ``max_rows`` are left out with a note in the caption.
+
+    No cell ever wraps: a result is data, and a number folded over two lines (or cut short)
+    reads as two numbers. The console lays a table wider than the terminal out whole and says
+    ``too_wide_hint`` on stderr (``mapp.cli._ui.FitConsole``).
+    """
     out = Table(title=title, header_style="bold", show_lines=False, caption_justify="left")
+    out.too_wide_hint = too_wide_hint
     for field in table.schema:
         numeric = any(check(field.type) for check in _NUMERIC)
-        out.add_column(field.name, justify="right" if numeric else "left", overflow="fold")
+        out.add_column(field.name, justify="right" if numeric else "left", no_wrap=True)
     shown = table if max_rows is None else table.slice(0, max_rows)
     columns = [shown.column(i).to_pylist() for i in range(shown.num_columns)]
     for row in zip(*columns):

@@ -168,7 +168,8 @@ class Shell:
     def show(self, result: QueryResult) -> None:
         """Print one result in the current mode."""
         if self.mode == "table":
-            self.console.print(render.rich_table(result.table, max_rows=self.max_rows or None))
+            self.console.print(render.rich_table(result.table, max_rows=self.max_rows or None,
+                                                 too_wide_hint=".mode csv, or a wider terminal"))
         elif self.mode == "csv":
             render.write_csv(result.table, self.console.file)
         else:
