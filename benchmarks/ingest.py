@@ -84,7 +84,7 @@ def _stage_mapp_ingest(directory: str) -> dict:
 
 def _stage_mapp_merge(directory: str) -> dict:
     from mapp.analysis.ingest import load_bundle
-    from mapp.analysis.merge import write_chrome_trace
+    from mapp.analysis.chrome import write_chrome_trace
 
     bundle = load_bundle(directory)
     result = write_chrome_trace(bundle, Path(directory) / "merged.json")
@@ -115,7 +115,7 @@ def _child(stage: str, directory: str) -> None:
     if stage != "baseline":  # import cost is not ingest cost (the readers' DuckDB included)
         import mapp.analysis.ingest.bundle  # noqa: F401
         import mapp.analysis.ingest.mapp_v1  # noqa: F401
-        import mapp.analysis.merge  # noqa: F401
+        import mapp.analysis.chrome  # noqa: F401
         import pyarrow.parquet  # noqa: F401
     start = time.perf_counter()
     result = STAGES[stage](directory)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mapp.analysis.align import CLOCK_FILE, ClockModel, align_bundle
-from mapp.analysis.graph import Matching, chrome_extras, match_bundle
+from mapp.analysis.chrome import MergeResult, chrome_extras, write_chrome_trace
+from mapp.analysis.graph import Matching, match_bundle
 from mapp.analysis.ingest.bundle import TraceBundle
-from mapp.analysis.merge import MergeResult, write_chrome_trace
 
 __all__ = ["Timeline", "merge_timeline"]
 

@@ -41,7 +41,7 @@ def merged_trace_for(directory: Path, bundle) -> Path:
     existing = Path(directory) / "merged.json"
     if existing.is_file() and existing.stat().st_mtime_ns >= Path(bundle.events_path).stat().st_mtime_ns:
         return existing
-    from mapp.analysis.merge import write_chrome_trace
+    from mapp.analysis.chrome import write_chrome_trace
 
     target = Path(tempfile.mkdtemp(prefix="mapp-perfetto-")) / "merged.json"
     write_chrome_trace(bundle, target)

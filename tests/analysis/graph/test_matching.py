@@ -9,7 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from mapp.analysis.graph import build_graph, chrome_extras, match_bundle
+from mapp.analysis.chrome import chrome_extras
+from mapp.analysis.graph import build_graph, match_bundle
 from mapp.analysis.ingest import load_bundle
 from tests.analysis.graph.builders import Job, pipeline_job
 

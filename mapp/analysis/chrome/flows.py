@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import polars as pl
 
-from mapp.analysis.merge import lane_ids, us_text
+from mapp.analysis.chrome.writer import lane_ids, us_text
 
 __all__ = ["chrome_extras"]
 
