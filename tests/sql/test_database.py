@@ -105,12 +105,33 @@ def test_no_align_leaves_aligned_columns_null(faulty):
 
 
 def test_interrupt_cancels_a_running_query(faulty):
+    """Ctrl-C during a query that cannot finish on its own cancels it; the connection still works.
+
+    No timing: the interrupt is sent once the query is known to be running inside DuckDB (a
+    function it calls for its rows says so), where ``connection.interrupt()`` can reach it.
+    """
     import _thread
     import threading
 
     db, _, _ = faulty
-    timer = threading.Timer(0.5, _thread.interrupt_main)
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        db.execute_interruptibly("SELECT sum(i * i) FROM range(1000000000000) t(i)")
-    assert db.query("SELECT 2 AS still").rows() == [(2,)]
+    bigint = duckdb.sqltype("BIGINT")
+    running = threading.Event()
+
+    def mark_running(i: int) -> int:
+        running.set()
+        return i
+
+    def interrupt_once_running() -> None:
+        running.wait()
+        _thread.interrupt_main()  # what Ctrl-C does: KeyboardInterrupt in the main thread
+
+    db.connection.create_function("mark_running", mark_running, [bigint], bigint, side_effects=True)
+    try:
+        threading.Thread(target=interrupt_once_running, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            db.execute_interruptibly("SELECT sum(mark_running(i)) FROM range(1000000000000000) t(i)")
+        assert running.is_set()
+        assert db.query("SELECT 2 AS still").rows() == [(2,)]
+        assert db.query("SELECT count(*) FROM ranks").rows()[0][0] > 0
+    finally:
+        db.connection.remove_function("mark_running")
