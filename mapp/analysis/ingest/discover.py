@@ -188,7 +188,8 @@ def discover(directory: Path, format_name: str | None = None) -> Discovered:
     if not by_format and cut:
         # nothing else to read: the cut-off file is what the user wanted read, not a stray one
         raise _cut_error(cut[0], _head(cut[0]))
-    ignored = sorted(ignored + cut, key=candidates.index)
+    order = {path: i for i, path in enumerate(candidates)}
+    ignored = sorted(ignored + cut, key=order.__getitem__)
     if not by_format:
         raise InputError(
             f"no recognisable traces in {directory} or its subdirectories",
