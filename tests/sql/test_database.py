@@ -108,7 +108,9 @@ def test_interrupt_cancels_a_running_query(faulty):
     """Ctrl-C during a query that cannot finish on its own cancels it; the connection still works.
 
     No timing: the interrupt is sent once the query is known to be running inside DuckDB (a
-    function it calls for its rows says so), where ``connection.interrupt()`` can reach it.
+    function it calls as it starts says so), where ``connection.interrupt()`` can reach it.
+    The function runs for one row only: a Python function called for every row was still
+    being called after the cancel under CPU load, and the connection stayed busy.
     """
     import _thread
     import threading
@@ -117,9 +119,9 @@ def test_interrupt_cancels_a_running_query(faulty):
     bigint = duckdb.sqltype("BIGINT")
     running = threading.Event()
 
-    def mark_running(i: int) -> int:
+    def mark_running(one: int) -> int:
         running.set()
-        return i
+        return one
 
     def interrupt_once_running() -> None:
         running.wait()
@@ -129,7 +131,9 @@ def test_interrupt_cancels_a_running_query(faulty):
     try:
         threading.Thread(target=interrupt_once_running, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
-            db.execute_interruptibly("SELECT sum(mark_running(i)) FROM range(1000000000000000) t(i)")
+            # 10^12 rows after the one that signals: cannot finish on its own
+            db.execute_interruptibly("SELECT sum(t.i * t.i) FROM (SELECT mark_running(1) AS one) m, "
+                                     "range(1000000000000) t(i) WHERE m.one = 1")
         assert running.is_set()
         assert db.query("SELECT 2 AS still").rows() == [(2,)]
         assert db.query("SELECT count(*) FROM ranks").rows()[0][0] > 0
