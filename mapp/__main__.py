@@ -1,5 +1,5 @@
 """``python -m mapp`` runs the command line."""
 
-from mapp.cli.app import main
+from mapp.cli.main import main
 
 main()

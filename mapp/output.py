@@ -16,6 +16,7 @@ link is written through, so the link keeps working.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -26,7 +27,7 @@ from mapp.errors import OutputError
 from mapp.trace_format import CACHE_DIR, MERGED_MARKER
 
 __all__ = ["STDOUT", "is_stdout", "check_output", "check_export_dir", "output_target", "open_beside", "publish",
-           "write_text"]
+           "write_text", "scratch", "discard_scratch"]
 
 STDOUT = "-"
 _TRACE_SUFFIXES = (".json", ".json.gz")  # what discovery reads as a possible trace
@@ -127,7 +128,27 @@ def output_target(path: Path | str, *, option: str = "") -> Path:
 def open_beside(target: Path, mode: str = "wb", encoding: str | None = None) -> tuple[IO, Path]:
     """A new temporary file in ``target``'s directory, open for writing, and its path."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    return os.fdopen(fd, mode, encoding=encoding), Path(tmp)
+    return os.fdopen(fd, mode, encoding=encoding), scratch(Path(tmp))
+
+
+_SCRATCH: set[Path] = set()
+
+
+def scratch(path: Path) -> Path:
+    """Note ``path``, a temporary file or directory being written, so that an interrupted run
+    removes it (``discard_scratch``); one published by a rename is simply gone by then."""
+    _SCRATCH.add(Path(path))
+    return Path(path)
+
+
+def discard_scratch() -> None:
+    """Remove every temporary file and directory still being written (on Ctrl-C)."""
+    for path in list(_SCRATCH):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    _SCRATCH.clear()
 
 
 def publish(tmp: Path, target: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.theme import Theme
 
+from mapp.cli.main import INTERRUPTED
 from mapp.errors import MappError
 
 __all__ = ["FitConsole", "console", "err_console", "guarded", "help_paragraphs", "progress_bar", "warn"]
@@ -139,11 +141,21 @@ def guarded(command: F) -> F:
             err_console.print(f"[mapp.error]error:[/] {escape(str(error))}", soft_wrap=True)
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
-            err_console.print("[mapp.error]interrupted[/]")
-            raise typer.Exit(130) from None
+            return _interrupted()
+        except BrokenPipeError:
+            # stdout's reader stopped early (| head): nothing more to say, and nowhere to say it
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(141) from None
 
     wrapper.__doc__ = help_paragraphs(command.__doc__)
     return wrapper  # type: ignore[return-value]
+
+
+def _interrupted() -> None:
+    # Reached where Python's own handler raised KeyboardInterrupt (the SQL shell, or the
+    # commands called in-process); the entry point handles Ctrl-C itself (mapp.cli.main).
+    err_console.print("[mapp.error]interrupted[/]")
+    raise typer.Exit(INTERRUPTED) from None
 
 
 def help_paragraphs(doc: str | None) -> str | None:

@@ -35,7 +35,3 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
     """mapp: capture, merge, query and diagnose Megatron-core training traces."""
-
-
-def main() -> None:
-    app()

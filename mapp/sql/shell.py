@@ -9,8 +9,10 @@ prompt_toolkit when it is installed, else from readline.
 from __future__ import annotations
 
 import os
+import signal
 import shlex
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -130,6 +132,17 @@ class Shell:
         if self.reader is None:
             history = history_path()
             self.reader = _prompt_toolkit_reader(history) or _readline_reader(history)
+        # Ctrl-C cancels the running query and the shell goes on (the command line's own
+        # handler would end the process): Python's handler while the shell runs.
+        if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
+            return self._loop()
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            return self._loop()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _loop(self) -> int:
         info = self.db.info
         self.console.print(
             f"[bold]mapp sql[/] over {info.get('directory', '?')}: {info.get('traced_ranks', '?')} ranks, "

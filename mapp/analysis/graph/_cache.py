@@ -15,6 +15,7 @@ import polars as pl
 
 from mapp import __version__
 from mapp.analysis.graph.diagnose import Finding
+from mapp.output import scratch
 
 _VERSION = 2
 _DIR = "matching"
@@ -54,7 +55,7 @@ def store(bundle, matching) -> None:
     where = Path(bundle.cache_dir) / _DIR
     tmp: Path | None = None
     try:
-        tmp = Path(tempfile.mkdtemp(dir=bundle.cache_dir, prefix=".matching-"))
+        tmp = scratch(Path(tempfile.mkdtemp(dir=bundle.cache_dir, prefix=".matching-")))
         for name in _TABLES:
             getattr(matching, name).write_parquet(tmp / f"{name}.parquet")
         (tmp / "findings.json").write_text(json.dumps([asdict(f) for f in matching.findings]))

@@ -26,7 +26,7 @@ from mapp.analysis.ingest.cache import CACHE_DIR
 from mapp.analysis.ingest.discover import discover, reader_module
 from mapp.analysis.ingest.schema import COORDS, EVENTS_ARROW_SCHEMA, RANKS_SCHEMA, conform, to_arrow_events
 from mapp.errors import LayoutError
-from mapp.output import publish
+from mapp.output import publish, scratch
 
 __all__ = ["TraceBundle", "load_bundle", "CACHE_DIR"]
 
@@ -127,6 +127,7 @@ def _write_parquet_atomically(batches: Iterator, target: Path, build: str) -> in
     schema = EVENTS_ARROW_SCHEMA.with_metadata({cache_files.BUILD_KEY: build})
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
+    scratch(Path(tmp))
     rows = 0
     # Parsing (DuckDB, releases the GIL) and compressing (pyarrow) overlap on two threads.
     pending: queue.Queue = queue.Queue(maxsize=_QUEUED_TABLES)
