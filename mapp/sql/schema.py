@@ -158,20 +158,13 @@ def _sql_path(path: Path) -> str:
 
 
 def _match_and_align(bundle, align: bool, notes: list[str]):
-    """Matching (with aligned times) and the clock model, each None where it cannot be had."""
-    try:
-        from mapp.analysis.graph import match_bundle
-    except ImportError as error:
-        notes.append(f"collectives, collective_members and p2p are empty: matching is unavailable ({error})")
-        return None, None
+    """Matching (with aligned times) and the clock model (None with ``align=False``)."""
+    from mapp.analysis.align import align_bundle
+    from mapp.analysis.graph import match_bundle
+
     matching = match_bundle(bundle)
     if not align:
         notes.append("times are not aligned (--no-align): *_aligned_ns columns are null")
-        return matching, None
-    try:
-        from mapp.analysis.align import align_bundle
-    except ImportError as error:
-        notes.append(f"times are not aligned: clock alignment is unavailable ({error})")
         return matching, None
     clock = align_bundle(bundle, matching)
     if not clock.connected:
@@ -235,7 +228,7 @@ def build_schema(
     _build_comm(con, matching)
     _build_iterations(con)
     _build_windows(con, clock is not None)
-    findings = matching.findings_frame() if matching is not None else None
+    findings = matching.findings_frame()
     if findings is None or findings.is_empty():
         findings = pl.DataFrame(schema={"kind": pl.String, "severity": pl.String, "message": pl.String})
     _create_from_frame(con, "findings", findings.select(
@@ -266,24 +259,8 @@ def _build_ranks(con: duckdb.DuckDBPyConnection, bundle) -> None:
     con.execute("DROP TABLE _ranks_meta")
 
 
-def _empty_comm():
-    from mapp.analysis.graph.collectives import _empty_instances, _empty_members
-    from mapp.analysis.graph.p2p import _empty_pairs
-
-    return _empty_instances(), _empty_members(), _empty_pairs()
-
-
 def _build_comm(con: duckdb.DuckDBPyConnection, matching) -> None:
-    if matching is None:
-        try:
-            instances, members, pairs = _empty_comm()
-        except ImportError:
-            con.execute("CREATE TABLE collectives (instance_id BIGINT, op VARCHAR)")
-            con.execute("CREATE TABLE collective_members (instance_id BIGINT, rank INTEGER)")
-            con.execute("CREATE TABLE p2p (pair_id BIGINT, src INTEGER, dst INTEGER, bytes BIGINT)")
-            return
-    else:
-        instances, members, pairs = matching.collectives, matching.members, matching.p2p
+    instances, members, pairs = matching.collectives, matching.members, matching.p2p
     if "start_aligned_ns" not in members.columns:
         members = members.with_columns(start_aligned_ns=pl.lit(None, pl.Int64), end_aligned_ns=pl.lit(None, pl.Int64))
     for side in ("send", "recv"):

@@ -24,7 +24,7 @@ from mapp.analysis.ingest.bundle import TraceBundle
 
 if TYPE_CHECKING:
     from mapp.analysis.align import ClockModel
-from mapp.errors import OutputError
+from mapp.errors import InputError, OutputError
 from mapp.output import is_stdout, open_beside, output_target, publish
 
 __all__ = ["MERGED_MARKER", "MergeResult", "write_chrome_trace", "lane_ids", "process_order", "us_text"]
@@ -197,6 +197,9 @@ def write_chrome_trace(
     except OSError as error:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
+        if error.errno is None:  # not the file system refusing a write: Arrow failing to read the events
+            raise InputError(f"cannot read the events table {bundle.events_path}: {str(error).splitlines()[0]}",
+                             "run again with --no-cache to rebuild it from the traces") from None
         raise OutputError(f"cannot write {out_path}: {error.strerror}", "check free space and permissions") from None
     except BaseException:
         if tmp is not None:

@@ -45,8 +45,12 @@ def load(bundle):
             Finding(**{k: tuple(v) if k in ("ranks", "group_ranks") and v is not None else v for k, v in row.items()})
             for row in json.loads((where / "findings.json").read_text())
         ]
-    except (OSError, ValueError, TypeError, pl.exceptions.PolarsError):
+    except Exception:  # damaged in any way (garbage, files swapped, cut off): matched again
         return None
+    empty = Matching.empty()
+    for name, table in zip(_TABLES, tables):
+        if any(table.schema.get(column) != dtype for column, dtype in getattr(empty, name).schema.items()):
+            return None  # a table of the wrong kind in its place
     return Matching(*tables, findings=findings)
 
 

@@ -9,9 +9,9 @@ from typing import Protocol
 import polars as pl
 
 from mapp.analysis.graph import _cache, _load
-from mapp.analysis.graph.collectives import instance_timing, match_collectives
+from mapp.analysis.graph.collectives import _empty_instances, _empty_members, instance_timing, match_collectives
 from mapp.analysis.graph.diagnose import Finding, findings_frame, sort_findings
-from mapp.analysis.graph.p2p import match_p2p
+from mapp.analysis.graph.p2p import _empty_pairs, match_p2p
 
 __all__ = ["Matching", "match_bundle", "match_events"]
 
@@ -53,6 +53,12 @@ class Matching:
     p2p: pl.DataFrame
     findings: list[Finding] = field(default_factory=list)
     aligned: bool = False
+
+    @classmethod
+    def empty(cls) -> "Matching":
+        """No communication: the three tables with their columns and types and no rows (the one
+        statement of the raw tables' schema; matching adds the timing columns to ``collectives``)."""
+        return cls(_empty_instances(), _empty_members(), _empty_pairs())
 
     def findings_frame(self) -> pl.DataFrame:
         """The findings as a table."""

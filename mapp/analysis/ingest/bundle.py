@@ -260,5 +260,7 @@ def _build(directory: Path, found, cache: Path, wanted: dict, _warn, progress) -
     ranks.write_parquet(tmp, metadata={cache_files.BUILD_KEY: build})
     os.replace(tmp, ranks_path)
     cache_files.write_manifest(cache, {**wanted, "build": build,
-                                       "rows": {cache_files.EVENTS: rows, cache_files.RANKS: ranks.height}})
+                                       "rows": {cache_files.EVENTS: rows, cache_files.RANKS: ranks.height},
+                                       "crc32": {name: cache_files.crc32(cache / name)
+                                                 for name in (cache_files.EVENTS, cache_files.RANKS)}})
     return ranks

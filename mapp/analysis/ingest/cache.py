@@ -1,11 +1,14 @@
 """The Parquet cache of a bundle: ``DIR/.mapp/`` with ``events.parquet``, ``ranks.parquet`` and
-``manifest.json`` (what they were built from, how many rows each holds, and a build id).
+``manifest.json`` (what they were built from, how many rows each holds, a build id and each
+file's CRC-32).
 
-The cache is reused only after a cheap check on open (footers only, no data is read): the
-manifest names the same inputs (path relative to the bundle, size, mtime), format and mapp;
-both Parquet files open, have the events/ranks schema, hold the rows the manifest counted and
-carry the manifest's build id in their footer (so a file copied from another bundle's cache is
-told apart even where its rows happen to agree).
+The cache is reused only after a check on open: the manifest names the same inputs (path
+relative to the bundle, size, mtime), format and mapp; both Parquet files open, have the
+events/ranks schema, hold the rows the manifest counted and carry the manifest's build id in
+their footer (so a file copied from another bundle's cache is told apart even where its rows
+happen to agree); and their bytes have the CRC-32 the manifest recorded (damage inside a data
+page leaves the footer whole: it would surface later as a decoding error in the middle of an
+analysis). The CRC reads each file once, at ~1 GB/s: ~40 ms for ten million events.
 
 * stale (inputs changed, another mapp, no manifest yet): rebuilt quietly;
 * damaged or foreign (garbage, a cut-off file, a manifest that is not JSON, a file of another
@@ -22,6 +25,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,10 +36,10 @@ import pyarrow.parquet as pq
 from mapp.analysis.ingest.schema import EVENTS_ARROW_SCHEMA, RANKS_SCHEMA
 
 __all__ = ["CACHE_DIR", "CACHE_VERSION", "EVENTS", "RANKS", "BUILD_KEY", "Cached", "location", "fallback",
-           "identity", "check", "clear", "new_build", "write_manifest"]
+           "identity", "check", "clear", "crc32", "new_build", "write_manifest"]
 
 CACHE_DIR = ".mapp"
-CACHE_VERSION = 3                               # 3: row counts and build id in the manifest
+CACHE_VERSION = 4                               # 3: row counts and build id; 4: CRC-32 of each file
 EVENTS, RANKS, MANIFEST = "events.parquet", "ranks.parquet", "manifest.json"
 BUILD_KEY = "mapp_build"                        # footer key-value metadata of both Parquet files
 # Fallback caches of this process, by bundle directory: a second load in the same process
@@ -104,14 +108,28 @@ def check(cache: Path, wanted: dict) -> Cached:
         return Cached(False, f"{MANIFEST}: not a JSON object")
     if any(manifest.get(k) != v for k, v in wanted.items()):
         return Cached(False)                    # stale: other inputs, format or mapp
-    rows, build = manifest.get("rows"), manifest.get("build")
-    if not isinstance(rows, dict) or not isinstance(build, str):
-        return Cached(False, f"{MANIFEST}: no row counts or build id")
+    rows, build, crcs = manifest.get("rows"), manifest.get("build"), manifest.get("crc32")
+    if not isinstance(rows, dict) or not isinstance(build, str) or not isinstance(crcs, dict):
+        return Cached(False, f"{MANIFEST}: no row counts, build id or checksums")
     for name, expected in ((EVENTS, _events_schema_ok), (RANKS, _ranks_schema_ok)):
         problem = _check_parquet(cache / name, expected, rows.get(name), build)
+        if problem is None and crc32(cache / name) != crcs.get(name):
+            problem = "its bytes changed since it was written (checksum)"
         if problem is not None:
             return Cached(False, f"{name}: {problem}")
     return Cached(True)
+
+
+def crc32(path: Path) -> int | None:
+    """CRC-32 of the file's bytes; None if it cannot be read."""
+    crc = 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                crc = zlib.crc32(chunk, crc)
+    except OSError:
+        return None
+    return crc
 
 
 def _check_parquet(path: Path, schema_ok, rows: object, build: str) -> str | None:

@@ -43,6 +43,13 @@ def _garbage(cache: Path) -> None:
     (cache / "events.parquet").write_bytes(b"\x00garbage, not Parquet" * 64)
 
 
+def _page_damage(cache: Path) -> None:
+    # a flipped byte in the first data page: the footer (schema, rows, build) stays whole
+    data = bytearray((cache / "events.parquet").read_bytes())
+    data[8] ^= 0xFF
+    (cache / "events.parquet").write_bytes(bytes(data))
+
+
 def _directory(cache: Path) -> None:
     (cache / "events.parquet").unlink()
     (cache / "events.parquet" / "inside").mkdir(parents=True)
@@ -53,6 +60,7 @@ DAMAGE = {
     "events-cut-off": (_events_parquet, "events.parquet: not a Parquet file"),
     "events-empty": (lambda c: (c / "events.parquet").write_bytes(b""), "events.parquet: not a Parquet file"),
     "events-a-directory": (_directory, "events.parquet: a directory, not a file"),
+    "events-page-damaged": (_page_damage, "events.parquet: its bytes changed since it was written (checksum)"),
     "ranks-missing": (lambda c: (c / "ranks.parquet").unlink(), "ranks.parquet: missing"),
     "manifest-not-json": (lambda c: (c / "manifest.json").write_text('{"cache_version": 3, "inp'),
                           "manifest.json: not JSON"),
@@ -102,7 +110,7 @@ def test_the_manifest_counts_rows_and_the_footers_carry_its_build(bundles):
 
     a, _, expected = bundles
     manifest = json.loads((a / ".mapp" / "manifest.json").read_text())
-    assert manifest["cache_version"] == 3
+    assert manifest["cache_version"] == 4
     assert manifest["rows"] == {"events.parquet": expected.height, "ranks.parquet": 2}
     for name in ("events.parquet", "ranks.parquet"):
         assert pq.read_metadata(a / ".mapp" / name).metadata[b"mapp_build"] == manifest["build"].encode()
