@@ -65,7 +65,7 @@ def speed(console: Console, repeat: int) -> None:
 
 
 def accuracy(console: Console, scale: str) -> None:
-    from mapp.analysis.detect.suite import run_suite, scenarios
+    from mapp.bench.suite import run_suite, scenarios
     from mapp.cli.bench import print_suite
 
     items = scenarios(scale, 0)

@@ -55,3 +55,67 @@ def test_cli_start_up_leaves_the_heavy_libraries_to_the_commands():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+# Data flows one way: files -> ingest -> graph -> align -> (chrome export, detect) -> sql ->
+# report -> cli. A module may import its own unit and lower layers only. The capture side and
+# the simulator produce traces: they import none of the analysis, and only harnesses (bench)
+# and the CLI drive the simulator.
+LAYERS: dict[str, int] = {
+    "mapp": 0, "mapp.analysis": 0, "mapp.errors": 0, "mapp.trace_format": 0, "mapp._lazy": 0,
+    "mapp.output": 1,  # writes files by the policy, which names the trace format's cache dir
+    "mapp.capture": 1, "mapp.megatron_hooks": 2,
+    "mapp.analysis.ingest": 2,
+    "mapp.analysis.graph": 3,
+    "mapp.analysis.align": 4,
+    "mapp.analysis.chrome": 5, "mapp.analysis.detect": 5,
+    "mapp.analysis.timeline": 6,
+    "mapp.sql": 6,
+    # the simulator produces traces, like capture, and harnesses drive it: no analysis imports it
+    "mapp.analysis.simulate": 7,
+    "mapp.report": 7, "mapp.bench": 8,
+    "mapp.cli": 9, "mapp.__main__": 10,
+}
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "analysis":
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _mapp_imports(path: Path) -> set[str]:
+    """Every mapp module ``path`` imports, at any depth of the file (imports inside functions
+    and under TYPE_CHECKING count: they are dependencies all the same)."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            found.add(name)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {n for n in found if n == "mapp" or n.startswith("mapp.")}
+
+
+def test_every_import_goes_down_the_layers():
+    against = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        here = _unit(_module_name(path))
+        assert here in LAYERS, f"{here} has no layer: add it to LAYERS"
+        for name in _mapp_imports(path):
+            there = _unit(name)
+            if there != here and LAYERS[there] >= LAYERS[here]:
+                against.append(f"{path.relative_to(PACKAGE.parent)} ({here}) imports {name} ({there})")
+    assert against == []

@@ -66,7 +66,7 @@ def detect(
 
         cases = load_corpus(real)   # a bad corpus fails before minutes of simulation
     if scale != "none":
-        from mapp.analysis.detect.suite import run_suite, scenarios
+        from mapp.bench.suite import run_suite, scenarios
 
         items = scenarios(scale, seed)
         with progress_bar(f"running {len(items)} scenarios", unit="scenarios") as update:

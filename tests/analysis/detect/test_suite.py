@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mapp.analysis.detect.suite import run_suite, scenarios
+from mapp.bench.suite import run_suite, scenarios
 
 
 def test_full_suite_has_the_promised_size_and_mix():
