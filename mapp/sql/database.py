@@ -141,11 +141,8 @@ class TraceDatabase:
             while worker.is_alive():
                 worker.join(0.05)
         except KeyboardInterrupt:
-            # DuckDB drops an interrupt that comes before its statement starts: keep asking
-            # until the worker has stopped
-            while worker.is_alive():
-                self.connection.interrupt()
-                worker.join(0.05)
+            self.connection.interrupt()
+            worker.join()
             self._wait_until_idle()
             raise KeyboardInterrupt from None
         if "error" in outcome:
