@@ -1,0 +1,431 @@
+"""Each detector stage on tiny hand-built inputs whose answer is written down.
+
+Stage 1 (``peers.compare_peers``), stage 2 (``lateness.collective_lateness``), stage 3
+(``bandwidth.link_bandwidth``) and ``verdict.combine``, without a simulator or a trace file:
+every expected number below follows from the durations and start times written in the test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+
+from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
+from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
+from mapp.analysis.detect.layout import LayoutInfo
+from mapp.analysis.detect.peers import PeerEvidence, compare_peers, leaf_ops
+from mapp.analysis.detect.verdict import combine
+from mapp.analysis.graph.matching import match_events
+from mapp.analysis.ingest.schema import EVENTS_SCHEMA
+
+MS = 1_000_000  # ns
+US = 1_000
+
+_STAGE1 = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer"]
+_COLL = ["rank", "name", "lane", "ts_ns", "dur_ns", "iteration", "group", "group_ranks", "seq", "bytes"]
+_P2P = ["rank", "name", "lane", "ts_ns", "dur_ns", "iteration", "peer", "seq", "bytes", "expect"]
+
+
+def frame(rows: list[dict], columns: list[str]) -> pl.DataFrame:
+    schema = {c: EVENTS_SCHEMA.get(c, pl.String()) for c in columns}
+    return pl.DataFrame([{c: r.get(c) for c in columns} for r in rows], schema=schema, orient="row")
+
+
+def coords(sizes: dict[str, int]) -> pl.DataFrame:
+    """Megatron's order (TP fastest, then DP, then PP), one host for all."""
+    tp, dp = sizes["tp"], sizes["dp"]
+    world = tp * dp * sizes["pp"]
+    return pl.DataFrame({
+        "rank": list(range(world)), "tp": [r % tp for r in range(world)],
+        "pp": [r // (tp * dp) for r in range(world)], "dp": [(r // tp) % dp for r in range(world)],
+        "host": ["node0"] * world,
+    }, schema={"rank": pl.Int32, "tp": pl.Int32, "pp": pl.Int32, "dp": pl.Int32, "host": pl.String})
+
+
+class Identity:
+    """Clocks already agree: aligned times are the raw ones."""
+
+    def to_reference(self, ts: pl.Expr, rank: pl.Expr) -> pl.Expr:
+        return ts
+
+
+def compute_events(ranks, *, iterations=3, microbatches=4, layers=2, base_ms=1.0,
+                   factor=lambda rank, it: 1.0, gap_us=lambda rank, it: 20, wobble=True) -> pl.DataFrame:
+    """Forward matmuls, back to back on each rank with an idle gap before each.
+
+    Op (mb, layer) takes ``base_ms`` x a deterministic wobble of +/-1% (the same on every rank,
+    so peers agree exactly) x ``factor(rank, iteration)``.
+    """
+    rows = []
+    for rank in ranks:
+        t = 0
+        for it in range(iterations):
+            for mb in range(microbatches):
+                for layer in range(layers):
+                    w = 1.0 + (0.01 * ((mb * layers + layer) % 3 - 1) if wobble else 0.0)
+                    dur = int(round(base_ms * MS * w * factor(rank, it)))
+                    t += gap_us(rank, it) * US
+                    rows.append(dict(rank=rank, name="matmul", cat="compute", lane="stream:7", ts_ns=t, dur_ns=dur,
+                                     iteration=it, microbatch=mb, layer=layer))
+                    t += dur
+            t += 5 * MS  # between iterations
+    return frame(rows, _STAGE1)
+
+
+def row_of(df: pl.DataFrame, rank: int) -> dict:
+    return df.filter(pl.col("rank") == rank).row(0, named=True)
+
+
+# --- stage 1: peers -------------------------------------------------------------------------------
+
+
+def test_stage1_slow_gpu_is_flagged_at_its_factor_in_every_iteration():
+    # dp=4: each rank is compared with its three DP peers; rank 2's matmuls take 1.5x theirs.
+    sizes = {"tp": 1, "pp": 1, "dp": 4}
+    ev = compute_events(range(4), factor=lambda r, it: 1.5 if r == 2 else 1.0)
+    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    assert p.mode == "dp peers" and p.reason is None
+    assert p.ranks["rank"].to_list() == [0, 1, 2, 3]
+    slow = row_of(p.ranks, 2)
+    assert slow["flagged"] and slow["slowdown"] == pytest.approx(1.5, rel=1e-3)
+    assert slow["iterations"] == [0, 1, 2]
+    assert slow["share_slow"] == pytest.approx(1.0)  # every op beyond 1.1x
+    assert slow["n_ops"] == 3 * 4 * 2
+    # excess per iteration: 8 ops x 1 ms x (1.5 - 1) = 4 ms (the wobble averages out to 1.0)
+    assert slow["excess_ns"] == pytest.approx(4 * MS, rel=0.01)
+    assert slow["busy_ns"] == pytest.approx(12 * MS, rel=0.01)
+    for r in (0, 1, 3):
+        healthy = row_of(p.ranks, r)
+        assert not healthy["flagged"] and healthy["slowdown"] == pytest.approx(1.0, abs=1e-3)
+        assert healthy["iterations"] == []
+    per = p.rank_iterations.filter(pl.col("rank") == 2)
+    assert per["effect"].to_list() == pytest.approx([math.log(1.5)] * 3, rel=1e-3)
+    assert per["flagged"].all() and not p.rank_iterations.filter(pl.col("rank") != 2)["flagged"].any()
+
+
+def test_stage1_a_slowdown_in_one_iteration_is_a_window():
+    # rank 1 is 1.4x slower in iteration 1 of 3 only.
+    sizes = {"tp": 1, "pp": 1, "dp": 4}
+    ev = compute_events(range(4), factor=lambda r, it: 1.4 if (r, it) == (1, 1) else 1.0)
+    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    row = row_of(p.ranks, 1)
+    assert row["flagged"] and row["iterations"] == [1]
+    assert row["slowdown"] == pytest.approx(1.4, rel=1e-3)
+    assert not p.ranks.filter(pl.col("rank") != 1)["flagged"].any()
+
+
+def test_stage1_below_a_third_of_the_threshold_is_no_flag():
+    # rank 3 is 3% slower everywhere: certain (no noise) but under threshold / 3 = 0.1 / 3 = 3.3%.
+    sizes = {"tp": 1, "pp": 1, "dp": 4}
+    ev = compute_events(range(4), factor=lambda r, it: 1.03 if r == 3 else 1.0)
+    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    assert p.min_effect == pytest.approx(0.1 / 3)
+    assert row_of(p.ranks, 3)["slowdown"] == pytest.approx(1.03, rel=1e-3)
+    assert not p.ranks["flagged"].any()
+
+
+def test_stage1_two_peers_compare_each_with_the_other():
+    # tp=2, dp=1: "stage peers", two ranks per op; rank 1 is 1.25x. Against the other rank
+    # (not their mean) the ratio is 1.25, and stage 2 must agree before a verdict (pairs).
+    sizes = {"tp": 2, "pp": 1, "dp": 1}
+    ev = compute_events(range(2), factor=lambda r, it: 1.25 if r == 1 else 1.0)
+    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    assert p.mode == "stage peers" and p.pairs
+    assert row_of(p.ranks, 1)["flagged"] and row_of(p.ranks, 1)["slowdown"] == pytest.approx(1.25, rel=1e-3)
+    assert not row_of(p.ranks, 0)["flagged"]
+
+
+def test_stage1_one_rank_per_stage_uses_its_own_history_and_stage_balance():
+    # tp=dp=1, pp=2: no peer; each rank against its own iterations. Stage 1 runs 1.4x the
+    # compute of stage 0 in every iteration: a stage imbalance of 1.4, not a slow rank.
+    sizes = {"tp": 1, "pp": 2, "dp": 1}
+    ev = compute_events(range(2), factor=lambda r, it: 1.4 if r == 1 else 1.0)
+    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    assert p.mode == "own history"
+    assert not p.ranks["flagged"].any()
+    stages = {r["pp"]: r for r in p.stages.iter_rows(named=True)}
+    assert stages[0]["ratio"] == pytest.approx(1.0) and stages[1]["ratio"] == pytest.approx(1.4, rel=1e-3)
+    assert stages[0]["compute_ns"] == pytest.approx(8 * MS, rel=0.01)  # 4 mb x 2 layers x 1 ms
+
+
+def test_stage1_slow_host_shows_as_launch_gaps_not_compute():
+    # rank 0 idles 300 us before each op instead of 20 us: 280 us more before each of 8 ops per
+    # iteration, except the trace's very first op (no event before it): (7 + 8 + 8) / 3 x 280 us.
+    sizes = {"tp": 1, "pp": 1, "dp": 4}
+    ev = compute_events(range(4), gap_us=lambda r, it: 300 if r == 0 else 20)
+    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    row = row_of(p.ranks, 0)
+    assert row["gap_flagged"] and not row["flagged"]
+    assert row["gap_excess_ns"] == pytest.approx((7 + 8 + 8) / 3 * 280 * US)
+    assert not p.ranks.filter(pl.col("rank") != 0)["gap_flagged"].any()
+    quiet = compare_peers(ev, coords(sizes), sizes, threshold=0.1, judge_gaps=False)
+    assert not quiet.ranks["gap_flagged"].any()
+
+
+def test_stage1_waiting_inside_an_op_is_not_its_compute():
+    # A 2 ms op with a 0.5 ms collective nested inside it computed for 1.5 ms (its self time);
+    # the parent span that contains two child ops is not a leaf.
+    ev = frame([
+        dict(rank=0, name="layer", cat="compute", lane="t", ts_ns=0, dur_ns=10 * MS, iteration=0),
+        dict(rank=0, name="fwd", cat="compute", lane="t", ts_ns=0, dur_ns=2 * MS, iteration=0),
+        dict(rank=0, name="bwd", cat="compute", lane="t", ts_ns=3 * MS, dur_ns=4 * MS, iteration=0),
+        dict(rank=0, name="all_reduce", cat="collective", lane="t", ts_ns=1 * MS, dur_ns=MS // 2, iteration=0),
+    ], _STAGE1)
+    leaves = leaf_ops(ev).sort("ts_ns")
+    assert leaves["name"].to_list() == ["fwd", "bwd"]
+    assert leaves["self_ns"].to_list() == [int(1.5 * MS), 4 * MS]
+
+
+def test_stage1_without_a_layout_or_peers_says_why():
+    ev = compute_events(range(1), iterations=1)
+    p = compare_peers(ev, coords({"tp": 1, "pp": 1, "dp": 1}), {"tp": 1, "pp": 1, "dp": 1}, threshold=0.1)
+    assert p.mode == "skipped" and "single iteration" in p.reason
+    p = compare_peers(ev, coords({"tp": 1, "pp": 1, "dp": 1}).with_columns(pp=pl.lit(None, pl.Int32)), None,
+                      threshold=0.1)
+    assert p.mode == "skipped" and "no layout" in p.reason
+
+
+# --- stage 2: lateness ----------------------------------------------------------------------------
+
+
+def collective_calls(rounds: int, starts: dict, ends: dict, groups: dict[str, list[int]],
+                     group_of: dict) -> pl.DataFrame:
+    """One collective per (round, instance name); ``starts[name][rank]``/``ends[name]`` in ns
+    from the round's start; rounds are 100 ms apart."""
+    rows = []
+    for k in range(rounds):
+        base = k * 100 * MS
+        for name, per_rank in starts.items():
+            label, members = group_of[name], groups[name]
+            for rank in per_rank:  # a member missing from ``per_rank`` never calls it
+                ts = base + per_rank[rank]
+                rows.append(dict(rank=rank, name="all_reduce", lane="c", ts_ns=ts, dur_ns=base + ends[name] - ts,
+                                 iteration=k, group=label, group_ranks=members, seq=k, bytes=1 << 20))
+    return frame(rows, _COLL)
+
+
+def matched(collectives: pl.DataFrame | None = None, p2p: pl.DataFrame | None = None, *, world: int, aligned=True):
+    m = match_events(collectives if collectives is not None else frame([], _COLL),
+                     p2p if p2p is not None else frame([], _P2P), range(world))
+    return m.with_clock(Identity()) if aligned else m
+
+
+def test_stage2_the_rank_that_starts_every_collective_last_is_flagged():
+    # One DP group of four; rank 1 calls every all-reduce 5 ms after rank 0; ranks 2 and 3 at
+    # 0.1 and 0.2 ms. Per instance the others wait 5 + 4.9 + 4.8 = 14.7 ms for rank 1, i.e.
+    # 4.9 ms each on average; over 10 instances rank 1's net delay is +49 ms, rank 0's -50 ms.
+    starts = {"ar": {0: 0, 1: 5 * MS, 2: MS // 10, 3: MS // 5}}
+    calls = collective_calls(10, starts, {"ar": 6 * MS}, {"ar": [0, 1, 2, 3]}, {"ar": "dp"})
+    late = collective_lateness(matched(calls, world=4), traced=[0, 1, 2, 3])
+    assert late.ran and late.reason is None
+    r1 = row_of(late.ranks, 1)
+    assert r1["instances"] == 10 and r1["last"] == 10
+    assert r1["share_last"] == 1.0 and r1["expected_share"] == pytest.approx(0.25)
+    assert r1["share_last_dp"] == 1.0
+    assert r1["blame_ns"] == pytest.approx(10 * 14.7 * MS)
+    assert r1["waited_ns"] == 0
+    assert r1["net_ns"] == pytest.approx(49 * MS)
+    # binomial: (10 - 2.5) / sqrt(10 x 0.25 x 0.75)
+    assert r1["last_z"] == pytest.approx(7.5 / math.sqrt(1.875))
+    assert r1["flagged"]
+    nets = {r: row_of(late.ranks, r)["net_ns"] for r in (0, 2, 3)}
+    assert nets == pytest.approx({0: -50 * MS, 2: -49 * MS, 3: -48 * MS})
+    assert late.ranks.filter(pl.col("flagged"))["rank"].to_list() == [1]
+    assert late.ranks.filter(pl.col("rank") != 1)["share_last"].to_list() == [0.0, 0.0, 0.0]
+
+
+def test_stage2_a_victim_late_after_waiting_has_no_net_delay():
+    # tp=2 x dp=2; rank 1 (slow GPU) starts its TP all-reduce with rank 0 5 ms late. Rank 0
+    # waited in TP, so it comes last to its DP all-reduce with rank 2 (which waits 4.9 ms):
+    # last at every DP collective, yet per round it imposed 4.9 ms and suffered 5 ms.
+    # Net per round: rank 0 -0.1 ms, rank 1 +9.9 ms, rank 2 -5.0 ms, rank 3 -4.8 ms.
+    starts = {"tp0": {0: 0, 1: 5 * MS}, "tp1": {2: 0, 3: MS // 10},
+              "dp0": {0: 6 * MS, 2: 11 * MS // 10}, "dp1": {1: 6 * MS, 3: 11 * MS // 10}}
+    ends = {"tp0": 6 * MS, "tp1": 11 * MS // 10, "dp0": 7 * MS, "dp1": 7 * MS}
+    groups = {"tp0": [0, 1], "tp1": [2, 3], "dp0": [0, 2], "dp1": [1, 3]}
+    group_of = {"tp0": "tp", "tp1": "tp", "dp0": "dp", "dp1": "dp"}
+    late = collective_lateness(matched(collective_calls(10, starts, ends, groups, group_of), world=4),
+                               traced=[0, 1, 2, 3])
+    r0, r1 = row_of(late.ranks, 0), row_of(late.ranks, 1)
+    assert (r0["share_last_tp"], r0["share_last_dp"]) == (0.0, 1.0)
+    assert (r1["share_last_tp"], r1["share_last_dp"]) == (1.0, 1.0)
+    assert r0["net_ns"] == pytest.approx(-1 * MS)
+    assert r1["net_ns"] == pytest.approx(99 * MS)
+    assert row_of(late.ranks, 2)["net_ns"] == pytest.approx(-50 * MS)
+    assert row_of(late.ranks, 3)["net_ns"] == pytest.approx(-48 * MS)
+    assert late.ranks.filter(pl.col("flagged"))["rank"].to_list() == [1]
+
+
+def test_stage2_needs_aligned_clocks_and_complete_instances():
+    starts = {"ar": {0: 0, 1: MS}}
+    calls = collective_calls(3, starts, {"ar": 2 * MS}, {"ar": [0, 1, 2]}, {"ar": "dp"})  # rank 2 never called
+    late = collective_lateness(matched(calls, world=3, aligned=False), traced=[0, 1, 2])
+    assert not late.ran and "aligned" in late.reason
+    late = collective_lateness(matched(calls, world=3), traced=[0, 1, 2])
+    assert not late.ran and "complete" in late.reason
+
+
+# --- stage 3: bandwidth ---------------------------------------------------------------------------
+
+
+def p2p_calls(links: dict[tuple[int, int], float], *, iterations=2, messages=4, nbytes=1 << 20,
+              sender_wait_ms=0.0) -> pl.DataFrame:
+    """Each link (src, dst) moves ``messages`` messages of ``nbytes`` per iteration taking
+    ``links[...]`` ms once both sides are ready. The sender posts ``sender_wait_ms`` early (its
+    span is that much longer: it waited, which is not transfer time)."""
+    rows = []
+    for it in range(iterations):
+        for (src, dst), ms in links.items():
+            for k in range(messages):
+                t = (it * 1000 + k * 10) * MS
+                seq = it * messages + k
+                d = int(ms * MS)
+                early = int(sender_wait_ms * MS)
+                rows.append(dict(rank=src, name="send", lane="p", ts_ns=t - early, dur_ns=d + early, iteration=it,
+                                 peer=dst, seq=seq, bytes=nbytes))
+                rows.append(dict(rank=dst, name="recv", lane="p", ts_ns=t, dur_ns=d, iteration=it, peer=src,
+                                 seq=seq, bytes=nbytes))
+    return frame(rows, _P2P)
+
+
+def hosts(world: int, per_node: int | None = None) -> pl.DataFrame:
+    return pl.DataFrame({"rank": list(range(world)),
+                         "host": [None if per_node is None else f"n{r // per_node}" for r in range(world)]},
+                        schema={"rank": pl.Int32, "host": pl.String})
+
+
+def test_stage3_one_link_four_times_slower_is_a_slow_link():
+    # Four pipeline links move 1 MiB in 1 ms; 0->2 takes 4 ms: ratio 4 to its class's median.
+    # The senders post 2 ms early: that wait is not transfer time (the shorter side counts).
+    links = {(0, 2): 4.0, (1, 3): 1.0, (4, 6): 1.0, (5, 7): 1.0}
+    bw = link_bandwidth(matched(p2p=p2p_calls(links, sender_wait_ms=2.0), world=8), hosts(8), threshold=0.1)
+    assert bw.ran
+    assert len(bw.findings) == 1
+    f = bw.findings[0]
+    assert (f.kind, f.ranks) == ("slow_link", (0, 2))
+    assert f.slowdown == pytest.approx(4.0, rel=1e-6)
+    assert f.observations[0]["iterations"] == [0, 1] and f.observations[0]["what"] == "p2p"
+    # 4 messages of 3 ms beyond the class's 1 ms, per iteration
+    assert f.excess_ns == pytest.approx(4 * 3 * MS)
+    healthy = bw.observations.filter(pl.col("obs") != [0, 2])
+    assert healthy["ratio"].to_list() == pytest.approx([1.0] * 6) and not healthy["slow"].any()
+    # effective bandwidth: 1 MiB in 1 ms = 1.048576 GB/s (bytes per ns)
+    assert healthy["gbps"].to_list() == pytest.approx([(1 << 20) / MS] * 6)
+
+
+def test_stage3_every_inter_node_link_of_one_rank_slow_is_its_nic():
+    # Two nodes of four ranks; rank 1's two inter-node links are 3x, its intra-node link and
+    # every other rank's links are fine: a slow NIC on rank 1, not two slow links.
+    links = {(1, 5): 3.0, (1, 6): 3.0, (1, 2): 1.0, (0, 4): 1.0, (2, 6): 1.0, (3, 7): 1.0, (0, 3): 1.0}
+    bw = link_bandwidth(matched(p2p=p2p_calls(links), world=8), hosts(8, per_node=4), threshold=0.1)
+    assert [(f.kind, f.ranks) for f in bw.findings] == [("slow_nic", (1,))]
+    f = bw.findings[0]
+    assert f.slowdown == pytest.approx(3.0, rel=1e-6) and f.healthy_links == 0
+    assert sorted(tuple(o["ranks"]) for o in f.observations) == [(1, 5), (1, 6)]
+
+
+def test_stage3_collective_transfer_time_is_the_last_arrivers():
+    # Two DP groups of two ranks all-reduce 1 MiB; group {0,1}'s last arriver (who did not
+    # wait) takes 2 ms, group {2,3}'s 0.5 ms, in every round. The other member of each waited
+    # 3 ms more. Ratio to the class median (geometric: sqrt(2 x 0.5) = 1 ms): 2 and 0.5.
+    starts = {"a": {0: 0, 1: 3 * MS}, "b": {2: 0, 3: 3 * MS}}
+    ends = {"a": 5 * MS, "b": int(3.5 * MS)}
+    calls = collective_calls(3, starts, ends, {"a": [0, 1], "b": [2, 3]}, {"a": "dp", "b": "dp"})
+    bw = link_bandwidth(matched(calls, world=4), hosts(4), threshold=0.1)
+    obs = {tuple(r["obs"]): r for r in bw.observations.filter(pl.col("iteration") == 0).iter_rows(named=True)}
+    assert obs[(0, 1)]["time_ns"] == 2 * MS and obs[(2, 3)]["time_ns"] == MS // 2
+    assert obs[(0, 1)]["ratio"] == pytest.approx(2.0) and obs[(2, 3)]["ratio"] == pytest.approx(0.5)
+    assert obs[(0, 1)]["what"] == "all_reduce/dp"
+
+
+def test_stage3_a_link_alone_in_its_class_is_not_compared():
+    bw = link_bandwidth(matched(p2p=p2p_calls({(0, 1): 4.0}), world=2), hosts(2), threshold=0.1)
+    assert not bw.ran and "only one of its kind" in bw.reason
+    bw = link_bandwidth(matched(world=2), hosts(2), threshold=0.1)
+    assert not bw.ran and "no matched" in bw.reason
+
+
+# --- verdict.combine ------------------------------------------------------------------------------
+
+
+def layout_info(sizes: dict[str, int]) -> LayoutInfo:
+    c = coords(sizes)
+    return LayoutInfo(sizes, "--layout", c, len(c))
+
+
+def test_combine_a_slow_gpu_with_stage_2_agreeing():
+    # The three stages on one job: tp=1, pp=1, dp=4; rank 2 computes 1.5x slower and so comes
+    # last to every all-reduce (4 ms after the others, who each wait for it).
+    sizes = {"tp": 1, "pp": 1, "dp": 4}
+    info = layout_info(sizes)
+    peers = compare_peers(compute_events(range(4), factor=lambda r, it: 1.5 if r == 2 else 1.0), info.ranks, sizes,
+                          threshold=0.1)
+    starts = {"ar": {0: 0, 1: MS // 10, 2: 4 * MS, 3: MS // 5}}
+    matching = matched(collective_calls(3, starts, {"ar": 5 * MS}, {"ar": [0, 1, 2, 3]}, {"ar": "dp"}), world=4)
+    late = collective_lateness(matching, [0, 1, 2, 3])
+    bw = link_bandwidth(matching, info.ranks.select("rank", "host"), threshold=0.1)
+    suspects, imbalance, victims, grid = combine(peers, late, bw, info, threshold=0.1, iteration_ns=20 * MS,
+                                                 microbatches=4)
+    assert [(s.rank, s.kind) for s in suspects] == [(2, "slow_compute")]
+    s = suspects[0]
+    assert s.slowdown == pytest.approx(1.5, rel=1e-3)
+    assert s.iterations == [0, 1, 2]
+    assert s.excess_ns == pytest.approx(4 * MS, rel=0.01)  # pp=1: no pipeline factor
+    assert s.without_ns == pytest.approx(16 * MS, rel=0.01)
+    assert s.evidence["lateness"]["share_last"] == 1.0
+    # 0.5 + 0.3 x (1 - cut/z) + 0.19 x stage 2's margin: noiseless ops put stage 1's z far past
+    # its cut (margin ~1) and stage 2 corroborates, so beyond 0.8
+    assert 0.8 < s.confidence <= 0.99
+    assert imbalance == []
+    # victims: its peers that waited more than the median rank (waits 4, 3.9, 3.8 and 0 ms per
+    # instance: median 3.85), so rank 3 is not one
+    assert victims == [0, 1]
+    assert dict(zip(grid["rank"].to_list(), grid["role"].to_list())) == {0: "victim", 1: "victim", 2: "suspect",
+                                                                          3: "ok"}
+
+
+def test_combine_turns_a_slow_link_into_a_suspect_and_stage_imbalance_into_imbalance():
+    # pp=2 x dp=3: stage 1 (ranks 3-5) computes 1.4x stage 0 (imbalance, no suspect); pipeline
+    # link 0->3 is 4x the other two (1->4, 2->5), which is 4x its class's median.
+    sizes = {"tp": 1, "pp": 2, "dp": 3}
+    info = layout_info(sizes)
+    ev = compute_events(range(6), factor=lambda r, it: 1.4 if r >= 3 else 1.0)
+    peers = compare_peers(ev, info.ranks, sizes, threshold=0.1)
+    matching = matched(p2p=p2p_calls({(0, 3): 4.0, (1, 4): 1.0, (2, 5): 1.0}), world=6)
+    bw = link_bandwidth(matching, info.ranks.select("rank", "host"), threshold=0.1)
+    late = LatenessEvidence(False, "no complete collective instance with two or more traced members")
+    suspects, imbalance, victims, grid = combine(peers, late, bw, info, threshold=0.1, iteration_ns=30 * MS,
+                                                 microbatches=4)
+    assert [(s.rank, s.kind, s.peer) for s in suspects] == [(0, "slow_link", 3)]
+    assert suspects[0].slowdown == pytest.approx(4.0)
+    assert suspects[0].label() == "0<->3"
+    assert suspects[0].iterations == [0, 1] and suspects[0].excess_ns == pytest.approx(4 * 3 * MS)
+    assert [(i.kind, i.evidence["stage"]) for i in imbalance] == [("stage", 1)]
+    assert imbalance[0].evidence["ratio"] == pytest.approx(1.4, rel=1e-3)
+    assert victims == []
+    assert grid.filter(pl.col("role") == "suspect")["rank"].to_list() == [0, 3]
+
+
+def test_combine_a_stage_1_flag_that_stage_2_contradicts_is_dropped_with_two_peers():
+    # Two peers (tp=2): rank 1 looks 1.25x slower, but stage 2 finds it waiting on rank 0,
+    # never keeping rank 0 waiting: with two ranks either could be the noisy one, so no verdict.
+    sizes = {"tp": 2, "pp": 1, "dp": 1}
+    info = layout_info(sizes)
+    peers = compare_peers(compute_events(range(2), factor=lambda r, it: 1.25 if r == 1 else 1.0), info.ranks,
+                          sizes, threshold=0.1)
+    assert row_of(peers.ranks, 1)["flagged"] and peers.pairs
+    starts = {"ar": {0: 2 * MS, 1: 0}}  # rank 0 comes last
+    late = collective_lateness(matched(collective_calls(4, starts, {"ar": 3 * MS}, {"ar": [0, 1]}, {"ar": "tp"}),
+                                       world=2), [0, 1])
+    assert row_of(late.ranks, 1)["net_ns"] < 0
+    bw = BandwidthEvidence(False, "no matched p2p message or complete collective")
+    suspects, *_ = combine(peers, late, bw, info, threshold=0.1, iteration_ns=20 * MS, microbatches=4)
+    assert suspects == []
+    # the same stage-1 evidence with stage 2 agreeing (rank 1 last) is a suspect
+    starts = {"ar": {0: 0, 1: 2 * MS}}
+    late = collective_lateness(matched(collective_calls(4, starts, {"ar": 3 * MS}, {"ar": [0, 1]}, {"ar": "tp"}),
+                                       world=2), [0, 1])
+    suspects, *_ = combine(peers, late, bw, info, threshold=0.1, iteration_ns=20 * MS, microbatches=4)
+    assert [(s.rank, s.kind) for s in suspects] == [(1, "slow_compute")]
