@@ -57,19 +57,21 @@ def test_cli_start_up_leaves_the_heavy_libraries_to_the_commands():
     assert result.stdout.strip() == ""
 
 
-# Data flows one way: files -> ingest -> graph -> align -> (chrome export, detect) -> sql ->
-# report -> cli. A module may import its own unit and lower layers only. The capture side and
+# Data flows one way: files -> ingest -> graph -> align -> run (the Analysis) -> chrome export,
+# detect, sql -> report -> cli. A module may import its own unit and lower layers only. The capture side and
 # the simulator produce traces: they import none of the analysis, and only harnesses (bench)
 # and the CLI drive the simulator.
 LAYERS: dict[str, int] = {
     "mapp": 0, "mapp.analysis": 0, "mapp.errors": 0, "mapp.trace_format": 0, "mapp._lazy": 0,
     "mapp.output": 1,  # writes files by the policy, which names the trace format's cache dir
     "mapp.capture": 1, "mapp.megatron_hooks": 2,
+    # runtime side, reserved for what comes next: transport under scheduling; scope beside the hooks
+    "mapp.transport": 1, "mapp.scheduling": 2, "mapp.scope": 3,
     "mapp.analysis.ingest": 2,
     "mapp.analysis.graph": 3,
     "mapp.analysis.align": 4,
-    "mapp.analysis.chrome": 5, "mapp.analysis.detect": 5,
-    "mapp.analysis.timeline": 6,
+    "mapp.analysis.run": 5, "mapp.analysis.chrome": 5,
+    "mapp.analysis.detect": 6, "mapp.analysis.timeline": 6,
     "mapp.sql": 6,
     # the simulator produces traces, like capture, and harnesses drive it: no analysis imports it
     "mapp.analysis.simulate": 7,

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mapp.analysis.align import CLOCK_FILE, ClockModel, align_bundle
+from mapp.analysis.align import CLOCK_FILE, ClockModel
 from mapp.analysis.chrome import MergeResult, chrome_extras, write_chrome_trace
-from mapp.analysis.graph import Matching, match_bundle
+from mapp.analysis.graph import Matching
 from mapp.analysis.ingest.bundle import TraceBundle
+from mapp.analysis.run import Analysis, analyse
 
 __all__ = ["Timeline", "merge_timeline"]
 
@@ -33,16 +34,15 @@ def merge_timeline(
     *,
     align: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    analysis: Analysis | None = None,
 ) -> Timeline:
-    """Match collectives and p2p, align clocks (unless ``align`` is False; then raw clocks are
-    kept and no ``clock.json`` is written), and write the merged Chrome trace with flow arrows
-    and last-arriver marks."""
-    matching = match_bundle(bundle)
-    clock = clock_path = None
-    if align:
-        clock = align_bundle(bundle, matching)
-        clock_path = clock.write(bundle.cache_dir / CLOCK_FILE)
-        matching = matching.with_clock(clock)
+    """Write the merged Chrome trace with flow arrows and last-arriver marks, on the reference
+    clock with its offsets in ``clock.json`` (unless ``align`` is False: raw clocks, no
+    ``clock.json``). ``analysis``: the bundle's, when the command already has it."""
+    if analysis is None:
+        analysis = analyse(bundle, align=align)
+    clock, matching = analysis.clock, analysis.matching
+    clock_path = clock.write(bundle.cache_dir / CLOCK_FILE) if clock is not None else None
     merged = write_chrome_trace(bundle, out_path, clock=clock,
                                 extra_lines=chrome_extras(bundle, matching, clock), progress=progress)
     return Timeline(merged, matching, clock, clock_path)

@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate a 64-rank job with one slowed GPU, merge its traces and find the culprit."""
         from mapp.analysis.detect import detect_bundle
+        from mapp.analysis.run import analyse
         from mapp.analysis.detect.report import DetectReport
         from mapp.analysis.simulate import simulate
         from mapp.analysis.simulate.presets import DEMO_SLOW_FACTOR, DEMO_SLOW_RANK, demo_config
@@ -53,10 +54,11 @@ def register(app: typer.Typer) -> None:
                       f"ground_truth.json to [mapp.path]{out}[/]")
         console.print("2. merging into one timeline")
         bundle = load(out, None)
-        merged = merge_with_progress(bundle, out / _MERGED).merged
+        analysis = analyse(bundle)  # one matching and one clock for the timeline and the detector
+        merged = merge_with_progress(bundle, out / _MERGED, analysis=analysis).merged
         console.print(f"   [mapp.path]{merged.path}[/]: open it at https://ui.perfetto.dev")
         console.print("3. looking for the straggler")
-        console.print(DetectReport(detect_bundle(bundle), source=str(out)))
+        console.print(DetectReport(detect_bundle(bundle, analysis=analysis), source=str(out)))
         console.print(f"next: [bold]mapp sql {out}[/] to ask the traces anything, "
                       f"[bold]mapp report {out}[/] for a summary")
 

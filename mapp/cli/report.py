@@ -29,6 +29,7 @@ def register(app: typer.Typer) -> None:
 
         Every figure comes from a named query (mapp sql --list); --html writes the same as a page.
         """
+        from mapp.analysis.run import analyse
         from mapp.cli.trace import load
         from mapp.report import ReportView, build_summary, detect_verdict, write_html
         from mapp.sql.database import open_database
@@ -40,10 +41,13 @@ def register(app: typer.Typer) -> None:
         bundle = load(directory, input_format) if directory.is_dir() else None
         if bundle is None:
             raise InputError(f"{directory}: not a directory", "give the directory that holds the per-rank traces")
-        database = open_database(directory, db=db, align=not no_align, load=lambda _: bundle, warn=warn)
+        # matched and aligned once, for the SQL schema and the detector alike
+        analysis = analyse(bundle, align=not no_align)
+        database = open_database(directory, db=db, analysis=analysis, warn=warn)
         try:
             notes: list[str] = []
-            verdict = None if no_detect else detect_verdict(bundle, notes)
+            # the detector's stage 2 needs aligned clocks even where the tables go without
+            verdict = None if no_detect else detect_verdict(analysis if not no_align else analyse(bundle), notes)
             summary = build_summary(database, skip=skip, verdict=verdict, notes=notes)
         finally:
             database.close()

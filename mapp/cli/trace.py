@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the analysis is imported when a command runs, not for `mapp
     from mapp.analysis.align import ClockModel
     from mapp.analysis.graph import Matching
     from mapp.analysis.ingest import TraceBundle
+    from mapp.analysis.run import Analysis
     from mapp.analysis.timeline import Timeline
 
 trace_app = typer.Typer(help="Work with per-rank trace files.", no_args_is_help=True)
@@ -62,12 +63,13 @@ def merge_command(
     said.print(f"events table: [mapp.path]{bundle.events_path}[/]", style="mapp.dim")
 
 
-def merge_with_progress(bundle: TraceBundle, target: Path, *, align: bool = True, said: Console = console) -> Timeline:
+def merge_with_progress(bundle: TraceBundle, target: Path, *, align: bool = True, said: Console = console,
+                        analysis: Analysis | None = None) -> Timeline:
     """Merge with a progress bar, then render the findings and the alignment summary on ``said``."""
     from mapp.analysis.timeline import merge_timeline
 
     with progress_bar("writing merged trace") as update:
-        timeline = merge_timeline(bundle, target, align=align, progress=update)
+        timeline = merge_timeline(bundle, target, align=align, progress=update, analysis=analysis)
     render_timeline(timeline, bundle, said)
     return timeline
 

@@ -114,25 +114,18 @@ def _overlap(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def detect_verdict(bundle, notes: list[str] | None = None) -> Any:
-    """The detector's verdict on ``bundle`` as a renderable with ``to_json()``, or None when
-    ``mapp.analysis.detect`` is not installed or cannot judge this bundle (a line in ``notes``)."""
+def detect_verdict(analysis, notes: list[str] | None = None) -> Any:
+    """The detector's verdict on ``analysis`` (``mapp.analysis.run.Analysis``) as a renderable
+    with ``to_json()``, or None when it cannot judge this bundle (a line in ``notes``)."""
+    from mapp.analysis.detect import detect_bundle
+    from mapp.analysis.detect.report import DetectReport
+
     try:
-        from mapp.analysis.detect import detect_bundle
-    except ImportError:
-        return None
-    try:
-        verdict = detect_bundle(bundle)
+        verdict = detect_bundle(analysis.bundle, analysis=analysis)
     except MappError as error:
         if notes is not None:
             notes.append(f"straggler detector: {error}")
         return None
-    if hasattr(verdict, "__rich_console__") or hasattr(verdict, "__rich__"):
-        return verdict
-    try:
-        from mapp.analysis.detect.report import DetectReport
-    except ImportError:
-        return verdict
     return DetectReport(verdict)
 
 

@@ -212,6 +212,7 @@ def open_database(
     load: Callable[[Path], Any] | None = None,
     warn: Callable[[str], None] | None = None,
     allow_files: Sequence[Path | str] = (),
+    analysis: Any = None,
 ) -> TraceDatabase:
     """Open the SQL schema of the bundle in ``directory``, sealed (see ``_seal``).
 
@@ -219,20 +220,28 @@ def open_database(
     bundle's events table is unchanged; with ``directory=None`` the file is opened as it is.
     ``load(directory)`` returns the ``TraceBundle`` (default ``load_bundle``; the CLI passes one
     with a progress bar). ``allow_files``: directories outside the bundle that statements may
-    read and write files in (``COPY ... TO``); by default none.
+    read and write files in (``COPY ... TO``); by default none. ``analysis``: the bundle's
+    ``mapp.analysis.run.Analysis`` when the command already has it (then nothing is loaded).
     """
     if directory is None and db is None:
         raise InputError("give a trace directory or --db FILE")
-    if load is None:
+    from mapp.analysis.run import analyse
+
+    if analysis is not None:
+        load = lambda _: analysis.bundle  # noqa: E731
+    elif load is None:
         from mapp.analysis.ingest import load_bundle
 
         def load(d: Path):
             return load_bundle(d, warn=warn)
 
+    def analysed(bundle):
+        return analysis if analysis is not None else analyse(bundle, align=align)
+
     allowed = [check_export_dir(d, directory, option="--allow-files") for d in allow_files]
     if db is not None:
-        database = _open_persisted(Path(directory) if directory is not None else None, Path(db), align=align,
-                                   rebuild=rebuild, load=load, warn=warn)
+        database = _open_persisted(Path(directory) if directory is not None else None, Path(db),
+                                   rebuild=rebuild, load=load, analysed=analysed, warn=warn)
         return _seal(database, allowed)
     directory = Path(directory)
     if not directory.is_dir():
@@ -241,7 +250,7 @@ def open_database(
     # a cache outside the bundle (a read-only bundle's) is as much off limits
     allowed = [check_export_dir(d, bundle.cache_dir, option="--allow-files") for d in allowed]
     con = duckdb.connect()
-    build_schema(con, bundle, align=align, warn=warn, via_arrow=bool(allowed))
+    build_schema(con, analysed(bundle), warn=warn, via_arrow=bool(allowed))
     return _seal(TraceDatabase(con), allowed, reads=[] if allowed else [bundle.events_path])
 
 
@@ -305,7 +314,7 @@ def _stored_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:
     return rows[0][0] if rows else None
 
 
-def _open_persisted(directory: Path | None, db: Path, *, align: bool, rebuild: bool, load, warn) -> TraceDatabase:
+def _open_persisted(directory: Path | None, db: Path, *, rebuild: bool, load, analysed, warn) -> TraceDatabase:
     if directory is None:
         if not db.exists():
             raise InputError(f"{db}: no such database", "build it first: mapp sql DIR --db FILE")
@@ -336,7 +345,7 @@ def _open_persisted(directory: Path | None, db: Path, *, align: bool, rebuild: b
     except (duckdb.Error, OSError) as error:
         raise OutputError(f"--db {db}: cannot create ({error})") from None
     try:
-        build_schema(con, bundle, persist=True, align=align, warn=warn)
+        build_schema(con, analysed(bundle), persist=True, warn=warn)
         con.execute("CREATE TABLE _mapp_meta AS SELECT ? AS fingerprint", [wanted])
         con.execute("CHECKPOINT")
         con.close()

@@ -157,20 +157,16 @@ def _sql_path(path: Path) -> str:
     return "'" + str(Path(path).resolve()).replace("'", "''") + "'"
 
 
-def _match_and_align(bundle, align: bool, notes: list[str]):
-    """Matching (with aligned times) and the clock model (None with ``align=False``)."""
-    from mapp.analysis.align import align_bundle
-    from mapp.analysis.graph import match_bundle
-
-    matching = match_bundle(bundle)
-    if not align:
-        notes.append("times are not aligned (--no-align): *_aligned_ns columns are null")
+def _match_and_align(analysis, notes: list[str]):
+    """Matching (with aligned times) and the clock model (None when not aligned)."""
+    notes.extend(analysis.notes)
+    matching, clock = analysis.matching, analysis.clock
+    if clock is None:
         return matching, None
-    clock = align_bundle(bundle, matching)
     if not clock.connected:
         notes.append(f"ranks form {len(clock.components)} groups with no communication between them; "
                      f"only the group of rank {clock.reference_rank} shares its clock")
-    return matching.with_clock(clock), clock
+    return matching, clock
 
 
 def _clock_frame(clock) -> pl.DataFrame:
@@ -195,21 +191,21 @@ def _aligned(column: str) -> str:
 
 def build_schema(
     con: duckdb.DuckDBPyConnection,
-    bundle,
+    analysis,
     *,
     persist: bool = False,
-    align: bool = True,
     warn: Callable[[str], None] | None = None,
     via_arrow: bool = False,
 ) -> SchemaInfo:
-    """Create every table of ``TABLES`` in ``con`` for ``bundle`` (a ``TraceBundle``).
+    """Create every table of ``TABLES`` in ``con`` for ``analysis`` (``mapp.analysis.run.Analysis``).
 
     ``persist``: copy the events into a table (for a database file) instead of a view over the
-    bundle's Parquet file. ``align=False`` leaves every ``*_aligned_ns`` column null.
+    bundle's Parquet file. Without a clock every ``*_aligned_ns`` column is null.
     ``via_arrow``: the view reads the file through Arrow (for a connection that may write files).
     """
+    bundle = analysis.bundle
     notes: list[str] = []
-    matching, clock = _match_and_align(bundle, align, notes)
+    matching, clock = _match_and_align(analysis, notes)
     _create_from_frame(con, "_clock", _clock_frame(clock))
     if via_arrow and not persist:
         # Read through Arrow, not DuckDB's file system, the events file is out of reach of any

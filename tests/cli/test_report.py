@@ -47,3 +47,34 @@ def test_bad_input_is_one_line(run_dir, tmp_path, args, message):
     assert "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], result.output
+
+
+def test_report_matches_and_aligns_once(tmp_path, monkeypatch):
+    # the SQL schema and the detector share one Analysis (issue 15): one matching, one clock
+    import mapp.analysis.run as run
+    from mapp.cli.app import app
+    from tests.analysis.detect._sim import simulated
+
+    out, _ = simulated(tmp_path, "slow_gpu:1:1.3", tp=2, pp=1, dp=2)
+    calls = {"match": 0, "align": 0}
+    match, align = run.match_bundle, run.align_bundle
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    import mapp.analysis.align as align_package
+    import mapp.analysis.graph as graph_package
+
+    # wherever it is called from: the package's name and the one run.py imported
+    for module in (run, graph_package):
+        monkeypatch.setattr(module, "match_bundle", counted("match", match))
+    for module in (run, align_package):
+        monkeypatch.setattr(module, "align_bundle", counted("align", align))
+    calls.update(match=0, align=0)
+    result = CliRunner().invoke(app, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "slow compute" in result.output  # the detector ran, on the same analysis
+    assert calls == {"match": 1, "align": 1}

@@ -32,15 +32,15 @@ _COLUMNS = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "micr
 
 
 def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | str | None = None,
-                  matching: Any = None, clock: Any = None) -> Verdict:
+                  analysis: Any = None) -> Verdict:
     """Find the ranks and links that slow the job in ``bundle`` (a ``TraceBundle``).
 
     ``threshold``: an op is slow when it takes more than ``(1 + threshold)`` x its peers'
     median, and a link when its transfers do. ``layout``: ``{"tp", "pp", "dp"}`` (or the
-    ``tp=2,pp=1,dp=2`` text) for traces that do not record it. ``matching``/``clock`` may be
-    passed when already computed (``match_bundle``/``align_bundle``), else they are computed.
+    ``tp=2,pp=1,dp=2`` text) for traces that do not record it. ``analysis``: the bundle's
+    ``mapp.analysis.run.Analysis`` when the command already has it, else it is built here.
     """
-    from mapp.analysis.graph import match_bundle
+    from mapp.analysis.run import analyse
 
     if not threshold > 0:
         raise InputError(f"--threshold {threshold}: must be > 0", "e.g. --threshold 0.1 (10% slower than peers)")
@@ -59,17 +59,14 @@ def detect_bundle(bundle, *, threshold: float = 0.1, layout: dict[str, int] | st
     events = scan.filter(pl.col("cat") != "iteration").select(_COLUMNS + _shape(bundle)).collect()
     iters = scan.filter(pl.col("cat") == "iteration").select("rank", "iteration", "dur_ns").collect()
     lap("read")
-    if matching is None:
-        matching = match_bundle(bundle)
-    lap("match")
-    notes: list[str] = []
-    if not matching.aligned:
-        try:
-            clock = clock if clock is not None else _align(bundle, matching, notes)
-            matching = matching.with_clock(clock)
-        except Exception as error:  # alignment is best effort: stage 2 then says why it did not run
-            notes.append(f"clock alignment failed ({type(error).__name__}: {str(error).splitlines()[0][:160]}); stage 2 skipped")
-    lap("align")
+    if analysis is None:
+        analysis = analyse(bundle)
+    lap("match and align")
+    matching = analysis.matching
+    notes: list[str] = list(analysis.notes)
+    if analysis.clock is not None and analysis.clock.unaligned:
+        notes.append(f"{len(analysis.clock.unaligned)} ranks share no collective or p2p with rank "
+                     f"{analysis.clock.reference_rank}: their lateness is judged on their own clocks")
     groups = matching.members.join(
         matching.collectives.select("instance_id", "group", "group_ranks"), on="instance_id"
     ).select("rank", "group", "group_ranks").unique(subset=["rank", "group"]) if len(matching.members) else pl.DataFrame(
@@ -167,17 +164,6 @@ def _program_peers(info: LayoutInfo, events: pl.DataFrame, matching, groups: pl.
         tp=pl.lit(0, pl.Int32), pp=pl.col("program"), dp=pl.int_range(pl.len()).over("program").cast(pl.Int32),
     ).select("rank", "tp", "pp", "dp", "host")
     return LayoutInfo(None, info.source, coords, info.world_size, info.unrecorded, info.notes, peers=what)
-
-
-def _align(bundle, matching, notes: list[str]):
-    """Offsets and drifts on the reference clock; ranks that cannot be placed are listed."""
-    from mapp.analysis.align import align_bundle
-
-    clock = align_bundle(bundle, matching)
-    if clock.unaligned:
-        notes.append(f"{len(clock.unaligned)} ranks share no collective or p2p with rank "
-                     f"{clock.reference_rank}: their lateness is judged on their own clocks")
-    return clock
 
 
 def _iteration_ns(iters: pl.DataFrame, events: pl.DataFrame) -> float | None:
