@@ -233,8 +233,80 @@ def test_report_renders_and_json_has_the_contract(tmp_path):
     assert DetectReport(link).to_json()["suspects"][0]["peer"] in (1, 9)
 
 
-def test_renumbering_nothing_shifting_one_clock_changes_no_verdict(tmp_path):
-    """Clock offsets are part of every simulation; a second seed moves them all."""
-    a = detect(tmp_path / "a", "slow_gpu:6:1.2", tp=2, pp=2, dp=4, seed=11)
-    b = detect(tmp_path / "b", "slow_gpu:6:1.2", tp=2, pp=2, dp=4, seed=12)
-    assert [(s.rank, s.kind) for s in a.suspects] == [(s.rank, s.kind) for s in b.suspects] == [(6, "slow_compute")]
+def _rewrite(src: Path, dst: Path, rank_map: dict[int, int] | None = None, shift_us: dict[int, float] | None = None) -> None:
+    """Copy the v1 bundle ``src`` to ``dst``, renaming every rank r to ``rank_map[r]`` (its file,
+    pid, metadata rank, the peers and group lists that name it; its coordinates stay) and
+    moving rank r's clock by ``shift_us[r]``. ground_truth.json is left behind."""
+    rank_map = rank_map or {}
+    shift_us = shift_us or {}
+    dst.mkdir(parents=True)
+    for path in sorted(src.glob("rank-*.json")):
+        old = int(path.stem.split("-")[1])
+        new = rank_map.get(old, old)
+        lines = []
+        for line in path.read_text().splitlines():
+            if not line.startswith("{"):
+                lines.append(line)
+                continue
+            e = json.loads(line.rstrip(","))
+            e["pid"] = new
+            args = e.get("args", {})
+            if e["name"] == "mapp":
+                args["rank"] = new
+            if "peer" in args:
+                args["peer"] = rank_map.get(args["peer"], args["peer"])
+            if "group_ranks" in args:
+                args["group_ranks"] = sorted(rank_map.get(r, r) for r in args["group_ranks"])
+            if "ts" in e:
+                e["ts"] = round(e["ts"] + shift_us.get(old, 0.0), 3)
+            lines.append(json.dumps(e, separators=(",", ":")) + ",")
+        (dst / f"rank-{new:05d}.json").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def rank6_slow(tmp_path_factory):
+    """TP2 x PP2 x DP4, rank 6 (tp0 pp0 dp3) computes 1.2x slower; its directory and verdict."""
+    tmp = tmp_path_factory.mktemp("rank6")
+    out, _ = simulated(tmp, "slow_gpu:6:1.2", tp=2, pp=2, dp=4, seed=11)
+    v = detect_bundle(load_bundle(out), threshold=0.1)
+    assert [(s.rank, s.kind) for s in v.suspects] == [(6, "slow_compute")]
+    assert v.suspects[0].coords == {"tp": 0, "pp": 0, "dp": 3}
+    return out, v
+
+
+def _roles(v) -> dict[int, str]:
+    return dict(zip(v.grid["rank"].to_list(), v.grid["role"].to_list()))
+
+
+@pytest.mark.parametrize("order", ["reversed", "dp-tp-pp"])
+def test_renumbering_the_ranks_renumbers_the_verdict(rank6_slow, tmp_path, order):
+    """The same job with its ranks numbered otherwise (every rank keeps its coordinates, its
+    peers and group lists are renamed with it): the verdict names the new numbers, for the
+    same GPU (tp0 pp0 dp3), with the same slowdown, victims and grid roles."""
+    out, a = rank6_slow
+    coords = {r: (c["tp"], c["pp"], c["dp"]) for r, c in
+              zip(a.grid["rank"].to_list(), a.grid.select("tp", "pp", "dp").to_dicts())}
+    if order == "reversed":
+        rank_map = {r: 15 - r for r in coords}
+    else:  # DP fastest, then TP, then PP, instead of Megatron's TP, DP, PP
+        rank_map = {r: dp + 4 * (tp + 2 * pp) for r, (tp, pp, dp) in coords.items()}
+    assert sorted(rank_map.values()) == list(range(16)) and rank_map[6] != 6
+    _rewrite(out, tmp_path / "renumbered", rank_map=rank_map)
+    b = detect_bundle(load_bundle(tmp_path / "renumbered"), threshold=0.1)
+    assert [(s.rank, s.kind) for s in b.suspects] == [(rank_map[6], "slow_compute")]
+    assert b.suspects[0].coords == {"tp": 0, "pp": 0, "dp": 3}
+    assert b.suspects[0].slowdown == pytest.approx(a.suspects[0].slowdown, rel=1e-3)
+    assert b.suspects[0].iterations == a.suspects[0].iterations
+    assert a.victims and b.victims == sorted(rank_map[r] for r in a.victims)
+    assert _roles(b) == {rank_map[r]: role for r, role in _roles(a).items()}
+
+
+def test_shifting_one_clock_changes_no_verdict(rank6_slow, tmp_path):
+    """Rank 6's clock (and rank 9's) read 37 ms (-11 ms) later: alignment takes it out."""
+    out, a = rank6_slow
+    _rewrite(out, tmp_path / "shifted", shift_us={6: 37_000.0, 9: -11_000.0})
+    b = detect_bundle(load_bundle(tmp_path / "shifted"), threshold=0.1)
+    assert [(s.rank, s.kind) for s in b.suspects] == [(6, "slow_compute")]
+    assert b.suspects[0].slowdown == pytest.approx(a.suspects[0].slowdown, rel=1e-3)
+    assert b.victims == a.victims and _roles(b) == _roles(a)
+    assert b.grid["share_last"].to_list() == pytest.approx(a.grid["share_last"].to_list(), abs=1e-9)
