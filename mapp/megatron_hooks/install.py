@@ -82,8 +82,6 @@ class Installation:
         if _current is self:
             _current = None
 
-    uninstall = close
-
     def __enter__(self) -> "Installation":
         return self
 

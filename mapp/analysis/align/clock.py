@@ -101,15 +101,6 @@ class ClockModel:
         """``frame`` with ``out`` added: its ``ts`` column on the reference clock."""
         return frame.with_columns(self.to_reference(pl.col(ts), pl.col("rank")).alias(out))
 
-    def constant_offsets_ns(self) -> dict[int, int]:
-        """One shift per rank (for viewers that take only a constant): the mapping's value
-        half-way through the rank's trace, which halves the worst drift error."""
-        shifts = {}
-        for r, c in self.ranks.items():
-            middle = c.t0_ns if c.t1_ns is None else (c.t0_ns + c.t1_ns) // 2
-            shifts[r] = int(round(c.at(middle)))
-        return shifts
-
     def to_json(self) -> dict:
         data: dict = {
             "reference_rank": self.reference_rank,
