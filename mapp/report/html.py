@@ -1,9 +1,13 @@
-"""The run report as one self-contained HTML file with interactive charts.
+"""The run report as one self-contained HTML file with interactive Plotly charts.
 
-No network at view time: the styles, the data (JSON) and the plotting code (a few small SVG
-chart functions written here) are all inline. Charts show values on hover; legends toggle
-series; tables sort by clicking a header. ``document.body.dataset.rendered`` holds the number of
-charts drawn and ``dataset.errors`` any script error, so a headless browser can check the page.
+No network at view time: plotly.js (from the ``plotly`` package), the styles, the data and the
+figures (JSON) are all inline. The page template, its CSS and its small script are files in
+``mapp/report/assets/``; the figures are built here with ``plotly.graph_objects`` from the
+``RunSummary`` and drawn by plotly.js (values on hover, legends toggle series, tables sort by
+clicking a header). ``document.body.dataset.rendered`` holds the number of charts drawn and
+``dataset.errors`` any script error, so a headless browser can check the page.
+
+plotly is imported when a page is rendered, never when the CLI starts.
 """
 
 from __future__ import annotations
@@ -11,6 +15,10 @@ from __future__ import annotations
 import html
 import io
 import json
+import math
+import re
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +33,37 @@ from mapp.sql.render import json_value
 __all__ = ["render_html", "write_html", "CHARTS"]
 
 CHARTS = ("iterations", "breakdown", "overlap", "skew", "bandwidth", "bubbles", "top-ops")
-"""Chart ids; each is drawn into ``<div id="chart-ID">`` as an ``<svg>`` when it has data."""
+"""Chart ids; each is drawn by plotly.js into ``<div id="chart-ID">`` when it has data."""
+
+EMPTY = {"bandwidth": "no p2p messages"}
+"""What a chart's box says when the run has no data for it (default: "no data")."""
+
+COLORS = {"compute": "#2e9d5b", "exposed": "#d9534f", "other": "#4a78c2", "idle": "#b8bec8",
+          "hidden": "#2e9d5b", "bar": "#4a78c2", "slow": "#c0392b"}
+
+TEMPLATE = "plotly_white"
+"""The Plotly template; stored once in the page and applied to every figure there."""
+
+
+@cache
+def asset(name: str) -> str:
+    """The text of ``mapp/report/assets/NAME`` (package data)."""
+    return resources.files("mapp.report").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
 
 
 def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    return [{k: json_value(v) for k, v in row.items()} for row in frame.to_dicts()]
+    return [{k: _finite(json_value(v)) for k, v in row.items()} for row in frame.to_dicts()]
 
 
 def _verdict_text(verdict: Any) -> str | None:
@@ -40,8 +74,146 @@ def _verdict_text(verdict: Any) -> str | None:
     return console.export_text()
 
 
+def _unique(labels: list[str]) -> list[str]:
+    """Category labels made distinct (Plotly merges bars that share one)."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} [{seen[label]}]")
+    return out
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    """A number as the tables show it: whole from 100 up, else ``digits`` decimals."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.{digits}f}"
+
+
+def _ms(values: list[Any]) -> list[float | None]:
+    return [None if v is None else v / 1e6 for v in values]
+
+
+def _bars(go: Any, labels: list[str], series: list[tuple[str, list[Any], str]], *, stacked: bool = False,
+          unit: str = " ms", percent: bool = False, customdata: list[Any] | None = None,
+          hovertemplate: str | None = None) -> Any:
+    """Horizontal bars, one row per label (first label on top); several series stack or group."""
+    labels = _unique(labels)
+    number = "%{x:.1%}" if percent else "%{x:.3~f}" + unit
+    traces = []
+    for name, values, color in series:
+        single = len(series) == 1
+        traces.append(go.Bar(
+            name=name, orientation="h", y=labels, x=values, marker_color=color,
+            text=[None if v is None else (f"{100 * v:.1f}%" if percent else _fmt(v) + unit) for v in values]
+            if single else None,
+            textposition="outside" if single else None, cliponaxis=False,
+            customdata=customdata if single else None,
+            hovertemplate=(hovertemplate if single and hovertemplate else f"%{{y}}<br>{name}: {number}<extra></extra>"),
+        ))
+    row = 14 if len(labels) > 24 else 22
+    figure = go.Figure(traces)
+    figure.update_layout(
+        barmode="stack" if stacked else "group", height=90 + row * len(labels) + (30 if len(series) > 1 else 0),
+        margin=dict(l=10, r=60, t=40 if len(series) > 1 else 10, b=40), showlegend=len(series) > 1,
+        legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom", traceorder="normal"), bargap=0.2,
+    )
+    figure.update_yaxes(autorange="reversed", automargin=True, type="category")
+    suffix = unit.strip()
+    figure.update_xaxes(tickformat=".0%" if percent else None, ticksuffix=f" {suffix}" if suffix and not percent else None,
+                        rangemode="tozero", automargin=True)
+    return figure
+
+
+def _bandwidth(go: Any, rows: list[dict[str, Any]]) -> Any:
+    """Heatmap of achieved GB/s, sender down, receiver across; slow links (< 0.8x median) outlined."""
+    srcs = sorted({r["src"] for r in rows})
+    dsts = sorted({r["dst"] for r in rows})
+    z: list[list[Any]] = [[None] * len(dsts) for _ in srcs]
+    custom: list[list[Any]] = [[[None, None]] * len(dsts) for _ in srcs]
+    for r in rows:
+        i, j = srcs.index(r["src"]), dsts.index(r["dst"])
+        z[i][j] = r["bandwidth_gbs"]
+        custom[i][j] = [r["vs_median"], r["messages"]]
+    slow = [r for r in rows if r["vs_median"] is not None and r["vs_median"] < 0.8]
+    figure = go.Figure([
+        go.Heatmap(name="GB/s", x=dsts, y=srcs, z=z, customdata=custom, colorscale="Blues", zmin=0,
+                   zmax=max((r["bandwidth_gbs"] or 0 for r in rows), default=0) or 1,
+                   xgap=1, ygap=1, colorbar=dict(title=dict(text="GB/s")), hoverongaps=False,
+                   hovertemplate="%{y} -> %{x}: %{z:.1f} GB/s (%{customdata[0]:.2f}x median), "
+                                 "%{customdata[1]} messages<extra></extra>"),
+        go.Scatter(name="< 0.8x median", x=[r["dst"] for r in slow], y=[r["src"] for r in slow], mode="markers",
+                   marker=dict(symbol="square-open", size=14, color=COLORS["slow"], line=dict(width=2)),
+                   customdata=[[r["bandwidth_gbs"], r["vs_median"], r["messages"]] for r in slow],
+                   hovertemplate="%{y} -> %{x}: %{customdata[0]:.1f} GB/s (%{customdata[1]:.2f}x median), "
+                                 "%{customdata[2]} messages<extra>slow link</extra>"),
+    ])
+    cell = max(10, min(36, 840 // max(len(dsts), 1)))
+    figure.update_layout(height=130 + cell * len(srcs), margin=dict(l=10, r=10, t=30, b=50),
+                         legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"), showlegend=bool(slow))
+    figure.update_xaxes(type="category", title_text="receiver", automargin=True, side="bottom")
+    figure.update_yaxes(type="category", title_text="sender", autorange="reversed", automargin=True)
+    return figure
+
+
+def _figures(data: dict[str, Any]) -> dict[str, Any]:
+    """One Plotly figure (as JSON-able ``{data, layout}``) per chart id, None where there is no data."""
+    import plotly.graph_objects as go
+
+    figures: dict[str, Any] = {}
+    it = data["job_iterations"]
+    figures["iterations"] = _bars(
+        go, [f"iteration {r['iteration']}" for r in it],
+        [("job time (ms)", _ms([r["time_ns"] for r in it]), COLORS["bar"])],
+        customdata=[[r["slowest_rank"], r["spread"]] for r in it],
+        hovertemplate="%{y}: %{x:.3f} ms<br>slowest rank %{customdata[0]} "
+                      "(%{customdata[1]:.3f}x the fastest)<extra></extra>") if it else None
+    br = data["breakdown"]
+    figures["breakdown"] = _bars(
+        go, [f"rank {r['rank']} (pp{r['pp']})" for r in br],
+        [("compute", [r["compute_frac"] for r in br], COLORS["compute"]),
+         ("exposed comm", [r["exposed_comm_frac"] for r in br], COLORS["exposed"]),
+         ("other", [(r["other_ns"] or 0) / (r["window_ns"] or 1) for r in br], COLORS["other"]),
+         ("idle", [r["idle_frac"] for r in br], COLORS["idle"])],
+        stacked=True, percent=True) if br else None
+    ov = data["overlap"]
+    figures["overlap"] = _bars(
+        go, [r["kind"] for r in ov],
+        [("hidden behind compute", _ms([r["overlapped_ns"] for r in ov]), COLORS["hidden"]),
+         ("exposed", _ms([r["exposed_ns"] for r in ov]), COLORS["exposed"])], stacked=True) if ov else None
+    sk = data["skew"]
+    figures["skew"] = _bars(
+        go, [f"{r['group']} {r['op']}" for r in sk],
+        [("mean arrival spread (ms)", _ms([r["mean_spread_ns"] for r in sk]), COLORS["exposed"])]) if sk else None
+    figures["bandwidth"] = _bandwidth(go, data["bandwidth"]) if data["bandwidth"] else None
+    bu = data["bubbles"]
+    figures["bubbles"] = _bars(
+        go, [f"stage {r['pp']}" for r in bu],
+        [("bubble ratio", [r["bubble_ratio"] for r in bu], COLORS["idle"])], percent=True) if bu else None
+    top = data["top_ops"]
+    names = [r["name"] for r in top]
+    figures["top-ops"] = _bars(
+        go, [f"{r['name']} ({r['cat']})" if names.count(r["name"]) > 1 else r["name"] for r in top],
+        [("total time (ms)", _ms([r["total_ns"] for r in top]), COLORS["bar"])]) if top else None
+    out = {}
+    for chart in CHARTS:
+        figure = figures[chart]
+        if figure is None:
+            out[chart] = None
+            continue
+        spec = figure.to_plotly_json()
+        spec["layout"].pop("template", None)
+        out[chart] = {"data": spec["data"], "layout": spec["layout"]}
+    return out
+
+
+def _template() -> dict[str, Any]:
+    import plotly.io as pio
+
+    return pio.templates[TEMPLATE].to_plotly_json()
+
+
 def _data(summary: RunSummary) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "bundle": {k: json_value(v) for k, v in summary.bundle.items()},
         "skip": summary.skip,
         "median_iteration_ns": summary.median_iteration_ns,
@@ -60,13 +232,27 @@ def _data(summary: RunSummary) -> dict[str, Any]:
         "verdict_json": json_value(summary.verdict.to_json()) if hasattr(summary.verdict, "to_json") else None,
         "notes": summary.notes,
     }
+    data["figures"] = _figures(data)
+    data["template"] = _template()
+    data["empty"] = EMPTY
+    return data
+
+
+def _plotlyjs() -> str:
+    """plotly.js as the ``plotly`` package ships it (no CDN)."""
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
 
 
 def render_html(summary: RunSummary) -> str:
     """The whole page as a string."""
-    data = json.dumps(_data(summary), separators=(",", ":")).replace("</", "<\\/")
+    data = json.dumps(_finite(_data(summary)), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     title = html.escape(f"mapp report: {summary.bundle.get('directory', '')}")
-    return _PAGE.replace("@TITLE@", title).replace("@DATA@", data).replace("@STYLE@", _STYLE).replace("@SCRIPT@", _SCRIPT)
+    parts = {"@TITLE@": title, "@STYLE@": asset("report.css"), "@DATA@": data,
+             "@SCRIPT@": asset("report.js"), "@PLOTLY@": _plotlyjs().replace("</script", "<\\/script")}
+    # One pass: a placeholder's text inside a part (the data, plotly.js) is left as it is.
+    return re.sub(r"@(TITLE|STYLE|DATA|SCRIPT|PLOTLY)@", lambda m: parts[m.group(0)], asset("page.html"))
 
 
 def write_html(summary: RunSummary, path: Path) -> Path:
@@ -78,138 +264,3 @@ def write_html(summary: RunSummary, path: Path) -> Path:
     except OSError as error:
         raise OutputError(f"--html {path}: cannot write ({error.strerror})", "choose another path") from None
     return path
-
-
-_PAGE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>@TITLE@</title>
-<style>@STYLE@</style>
-</head>
-<body>
-<header><h1>mapp report</h1><div id="run"></div></header>
-<main>
-<section id="verdict-section" hidden><h2>Straggler verdict</h2><pre id="verdict"></pre></section>
-<section><h2>Iteration time</h2><p class="note">The job's time per iteration (between consecutive iteration ends on the reference clock); hover a bar for its slowest rank.</p><div class="chart" id="chart-iterations"></div></section>
-<section><h2>Where the time went</h2><p class="note">Per rank, inside the iteration windows: compute, communication not hidden behind compute, other events, idle. Click a legend entry to hide a series.</p><div class="chart" id="chart-breakdown"></div><div id="table-breakdown"></div></section>
-<section><h2>Communication / computation overlap</h2><div class="chart" id="chart-overlap"></div></section>
-<section><h2>Collective skew</h2><p class="note">Mean arrival spread (last member's start minus the first's) per group and op.</p><div class="chart" id="chart-skew"></div><div id="table-skew"></div><h3>Last arrivers</h3><div id="table-last"></div></section>
-<section><h2>P2P bandwidth</h2><p class="note">Achieved GB/s per link, sender down, receiver across.</p><div class="chart" id="chart-bandwidth"></div></section>
-<section><h2>Pipeline bubbles</h2><div class="chart" id="chart-bubbles"></div></section>
-<section><h2>Top ops</h2><div class="chart" id="chart-top-ops"></div><h3>Slowest op instances</h3><div id="table-slowest"></div></section>
-<section id="findings-section" hidden><h2>Communication problems</h2><div id="table-findings"></div></section>
-</main>
-<div id="tip" role="tooltip"></div>
-<script type="application/json" id="mapp-data">@DATA@</script>
-<script>@SCRIPT@</script>
-</body>
-</html>
-"""
-
-_STYLE = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
-header{background:#1d2430;color:#fff;padding:14px 28px}header h1{margin:0;font-size:20px}
-#run{opacity:.85;margin-top:4px}main{padding:8px 28px 40px;max-width:1200px}
-section{background:#fff;border-radius:8px;padding:12px 18px;margin:14px 0;box-shadow:0 1px 2px rgba(0,0,0,.08)}
-h2{font-size:16px;margin:4px 0 8px}h3{font-size:14px;margin:14px 0 6px}.note{color:#5b6472;margin:0 0 8px}
-.chart svg{display:block;max-width:100%;height:auto}.empty{color:#8a93a0;font-style:italic}
-table{border-collapse:collapse;font-size:13px;margin-top:8px}th,td{padding:3px 10px;text-align:right;border-bottom:1px solid #e6e8ec}
-th{cursor:pointer;background:#f0f2f5;user-select:none}th:hover{background:#e2e6ec}td.t,th.t{text-align:left}
-.legend{cursor:pointer}.legend.off{opacity:.35}
-#tip{position:fixed;pointer-events:none;background:#1d2430;color:#fff;padding:4px 8px;border-radius:4px;font-size:12px;display:none;z-index:9;white-space:pre}
-pre{background:#f0f2f5;padding:10px;overflow:auto}.bad{color:#c0392b;font-weight:600}
-"""
-
-_SCRIPT = r"""
-(function(){
-"use strict";
-var errors=[];
-window.addEventListener("error",function(e){errors.push(String(e.message));document.body.dataset.errors=errors.join(" | ");});
-var D=JSON.parse(document.getElementById("mapp-data").textContent);
-var NS="http://www.w3.org/2000/svg";
-var COLORS={compute:"#2e9d5b",exposed:"#d9534f",other:"#4a78c2",idle:"#b8bec8",hidden:"#2e9d5b",bar:"#4a78c2"};
-var tip=document.getElementById("tip");
-function el(tag,attrs,parent){var n=document.createElementNS(NS,tag);for(var k in attrs){n.setAttribute(k,attrs[k]);}if(parent){parent.appendChild(n);}return n;}
-function fmt(v,d){if(v===null||v===undefined){return "-";}if(Math.abs(v)>=100){return v.toFixed(0);}return v.toFixed(d===undefined?3:d);}
-function ms(ns){return ns===null||ns===undefined?"-":fmt(ns/1e6)+" ms";}
-function pct(f){return f===null||f===undefined?"-":(100*f).toFixed(1)+"%";}
-function hover(node,text){node.addEventListener("mousemove",function(e){tip.textContent=text;tip.style.display="block";tip.style.left=(e.clientX+12)+"px";tip.style.top=(e.clientY+12)+"px";});node.addEventListener("mouseleave",function(){tip.style.display="none";});node.setAttribute("data-tip",text);}
-function empty(id,text){var box=document.getElementById(id);var p=document.createElement("p");p.className="empty";p.textContent=text;box.appendChild(p);}
-var drawn=0;
-/* Bars: spec = {labels, series:[{name,values,color}], stacked, unit, fmt, labelWidth} drawn horizontally. */
-function bars(id,spec){
-  var box=document.getElementById(id);if(!spec.labels.length){empty(id,"no data");return;}
-  var W=960,lw=spec.labelWidth||120,row=spec.labels.length>24?14:22,top=spec.series.length>1?28:8,H=top+row*spec.labels.length+24;
-  var svg=el("svg",{viewBox:"0 0 "+W+" "+H,width:W,height:H,"class":"bars","data-chart":id},box);
-  var hidden={};
-  function draw(){
-    while(svg.lastChild){svg.removeChild(svg.lastChild);}
-    var max=0;spec.labels.forEach(function(_,i){var s=0;spec.series.forEach(function(se){if(hidden[se.name]){return;}var v=se.values[i]||0;s=spec.stacked?s+v:Math.max(s,v);});max=Math.max(max,s);});
-    if(max<=0){max=1;}
-    var scale=(W-lw-90)/max,bh=spec.stacked||spec.series.length===1?row-4:(row-4)/spec.series.length;
-    if(spec.series.length>1){var x=lw;spec.series.forEach(function(se){var g=el("g",{"class":"legend"+(hidden[se.name]?" off":"")},svg);el("rect",{x:x,y:6,width:12,height:12,fill:se.color},g);var t=el("text",{x:x+16,y:17,"font-size":12},g);t.textContent=se.name;g.addEventListener("click",function(){hidden[se.name]=!hidden[se.name];draw();});x+=24+se.name.length*7.5;});}
-    spec.labels.forEach(function(label,i){
-      var y=top+i*row,t=el("text",{x:lw-6,y:y+row/2+4,"text-anchor":"end","font-size":row>16?12:10},svg);t.textContent=label;
-      var x=lw,total=0;
-      spec.series.forEach(function(se,k){if(hidden[se.name]){return;}var v=se.values[i]||0,w=Math.max(0,v*scale);
-        var r=el("rect",{x:x,y:spec.stacked||spec.series.length===1?y+2:y+2+k*bh,width:w,height:bh,fill:se.color},svg);
-        hover(r,label+"\n"+se.name+": "+(spec.fmt||fmt)(v));if(spec.stacked){x+=w;}total+=v;});
-      if(spec.series.length===1){var v0=spec.series[0].values[i];var tv=el("text",{x:lw+(v0||0)*scale+4,y:y+row/2+4,"font-size":11,fill:"#5b6472"},svg);tv.textContent=(spec.fmt||fmt)(v0);}
-    });
-  }
-  draw();drawn++;
-}
-/* Heatmap of a src x dst matrix. */
-function heatmap(id,rows){
-  var box=document.getElementById(id);if(!rows.length){empty(id,"no p2p messages");return;}
-  var srcs=[],dsts=[];rows.forEach(function(r){if(srcs.indexOf(r.src)<0){srcs.push(r.src);}if(dsts.indexOf(r.dst)<0){dsts.push(r.dst);}});
-  srcs.sort(function(a,b){return a-b;});dsts.sort(function(a,b){return a-b;});
-  var c=Math.max(10,Math.min(36,Math.floor(840/Math.max(dsts.length,1)))),L=50,T=40,W=L+c*dsts.length+140,H=T+c*srcs.length+10;
-  var svg=el("svg",{viewBox:"0 0 "+W+" "+H,width:W,height:H,"class":"heatmap","data-chart":id},box);
-  var max=0;rows.forEach(function(r){max=Math.max(max,r.bandwidth_gbs||0);});
-  dsts.forEach(function(d,j){if(c>=16||j%5===0){var t=el("text",{x:L+j*c+c/2,y:T-6,"text-anchor":"middle","font-size":10},svg);t.textContent=d;}});
-  srcs.forEach(function(s,i){if(c>=16||i%5===0){var t=el("text",{x:L-6,y:T+i*c+c/2+4,"text-anchor":"end","font-size":10},svg);t.textContent=s;}});
-  rows.forEach(function(r){var f=max>0?(r.bandwidth_gbs||0)/max:0,slow=r.vs_median!==null&&r.vs_median<0.8;
-    var light=Math.round(92-55*f);var rect=el("rect",{x:L+dsts.indexOf(r.dst)*c,y:T+srcs.indexOf(r.src)*c,width:c-1,height:c-1,fill:slow?"hsl(4,70%,"+Math.max(light,45)+"%)":"hsl(215,60%,"+light+"%)","class":slow?"slow":"cell"},svg);
-    hover(rect,r.src+" -> "+r.dst+": "+fmt(r.bandwidth_gbs,1)+" GB/s ("+fmt(r.vs_median,2)+"x median), "+r.messages+" messages");});
-  var t=el("text",{x:L+c*dsts.length+12,y:T+12,"font-size":11},svg);t.textContent="max "+fmt(max,1)+" GB/s";
-  var t2=el("text",{x:L+c*dsts.length+12,y:T+28,"font-size":11,fill:"#c0392b"},svg);t2.textContent="red: < 0.8x median";
-  drawn++;
-}
-/* Sortable table: cols = [[key, title, formatter, isText]]. */
-function table(id,rows,cols){
-  var box=document.getElementById(id);if(!rows.length){return;}
-  var t=document.createElement("table"),head=t.createTHead().insertRow(),body=t.createTBody(),dir={};
-  function fill(){while(body.firstChild){body.removeChild(body.firstChild);}rows.forEach(function(r){var tr=body.insertRow();cols.forEach(function(c){var td=tr.insertCell();td.textContent=c[2]?c[2](r[c[0]],r):(r[c[0]]===null?"-":r[c[0]]);if(c[3]){td.className="t";}});});}
-  cols.forEach(function(c){var th=document.createElement("th");th.textContent=c[1];if(c[3]){th.className="t";}th.addEventListener("click",function(){dir[c[0]]=-(dir[c[0]]||-1);rows.sort(function(a,b){var x=a[c[0]],y=b[c[0]];return (x===y?0:(x===null?-1:y===null?1:(x<y?-1:1)))*dir[c[0]];});fill();});head.appendChild(th);});
-  fill();box.appendChild(t);
-}
-var b=D.bundle||{};
-var layout=["tp","pp","dp","cp","ep"].filter(function(a){return b[a]&&(b[a]>1||a==="tp"||a==="pp"||a==="dp");}).map(function(a){return a.toUpperCase()+b[a];}).join(" x ");
-document.getElementById("run").textContent=(b.directory||"")+" \u00b7 "+(b.format||"")+" \u00b7 "+b.traced_ranks+" of "+b.world_size+" ranks \u00b7 "+layout+(b.vpp>1?" (VPP"+b.vpp+")":"")+" \u00b7 "+(b.events||0).toLocaleString()+" events \u00b7 "+(b.aligned?"clocks aligned to rank "+b.reference_rank:"clocks not aligned")+(D.median_iteration_ns?" \u00b7 median iteration "+ms(D.median_iteration_ns):"");
-if(D.verdict){document.getElementById("verdict-section").hidden=false;document.getElementById("verdict").textContent=D.verdict;}
-bars("chart-iterations",{labels:D.job_iterations.map(function(r){return "iteration "+r.iteration;}),series:[{name:"job time (ms)",values:D.job_iterations.map(function(r){return r.time_ns/1e6;}),color:COLORS.bar}],fmt:function(v){return fmt(v)+" ms";}});
-D.job_iterations.forEach(function(r,i){var n=document.querySelectorAll("#chart-iterations rect")[i];if(n){hover(n,"iteration "+r.iteration+": "+ms(r.time_ns)+"\nslowest rank "+r.slowest_rank+" ("+fmt(r.spread,3)+"x the fastest)");}});
-var br=D.breakdown;
-bars("chart-breakdown",{labels:br.map(function(r){return "rank "+r.rank+" (pp"+r.pp+")";}),stacked:true,labelWidth:110,
-  series:[{name:"compute",values:br.map(function(r){return r.compute_frac;}),color:COLORS.compute},
-          {name:"exposed comm",values:br.map(function(r){return r.exposed_comm_frac;}),color:COLORS.exposed},
-          {name:"other",values:br.map(function(r){return r.other_ns/(r.window_ns||1);}),color:COLORS.other},
-          {name:"idle",values:br.map(function(r){return r.idle_frac;}),color:COLORS.idle}],fmt:pct});
-table("table-breakdown",br.slice(),[["rank","rank"],["pp","pp"],["tp","tp"],["dp","dp"],["window_ns","window",ms],["compute_frac","compute",pct],["exposed_comm_frac","exposed comm",pct],["idle_frac","idle",pct]]);
-bars("chart-overlap",{labels:D.overlap.map(function(r){return r.kind;}),stacked:true,
-  series:[{name:"hidden behind compute",values:D.overlap.map(function(r){return r.overlapped_ns/1e6;}),color:COLORS.hidden},
-          {name:"exposed",values:D.overlap.map(function(r){return r.exposed_ns/1e6;}),color:COLORS.exposed}],fmt:function(v){return fmt(v)+" ms";}});
-bars("chart-skew",{labels:D.skew.map(function(r){return r.group+" "+r.op;}),labelWidth:170,series:[{name:"mean arrival spread (ms)",values:D.skew.map(function(r){return r.mean_spread_ns/1e6;}),color:COLORS.exposed}],fmt:function(v){return fmt(v)+" ms";}});
-table("table-skew",D.skew.slice(),[["group","group",null,true],["op","op",null,true],["instances","count"],["mean_spread_ns","mean spread",ms],["max_spread_ns","max spread",ms],["top_last_arriver","most often last"],["top_last_share","share",pct]]);
-table("table-last",D.last_arrivers.slice(0,10),[["rank","rank"],["pp","pp"],["tp","tp"],["dp","dp"],["times_last","times last"],["collectives","of"],["caused_wait_ns","others waited",ms],["waited_ns","it waited",ms]]);
-heatmap("chart-bandwidth",D.bandwidth);
-bars("chart-bubbles",{labels:D.bubbles.map(function(r){return "stage "+r.pp;}),series:[{name:"bubble ratio",values:D.bubbles.map(function(r){return r.bubble_ratio;}),color:COLORS.idle}],fmt:pct});
-bars("chart-top-ops",{labels:D.top_ops.map(function(r){return r.name;}),labelWidth:170,series:[{name:"total time (ms)",values:D.top_ops.map(function(r){return r.total_ns/1e6;}),color:COLORS.bar}],fmt:function(v){return fmt(v)+" ms";}});
-table("table-slowest",D.slowest_ops.slice(),[["rank","rank"],["name","op",null,true],["iteration","iteration"],["microbatch","microbatch"],["dur_ns","duration",ms],["vs_median","vs median",function(v){return v===null?"-":fmt(v,2)+"x";}]]);
-if(D.findings.length){document.getElementById("findings-section").hidden=false;table("table-findings",D.findings,[["severity","severity",null,true],["message","finding",null,true]]);}
-document.body.dataset.rendered=String(drawn);
-})();
-"""
