@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from mapp.cli._ui import console, guarded, progress_bar
-from mapp.cli.trace import load, merge_with_progress
+from mapp.cli._shared import load
+from mapp.cli.trace import merge_with_progress
 from mapp.errors import OutputError
 
 if TYPE_CHECKING:

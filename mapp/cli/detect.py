@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from mapp.cli._ui import console, err_console, guarded, warn
-from mapp.cli.trace import FormatOption, load
+from mapp.cli._shared import FormerFormatOption, InputFormatOption, input_format, load
 from mapp.output import check_output, is_stdout
 
 __all__ = ["register", "detect"]
@@ -20,7 +20,8 @@ def detect(
     threshold: Annotated[float, typer.Option("--threshold", help="An op (or transfer) is slow when it exceeds (1 + this) x its peers' median.")] = 0.1,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the verdict as JSON to this file (- for stdout; the report then goes to stderr).")] = None,
     layout: Annotated[Optional[str], typer.Option("--layout", help="tp=..,pp=..,dp=.. for traces that do not record their layout.")] = None,
-    format: FormatOption = None,
+    input_format_: InputFormatOption = None,
+    former_format: FormerFormatOption = None,
     fail_on_suspect: Annotated[bool, typer.Option("--fail-on-suspect", help="Exit with status 1 when there is a suspect.")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-read the traces even if DIR/.mapp is current.")] = False,
 ) -> None:
@@ -36,7 +37,7 @@ def detect(
 
     sizes = parse_layout(layout) if layout else None
     check_output(json_out, directory, option="--json")
-    bundle = load(directory, format, use_cache=not no_cache)
+    bundle = load(directory, input_format(input_format_, former_format), use_cache=not no_cache)
     verdict = detect_bundle(bundle, threshold=threshold, layout=sizes)
     report = DetectReport(verdict, source=str(directory))
     # with --json -, stdout carries the JSON alone (for jq and scripts); the report goes to stderr

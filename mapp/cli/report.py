@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from mapp.cli._shared import InputFormatOption, load
 from mapp.cli._ui import console, err_console, guarded, warn
 from mapp.errors import InputError
 from mapp.output import check_output, is_stdout
@@ -22,7 +23,7 @@ def register(app: typer.Typer) -> None:
         skip: Annotated[int, typer.Option("--skip", help="Leave the first N iterations (warm-up) out of the time breakdowns.")] = 0,
         no_align: Annotated[bool, typer.Option("--no-align", help="Skip clock alignment (job-wide windows and skew need it).")] = False,
         no_detect: Annotated[bool, typer.Option("--no-detect", help="Do not run the straggler detector.")] = False,
-        input_format: Annotated[Optional[str], typer.Option("--input-format", help="Trace format instead of detecting it: mapp, megatronapp, kineto.")] = None,
+        input_format: InputFormatOption = None,
     ) -> None:
         """Summarise a run: layout, iteration time, time per stage and rank, overlap, collective
         skew, p2p bandwidth, pipeline bubbles, top ops and (if installed) the straggler verdict.
@@ -30,7 +31,6 @@ def register(app: typer.Typer) -> None:
         Every figure comes from a named query (mapp sql --list); --html writes the same as a page.
         """
         from mapp.analysis.run import analyse
-        from mapp.cli.trace import load
         from mapp.report import ReportView, build_summary, detect_verdict, write_html
         from mapp.sql.database import open_database
 

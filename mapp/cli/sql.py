@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from mapp.cli._shared import InputFormatOption, load
 from mapp.cli._ui import console, guarded, warn
 from mapp.errors import InputError
 
@@ -18,8 +19,6 @@ ENGINES = ("duckdb", "perfetto")
 
 
 def _loader(input_format: str | None):
-    from mapp.cli.trace import load
-
     return lambda directory: load(directory, input_format)
 
 
@@ -92,7 +91,7 @@ def register(app: typer.Typer) -> None:
         db: Annotated[Optional[Path], typer.Option("--db", help="Keep the database in this DuckDB file (events copied in) and reuse it while the traces are unchanged; alone, opens the file.")] = None,
         rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild --db FILE even if it is current.")] = False,
         no_align: Annotated[bool, typer.Option("--no-align", help="Skip clock alignment (*_aligned_ns columns stay null).")] = False,
-        input_format: Annotated[Optional[str], typer.Option("--input-format", help="Trace format instead of detecting it: mapp, megatronapp, kineto.")] = None,
+        input_format: InputFormatOption = None,
         engine: Annotated[str, typer.Option("--engine", help="duckdb (built in) or perfetto (your trace_processor_shell over the merged trace; needs pip install perfetto).")] = "duckdb",
         perfetto_bin: Annotated[Optional[Path], typer.Option("--perfetto-bin", help="Path to trace_processor_shell, for --engine perfetto.")] = None,
         allow_files: Annotated[Optional[list[Path]], typer.Option("--allow-files", metavar="DIR", help="Let statements read and write files in DIR (e.g. COPY ... TO 'DIR/out.csv'); DIR must be outside the bundle. Repeatable. Without it, no statement reaches any file.")] = None,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.console import Console
 
-from mapp.analysis.ingest import FORMATS
+from mapp.cli._shared import FormerFormatOption, InputFormatOption, input_format, load
 from mapp.cli._ui import console, err_console, guarded, progress_bar, warn
 from mapp.output import check_output, is_stdout
 
@@ -21,20 +21,6 @@ if TYPE_CHECKING:  # the analysis is imported when a command runs, not for `mapp
 
 trace_app = typer.Typer(help="Work with per-rank trace files.", no_args_is_help=True)
 
-FormatOption = Annotated[
-    Optional[str],
-    typer.Option("--format", help=f"Input format, instead of detecting it: {', '.join(FORMATS)}."),
-]
-
-
-def load(directory: Path, format: str | None, *, use_cache: bool = True):
-    """Load a bundle with a progress bar and warnings on stderr (shared by commands)."""
-    from mapp.analysis.ingest import load_bundle
-
-    with progress_bar(f"reading {directory}", unit="bytes") as update:
-        return load_bundle(directory, format=format, use_cache=use_cache, warn=warn, progress=update)
-
-
 @trace_app.command("merge")
 @guarded
 def merge_command(
@@ -42,7 +28,8 @@ def merge_command(
     out: Annotated[
         Optional[Path], typer.Option("-o", "--out", help="Merged Chrome trace to write, - for stdout [default: DIR/merged.json].")
     ] = None,
-    format: FormatOption = None,
+    input_format_: InputFormatOption = None,
+    former_format: FormerFormatOption = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-read the traces even if DIR/.mapp is current.")] = False,
     no_align: Annotated[
         bool, typer.Option("--no-align", help="Keep every rank's raw clock (no alignment, no clock.json).")
@@ -56,7 +43,7 @@ def merge_command(
     """
     target = out if out is not None else directory / "merged.json"
     check_output(target, directory, option="-o", merged=True)
-    bundle = load(directory, format, use_cache=not no_cache)
+    bundle = load(directory, input_format(input_format_, former_format), use_cache=not no_cache)
     # with -o -, stdout carries the trace alone; what is said about it goes to stderr
     said = err_console if is_stdout(target) else console
     merge_with_progress(bundle, target, align=not no_align, said=said)

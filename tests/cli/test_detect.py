@@ -96,3 +96,18 @@ def test_bench_detect_scores_a_real_corpus_and_leaves_it_unwritten(tmp_path):
 def test_bench_detect_real_without_a_manifest_is_one_line(tmp_path):
     line = one_line_error(runner.invoke(app, ["bench", "detect", "--scale", "none", "--real", str(tmp_path)]))
     assert "manifest.json" in line
+
+
+def test_input_format_is_one_option_and_the_former_name_still_works(tmp_path):
+    # --input-format on every command that reads traces; detect and merge took --format before
+    out, _ = simulated(tmp_path, "slow_gpu:1:1.3", tp=2, pp=1, dp=2)
+    for spelling in ("--input-format", "--format"):
+        result = runner.invoke(app, ["detect", str(out), spelling, "mapp"])
+        assert result.exit_code == 0 and "1 suspect" in result.output, (spelling, result.output)
+    wrong = one_line_error(runner.invoke(app, ["detect", str(out), "--input-format", "kineto"]))
+    assert "PyTorch profiler" in wrong  # read as the format asked for, which these are not
+    both = one_line_error(runner.invoke(app, ["detect", str(out), "--input-format", "mapp", "--format", "kineto"]))
+    assert "give the input format once" in both
+    for command in (["detect"], ["trace", "merge"], ["sql"], ["report"]):
+        help_text = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"}).output
+        assert "--input-format" in help_text, command
