@@ -50,7 +50,7 @@ def test_cli_start_up_leaves_the_heavy_libraries_to_the_commands():
     # each command imports what it needs when it runs.
     code = (
         "import sys, mapp.cli.app\n"
-        "heavy = sorted(n for n in sys.modules if n.split('.')[0] in ('polars', 'duckdb', 'pyarrow', 'scipy', 'networkx'))\n"
+        "heavy = sorted(n for n in sys.modules if n.split('.')[0] in ('polars', 'duckdb', 'pyarrow', 'scipy', 'networkx', 'plotly'))\n"
         "print(','.join(heavy))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

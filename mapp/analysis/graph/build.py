@@ -7,14 +7,22 @@ Edges carry ``kind``: ``"collective"`` from an instance's lowest-ranked member t
 member, ``"p2p"`` from a send to its receive, ``"program"`` from each call to the next one on
 the same rank. Matching itself never goes through networkx (it is vectorised over the tables);
 build the graph for a window (``iterations``/``ranks``) when the job is large.
+
+networkx is an optional dependency (``pip install 'mapp[graph]'``): nothing in mapp's own
+commands needs the graph; it is for users' own graph queries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import polars as pl
+
+from mapp.errors import MappError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["build_graph"]
 
@@ -53,6 +61,10 @@ def build_graph(
     program_order: bool = True,
 ) -> nx.DiGraph:
     """Build the dependency graph of ``matching`` (optionally restricted to some ranks/iterations)."""
+    try:
+        import networkx as nx
+    except ImportError:
+        raise MappError("build_graph needs networkx", "pip install 'mapp[graph]' (or networkx)") from None
     nodes = _nodes(matching, None if ranks is None else set(ranks), None if iterations is None else set(iterations))
     graph = nx.DiGraph()
     columns = [nodes[c].to_list() for c in ("rank", "kind", "id", "op", "iteration", "start_ns", "end_ns")]
