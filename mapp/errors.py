@@ -6,7 +6,10 @@ Anything else escaping to the CLI is a bug in mapp and keeps its traceback.
 
 from __future__ import annotations
 
-__all__ = ["MappError", "InputError", "OutputError", "TraceFormatError", "LayoutError"]
+__all__ = ["MappError", "InputError", "OutputError", "TraceFormatError", "LayoutError", "INTERRUPTED"]
+
+INTERRUPTED = 130
+"""Exit status after Ctrl-C: 128 + SIGINT, what shells report for a process stopped by it."""
 
 
 class MappError(Exception):

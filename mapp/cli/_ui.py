@@ -21,8 +21,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.theme import Theme
 
-from mapp.cli.main import INTERRUPTED
-from mapp.errors import MappError
+from mapp.errors import INTERRUPTED, MappError
 
 __all__ = ["FitConsole", "console", "err_console", "guarded", "help_paragraphs", "progress_bar", "warn"]
 

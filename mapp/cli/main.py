@@ -19,9 +19,9 @@ import os
 import signal
 import sys
 
-__all__ = ["main", "INTERRUPTED"]
+from mapp.errors import INTERRUPTED
 
-INTERRUPTED = 130  # 128 + SIGINT, what shells report for a process stopped by Ctrl-C
+__all__ = ["main"]
 
 
 def _on_interrupt(signum, frame) -> None:

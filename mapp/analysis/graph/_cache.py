@@ -32,26 +32,21 @@ def _key(bundle) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def load(bundle):
-    """The cached matching of ``bundle``, or None."""
-    from mapp.analysis.graph.matching import Matching
-
+def load(bundle) -> tuple[dict[str, pl.DataFrame], list[Finding]] | None:
+    """The cached matching's tables (by name) and findings, or None; ``Matching`` checks that
+    each table is of the right kind (``matching._from_cache``)."""
     where = Path(bundle.cache_dir) / _DIR
     try:
         if (where / "key").read_text() != _key(bundle):
             return None
-        tables = [pl.read_parquet(where / f"{name}.parquet") for name in _TABLES]
+        tables = {name: pl.read_parquet(where / f"{name}.parquet") for name in _TABLES}
         findings = [
             Finding(**{k: tuple(v) if k in ("ranks", "group_ranks") and v is not None else v for k, v in row.items()})
             for row in json.loads((where / "findings.json").read_text())
         ]
     except Exception:  # damaged in any way (garbage, files swapped, cut off): matched again
         return None
-    empty = Matching.empty()
-    for name, table in zip(_TABLES, tables):
-        if any(table.schema.get(column) != dtype for column, dtype in getattr(empty, name).schema.items()):
-            return None  # a table of the wrong kind in its place
-    return Matching(*tables, findings=findings)
+    return tables, findings
 
 
 def store(bundle, matching) -> None:

@@ -104,7 +104,7 @@ def match_bundle(bundle, *, use_cache: bool = True) -> Matching:
     Reads only the communication events (and only the columns needed) from the events table.
     The result is kept in ``DIR/.mapp/matching/`` and reused while the events table is unchanged.
     """
-    if use_cache and (cached := _cache.load(bundle)) is not None:
+    if use_cache and (cached := _from_cache(bundle)) is not None:
         return cached
     scan = bundle.scan()
     calls_c = _load.collective_events(scan).collect()
@@ -113,3 +113,17 @@ def match_bundle(bundle, *, use_cache: bool = True) -> Matching:
     if use_cache:
         _cache.store(bundle, matching)
     return matching
+
+
+def _from_cache(bundle) -> Matching | None:
+    """The cached matching, if its files are whole and each table is of the right kind (a
+    cache whose files were swapped or damaged is matched again)."""
+    found = _cache.load(bundle)
+    if found is None:
+        return None
+    tables, findings = found
+    empty = Matching.empty()
+    for name, table in tables.items():
+        if any(table.schema.get(column) != dtype for column, dtype in getattr(empty, name).schema.items()):
+            return None
+    return Matching(tables["collectives"], tables["members"], tables["p2p"], findings=findings)
