@@ -27,7 +27,7 @@ from rich.table import Table  # noqa: E402
 from mapp.analysis.detect import detect_bundle  # noqa: E402
 from mapp.analysis.ingest import load_bundle  # noqa: E402
 from mapp.analysis.simulate import SimConfig, parse_fault, simulate  # noqa: E402
-from mapp.cli._ui import THEME  # noqa: E402
+from mapp.report.theme import THEME  # noqa: E402
 
 CASES = [(8, 2, 8), (8, 4, 16), (8, 8, 16)]  # (tp, pp, dp): 128, 512, 1,024 ranks
 

@@ -19,23 +19,12 @@ from rich.protocol import is_renderable, rich_cast
 from rich.rule import Rule
 from rich.segment import Segment
 from rich.table import Table
-from rich.theme import Theme
 
 from mapp.errors import INTERRUPTED, MappError
+from mapp.report.theme import THEME
 
 __all__ = ["FitConsole", "console", "err_console", "guarded", "help_paragraphs", "progress_bar", "warn"]
 
-THEME = Theme(
-    {
-        "mapp.error": "bold red",
-        "mapp.warning": "yellow",
-        "mapp.ok": "green",
-        "mapp.suspect": "bold red",
-        "mapp.victim": "yellow",
-        "mapp.dim": "dim",
-        "mapp.path": "cyan",
-    }
-)
 
 _UNBOUNDED = 100_000
 """A width no table reaches: what a renderable measures at this width is what it needs."""

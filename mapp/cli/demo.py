@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         """Simulate a 64-rank job with one slowed GPU, merge its traces and find the culprit."""
         from mapp.analysis.detect import detect_bundle
         from mapp.analysis.run import analyse
-        from mapp.analysis.detect.report import DetectReport
+        from mapp.report.verdict import DetectReport
         from mapp.analysis.simulate import simulate
         from mapp.analysis.simulate.presets import DEMO_SLOW_FACTOR, DEMO_SLOW_RANK, demo_config
 

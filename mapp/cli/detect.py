@@ -33,7 +33,7 @@ def detect(
     Exit status 0 whether or not there are suspects, unless --fail-on-suspect.
     """
     from mapp.analysis.detect import detect_bundle, parse_layout
-    from mapp.analysis.detect.report import DetectReport
+    from mapp.report.verdict import DetectReport
 
     sizes = parse_layout(layout) if layout else None
     check_output(json_out, directory, option="--json")

@@ -118,7 +118,7 @@ def detect_verdict(analysis, notes: list[str] | None = None) -> Any:
     """The detector's verdict on ``analysis`` (``mapp.analysis.run.Analysis``) as a renderable
     with ``to_json()``, or None when it cannot judge this bundle (a line in ``notes``)."""
     from mapp.analysis.detect import detect_bundle
-    from mapp.analysis.detect.report import DetectReport
+    from mapp.report.verdict import DetectReport
 
     try:
         verdict = detect_bundle(analysis.bundle, analysis=analysis)

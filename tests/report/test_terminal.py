@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from mapp.cli._ui import THEME
+from mapp.report.theme import THEME
 from mapp.report import ReportView
 
 

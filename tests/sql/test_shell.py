@@ -12,7 +12,7 @@ import time
 import pytest
 from rich.console import Console
 
-from mapp.cli._ui import THEME
+from mapp.report.theme import THEME
 from mapp.sql.shell import Shell
 
 

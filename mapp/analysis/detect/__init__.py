@@ -7,7 +7,7 @@
 3. effective bandwidth (``bandwidth``): p2p links and collective transfers once all are ready;
 
 and combines them (``verdict``) into ranked suspects, workload imbalance and victims.
-``report.DetectReport(verdict)`` renders it; ``suite`` measures accuracy on simulated faults.
+``mapp.report.DetectReport(verdict)`` renders it; ``mapp.bench.suite`` measures accuracy on simulated faults.
 """
 
 from __future__ import annotations

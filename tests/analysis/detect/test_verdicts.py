@@ -13,9 +13,9 @@ from rich.console import Console
 
 from mapp.analysis.detect import detect_bundle, parse_layout
 from mapp.analysis.detect.peers import _per_rank
-from mapp.analysis.detect.report import DetectReport
+from mapp.report.verdict import DetectReport
 from mapp.analysis.ingest import load_bundle
-from mapp.cli._ui import THEME
+from mapp.report.theme import THEME
 from mapp.errors import InputError, LayoutError
 from tests.analysis.detect._sim import detect, simulated
 
