@@ -34,11 +34,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mapp.analysis.ingest.schema import EVENTS_ARROW_SCHEMA, RANKS_SCHEMA
+from mapp.trace_format import CACHE_DIR  # one name for the cache, also in the output policy
 
 __all__ = ["CACHE_DIR", "CACHE_VERSION", "EVENTS", "RANKS", "BUILD_KEY", "Cached", "location", "fallback",
            "identity", "check", "clear", "crc32", "new_build", "write_manifest"]
 
-CACHE_DIR = ".mapp"
 CACHE_VERSION = 4                               # 3: row counts and build id; 4: CRC-32 of each file
 EVENTS, RANKS, MANIFEST = "events.parquet", "ranks.parquet", "manifest.json"
 BUILD_KEY = "mapp_build"                        # footer key-value metadata of both Parquet files
