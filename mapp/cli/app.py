@@ -1,12 +1,22 @@
-"""The ``mapp`` application: one Typer app, one module per command group."""
+"""The ``mapp`` application: one Typer app, one module per command or command group.
+
+Every command module registers the same way: it defines a module-level ``commands``, a
+``typer.Typer``, and decorates its functions with ``@commands.command("name")``; it is then
+listed in ``COMMAND_MODULES`` below, whose order is the order in ``mapp --help``.
+
+- ``commands = typer.Typer()`` (no name): its commands join the top level (``mapp detect``).
+- ``commands = typer.Typer(name="trace", help="...", no_args_is_help=True)``: a command group
+  (``mapp trace merge``); the help is the group's line in ``mapp --help``.
+
+Command modules import the analysis inside their functions, so that ``mapp --help`` stays fast.
+"""
 
 from __future__ import annotations
 
 import typer
 
 from mapp import __version__
-from mapp.cli import bench, demo, detect, report, simulate, sql
-from mapp.cli.trace import trace_app
+from mapp.cli import bench, demo, detect, report, simulate, sql, trace
 
 app = typer.Typer(
     name="mapp",
@@ -17,11 +27,10 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 
-# Each command module adds its commands; the order here is the order in --help.
-for _module in (demo, simulate, detect, sql, report):
-    _module.register(app)
-app.add_typer(trace_app, name="trace")
-bench.register(app)
+COMMAND_MODULES = (demo, simulate, detect, sql, report, trace, bench)
+
+for _module in COMMAND_MODULES:
+    app.add_typer(_module.commands)
 
 
 def _version(value: bool) -> None:

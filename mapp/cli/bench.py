@@ -12,9 +12,10 @@ from rich.table import Table
 from mapp.cli._ui import console, guarded, progress_bar
 from mapp.errors import InputError
 
-__all__ = ["register", "bench_app"]
+__all__ = ["commands"]
 
-bench_app = typer.Typer(help="Measure mapp's analyses on simulated and recorded jobs with known answers.", no_args_is_help=True)
+# A command group: `mapp bench ...` (see mapp.cli.app)
+commands = typer.Typer(name="bench", help="Measure mapp's analyses on simulated and recorded jobs with known answers.", no_args_is_help=True)
 
 
 def _pct(value: float | None) -> str:
@@ -42,7 +43,7 @@ def suite_table(rows: list[dict], title: str) -> Table:
     return table
 
 
-@bench_app.command("detect")
+@commands.command("detect")
 @guarded
 def detect(
     scale: Annotated[str, typer.Option("--scale", help="ci (30 small scenarios), small (8-32 ranks), full (>= 300 scenarios, 8-1,024 ranks) or none (real corpus only).")] = "small",
@@ -117,8 +118,3 @@ def print_real(console, results, title: str) -> None:
         summary.add_row(row["group"], str(row["cases"]), str(row["right"]), _pct(row["top1"]), str(row["negatives"]),
                         str(row["flagged"]), str(row["errors"]), style="bold" if row["group"] == "all" else None)
     console.print(summary)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the ``bench`` command group to ``app``."""
-    app.add_typer(bench_app, name="bench")

@@ -26,42 +26,43 @@ if TYPE_CHECKING:
 _MERGED = "merged.json"
 _CACHE = ".mapp"  # mapp's cache beside the traces (mapp.analysis.ingest.bundle.CACHE_DIR)
 
+commands = typer.Typer()  # its commands join the top level of `mapp` (see mapp.cli.app)
 
-def register(app: typer.Typer) -> None:
-    @app.command("demo")
-    @guarded
-    def demo(
-        out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the sample traces; a demo run there before is replaced.")] = Path("mapp-demo"),
-        seed: Annotated[int, typer.Option(help="Simulation seed.")] = 7,
-        # Kept so that old scripts still run: a demo now replaces its own output unasked.
-        force: Annotated[bool, typer.Option("--force", hidden=True)] = False,
-    ) -> None:
-        """Simulate a 64-rank job with one slowed GPU, merge its traces and find the culprit."""
-        from mapp.analysis.detect import detect_bundle
-        from mapp.analysis.run import analyse
-        from mapp.report.verdict import DetectReport
-        from mapp.analysis.simulate import simulate
-        from mapp.analysis.simulate.presets import DEMO_SLOW_FACTOR, DEMO_SLOW_RANK, demo_config
 
-        config = demo_config(seed=seed)
-        clear_previous_demo(out, config)
-        console.rule("[bold]mapp demo")
-        console.print(f"1. simulating TP{config.tp} x PP{config.pp} x DP{config.dp} = "
-                      f"{config.world_size} ranks; [mapp.suspect]rank {DEMO_SLOW_RANK}[/] "
-                      f"computes {DEMO_SLOW_FACTOR:.2f}x slower (a GPU stuck at 1400 of 1980 MHz)")
-        with progress_bar("simulating ranks") as update:
-            result = simulate(config, out, progress=update)
-        console.print(f"   wrote {config.world_size} rank files ({result.events:,} events) and "
-                      f"ground_truth.json to [mapp.path]{out}[/]")
-        console.print("2. merging into one timeline")
-        bundle = load(out, None)
-        analysis = analyse(bundle)  # one matching and one clock for the timeline and the detector
-        merged = merge_with_progress(bundle, out / _MERGED, analysis=analysis).merged
-        console.print(f"   [mapp.path]{merged.path}[/]: open it at https://ui.perfetto.dev")
-        console.print("3. looking for the straggler")
-        console.print(DetectReport(detect_bundle(bundle, analysis=analysis), source=str(out)))
-        console.print(f"next: [bold]mapp sql {out}[/] to ask the traces anything, "
-                      f"[bold]mapp report {out}[/] for a summary")
+@commands.command("demo")
+@guarded
+def demo(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the sample traces; a demo run there before is replaced.")] = Path("mapp-demo"),
+    seed: Annotated[int, typer.Option(help="Simulation seed.")] = 7,
+    # Kept so that old scripts still run: a demo now replaces its own output unasked.
+    force: Annotated[bool, typer.Option("--force", hidden=True)] = False,
+) -> None:
+    """Simulate a 64-rank job with one slowed GPU, merge its traces and find the culprit."""
+    from mapp.analysis.detect import detect_bundle
+    from mapp.analysis.run import analyse
+    from mapp.report.verdict import DetectReport
+    from mapp.analysis.simulate import simulate
+    from mapp.analysis.simulate.presets import DEMO_SLOW_FACTOR, DEMO_SLOW_RANK, demo_config
+
+    config = demo_config(seed=seed)
+    clear_previous_demo(out, config)
+    console.rule("[bold]mapp demo")
+    console.print(f"1. simulating TP{config.tp} x PP{config.pp} x DP{config.dp} = "
+                  f"{config.world_size} ranks; [mapp.suspect]rank {DEMO_SLOW_RANK}[/] "
+                  f"computes {DEMO_SLOW_FACTOR:.2f}x slower (a GPU stuck at 1400 of 1980 MHz)")
+    with progress_bar("simulating ranks") as update:
+        result = simulate(config, out, progress=update)
+    console.print(f"   wrote {config.world_size} rank files ({result.events:,} events) and "
+                  f"ground_truth.json to [mapp.path]{out}[/]")
+    console.print("2. merging into one timeline")
+    bundle = load(out, None)
+    analysis = analyse(bundle)  # one matching and one clock for the timeline and the detector
+    merged = merge_with_progress(bundle, out / _MERGED, analysis=analysis).merged
+    console.print(f"   [mapp.path]{merged.path}[/]: open it at https://ui.perfetto.dev")
+    console.print("3. looking for the straggler")
+    console.print(DetectReport(detect_bundle(bundle, analysis=analysis), source=str(out)))
+    console.print(f"next: [bold]mapp sql {out}[/] to ask the traces anything, "
+                  f"[bold]mapp report {out}[/] for a summary")
 
 
 def clear_previous_demo(out: Path, config: SimConfig) -> None:

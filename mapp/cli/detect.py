@@ -11,9 +11,12 @@ from mapp.cli._ui import console, err_console, guarded, warn
 from mapp.cli._shared import FormerFormatOption, InputFormatOption, input_format, load
 from mapp.output import check_output, is_stdout
 
-__all__ = ["register", "detect"]
+__all__ = ["commands", "detect"]
+
+commands = typer.Typer()  # its commands join the top level of `mapp` (see mapp.cli.app)
 
 
+@commands.command("detect")
 @guarded
 def detect(
     directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank trace files.")],
@@ -48,8 +51,3 @@ def detect(
             console.print(f"verdict: [mapp.path]{json_out}[/]", style="mapp.dim")
     if fail_on_suspect and not verdict.healthy:
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the ``detect`` command to ``app``."""
-    app.command("detect")(detect)

@@ -11,7 +11,7 @@ from mapp.analysis.simulate import SimConfig, parse_fault, simulate as run_simul
 from mapp.analysis.simulate.faults import KINDS
 from mapp.cli._ui import console, guarded, progress_bar
 
-__all__ = ["register", "simulate"]
+__all__ = ["commands", "simulate"]
 
 _D = SimConfig.__dataclass_fields__  # defaults live in one place: the config
 
@@ -20,6 +20,10 @@ def _default(name: str):
     return _D[name].default
 
 
+commands = typer.Typer()  # its commands join the top level of `mapp` (see mapp.cli.app)
+
+
+@commands.command("simulate")
 @guarded
 def simulate(
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")],
@@ -82,8 +86,3 @@ def simulate(
         f"{len(truth['faults'])} fault(s); key in [mapp.path]{out / 'ground_truth.json'}[/]",
         style="mapp.dim",
     )
-
-
-def register(app: typer.Typer) -> None:
-    """Add the ``simulate`` command to ``app``."""
-    app.command("simulate")(simulate)

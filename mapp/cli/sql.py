@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # DuckDB and Arrow load when a command runs, not for `mapp --
 
 ENGINES = ("duckdb", "perfetto")
 
+commands = typer.Typer()  # its commands join the top level of `mapp` (see mapp.cli.app)
+
 
 def _loader(input_format: str | None):
     return lambda directory: load(directory, input_format)
@@ -77,70 +79,69 @@ def _perfetto(directory: Path | None, sql: str | None, perfetto_bin: Path | None
         engine.close()
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("sql")
-    @guarded
-    def sql(
-        directory: Annotated[Optional[Path], typer.Argument(help="Directory holding the per-rank traces.")] = None,
-        query: Annotated[Optional[str], typer.Option("-q", "--query", help="Run this named query (see --list).")] = None,
-        param: Annotated[Optional[list[str]], typer.Option("-p", "--param", help="A named query's parameter, NAME=VALUE (repeatable).")] = None,
-        list_: Annotated[bool, typer.Option("--list", help="List the named queries and exit.")] = False,
-        command: Annotated[Optional[str], typer.Option("-c", help="Run these SQL statements and exit.")] = None,
-        file: Annotated[Optional[Path], typer.Option("-f", help="Run the SQL statements in this file ('-': stdin) and exit.")] = None,
-        fmt: Annotated[str, typer.Option("--format", help="Output of -c, -f and --query: table, csv or json.")] = "table",
-        db: Annotated[Optional[Path], typer.Option("--db", help="Keep the database in this DuckDB file (events copied in) and reuse it while the traces are unchanged; alone, opens the file.")] = None,
-        rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild --db FILE even if it is current.")] = False,
-        no_align: Annotated[bool, typer.Option("--no-align", help="Skip clock alignment (*_aligned_ns columns stay null).")] = False,
-        input_format: InputFormatOption = None,
-        engine: Annotated[str, typer.Option("--engine", help="duckdb (built in) or perfetto (your trace_processor_shell over the merged trace; needs pip install perfetto).")] = "duckdb",
-        perfetto_bin: Annotated[Optional[Path], typer.Option("--perfetto-bin", help="Path to trace_processor_shell, for --engine perfetto.")] = None,
-        allow_files: Annotated[Optional[list[Path]], typer.Option("--allow-files", metavar="DIR", help="Let statements read and write files in DIR (e.g. COPY ... TO 'DIR/out.csv'); DIR must be outside the bundle. Repeatable. Without it, no statement reaches any file.")] = None,
-    ) -> None:
-        """Query a trace bundle in SQL: an interactive shell, -c/-f statements, or a named query.
+@commands.command("sql")
+@guarded
+def sql(
+    directory: Annotated[Optional[Path], typer.Argument(help="Directory holding the per-rank traces.")] = None,
+    query: Annotated[Optional[str], typer.Option("-q", "--query", help="Run this named query (see --list).")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("-p", "--param", help="A named query's parameter, NAME=VALUE (repeatable).")] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List the named queries and exit.")] = False,
+    command: Annotated[Optional[str], typer.Option("-c", help="Run these SQL statements and exit.")] = None,
+    file: Annotated[Optional[Path], typer.Option("-f", help="Run the SQL statements in this file ('-': stdin) and exit.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="Output of -c, -f and --query: table, csv or json.")] = "table",
+    db: Annotated[Optional[Path], typer.Option("--db", help="Keep the database in this DuckDB file (events copied in) and reuse it while the traces are unchanged; alone, opens the file.")] = None,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild --db FILE even if it is current.")] = False,
+    no_align: Annotated[bool, typer.Option("--no-align", help="Skip clock alignment (*_aligned_ns columns stay null).")] = False,
+    input_format: InputFormatOption = None,
+    engine: Annotated[str, typer.Option("--engine", help="duckdb (built in) or perfetto (your trace_processor_shell over the merged trace; needs pip install perfetto).")] = "duckdb",
+    perfetto_bin: Annotated[Optional[Path], typer.Option("--perfetto-bin", help="Path to trace_processor_shell, for --engine perfetto.")] = None,
+    allow_files: Annotated[Optional[list[Path]], typer.Option("--allow-files", metavar="DIR", help="Let statements read and write files in DIR (e.g. COPY ... TO 'DIR/out.csv'); DIR must be outside the bundle. Repeatable. Without it, no statement reaches any file.")] = None,
+) -> None:
+    """Query a trace bundle in SQL: an interactive shell, -c/-f statements, or a named query.
 
-        Tables: events, ranks, collectives, collective_members, p2p, iterations, findings, bundle
-        (.schema in the shell describes every column). Times are integer nanoseconds: *_ns on
-        each rank's own clock, *_aligned_ns on the reference rank's clock. Statements reach no
-        file and no extension (a console shared over a bundle is harmless), unless --allow-files.
-        """
-        from mapp.sql import render
-        from mapp.sql.library import get_query, parse_params
-        from mapp.sql.shell import Shell, queries_table
+    Tables: events, ranks, collectives, collective_members, p2p, iterations, findings, bundle
+    (.schema in the shell describes every column). Times are integer nanoseconds: *_ns on
+    each rank's own clock, *_aligned_ns on the reference rank's clock. Statements reach no
+    file and no extension (a console shared over a bundle is harmless), unless --allow-files.
+    """
+    from mapp.sql import render
+    from mapp.sql.library import get_query, parse_params
+    from mapp.sql.shell import Shell, queries_table
 
-        if fmt not in render.FORMATS:
-            raise InputError(f"--format {fmt}: expected one of {', '.join(render.FORMATS)}")
-        if engine not in ENGINES:
-            raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
-        if list_:
-            console.print(queries_table())
-            return
-        statements = _statements(command, file)
-        if engine == "perfetto":
-            _perfetto(directory, statements, perfetto_bin, fmt, input_format)
-            return
-        named = get_query(query) if query is not None else None
-        params = named.bind(parse_params(param)) if named is not None else None
-        if param and named is None:
-            raise InputError("--param without --query", "parameters belong to named queries")
-        if named is not None and statements is not None:
-            raise InputError("--query with -c or -f", "give one of them")
-        if allow_files:
-            from mapp.output import check_export_dir
+    if fmt not in render.FORMATS:
+        raise InputError(f"--format {fmt}: expected one of {', '.join(render.FORMATS)}")
+    if engine not in ENGINES:
+        raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+    if list_:
+        console.print(queries_table())
+        return
+    statements = _statements(command, file)
+    if engine == "perfetto":
+        _perfetto(directory, statements, perfetto_bin, fmt, input_format)
+        return
+    named = get_query(query) if query is not None else None
+    params = named.bind(parse_params(param)) if named is not None else None
+    if param and named is None:
+        raise InputError("--param without --query", "parameters belong to named queries")
+    if named is not None and statements is not None:
+        raise InputError("--query with -c or -f", "give one of them")
+    if allow_files:
+        from mapp.output import check_export_dir
 
-            for allowed in allow_files:  # before any work: a bad directory costs nothing
-                check_export_dir(allowed, directory, option="--allow-files")
-        database = open_for_cli(directory, db, no_align=no_align, rebuild=rebuild, input_format=input_format,
-                                allow_files=allow_files)
-        try:
-            if named is not None:
-                print_result(database.query(named.sql, params), fmt)
-            elif statements is not None:
-                for result in database.execute(statements):
-                    print_result(result, fmt)
-            elif not sys.stdin.isatty():
-                for result in database.execute(sys.stdin.read()):
-                    print_result(result, fmt)
-            else:
-                raise typer.Exit(Shell(database, console, mode=fmt).run())
-        finally:
-            database.close()
+        for allowed in allow_files:  # before any work: a bad directory costs nothing
+            check_export_dir(allowed, directory, option="--allow-files")
+    database = open_for_cli(directory, db, no_align=no_align, rebuild=rebuild, input_format=input_format,
+                            allow_files=allow_files)
+    try:
+        if named is not None:
+            print_result(database.query(named.sql, params), fmt)
+        elif statements is not None:
+            for result in database.execute(statements):
+                print_result(result, fmt)
+        elif not sys.stdin.isatty():
+            for result in database.execute(sys.stdin.read()):
+                print_result(result, fmt)
+        else:
+            raise typer.Exit(Shell(database, console, mode=fmt).run())
+    finally:
+        database.close()

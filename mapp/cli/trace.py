@@ -19,9 +19,11 @@ if TYPE_CHECKING:  # the analysis is imported when a command runs, not for `mapp
     from mapp.analysis.run import Analysis
     from mapp.analysis.timeline import Timeline
 
-trace_app = typer.Typer(help="Work with per-rank trace files.", no_args_is_help=True)
+# A command group: `mapp trace ...` (see mapp.cli.app)
+commands = typer.Typer(name="trace", help="Work with per-rank trace files.", no_args_is_help=True)
 
-@trace_app.command("merge")
+
+@commands.command("merge")
 @guarded
 def merge_command(
     directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank trace files.")],

@@ -127,7 +127,33 @@ def test_bench_detect_real_piped_keeps_case_and_source_whole(tmp_path):
     assert len(row) == 1 and case["source"] in row[0] and row[0].rstrip().endswith("yes"), out
 
 
-COMMANDS = [[], ["demo"], ["simulate"], ["detect"], ["sql"], ["report"], ["trace", "merge"], ["bench", "detect"]]
+def _every_command() -> list[list[str]]:
+    """Every command and command group of ``mapp``, walked from the app as registered."""
+    import typer.main
+
+    from mapp.cli.app import app
+
+    found: list[list[str]] = []
+
+    def walk(command, path: list[str]) -> None:  # Typer's own click: a group has .commands
+        found.append(path)
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                if not sub.hidden:
+                    walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+COMMANDS = _every_command()
+
+
+def test_every_command_is_in_the_help_test():
+    # the walk finds the commands registered today; a new command or group is added by itself
+    for command in ([], ["demo"], ["simulate"], ["detect"], ["sql"], ["report"], ["trace"], ["trace", "merge"],
+                    ["bench"], ["bench", "detect"]):
+        assert command in COMMANDS, command
 
 
 def _description(help_text: str) -> list[list[str]]:

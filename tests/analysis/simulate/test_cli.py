@@ -7,10 +7,10 @@ import json
 import typer
 from typer.testing import CliRunner
 
-from mapp.cli.simulate import register
+from mapp.cli.simulate import commands
 
 app = typer.Typer()
-register(app)
+app.add_typer(commands)  # registered as mapp.cli.app registers it
 
 
 @app.callback()
