@@ -165,13 +165,14 @@ class ScopeServer:
         locate, content_type = ASSETS[path]
         if path not in self._files:
             self._files[path] = locate().read_bytes()
-        response = connection.respond(200, "")
-        response.body = self._files[path]
-        response.headers["Content-Type"] = content_type
-        response.headers["Content-Length"] = str(len(response.body))
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        return response
+        from websockets.datastructures import Headers
+        from websockets.http11 import Response
+
+        body = self._files[path]
+        return Response(200, "OK", Headers([
+            ("Content-Type", content_type), ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff"),
+        ]), body)
 
     # -- WebSocket -----------------------------------------------------------------------
 
