@@ -585,8 +585,20 @@
       title: { text: plotlyText(kind + " · layer " + layer + " · prompt " + p + " · " + run.reducer), font: { size: 12 }, x: 0.01 },
       xaxis: { title: { text: "bin" }, dtick: bins > 32 ? undefined : 1 },
       yaxis: Object.assign({ autorange: "reversed" }, tokenTicks(ys)),
+      shapes: promptEdge(p, rows.length, "y"),
       uirevision: "heatmap " + kind + layer + p,
     }));
+  }
+
+  /* A dotted line where the prompt ends and generation begins, along a token axis. */
+  function promptEdge(p, n, axis) {
+    const at = run.iteration === null ? run.promptLen[p] : n;
+    if (!(at > 0 && at < n)) return [];
+    const edge = at - 0.5;
+    const line = { type: "line", line: { color: "#e8eaee", width: 2, dash: "dot" } };
+    return [axis === "y"
+      ? Object.assign(line, { xref: "paper", x0: 0, x1: 1, yref: "y", y0: edge, y1: edge })
+      : Object.assign(line, { yref: "paper", y0: 0, y1: 1, xref: "x", x0: edge, x1: edge })];
   }
 
   function reduceRow(row, how) {
@@ -620,6 +632,7 @@
       title: { text: plotlyText(kind + " · prompt " + p + " · click a layer to open it"), font: { size: 12 }, x: 0.01 },
       xaxis: tokenTicks(labels),
       yaxis: { type: "category", automargin: true },
+      shapes: promptEdge(p, width, "x"),
       uirevision: "overview " + kind + p,
     }));
     bindOnce("overview", "plotly_click", (ev) => {
