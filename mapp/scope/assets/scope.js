@@ -273,7 +273,8 @@
   }
 
   function onStart(m) {
-    const sent = lastGenerate || {};
+    // every viewer sees every run; the frame's own settings win, then what this page sent
+    const sent = Object.assign({}, awaitingStart ? lastGenerate : {}, m);
     run = newRun(m.id, m.prompts || [], sent.reducer || $("reducer").value, sent.bins || intValue("bins"));
     run.maxNew = sent.max_new_tokens;
     pending = true;
