@@ -9,6 +9,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from mapp.cli._shared import DEFAULT_THRESHOLD
 from mapp.cli._ui import console, guarded, progress_bar
 from mapp.errors import InputError
 
@@ -48,7 +49,7 @@ def suite_table(rows: list[dict], title: str) -> Table:
 def detect(
     scale: Annotated[str, typer.Option("--scale", help="ci (30 small scenarios), small (8-32 ranks), full (>= 300 scenarios, 8-1,024 ranks) or none (real corpus only).")] = "small",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the scenario list.")] = 0,
-    threshold: Annotated[float, typer.Option("--threshold", help="Detector threshold (as mapp detect --threshold).")] = 0.1,
+    threshold: Annotated[float, typer.Option("--threshold", metavar="T", help="As mapp detect --threshold, the other cuts derived from it as there; a simulated scenario whose injected slowdown is weaker is detected at a lower T (half its slowdown, at least 0.04), so that a 5% fault can be found.")] = DEFAULT_THRESHOLD,
     real: Annotated[Path | None, typer.Option("--real", metavar="DIR", help="Also score a corpus of recorded jobs with known answers (a directory with manifest.json, e.g. tests/corpus/cases).")] = None,
 ) -> None:
     """Run the labelled straggler suite: simulate, detect, score; and a real-trace corpus.

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from mapp.cli._ui import console, err_console, guarded, warn
-from mapp.cli._shared import FormerFormatOption, InputFormatOption, input_format, load
+from mapp.cli._shared import (DEFAULT_THRESHOLD, FormerFormatOption, ImbalanceThresholdOption, InputFormatOption,
+                               LinkThresholdOption, MinEffectOption, ThresholdOption, input_format, load, thresholds)
 from mapp.output import check_output, is_stdout
 
 __all__ = ["commands", "detect"]
@@ -20,7 +21,10 @@ commands = typer.Typer()  # its commands join the top level of `mapp` (see mapp.
 @guarded
 def detect(
     directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank trace files.")],
-    threshold: Annotated[float, typer.Option("--threshold", help="An op (or transfer) is slow when it exceeds (1 + this) x its peers' median.")] = 0.1,
+    threshold: ThresholdOption = DEFAULT_THRESHOLD,
+    link_threshold: LinkThresholdOption = None,
+    imbalance_threshold: ImbalanceThresholdOption = None,
+    min_effect: MinEffectOption = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the verdict as JSON to this file (- for stdout; the report then goes to stderr).")] = None,
     layout: Annotated[Optional[str], typer.Option("--layout", help="tp=..,pp=..,dp=.. for traces that do not record their layout.")] = None,
     input_format_: InputFormatOption = None,
@@ -39,9 +43,10 @@ def detect(
     from mapp.report.verdict import DetectReport
 
     sizes = parse_layout(layout) if layout else None
+    cuts = thresholds(threshold, link_threshold, imbalance_threshold, min_effect)
     check_output(json_out, directory, option="--json")
     bundle = load(directory, input_format(input_format_, former_format), use_cache=not no_cache)
-    verdict = detect_bundle(bundle, threshold=threshold, layout=sizes)
+    verdict = detect_bundle(bundle, threshold=cuts, layout=sizes)
     report = DetectReport(verdict, source=str(directory))
     # with --json -, stdout carries the JSON alone (for jq and scripts); the report goes to stderr
     (err_console if is_stdout(json_out) else console).print(report)

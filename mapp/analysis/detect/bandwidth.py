@@ -78,8 +78,9 @@ def _collectives(matching) -> pl.DataFrame:
     )
 
 
-def link_bandwidth(matching, hosts: pl.DataFrame, *, threshold: float) -> BandwidthEvidence:
-    """Run stage 3. ``hosts`` maps ``rank`` to ``host`` (null when unknown)."""
+def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float) -> BandwidthEvidence:
+    """Run stage 3. ``hosts`` maps ``rank`` to ``host`` (null when unknown); a link's or group's
+    transfers are slow beyond (1 + ``link_threshold``) x like transfers (``Thresholds.link``)."""
     obs = pl.concat([_p2p(matching), _collectives(matching)])
     obs = obs.filter(pl.col("time_ns") > 0)
     if obs.is_empty():
@@ -115,7 +116,7 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, threshold: float) -> Bandwi
         ratio=pl.col("log_ratio").exp(),
         z=pl.col("log_ratio") / pl.col("spread"),
         gbps=pl.col("bytes").cast(pl.Float64) / pl.col("time_ns"),
-        slow=pl.col("log_ratio") > pl.max_horizontal(pl.lit(math.log1p(threshold)), z_crit * pl.col("spread")),
+        slow=pl.col("log_ratio") > pl.max_horizontal(pl.lit(math.log1p(link_threshold)), z_crit * pl.col("spread")),
         excess_ns=(pl.col("time_ns") - pl.col("time_ns") / pl.col("log_ratio").exp()) * pl.col("n"),
     )
     findings = _attribute(per)

@@ -111,8 +111,12 @@ def _mode(sizes: dict[str, int] | None, iterations: int, programs: bool) -> tupl
 
 
 def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, int] | None, *,
-                  threshold: float, judge_gaps: bool = True) -> PeerEvidence:
+                  slow_op: float, min_effect: float, judge_gaps: bool = True) -> PeerEvidence:
     """Run stage 1 (and the launch-gap and stage-balance checks) over ``events``.
+
+    ``slow_op``: an op slower than (1 + this) x its peers counts as slow (``share_slow``,
+    evidence only). ``min_effect``: a rank-iteration is flagged, and its launch gaps count,
+    only when at least this much slower than its peers (``Thresholds`` says why and the defaults).
 
     ``judge_gaps=False`` where idle gaps say nothing of the host (a tracer that synchronizes
     the GPU inside the traced path): no rank is then flagged for them.
@@ -123,9 +127,6 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     iterations = events["iteration"].drop_nulls().n_unique()
     programs = sizes is None and len(coords) > 0 and coords["pp"].null_count() == 0
     mode, group, key, reason = _mode(sizes, iterations, programs)
-    # Below a third of the threshold a rank's slowdown is within the spread of healthy GPUs
-    # of one model (a few percent); smaller effects are not worth a verdict however certain.
-    min_effect = threshold / 3
     if mode == "skipped":
         return PeerEvidence(mode, reason, min_effect=min_effect)
     timed = events.filter(pl.col("iteration").is_not_null())
@@ -134,7 +135,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
         gaps = _gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns"), group, coords, min_effect)
-        found = compare_same_work(ops, gaps, coords, group, min_effect=min_effect)
+        found = compare_same_work(ops, gaps, coords, group, slow_op=slow_op, min_effect=min_effect)
         if found is None:
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
         per, ranks, z_crit, pairs = found
@@ -163,15 +164,15 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     # healthy ones even look fast), so ranks that are clear outliers in the first pass are left
     # out of the baseline of the second.
     ops = _relative(ops, g)
-    first = _rank_iterations(_replica_effect(ops, threshold)[0], min_effect, use_spread=False)
+    first = _rank_iterations(_replica_effect(ops)[0], min_effect, use_spread=False)
     outliers = first.filter(pl.col("flagged")).select("rank", "iteration", out=pl.lit(True))
     if len(outliers):
         ops = ops.join(outliers, on=["rank", "iteration"], how="left").with_columns(
             use=pl.col("out").is_null()).drop("out")
         ops = _relative(ops.drop("r"), g)
-    ops, seqlen = _replica_effect(ops, threshold)
+    ops, seqlen = _replica_effect(ops)
     ops = ops.with_columns(
-        slow=(pl.col("r").exp() > 1 + threshold),
+        slow=(pl.col("r").exp() > 1 + slow_op),
         excess=(pl.col("self_ns") - pl.col("self_ns") / pl.col("r_adj").exp()),
     )
     per = _rank_iterations(ops, min_effect, use_spread=True)
@@ -254,7 +255,7 @@ def _effect_spread(per: pl.DataFrame, pairs: bool) -> float:
     return within.select(robust_scale("d")).item() or 0.0
 
 
-def _replica_effect(ops: pl.DataFrame, threshold: float) -> tuple[pl.DataFrame, dict | None]:
+def _replica_effect(ops: pl.DataFrame) -> tuple[pl.DataFrame, dict | None]:
     """Remove per-microbatch variation shared by every rank of one data-parallel replica.
 
     A long sequence makes every stage and TP shard of its replica slower on that microbatch;

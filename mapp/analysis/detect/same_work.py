@@ -107,7 +107,7 @@ def _others_median(group: np.ndarray, value: np.ndarray) -> np.ndarray:
 
 
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
-                      min_effect: float) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
+                      slow_op: float, min_effect: float) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
     """Stage 1 over ``ops`` (``rank``, ``iteration``, ``name``, ``shape``, ``self_ns``);
     ``gaps`` per (rank, iteration) from ``peers._gaps``. Returns the per (rank, iteration) and
     per-rank tables of ``peers.PeerEvidence``, the cut-off and whether some kind had two peers
@@ -136,7 +136,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     )
     per = work.group_by(["rank", "iteration"]).agg(
         own=pl.col("own").sum(), peer=pl.col("peer").sum(), busy_ns=pl.col("t").sum(), n_ops=pl.len(),
-        share_slow=pl.col("t").filter(pl.col("own") > (1 + 3 * min_effect) * pl.col("peer")).sum() / pl.col("t").sum(),
+        share_slow=pl.col("t").filter(pl.col("own") > (1 + slow_op) * pl.col("peer")).sum() / pl.col("t").sum(),
     ).with_columns(effect=(pl.col("own") / pl.col("peer")).log())
     per = per.with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
     per = per.join(gaps, on=["rank", "iteration"], how="left")

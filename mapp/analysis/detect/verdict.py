@@ -23,6 +23,7 @@ from mapp.analysis.detect.bandwidth import BandwidthEvidence
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.thresholds import Thresholds
 
 __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "combine", "KINDS"]
 
@@ -123,6 +124,9 @@ class Verdict:
     """Per traced rank: ``rank``, ``tp``, ``pp``, ``dp``, ``slowdown``, ``share_last``, ``role``."""
     iteration_ns: float | None
     threshold: float
+    """The slowdown cut (``--threshold``): every suspect is slower than (1 + this) x its peers."""
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    """Every cut the detector used (``threshold`` is its ``slowdown``)."""
     timings_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -142,6 +146,7 @@ class Verdict:
             "traced_ranks": self.traced,
             "iteration_ms": None if self.iteration_ns is None else round(self.iteration_ns / 1e6, 4),
             "threshold": self.threshold,
+            "thresholds": self.thresholds.to_json(),
             "stages": [{"name": s.name, "ran": s.ran, "reason": s.reason, "detail": s.detail} for s in self.stages],
             "notes": self.notes,
             "timings_s": {k: round(v, 4) for k, v in self.timings_s.items()},
@@ -163,8 +168,12 @@ def _pipeline_factor(pp: int, microbatches: int) -> float:
 
 
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
-            *, threshold: float, iteration_ns: float | None, microbatches: int) -> tuple[list[Suspect], list[Imbalance], list[int], pl.DataFrame]:
-    """Suspects (ranked), imbalance, victims and the per-rank grid from the stages' evidence."""
+            *, imbalance_threshold: float, iteration_ns: float | None, microbatches: int) -> tuple[list[Suspect], list[Imbalance], list[int], pl.DataFrame]:
+    """Suspects (ranked), imbalance, victims and the per-rank grid from the stages' evidence.
+
+    ``imbalance_threshold``: a pipeline stage computing more than (1 + this) x the lightest is
+    imbalance (``Thresholds.imbalance``).
+    """
     coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in layout.ranks.iter_rows(named=True)}
     late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)} if lateness.ran else {}
     pfac = _pipeline_factor(layout.sizes["pp"] if layout.sizes else 1, microbatches)
@@ -195,7 +204,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                 continue
             suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))
     suspects.sort(key=lambda s: (-s.excess_ns, -s.confidence))
-    imbalance = _imbalance(peers, threshold, layout)
+    imbalance = _imbalance(peers, imbalance_threshold, layout)
     suspects = _heavy_replicas(suspects, peers, layout, imbalance)
     # a rank slower in one iteration of several, and not by far, is noise, not a fault
     suspects = [s for s in suspects if s.evidence.pop("lasting", True)]
@@ -323,11 +332,11 @@ def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: f
                    evidence=evidence)
 
 
-def _imbalance(peers: PeerEvidence, threshold: float, layout: LayoutInfo) -> list[Imbalance]:
+def _imbalance(peers: PeerEvidence, imbalance_threshold: float, layout: LayoutInfo) -> list[Imbalance]:
     out: list[Imbalance] = []
     if peers.stages is not None:
         one_rank = layout.sizes is not None and layout.sizes["tp"] * layout.sizes["dp"] == 1
-        for row in peers.stages.filter(pl.col("ratio") > 1 + threshold).iter_rows(named=True):
+        for row in peers.stages.filter(pl.col("ratio") > 1 + imbalance_threshold).iter_rows(named=True):
             message = (f"pipeline stage {row['pp']} computes {row['ratio']:.2f}x the lightest stage "
                        "(more layers, or the loss/embedding): the other stages wait on it")
             if one_rank:

@@ -16,12 +16,15 @@ from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence, compare_peers, leaf_ops
+from mapp.analysis.detect.thresholds import Thresholds
 from mapp.analysis.detect.verdict import combine
 from mapp.analysis.graph.matching import match_events
 from mapp.analysis.ingest.schema import EVENTS_SCHEMA
 
 MS = 1_000_000  # ns
 US = 1_000
+CUTS = Thresholds()  # the defaults: --threshold 0.1, the others derived from it
+PEERS = {"slow_op": CUTS.slowdown, "min_effect": CUTS.min_effect}  # what compare_peers is given
 
 _STAGE1 = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer"]
 _COLL = ["rank", "name", "lane", "ts_ns", "dur_ns", "iteration", "group", "group_ranks", "seq", "bytes"]
@@ -85,7 +88,7 @@ def test_stage1_slow_gpu_is_flagged_at_its_factor_in_every_iteration():
     # dp=4: each rank is compared with its three DP peers; rank 2's matmuls take 1.5x theirs.
     sizes = {"tp": 1, "pp": 1, "dp": 4}
     ev = compute_events(range(4), factor=lambda r, it: 1.5 if r == 2 else 1.0)
-    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    p = compare_peers(ev, coords(sizes), sizes, **PEERS)
     assert p.mode == "dp peers" and p.reason is None
     assert p.ranks["rank"].to_list() == [0, 1, 2, 3]
     slow = row_of(p.ranks, 2)
@@ -109,7 +112,7 @@ def test_stage1_a_slowdown_in_one_iteration_is_a_window():
     # rank 1 is 1.4x slower in iteration 1 of 3 only.
     sizes = {"tp": 1, "pp": 1, "dp": 4}
     ev = compute_events(range(4), factor=lambda r, it: 1.4 if (r, it) == (1, 1) else 1.0)
-    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    p = compare_peers(ev, coords(sizes), sizes, **PEERS)
     row = row_of(p.ranks, 1)
     assert row["flagged"] and row["iterations"] == [1]
     assert row["slowdown"] == pytest.approx(1.4, rel=1e-3)
@@ -117,13 +120,23 @@ def test_stage1_a_slowdown_in_one_iteration_is_a_window():
 
 
 def test_stage1_below_a_third_of_the_threshold_is_no_flag():
-    # rank 3 is 3% slower everywhere: certain (no noise) but under threshold / 3 = 0.1 / 3 = 3.3%.
+    # rank 3 is 3% slower everywhere: certain (no noise) but under the minimum effect, which
+    # --threshold 0.1 sets to 0.1 / 3 = 3.3%.
     sizes = {"tp": 1, "pp": 1, "dp": 4}
     ev = compute_events(range(4), factor=lambda r, it: 1.03 if r == 3 else 1.0)
-    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    p = compare_peers(ev, coords(sizes), sizes, **PEERS)
     assert p.min_effect == pytest.approx(0.1 / 3)
     assert row_of(p.ranks, 3)["slowdown"] == pytest.approx(1.03, rel=1e-3)
     assert not p.ranks["flagged"].any()
+
+
+def test_stage1_min_effect_is_its_own_cut():
+    # the same 3% rank with --min-effect 0.02 (threshold unchanged) is an outlier: the cut that
+    # stopped it above is min_effect, not the slowdown threshold
+    sizes = {"tp": 1, "pp": 1, "dp": 4}
+    ev = compute_events(range(4), factor=lambda r, it: 1.03 if r == 3 else 1.0)
+    p = compare_peers(ev, coords(sizes), sizes, slow_op=0.1, min_effect=0.02)
+    assert row_of(p.ranks, 3)["flagged"] and p.ranks["flagged"].sum() == 1
 
 
 def test_stage1_two_peers_compare_each_with_the_other():
@@ -131,7 +144,7 @@ def test_stage1_two_peers_compare_each_with_the_other():
     # (not their mean) the ratio is 1.25, and stage 2 must agree before a verdict (pairs).
     sizes = {"tp": 2, "pp": 1, "dp": 1}
     ev = compute_events(range(2), factor=lambda r, it: 1.25 if r == 1 else 1.0)
-    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    p = compare_peers(ev, coords(sizes), sizes, **PEERS)
     assert p.mode == "stage peers" and p.pairs
     assert row_of(p.ranks, 1)["flagged"] and row_of(p.ranks, 1)["slowdown"] == pytest.approx(1.25, rel=1e-3)
     assert not row_of(p.ranks, 0)["flagged"]
@@ -142,7 +155,7 @@ def test_stage1_one_rank_per_stage_uses_its_own_history_and_stage_balance():
     # compute of stage 0 in every iteration: a stage imbalance of 1.4, not a slow rank.
     sizes = {"tp": 1, "pp": 2, "dp": 1}
     ev = compute_events(range(2), factor=lambda r, it: 1.4 if r == 1 else 1.0)
-    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    p = compare_peers(ev, coords(sizes), sizes, **PEERS)
     assert p.mode == "own history"
     assert not p.ranks["flagged"].any()
     stages = {r["pp"]: r for r in p.stages.iter_rows(named=True)}
@@ -155,12 +168,12 @@ def test_stage1_slow_host_shows_as_launch_gaps_not_compute():
     # iteration, except the trace's very first op (no event before it): (7 + 8 + 8) / 3 x 280 us.
     sizes = {"tp": 1, "pp": 1, "dp": 4}
     ev = compute_events(range(4), gap_us=lambda r, it: 300 if r == 0 else 20)
-    p = compare_peers(ev, coords(sizes), sizes, threshold=0.1)
+    p = compare_peers(ev, coords(sizes), sizes, **PEERS)
     row = row_of(p.ranks, 0)
     assert row["gap_flagged"] and not row["flagged"]
     assert row["gap_excess_ns"] == pytest.approx((7 + 8 + 8) / 3 * 280 * US)
     assert not p.ranks.filter(pl.col("rank") != 0)["gap_flagged"].any()
-    quiet = compare_peers(ev, coords(sizes), sizes, threshold=0.1, judge_gaps=False)
+    quiet = compare_peers(ev, coords(sizes), sizes, **PEERS, judge_gaps=False)
     assert not quiet.ranks["gap_flagged"].any()
 
 
@@ -180,10 +193,10 @@ def test_stage1_waiting_inside_an_op_is_not_its_compute():
 
 def test_stage1_without_a_layout_or_peers_says_why():
     ev = compute_events(range(1), iterations=1)
-    p = compare_peers(ev, coords({"tp": 1, "pp": 1, "dp": 1}), {"tp": 1, "pp": 1, "dp": 1}, threshold=0.1)
+    p = compare_peers(ev, coords({"tp": 1, "pp": 1, "dp": 1}), {"tp": 1, "pp": 1, "dp": 1}, **PEERS)
     assert p.mode == "skipped" and "single iteration" in p.reason
     p = compare_peers(ev, coords({"tp": 1, "pp": 1, "dp": 1}).with_columns(pp=pl.lit(None, pl.Int32)), None,
-                      threshold=0.1)
+                      **PEERS)
     assert p.mode == "skipped" and "no layout" in p.reason
 
 
@@ -300,7 +313,7 @@ def test_stage3_one_link_four_times_slower_is_a_slow_link():
     # Four pipeline links move 1 MiB in 1 ms; 0->2 takes 4 ms: ratio 4 to its class's median.
     # The senders post 2 ms early: that wait is not transfer time (the shorter side counts).
     links = {(0, 2): 4.0, (1, 3): 1.0, (4, 6): 1.0, (5, 7): 1.0}
-    bw = link_bandwidth(matched(p2p=p2p_calls(links, sender_wait_ms=2.0), world=8), hosts(8), threshold=0.1)
+    bw = link_bandwidth(matched(p2p=p2p_calls(links, sender_wait_ms=2.0), world=8), hosts(8), link_threshold=CUTS.link)
     assert bw.ran
     assert len(bw.findings) == 1
     f = bw.findings[0]
@@ -319,7 +332,7 @@ def test_stage3_every_inter_node_link_of_one_rank_slow_is_its_nic():
     # Two nodes of four ranks; rank 1's two inter-node links are 3x, its intra-node link and
     # every other rank's links are fine: a slow NIC on rank 1, not two slow links.
     links = {(1, 5): 3.0, (1, 6): 3.0, (1, 2): 1.0, (0, 4): 1.0, (2, 6): 1.0, (3, 7): 1.0, (0, 3): 1.0}
-    bw = link_bandwidth(matched(p2p=p2p_calls(links), world=8), hosts(8, per_node=4), threshold=0.1)
+    bw = link_bandwidth(matched(p2p=p2p_calls(links), world=8), hosts(8, per_node=4), link_threshold=CUTS.link)
     assert [(f.kind, f.ranks) for f in bw.findings] == [("slow_nic", (1,))]
     f = bw.findings[0]
     assert f.slowdown == pytest.approx(3.0, rel=1e-6) and f.healthy_links == 0
@@ -333,7 +346,7 @@ def test_stage3_collective_transfer_time_is_the_last_arrivers():
     starts = {"a": {0: 0, 1: 3 * MS}, "b": {2: 0, 3: 3 * MS}}
     ends = {"a": 5 * MS, "b": int(3.5 * MS)}
     calls = collective_calls(3, starts, ends, {"a": [0, 1], "b": [2, 3]}, {"a": "dp", "b": "dp"})
-    bw = link_bandwidth(matched(calls, world=4), hosts(4), threshold=0.1)
+    bw = link_bandwidth(matched(calls, world=4), hosts(4), link_threshold=CUTS.link)
     obs = {tuple(r["obs"]): r for r in bw.observations.filter(pl.col("iteration") == 0).iter_rows(named=True)}
     assert obs[(0, 1)]["time_ns"] == 2 * MS and obs[(2, 3)]["time_ns"] == MS // 2
     assert obs[(0, 1)]["ratio"] == pytest.approx(2.0) and obs[(2, 3)]["ratio"] == pytest.approx(0.5)
@@ -341,9 +354,9 @@ def test_stage3_collective_transfer_time_is_the_last_arrivers():
 
 
 def test_stage3_a_link_alone_in_its_class_is_not_compared():
-    bw = link_bandwidth(matched(p2p=p2p_calls({(0, 1): 4.0}), world=2), hosts(2), threshold=0.1)
+    bw = link_bandwidth(matched(p2p=p2p_calls({(0, 1): 4.0}), world=2), hosts(2), link_threshold=CUTS.link)
     assert not bw.ran and "only one of its kind" in bw.reason
-    bw = link_bandwidth(matched(world=2), hosts(2), threshold=0.1)
+    bw = link_bandwidth(matched(world=2), hosts(2), link_threshold=CUTS.link)
     assert not bw.ran and "no matched" in bw.reason
 
 
@@ -361,12 +374,12 @@ def test_combine_a_slow_gpu_with_stage_2_agreeing():
     sizes = {"tp": 1, "pp": 1, "dp": 4}
     info = layout_info(sizes)
     peers = compare_peers(compute_events(range(4), factor=lambda r, it: 1.5 if r == 2 else 1.0), info.ranks, sizes,
-                          threshold=0.1)
+                          **PEERS)
     starts = {"ar": {0: 0, 1: MS // 10, 2: 4 * MS, 3: MS // 5}}
     matching = matched(collective_calls(3, starts, {"ar": 5 * MS}, {"ar": [0, 1, 2, 3]}, {"ar": "dp"}), world=4)
     late = collective_lateness(matching, [0, 1, 2, 3])
-    bw = link_bandwidth(matching, info.ranks.select("rank", "host"), threshold=0.1)
-    suspects, imbalance, victims, grid = combine(peers, late, bw, info, threshold=0.1, iteration_ns=20 * MS,
+    bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
+    suspects, imbalance, victims, grid = combine(peers, late, bw, info, imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS,
                                                  microbatches=4)
     assert [(s.rank, s.kind) for s in suspects] == [(2, "slow_compute")]
     s = suspects[0]
@@ -392,11 +405,11 @@ def test_combine_turns_a_slow_link_into_a_suspect_and_stage_imbalance_into_imbal
     sizes = {"tp": 1, "pp": 2, "dp": 3}
     info = layout_info(sizes)
     ev = compute_events(range(6), factor=lambda r, it: 1.4 if r >= 3 else 1.0)
-    peers = compare_peers(ev, info.ranks, sizes, threshold=0.1)
+    peers = compare_peers(ev, info.ranks, sizes, **PEERS)
     matching = matched(p2p=p2p_calls({(0, 3): 4.0, (1, 4): 1.0, (2, 5): 1.0}), world=6)
-    bw = link_bandwidth(matching, info.ranks.select("rank", "host"), threshold=0.1)
+    bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
     late = LatenessEvidence(False, "no complete collective instance with two or more traced members")
-    suspects, imbalance, victims, grid = combine(peers, late, bw, info, threshold=0.1, iteration_ns=30 * MS,
+    suspects, imbalance, victims, grid = combine(peers, late, bw, info, imbalance_threshold=CUTS.imbalance, iteration_ns=30 * MS,
                                                  microbatches=4)
     assert [(s.rank, s.kind, s.peer) for s in suspects] == [(0, "slow_link", 3)]
     assert suspects[0].slowdown == pytest.approx(4.0)
@@ -414,18 +427,18 @@ def test_combine_a_stage_1_flag_that_stage_2_contradicts_is_dropped_with_two_pee
     sizes = {"tp": 2, "pp": 1, "dp": 1}
     info = layout_info(sizes)
     peers = compare_peers(compute_events(range(2), factor=lambda r, it: 1.25 if r == 1 else 1.0), info.ranks,
-                          sizes, threshold=0.1)
+                          sizes, **PEERS)
     assert row_of(peers.ranks, 1)["flagged"] and peers.pairs
     starts = {"ar": {0: 2 * MS, 1: 0}}  # rank 0 comes last
     late = collective_lateness(matched(collective_calls(4, starts, {"ar": 3 * MS}, {"ar": [0, 1]}, {"ar": "tp"}),
                                        world=2), [0, 1])
     assert row_of(late.ranks, 1)["net_ns"] < 0
     bw = BandwidthEvidence(False, "no matched p2p message or complete collective")
-    suspects, *_ = combine(peers, late, bw, info, threshold=0.1, iteration_ns=20 * MS, microbatches=4)
+    suspects, *_ = combine(peers, late, bw, info, imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS, microbatches=4)
     assert suspects == []
     # the same stage-1 evidence with stage 2 agreeing (rank 1 last) is a suspect
     starts = {"ar": {0: 0, 1: 2 * MS}}
     late = collective_lateness(matched(collective_calls(4, starts, {"ar": 3 * MS}, {"ar": [0, 1]}, {"ar": "tp"}),
                                        world=2), [0, 1])
-    suspects, *_ = combine(peers, late, bw, info, threshold=0.1, iteration_ns=20 * MS, microbatches=4)
+    suspects, *_ = combine(peers, late, bw, info, imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS, microbatches=4)
     assert [(s.rank, s.kind) for s in suspects] == [(1, "slow_compute")]

@@ -1,0 +1,175 @@
+"""``detect_bundle``: the three stages run over one bundle and combined into a ``Verdict``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import polars as pl
+
+from mapp.analysis.detect.bandwidth import link_bandwidth
+from mapp.analysis.detect.device import device_counters, device_evidence
+from mapp.analysis.detect.lateness import collective_lateness
+from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
+from mapp.analysis.detect.peers import compare_peers
+from mapp.analysis.detect.program import program_groups
+from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
+from mapp.analysis.detect.verdict import StageStatus, Suspect, Verdict, combine
+
+__all__ = ["detect_bundle"]
+
+_COLUMNS = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer"]
+
+
+def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, layout: dict[str, int] | str | None = None,
+                  analysis: Any = None) -> Verdict:
+    """Find the ranks and links that slow the job in ``bundle`` (a ``TraceBundle``).
+
+    ``threshold``: a number T (a suspect is slower than (1 + T) x its peers; the other cuts
+    derived from it by ``Thresholds.derive``), or a ``Thresholds`` giving each cut.
+    ``layout``: ``{"tp", "pp", "dp"}`` (or the ``tp=2,pp=1,dp=2`` text) for traces that do not
+    record it. ``analysis``: the bundle's ``mapp.analysis.run.Analysis`` when the command
+    already has it, else it is built here.
+    """
+    from mapp.analysis.run import analyse
+
+    cuts = threshold if isinstance(threshold, Thresholds) else Thresholds.derive(threshold)
+    if isinstance(layout, str):
+        layout = parse_layout(layout)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        timings[name] = now - t
+        t = now
+
+    scan = bundle.scan().filter(pl.col("ph") == "X")
+    events = scan.filter(pl.col("cat") != "iteration").select(_COLUMNS + _shape(bundle)).collect()
+    iters = scan.filter(pl.col("cat") == "iteration").select("rank", "iteration", "dur_ns").collect()
+    lap("read")
+    if analysis is None:
+        analysis = analyse(bundle)
+    lap("match and align")
+    matching = analysis.matching
+    notes: list[str] = list(analysis.notes)
+    if analysis.clock is not None and analysis.clock.unaligned:
+        notes.append(f"{len(analysis.clock.unaligned)} ranks share no collective or p2p with rank "
+                     f"{analysis.clock.reference_rank}: their lateness is judged on their own clocks")
+    groups = matching.members.join(
+        matching.collectives.select("instance_id", "group", "group_ranks"), on="instance_id"
+    ).select("rank", "group", "group_ranks").unique(subset=["rank", "group"]) if len(matching.members) else pl.DataFrame(
+        schema={"rank": pl.Int32, "group": pl.String, "group_ranks": pl.List(pl.Int32)})
+    info = resolve_layout(bundle.ranks, groups, layout, bundle.world_size)
+    if not info.known:
+        info = _program_peers(info, events, matching, groups)
+    notes += info.notes
+    traced = bundle.ranks["rank"].to_list()
+    lap("layout")
+    # the original MegaScan tracer calls cuda.synchronize and TP barriers inside the traced
+    # path: a rank's host then idles while its own (slow) GPU catches up, so idle gaps are no
+    # evidence of a slow host there
+    judge_gaps = not _synchronizing_tracer(bundle)
+    peers = compare_peers(events, info.ranks, info.sizes, slow_op=cuts.slowdown, min_effect=cuts.min_effect,
+                          judge_gaps=judge_gaps)
+    if not judge_gaps:
+        notes.append("launch gaps not judged: the MegatronApp tracer synchronizes the GPU inside the traced "
+                     "path, so a slow GPU's own host idles too")
+    lap("peers")
+    lateness = collective_lateness(matching, traced)
+    lap("lateness")
+    bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link)
+    lap("bandwidth")
+    iteration_ns = _iteration_ns(iters, events)
+    microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
+    suspects, imbalance, victims, grid = combine(peers, lateness, bandwidth, info, imbalance_threshold=cuts.imbalance,
+                                                 iteration_ns=iteration_ns, microbatches=microbatches)
+    suspects, below = _at_threshold(suspects, cuts.slowdown)
+    if below:
+        notes.append("below threshold (not suspects): " + "; ".join(
+            f"{s.kind.replace('_', ' ')} {s.label()} {s.slowdown:.3f}x" for s in below)
+            + f" < {1 + cuts.slowdown:g}x")
+    counters = device_counters(bundle.scan())
+    for suspect in suspects:
+        device = device_evidence(counters, suspect.rank)
+        if device is not None:
+            suspect.evidence["device"] = device
+    stages = [
+        StageStatus(name="1 peers", ran=peers.mode != "skipped", reason=peers.reason,
+                    detail=f"compared with {peers.mode}" if peers.mode != "skipped" else None),
+        StageStatus(name="2 lateness", ran=lateness.ran, reason=lateness.reason,
+                    detail=f"{int(lateness.ranks['instances'].sum()):,} collective calls on aligned clocks" if lateness.ran else None),
+        StageStatus(name="3 bandwidth", ran=bandwidth.ran, reason=bandwidth.reason,
+                    detail=f"{bandwidth.observations['obs'].n_unique():,} links and groups" if bandwidth.ran else None),
+    ]
+    if not info.known and info.peers is None:
+        notes.append("no layout: the traces record none and --layout was not given; stage 1 (peer comparison) "
+                     "and the stage-balance check did not run (pass --layout tp=..,pp=..,dp=..)")
+    elif not info.known:
+        notes.append(f"no layout in the traces: peers by program ({info.peers}); "
+                     "--layout tp=..,pp=..,dp=.. adds the stage-balance check")
+    if info.unrecorded:
+        notes.append(f"{len(info.unrecorded)} ranks were not recorded ({_ranks(info.unrecorded)}): not judged")
+    lap("verdict")
+    return Verdict(suspects=suspects, imbalance=imbalance, stages=stages, layout=info.describe(),
+                   layout_sizes=info.sizes, traced=len(traced), unrecorded=info.unrecorded, victims=victims,
+                   grid=grid, iteration_ns=iteration_ns, threshold=cuts.slowdown, thresholds=cuts,
+                   timings_s=timings, notes=notes)
+
+
+def _synchronizing_tracer(bundle) -> bool:
+    return set(bundle.ranks["format"].to_list()) == {"megatronapp"}
+
+
+def _at_threshold(suspects: list[Suspect], threshold: float) -> tuple[list[Suspect], list[Suspect]]:
+    """``--threshold`` (``Thresholds.slowdown``): a suspect must be slower than (1 + t) x its peers."""
+    keep, below = [], []
+    for s in suspects:
+        (below if s.slowdown == s.slowdown and s.slowdown < 1 + threshold else keep).append(s)
+    return keep, below
+
+
+def _shape(bundle) -> list[pl.Expr]:
+    """A ``shape`` column where the format records one (profiler traces: a CPU op's input
+    dimensions, a kernel's grid and block), so that ops are compared on the same work."""
+    if "kineto" not in bundle.ranks["format"].to_list():
+        return []
+    args = pl.col("args")
+    dims = args.str.json_path_match("$['Input Dims']")
+    grid = pl.concat_str(args.str.json_path_match("$.grid"), args.str.json_path_match("$.block"), separator="x")
+    return [pl.when(pl.col("lane").str.starts_with("stream:")).then(grid).otherwise(dims).alias("shape")]
+
+
+def _program_peers(info: LayoutInfo, events: pl.DataFrame, matching, groups: pl.DataFrame) -> LayoutInfo:
+    """Without a layout, ranks running the same program are peers (see ``program``)."""
+    ops = events.filter(pl.col("cat") == "compute").select(
+        "rank", "name", pl.col("shape") if "shape" in events.columns else pl.lit(None, pl.String).alias("shape")
+    ).unique()
+    pairs = set()
+    if len(matching.p2p):
+        pairs = {(int(a), int(b)) for a, b in matching.p2p.select("src", "dst").unique().iter_rows()}
+    members = [frozenset(g) for g in groups["group_ranks"].drop_nulls().to_list() if g] if len(groups) else []
+    ranks = info.ranks["rank"].to_list()
+    programs, what = program_groups(ops, pairs, ranks, members)
+    coords = info.ranks.drop("tp", "pp", "dp").join(programs, on="rank", how="left").with_columns(
+        tp=pl.lit(0, pl.Int32), pp=pl.col("program"), dp=pl.int_range(pl.len()).over("program").cast(pl.Int32),
+    ).select("rank", "tp", "pp", "dp", "host")
+    return LayoutInfo(None, info.source, coords, info.world_size, info.unrecorded, info.notes, peers=what)
+
+
+def _iteration_ns(iters: pl.DataFrame, events: pl.DataFrame) -> float | None:
+    if iters.is_empty():
+        iters = events.filter(pl.col("iteration").is_not_null()).group_by(["rank", "iteration"]).agg(
+            dur_ns=(pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()
+        )
+    if iters.is_empty():
+        return None
+    per = iters.group_by("iteration").agg(pl.col("dur_ns").max())
+    return float(per["dur_ns"].median())
+
+
+def _ranks(ranks: list[int]) -> str:
+    from mapp.analysis.graph.diagnose import rank_list
+
+    return rank_list(ranks)
