@@ -22,6 +22,7 @@ import polars as pl
 import pyarrow.dataset as ds
 
 from mapp import __version__
+from mapp.analysis.align.clock import sql_mapping
 
 __all__ = ["TABLES", "Table", "SchemaInfo", "build_schema", "describe", "bundle_fingerprint", "SCHEMA_VERSION"]
 
@@ -186,7 +187,8 @@ def _create_from_frame(con: duckdb.DuckDBPyConnection, name: str, frame: pl.Data
 
 
 def _aligned(column: str) -> str:
-    return f"e.{column} + CAST(round(c.offset_ns + c.slope * (e.{column} - c.t0_ns)) AS BIGINT)"
+    """``e.column`` on the reference clock: the clock mapping's SQL form, from the ``_clock`` row ``c``."""
+    return sql_mapping(f"e.{column}", "c")
 
 
 def build_schema(

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from mapp.analysis.align import AlignOptions, Anchors, ClockModel, align_bundle, anchors_from, solve
+from mapp.analysis.align.clock import MAPPING, SLOPE
 from mapp.analysis.graph import match_bundle
 from mapp.analysis.ingest import load_bundle
 from mapp.cli.app import app
@@ -115,15 +116,28 @@ def test_clock_json_shape_and_round_trip(tmp_path):
     clock = align_bundle(bundle)
     path = clock.write(tmp_path / "clock.json")
     data = json.loads(path.read_text())
-    assert set(data) == {"reference_rank", "ranks"} and data["reference_rank"] == 0
-    assert set(data["ranks"]) == {"0", "1", "2", "3"}
-    for value in data["ranks"].values():
-        assert set(value) == {"offset_us", "drift_ppm", "residual_us"}
-    first = {r: c.t0_ns for r, c in clock.ranks.items()}
-    again = ClockModel.read(path, first)
-    for r, c in clock.ranks.items():
-        assert again.ranks[r].offset_ns == pytest.approx(c.offset_ns, abs=1.0)
-        assert again.ranks[r].drift_ppm == pytest.approx(c.drift_ppm, abs=1e-4)
+    assert data["format"] == "mapp-clock" and data["version"] == 2 and data["reference_rank"] == 0
+    assert data["mapping"] == MAPPING and data["slope"] == SLOPE
+    assert set(data["ranks"]) == {"0", "1", "2", "3"} and data["components"] == [[0, 1, 2, 3]]
+    for r, value in data["ranks"].items():
+        assert set(value) == {"offset_ns", "drift_ppm", "t0_ns", "t1_ns", "residual_ns", "anchors", "component",
+                              "offset_us", "residual_us"}
+        # version 1's fields stay, rounded to 1 ns, for readers of that
+        assert value["offset_us"] == round(clock.ranks[int(r)].offset_ns / 1000, 3)
+    again = ClockModel.read(path)
+    assert again == clock  # lossless: every number, t0, the components and the notes
+
+
+def test_clock_json_version_1_still_reads(tmp_path):
+    path = tmp_path / "clock.json"
+    path.write_text(json.dumps({"reference_rank": 0, "ranks": {
+        "0": {"offset_us": 0.0, "drift_ppm": 0.0, "residual_us": 0.0},
+        "1": {"offset_us": -50.5, "drift_ppm": 1.25, "residual_us": 0.002}}}))
+    with pytest.raises(ValueError, match="first_event_ns"):
+        ClockModel.read(path)
+    model = ClockModel.read(path, {0: 100, 1: 2000})
+    assert model.ranks[1].offset_ns == -50_500.0 and model.ranks[1].t0_ns == 2000
+    assert model.ranks[1].aligned_ns(2000) == 2000 - 50_500
 
 
 def test_matching_with_clock_recomputes_last_arriver(tmp_path):
