@@ -28,7 +28,7 @@ commands = typer.Typer(name="trace", help="Work with per-rank trace files.", no_
 def merge_command(
     directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank trace files.")],
     out: Annotated[
-        Optional[Path], typer.Option("-o", "--out", help="Merged Chrome trace to write, - for stdout [default: DIR/merged.json].")
+        Optional[Path], typer.Option("-o", "--out", help="Merged Chrome trace to write, - for stdout. \\[default: DIR/merged.json]")
     ] = None,
     input_format_: InputFormatOption = None,
     former_format: FormerFormatOption = None,
@@ -39,9 +39,11 @@ def merge_command(
 ) -> None:
     """Merge per-rank traces into one Chrome trace (open it in ui.perfetto.dev).
 
-    Aligns every rank's clock onto rank 0's from collectives and p2p messages (offsets in
-    DIR/.mapp/clock.json), draws flow arrows for p2p messages and collectives and marks each
-    collective's last arriver. Also writes the events table to DIR/.mapp/events.parquet.
+    Aligns every rank's clock onto rank 0's from collectives and p2p messages, draws flow
+    arrows for p2p messages and collectives and marks each collective's last arriver. Also
+    writes the events table to DIR/.mapp/events.parquet, and the clock model (every rank's
+    offset and drift, in ns) to DIR/.mapp/clock.json: an export for other tools, which mapp
+    itself never reads back (each command aligns the clocks from the traces).
     """
     target = out if out is not None else directory / "merged.json"
     check_output(target, directory, option="-o", merged=True)

@@ -149,6 +149,23 @@ def _every_command() -> list[list[str]]:
 COMMANDS = _every_command()
 
 
+def test_no_help_text_is_eaten_as_markup():
+    # the help is rich markup: an unescaped "[default: X]" vanishes from the page ("\\[" keeps it)
+    import typer.main
+    from rich.markup import render
+
+    from mapp.cli.app import app
+
+    def walk(command, path):
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        for text in texts:
+            assert render(text).plain == text.replace("\\[", "["), (path, text)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+
+
 def test_every_command_is_in_the_help_test():
     # the walk finds the commands registered today; a new command or group is added by itself
     for command in ([], ["demo"], ["simulate"], ["detect"], ["sql"], ["report"], ["trace"], ["trace", "merge"],
