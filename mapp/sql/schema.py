@@ -7,7 +7,9 @@ database is persisted with ``--db``), with each rank's raw times (``ts_ns``, ``d
 ``mapp.analysis.graph`` (matching) and ``mapp.analysis.align`` (clock model); when those cannot
 run, the tables exist but are empty and ``bundle.notes`` says why.
 
-Every table and column is described in ``TABLES``; ``.schema`` in the shell prints it.
+Every table and column is described in ``TABLES``; ``.schema`` in the shell prints it, and the
+"Tables" section of mapp/sql/README.md is generated from it (``markdown_tables``). The
+communication tables take their columns' meanings from ``mapp.analysis.graph.schema``.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import pyarrow.dataset as ds
 
 from mapp import __version__
 from mapp.analysis.align.clock import sql_mapping
+from mapp.analysis.graph.schema import COLLECTIVES, MEMBERS, P2P, MatchingTable
 
-__all__ = ["TABLES", "Table", "SchemaInfo", "build_schema", "describe", "bundle_fingerprint", "SCHEMA_VERSION"]
+__all__ = ["TABLES", "Table", "SchemaInfo", "build_schema", "describe", "bundle_fingerprint", "markdown_tables",
+           "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -36,6 +40,27 @@ class Table:
     name: str
     row: str
     columns: dict[str, str]
+
+
+_WHEN_ALIGNED = " (reference clock when aligned)"
+
+
+# The columns each communication table takes from matching, in the table's order (used to
+# build the table and to describe it).
+_COLLECTIVE_BASE = [c.name for c in COLLECTIVES.raw]
+_MEMBER_COLUMNS = ["instance_id", "rank", "op", "lane", "bytes", "start_ns", "end_ns", "start_aligned_ns",
+                   "end_aligned_ns"]
+_P2P_COLUMNS = [c.name for c in P2P.raw if c.name != "bytes_match"] + [c.name for c in P2P.aligned] + ["bytes_match"]
+
+
+def _from_matching(table: MatchingTable, names: list[str]) -> dict[str, str]:
+    """The meanings of ``names`` as the matching schema states them, and what differs in SQL: an
+    aligned column is null here without a clock model (matching leaves it out), and "group" is
+    a keyword."""
+    aligned = {c.name for c in table.aligned}
+    notes = {"group": '; quote it: "group"'}
+    return {n: table.column(n).meaning + notes.get(n, "") + (" (null without a clock model)" if n in aligned else "")
+            for n in names}
 
 
 TABLES: dict[str, Table] = {t.name: t for t in [
@@ -74,40 +99,23 @@ TABLES: dict[str, Table] = {t.name: t for t in [
         "clock_residual_ns": "RMS of the alignment anchors' residuals touching this rank",
         "clock_anchors": "alignment anchors that involve this rank",
     }),
-    Table("collectives", "one collective operation: the matched calls of every member", {
-        "instance_id": "id of the operation (0.. in group, seq order)", "op": "all_reduce, all_gather, ...",
-        "group": "group label (tp, dp, ...); quote it: \"group\"", "group_ranks": "members, sorted",
-        "seq": "the calls' seq (or call ordinal when by_order)", "by_order": "matched by call order (no seq)",
-        "iteration": "training iteration", "bytes": "payload bytes",
-        "n_members": "ranks that logged it", "n_expected": "group size",
-        "complete": "every member logged it once, with one op and one size",
-        "first_arrival_ns": "earliest member start (reference clock when aligned)",
-        "last_arrival_ns": "latest member start (reference clock when aligned)",
-        "end_ns": "latest member end (reference clock when aligned)",
-        "arrival_spread_ns": "last arrival - first arrival", "end_spread_ns": "last end - first end",
-        "last_arriver": "rank that started last (the one the others waited for)",
+    # The communication tables: every column that comes from matching takes its meaning from
+    # mapp.analysis.graph.schema (the one statement of the matching tables); the rest are SQL's.
+    Table("collectives", COLLECTIVES.row, {
+        **_from_matching(COLLECTIVES, _COLLECTIVE_BASE),
+        "first_arrival_ns": "earliest member start" + _WHEN_ALIGNED,
+        "last_arrival_ns": COLLECTIVES.column("last_arrival_ns").meaning + _WHEN_ALIGNED,
+        "end_ns": "latest member end" + _WHEN_ALIGNED,
+        **_from_matching(COLLECTIVES, ["arrival_spread_ns", "end_spread_ns", "last_arriver"]),
         "transfer_ns": "end_ns - last_arrival_ns: time after everyone had arrived",
     }),
-    Table("collective_members", "one rank's call in a collective operation", {
-        "instance_id": "the operation (collectives.instance_id)", "rank": "global rank",
-        "op": "op name as this rank logged it", "lane": "lane of the call", "bytes": "payload bytes it logged",
-        "start_ns": "call start, own clock", "end_ns": "call end, own clock",
-        "start_aligned_ns": "call start, reference clock (null without a clock model)",
-        "end_aligned_ns": "call end, reference clock (null without a clock model)",
+    Table("collective_members", MEMBERS.row, {
+        **_from_matching(MEMBERS, _MEMBER_COLUMNS),
         "wait_ns": "how long this rank waited for the last arriver (0 for the last arriver)",
         "is_last": "this rank arrived last",
     }),
-    Table("p2p", "one point-to-point message: a send matched with its receive", {
-        "pair_id": "id of the message", "src": "sending rank", "dst": "receiving rank",
-        "bytes": "payload bytes (the sender's)", "seq": "per-direction seq (or ordinal when by_order)",
-        "by_order": "matched by call order (no seq)", "iteration": "training iteration",
-        "send_name": "name of the send call", "recv_name": "name of the receive call",
-        "send_lane": "lane of the send", "recv_lane": "lane of the receive",
-        "send_start_ns": "send start, src's clock", "send_end_ns": "send end, src's clock",
-        "recv_start_ns": "receive start, dst's clock", "recv_end_ns": "receive end, dst's clock",
-        "send_start_aligned_ns": "send start, reference clock", "send_end_aligned_ns": "send end, reference clock",
-        "recv_start_aligned_ns": "receive start, reference clock", "recv_end_aligned_ns": "receive end, reference clock",
-        "bytes_match": "both sides logged the same size",
+    Table("p2p", P2P.row, {
+        **_from_matching(P2P, _P2P_COLUMNS),
         "transfer_ns": "the shorter of the two calls: the side that posted last waited for nothing but the wire",
         "bandwidth_gbs": "bytes / transfer_ns, GB/s",
     }),
@@ -265,11 +273,8 @@ def _build_comm(con: duckdb.DuckDBPyConnection, matching) -> None:
         for edge in ("start", "end"):
             if f"{side}_{edge}_aligned_ns" not in pairs.columns:
                 pairs = pairs.with_columns(pl.lit(None, pl.Int64).alias(f"{side}_{edge}_aligned_ns"))
-    base = ["instance_id", "op", "group", "group_ranks", "seq", "by_order", "iteration", "bytes", "n_members",
-            "n_expected", "complete"]
-    _create_from_frame(con, "_members", members.select(
-        "instance_id", "rank", "op", "lane", "bytes", "start_ns", "end_ns", "start_aligned_ns", "end_aligned_ns"))
-    _create_from_frame(con, "_instances", instances.select(base))
+    _create_from_frame(con, "_members", members.select(_MEMBER_COLUMNS))
+    _create_from_frame(con, "_instances", instances.select(_COLLECTIVE_BASE))
     con.execute("""
         CREATE TABLE _timing AS
         SELECT instance_id,
@@ -291,12 +296,10 @@ def _build_comm(con: duckdb.DuckDBPyConnection, matching) -> None:
                m.rank = t.last_arriver AS is_last
         FROM _members m JOIN _timing t USING (instance_id) ORDER BY instance_id, rank""")
     con.execute("DROP TABLE _members; DROP TABLE _instances; DROP TABLE _timing")
-    _create_from_frame(con, "_pairs", pairs)
+    _create_from_frame(con, "_pairs", pairs.select(_P2P_COLUMNS))
     con.execute("""
         CREATE TABLE p2p AS
-        SELECT pair_id, src, dst, bytes, seq, by_order, iteration, send_name, recv_name, send_lane, recv_lane,
-               send_start_ns, send_end_ns, recv_start_ns, recv_end_ns,
-               send_start_aligned_ns, send_end_aligned_ns, recv_start_aligned_ns, recv_end_aligned_ns, bytes_match,
+        SELECT *,
                least(send_end_ns - send_start_ns, recv_end_ns - recv_start_ns) AS transfer_ns,
                bytes / nullif(least(send_end_ns - send_start_ns, recv_end_ns - recv_start_ns), 0) AS bandwidth_gbs
         FROM _pairs ORDER BY pair_id""")
@@ -455,6 +458,16 @@ def _build_bundle(con: duckdb.DuckDBPyConnection, bundle, clock, notes: list[str
     _create_from_frame(con, "bundle", pl.DataFrame([row], schema=schema))
 
 
+def markdown_tables() -> str:
+    """``TABLES`` as the Markdown of mapp/sql/README.md's "Tables" section (a test keeps the
+    README equal to it; ``python -m mapp.sql.schema`` prints it)."""
+    parts = []
+    for t in TABLES.values():
+        rows = "\n".join(f"| `{name}` | {meaning} |" for name, meaning in t.columns.items())
+        parts.append(f"### `{t.name}`: {t.row}\n\n| column | meaning |\n|---|---|\n{rows}\n")
+    return "\n".join(parts)
+
+
 def describe(con: duckdb.DuckDBPyConnection) -> dict:
     """The ``bundle`` row as a dict (for headers and the report)."""
     cursor = con.execute("SELECT * FROM bundle")
@@ -468,3 +481,7 @@ def bundle_fingerprint(bundle) -> str:
     stat = Path(bundle.events_path).stat()
     return json.dumps({"events": str(Path(bundle.events_path).resolve()), "size": stat.st_size,
                        "mtime_ns": stat.st_mtime_ns, "schema": SCHEMA_VERSION, "mapp": __version__})
+
+
+if __name__ == "__main__":
+    print(markdown_tables(), end="")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from mapp.analysis.graph.diagnose import Finding, group_label, rank_list
+from mapp.analysis.graph.schema import COLLECTIVES, MEMBERS
 
 __all__ = ["match_collectives", "instance_timing"]
 
@@ -36,10 +37,10 @@ def match_collectives(
     """Group collective calls into instances.
 
     ``calls`` has the columns of ``_load.COLLECTIVE_COLUMNS``. Returns ``(instances, members,
-    findings)``; see :class:`mapp.analysis.graph.Matching` for the columns.
+    findings)`` with the raw columns of ``schema.COLLECTIVES`` and ``schema.MEMBERS``.
     """
     if calls.is_empty():
-        return _empty_instances(), _empty_members(), []
+        return COLLECTIVES.empty(), MEMBERS.empty(), []
     calls = calls.with_columns(gkey=pl.struct("group", "group_ranks").hash(), by_order=pl.col("seq").is_null())
     groups = _group_table(calls)
     calls = calls.join(groups.select("gkey", "group_id"), on="gkey", how="left")
@@ -102,8 +103,7 @@ def match_collectives(
 
 
 def instance_timing(members: pl.DataFrame, start: str, end: str) -> pl.DataFrame:
-    """Per instance: ``arrival_spread_ns`` (last start - first start), ``last_arriver`` (rank of the
-    latest start), ``last_arrival_ns`` and ``end_spread_ns``, from the given member time columns."""
+    """Per instance, the timing columns of ``schema.COLLECTIVES`` from the given member time columns."""
     return members.group_by("instance_id").agg(
         arrival_spread_ns=pl.col(start).max() - pl.col(start).min(),
         last_arriver=pl.col("rank").get(pl.col(start).arg_max()),
@@ -258,18 +258,3 @@ def _mismatch_findings(rows: pl.DataFrame, members: pl.DataFrame, kind: str, wha
         ranks=tuple(sorted(odd)), group=first["group"], group_ranks=_tuple(first["group_ranks"]),
         op=first["op"], seq=first["seq"], iteration=first["iteration"], count=len(rows),
     )]
-
-
-def _empty_instances() -> pl.DataFrame:
-    return pl.DataFrame(schema={
-        "instance_id": pl.Int64, "op": pl.String, "group": pl.String, "group_ranks": pl.List(pl.Int32),
-        "seq": pl.Int64, "by_order": pl.Boolean, "iteration": pl.Int32, "bytes": pl.Int64,
-        "n_members": pl.Int32, "n_expected": pl.Int32, "complete": pl.Boolean,
-    })
-
-
-def _empty_members() -> pl.DataFrame:
-    return pl.DataFrame(schema={
-        "instance_id": pl.Int64, "rank": pl.Int32, "op": pl.String, "group": pl.String, "lane": pl.String,
-        "bytes": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
-    })

@@ -9,9 +9,10 @@ from typing import Protocol
 import polars as pl
 
 from mapp.analysis.graph import _cache, _load
-from mapp.analysis.graph.collectives import _empty_instances, _empty_members, instance_timing, match_collectives
+from mapp.analysis.graph.collectives import instance_timing, match_collectives
 from mapp.analysis.graph.diagnose import Finding, findings_frame, sort_findings
-from mapp.analysis.graph.p2p import _empty_pairs, match_p2p
+from mapp.analysis.graph.p2p import match_p2p
+from mapp.analysis.graph.schema import COLLECTIVES, MEMBERS, P2P
 
 __all__ = ["Matching", "match_bundle", "match_events"]
 
@@ -24,27 +25,12 @@ class ClockLike(Protocol):
 class Matching:
     """Communication matched across ranks. All times are integer nanoseconds.
 
-    ``collectives``, one row per collective instance:
-      ``instance_id`` (0.. in (group, seq) order), ``op``, ``group`` (label or null),
-      ``group_ranks`` (sorted global ranks), ``seq`` (the calls' seq, or the call ordinal per
-      (group, op) when ``by_order``), ``by_order`` (matched by call order: the format has no seq),
-      ``iteration`` (smallest of the members'), ``bytes`` (largest of the members'),
-      ``n_members`` (ranks that logged it), ``n_expected`` (group size), ``complete`` (every member
-      logged it once, with one op and one size), ``arrival_spread_ns`` (last start - first start),
-      ``last_arriver`` (rank with the latest start), ``last_arrival_ns``, ``end_spread_ns``.
-      The timing columns are on the reference clock once a clock is applied (``aligned``), else
-      on each rank's raw clock.
-    ``members``, one row per call in an instance:
-      ``instance_id``, ``rank``, ``op``, ``group`` (the collective's group label: tp, dp, ...,
-      the same as the instance's ``collectives.group``; null when the trace names none), ``lane``, ``bytes``,
-      ``start_ns``, ``end_ns`` (raw rank clock) and, once aligned, ``start_aligned_ns``,
-      ``end_aligned_ns``.
-    ``p2p``, one row per matched message:
-      ``pair_id``, ``src``, ``dst``, ``bytes`` (the sender's), ``seq`` (or ordinal when
-      ``by_order``), ``by_order``, ``iteration``, ``send_name``, ``recv_name``, ``send_lane``,
-      ``recv_lane``, ``send_start_ns``, ``send_end_ns`` (src's clock), ``recv_start_ns``,
-      ``recv_end_ns`` (dst's clock), ``bytes_match``; once aligned also ``*_aligned_ns`` for the
-      four times.
+    ``collectives`` (one row per collective operation), ``members`` (one row per rank's call in
+    one) and ``p2p`` (one row per message, a send matched with its receive): their columns,
+    types and meanings are stated once, in ``mapp.analysis.graph.schema`` (``COLLECTIVES``,
+    ``MEMBERS``, ``P2P``). ``collectives`` carries the timing columns, on each rank's raw clock
+    or, once a clock is applied (``aligned``), on the reference clock; ``members`` and ``p2p``
+    then also carry their ``*_aligned_ns`` columns.
     ``findings``: :class:`Finding` rows, errors first.
     """
 
@@ -56,9 +42,9 @@ class Matching:
 
     @classmethod
     def empty(cls) -> "Matching":
-        """No communication: the three tables with their columns and types and no rows (the one
-        statement of the raw tables' schema; matching adds the timing columns to ``collectives``)."""
-        return cls(_empty_instances(), _empty_members(), _empty_pairs())
+        """No communication: the three tables with their raw columns and types and no rows
+        (``schema``; matching adds the timing columns to ``collectives``)."""
+        return cls(COLLECTIVES.empty(), MEMBERS.empty(), P2P.empty())
 
     def findings_frame(self) -> pl.DataFrame:
         """The findings as a table."""
@@ -78,7 +64,7 @@ class Matching:
         return replace(self, collectives=collectives, members=members, p2p=p2p, aligned=True)
 
 
-_TIMING = ["arrival_spread_ns", "last_arriver", "last_arrival_ns", "end_spread_ns"]
+_TIMING = [c.name for c in COLLECTIVES.timing]
 
 
 def _with_timing(collectives: pl.DataFrame, members: pl.DataFrame, start: str, end: str) -> pl.DataFrame:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import polars as pl
 
 from mapp.analysis.graph.diagnose import Finding
+from mapp.analysis.graph.schema import P2P
 
 __all__ = ["match_p2p"]
 
@@ -61,10 +62,10 @@ def _numbered(side: pl.DataFrame) -> pl.DataFrame:
 def match_p2p(calls: pl.DataFrame, traced_ranks: set[int]) -> tuple[pl.DataFrame, list[Finding]]:
     """Pair sends with receives. ``calls`` has the columns of ``_load.P2P_COLUMNS``.
 
-    Returns ``(pairs, findings)``; see :class:`mapp.analysis.graph.Matching` for the columns.
+    Returns ``(pairs, findings)``, ``pairs`` with the raw columns of ``schema.P2P``.
     """
     if calls.is_empty():
-        return _empty_pairs(), []
+        return P2P.empty(), []
     sends, recvs, lost = _sides(calls)
     sends, recvs = _numbered(sends), _numbered(recvs)
     findings: list[Finding] = []
@@ -174,13 +175,3 @@ def _unmatched_findings(joined: pl.DataFrame, traced: set[int]) -> list[Finding]
                 ranks=(src, dst), op=row["op"], seq=row["seq_eff"], iteration=row["iteration"], count=n,
             ))
     return findings
-
-
-def _empty_pairs() -> pl.DataFrame:
-    return pl.DataFrame(schema={
-        "pair_id": pl.Int64, "src": pl.Int32, "dst": pl.Int32, "bytes": pl.Int64, "seq": pl.Int64,
-        "by_order": pl.Boolean, "iteration": pl.Int32, "send_name": pl.String, "recv_name": pl.String,
-        "send_lane": pl.String, "recv_lane": pl.String, "send_start_ns": pl.Int64, "send_end_ns": pl.Int64,
-        "recv_start_ns": pl.Int64, "recv_end_ns": pl.Int64, "bytes_match": pl.Boolean,
-    })
-
