@@ -16,7 +16,7 @@ import time
 import warnings
 from typing import Any, Callable
 
-from .writer import COUNTER
+from .writer import counter_record
 
 __all__ = ["NvmlSampler", "make_sampler"]
 
@@ -54,7 +54,7 @@ class NvmlSampler:
         if not values:
             return []
         values["device"] = self.index
-        return [(COUNTER, "gpu", time.perf_counter_ns(), values, iteration)]
+        return [counter_record("gpu", time.perf_counter_ns(), values, iteration)]
 
 
 def _nvml_index(nvml: Any) -> int:

@@ -3,8 +3,13 @@
 Framework-neutral: nothing here knows megatron-core (``mapp.megatron_hooks`` drives it).
 The hot path is a few attribute reads, two clock stamps and one ``deque.append``; no
 synchronization, no file I/O, no JSON (hooks that fire often describe their spans once, as
-:class:`~mapp.capture.writer.EventSpec`, and :meth:`Tracer.emit_spec` records a tuple). ``Tracer(enabled=False)`` (or ``TracerConfig(enabled=False)``)
-makes every call a no-op, so instrumented code needs no ``if``.
+:class:`~mapp.capture.writer.EventSpec`, and :meth:`Tracer.emit_spec` records a tuple).
+``Tracer(enabled=False)`` (or ``TracerConfig(enabled=False)``) makes every call a no-op, so
+instrumented code needs no ``if``.
+
+Hooks that time spans themselves (``mapp.megatron_hooks.layers``) use the public parts only:
+``want[level]`` (is ``level`` traced now), ``clock.stamp()``, :meth:`Tracer.record_spec` and
+:meth:`Tracer.free_stamp`; the records' layout belongs to ``mapp.capture.writer``.
 
 ::
 
@@ -35,7 +40,8 @@ from mapp.trace_format import file_name, metadata_events
 
 from .clock import CudaClock, HostClock
 from .window import Window
-from .writer import CALL, COUNTER, RELEASE, SPAN, SPEC, EventSpec, TraceWriter
+from .writer import (EventSpec, TraceWriter, call_record, counter_record, free_record, release_record, span_record,
+                     spec_record)
 
 __all__ = ["Granularity", "TracerConfig", "Tracer", "EventSpec"]
 
@@ -120,6 +126,10 @@ class _NullScope:
 _NULL = _NullScope()
 
 
+def _ignore(record: tuple) -> None:
+    """Where a disabled tracer's records go."""
+
+
 class _Scope:
     __slots__ = ("tracer", "name", "cat", "tid", "args", "t0")
 
@@ -151,7 +161,9 @@ class Tracer:
             config.world_size if config.world_size is not None else os.environ.get("WORLD_SIZE", 1))
         self.active = False
         self.iteration_number: int | None = None
-        self._want = [False] * (len(Granularity))
+        self.want: list[bool] = [False] * (len(Granularity))
+        """``want[level]``: whether scopes at ``level`` are recorded now (the hot path's form of
+        :meth:`wants`; replaced, not changed, at each iteration's start and end)."""
         self._seq: dict[Any, int] = {}
         self._iteration_hooks: list[Callable[[int, bool], None]] = []
         self._end_hooks: list[Callable[[int], Any]] = []
@@ -161,6 +173,7 @@ class Tracer:
         self.writer: TraceWriter | None = None
         self.clock = None
         self.path: str | None = None
+        self._put: Callable[[tuple], None] = _ignore
         if not self.enabled:
             return
         self.clock = clock if clock is not None else self._make_clock(config)
@@ -211,7 +224,7 @@ class Tracer:
     # -- state -----------------------------------------------------------------------------
     def wants(self, level: Granularity) -> bool:
         """Whether a scope at ``level`` is recorded right now (inside a traced iteration)."""
-        return self._want[level]
+        return self.want[level]
 
     def next_seq(self, key: Any) -> int:
         """This rank's count of earlier calls under ``key`` (0 for the first call).
@@ -244,18 +257,28 @@ class Tracer:
             return
         if t1 is None:
             t1 = self._stamp()
-        self._put((SPAN, name, cat, tid, t0, t1, args, self.iteration_number, self._anchor))
+        self._put(span_record(name, cat, tid, t0, t1, args, self.iteration_number, self._anchor))
 
     def emit_spec(self, spec: EventSpec, t0) -> None:
         """Record the span ``spec`` from stamp ``t0`` to now (the hooks' fast form of :meth:`emit`)."""
         if t0 is None or not self.active:
             return
-        self._put((SPEC, spec, t0, self._stamp(), self.iteration_number, self._anchor))
+        self._put(spec_record(spec, t0, self._stamp(), self.iteration_number, self._anchor))
+
+    def record_spec(self, spec: EventSpec, t0, t1, *, lent: bool = False) -> None:
+        """Record the span ``spec`` between two stamps the caller took (``clock.stamp()``) in this
+        traced iteration. ``lent``: ``t1`` also starts a later span, whose record (or
+        :meth:`free_stamp`) gives it back; chained layers share one stamp per boundary this way."""
+        self._put(spec_record(spec, t0, t1, self.iteration_number, self._anchor, lent=lent))
+
+    def free_stamp(self, stamp) -> None:
+        """Give back a stamp lent by ``record_spec(..., lent=True)`` that no later span took."""
+        self._put(free_record(stamp))
 
     def scope(self, name: str, cat: str = "other", level: Granularity = Granularity.ITERATION,
               tid: str = "compute", **args: Any):
         """Context manager recording ``name`` when ``level`` is being traced."""
-        if not self._want[level]:
+        if not self.want[level]:
             return _NULL
         return _Scope(self, name, cat, tid, args or None)
 
@@ -268,7 +291,7 @@ class Tracer:
 
             @functools.wraps(fn)
             def inner(*a, **k):
-                if not self._want[level]:
+                if not self.want[level]:
                     return fn(*a, **k)
                 t0 = self._stamp()
                 try:
@@ -283,7 +306,7 @@ class Tracer:
     def counter(self, name: str, values: dict[str, float]) -> None:
         """Record a counter sample (``C`` event) now, on the host clock."""
         if self.active:
-            self._put((COUNTER, name, time.perf_counter_ns(), values, self.iteration_number))
+            self._put(counter_record(name, time.perf_counter_ns(), values, self.iteration_number))
 
     # -- iterations ------------------------------------------------------------------------
     def begin_iteration(self, iteration: int) -> bool:
@@ -296,7 +319,7 @@ class Tracer:
             self._anchor = self.clock.iteration_anchor()
             self.writer.busy = True
             self.active = True
-            self._want = [level <= self.granularity for level in Granularity]
+            self.want = [level <= self.granularity for level in Granularity]
             self._iter_t0 = self._stamp()
         return traced
 
@@ -307,11 +330,11 @@ class Tracer:
         self.emit("iteration", "iteration", self._iter_t0, tid="iteration")
         iteration = self.iteration_number
         self.active = False
-        self._want = [False] * len(Granularity)
+        self.want = [False] * len(Granularity)
         for hook in self._end_hooks:
-            self._put((CALL, functools.partial(hook, iteration)))
+            self._put(call_record(functools.partial(hook, iteration)))
         if self._anchor is not None:
-            self._put((RELEASE, self._anchor))
+            self._put(release_record(self._anchor))
         self._anchor = None
         self.writer.busy = False
         self.writer.kick()

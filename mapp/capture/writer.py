@@ -18,17 +18,11 @@ a host-bound step every microsecond it holds the GIL is a microsecond of step ti
 What is on disk is always whole lines after a ``[`` line; a process that dies loses at most
 the records not yet flushed, so at most the running iteration (and only while it does not stall).
 
-Records (tuples, first item is the kind):
-
-- ``(SPAN, name, cat, tid, t0, t1, args, iteration, anchor)``: a complete ``X`` event;
-- ``(SPEC, spec, t0, t1, iteration, anchor)``: the same, described by an :class:`EventSpec`;
-- ``(SPEC_LENT, spec, t0, t1, iteration, anchor)``: the same, but ``t1`` is also the start of a
-  later span (adjacent layers share their boundary, one CUDA event instead of two): the later
-  record gives it back to the pool, or a ``(FREE, t1)`` does when no span took it;
-- ``(FREE, stamp)``: give a lent stamp back;
-- ``(COUNTER, name, perf_ns, values, iteration)``: a ``C`` event at a host-clock instant;
-- ``(CALL, fn)``: ``fn()`` runs here and returns more records (NVML sampling);
-- ``(RELEASE, anchor)``: every stamp measured from ``anchor`` has been resolved.
+Records are tuples whose first item is the kind; each kind is made by one function below
+(``span_record``, ``spec_record``, ``free_record``, ``counter_record``, ``call_record``,
+``release_record``), the one statement of its layout, which this module's reader unpacks.
+Code outside ``mapp.capture`` records through the :class:`~mapp.capture.tracer.Tracer`'s
+public methods, which make the records with these functions.
 
 A write failure is one warning; the writer then keeps draining without writing, so that
 training is never blocked or broken by tracing.
@@ -49,10 +43,45 @@ from mapp.trace_format import HEADER, encode_event
 
 from .clock import NotReady
 
-__all__ = ["TraceWriter", "EventSpec", "SPAN", "COUNTER", "CALL", "RELEASE", "SPEC", "SPEC_LENT", "FREE"]
+__all__ = ["TraceWriter", "EventSpec", "SPAN", "COUNTER", "CALL", "RELEASE", "SPEC", "SPEC_LENT", "FREE",
+           "span_record", "spec_record", "free_record", "counter_record", "call_record", "release_record"]
 
 SPAN, COUNTER, CALL, RELEASE, SPEC, SPEC_LENT, FREE = 0, 1, 2, 3, 4, 5, 6
 _SPANS = (SPAN, SPEC, SPEC_LENT)
+
+
+# -- the records, one function per kind (the layout ``_encode`` and ``_events`` unpack) --------
+def span_record(name: str, cat: str, tid: str, t0: Any, t1: Any, args: dict[str, Any] | None, iteration: Any,
+                anchor: Any) -> tuple:
+    """A complete ``X`` event from stamp ``t0`` to stamp ``t1`` (measured from ``anchor``)."""
+    return (SPAN, name, cat, tid, t0, t1, args, iteration, anchor)
+
+
+def spec_record(spec: EventSpec, t0: Any, t1: Any, iteration: Any, anchor: Any, *, lent: bool = False) -> tuple:
+    """The same, described by an :class:`EventSpec`. ``lent``: ``t1`` is also the start of a
+    later span (adjacent layers share their boundary, one CUDA event instead of two); the later
+    record gives it back to the pool, or a ``free_record(t1)`` does when no span took it."""
+    return (SPEC_LENT if lent else SPEC, spec, t0, t1, iteration, anchor)
+
+
+def free_record(stamp: Any) -> tuple:
+    """Give a lent stamp back (no span took it)."""
+    return (FREE, stamp)
+
+
+def counter_record(name: str, perf_ns: int, values: dict[str, Any], iteration: Any) -> tuple:
+    """A ``C`` event at a host-clock instant (``time.perf_counter_ns()``)."""
+    return (COUNTER, name, perf_ns, values, iteration)
+
+
+def call_record(fn: Any) -> tuple:
+    """``fn()`` runs on the writer thread and returns more records (NVML sampling)."""
+    return (CALL, fn)
+
+
+def release_record(anchor: Any) -> tuple:
+    """Every stamp measured from ``anchor`` has been resolved."""
+    return (RELEASE, anchor)
 
 _float_repr = float.__repr__
 

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 
 from mapp.capture.tracer import Granularity
-from mapp.capture.writer import FREE, SPEC, SPEC_LENT, EventSpec
+from mapp.capture.writer import EventSpec
 
 from .context import HookContext, first_tensor
 
@@ -62,7 +62,7 @@ class LayerHooks:
 
     def _forget_links(self) -> None:
         if self._fwd_link is not None:
-            self.tracer._put((FREE, self._fwd_link[1]))
+            self.tracer.free_stamp(self._fwd_link[1])
         self._fwd_link = self._bwd_link = None
 
     def _on_iteration(self, iteration: int, traced: bool) -> None:
@@ -155,9 +155,10 @@ class LayerHooks:
         cache: dict[Any, tuple] = {}
         grad_enabled = torch.is_grad_enabled
         Tensor = torch.Tensor
+        record = tracer.record_spec
 
         def traced_forward(*args, **kwargs):
-            if not tracer._want[level]:
+            if not tracer.want[level]:
                 return forward(*args, **kwargs)
             microbatch = ctx.microbatch
             specs = cache.get(microbatch)
@@ -179,7 +180,7 @@ class LayerHooks:
                             previous[1].then = backward  # its start is this one's end
                         else:
                             _on_grad_ready(x, backward.end)
-            stamp = tracer._stamp
+            stamp = clock.stamp
             t0 = None
             if link:
                 lent = hooks._fwd_link
@@ -188,16 +189,16 @@ class LayerHooks:
                     if lent[0] == (chunk, microbatch, layer, tracer.iteration_number) and clock.last is lent[1]:
                         t0 = lent[1]
                     else:
-                        tracer._put((FREE, lent[1]))
+                        tracer.free_stamp(lent[1])
             if t0 is None:
                 t0 = stamp()
             output = forward(*args, **kwargs)
             t1 = stamp()
             if link and t1 is not None:
-                tracer._put((SPEC_LENT, span, t0, t1, tracer.iteration_number, tracer._anchor))
+                record(span, t0, t1, lent=True)
                 hooks._fwd_link = ((chunk, microbatch, layer + 1, tracer.iteration_number), t1)
             else:
-                tracer._put((SPEC, span, t0, t1, tracer.iteration_number, tracer._anchor))
+                record(span, t0, t1)
             if backward is not None:
                 y = first_tensor(output)
                 if isinstance(y, Tensor) and y.requires_grad:
@@ -250,9 +251,7 @@ class _Backward:
         t0 = self.t0
         if t0 is not None:
             self.t0 = None
-            tracer = self.tracer
-            kind = SPEC_LENT if t1 is not None else SPEC
-            tracer._put((kind, self.spec, t0, t1, tracer.iteration_number, tracer._anchor))
+            self.tracer.record_spec(self.spec, t0, t1, lent=t1 is not None)
 
 
 def _is_identity(module: torch.nn.Module) -> bool:

@@ -229,3 +229,59 @@ def test_lines_are_what_encode_event_writes(tmp_path):
         assert encode_event(json.loads(line.rstrip(","))) == line + "\n"
     layer = [json.loads(line.rstrip(",")) for line in lines if "layer.forward" in line]
     assert [e["args"] for e in layer] == [{"iteration": i, "microbatch": 2, "chunk": 0, "layer": 3} for i in range(2)]
+
+
+def test_hooks_record_spans_through_public_methods(tmp_path):
+    # what mapp.megatron_hooks.layers does: its own stamps, a span whose end starts the next
+    # one (lent), a lent stamp nobody took given back
+    from mapp.capture.writer import EventSpec
+
+    tracer = make(tmp_path)
+    first, second = EventSpec("layer.forward", args={"layer": 0}), EventSpec("layer.forward", args={"layer": 1})
+    with tracer.iteration(0):
+        assert tracer.want[Granularity.LAYER] and tracer.wants(Granularity.LAYER)
+        t0, t1 = tracer.clock.stamp(), tracer.clock.stamp()
+        tracer.record_spec(first, t0, t1, lent=True)
+        t2 = tracer.clock.stamp()
+        tracer.record_spec(second, t1, t2)
+        tracer.free_stamp(tracer.clock.stamp())
+    assert not tracer.want[Granularity.LAYER]
+    tracer.close()
+    events, _ = read_v1(tracer.path)
+    spans = [(e["name"], e["args"]["layer"], e["ts"], e["dur"]) for e in xs(events) if e["name"] == "layer.forward"]
+    # the fake clock advances 1 us a reading; the second span starts at the stamp that ends the first
+    (_, l0, ts0, dur0), (_, l1, ts1, dur1) = spans
+    assert (l0, l1, dur0, dur1) == (0, 1, 1.0, 1.0) and ts1 == ts0 + dur0
+    assert tracer.stats["written"] == len(events) - len([e for e in events if e["ph"] == "M"])
+
+
+def test_a_disabled_tracer_takes_hook_records_too(tmp_path):
+    from mapp.capture.writer import EventSpec
+
+    tracer = Tracer(TracerConfig(enabled=False, trace_dir=str(tmp_path)))
+    tracer.record_spec(EventSpec("x"), None, None)
+    tracer.free_stamp(None)
+    assert not any(tmp_path.iterdir())
+
+
+def test_every_record_kind_is_made_by_its_function(tmp_path):
+    # the writer reads what the record functions make: each kind through a real writer
+    from mapp.capture import writer as w
+
+    clock = HostClock(get_ns=FakeNs(), get_unix_ns=lambda: 1_700_000_000_000_000_000)
+    out = tmp_path / "r.json"
+    sampled = []
+    tw = w.TraceWriter(str(out), pid=3, clock=clock, header_events=[])
+    spec = w.EventSpec("op", "compute", "compute", {"layer": 2})
+    a, b, c = clock.stamp(), clock.stamp(), clock.stamp()
+    for record in (w.span_record("scope", "data", "compute", a, b, {"k": 1}, 4, None),
+                   w.spec_record(spec, b, c, 4, None, lent=True), w.free_record(c),
+                   w.counter_record("gpu", 5_000, {"sm_mhz": 1400}, 4),
+                   w.call_record(lambda: sampled.append(1) or [w.counter_record("late", 6_000, {"v": 2}, 4)]),
+                   w.release_record(None)):
+        tw.put(record)
+    tw.close()
+    events, _ = read_v1(out)
+    assert [(e["ph"], e["name"]) for e in events] == [("X", "scope"), ("X", "op"), ("C", "gpu"), ("C", "late")]
+    assert events[0]["args"] == {"iteration": 4, "k": 1} and events[1]["args"] == {"iteration": 4, "layer": 2}
+    assert sampled == [1] and tw.failed is None
