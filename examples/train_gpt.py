@@ -96,6 +96,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--groups-json", default=None, help="rank 0 writes the parallel groups here")
     p.add_argument("--timings-json", default=None, help="each rank appends its step times here")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--scope-port", type=int, default=None,
+                   help="MegaScope: serve the live model's internals on this port (127.0.0.1; 0: any free port)")
+    p.add_argument("--scope-interval", type=int, default=10,
+                   help="MegaScope: a snapshot of the probe prompts every N iterations")
+    p.add_argument("--scope-host", default="127.0.0.1", help="MegaScope: address (not loopback: needs --scope-token)")
+    p.add_argument("--scope-token", default=None, help="MegaScope: secret every connection must present")
+    p.add_argument("--scope-dir", default=None,
+                   help="MegaScope: also write each snapshot here (safetensors + JSON index; mapp sql reads them)")
     add_trace_args(p)
     return p.parse_args(argv)
 
@@ -502,6 +510,24 @@ def make_profiler(args, rank: int, device: torch.device):
                          on_trace_ready=lambda p: p.export_chrome_trace(path))
 
 
+def start_scope(args, chunks):
+    """MegaScope on the live model (``--scope-port``): rank 0 serves the page; every
+    ``--scope-interval`` iterations all ranks take one captured forward pass of the probe
+    prompts. Tokens are bytes (the synthetic data's vocabulary is 256 ids)."""
+    if args.scope_port is None:
+        return None
+    if args.vpp:
+        raise SystemExit("--scope-port follows one model chunk per rank: leave out --vpp")
+    if args.vocab < 256:
+        raise SystemExit("--scope-port shows tokens as bytes: it needs --vocab 256 or more")
+    from mapp.scope.tokenizer import ByteTokenizer
+    from mapp.scope.training import TrainingScope
+
+    return TrainingScope(chunks, ByteTokenizer(), port=args.scope_port, interval=args.scope_interval,
+                         host=args.scope_host, token=args.scope_token, snapshot_dir=args.scope_dir,
+                         on_ready=lambda url: print(f"MegaScope serving at {url}", flush=True))
+
+
 def main(argv=None) -> None:
     global _BEFORE_MICROBATCH
     args = parse_args(argv)
@@ -546,11 +572,12 @@ def main(argv=None) -> None:
 
     tracer = install_from_args(args, model=chunks, optimizer=opt)
 
+    scope = start_scope(args, chunks)
     fb = get_forward_backward_func()
     delay_s = args.slow_ms / 1e3 if slow and args.slow_mode == "host-sleep" else 0.0
     replica = ps.get_data_parallel_rank()
     data = [batches(args, device, replica, delay_s, injected) for _ in chunks]
-    step_s = []
+    step_s, snapshot_s = [], []
     profiler = make_profiler(args, rank, device)
     if profiler is not None:
         profiler.start()
@@ -575,6 +602,10 @@ def main(argv=None) -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
         step_s.append(time.perf_counter() - t0)
+        if scope is not None:
+            t1 = time.perf_counter()
+            if scope.after_step(it):   # outside the step's timing: its own figure below
+                snapshot_s.append(time.perf_counter() - t1)
         injected.close_iteration()
         if profiler is not None:
             profiler.step()
@@ -585,6 +616,11 @@ def main(argv=None) -> None:
     if profiler is not None:
         profiler.stop()
     tracer.close()
+    if scope is not None:
+        scope.close()
+        if rank == 0 and snapshot_s:
+            print(f"scope: {len(snapshot_s)} snapshots, median {statistics.median(snapshot_s) * 1e3:.1f} ms each",
+                  flush=True)
     if args.timings_json:
         times = [None] * dist.get_world_size()
         dist.all_gather_object(times, {"step_s": step_s, "injected_s": injected.per_iteration})

@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from mapp.capture.reduce import reduce_bins
 
-__all__ = ["ScopeCapture", "gather_tp", "split_qkv", "attention_from_qk", "unwrap_gpt", "transformer_layers"]
+__all__ = ["ScopeCapture", "gather_tp", "tensor_stats", "split_qkv", "attention_from_qk", "unwrap_gpt", "transformer_layers"]
 
 
 def unwrap_gpt(model: Any) -> Any:
@@ -113,6 +113,8 @@ class ScopeCapture:
         self.local_heads = self.config.num_attention_heads // self.tp
         self.local_groups = groups // self.tp
         self.rows: dict[str, dict[int, torch.Tensor]] = {}
+        # statistics of each full activation before reduction: mapp.snapshot_format.STATS
+        self.stats: dict[str, dict[int, torch.Tensor]] = {}
         self.attention: dict[int, torch.Tensor] = {}
         self.residual: dict[int, torch.Tensor] = {}
         self.logits: torch.Tensor | None = None
@@ -163,7 +165,7 @@ class ScopeCapture:
         self._qk.clear()
 
     def clear(self) -> None:
-        self.rows, self.attention, self.residual, self.logits = {}, {}, {}, None
+        self.rows, self.stats, self.attention, self.residual, self.logits = {}, {}, {}, {}, None
 
     @staticmethod
     def _bind(fn, layer: int):
@@ -182,6 +184,7 @@ class ScopeCapture:
         """``x [tokens, batch, ...features]`` -> reduced ``[batch, tokens, bins]``."""
         flat = x.detach().reshape(x.shape[0], x.shape[1], -1)
         self.rows.setdefault(kind, {})[layer] = reduce_bins(flat, self.reducer, self.bins).transpose(0, 1)
+        self.stats.setdefault(kind, {})[layer] = tensor_stats(flat)
 
     # -- hooks -------------------------------------------------------------------------
 
@@ -233,6 +236,14 @@ class ScopeCapture:
         if not getattr(module, "gather_output", False):
             logits = self._gather(logits, -1)
         self.logits = logits.detach().float().transpose(0, 1)
+
+
+def tensor_stats(x: torch.Tensor) -> torch.Tensor:
+    """mean, std, min, max, absmax, rms, fraction of zeros of ``x``: one small tensor on the
+    device (copied to the host with the rows, never alone)."""
+    x = x.float()
+    return torch.stack([x.mean(), x.std() if x.numel() > 1 else x.new_zeros(()), x.min(), x.max(),
+                        x.abs().max(), x.square().mean().sqrt(), (x == 0).float().mean()])
 
 
 def gather_tp(x: torch.Tensor, dim: int, group: Any = None) -> torch.Tensor:

@@ -81,6 +81,7 @@ class LastPass:
     tokens: list[list[str]]
     attention: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [b, heads, L, L]
     residual: dict[int, np.ndarray] = field(default_factory=dict)   # layer -> [b, L, hidden]
+    stats: dict[int, dict[str, list[float]]] = field(default_factory=dict)  # layer -> kind -> STATS
 
 
 class Engine:
@@ -130,12 +131,12 @@ class Engine:
                 frame = _merge(parts)
                 if final:
                     self.last = LastPass([[self._text(t) for t in s] for s in seqs],
-                                         frame.pop("attention"), frame.pop("residual"))
+                                         frame.pop("attention"), frame.pop("residual"), frame.pop("stats"))
                     publish({"type": "done", "id": request_id, "layers": frame["layers"],
                              "tokens": self.last.tokens,
                              "text": [self.tokenizer.decode(s) for s in seqs]})
                 else:
-                    frame.pop("attention"), frame.pop("residual")
+                    frame.pop("attention"), frame.pop("residual"), frame.pop("stats")
                     publish({"type": "step", "id": request_id, "step": step, "rows_from": list(rows_from),
                              "tokens": [self._text(int(t)) for t in choice],
                              "token_ids": [int(t) for t in choice], **frame})
@@ -156,7 +157,7 @@ class Engine:
             return None
         frame = _merge(parts)
         tokens = [[self._text(t) for t in s] for s in seqs]
-        self.last = LastPass(tokens, frame.pop("attention"), frame.pop("residual"))
+        self.last = LastPass(tokens, frame.pop("attention"), frame.pop("residual"), frame.pop("stats"))
         return {"layers": frame["layers"], "tokens": tokens, "topk": frame["topk"],
                 "text": [self.tokenizer.decode(s) for s in seqs]}
 
@@ -235,9 +236,11 @@ class Engine:
         layers: dict[int, dict[str, list[np.ndarray]]] = {}
         for kind in KINDS:
             for layer, rows in capture.rows.get(kind, {}).items():
-                rows = rows.cpu().numpy()
+                rows = np.ascontiguousarray(rows.cpu().numpy())   # [b, L, bins]; rows of a prompt are contiguous
                 layers.setdefault(layer, {})[kind] = [rows[i, rows_from[i]: lengths[i]] for i in range(len(seqs))]
-        payload: dict[str, Any] = {"layers": layers, "attention": {}, "residual": {}}
+        stats = {layer: {kind: capture.stats[kind][layer].cpu().tolist() for kind in capture.stats
+                         if layer in capture.stats[kind]} for layer in layers} if final else {}
+        payload: dict[str, Any] = {"layers": layers, "attention": {}, "residual": {}, "stats": stats}
         if final:
             payload["attention"] = {n: a.cpu().numpy().astype(np.float32) for n, a in capture.attention.items()}
             payload["residual"] = {n: r.cpu().numpy().astype(np.float32) for n, r in capture.residual.items()}
@@ -274,13 +277,14 @@ class Engine:
 def _merge(parts: list[dict | None]) -> dict[str, Any]:
     """The stages' payloads -> one frame body: layers in model order, top-k from the last stage."""
     layers: dict[int, dict] = {}
-    frame: dict[str, Any] = {"topk": None, "clean_topk": None, "kl": None, "attention": {}, "residual": {}}
+    frame: dict[str, Any] = {"topk": None, "clean_topk": None, "kl": None, "attention": {}, "residual": {}, "stats": {}}
     for part in parts:
         if part is None:
             continue
         layers.update(part["layers"])
         frame["attention"].update(part["attention"])
         frame["residual"].update(part["residual"])
+        frame["stats"].update(part["stats"])
         for key in ("topk", "clean_topk", "kl"):
             if part.get(key) is not None:
                 frame[key] = part[key]

@@ -26,7 +26,7 @@ from mapp.errors import InputError
 
 from .protocol import DEFAULTS, KINDS, PERTURBATIONS, REDUCERS
 
-__all__ = ["serve", "init_parallel", "hello_frame"]
+__all__ = ["serve", "init_parallel", "architecture", "hello_frame"]
 
 IDLE_S = 30.0
 
@@ -59,15 +59,21 @@ def init_parallel(tp: int | None, pp: int) -> tuple[int, int]:
     return tp, pp
 
 
-def hello_frame(spec: Any, tp: int, pp: int, mode: str) -> dict[str, Any]:
-    return {
-        "type": "model", "mode": mode, "tp": tp, "pp": pp,
-        "layers": spec.num_layers, "heads": spec.num_attention_heads,
-        "query_groups": spec.num_query_groups, "hidden": spec.hidden_size, "ffn": spec.ffn_hidden_size,
-        "vocab": spec.vocab_size, "max_sequence_length": spec.max_sequence_length,
-        "reducers": list(REDUCERS), "kinds": list(KINDS),
-        "perturbations": {k: list(v) for k, v in PERTURBATIONS.items()}, "defaults": DEFAULTS,
-    }
+def architecture(gpt: Any) -> dict[str, Any]:
+    """What the page needs to know of the model, read off the built GPTModel (a served
+    checkpoint and a training job alike)."""
+    config = gpt.config
+    return {"layers": config.num_layers, "heads": config.num_attention_heads,
+            "query_groups": config.num_query_groups or config.num_attention_heads,
+            "hidden": config.hidden_size, "ffn": config.ffn_hidden_size,
+            "vocab": getattr(gpt, "vocab_size", None), "max_sequence_length": getattr(gpt, "max_sequence_length", None)}
+
+
+def hello_frame(arch: dict[str, Any], tp: int, pp: int, mode: str) -> dict[str, Any]:
+    """The ``model`` frame each new client gets first (:mod:`mapp.scope.protocol`)."""
+    return {"type": "model", "mode": mode, "tp": tp, "pp": pp, **arch,
+            "reducers": list(REDUCERS), "kinds": list(KINDS),
+            "perturbations": {k: list(v) for k, v in PERTURBATIONS.items()}, "defaults": DEFAULTS}
 
 
 def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
@@ -85,7 +91,7 @@ def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8765, 
     engine = Engine(model, load_tokenizer(checkpoint, spec))
     server = None
     if dist.get_rank() == 0:
-        server = ScopeServer(hello=hello_frame(spec, tp, pp, "serve"), answer=lambda m: answer(engine.last, m),
+        server = ScopeServer(hello=hello_frame(architecture(model), tp, pp, "serve"), answer=lambda m: answer(engine.last, m),
                              host=host, port=port, token=token)
         bound = server.start()
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host

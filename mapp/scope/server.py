@@ -63,6 +63,12 @@ MAX_INCOMING_BYTES = 4 * MAX_MESSAGE_BYTES
 MODEL_REQUESTS = ("generate", "perturb", "clear")
 
 
+def _encode(frame: dict[str, Any]) -> bytes:
+    # numpy arrays go out as JSON numbers; orjson writes C-contiguous ones natively
+    return orjson.dumps(frame, option=orjson.OPT_SERIALIZE_NUMPY,
+                        default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
+
+
 def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host.split("%")[0]).is_loopback
@@ -181,7 +187,7 @@ class ScopeServer:
         self._clients[client.number] = client
         writer = asyncio.create_task(self._write(client))
         try:
-            client.queue.put_nowait(orjson.dumps(self.hello))
+            client.queue.put_nowait(_encode(self.hello))
             async for raw in ws:
                 self._receive(client, raw)
         except Exception:  # a connection that breaks is that client's end, not the server's
@@ -223,7 +229,7 @@ class ScopeServer:
             frame = {**frame, "dropped": client.dropped}
             client.dropped = 0
         try:
-            client.queue.put_nowait(orjson.dumps(frame, option=orjson.OPT_SERIALIZE_NUMPY))
+            client.queue.put_nowait(_encode(frame))
         except asyncio.QueueFull:
             self._clients.pop(client.number, None)
             while not client.queue.empty():
