@@ -47,7 +47,7 @@ def build(size: str):
     spec = ModelSpec(num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_query_groups=groups,
                      ffn_hidden_size=ffn, vocab_size=256, max_sequence_length=seq)
     torch.manual_seed(0)
-    return spec, build_model(spec), seq, batch
+    return spec, build_model(spec, parallel_output=True), seq, batch   # as a training job builds it
 
 
 def generation(model, new: int, rounds: int) -> dict[str, float]:
