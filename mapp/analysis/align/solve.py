@@ -216,99 +216,162 @@ def solve(
 
     ``first_event_ns`` lists the ranks to align (with each one's first raw timestamp);
     ``last_event_ns`` is only used to place constant shifts mid-trace.
+
+    The steps: fit the equality anchors robustly (``_fit_equalities``); where there are
+    send/recv bounds, place components they alone link and enforce them (``_respect_order``);
+    leave on its own clock any rank whose solution is not finite (``_drop_non_finite``); say
+    why each group off the reference's clock is there (``_unlinked_notes``); and state each
+    rank's clock with the fit's residuals (``_clock_model``).
     """
     options = options or AlignOptions()
     ranks = sorted(first_event_ns)
     if not ranks:
         return ClockModel(options.reference_rank or 0, {}, [])
     index = {r: k for k, r in enumerate(ranks)}
-    n = len(ranks)
     t0 = np.array([first_event_ns[r] for r in ranks], dtype=np.int64)
     eq = _system(anchors.equal, index, t0, True)
-
     reference = options.reference_rank if options.reference_rank in index else ranks[0]
-    ref = index[reference]
-    w = eq.w0.copy()
-    n_comp, labels, order = _partition(eq, w, ref)
-    linked = labels
-    a = np.zeros(n)
-    s = np.zeros(n)
-    ridge = _ridge(eq, eq.w0) if options.drift else None
-    if len(eq.y):
-        for round_ in range(options.iterations):
-            # outlier rejection may cut every anchor between two groups of ranks: each part
-            # then needs a rank of its own held fixed, or the system is singular
-            n_comp, labels, order = _partition(eq, w, ref)
-            a_new, s_new = _solve_once(eq, w, options.drift, _fixed(labels, order, ref), ridge=ridge)
-            change = float(np.max(np.abs(a_new - a))) if round_ else np.inf
-            a, s = a_new, s_new
-            if (round_ >= 2 and change < _CONVERGED_NS) or round_ == options.iterations - 1:
-                break
-            w = eq.w0 * _robust_weights(_residuals(eq, a, s), eq.kind, tukey=round_ >= 1)
-    fixed = _fixed(labels, order, ref)
-    comp_members = [np.flatnonzero(labels == c) for c in range(n_comp)]
-    violations = 0
-    fixed_a = np.zeros(len(fixed))
-    notes: list[str] = []
+    fit = _fit_equalities(eq, index[reference], options)
+    violations, notes = 0, []
     if len(anchors.after):
         after = _system(anchors.after.with_columns(pl.lit(1.0).alias("weight"), pl.lit(2, pl.Int8).alias("kind")),
                         index, t0, True)
-        if n_comp > 1:
-            rank_of_comp = [[ranks[m] for m in comp_members[c]] for c in order]
-            a, fixed_a, merged, notes = _bridge(after, labels, order, a, s, fixed, rank_of_comp)
-            labels = _merge_labels(labels, order, merged)
-        heavy = 10.0 * (float(w.max()) if len(w) else 1.0)
-        active = np.zeros(len(after.y), dtype=bool)
-        for _ in range(options.inequality_rounds):
-            # aligned v - aligned u = -(y - model) must be >= 0
-            gap = -_residuals(after, a, s)
-            violated = gap < -0.5
-            if not violated.any():
-                break
-            active |= violated
-            both = _concat(eq, after, active)
-            a, s = _solve_once(both, np.concatenate([w, np.full(int(active.sum()), heavy)]), options.drift,
-                               fixed, fixed_a)
-        # only where both ends share a clock: across components the bound says nothing
-        gap = np.where(labels[after.i] == labels[after.j], -_residuals(after, a, s), 0.0)
+        violations, notes = _respect_order(fit, eq, after, ranks, options)
+    notes += _drop_non_finite(fit, ranks)
+    fit.order = [c for c in fit.order if (fit.labels == c).any()]
+    notes += _unlinked_notes(eq, fit.w, fit.linked, fit.labels, fit.order, ranks, reference)
+    return _clock_model(fit, eq, ranks, t0, last_event_ns, reference, violations, notes)
+
+
+@dataclass(slots=True)
+class _Fit:
+    """The solve's state: each rank's offset ``a`` (ns) and rate ``s`` (ns/s), the anchors'
+    weights ``w``, each rank's component ``labels`` and the components' ``order`` (the
+    reference's first); ``linked``: the components before outliers were rejected."""
+
+    ref: int
+    a: np.ndarray
+    s: np.ndarray
+    w: np.ndarray
+    labels: np.ndarray
+    order: list[int]
+    n_comp: int
+    linked: np.ndarray
+
+
+def _fit_equalities(eq: _System, ref: int, options: AlignOptions) -> _Fit:
+    """Iteratively reweighted least squares over the equality anchors: Huber weights, then
+    Tukey's, until the offsets move less than ``_CONVERGED_NS`` (or ``options.iterations``)."""
+    w = eq.w0.copy()
+    n_comp, labels, order = _partition(eq, w, ref)
+    fit = _Fit(ref, np.zeros(eq.n), np.zeros(eq.n), w, labels, order, n_comp, linked=labels)
+    if not len(eq.y):
+        return fit
+    ridge = _ridge(eq, eq.w0) if options.drift else None
+    for round_ in range(options.iterations):
+        # outlier rejection may cut every anchor between two groups of ranks: each part
+        # then needs a rank of its own held fixed, or the system is singular
+        fit.n_comp, fit.labels, fit.order = _partition(eq, fit.w, ref)
+        a, s = _solve_once(eq, fit.w, options.drift, _fixed(fit.labels, fit.order, ref), ridge=ridge)
+        change = float(np.max(np.abs(a - fit.a))) if round_ else np.inf
+        fit.a, fit.s = a, s
+        if (round_ >= 2 and change < _CONVERGED_NS) or round_ == options.iterations - 1:
+            break
+        fit.w = eq.w0 * _robust_weights(_residuals(eq, fit.a, fit.s), eq.kind, tukey=round_ >= 1)
+    return fit
+
+
+def _respect_order(fit: _Fit, eq: _System, after: _System, ranks: list[int],
+                   options: AlignOptions) -> tuple[int, list[str]]:
+    """The send/recv bounds (a receive cannot end before its send starts): place the components
+    only they link (``_bridge``), enforce them (``_active_set``), and count those no offset and
+    drift can honour. Updates ``fit``; returns (violations, notes)."""
+    fixed = _fixed(fit.labels, fit.order, fit.ref)
+    fixed_a = np.zeros(len(fixed))
+    notes: list[str] = []
+    if fit.n_comp > 1:
+        rank_of_comp = [[ranks[m] for m in np.flatnonzero(fit.labels == c)] for c in fit.order]
+        fit.a, fixed_a, merged, notes = _bridge(after, fit.labels, fit.order, fit.a, fit.s, fixed, rank_of_comp)
+        fit.labels = _merge_labels(fit.labels, fit.order, merged)
+    fit.a, fit.s = _active_set(eq, after, fit.w, fit.a, fit.s, fixed, fixed_a, options)
+    violations, note = _violations(after, fit.labels, fit.a, fit.s, ranks)
+    return violations, notes + ([note] if note else [])
+
+
+def _active_set(eq: _System, after: _System, w: np.ndarray, a: np.ndarray, s: np.ndarray, fixed: np.ndarray,
+                fixed_a: np.ndarray, options: AlignOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Add each violated bound as a heavy equality at its bound and solve again, for at most
+    ``options.inequality_rounds`` rounds."""
+    heavy = 10.0 * (float(w.max()) if len(w) else 1.0)
+    active = np.zeros(len(after.y), dtype=bool)
+    for _ in range(options.inequality_rounds):
+        # aligned v - aligned u = -(y - model) must be >= 0
+        gap = -_residuals(after, a, s)
         violated = gap < -0.5
-        violations = int(violated.sum())
-        if violations:
-            k = int(np.argmin(gap))
-            notes.append(
-                f"{violations} p2p messages (worst: rank {ranks[after.i[k]]} -> {ranks[after.j[k]]}, receive "
-                f"ends {-gap[k] / 1000:.1f} us before the send starts) cannot be ordered by any one offset and "
-                "drift per rank: the anchors contradict each other (wrongly paired calls, end times that are not "
-                "simultaneous, or a clock that jumps); times between these ranks are uncertain by that much "
-                "(compare with --no-align)")
+        if not violated.any():
+            break
+        active |= violated
+        both = _concat(eq, after, active)
+        a, s = _solve_once(both, np.concatenate([w, np.full(int(active.sum()), heavy)]), options.drift,
+                           fixed, fixed_a)
+    return a, s
 
-    bad = ~(np.isfinite(a) & np.isfinite(s))
-    if bad.any():  # never expected (the solve falls back to least squares); never passed on
-        a, s, labels = np.where(bad, 0.0, a), np.where(bad, 0.0, s), labels.copy()
-        for k in np.flatnonzero(bad):
-            labels[k] = int(labels.max()) + 1
-            order.append(int(labels[k]))
-            notes.append(f"rank {ranks[k]}: its clock could not be solved; left on its own clock")
-    order = [c for c in order if (labels == c).any()]
-    notes += _unlinked_notes(eq, w, linked, labels, order, ranks, reference)
 
-    r = _residuals(eq, a, s) if len(eq.y) else np.zeros(0)
-    inlier = w > 0
+def _violations(after: _System, labels: np.ndarray, a: np.ndarray, s: np.ndarray,
+                ranks: list[int]) -> tuple[int, str | None]:
+    """Bounds still violated between ranks that share a clock (across components a bound says
+    nothing), and the note that explains them."""
+    gap = np.where(labels[after.i] == labels[after.j], -_residuals(after, a, s), 0.0)
+    violated = gap < -0.5
+    violations = int(violated.sum())
+    if not violations:
+        return 0, None
+    k = int(np.argmin(gap))
+    return violations, (
+        f"{violations} p2p messages (worst: rank {ranks[after.i[k]]} -> {ranks[after.j[k]]}, receive "
+        f"ends {-gap[k] / 1000:.1f} us before the send starts) cannot be ordered by any one offset and "
+        "drift per rank: the anchors contradict each other (wrongly paired calls, end times that are not "
+        "simultaneous, or a clock that jumps); times between these ranks are uncertain by that much "
+        "(compare with --no-align)")
+
+
+def _drop_non_finite(fit: _Fit, ranks: list[int]) -> list[str]:
+    """A rank whose offset or rate is not finite goes on its own clock, in a component of its
+    own (never expected: the solve falls back to least squares; never passed on)."""
+    bad = ~(np.isfinite(fit.a) & np.isfinite(fit.s))
+    if not bad.any():
+        return []
+    notes = []
+    fit.a, fit.s, fit.labels = np.where(bad, 0.0, fit.a), np.where(bad, 0.0, fit.s), fit.labels.copy()
+    for k in np.flatnonzero(bad):
+        fit.labels[k] = int(fit.labels.max()) + 1
+        fit.order.append(int(fit.labels[k]))
+        notes.append(f"rank {ranks[k]}: its clock could not be solved; left on its own clock")
+    return notes
+
+
+def _clock_model(fit: _Fit, eq: _System, ranks: list[int], t0: np.ndarray, last_event_ns: dict[int, int] | None,
+                 reference: int, violations: int, notes: list[str]) -> ClockModel:
+    """Each rank's clock (its drift from the rate, the RMS of its inlier anchors' residuals) and
+    the components, in ``fit.order``."""
+    n = eq.n
+    r = _residuals(eq, fit.a, fit.s) if len(eq.y) else np.zeros(0)
+    inlier = fit.w > 0
     sq = np.where(inlier, r * r, 0.0)
     ssum = np.bincount(eq.i, weights=sq, minlength=n) + np.bincount(eq.j, weights=sq, minlength=n)
     cnt = (np.bincount(eq.i, weights=inlier.astype(float), minlength=n)
            + np.bincount(eq.j, weights=inlier.astype(float), minlength=n))
     rms = np.sqrt(np.divide(ssum, cnt, out=np.zeros(n), where=cnt > 0))
-    position = {c: k for k, c in enumerate(order)}
+    position = {c: k for k, c in enumerate(fit.order)}
     clocks = {}
     for k, rank in enumerate(ranks):
-        slope = s[k] / _NS_PER_S
+        slope = fit.s[k] / _NS_PER_S
         clocks[rank] = RankClock(
-            rank=rank, offset_ns=float(a[k]), drift_ppm=float((1.0 / (1.0 + slope) - 1.0) * 1e6),
+            rank=rank, offset_ns=float(fit.a[k]), drift_ppm=float((1.0 / (1.0 + slope) - 1.0) * 1e6),
             t0_ns=int(t0[k]), t1_ns=None if last_event_ns is None else int(last_event_ns.get(rank, t0[k])),
-            residual_ns=float(rms[k]), anchors=int(cnt[k]), component=position[labels[k]],
+            residual_ns=float(rms[k]), anchors=int(cnt[k]), component=position[fit.labels[k]],
         )
-    components = [sorted(ranks[m] for m in np.flatnonzero(labels == c)) for c in order]
+    components = [sorted(ranks[m] for m in np.flatnonzero(fit.labels == c)) for c in fit.order]
     return ClockModel(reference, clocks, components, violations=violations,
                       anchors_rejected=int((~inlier).sum()), notes=notes)
 
