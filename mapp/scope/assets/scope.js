@@ -436,7 +436,8 @@
     if (!run || !run.done) return;
     const key = selectedAttention();
     if (run.attention.has(key.join("/"))) { drawAttention(); return; }
-    empty("attention", "loading…");
+    // the previous matrix stays until the answer replaces it (no flicker on every snapshot)
+    if (!$("attention").dataset.drawn) empty("attention", "loading…");
     send({ type: "attention", layer: key[0], head: key[1], prompt: key[2] });
   }
 
@@ -444,7 +445,7 @@
     if (!run || !run.done) return;
     const layer = intValue("pca-layer");
     if (run.pca.has(layer)) { drawPca(); return; }
-    empty("pca", "loading…");
+    if (!$("pca").dataset.drawn) empty("pca", "loading…");
     send({ type: "pca", layer: layer });
   }
 
