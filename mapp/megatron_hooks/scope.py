@@ -94,17 +94,19 @@ def _plus_bias(output: Any) -> torch.Tensor:
 class ScopeCapture:
     """Forward hooks on one model chunk (one pipeline stage) for one or more forward passes.
 
-    ``rows[kind][layer]``: ``[batch, tokens, bins]`` reduced values (kinds:
-    ``mapp.scope.protocol.KINDS``). With ``keep_full``: ``attention[layer]`` ``[batch, heads,
+    ``rows[kind][layer]``: ``[batch, tokens - from_position, bins]`` reduced values (kinds:
+    ``mapp.scope.protocol.KINDS``) of the tokens from ``from_position`` on; with ``keep_full``
+    also ``stats[kind][layer]``, the full activation's statistics (:func:`tensor_stats`). With ``keep_full``: ``attention[layer]`` ``[batch, heads,
     tokens, tokens]`` and ``residual[layer]`` ``[batch, tokens, hidden]`` (layer 0: the
     embeddings). ``logits``: ``[batch, tokens, vocab]`` on the last stage. Each forward pass
     overwrites what the previous one left."""
 
     def __init__(self, model: Any, *, reducer: str = "rms", bins: int = 16, keep_full: bool = False,
-                 tp_group: Any = None):
+                 from_position: int = 0, tp_group: Any = None):
         self.gpt = unwrap_gpt(model)
         self.config = self.gpt.config
         self.reducer, self.bins, self.keep_full = reducer, bins, keep_full
+        self.from_position = from_position
         self.tp_group = tp_group if tp_group is not None else _tp_group()
         self.tp = dist.get_world_size(self.tp_group) if self.tp_group is not None else 1
         groups = self.config.num_query_groups or self.config.num_attention_heads
@@ -183,8 +185,10 @@ class ScopeCapture:
     def _store(self, kind: str, layer: int, x: torch.Tensor) -> None:
         """``x [tokens, batch, ...features]`` -> reduced ``[batch, tokens, bins]``."""
         flat = x.detach().reshape(x.shape[0], x.shape[1], -1)
-        self.rows.setdefault(kind, {})[layer] = reduce_bins(flat, self.reducer, self.bins).transpose(0, 1)
-        self.stats.setdefault(kind, {})[layer] = tensor_stats(flat)
+        # rows before from_position were sent at an earlier step: reduce only the new ones
+        self.rows.setdefault(kind, {})[layer] = reduce_bins(flat[self.from_position:], self.reducer, self.bins).transpose(0, 1)
+        if self.keep_full:
+            self.stats.setdefault(kind, {})[layer] = tensor_stats(flat)
 
     # -- hooks -------------------------------------------------------------------------
 

@@ -121,11 +121,12 @@ class Engine:
         rows_from = [0] * len(seqs)
         for step in range(new + 1):
             final = step == new   # one more pass over the finished text: rows for the last token
-            capture = ScopeCapture(self.model, reducer=reducer, bins=bins, keep_full=final)
+            start = 0 if final else min(rows_from)
+            capture = ScopeCapture(self.model, reducer=reducer, bins=bins, keep_full=final, from_position=start)
             logits, clean = self._step_logits(seqs, capture)
             choice = self._choose(logits, seqs)
             stage = self._stage_payload(capture, seqs, [0] * len(seqs) if final else rows_from,
-                                        logits, clean, top_k, final)
+                                        logits, clean, top_k, final, start)
             parts = self._collect(stage)
             if self.layout.rank == 0:
                 frame = _merge(parts)
@@ -229,7 +230,7 @@ class Engine:
         index = torch.tensor([len(s) - 1 for s in seqs], device=logits.device)
         return logits[torch.arange(len(seqs), device=logits.device), index, : self.vocab].float()
 
-    def _stage_payload(self, capture, seqs, rows_from, logits, clean, top_k, final) -> dict | None:
+    def _stage_payload(self, capture, seqs, rows_from, logits, clean, top_k, final, start: int = 0) -> dict | None:
         if not self.layout.reports:
             return None
         lengths = [len(s) for s in seqs]
@@ -237,7 +238,9 @@ class Engine:
         for kind in KINDS:
             for layer, rows in capture.rows.get(kind, {}).items():
                 rows = np.ascontiguousarray(rows.cpu().numpy())   # [b, L, bins]; rows of a prompt are contiguous
-                layers.setdefault(layer, {})[kind] = [rows[i, rows_from[i]: lengths[i]] for i in range(len(seqs))]
+                # the capture kept positions start.. only
+                layers.setdefault(layer, {})[kind] = [rows[i, rows_from[i] - start: lengths[i] - start]
+                                                      for i in range(len(seqs))]
         stats = {layer: {kind: capture.stats[kind][layer].cpu().tolist() for kind in capture.stats
                          if layer in capture.stats[kind]} for layer in layers} if final else {}
         payload: dict[str, Any] = {"layers": layers, "attention": {}, "residual": {}, "stats": stats}
