@@ -117,6 +117,7 @@ class Engine:
         seqs, new = self._prompt_ids(message["prompts"], message["max_new_tokens"])
         if self.layout.rank == 0:
             publish({"type": "start", "id": request_id, "perturbations": self.perturber.describe(),
+                     "reducer": reducer, "bins": bins, "top_k": top_k, "max_new_tokens": new,
                      "prompts": [[self._text(t) for t in s] for s in seqs]})
         rows_from = [0] * len(seqs)
         for step in range(new + 1):

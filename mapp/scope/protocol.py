@@ -24,8 +24,9 @@ that (target, layer) off.
 Server -> client
 ----------------
 ``model`` (on connect): the architecture, the parallel layout, the lists below, ``mode``
-("serve" or "training").
-``start``: ``id``, ``prompts`` (token texts per prompt), ``perturbations`` (active ones).
+("serve" or "training"), ``defaults`` and ``limits`` of ``generate``.
+``start``: ``id``, ``prompts`` (token texts per prompt), ``perturbations`` (active ones), and
+the run's ``reducer``, ``bins``, ``top_k``, ``max_new_tokens`` (every viewer sees every run).
 ``step``: ``id``, ``step``, ``tokens`` (the new token's text per prompt), ``token_ids``,
 ``topk`` (per prompt, ``[{"token", "id", "p"}]``), ``clean_topk`` and ``kl`` (per prompt;
 null when nothing is perturbed), ``rows_from`` (per prompt: the position of the first row
@@ -39,7 +40,8 @@ rows), ``dropped`` (steps this client missed).
 ``pca``: ``layer``, ``tokens`` (per prompt), ``points`` (per prompt, ``[x, y]`` per token, in
 order: a trajectory), ``explained`` (variance ratio of the two axes).
 ``perturbations``: ``active``: the perturbations now switched on.
-``snapshot`` (training mode): ``iteration`` and the fields of ``done`` for the probe prompts.
+``snapshot`` (training mode): ``iteration``, ``reducer``, ``bins``, ``topk`` (last position)
+and the fields of ``done`` for the probe prompts.
 ``error``: ``message``.
 """
 
@@ -51,7 +53,7 @@ from typing import Any
 
 __all__ = [
     "MAX_MESSAGE_BYTES", "MAX_PROMPTS", "MAX_PROMPT_CHARS", "MAX_NEW_TOKENS", "MAX_BINS",
-    "MAX_TOP_K", "REDUCERS", "PERTURBATIONS", "KINDS", "ProtocolError", "parse_message",
+    "MAX_TOP_K", "LIMITS", "REDUCERS", "PERTURBATIONS", "KINDS", "ProtocolError", "parse_message",
     "DEFAULTS",
 ]
 
@@ -80,6 +82,10 @@ PERTURBATIONS: dict[str, tuple[str, ...]] = {
     # "system": faults between layers, on the residual stream
     "residual": ("offset", "noise"),
 }
+
+LIMITS: dict[str, int] = {"prompts": MAX_PROMPTS, "prompt_chars": MAX_PROMPT_CHARS,
+                          "max_new_tokens": MAX_NEW_TOKENS, "bins": MAX_BINS, "top_k": MAX_TOP_K}
+"""What ``generate`` accepts, sent to the page in the ``model`` frame."""
 
 DEFAULTS: dict[str, Any] = {"max_new_tokens": 8, "reducer": "rms", "bins": 16, "top_k": 5}
 

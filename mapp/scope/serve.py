@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from mapp.errors import InputError
 
-from .protocol import DEFAULTS, KINDS, PERTURBATIONS, REDUCERS
+from .protocol import DEFAULTS, KINDS, LIMITS, PERTURBATIONS, REDUCERS
 
 __all__ = ["serve", "init_parallel", "architecture", "hello_frame"]
 
@@ -73,7 +73,8 @@ def hello_frame(arch: dict[str, Any], tp: int, pp: int, mode: str) -> dict[str, 
     """The ``model`` frame each new client gets first (:mod:`mapp.scope.protocol`)."""
     return {"type": "model", "mode": mode, "tp": tp, "pp": pp, **arch,
             "reducers": list(REDUCERS), "kinds": list(KINDS),
-            "perturbations": {k: list(v) for k, v in PERTURBATIONS.items()}, "defaults": DEFAULTS}
+            "perturbations": {k: list(v) for k, v in PERTURBATIONS.items()}, "defaults": DEFAULTS,
+            "limits": LIMITS}
 
 
 def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,

@@ -9,7 +9,8 @@ generation goes on; ``done`` repeats every row). A client that cannot take even 
 that are never dropped is disconnected.
 
 Safe by default: it binds 127.0.0.1; another address needs a token, which is then checked on
-every HTTP request and WebSocket connection (``?token=`` or ``Authorization: Bearer``);
+every HTTP request and WebSocket connection (``?token=``, ``Authorization: Bearer``, or the
+cookie the page gets when it is opened with the right ``?token=``);
 without a token a connection from a non-loopback peer is refused. Client messages are
 validated by :mod:`mapp.scope.protocol` (bounded size, fixed shapes, names from fixed lists);
 the files served are a fixed list.
@@ -61,6 +62,17 @@ MAX_INCOMING_BYTES = 4 * MAX_MESSAGE_BYTES
 
 # the model-side requests; the others are answered here from the last forward pass
 MODEL_REQUESTS = ("generate", "perturb", "clear")
+
+
+COOKIE = "mapp_scope_token"
+
+
+def _cookie(header: str, name: str) -> str:
+    for part in header.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name:
+            return value
+    return ""
 
 
 def _encode(frame: dict[str, Any]) -> bytes:
@@ -154,6 +166,8 @@ class ScopeServer:
             bearer = request.headers.get("Authorization", "")
             if bearer.startswith("Bearer "):
                 given = given or bearer[len("Bearer "):]
+            # the page is opened with ?token=; its assets and WebSocket come back with the cookie
+            given = given or _cookie(request.headers.get("Cookie", ""), COOKIE)
             return hmac.compare_digest(given.encode(), self.token.encode())
         peer = connection.remote_address[0] if connection.remote_address else ""
         return is_loopback(str(peer))
@@ -175,10 +189,11 @@ class ScopeServer:
         from websockets.http11 import Response
 
         body = self._files[path]
-        return Response(200, "OK", Headers([
-            ("Content-Type", content_type), ("Content-Length", str(len(body))),
-            ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff"),
-        ]), body)
+        headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))),
+                           ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff")])
+        if self.token and path == "/":
+            headers["Set-Cookie"] = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+        return Response(200, "OK", headers, body)
 
     # -- WebSocket -----------------------------------------------------------------------
 

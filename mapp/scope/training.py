@@ -81,7 +81,7 @@ class TrainingScope:
         finally:
             self.model.train(was_training)
         if snap is not None:
-            self._publish({"type": "snapshot", "iteration": iteration, **snap})
+            self._publish({"type": "snapshot", "iteration": iteration, "reducer": self.reducer, "bins": self.bins, **snap})
             if self.snapshot_dir is not None:
                 self._write(iteration, snap)
         return True

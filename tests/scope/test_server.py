@@ -137,6 +137,17 @@ def test_a_non_loopback_peer_without_the_token_is_refused():
         assert srv.clients == 0
         with connect(f"ws://{address}:{srv.port}/ws?token=s3cret") as ws:
             assert _recv(ws) == HELLO
-        assert urllib.request.urlopen(f"http://{address}:{srv.port}/?token=s3cret").status == 200
+        page = urllib.request.urlopen(f"http://{address}:{srv.port}/?token=s3cret")
+        assert page.status == 200
+        # the page's own requests (assets, the WebSocket) carry the cookie it was given
+        cookie = page.headers["Set-Cookie"].split(";")[0]
+        asset = urllib.request.Request(f"http://{address}:{srv.port}/assets/scope.js", headers={"Cookie": cookie})
+        assert urllib.request.urlopen(asset).status == 200
+        with connect(f"ws://{address}:{srv.port}/ws", additional_headers={"Cookie": cookie}) as ws:
+            assert _recv(ws) == HELLO
+        forged = urllib.request.Request(f"http://{address}:{srv.port}/assets/scope.js",
+                                        headers={"Cookie": "mapp_scope_token=guess"})
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(forged)
     finally:
         srv.stop()
