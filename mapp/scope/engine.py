@@ -236,12 +236,10 @@ class Engine:
             return None
         lengths = [len(s) for s in seqs]
         layers: dict[int, dict[str, list[np.ndarray]]] = {}
-        for kind in KINDS:
-            for layer, rows in capture.rows.get(kind, {}).items():
-                rows = np.ascontiguousarray(rows.cpu().numpy())   # [b, L, bins]; rows of a prompt are contiguous
-                # the capture kept positions start.. only
-                layers.setdefault(layer, {})[kind] = [rows[i, rows_from[i] - start: lengths[i] - start]
-                                                      for i in range(len(seqs))]
+        for (kind, layer), rows in _to_host({(k, n): r for k in KINDS for n, r in capture.rows.get(k, {}).items()}).items():
+            # rows [b, L, bins]: the capture kept positions start.. only
+            layers.setdefault(layer, {})[kind] = [rows[i, rows_from[i] - start: lengths[i] - start]
+                                                  for i in range(len(seqs))]
         stats = {layer: {kind: capture.stats[kind][layer].cpu().tolist() for kind in capture.stats
                          if layer in capture.stats[kind]} for layer in layers} if final else {}
         payload: dict[str, Any] = {"layers": layers, "attention": {}, "residual": {}, "stats": stats}
@@ -276,6 +274,21 @@ class Engine:
         parts = [None] * self.layout.world if self.layout.rank == 0 else None
         dist.gather_object(payload, parts, dst=0)
         return parts
+
+
+def _to_host(tensors: dict[Any, torch.Tensor]) -> dict[Any, np.ndarray]:
+    """Every tensor to the host in one copy: on a GPU each ``.cpu()`` waits for the device, and
+    a step has six kinds of rows per layer."""
+    if not tensors:
+        return {}
+    keys = list(tensors)
+    flat = torch.cat([tensors[k].float().reshape(-1) for k in keys]).cpu().numpy()
+    out, offset = {}, 0
+    for k in keys:
+        n = tensors[k].numel()
+        out[k] = flat[offset: offset + n].reshape(tensors[k].shape)
+        offset += n
+    return out
 
 
 def _merge(parts: list[dict | None]) -> dict[str, Any]:
