@@ -26,7 +26,7 @@ SPEC = ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_
 def model():
     ensure_model_parallel()
     torch.manual_seed(3)
-    m = build_model(SPEC, device="cpu")
+    m = build_model(SPEC)   # the CPU here; the GPU where there is one (megatron's buffers live there)
     with torch.no_grad():   # non-zero biases, so that a split that drops or misplaces them shows
         for name, p in m.named_parameters():
             if name.endswith("bias"):
@@ -34,12 +34,16 @@ def model():
     return m.eval()
 
 
+def _device():
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
 def _batch(b=2, s=9):
     gen = torch.Generator().manual_seed(11)
     tokens = torch.randint(0, SPEC.vocab_size, (b, s), generator=gen)
     positions = torch.arange(s).unsqueeze(0).expand(b, -1)
     mask = torch.ones(1, 1, s, s, dtype=torch.bool).triu(1)
-    return tokens, positions, mask
+    return tokens.to(_device()), positions.to(_device()), mask.to(_device())
 
 
 def _run(model, capture=None, inputs=None):
@@ -78,7 +82,7 @@ def test_qkv_split_matches_an_unfused_gqa_attention(model):
     # plain GQA attention: query head h uses key/value group h // (heads/groups)
     scores = torch.einsum("qbhd,kbhd->bhqk", q, k.repeat_interleave(per, dim=2)) / math.sqrt(hd)
     s = x.shape[0]
-    probs = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+    probs = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1), float("-inf")).softmax(-1)
     context = torch.einsum("bhqk,kbhd->qbhd", probs, v.repeat_interleave(per, dim=2)).reshape(s, x.shape[1], -1)
     proj = attn.linear_proj
     out = context @ proj.weight.detach().T + proj.bias.detach()
@@ -107,7 +111,7 @@ def test_recomputed_attention_equals_the_materialised_one(model):
     assert capture.attention[2].shape == (2, SPEC.num_attention_heads, 9, 9)
     # causal: nothing attends to a later token, and each row is a distribution
     assert torch.all(capture.attention[2].triu(1) == 0)
-    torch.testing.assert_close(capture.attention[2].sum(-1), torch.ones(2, 4, 9))
+    torch.testing.assert_close(capture.attention[2].sum(-1), torch.ones(2, 4, 9, device=_device()))
 
 
 def test_capture_covers_every_layer_and_the_logits_and_leaves_no_hook(model):
@@ -159,7 +163,7 @@ def test_training_through_a_perturbation_keeps_autograd_and_the_weights():
     parameter and are finite, and the weights afterwards are bit for bit the ones before."""
     ensure_model_parallel()
     torch.manual_seed(4)
-    m = build_model(SPEC, device="cpu").train()
+    m = build_model(SPEC).train()
     before = {n: p.detach().clone() for n, p in m.named_parameters()}
     perturber = Perturber(m)
     perturber.set(Perturbation("weights", "gaussian", 0.3, layer=1, seed=1))

@@ -31,11 +31,12 @@ def _hooks(model) -> int:
 def test_snapshots_every_interval_and_nothing_between(tmp_path):
     ensure_model_parallel()
     torch.manual_seed(0)
-    model = build_model(SPEC, device="cpu", parallel_output=True).train()   # as training builds it
+    model = build_model(SPEC, parallel_output=True).train()   # as training builds it (CPU, or the GPU)
+    device = next(model.parameters()).device
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    tokens = torch.randint(0, 256, (2, 17))
-    positions = torch.arange(16).unsqueeze(0).expand(2, -1)
-    mask = torch.ones(1, 1, 16, 16, dtype=torch.bool).triu(1)
+    tokens = torch.randint(0, 256, (2, 17)).to(device)
+    positions = torch.arange(16, device=device).unsqueeze(0).expand(2, -1)
+    mask = torch.ones(1, 1, 16, 16, dtype=torch.bool, device=device).triu(1)
     scope = TrainingScope(model, ByteTokenizer(), port=0, interval=3, prompts=["abc abc", "xyz"],
                           snapshot_dir=str(tmp_path / "scope"))
     try:
