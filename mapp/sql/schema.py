@@ -147,6 +147,16 @@ TABLES: dict[str, Table] = {t.name: t for t in [
         "notes": "why a table is empty or times are not aligned, one line each",
         "mapp_version": "mapp that built this schema", "schema_version": "version of this schema",
     }),
+    Table("snapshots", "one tensor of one MegaScope snapshot found under the bundle directory "
+          "(training with --scope-dir; empty when there is none)", {
+        "step": "training iteration of the snapshot", "source": "what took it (training)",
+        "tensor": "name in the .safetensors file, layer<N>.<kind>", "layer": "layer number (0: embeddings)",
+        "kind": "q, k, v, fc1, fc2, residual (reduced rows), attention, hidden (full)",
+        "numel": "elements stored", "mean": "mean of the full activation", "std": "its standard deviation",
+        "min": "its smallest value", "max": "its largest value", "absmax": "its largest magnitude",
+        "rms": "its root mean square", "zeros": "fraction of its elements that are exactly 0",
+        "file": "the snapshot's JSON index (read it with mapp.snapshot_format.read_snapshot)",
+    }),
 ]}
 
 
@@ -243,6 +253,7 @@ def build_schema(
     _build_bundle(con, bundle, clock, notes)
     _build_window_pieces(con)
     _build_coverage(con, persist)
+    _build_snapshots(con, bundle.directory)
     for note in notes:
         if warn:
             warn(note)
@@ -466,6 +477,16 @@ def markdown_tables() -> str:
         rows = "\n".join(f"| `{name}` | {meaning} |" for name, meaning in t.columns.items())
         parts.append(f"### `{t.name}`: {t.row}\n\n| column | meaning |\n|---|---|\n{rows}\n")
     return "\n".join(parts)
+
+
+def _build_snapshots(con: duckdb.DuckDBPyConnection, directory: Path) -> None:
+    """MegaScope's per-tensor statistics (``mapp.snapshot_format``), from the JSON indexes only."""
+    from mapp.snapshot_format import snapshot_stats
+
+    floats = ("mean", "std", "min", "max", "absmax", "rms", "zeros")
+    schema = {"step": pl.Int64, "source": pl.String, "tensor": pl.String, "layer": pl.Int32, "kind": pl.String,
+              "numel": pl.Int64, **{name: pl.Float64 for name in floats}, "file": pl.String}
+    _create_from_frame(con, "snapshots", pl.DataFrame(list(snapshot_stats(directory)), schema=schema))
 
 
 def describe(con: duckdb.DuckDBPyConnection) -> dict:
