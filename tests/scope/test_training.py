@@ -80,3 +80,28 @@ def test_snapshots_every_interval_and_nothing_between(tmp_path):
     rows = list(snapshot_stats(tmp_path))
     fc1 = [r for r in rows if r["step"] == 6 and r["tensor"] == "layer1.fc1"][0]
     assert fc1["numel"] > 0 and fc1["absmax"] >= abs(fc1["mean"]) and 0 <= fc1["zeros"] <= 1
+
+
+def test_the_training_example_streams_a_tp2_pp2_job(tmp_path):
+    """examples/train_gpt.py --scope-port under torchrun (4 ranks, TP=2 x PP=2): rank 0 serves,
+    every rank takes part in each snapshot, and each snapshot holds the layers of both stages."""
+    import subprocess
+    import sys
+
+    from tests.scope._serve import ROOT, env
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
+           str(ROOT / "examples" / "train_gpt.py"), "--tp", "2", "--pp", "2", "--layers", "4", "--hidden", "64",
+           "--heads", "4", "--seq", "32", "--iterations", "5", "--scope-port", "0", "--scope-interval", "2",
+           "--scope-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env(), cwd=ROOT)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "MegaScope serving at http://127.0.0.1:" in output and "scope: 3 snapshots" in output
+    paths = find_snapshots(tmp_path)
+    assert [read_snapshot(p, tensors=False).step for p in paths] == [0, 2, 4]
+    snap = read_snapshot(paths[-1])
+    assert sorted({info["layer"] for info in snap.meta["tensors"].values()}) == [0, 1, 2, 3, 4]
+    # the first probe prompt is longer than --seq 32: its last 32 tokens are shown
+    assert snap.get(3, "attention").shape == (2, 4, 32, 32)
+    assert np.isfinite(snap.get(4, "fc2")[0]).all()
