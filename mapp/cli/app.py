@@ -16,7 +16,7 @@ from __future__ import annotations
 import typer
 
 from mapp import __version__
-from mapp.cli import bench, demo, detect, report, scope, simulate, sql, trace
+from mapp.cli import bench, demo, detect, report, schedule, scope, simulate, sql, trace
 
 app = typer.Typer(
     name="mapp",
@@ -27,7 +27,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 
-COMMAND_MODULES = (demo, simulate, detect, sql, report, trace, bench, scope)
+COMMAND_MODULES = (demo, simulate, detect, sql, report, trace, bench, scope, schedule)
 
 for _module in COMMAND_MODULES:
     app.add_typer(_module.commands)
