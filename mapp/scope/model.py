@@ -117,10 +117,8 @@ class ModelSpec:
     def save(self, directory) -> None:
         """Write ``directory/mapp_model.json`` (atomically: a reader never sees half a file)."""
         path = Path(directory) / SPEC_FILE
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".mapp_model.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(self), f, indent=2)
-            f.write("\n")
+        tmp = path.with_name(f".{SPEC_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
         os.replace(tmp, path)
 
     def transformer_config(self, *, tp: int = 1, pp: int = 1, dtype=torch.float32, device_is_cpu=True):
