@@ -20,6 +20,7 @@ TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_conf
                    "special_tokens_map.json")
 """The Hugging Face tokenizer files a converted checkpoint keeps (whichever the source had)."""
 
+_END_OF_TEXT = "<|endoftext|>"
 _NAMED_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
@@ -90,32 +91,46 @@ def _gpt2_byte_decoder() -> dict[str, int]:
 
 
 class GPT2Tokenizer:
-    """GPT-2's byte-level BPE, from tokenizer files in a local directory (no hub)."""
+    """GPT-2's byte-level BPE, from tokenizer files in a local directory (no hub).
+
+    Read with the ``tokenizers`` library (what transformers' fast tokenizers run on) from
+    ``tokenizer.json``, or from ``vocab.json`` + ``merges.txt`` where that is all there is."""
 
     def __init__(self, directory) -> None:
-        from transformers import AutoTokenizer
-
+        directory = Path(directory)
         try:
-            self._tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-        except Exception as e:  # transformers raises OSError/ValueError with long messages
+            self._tok = self._read(directory)
+        except Exception as e:  # tokenizers raises plain Exceptions with long messages
             text = " ".join(str(e).split())[:200]
             raise InputError(f"cannot read the GPT-2 tokenizer files in {directory}: {text}",
-                             "the converter copies vocab.json and merges.txt there") from None
-        self.vocab_size = len(self._tok)
+                             "the converter copies tokenizer.json (or vocab.json and merges.txt) there") from None
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+
+    @staticmethod
+    def _read(directory: Path):
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers.implementations import ByteLevelBPETokenizer
+
+        if (directory / "tokenizer.json").is_file():
+            return HFTokenizer.from_file(str(directory / "tokenizer.json"))
+        tok = ByteLevelBPETokenizer(str(directory / "vocab.json"), str(directory / "merges.txt"))
+        if tok.token_to_id(_END_OF_TEXT) is not None:
+            tok.add_special_tokens([_END_OF_TEXT])   # one token, not 13 bytes, as in GPT-2
+        return tok
 
     def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False))
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids``; ids the tokenizer does not know (a padded vocabulary) are skipped."""
-        return self._tok.decode([i for i in ids if 0 <= i < self.vocab_size])
+        return self._tok.decode([i for i in ids if 0 <= i < self.vocab_size], skip_special_tokens=False)
 
     def token_text(self, token_id: int) -> str:
         """The token's bytes as text (a leading space stays a space); a token that is part of
         a multi-byte character shows its bytes as \\xNN."""
-        if not 0 <= token_id < self.vocab_size:
+        piece = self._tok.id_to_token(token_id) if 0 <= token_id < self.vocab_size else None
+        if piece is None:
             return f"<{token_id}>"
-        piece = self._tok.convert_ids_to_tokens(token_id)
         decoder = _gpt2_byte_decoder()
         if all(ch in decoder for ch in piece):
             return _printable_bytes(bytes(decoder[ch] for ch in piece))
