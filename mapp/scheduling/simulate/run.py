@@ -106,9 +106,17 @@ def _policy(config: ScheduleConfig, known: StepCosts, seed: int):
     rule = config.schedule.removeprefix("dpp-")
     caps = activation_caps(config)
     budgets = [min(config.memory_budget, cap) if config.memory_budget else max(cap - 1, 1) for cap in caps]
-    order = plan_order(config, known, lambda o: Dynamic(reference_orders(config, o), caps, rule,
-                                                        window=config.window, budgets=budgets), seed=seed)
-    return Dynamic(reference_orders(config, order), caps, rule, window=config.window, budgets=budgets), order
+
+    def dynamic(order: list[int], window: int = config.window) -> Dynamic:
+        return Dynamic(reference_orders(config, order), caps, rule, window=window, budgets=budgets)
+
+    order = plan_order(config, known, dynamic, seed=seed)
+    # The plan also settles whether running ahead pays: where it delays the plan on the known
+    # times, the ranks follow the plan strictly.
+    window = config.window
+    if window and replay(config, known, dynamic(order, 0)).makespan < replay(config, known, dynamic(order)).makespan - 1e-9:
+        window = 0
+    return dynamic(order, window), order
 
 
 def simulate_step(config: ScheduleConfig, seed: int) -> StepResult:
