@@ -83,9 +83,10 @@ def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8765, 
     from .engine import Engine
     from .model import load_checkpoint
     from .tokenizer import load_tokenizer
-    from .server import ScopeServer
+    from .server import ScopeServer, check_binding
     from .views import answer
 
+    check_binding(host, token)
     checkpoint = Path(checkpoint)
     tp, pp = init_parallel(tp, pp)
     model, spec = load_checkpoint(checkpoint)

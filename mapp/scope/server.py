@@ -34,7 +34,7 @@ from mapp.errors import InputError
 
 from .protocol import MAX_MESSAGE_BYTES, ProtocolError, parse_message
 
-__all__ = ["ScopeServer", "is_loopback", "ASSETS"]
+__all__ = ["ScopeServer", "is_loopback", "check_binding", "ASSETS"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -88,6 +88,13 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def check_binding(host: str, token: str | None) -> None:
+    """Refuse a non-loopback address without a token (before anything slow is loaded)."""
+    if not is_loopback(host) and not token:
+        raise InputError(f"serving on {host} would let anyone who can reach it use the model",
+                         "pass --token SECRET, or keep the default --host 127.0.0.1")
+
+
 class _Client:
     def __init__(self, number: int, ws: Any):
         self.number = number
@@ -107,9 +114,7 @@ class ScopeServer:
     def __init__(self, *, hello: dict[str, Any], answer: Callable[[dict[str, Any]], dict[str, Any]],
                  host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
                  commands: "queue.Queue[tuple[int, dict[str, Any]]] | None" = None):
-        if not is_loopback(host) and not token:
-            raise InputError(f"serving on {host} would let anyone who can reach it use the model",
-                             "pass --token SECRET, or keep the default --host 127.0.0.1")
+        check_binding(host, token)
         self.host, self.port, self.token = host, port, token
         self.hello, self.answer = hello, answer
         self.commands = commands if commands is not None else queue.Queue(maxsize=COMMAND_QUEUE)
