@@ -12,7 +12,6 @@ import dataclasses
 import fnmatch
 import math
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -24,25 +23,11 @@ import pytest
 
 from mapp.report import write_html
 from mapp.report.html import CHARTS
+from tests._browser import browser, needs_browser  # noqa: F401  (browser: a fixture)
 from tests.analysis.detect._sim import simulated
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ("page.html", "report.css", "report.js")
-
-
-def _playwright():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        return None
-    return sync_playwright
-
-
-needs_browser = pytest.mark.skipif(
-    CHROMIUM is None or _playwright() is None,
-    reason="headless Chromium or Playwright absent: apt-get install -y chromium; pip install -e '.[dev]'",
-)
 
 
 # -- the file ------------------------------------------------------------------------------------
@@ -97,16 +82,6 @@ def test_rendering_imports_no_torch(tmp_path):
 
 
 # -- in the browser ------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def browser():
-    with _playwright()() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield browser
-        finally:
-            browser.close()
-
 
 @dataclasses.dataclass
 class Loaded:

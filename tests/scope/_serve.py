@@ -58,6 +58,10 @@ class Served:
         for line in self.proc.stdout:
             self.output.append(line)
 
+    def tail(self, chars: int = 3000) -> str:
+        """The end of what the job printed (for a failing test's message)."""
+        return "".join(self.output)[-chars:]
+
     @property
     def ws_url(self) -> str:
         return self.url.replace("http://", "ws://").rstrip("/") + "/ws"

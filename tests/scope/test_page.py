@@ -14,15 +14,8 @@ properties). Skips without chromium or Playwright.
 from __future__ import annotations
 
 import math
-import os
-import queue
 import re
-import shutil
-import subprocess
-import sys
-import threading
 from pathlib import Path
-from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import pytest
@@ -31,9 +24,9 @@ pytest.importorskip("megatron.core")
 import torch  # noqa: E402
 
 from mapp.scope.model import ModelSpec, build_model, ensure_model_parallel, save_checkpoint  # noqa: E402
+from tests._browser import browser, needs_browser  # noqa: E402, F401  (browser: a fixture)
+from tests.scope._serve import Served  # noqa: E402
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ("heatmap", "overview", "attention", "topk", "pca")
 PROMPTS = ("The cat sat on the", "Once upon a <b>time</b> &")   # markup in a prompt is text, not HTML
 NEW_TOKENS = 8
@@ -43,27 +36,10 @@ START_S = 240   # a loaded 2-core CI machine imports torch and megatron slowly
 RUN_MS = 180_000
 
 
-def _playwright():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        return None
-    return sync_playwright
-
-
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or _playwright() is None,
-    reason="headless Chromium or Playwright absent: apt-get install -y chromium; pip install -e '.[dev]'",
-)
+pytestmark = needs_browser
 
 SPEC = ModelSpec(num_layers=LAYERS, hidden_size=64, num_attention_heads=4, num_query_groups=2,
                  ffn_hidden_size=128, vocab_size=256, max_sequence_length=64, tokenizer="bytes")
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -72,67 +48,15 @@ def checkpoint(tmp_path_factory) -> Path:
     ensure_model_parallel()
     torch.manual_seed(7)
     directory = tmp_path_factory.mktemp("scope") / "ckpt"
-    save_checkpoint(build_model(SPEC, device="cpu").eval(), SPEC, directory)
+    save_checkpoint(build_model(SPEC).eval(), SPEC, directory)
     return directory
 
 
-class Served(NamedTuple):
-    url: str
-    log: Path   # the server's stderr
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-
 @pytest.fixture(scope="module")
-def server(checkpoint, tmp_path_factory):
-    """``mapp scope serve CHECKPOINT --port 0``; yields the page's URL read from its stdout."""
-    log = tmp_path_factory.mktemp("scope-log") / "serve.log"
-    with open(log, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "mapp", "scope", "serve", str(checkpoint), "--port", "0"],
-                                stdout=subprocess.PIPE, stderr=stderr, text=True, env=_env())
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:   # the pipe is drained all along, so the server never blocks on stdout
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    url = None
-    try:
-        while url is None:
-            try:
-                line = lines.get(timeout=START_S)
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            found = re.search(r"MegaScope serving at (http://127\.0\.0\.1:\d+/\S*)", line)
-            url = found.group(1) if found else None
-        if url is None:
-            proc.kill()
-            proc.wait(10)
-            pytest.fail(f"mapp scope serve did not start (exit {proc.returncode}):\n{log.read_text()[-3000:]}")
-        yield Served(url, log)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with _playwright()() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield browser
-        finally:
-            browser.close()
+def server(checkpoint):
+    """``mapp scope serve CHECKPOINT --port 0`` (its output drained all along, so it never blocks)."""
+    with Served(checkpoint, timeout=START_S) as served:
+        yield served
 
 
 class Session:
