@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mapp.scheduling.simulate.config import ScheduleConfig
 from mapp.scheduling.simulate.engine import Task
 
-__all__ = ["one_f_one_b", "interleaved", "schedule_table", "peak_of"]
+__all__ = ["one_f_one_b", "interleaved", "schedule_table", "peak_of", "reference_orders", "activation_caps"]
 
 
 def schedule_table(microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
@@ -70,3 +71,16 @@ def peak_of(steps: Sequence[Task]) -> int:
         held += 1 if kind == "F" else -1 if kind == "B" else 0
         peak = max(peak, held)
     return peak
+
+
+def reference_orders(config: ScheduleConfig, order: Sequence[int] | None = None) -> list[list[Task]]:
+    """Megatron's order for this shape: 1F1B with one chunk per stage, interleaved with more."""
+    if config.vpp == 1:
+        return one_f_one_b(config.pp, config.microbatches, order)
+    group = min(config.group, config.microbatches)
+    return interleaved(config.pp, config.vpp, config.microbatches, group, order)
+
+
+def activation_caps(config: ScheduleConfig) -> list[int]:
+    """Per stage, the activations megatron's own schedule of this shape holds at its peak."""
+    return [peak_of(steps) for steps in reference_orders(config)]

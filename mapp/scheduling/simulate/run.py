@@ -11,10 +11,11 @@ from mapp.scheduling.simulate.bounds import lower_bound
 from mapp.scheduling.simulate.config import DPP_SCHEDULES, ScheduleConfig
 from mapp.scheduling.simulate.costs import StepCosts, draw_costs
 from mapp.scheduling.simulate.engine import Replay, replay
-from mapp.scheduling.simulate.planning import plan_order
-from mapp.scheduling.simulate.policies import Dynamic, Ordered, ZeroBubbleH1
+from mapp.scheduling.simulate.orders import activation_caps, reference_orders
+from mapp.scheduling.simulate.planning import plan_dynamic
+from mapp.scheduling.simulate.policies import Ordered, ZeroBubbleH1
 
-__all__ = ["StepResult", "Summary", "simulate_step", "simulate", "reference_orders", "activation_caps"]
+__all__ = ["StepResult", "Summary", "simulate_step", "simulate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,19 +84,6 @@ class Summary:
         }
 
 
-def reference_orders(config: ScheduleConfig, order: list[int] | None = None) -> list[list]:
-    """Megatron's order for this shape: 1F1B with one chunk per stage, interleaved with more."""
-    if config.vpp == 1:
-        return orders.one_f_one_b(config.pp, config.microbatches, order)
-    group = min(config.group, config.microbatches)
-    return orders.interleaved(config.pp, config.vpp, config.microbatches, group, order)
-
-
-def activation_caps(config: ScheduleConfig) -> list[int]:
-    """Per stage, the activations megatron's own schedule of this shape holds at its peak."""
-    return [orders.peak_of(steps) for steps in reference_orders(config)]
-
-
 def _policy(config: ScheduleConfig, known: StepCosts, seed: int):
     """The schedule's policy and the microbatch order it runs."""
     data = list(range(config.microbatches))
@@ -103,20 +91,8 @@ def _policy(config: ScheduleConfig, known: StepCosts, seed: int):
         return Ordered(reference_orders(config)), data
     if config.schedule == "zb-h1":
         return ZeroBubbleH1(orders.one_f_one_b(config.pp, config.microbatches), activation_caps(config)), data
-    rule = config.schedule.removeprefix("dpp-")
-    caps = activation_caps(config)
-    budgets = [min(config.memory_budget, cap) if config.memory_budget else max(cap - 1, 1) for cap in caps]
-
-    def dynamic(order: list[int], window: int = config.window) -> Dynamic:
-        return Dynamic(reference_orders(config, order), caps, rule, window=window, budgets=budgets)
-
-    order = plan_order(config, known, dynamic, seed=seed)
-    # The plan also settles whether running ahead pays: where it delays the plan on the known
-    # times, the ranks follow the plan strictly.
-    window = config.window
-    if window and replay(config, known, dynamic(order, 0)).makespan < replay(config, known, dynamic(order)).makespan - 1e-9:
-        window = 0
-    return dynamic(order, window), order
+    plan = plan_dynamic(config, known, seed=seed)
+    return plan.policy(), plan.order
 
 
 def simulate_step(config: ScheduleConfig, seed: int) -> StepResult:
