@@ -6,7 +6,7 @@ Anything else escaping to the CLI is a bug in mapp and keeps its traceback.
 
 from __future__ import annotations
 
-__all__ = ["MappError", "InputError", "OutputError", "TraceFormatError", "LayoutError", "INTERRUPTED"]
+__all__ = ["MappError", "InputError", "OutputError", "TraceFormatError", "LayoutError", "TransportError", "INTERRUPTED"]
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C: 128 + SIGINT, what shells report for a process stopped by it."""
@@ -48,3 +48,10 @@ class OutputError(MappError):
     """An output path cannot be written."""
 
     exit_code = 4
+
+
+class TransportError(MappError):
+    """A point-to-point transfer of ``mapp.transport`` cannot complete: the peer died or
+    closed, the wait timed out, or the shared-memory segments could not be set up."""
+
+    exit_code = 7

@@ -1,0 +1,69 @@
+"""Run a function on N real processes joined by torch.distributed (gloo, file store)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+
+def run_ranks(fn: Callable, world: int, *args, timeout: float = 50.0, env: dict[str, str] | None = None) -> list:
+    """``fn(rank, world, *args)`` on ``world`` spawned processes; their results by rank.
+
+    A rank that raises fails the call with its traceback; a rank still running after
+    ``timeout`` seconds is killed and fails it too (the tests must never hang).
+    """
+    ctx = mp.get_context("spawn")
+    results: mp.Queue = ctx.Queue()
+    with tempfile.TemporaryDirectory(prefix="mapp-transport-") as tmp:
+        store = str(Path(tmp) / "store")
+        procs = [ctx.Process(target=_entry, args=(fn, rank, world, store, results, env or {}, args), daemon=True) for rank in range(world)]
+        for proc in procs:
+            proc.start()
+        outcomes = _collect(results, world, timeout)
+        for proc in procs:
+            proc.join(10.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        exits = [proc.exitcode for proc in procs]
+    missing = sorted(set(range(world)) - set(outcomes))
+    assert not missing, f"ranks {missing} did not finish within {timeout} s"
+    failed = {rank: text for rank, (ok, text) in outcomes.items() if not ok}
+    assert not failed, "\n".join(f"rank {rank}:\n{text}" for rank, text in failed.items())
+    assert exits == [0] * world, f"exit statuses {exits}: a rank did not exit cleanly after its work"
+    return [outcomes[rank][1] for rank in range(world)]
+
+
+def _collect(results: mp.Queue, world: int, timeout: float) -> dict[int, tuple[bool, object]]:
+    outcomes: dict[int, tuple[bool, object]] = {}
+    deadline = time.monotonic() + timeout
+    while len(outcomes) < world and time.monotonic() < deadline:
+        try:
+            rank, ok, value = results.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        outcomes[rank] = (ok, value)
+    return outcomes
+
+
+def _entry(fn: Callable, rank: int, world: int, store: str, results: mp.Queue, env: dict[str, str], args: tuple) -> None:
+    os.environ.update(env)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+        value = fn(rank, world, *args)
+        results.put((rank, True, value))
+    except BaseException:  # the parent reports it: a child's traceback is otherwise lost
+        results.put((rank, False, traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
