@@ -10,11 +10,13 @@ nothing of mapp but the errors. Importing this package is cheap: torch loads on 
 
 from mapp._lazy import lazy_exports
 
-__all__ = ["make_transport", "Transport", "Work", "DistTransport"]
+__all__ = ["make_transport", "Transport", "Work", "DistTransport", "ShmTransport", "HybridTransport"]
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     "make_transport": "make",
     "Transport": "interface",
     "Work": "interface",
     "DistTransport": "dist",
+    "ShmTransport": "shm",
+    "HybridTransport": "hybrid",
 })

@@ -26,4 +26,20 @@ def make_transport(group: dist.ProcessGroup | None = None, *, job: str | None = 
         raise TransportError(f"unknown transport backend {backend!r}", f"choose one of {', '.join(BACKENDS)}")
     from mapp.transport.dist import DistTransport
 
-    return DistTransport(group)
+    if backend == "dist":
+        return DistTransport(group)
+    from mapp.transport.rendezvous import gather_roster
+    from mapp.transport.shm import ShmTransport
+
+    roster = gather_roster(group, job)
+    if backend == "shm":
+        return ShmTransport(group, roster=roster)
+    from mapp.transport.hybrid import HybridTransport
+
+    # every rank takes the same branches (the roster is the same everywhere): both
+    # constructions are collective over the group
+    far = DistTransport(group, peers=roster.remote_peers()) if roster.spans_hosts() else None
+    if far is None:
+        return ShmTransport(group, roster=roster)
+    near = ShmTransport(group, roster=roster, peers=roster.local_peers()) if roster.shares_a_host() else None
+    return HybridTransport(near, far)

@@ -19,7 +19,7 @@ def messages(src: int, dst: int, count: int, big: int = 0) -> list[tuple[int, to
     out = []
     for i in range(count):
         dtype = DTYPES[i % len(DTYPES)]
-        shape = (big,) if big and i % 8 == 3 else tuple(rng.randint(0, 6) if rng.random() < 0.1 else rng.randint(1, 40) for _ in range(rng.randint(0, 4)))
+        shape = (big,) if big and i % 8 == 3 else tuple(rng.randint(0, 6) if rng.random() < 0.1 else rng.randint(1, 24) for _ in range(rng.randint(0, 3)))
         tag = 1000 * src + (i if i % 10 else 5)  # tag 1000*src + 5 repeats: FIFO among equals
         out.append((tag, _tensor(shape, dtype, gen)))
     return out
@@ -31,6 +31,12 @@ def _tensor(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) ->
     if dtype.is_floating_point or dtype.is_complex:
         return torch.randn(shape, generator=gen, dtype=dtype if dtype != torch.bfloat16 else torch.float32).to(dtype)
     return torch.randint(0, 100, shape, generator=gen, dtype=dtype)
+
+
+def expected_digest(rank: int, world: int, count: int, big: int = 0) -> str:
+    """What ``rank`` receives from all others, in (src, tag, send order) order."""
+    received = [(src, tag, i, tensor) for src in range(world) if src != rank for i, (tag, tensor) in enumerate(messages(src, rank, count, big))]
+    return digest([tensor for *_, tensor in sorted(received, key=lambda r: r[:3])])
 
 
 def digest(tensors: list[torch.Tensor]) -> str:

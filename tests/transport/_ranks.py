@@ -12,11 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def run_ranks(fn: Callable, world: int, *args, timeout: float = 50.0, env: dict[str, str] | None = None) -> list:
+def run_ranks(fn: Callable, world: int, *args, timeout: float = 50.0, env: dict[str, str] | None = None, killed: tuple[int, ...] = ()) -> list:
     """``fn(rank, world, *args)`` on ``world`` spawned processes; their results by rank.
 
     A rank that raises fails the call with its traceback; a rank still running after
-    ``timeout`` seconds is killed and fails it too (the tests must never hang).
+    ``timeout`` seconds is killed and fails it too (the tests must never hang). The ranks
+    in ``killed`` are expected to die by SIGKILL (their result is None).
     """
     ctx = mp.get_context("spawn")
     results: mp.Queue = ctx.Queue()
@@ -25,19 +26,20 @@ def run_ranks(fn: Callable, world: int, *args, timeout: float = 50.0, env: dict[
         procs = [ctx.Process(target=_entry, args=(fn, rank, world, store, results, env or {}, args), daemon=True) for rank in range(world)]
         for proc in procs:
             proc.start()
-        outcomes = _collect(results, world, timeout)
+        outcomes = _collect(results, world - len(killed), timeout)
         for proc in procs:
             proc.join(10.0)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
         exits = [proc.exitcode for proc in procs]
-    missing = sorted(set(range(world)) - set(outcomes))
+    missing = sorted(set(range(world)) - set(outcomes) - set(killed))
     assert not missing, f"ranks {missing} did not finish within {timeout} s"
     failed = {rank: text for rank, (ok, text) in outcomes.items() if not ok}
     assert not failed, "\n".join(f"rank {rank}:\n{text}" for rank, text in failed.items())
-    assert exits == [0] * world, f"exit statuses {exits}: a rank did not exit cleanly after its work"
-    return [outcomes[rank][1] for rank in range(world)]
+    want = [-9 if rank in killed else 0 for rank in range(world)]
+    assert exits == want, f"exit statuses {exits}, expected {want}: a rank did not exit cleanly after its work"
+    return [outcomes[rank][1] if rank in outcomes else None for rank in range(world)]
 
 
 def _collect(results: mp.Queue, world: int, timeout: float) -> dict[int, tuple[bool, object]]:

@@ -91,3 +91,53 @@ def semantics(rank: int, world: int, backend: str) -> list[str]:
         dist.barrier()
     transport.close()
     return errors
+
+
+def crash(rank: int, world: int, backend: str) -> list[str]:
+    """Rank 1 dies by SIGKILL while a large message streams to rank 0; every other rank
+    must fail what waits on rank 1 with a clear error, never hang."""
+    import os
+    import signal
+
+    import torch
+
+    from mapp.errors import TransportError
+
+    transport = make_transport(backend=backend)
+    if rank == 1:
+        for dst in (0, 2)[: world - 1]:
+            transport.irecv(dst, 1)
+        dist.barrier()
+        transport.isend(torch.ones(16 << 20), 0, 7)  # 64 MB through a 256 KiB arena
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    errors = []
+    for post in (lambda: transport.irecv(1, 7), lambda: transport.irecv(1, 8), lambda: transport.isend(torch.ones(4 << 20), 1, 1)):
+        try:
+            post().wait(WAIT_S)  # the send is posted after rank 1 is known dead
+        except TransportError as error:
+            errors.append(str(error))
+    transport.close()
+    return errors
+
+
+def setup_crash(rank: int, world: int) -> str | None:
+    """Rank 1 dies by SIGKILL after creating its segment, before rank 0 mapped it: rank 0's
+    set-up fails with a clear error and removes the orphaned name on its way out."""
+    import os
+    import signal
+
+    from mapp.errors import TransportError
+
+    if rank == 1:  # the first steps of ShmTransport's set-up, by hand, then death
+        from mapp.transport import _shm
+        from mapp.transport.rendezvous import gather_roster, segment_name
+
+        roster = gather_roster()
+        _shm.Engine(1).create_outgoing(0, segment_name(roster.job, 1, 0), 64, 1 << 20)
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        make_transport(backend="shm")
+    except TransportError as error:
+        return str(error)
+    return None
