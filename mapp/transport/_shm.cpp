@@ -49,7 +49,7 @@ namespace {
 
 constexpr uint32_t kMagic = 0x5050414d;  // "MAPP"
 constexpr uint32_t kVersion = 1;
-constexpr int kMetaWords = 16;
+constexpr int kMetaWords = 20;  // a message header (16) and the CUDA IPC placement (4)
 constexpr int kLivenessMs = 100;  // how often a sleeping thread checks that its peer lives
 
 // descriptor flags (bits 0-7 ours; higher bits belong to the caller and travel untouched)

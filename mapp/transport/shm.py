@@ -63,6 +63,8 @@ class ShmTransport(Transport):
         except BaseException:
             self.close()
             raise
+        if self._peers and torch.cuda.is_available():
+            self._device()  # its thread copies GPU messages out as they arrive (no CUDA work before)
 
     def _connect(self, group: dist.ProcessGroup | None) -> None:
         """Create this rank's outgoing segments, then (once all exist) map the incoming ones

@@ -1,0 +1,226 @@
+"""GPU tensors between ranks of one host by CUDA IPC: device to device, never through host
+memory, on side streams.
+
+Per directed pair the sender owns a device arena, shared once with the receiver through its
+IPC handle (with one interprocess event), in a set-up message on the shared-memory rings.
+A GPU message is a copy into the arena on the sender's side stream, an IPC event record and
+a small descriptor on the rings (the user's tag, the header, where in the arena). The
+receiver's device thread takes descriptors in arrival order, waits for the event on its own
+side stream and copies the bytes out into a fresh tensor; when that copy has finished it
+acknowledges the space through a counter in the pair's segment, so the arena is a FIFO ring.
+The matching by tag stays in the extension: ``wait()`` of a receive finds the copied tensor
+by message id and makes the caller's stream wait for the copy. A message larger than the
+arena gets a new, larger arena (a new generation) once the old one has drained.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import threading
+
+import torch
+from torch.multiprocessing.reductions import reduce_tensor
+
+from mapp.errors import TransportError
+from mapp.transport.interface import Promise, Work
+from mapp.transport.message import HEADER_LEN, Header, as_bytes, from_bytes
+
+__all__ = ["DevicePath"]
+
+_DEFAULT_ARENA_BYTES = 64 << 20
+_ALIGN = 256
+_POLL_S = 0.5  # how often a sleeping device thread looks whether the transport closed
+
+
+class DevicePath:
+    """The CUDA IPC side of one ``ShmTransport``."""
+
+    def __init__(self, transport):
+        from mapp.transport import _shm
+        from mapp.transport.shm import INTERNAL, USER
+
+        self._t = transport
+        self._engine = transport._engine
+        self._notify = _shm.NOTIFY
+        self._user, self._internal = USER, INTERNAL
+        self._device_index = torch.cuda.current_device() if torch.cuda.is_initialized() else None
+        self._senders: dict[int, _DeviceSender] = {}
+        self._results: dict[tuple[int, int], tuple[torch.Tensor, torch.cuda.Event] | str] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        self._receiver = threading.Thread(target=self._receive, name="mapp-cuda-ipc-recv", daemon=True)
+        self._receiver.start()
+
+    def device(self) -> int:
+        if self._device_index is None:
+            self._device_index = torch.cuda.current_device()
+        return self._device_index
+
+    def send(self, tensor: torch.Tensor, header: Header, dst: int) -> Work:
+        self.device()  # the training thread's current device is the one results land on
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(tensor.device))
+        work = Promise(f"isend(dst={dst}, tag={header.tag}) on rank {self._t._rank}")
+        with self._cond:
+            if self._closed:
+                raise TransportError(f"the transport of rank {self._t._rank} is closed")
+            sender = self._senders.get(dst)
+            if sender is None:
+                sender = self._senders[dst] = _DeviceSender(self, dst, tensor.device.index)
+                sender.start()
+        sender.queue.put((tensor, header, ready, work))
+        return work
+
+    def collect(self, src: int, op, header: Header) -> torch.Tensor:
+        """The tensor of a completed receive whose message came by CUDA IPC."""
+        key = (src, op.msg_id)
+        with self._cond:
+            self._cond.wait_for(lambda: key in self._results or self._closed)
+            found = self._results.pop(key, "the transport was closed")
+        if isinstance(found, str):
+            raise TransportError(f"irecv(src={src}, tag={header.tag}) on rank {self._t._rank} failed: {found}")
+        tensor, copied = found
+        stream = torch.cuda.current_stream(tensor.device)
+        stream.wait_event(copied)
+        tensor.record_stream(stream)
+        return tensor
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for sender in self._senders.values():
+            sender.queue.put(None)
+        for thread in [*self._senders.values(), self._receiver]:
+            thread.join(10.0)
+
+    # -- the receiving side ----------------------------------------------------------------
+
+    def _receive(self) -> None:
+        arenas: dict[int, tuple[int, torch.Tensor, torch.cuda.Event]] = {}  # src -> (generation, arena, event)
+        stream = None
+        while not self._closed:
+            arrival = self._engine.pop_arrival(_POLL_S)
+            if arrival is None:
+                continue
+            src, msg_id, _tag, meta = arrival
+            header = Header.from_words(meta[:HEADER_LEN])
+            generation, offset, end = meta[HEADER_LEN : HEADER_LEN + 3]
+            try:
+                if stream is None:
+                    torch.cuda.set_device(self.device())
+                    stream = torch.cuda.Stream()
+                if arenas.get(src, (None,))[0] != generation:
+                    arenas[src] = (generation, *self._open_arena(src, generation))
+                _gen, arena, event = arenas[src]
+                value, copied = self._copy_out(arena, event, offset, header, stream)
+            except (RuntimeError, TransportError, pickle.UnpicklingError) as error:
+                with self._cond:
+                    self._results[(src, msg_id)] = f"the CUDA IPC copy failed: {str(error).splitlines()[0][:200]}"
+                    self._cond.notify_all()
+                continue
+            with self._cond:
+                self._results[(src, msg_id)] = (value, copied)
+                self._cond.notify_all()
+            copied.synchronize()  # the space may be reused once the bytes are out
+            self._engine.device_ack(src, end)
+
+    def _open_arena(self, src: int, generation: int) -> tuple[torch.Tensor, torch.cuda.Event]:
+        op = self._engine.post_recv(src, generation, self._internal)
+        op.wait(None)  # sent before the descriptor that named it: it is here already
+        if op.error:
+            raise TransportError(op.error)
+        rebuild, args, event_handle = pickle.loads(bytes(op.buffer))
+        arena = rebuild(*args)
+        return arena, torch.cuda.Event.from_ipc_handle(arena.device, event_handle)
+
+    def _copy_out(self, arena: torch.Tensor, event: torch.cuda.Event, offset: int, header: Header, stream: torch.cuda.Stream):
+        with torch.cuda.stream(stream):
+            stream.wait_event(event)
+            out = torch.empty(header.nbytes, dtype=torch.uint8, device=self.device())
+            if header.nbytes:
+                out.copy_(arena[offset : offset + header.nbytes], non_blocking=True)
+            copied = torch.cuda.Event(blocking=True)
+            copied.record(stream)
+        return from_bytes(out, header), copied
+
+
+class _DeviceSender(threading.Thread):
+    """Copies one peer's GPU messages into the pair's device arena, in order."""
+
+    def __init__(self, path: DevicePath, dst: int, device: int):
+        super().__init__(name=f"mapp-cuda-ipc-send-{dst}", daemon=True)
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._path = path
+        self._dst = dst
+        self._device = device
+        self._capacity = int(os.environ.get("MAPP_TRANSPORT_DEVICE_ARENA_BYTES", _DEFAULT_ARENA_BYTES))
+        self._arena: torch.Tensor | None = None
+        self._generation = 0
+        self._base = 0  # stream position where the current arena starts
+        self._head = 0  # next free stream position
+        self._failed: str | None = None
+
+    def run(self) -> None:
+        torch.cuda.set_device(self._device)
+        self._stream = torch.cuda.Stream()
+        self._event = torch.cuda.Event(interprocess=True)
+        while (item := self.queue.get()) is not None:
+            tensor, header, ready, work = item
+            if self._failed is None:
+                try:
+                    self._send(tensor, header, ready)
+                except (RuntimeError, TransportError) as error:
+                    self._failed = str(error).splitlines()[0][:300]
+            work.reject(self._failed) if self._failed else work.resolve()
+
+    def _send(self, tensor: torch.Tensor, header: Header, ready: torch.cuda.Event) -> None:
+        size = -(-max(header.nbytes, 1) // _ALIGN) * _ALIGN
+        if self._arena is None or size > self._arena.numel():
+            self._new_arena(size)
+        capacity = self._arena.numel()
+        pos = self._head
+        offset = (pos - self._base) % capacity
+        if capacity - offset < size:  # a message never wraps: skip to the start
+            pos += capacity - offset
+            offset = 0
+        self._wait_for_ack(pos + size - capacity)
+        with torch.cuda.stream(self._stream):
+            self._stream.wait_event(ready)
+            if header.nbytes:
+                self._arena[offset : offset + header.nbytes].copy_(as_bytes(tensor), non_blocking=True)
+            self._event.record(self._stream)
+            copied = torch.cuda.Event(blocking=True)
+            copied.record(self._stream)
+        self._head = pos + size
+        placement = [self._generation, offset, self._head, 0]
+        self._post(header.tag, self._path._user, self._path._notify, header.words() + placement, b"")
+        copied.synchronize()  # the caller may reuse the tensor once its work is done
+
+    def _new_arena(self, size: int) -> None:
+        """A first arena, or a larger one for a message that does not fit: the old one must
+        have drained first (the receiver drops it when the new generation arrives)."""
+        self._wait_for_ack(self._head)
+        capacity = max(self._capacity, 2 * size)  # room for two such messages in flight
+        self._arena = None
+        self._arena = torch.empty(capacity, dtype=torch.uint8, device=self._device)
+        self._generation += 1
+        self._base = self._head
+        rebuild, args = reduce_tensor(self._arena)
+        setup = pickle.dumps((rebuild, args, self._event.ipc_handle()))
+        self._post(self._generation, self._path._internal, 0, [], setup)
+
+    def _wait_for_ack(self, at_least: int) -> None:
+        engine = self._path._engine
+        while engine.wait_device_ack(self._dst, at_least, _POLL_S) < at_least:
+            if self._path._closed:
+                raise TransportError("the transport was closed")
+
+    def _post(self, tag: int, channel: int, flags: int, words: list[int], payload: bytes) -> None:
+        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else torch.empty(0, dtype=torch.uint8)
+        op = self._path._t._post_send(self._dst, tag, channel, flags, words, data.data_ptr(), len(payload))
+        op.wait(None)  # small: in the rings at once, unless the peer is gone
+        if op.error:
+            raise TransportError(op.error)
