@@ -104,6 +104,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--scope-token", default=None, help="MegaScope: secret every connection must present")
     p.add_argument("--scope-dir", default=None,
                    help="MegaScope: also write each snapshot here (safetensors + JSON index; mapp sql reads them)")
+    p.add_argument("--use-dpp", action="store_true",
+                   help="MegaDPP: run each step's pipeline in a dynamic order planned from microbatch lengths")
+    p.add_argument("--dpp-policy", default="adaptive", choices=["depth", "breadth", "adaptive"],
+                   help="--use-dpp: which ready task a stage runs when its plan's next one is not ready")
+    p.add_argument("--dpp-memory-budget", type=int, default=None,
+                   help="--use-dpp adaptive: breadth-first below this many held activations (one microbatch, one chunk)")
+    p.add_argument("--grads-dir", default=None,
+                   help="each rank saves its gradients of every iteration here (grads-rank<R>.pt), for comparisons")
     add_trace_args(p)
     return p.parse_args(argv)
 
@@ -149,6 +157,11 @@ def build_model(args, device):
         hidden_dropout=0.0,
         use_cpu_initialization=device.type == "cpu",
         num_layers_in_last_pipeline_stage=args.last_stage_layers,
+        # gloo matches two messages between the same pair of ranks in the order they were
+        # posted; a batched exchange of PP=2's interleaved schedule posts rank 1's activation
+        # and gradient to rank 0 in the opposite order of rank 0's receives, so stages got
+        # each other's tensors (or an unfilled buffer). Unbatched, megatron orders them.
+        batch_p2p_comm=device.type != "cpu",
         **_variable_seq_kwargs(args),
     )
     chunks = []
@@ -528,6 +541,25 @@ def start_scope(args, chunks):
                          on_ready=lambda url: print(f"MegaScope serving at {url}", flush=True))
 
 
+def make_forward_backward(args):
+    """megatron-core's schedule, or MegaDPP's (which plans from each microbatch's length)."""
+    from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
+
+    if not args.use_dpp:
+        return get_forward_backward_func()
+    from mapp.scheduling.dpp import DynamicPipeline
+
+    return DynamicPipeline(args.dpp_policy, memory_budget=args.dpp_memory_budget,
+                           cost_of=lambda batch: batch["tokens"].shape[1])
+
+
+def save_grads(chunks, path: str, iteration: int, saved: dict) -> None:
+    """This rank's gradients after ``iteration`` (megatron DDP keeps them in ``main_grad``)."""
+    saved[iteration] = {f"{i}.{name}": p.main_grad.detach().cpu().clone()
+                        for i, c in enumerate(chunks) for name, p in c.named_parameters()}
+    torch.save(saved, path)
+
+
 def main(argv=None) -> None:
     global _BEFORE_MICROBATCH
     args = parse_args(argv)
@@ -539,7 +571,6 @@ def main(argv=None) -> None:
     apply_if_cpu()
     from megatron.core import parallel_state as ps
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
     ps.initialize_model_parallel(
@@ -548,6 +579,9 @@ def main(argv=None) -> None:
         virtual_pipeline_model_parallel_size=args.vpp,
     )
     model_parallel_cuda_manual_seed(args.seed)
+    # megatron-core initialises CPU-built weights from torch's default generator: seed it too,
+    # so that two runs (two schedules) start from the same weights.
+    torch.manual_seed(args.seed)
     rank = dist.get_rank()
     if args.groups_json:
         write_groups(args.groups_json)
@@ -573,11 +607,12 @@ def main(argv=None) -> None:
     tracer = install_from_args(args, model=chunks, optimizer=opt)
 
     scope = start_scope(args, chunks)
-    fb = get_forward_backward_func()
+    fb = make_forward_backward(args)
     delay_s = args.slow_ms / 1e3 if slow and args.slow_mode == "host-sleep" else 0.0
     replica = ps.get_data_parallel_rank()
     data = [batches(args, device, replica, delay_s, injected) for _ in chunks]
     step_s, snapshot_s = [], []
+    grads: dict = {}
     profiler = make_profiler(args, rank, device)
     if profiler is not None:
         profiler.start()
@@ -598,6 +633,8 @@ def main(argv=None) -> None:
                 micro_batch_size=args.micro_batch_size,
                 forward_only=False,
             )
+            if args.grads_dir:
+                save_grads(chunks, os.path.join(args.grads_dir, f"grads-rank{rank}.pt"), it, grads)
             opt.step()
         if device.type == "cuda":
             torch.cuda.synchronize()
