@@ -1,0 +1,49 @@
+"""Run ``examples/train_gpt.py`` (coupled or ``--fbd``) under torchrun on CPU and read its losses."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+LAUNCH = Path(__file__).resolve().parent / "_launch.py"
+
+# tiny GPT: 4 layers, hidden 64, seq 32, 4 microbatches of 2; 5 steps
+TINY = ["--layers", "4", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "256",
+        "--micro-batch-size", "2", "--num-microbatches", "4", "--iterations", "5"]
+LINE = re.compile(r"^iteration (\d+) loss (\d+\.\d+) step ([\d.]+) ms$", re.M)
+
+
+@dataclass
+class Run:
+    output: str
+    printed: list[tuple[int, float]]
+    """(iteration, loss) of the ``iteration N loss X step T ms`` lines, in order."""
+    losses: list[float]
+    """The same losses at full precision (recorded by the launcher)."""
+    out: Path
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""),
+             PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="")
+    return e
+
+
+def run(out: Path, nproc: int, args: list[str], timeout: float = 240) -> Run:
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           str(LAUNCH), str(out), *TINY, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(), cwd=ROOT)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    printed = [(int(m[1]), float(m[2])) for m in LINE.finditer(proc.stdout)]
+    files = sorted(out.glob("losses-rank*.json"), key=lambda p: int(p.stem.removeprefix("losses-rank")))
+    assert files, output[-3000:]
+    return Run(output, printed, json.loads(files[-1].read_text()), out)
