@@ -24,6 +24,7 @@ __all__ = [
     "HEADER",
     "MERGED_MARKER",
     "CACHE_DIR",
+    "dtype_name",
 ]
 
 FORMAT_NAME = "mapp-trace"
@@ -35,6 +36,14 @@ MERGED_MARKER = "mapp-merged"
 # Directory beside the traces where mapp keeps what it derived from them (events table,
 # clock, matching); nothing may be written there but the cache itself.
 CACHE_DIR = ".mapp"
+# ``args.dtype`` of collectives and p2p: torch's dtype names, the common ones shortened.
+_DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
+
+
+def dtype_name(dtype: Any) -> str:
+    """A tensor dtype as traces name it (``torch.bfloat16`` -> ``bf16``; others as torch spells them)."""
+    text = str(dtype).replace("torch.", "")
+    return _DTYPE_SHORT.get(text, text)
 
 
 def file_name(rank: int) -> str:

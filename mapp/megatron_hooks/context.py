@@ -5,17 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from mapp.capture.tracer import Tracer
+from mapp.trace_format import dtype_name
 
 from .groups import GroupNames
 
 __all__ = ["HookContext", "dtype_name", "nbytes", "first_tensor"]
-
-_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
-
-
-def dtype_name(dtype: Any) -> str:
-    text = str(dtype).replace("torch.", "")
-    return _DTYPES.get(text, text)
 
 
 def nbytes(tensor: Any) -> int:

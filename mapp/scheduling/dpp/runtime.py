@@ -22,7 +22,15 @@ Each step:
    ``finalize_model_grads_func``, the loss dicts in data order.
 
 Messages are tagged by (step, kind, virtual stage, microbatch) and may arrive in any order
-(``mapp.transport``); every receive of the step is posted when it starts. Each microbatch's
+(``mapp.transport``); every receive of the step is posted when it starts. With mapp's capture
+(``tracer``), forward and backward steps are traced by the capture's own hooks (megatron's
+``forward_step``/``backward_step`` are called through the module, so each carries its
+microbatch and chunk) and every message is a ``send``/``recv`` span (``cat: "p2p"``, lane
+``comm``): a send from its post until this rank saw it delivered, a receive from the moment
+the rank was free for the task that needs it until the tensor was in hand (its wait). Their
+``seq`` numbers each message of a pair of ranks in one order both ends know (the tags of the
+step, sorted), not in the order a dynamic schedule happened to run them, so that the
+analysis pairs every send with its receive. Each microbatch's
 data is read in data order whatever order it runs in (``MicrobatchData``), so DPP computes
 exactly what megatron's schedule computes; only the order in which gradients are summed over
 microbatches differs (floating-point rounding).
@@ -38,14 +46,13 @@ import torch
 import torch.distributed as dist
 
 from mapp.scheduling.dpp.groups import ControlGroups, control_groups
+from mapp.scheduling.dpp.messages import BACKWARD, FORWARD, StepMessages
 from mapp.scheduling.dpp.microbatches import MicrobatchData
 from mapp.scheduling.dpp.planner import POLICIES, StepShape, plan_step
 from mapp.scheduling.simulate import DynamicPlan
 from mapp.scheduling.simulate.engine import RankView
 
 __all__ = ["DynamicPipeline", "POLICIES"]
-
-_F, _B = 0, 1
 
 
 class DynamicPipeline:
@@ -56,12 +63,13 @@ class DynamicPipeline:
     ``cost_of(batch) -> float``: a microbatch's relative cost from its data (read on the first
     stage before the step). ``window``: how far ahead of the plan a stage may look for a ready
     task. ``plan_budget_s``: the planner's time limit per step. ``transport``: a
-    ``mapp.transport`` transport (default: made at the first step, collectively).
+    ``mapp.transport`` transport (default: made at the first step, collectively). ``tracer``:
+    mapp's capture tracer, to trace the step's messages.
     """
 
     def __init__(self, policy: str = "adaptive", *, memory_budget: int | None = None,
                  cost_of: Callable[[Any], float] | None = None, window: int = 2,
-                 plan_budget_s: float = 0.02, transport=None, seed: int = 0):
+                 plan_budget_s: float = 0.02, transport=None, seed: int = 0, tracer=None):
         if policy not in POLICIES:
             from mapp.errors import InputError
 
@@ -73,6 +81,9 @@ class DynamicPipeline:
         self.plan_budget_s = plan_budget_s
         self.transport = transport
         self.seed = seed
+        self.tracer = tracer
+        self.p2p_base: dict[tuple[int, int], int] = {}
+        """Per (src, dst) global ranks: how many messages earlier steps sent (seq of the next step's first)."""
         self.groups: ControlGroups | None = None
         self.steps = 0
         self.last_order: list[int] | None = None
@@ -173,6 +184,9 @@ class _Step:
         self.stages = self.pp * len(chunks)
         self.cp_size = ps.get_context_parallel_world_size()
         self.ran: list[tuple[str, int, int]] = []
+        self.messages = StepMessages(step=owner.steps, stages=self.stages, microbatches=microbatches,
+                                     rank_of=self.rank_of, me=dist.get_rank(), counts=owner.p2p_base,
+                                     tracer=owner.tracer)
 
     # -- where things are ------------------------------------------------------------------
 
@@ -183,18 +197,10 @@ class _Step:
         """Global rank that runs virtual stage ``stage`` in this pipeline."""
         return self.pp_ranks[stage % self.pp]
 
-    def tag(self, kind: int, stage: int, microbatch: int) -> int:
-        """A message's tag: the receiving task (kind, virtual stage, microbatch) of this step.
-
-        The step counts modulo 4 so that a stage that already started the next step cannot
-        have its message taken for this step's."""
-        return (((self.owner.steps % 4) * 2 + kind) * self.stages + stage) * self.microbatches + microbatch
-
     # -- the step --------------------------------------------------------------------------
 
     def run(self, plan: DynamicPlan) -> list:
-        transport = self.owner.transport
-        tp = self.owner.groups
+        transport, tp, msgs = self.owner.transport, self.owner.groups, self.messages
         policy = plan.policy()
         mbs, stages, me = self.microbatches, self.stages, self.rank
         mine = [c * self.pp + me for c in range(len(self.chunks))]
@@ -202,9 +208,9 @@ class _Step:
         for stage in mine:
             for m in range(mbs):
                 if stage > 0:
-                    recvs["F", stage, m] = transport.irecv(self.rank_of(stage - 1), self.tag(_F, stage, m))
+                    recvs["F", stage, m] = transport.irecv(self.rank_of(stage - 1), msgs.tag(FORWARD, stage, m))
                 if stage < stages - 1:
-                    recvs["B", stage, m] = transport.irecv(self.rank_of(stage + 1), self.tag(_B, stage, m))
+                    recvs["B", stage, m] = transport.irecv(self.rank_of(stage + 1), msgs.tag(BACKWARD, stage, m))
         sends: list = []
         saved: dict[tuple[int, int], tuple] = {}
         stores: list[list] = [[] for _ in range(mbs)]
@@ -215,9 +221,24 @@ class _Step:
         plan_tasks = policy.plans[me]
         total = len(plan_tasks)
 
+        def post(tensor, stage: int, kind: int, m: int, chunk: int) -> None:
+            dst, tag = self.rank_of(stage), msgs.tag(kind, stage, m)
+            t0 = msgs.stamp()
+            sends.append(transport.isend(tensor, dst, tag))
+            msgs.sent(t0, tensor, dst=dst, tag=tag, direction="next" if kind == FORWARD else "prev",
+                      microbatch=m, chunk=chunk)
+
+        def receive(task, src_stage: int, kind: int, chunk: int, free):
+            _, stage, m = task
+            tensor = _received(recvs.pop(task))
+            msgs.received(free, tensor, src=self.rank_of(src_stage), tag=msgs.tag(kind, stage, m),
+                          direction="prev" if kind == FORWARD else "next", microbatch=m, chunk=chunk)
+            return tensor
+
         no_sync = _NoSync(self.config)
         no_sync.disable()
         try:
+            free = msgs.stamp()   # when this rank became free for its next task (a receive waits from here)
             while len(self.ran) < total:
                 task = self._choose(policy, plan_tasks, recvs, view, tp)
                 if task is None:   # nothing ready on every TP peer: wait for the plan's next task
@@ -229,7 +250,7 @@ class _Step:
                 kind, stage, m = task
                 chunk = self.chunk_of(stage)
                 if kind == "F":
-                    inp = _received(recvs.pop(task)) if stage > 0 else None
+                    inp = receive(task, stage - 1, FORWARD, chunk, free) if stage > 0 else None
                     if inp is not None:
                         inp.requires_grad_()
                     out, num_tokens = self._forward(chunk, stage, m, inp, stores[m],
@@ -237,11 +258,11 @@ class _Step:
                     forwards_done[stage] += 1
                     tokens = num_tokens if tokens is None else tokens + num_tokens
                     if stage < stages - 1:
-                        sends.append(transport.isend(out.detach(), self.rank_of(stage + 1), self.tag(_F, stage + 1, m)))
+                        post(out.detach(), stage + 1, FORWARD, m, chunk)
                     saved[stage, m] = (inp, out)
                     view.memory[me] += 1
                 else:
-                    grad_out = _received(recvs.pop(task)) if stage < stages - 1 else None
+                    grad_out = receive(task, stage + 1, BACKWARD, chunk, free) if stage < stages - 1 else None
                     inp, out = saved.pop((stage, m))
                     backwards_left[stage] -= 1
                     last = backwards_left[stage] == 0
@@ -250,14 +271,16 @@ class _Step:
                     grad_in = self._backward(inp, out, grad_out)
                     no_sync.disable()
                     if stage > 0:
-                        sends.append(transport.isend(grad_in, self.rank_of(stage - 1), self.tag(_B, stage - 1, m)))
+                        post(grad_in, stage - 1, BACKWARD, m, chunk)
                     view.memory[me] -= 1
                 self.ran.append(task)
                 sends = [w for w in sends if not w.test()]
+                free = msgs.stamp()
             for work in sends:
                 work.wait()
         finally:
             no_sync.enable()
+        msgs.advance()
         self._finish(tokens)
         return [item for store in stores for item in store]
 
