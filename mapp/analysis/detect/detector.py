@@ -47,7 +47,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
 
     scan = bundle.scan().filter(pl.col("ph") == "X")
     events = scan.filter(pl.col("cat") != "iteration").select(_COLUMNS + _shape(bundle)).collect()
-    iters = scan.filter(pl.col("cat") == "iteration").select("rank", "iteration", "dur_ns").collect()
+    iters = scan.filter(pl.col("cat") == "iteration").select("rank", "iteration", "ts_ns", "dur_ns").collect()
     lap("read")
     if analysis is None:
         analysis = analyse(bundle)
@@ -72,7 +72,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     # evidence of a slow host there
     judge_gaps = not _synchronizing_tracer(bundle)
     peers = compare_peers(events, info.ranks, info.sizes, slow_op=cuts.slowdown, min_effect=cuts.min_effect,
-                          judge_gaps=judge_gaps)
+                          judge_gaps=judge_gaps, starts=iters.select("rank", "iteration", "ts_ns"))
     if not judge_gaps:
         notes.append("launch gaps not judged: the MegatronApp tracer synchronizes the GPU inside the traced "
                      "path, so a slow GPU's own host idles too")

@@ -111,7 +111,8 @@ def _mode(sizes: dict[str, int] | None, iterations: int, programs: bool) -> tupl
 
 
 def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, int] | None, *,
-                  slow_op: float, min_effect: float, judge_gaps: bool = True) -> PeerEvidence:
+                  slow_op: float, min_effect: float, judge_gaps: bool = True,
+                  starts: pl.DataFrame | None = None) -> PeerEvidence:
     """Run stage 1 (and the launch-gap and stage-balance checks) over ``events``.
 
     ``slow_op``: an op slower than (1 + this) x its peers counts as slow (``share_slow``,
@@ -122,7 +123,9 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     the GPU inside the traced path): no rank is then flagged for them.
 
     ``events`` has the events-table columns of timed events; ``coords`` maps ``rank`` to
-    ``tp``, ``pp``, ``dp``.
+    ``tp``, ``pp``, ``dp``. ``starts`` (``rank``, ``iteration``, ``ts_ns``): where each traced
+    iteration began, when the trace marks it; idle time from there to a rank's first op counts
+    as a launch gap (a stall at the start of the first traced iteration has nothing before it).
     """
     iterations = events["iteration"].drop_nulls().n_unique()
     programs = sizes is None and len(coords) > 0 and coords["pp"].null_count() == 0
@@ -134,7 +137,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         ops = self_times(timed)
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
-        gaps = _gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns"), group, coords, min_effect)
+        gaps = _gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns"), group, coords, min_effect, starts)
         found = compare_same_work(ops, gaps, coords, group, slow_op=slow_op, min_effect=min_effect)
         if found is None:
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
@@ -177,10 +180,10 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     )
     per = _rank_iterations(ops, min_effect, use_spread=True)
     z_crit = z_critical(len(per))
-    per = per.join(_gaps(events, leaves, group, coords, min_effect), on=["rank", "iteration"], how="left")
+    per = per.join(_gaps(events, leaves, group, coords, min_effect, starts), on=["rank", "iteration"], how="left")
     if not judge_gaps:
         per = per.with_columns(gap_flagged=pl.lit(False))
-    ranks = _per_rank(per, z_crit)
+    ranks = _per_rank(per, z_crit, judge_gaps)
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
                         pairs=_two_peers(ops))
@@ -293,15 +296,20 @@ def _replica_effect(ops: pl.DataFrame) -> tuple[pl.DataFrame, dict | None]:
 
 
 def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
-          min_effect: float) -> pl.DataFrame:
+          min_effect: float, starts: pl.DataFrame | None = None) -> pl.DataFrame:
     """Idle time between a rank's consecutive leaf events (compute leaves, communication,
     optimizer), per iteration, compared with its peers'. A slow host launches every op late,
     which shows as such gaps; a slow GPU does not. ``leaves``: ``rank``, ``iteration``,
-    ``ts_ns``, ``end_ns`` of the compute leaves."""
+    ``ts_ns``, ``end_ns`` of the compute leaves; ``starts``: iteration starts, as zero-length
+    marks on the timeline (the time before an iteration's first op is idle too)."""
     other = events.filter(pl.col("cat").is_in(["collective", "p2p", "optimizer"]) & pl.col("iteration").is_not_null()).select(
         "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")
     )
-    tl = pl.concat([leaves, other.cast(leaves.schema)]).sort(["rank", "ts_ns"])
+    parts = [leaves, other.cast(leaves.schema)]
+    if starts is not None and len(starts):
+        marks = starts.join(leaves.select("rank", "iteration").unique(), on=["rank", "iteration"], how="semi")
+        parts.append(marks.select("rank", "iteration", "ts_ns", end_ns=pl.col("ts_ns")).cast(leaves.schema))
+    tl = pl.concat(parts).sort(["rank", "ts_ns"])
     prev = pl.col("end_ns").cum_max().shift(1).over("rank")
     tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
     per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len())
@@ -325,7 +333,7 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged")
 
 
-def _per_rank(per: pl.DataFrame, z_crit: float) -> pl.DataFrame:
+def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True) -> pl.DataFrame:
     """Per rank. ``lasting``: a fault lasts, while noise on shared or busy hosts can make one
     iteration of one rank stand out; a rank's compute flags last when it is flagged in nearly
     every traced iteration (``CONSISTENT``) or, for a fault that came and went (a transient
@@ -333,9 +341,20 @@ def _per_rank(per: pl.DataFrame, z_crit: float) -> pl.DataFrame:
     iteration. Verdicts need it (``verdict.combine``)."""
     gap = pl.col("gap_flagged").fill_null(False)
     # a slow host is a lasting condition (no transient exemption: a first traced iteration
-    # often idles longer on one rank while the others warm up)
-    gap_lasting = gap.mean() >= CONSISTENT
-    per = per.with_columns(gap_flagged=gap & gap_lasting.over("rank"))
+    # often idles longer on one rank while the others warm up): flagged in nearly every
+    # iteration, or idling longer than its peers in nearly every iteration by a median beyond
+    # the cut-off (every iteration's z has the same scale, so the median's standard error is
+    # MEDIAN_SE / sqrt(iterations) of it): on busy hosts one iteration's gaps scatter by tens
+    # of ms, and a stall of that size is judged on all iterations together. Only with three
+    # traced iterations or more: the median of two is their mean, one far iteration and one
+    # barely positive would pass, and that is a hiccup, not a lasting stall.
+    n_it = pl.col("gap_z").count().over("rank").cast(pl.Float64)
+    median_z = pl.col("gap_z").median().over("rank") * n_it.sqrt() / MEDIAN_SE
+    positive = (pl.col("gap_excess_ns") > 0).mean().over("rank") >= CONSISTENT
+    judged_together = (n_it >= 3) & (median_z > z_crit) & positive
+    gap_lasting = (gap.mean().over("rank") >= CONSISTENT) | judged_together
+    per = per.with_columns(gap_flagged=(gap | (pl.col("gap_excess_ns") > 0)) & gap_lasting
+                           if judge_gaps else pl.lit(False))
     gap = pl.col("gap_flagged")
     # A window is told from a hiccup only against traced iterations on its sides: with two, a
     # rank slow in one of them and normal in the other is as likely a busy host's noise as a

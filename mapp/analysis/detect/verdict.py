@@ -183,16 +183,12 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             s = _compute_suspect(row, peers, late.get(row["rank"]), lateness.z_crit, coords, pfac, iteration_ns)
             if s is not None:
                 suspects.append(s)
+        if peers.mode == "program peers" and lateness.ran:
+            suspects += _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns)
     elif lateness.ran:
         for row in lateness.ranks.filter(pl.col("flagged")).iter_rows(named=True):
-            excess = max(row["net_ns"], 0.0) / max(_iterations(peers), 1)
-            suspects.append(Suspect(
-                rank=row["rank"], kind="slow_compute", coords=coords.get(row["rank"]),
-                confidence=0.5 + 0.3 * _margin(row["net_z"], lateness.z_crit),
-                slowdown=iteration_ns / max(iteration_ns - excess, 1.0) if iteration_ns else float("nan"),
-                excess_ns=excess, iteration_ns=iteration_ns,
-                evidence={"lateness": _late_evidence(row), "note": "stage 1 could not run: slow compute or slow host"},
-            ))
+            suspects.append(_late_suspect(row, None, peers, lateness, coords, iteration_ns,
+                                          "stage 1 could not run: slow compute or slow host"))
     if bandwidth.ran:
         hosts = {s.rank: s for s in suspects if s.kind == "slow_host"}
         for f in bandwidth.findings:
@@ -212,6 +208,60 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     victims = _victims(lateness, suspects, layout)
     grid = _grid(layout, peers, lateness, flagged, set(victims))
     return suspects, imbalance, victims, grid
+
+
+def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],
+                   coords: dict, iteration_ns: float | None) -> list[Suspect]:
+    """Stage 2 stands in for stage 1 where peers are only a guess by program (no layout).
+
+    On shared or busy hosts the time of single ops says little (a rank's ops stretch whenever
+    another process holds its core, and a straggler's last ops often run alone and fast), while
+    who arrives last at the job's collectives and who waits there is measured directly. A rank
+    that stage 2 flags (last far more often than chance, imposing far more waiting than it
+    suffers) is a suspect when it is the only such rank among the ranks running its program (a
+    whole group of them late alike is a heavier part of the job, not a fault) and stage 1 does
+    not find it faster than its peers.
+    """
+    flagged = lateness.ranks.filter(pl.col("flagged"))
+    if flagged.is_empty():
+        return []
+    program = dict(zip(layout.ranks["rank"].to_list(), layout.ranks["pp"].to_list()))
+    per_program: dict[int, int] = {}
+    for r in flagged["rank"].to_list():
+        per_program[program.get(r)] = per_program.get(program.get(r), 0) + 1
+    stage1 = {r["rank"]: r for r in peers.ranks.iter_rows(named=True)}
+    out = []
+    for row in flagged.iter_rows(named=True):
+        r = row["rank"]
+        own = stage1.get(r)
+        if r in named or per_program[program.get(r)] > 1:
+            continue
+        if own is not None and float(own["slowdown"]) < 1 / (1 + peers.min_effect):
+            continue
+        out.append(_late_suspect(row, own, peers, lateness, coords, iteration_ns,
+                                 f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown"))
+    return out
+
+
+def _late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: LatenessEvidence, coords: dict,
+                  iteration_ns: float | None, note: str) -> Suspect:
+    """A suspect from stage 2 alone: the net waiting it imposes per iteration is its cost.
+    A slow host where stage 1's launch gaps account for more of it than its ops do."""
+    excess = max(row["net_ns"], 0.0) / max(_iterations(peers), 1)
+    gap = max((own or {}).get("gap_excess_ns") or 0.0, 0.0)
+    host = own is not None and gap > max((own.get("excess_ns") or 0.0), 0.0)
+    evidence: dict[str, Any] = {"lateness": _late_evidence(row), "note": note}
+    if own is not None:
+        evidence["peers"] = {"mode": peers.mode, "slowdown": round(float(own["slowdown"]), 3),
+                             "z": round(float(own["z"]), 2), "cut": round(peers.z_crit, 2)}
+        evidence["launch_gaps"] = {"excess_ms_per_iteration": round(gap / 1e6, 4),
+                                   "z": round(float(own["gap_z"] or 0.0), 2)}
+    return Suspect(
+        rank=row["rank"], kind="slow_host" if host else "slow_compute", coords=coords.get(row["rank"]),
+        confidence=0.5 + 0.3 * _margin(row["net_z"], lateness.z_crit),
+        slowdown=iteration_ns / max(iteration_ns - excess, 1.0) if iteration_ns else float("nan"),
+        excess_ns=excess, iteration_ns=iteration_ns, evidence=evidence,
+    )
 
 
 def _iterations(peers: PeerEvidence) -> int:
