@@ -112,6 +112,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="--use-dpp adaptive: breadth-first below this many held activations (one microbatch, one chunk)")
     p.add_argument("--grads-dir", default=None,
                    help="each rank saves its gradients of every iteration here (grads-rank<R>.pt), for comparisons")
+    p.add_argument("--fbd", action="store_true",
+                   help="MegaFBD: a forward and a backward worker per pipeline stage "
+                        "(world = pp x (tp + --fbd-forward-tp))")
+    p.add_argument("--fbd-forward-tp", type=int, default=None,
+                   help="--fbd: tensor-parallel size of the forward workers (a divisor of --tp; default --tp)")
+    p.add_argument("--fbd-placement", default="rank", choices=["rank", "split"],
+                   help="--fbd on GPUs: each process on its local rank's GPU (rank), or backward workers on "
+                        "the first half of the GPUs and forward workers on the second (split; one GPU: shared)")
     add_trace_args(p)
     return p.parse_args(argv)
 
@@ -157,11 +165,6 @@ def build_model(args, device):
         hidden_dropout=0.0,
         use_cpu_initialization=device.type == "cpu",
         num_layers_in_last_pipeline_stage=args.last_stage_layers,
-        # gloo matches two messages between the same pair of ranks in the order they were
-        # posted; a batched exchange of PP=2's interleaved schedule posts rank 1's activation
-        # and gradient to rank 0 in the opposite order of rank 0's receives, so stages got
-        # each other's tensors (or an unfilled buffer). Unbatched, megatron orders them.
-        batch_p2p_comm=device.type != "cpu",
         **_variable_seq_kwargs(args),
     )
     chunks = []
@@ -541,8 +544,9 @@ def start_scope(args, chunks):
                          on_ready=lambda url: print(f"MegaScope serving at {url}", flush=True))
 
 
-def make_forward_backward(args):
-    """megatron-core's schedule, or MegaDPP's (which plans from each microbatch's length)."""
+def make_forward_backward(args, tracer=None):
+    """megatron-core's schedule, or MegaDPP's (which plans from each microbatch's length;
+    ``tracer``: mapp's capture, which then records its messages)."""
     from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
 
     if not args.use_dpp:
@@ -550,7 +554,7 @@ def make_forward_backward(args):
     from mapp.scheduling.dpp import DynamicPipeline
 
     return DynamicPipeline(args.dpp_policy, memory_budget=args.dpp_memory_budget,
-                           cost_of=lambda batch: batch["tokens"].shape[1])
+                           cost_of=lambda batch: batch["tokens"].shape[1], tracer=tracer)
 
 
 def save_grads(chunks, path: str, iteration: int, saved: dict) -> None:
@@ -560,9 +564,24 @@ def save_grads(chunks, path: str, iteration: int, saved: dict) -> None:
     torch.save(saved, path)
 
 
+def run_fbd(args) -> None:
+    """``--fbd``: MegaFBD's training (it joins the launcher's rendezvous itself: its processes
+    form two megatron-core worlds, not this example's one)."""
+    from mapp.megatron_hooks.cpu_patches import apply_if_cpu
+    from mapp.megatron_hooks.flags import install_from_args
+    from mapp.scheduling.fbd.train import Example, main as fbd_main
+
+    fbd_main(args, Example(build_model=build_model, batches=batches, forward_step=forward_step,
+                           install_tracing=install_from_args, apply_cpu_patches=apply_if_cpu))
+
+
 def main(argv=None) -> None:
     global _BEFORE_MICROBATCH
     args = parse_args(argv)
+    if args.fbd:
+        return run_fbd(args)
+    if args.fbd_forward_tp is not None or args.fbd_placement != "rank":
+        raise SystemExit("--fbd-forward-tp and --fbd-placement need --fbd")
     device = init_distributed(args)
     if args.bf16 and device.type == "cpu":
         raise SystemExit("--bf16 needs a GPU (megatron-core's bf16 optimizer takes CUDA tensors only)")
@@ -607,7 +626,7 @@ def main(argv=None) -> None:
     tracer = install_from_args(args, model=chunks, optimizer=opt)
 
     scope = start_scope(args, chunks)
-    fb = make_forward_backward(args)
+    fb = make_forward_backward(args, tracer.tracer)
     delay_s = args.slow_ms / 1e3 if slow and args.slow_mode == "host-sleep" else 0.0
     replica = ps.get_data_parallel_rank()
     data = [batches(args, device, replica, delay_s, injected) for _ in chunks]

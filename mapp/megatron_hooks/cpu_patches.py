@@ -8,7 +8,15 @@ megatron-core assumes a GPU in a handful of places that a CPU run reaches:
   memory buffer, p2p receive tensors, TP gathers) and a few tensors use ``device="cuda"``
   (token counters in the schedules, the default causal mask);
 - ``torch.cuda.synchronize()`` follows batched p2p and appears in the optimizer;
-- gradient clipping asserts that grads are ``torch.cuda.FloatTensor``.
+- gradient clipping asserts that grads are ``torch.cuda.FloatTensor``;
+- pipeline p2p posts its messages untagged. NCCL pairs one call's sends and receives as a
+  group, but gloo pairs the messages between two ranks by (peer, tag) in the order they were
+  posted, and with two pipeline stages the previous and the next rank are one rank: in the
+  interleaved schedule rank 1's activation and gradient to rank 0 met rank 0's receives in the
+  opposite order, so stages trained on each other's tensors (or on an unfilled buffer), and
+  with variable sequence lengths a shape message met a tensor receive and gloo aborted. Here
+  every pipeline message carries the direction it travels as its tag (shapes their own), so
+  that each receive takes the message meant for it, batched or not.
 
 Instead of editing those modules, each one gets its own view of ``torch`` (:class:`_CpuTorch`)
 in which ``torch.cuda.current_device()`` answers ``"cpu"``, ``synchronize`` and stream calls
@@ -165,6 +173,57 @@ def _patch_grad_clipping() -> None:
     optimizer.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32
 
 
+# Tags of pipeline p2p messages on CPU: the direction a message travels, shapes apart.
+_TO_NEXT, _TO_PREV, _SHAPE_TO_NEXT, _SHAPE_TO_PREV = 1, 2, 3, 4
+
+
+def _tagged_ops(send_prev, recv_prev, send_next, recv_next, prev_rank: int, next_rank: int, group,
+                to_next: int = _TO_NEXT, to_prev: int = _TO_PREV) -> list:
+    """megatron's four p2p operations, in its order, each tagged with its direction (a receive
+    from the previous stage takes what that stage sent to its next)."""
+    dist = torch.distributed
+    ops = []
+    for op, tensor, peer, tag in ((dist.isend, send_prev, prev_rank, to_prev), (dist.irecv, recv_prev, prev_rank, to_next),
+                                  (dist.isend, send_next, next_rank, to_next), (dist.irecv, recv_next, next_rank, to_prev)):
+        if tensor is not None:
+            ops.append(dist.P2POp(op, tensor, peer, group, tag))
+    return ops
+
+
+def _patch_pipeline_p2p_tags() -> None:
+    from megatron.core.pipeline_parallel import p2p_communication as p2p
+
+    def batched_p2p_ops(*, tensor_send_prev, tensor_recv_prev, tensor_send_next, tensor_recv_next, group,
+                        prev_pipeline_rank, next_pipeline_rank):
+        ops = _tagged_ops(tensor_send_prev, tensor_recv_prev, tensor_send_next, tensor_recv_next,
+                          prev_pipeline_rank, next_pipeline_rank, group)
+        return torch.distributed.batch_isend_irecv(ops) if ops else []
+
+    def p2p_ops(*, tensor_send_prev, tensor_recv_prev, tensor_send_next, tensor_recv_next, group,
+                prev_pipeline_rank, next_pipeline_rank):
+        # unbatched: the same tagged messages, one request each, keyed as megatron keys them
+        names = [n for n, t in (("send_prev", tensor_send_prev), ("recv_prev", tensor_recv_prev),
+                                ("send_next", tensor_send_next), ("recv_next", tensor_recv_next)) if t is not None]
+        ops = _tagged_ops(tensor_send_prev, tensor_recv_prev, tensor_send_next, tensor_recv_next,
+                          prev_pipeline_rank, next_pipeline_rank, group)
+        return {name: op.op(op.tensor, op.peer, op.group, op.tag) for name, op in zip(names, ops)}
+
+    def communicate_shapes(self, tensor_send_next, tensor_send_prev, recv_prev, recv_next):
+        shape = lambda t: None if t is None else torch.tensor(t.size(), dtype=torch.int64)
+        recv_prev_shape = torch.empty((3,), dtype=torch.int64) if recv_prev else None
+        recv_next_shape = torch.empty((3,), dtype=torch.int64) if recv_next else None
+        ops = _tagged_ops(shape(tensor_send_prev), recv_prev_shape, shape(tensor_send_next), recv_next_shape,
+                          self.prev_rank, self.next_rank, self.pp_group, _SHAPE_TO_NEXT, _SHAPE_TO_PREV)
+        for req in torch.distributed.batch_isend_irecv(ops) if ops else []:
+            req.wait()
+        return ([0, 0, 0] if recv_prev_shape is None else recv_prev_shape.tolist(),
+                [0, 0, 0] if recv_next_shape is None else recv_next_shape.tolist())
+
+    p2p._batched_p2p_ops = batched_p2p_ops
+    p2p._p2p_ops = p2p_ops
+    p2p.P2PCommunicator._communicate_shapes = communicate_shapes
+
+
 def apply() -> None:
     """Apply the CPU patches unconditionally (idempotent). Prefer :func:`apply_if_cpu`."""
     global _applied
@@ -180,6 +239,7 @@ def apply() -> None:
             module.torch = cpu_torch
     _patch_rng_tracker()
     _patch_grad_clipping()
+    _patch_pipeline_p2p_tags()
     _applied = True
 
 
