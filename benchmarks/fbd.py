@@ -1,11 +1,19 @@
-"""MegaFBD on CPU: peak activation memory per worker, and what the recomputation costs.
+"""MegaFBD: peak activation memory per worker, and what the recomputation costs.
 
-    python benchmarks/fbd.py [--iterations 5] [--rows pp2,pp4,tp2] [--json OUT]
+    python benchmarks/fbd.py [--iterations 5] [--rows pp2,pp4,tp2] [--json OUT]        # CPU
+    python benchmarks/fbd.py --device cuda --rows pp1                # one GPU: both workers on it
+    python benchmarks/fbd.py --device cuda --rows pp2-split          # two GPUs: forward on GPU 1
 
-Each row trains the same model twice with ``examples/train_gpt.py`` under torchrun (gloo, one
+Each row trains the same model twice with ``examples/train_gpt.py`` under torchrun (one
 thread per process, the example's weights from one seed): coupled (megatron-core's 1F1B) and
-with ``--fbd`` (a forward and a backward worker per stage). A probe around the example (this
-file, run by torchrun with ``--probe``) measures, per rank:
+with ``--fbd`` (a forward and a backward worker per stage). CPU: gloo, ``--model small``
+(default there). GPU: NCCL for the coupled run, and ``--model large`` (default there); rows
+``pp1`` (the whole model on one GPU, coupled, against a forward and a backward worker sharing
+that GPU) and ``pp2-split`` (``--pp 2`` coupled on GPUs 0 and 1, against ``--fbd-placement
+split``: both stages' backward workers on GPU 0, both forward workers on GPU 1). A coupled
+run of several processes needs a GPU each (the example puts a process on its local rank's
+GPU, and NCCL refuses two ranks on one GPU). A probe around the example (this file, run by
+torchrun with ``--probe``) measures, per rank:
 
 - **peak**: the peak bytes allocated by the compute thread during one step's forward and
   backward passes (iteration 1), above what was allocated when they started: all
@@ -15,7 +23,8 @@ file, run by torchrun with ``--probe``) measures, per rank:
   CUDA allocator's peak;
 - **times** (iterations 2 and later, unprofiled), per step: the forward passes (``forward_step``
   with autograd: coupled forward or FBD recomputation; without: FBD forward worker) and the
-  backward passes (``torch.autograd.backward``).
+  backward passes (``torch.autograd.backward``); on a GPU each timed call ends with a
+  synchronisation (so that the time is the kernels', not their launch).
 
 Prints one table and the losses of both runs; all processes share the machine's cores, so
 step times are the ratio to read, not the absolute figures.
@@ -37,13 +46,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = ["--layers", "8", "--hidden", "128", "--heads", "4", "--seq", "128", "--vocab", "256",
-         "--micro-batch-size", "4", "--num-microbatches", "8"]
+MODELS = {
+    "small": ["--layers", "8", "--hidden", "128", "--heads", "4", "--seq", "128", "--vocab", "256",
+              "--micro-batch-size", "4", "--num-microbatches", "8"],
+    "large": ["--layers", "8", "--hidden", "1024", "--heads", "16", "--seq", "1024", "--vocab", "256",
+              "--micro-batch-size", "4", "--num-microbatches", "8"],
+}
 ROWS = {  # name: (parallel flags, coupled processes, FBD flags, FBD processes)
     "pp2": (["--pp", "2"], 2, ["--fbd"], 4),
     "pp4": (["--pp", "4"], 4, ["--fbd"], 8),
     "tp2": (["--tp", "2", "--pp", "2"], 4, ["--fbd", "--fbd-forward-tp", "1"], 6),
+    "pp1": (["--pp", "1"], 1, ["--fbd"], 2),
+    "pp2-split": (["--pp", "2"], 2, ["--fbd", "--fbd-placement", "split"], 4),
 }
+DEFAULT_ROWS = {"cpu": "pp2,pp4,tp2", "cuda": "pp1"}
 LINE = re.compile(r"^iteration (\d+) loss (\d+\.\d+) step ([\d.]+) ms$", re.M)
 MEMORY_ITERATION = 1
 
@@ -66,13 +82,17 @@ def probe(out: Path, argv: list[str]) -> None:
     report = {"rank": int(os.environ["RANK"]), "role": None, "stage": None, "peak_bytes": None, "iterations": []}
     times: dict = {}
 
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+
     def timed(key_of, fn):
         @functools.wraps(fn)
         def inner(*a, **k):
+            sync()
             t0 = time.perf_counter()
             try:
                 return fn(*a, **k)
             finally:
+                sync()
                 key = key_of()
                 times[key] = times.get(key, 0.0) + time.perf_counter() - t0
 
@@ -117,18 +137,22 @@ def probe(out: Path, argv: list[str]) -> None:
 
 
 # -- the driver -------------------------------------------------------------------------------
-def launch(out: Path, nproc: int, args: list[str], timeout: float) -> dict:
+def launch(out: Path, nproc: int, args: list[str], timeout: float, device: str = "cpu") -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="",
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if device == "cpu":  # the example picks the GPU whenever torch sees one
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    # each rank's stdout in a file too: console lines of two ranks can interleave mid-line
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           str(Path(__file__).resolve()), "--probe", str(out), *args]
+           "--log-dir", str(out / "logs"), "--tee", "3", str(Path(__file__).resolve()), "--probe", str(out), *args]
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     if proc.returncode:
         raise SystemExit(f"{' '.join(args)}: exit {proc.returncode}\n{(proc.stdout + proc.stderr)[-4000:]}")
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))]
-    lines = [(int(m[1]), float(m[2]), float(m[3])) for m in LINE.finditer(proc.stdout)]
+    stdouts = "".join(p.read_text() for p in sorted((out / "logs").rglob("stdout.log")))
+    lines = [(int(m[1]), float(m[2]), float(m[3])) for m in LINE.finditer(stdouts)]
     return {"ranks": ranks, "lines": lines, "wall_s": time.perf_counter() - started}
 
 
@@ -167,25 +191,36 @@ def main() -> None:
         return probe(Path(sys.argv[2]), sys.argv[3:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {', '.join(ROWS)}")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--rows", default=None,
+                        help=f"comma-separated, of {', '.join(ROWS)} (default: cpu {DEFAULT_ROWS['cpu']}, "
+                             f"cuda {DEFAULT_ROWS['cuda']})")
+    parser.add_argument("--model", default=None, choices=list(MODELS),
+                        help="model size (default: small on cpu, large on cuda)")
     parser.add_argument("--json", default=None, help="also write the rows here")
     parser.add_argument("--timeout", type=float, default=600)
     opts = parser.parse_args()
+    rows = (opts.rows or DEFAULT_ROWS[opts.device]).split(",")
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows {', '.join(unknown)} (choose from {', '.join(ROWS)})")
+    model = MODELS[opts.model or ("small" if opts.device == "cpu" else "large")]
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    table = Table(title="MegaFBD on CPU: peak activation memory (one step's passes) and pass times per step")
+    table = Table(title=f"MegaFBD on {opts.device}: peak activation memory (one step's passes) and pass times "
+                        "per step")
     for column in ("row", "run", "worker", "stage", "peak MiB", "vs coupled stage", "forward ms",
                    "recompute ms", "backward ms", "recompute / coupled forward"):
         table.add_column(column, justify="left" if column in ("row", "run", "worker") else "right")
     summary, everything = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in opts.rows.split(","):
+        for name in rows:
             parallel, n_coupled, fbd_flags, n_fbd = ROWS[name]
-            common = [*MODEL, *parallel, "--iterations", str(opts.iterations)]
-            coupled = launch(Path(tmp, name, "coupled"), n_coupled, common, opts.timeout)
-            fbd = launch(Path(tmp, name, "fbd"), n_fbd, [*common, *fbd_flags], opts.timeout)
+            common = [*model, *parallel, "--iterations", str(opts.iterations)]
+            coupled = launch(Path(tmp, name, "coupled"), n_coupled, common, opts.timeout, opts.device)
+            fbd = launch(Path(tmp, name, "fbd"), n_fbd, [*common, *fbd_flags], opts.timeout, opts.device)
             rows = summarize(name, coupled, fbd)
             everything += rows
             for r in rows:

@@ -40,7 +40,7 @@ __all__ = ["Example", "main", "layout_from_args", "UNSUPPORTED"]
 UNSUPPORTED = {
     "vpp": "--vpp", "seq_lognormal": "--seq-lognormal", "slow_rank": "--slow-rank", "link_slow": "--link-slow",
     "profile_dir": "--profile-dir", "scope_port": "--scope-port", "groups_json": "--groups-json",
-    "timings_json": "--timings-json",
+    "timings_json": "--timings-json", "use_dpp": "--use-dpp", "grads_dir": "--grads-dir",
 }
 """Example flags the decoupled run does not take (each makes it stop with one line)."""
 
@@ -62,12 +62,17 @@ class Example:
 
 
 def layout_from_args(args: Any) -> FbdLayout:
-    return FbdLayout(pp=args.pp, backward_tp=args.tp, forward_tp=args.fbd_forward_tp or args.tp)
+    """The decoupled world of the flags; a bad combination stops with one line."""
+    forward_tp = args.fbd_forward_tp if args.fbd_forward_tp is not None else args.tp
+    try:
+        return FbdLayout(pp=args.pp, backward_tp=args.tp, forward_tp=forward_tp)
+    except ValueError as error:
+        raise SystemExit(f"--fbd: {error} (--tp {args.tp}, --fbd-forward-tp {forward_tp})") from None
 
 
 def _check(args: Any) -> None:
     for attr, flag in UNSUPPORTED.items():
-        if getattr(args, attr, None) is not None:
+        if getattr(args, attr, None) not in (None, False):
             raise SystemExit(f"--fbd does not take {flag}")
 
 
@@ -94,21 +99,48 @@ def _tracer_config(args: Any, layout: FbdLayout, me: Worker, device: torch.devic
     )
 
 
+def _global_group_ranks(tracing: Any, offset: int) -> None:
+    """Make a forward worker's traced collectives name the global ranks of their groups.
+
+    The tracer looks a group's ranks up in ``torch.distributed``'s default world, which for a
+    forward worker is its role's world (ranks shifted by ``offset``); unshifted, its TP group
+    would claim the backward workers' ranks and ``mapp trace merge`` would pair their
+    collectives with the wrong processes."""
+    names = getattr(getattr(tracing, "ctx", None), "groups", None)
+    if names is None:  # tracing off
+        return
+    register = names.register
+
+    def shifted(name: str, group: Any) -> None:
+        known = id(group) in names._by_id
+        register(name, group)
+        if not known and id(group) in names._by_id:
+            group, info = names._by_id[id(group)]
+            ranks = [r + offset for r in info.ranks]
+            names._by_id[id(group)] = (group, info._replace(ranks=ranks, key=(info.name, tuple(ranks))))
+
+    for key, (group, info) in list(names._by_id.items()):
+        ranks = [r + offset for r in info.ranks]
+        names._by_id[key] = (group, info._replace(ranks=ranks, key=(info.name, tuple(ranks))))
+    names.register = shifted
+
+
 def main(args: Any, example: Example) -> None:
     _check(args)
     layout = layout_from_args(args)
     timeout = timedelta(seconds=float(os.environ.get("MAPP_FBD_TIMEOUT_S", 600)))
+    if args.bf16 and not torch.cuda.is_available():
+        raise SystemExit("--bf16 needs a GPU (megatron-core's bf16 optimizer takes CUDA tensors only)")
+    launched = int(os.environ.get("WORLD_SIZE", layout.world_size))
+    if launched != layout.world_size:  # before the rendezvous: every process stops at once
+        raise SystemExit(f"--fbd with {layout.describe()} needs {layout.world_size} processes, got {launched}")
     store, rank, world = next(dist.rendezvous("env://"))
-    if world != layout.world_size:
-        raise SystemExit(f"--fbd with {layout.describe()} needs {layout.world_size} processes, got {world}")
     me = layout.worker(rank)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     devices = devices_for(layout, args.fbd_placement, gpus, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     device = devices[rank]
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    elif args.bf16:
-        raise SystemExit("--bf16 needs a GPU (megatron-core's bf16 optimizer takes CUDA tensors only)")
     join_role_world(store, layout, me, devices, timeout)
     example.apply_cpu_patches()
     from megatron.core import parallel_state as ps
@@ -117,6 +149,9 @@ def main(args: Any, example: Example) -> None:
     ps.initialize_model_parallel(tensor_model_parallel_size=layout.tp_size(me.role),
                                  pipeline_model_parallel_size=args.pp)
     model_parallel_cuda_manual_seed(args.seed)
+    # as the example: CPU-built weights come from torch's default generator, so a backward
+    # worker starts from the weights its rank has in the coupled run
+    torch.manual_seed(args.seed)
     cross = CrossWorld(store, layout, me, devices, timeout)
 
     if me.role == BACKWARD:
@@ -127,6 +162,8 @@ def main(args: Any, example: Example) -> None:
         optimizer = None
     tracing = example.install_tracing(args, model=[model], optimizer=optimizer,
                                       config=_tracer_config(args, layout, me, device))
+    if me.role != BACKWARD:
+        _global_group_ranks(tracing, layout.backward_ranks)
     coordinator = Coordinator(
         [(c.src, c.dst) for c in layout.channels()], [rank], TorchMaxAllReduce(cross.table),
         on_start=(lambda: torch.cuda.set_device(device)) if device.type == "cuda" else None,

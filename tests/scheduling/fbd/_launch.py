@@ -9,7 +9,9 @@
   mean, at full precision, to ``OUT_DIR/losses-rank<R>.json`` (the printed lines have 4
   decimals).
 
-Nothing else changes: the example's own ``main()`` runs, coupled or with ``--fbd``.
+Nothing else changes: the example's own ``main()`` runs, coupled or with ``--fbd``. With
+``MAPP_FBD_TEST_STALE_WEIGHTS=1`` (a fault for the test that shows the loss comparison would
+catch a broken weight sync) forward workers keep the weights of step 0.
 """
 
 from __future__ import annotations
@@ -70,7 +72,28 @@ def main() -> None:
         return losses
 
     BackwardWorker.step = step
+    if os.environ.get("MAPP_FBD_TEST_STALE_WEIGHTS") == "1":
+        _keep_first_weights()
     example.main()
+
+
+def _keep_first_weights() -> None:
+    import torch
+
+    from mapp.scheduling.fbd.forward import ForwardWorker
+
+    original_load = ForwardWorker.load_weights
+
+    def load_weights(self, iteration):
+        original_load(self, iteration)  # the transfers still run: the backward workers wait for them
+        if iteration == 0:
+            self._first = [p.detach().clone() for p in self.model.parameters()]
+            return
+        with torch.no_grad():
+            for p, first in zip(self.model.parameters(), self._first):
+                p.copy_(first)
+
+    ForwardWorker.load_weights = load_weights
 
 
 if __name__ == "__main__":

@@ -36,14 +36,22 @@ def env() -> dict[str, str]:
     return e
 
 
-def run(out: Path, nproc: int, args: list[str], timeout: float = 240) -> Run:
+def run(out: Path, nproc: int, args: list[str], timeout: float = 600,
+        extra_env: dict[str, str] | None = None) -> Run:
+    """Launch ``nproc`` processes of the example with ``TINY`` and ``args`` (later flags win);
+    ``timeout`` is generous: 6 processes take about 40 s on 2 idle cores, minutes on busy ones."""
     out.mkdir(parents=True, exist_ok=True)
+    # each rank's stdout also goes to a file of its own: on the console, lines that two ranks
+    # print at the same moment can interleave mid-line and hide a loss line from the pattern
+    logs = out / "logs"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           str(LAUNCH), str(out), *TINY, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(), cwd=ROOT)
+           "--log-dir", str(logs), "--tee", "3", str(LAUNCH), str(out), *TINY, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**env(), **(extra_env or {})},
+                          cwd=ROOT)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
-    printed = [(int(m[1]), float(m[2])) for m in LINE.finditer(proc.stdout)]
+    stdouts = "".join(p.read_text() for p in sorted(logs.rglob("stdout.log")))
+    printed = [(int(m[1]), float(m[2])) for m in LINE.finditer(stdouts)]
     files = sorted(out.glob("losses-rank*.json"), key=lambda p: int(p.stem.removeprefix("losses-rank")))
     assert files, output[-3000:]
     return Run(output, printed, json.loads(files[-1].read_text()), out)
