@@ -165,11 +165,6 @@ def build_model(args, device):
         hidden_dropout=0.0,
         use_cpu_initialization=device.type == "cpu",
         num_layers_in_last_pipeline_stage=args.last_stage_layers,
-        # gloo matches two messages between the same pair of ranks in the order they were
-        # posted; a batched exchange of PP=2's interleaved schedule posts rank 1's activation
-        # and gradient to rank 0 in the opposite order of rank 0's receives, so stages got
-        # each other's tensors (or an unfilled buffer). Unbatched, megatron orders them.
-        batch_p2p_comm=device.type != "cpu",
         **_variable_seq_kwargs(args),
     )
     chunks = []
@@ -549,8 +544,9 @@ def start_scope(args, chunks):
                          on_ready=lambda url: print(f"MegaScope serving at {url}", flush=True))
 
 
-def make_forward_backward(args):
-    """megatron-core's schedule, or MegaDPP's (which plans from each microbatch's length)."""
+def make_forward_backward(args, tracer=None):
+    """megatron-core's schedule, or MegaDPP's (which plans from each microbatch's length;
+    ``tracer``: mapp's capture, which then records its messages)."""
     from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
 
     if not args.use_dpp:
@@ -558,7 +554,7 @@ def make_forward_backward(args):
     from mapp.scheduling.dpp import DynamicPipeline
 
     return DynamicPipeline(args.dpp_policy, memory_budget=args.dpp_memory_budget,
-                           cost_of=lambda batch: batch["tokens"].shape[1])
+                           cost_of=lambda batch: batch["tokens"].shape[1], tracer=tracer)
 
 
 def save_grads(chunks, path: str, iteration: int, saved: dict) -> None:
@@ -630,7 +626,7 @@ def main(argv=None) -> None:
     tracer = install_from_args(args, model=chunks, optimizer=opt)
 
     scope = start_scope(args, chunks)
-    fb = make_forward_backward(args)
+    fb = make_forward_backward(args, tracer.tracer)
     delay_s = args.slow_ms / 1e3 if slow and args.slow_mode == "host-sleep" else 0.0
     replica = ps.get_data_parallel_rank()
     data = [batches(args, device, replica, delay_s, injected) for _ in chunks]
