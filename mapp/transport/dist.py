@@ -6,6 +6,12 @@ pair carries one FIFO of [header, payload] messages, demultiplexed by ``(src, ta
 always has the next header receive posted. Threads, not ``test()``, make progress: gloo's
 p2p ``Work.is_completed()`` never turns true before ``wait()`` is called, and a ``wait`` that
 times out closes the gloo pair for good, so the training thread must not wait on them itself.
+
+The threads call the transport's own ``ProcessGroup`` objects directly, not ``dist.send`` and
+``dist.recv``: those look the group up in torch.distributed's registry, which
+``destroy_process_group()`` empties, so a transport still open then (closed by ``atexit``)
+could not say goodbye, and its receivers would block the interpreter's exit. The gloo groups
+keep working after that call; NCCL ones are aborted by it, which fails their threads at once.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class DistTransport(Transport):
         options = dict(timeout=_GROUP_TIMEOUT, backend="nccl" if self._nccl else "gloo", use_local_synchronization=len(ranks) < world)
         self._upward = dist.new_group(ranks, **options)  # lower rank -> higher rank
         self._downward = dist.new_group(ranks, **options)
+        self._group_rank = {r: i for i, r in enumerate(ranks)}  # both groups list ``ranks`` in order
         self._peers = set(peers) if peers is not None else set(ranks)
         self._peers.discard(self._rank)
         self._mailbox = Mailbox(self._rank)
@@ -117,23 +124,24 @@ class DistTransport(Transport):
         if self._device.type == "cuda":
             torch.cuda.set_device(self._device)
         group = self._group(src, self._rank)
+        peer = self._group_rank[src]
         try:
             while True:
                 words = torch.empty(HEADER_LEN, dtype=torch.int64, device=self._comm_device)
-                dist.recv(words, src, group)
+                group.recv([words], peer, 0).wait()
                 header = Header.from_words(words.tolist())
                 if header.kind == CLOSE:
                     self._mailbox.close_peer(src, f"rank {src} closed its transport")
                     return
                 data = torch.empty(header.nbytes, dtype=torch.uint8, device=self._comm_device)
                 if header.nbytes:
-                    dist.recv(data, src, group)
+                    group.recv([data], peer, 0).wait()
                 target = self._device if header.device == CUDA else torch.device("cpu")
                 value = from_bytes(data, header).to(target)
                 if self._nccl:
                     torch.cuda.current_stream().synchronize()
                 self._mailbox.deliver(src, header.tag, value)
-        except (RuntimeError, TransportError) as error:  # the thread's end: every waiter must learn why
+        except Exception as error:  # noqa: BLE001  the thread's end: every waiter must learn why
             reason = "the transport was closed" if self._closed else f"receiving from rank {src} failed (did it die?): {_one_line(error)}"
             self._mailbox.close_peer(src, reason)
 
@@ -161,7 +169,7 @@ class _Sender(threading.Thread):
             if self._failed is None:
                 try:
                     self._send(header, tensor, ready, group)
-                except (RuntimeError, TransportError) as error:
+                except Exception as error:  # noqa: BLE001  every later send must fail with the reason
                     self._failed = f"sending to rank {self._dst} failed (did it die?): {_one_line(error)}"
             if work is not None:
                 work.reject(self._failed) if self._failed else work.resolve()
@@ -172,9 +180,10 @@ class _Sender(threading.Thread):
         t = self._t
         if ready is not None:
             torch.cuda.current_stream().wait_event(ready)
-        dist.send(torch.tensor(header.words(), dtype=torch.int64, device=t._comm_device), self._dst, group)
+        peer = t._group_rank[self._dst]
+        group.send([torch.tensor(header.words(), dtype=torch.int64, device=t._comm_device)], peer, 0).wait()
         if tensor is not None and header.nbytes:
-            dist.send(as_bytes(tensor).to(t._comm_device), self._dst, group)
+            group.send([as_bytes(tensor).to(t._comm_device)], peer, 0).wait()
         if t._nccl or ready is not None:
             torch.cuda.current_stream().synchronize()  # the caller may reuse the tensor once the work is done
 

@@ -28,7 +28,7 @@ def run_ranks(fn: Callable, world: int, *args, timeout: float = 50.0, env: dict[
             proc.start()
         outcomes = _collect(results, world - len(killed), timeout)
         for proc in procs:
-            proc.join(10.0)
+            proc.join(60.0)  # generous: on a loaded machine a torch process takes a while to exit
             if proc.is_alive():
                 proc.kill()
                 proc.join()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections import defaultdict, deque
 
 import torch.distributed as dist
@@ -141,3 +142,129 @@ def setup_crash(rank: int, world: int) -> str | None:
     except TransportError as error:
         return str(error)
     return None
+
+
+def destroyed_first(rank: int, world: int, backend: str, close: bool) -> list[str]:
+    """The training script's order: DPP-style subgroups, traffic, then
+    ``dist.destroy_process_group()`` with the transport still open, closed after it (by
+    hand, or by ``atexit`` when ``close`` is false). Returns what escaped the transport's
+    threads (nothing may) and what a send after the destruction reports."""
+    import threading
+
+    import torch
+
+    from mapp.errors import TransportError
+
+    escaped: list[str] = []
+    threading.excepthook = lambda args: escaped.append(f"{args.thread.name}: {args.exc_type.__name__}: {args.exc_value}")
+    transport = make_transport(backend=backend)
+    sub, _ = dist.new_subgroups_by_enumeration([list(range(world))], backend="gloo")
+    peer = 1 - rank
+    got = transport.irecv(peer, 3)
+    transport.isend(torch.full((4,), float(rank)), peer, 3).wait(WAIT_S)
+    assert same(got.wait(WAIT_S), torch.full((4,), float(peer)))
+    dist.all_reduce(torch.ones(1), group=sub)
+    dist.destroy_process_group()
+    if close:
+        transport.close()
+        try:
+            transport.isend(torch.ones(1), peer, 4)
+        except TransportError as error:
+            escaped.append(f"after close: {error}")
+    return escaped
+
+
+def device_exchange(rank: int, world: int, count: int, big: int, spread: bool) -> str:
+    """``exchange`` with GPU tensors through the CUDA IPC path: two of every three messages
+    go as GPU tensors (made on a side stream, sent from it), the rest as CPU tensors on the
+    same rings; receives posted in random order, completion seen by ``test()`` for some and
+    ``wait()`` for the others. Returns the digest of everything received, moved to the CPU."""
+    import torch
+
+    torch.cuda.set_device(rank % torch.cuda.device_count() if spread else 0)
+    transport = make_transport(backend="shm")
+    peers = [p for p in range(world) if p != rank]
+    rng = random.Random(rank)
+    on_gpu = lambda i: i % 3 != 0  # noqa: E731
+    wanted = [(src, tag) for src in peers for tag, _ in messages(src, rank, count, big)]
+    rng.shuffle(wanted)
+    # equal tags match in posting order: the n-th receive of a tag gets its n-th message
+    index: dict = defaultdict(deque)
+    for src in peers:
+        for i, (tag, _) in enumerate(messages(src, rank, count, big)):
+            index[(src, tag)].append(i)
+    wanted = [(src, index[(src, tag)].popleft(), tag) for src, tag in wanted]
+    early = wanted[: len(wanted) // 3]
+    recvs = {k: (src, i, tag, transport.irecv(src, tag)) for k, (src, i, tag) in enumerate(early)}
+    dist.barrier()
+    side = torch.cuda.Stream()
+    sends = []
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # the copies below finish late: the transport must wait for them
+        for dst in reversed(peers):
+            for i, (tag, tensor) in enumerate(messages(rank, dst, count, big)):
+                if on_gpu(i):
+                    tensor = tensor.pin_memory().to("cuda", non_blocking=True) if tensor.numel() else tensor.cuda()
+                sends.append(transport.isend(tensor, dst, tag))
+    recvs.update({len(early) + k: (src, i, tag, transport.irecv(src, tag)) for k, (src, i, tag) in enumerate(wanted[len(early):])})
+    got: dict[tuple[int, int], object] = {}
+    order = list(recvs)
+    rng.shuffle(order)
+    for n, k in enumerate(order):
+        src, i, tag, work = recvs[k]
+        if n % 2:
+            while not work.test():
+                time.sleep(0.001)
+        tensor = work.wait(WAIT_S)
+        assert tensor.device.type == ("cuda" if on_gpu(i) else "cpu"), f"rank {rank}: message {i} from {src} arrived on {tensor.device}"
+        if tensor.is_cuda:
+            assert tensor.device.index == torch.cuda.current_device(), f"rank {rank}: landed on {tensor.device}"
+            tensor = (tensor.clone() if tensor.numel() else tensor).cpu()  # on the current stream: it must see the copy
+        got[(src, i)] = tensor
+    for work in sends:
+        assert work.wait(WAIT_S) is None
+    dist.barrier()
+    transport.close()
+    received = sorted(((src, tag, i), got[(src, i)]) for src in peers for i, (tag, _) in enumerate(messages(src, rank, count, big)))
+    return digest([tensor for _, tensor in received])
+
+
+def device_crash(rank: int, world: int, mid_copy: bool) -> dict:
+    """Rank 1 dies by SIGKILL right after its large GPU message reached its arena and was
+    announced (``mid_copy``), or while a large CPU one streams; its CUDA IPC arena is
+    already shared with rank 0. Rank 0 must end each wait with the
+    tensor as sent or a clear error, never hang."""
+    import os
+    import signal
+
+    import torch
+
+    from mapp.errors import TransportError
+
+    torch.cuda.set_device(0)
+    transport = make_transport(backend="shm")
+    other = 1 - rank
+    warm = transport.irecv(other, 1)
+    transport.isend(torch.full((1000,), float(rank), device="cuda"), other, 1).wait(WAIT_S)
+    assert torch.equal(warm.wait(WAIT_S).cpu(), torch.full((1000,), float(other)))
+    dist.barrier()
+    if rank == 1:
+        big = torch.arange(16 << 20, dtype=torch.float32, device="cuda" if mid_copy else "cpu")
+        work = transport.isend(big, 0, 7)
+        if mid_copy:
+            work.wait(WAIT_S)  # in the arena and announced: rank 0 copies it out of a dead process's memory
+        os.kill(os.getpid(), signal.SIGKILL)
+    outcome: dict = {"errors": [], "delivered": False}
+    try:
+        value = transport.irecv(1, 7).wait(WAIT_S)
+        want = torch.arange(16 << 20, dtype=torch.float32)
+        outcome["delivered"] = bool(torch.equal(value.cpu(), want))
+    except TransportError as error:
+        outcome["errors"].append(str(error))
+    for post in (lambda: transport.irecv(1, 8), lambda: transport.isend(torch.ones(1 << 20, device="cuda"), 1, 1), lambda: transport.isend(torch.ones(4), 1, 2)):
+        try:
+            post().wait(WAIT_S)
+        except TransportError as error:
+            outcome["errors"].append(str(error))
+    transport.close()
+    return outcome
