@@ -116,7 +116,8 @@ TABLES: dict[str, Table] = {t.name: t for t in [
     }),
     Table("p2p", P2P.row, {
         **_from_matching(P2P, _P2P_COLUMNS),
-        "transfer_ns": "the shorter of the two calls: the side that posted last waited for nothing but the wire",
+        "transfer_ns": "the shorter of the two calls: the side that posted last waited for nothing but the wire "
+                       "(not a transfer time where send_async or recv_async: that side's span is only its post)",
         "bandwidth_gbs": "bytes / transfer_ns, GB/s",
     }),
     Table("iterations", "one training iteration on one rank", {

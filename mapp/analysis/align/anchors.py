@@ -1,11 +1,17 @@
 """Sync anchors: pairs of raw timestamps on two ranks that the true clocks relate.
 
 - *equal* anchors: the members of a collective leave it together, so each member's end equals
-  the end on the instance's lowest-ranked member; a p2p message completes on both sides at
-  once, so a send's end equals its receive's end (NCCL's semantics; weighted by
-  ``p2p_weight`` because eager or asynchronous sends may end early, and robustly rejected
-  where they do not hold).
+  the end on the instance's lowest-ranked member; a blocking p2p message completes on both
+  sides at once, so a send's end equals its receive's end (NCCL's semantics; weighted by
+  ``p2p_weight`` because eager sends may end early, and robustly rejected where they do not
+  hold).
 - *after* anchors: a receive cannot end before its send starts.
+
+An asynchronous side (``send_async``/``recv_async``: the span is only the call's post) breaks
+the equality: an async send's end is its post, not the delivery (MegaDPP's sends, megatron's
+overlapped p2p), so such a pair is never an equal anchor. The bound still holds while the
+receive is blocking (its end is when the data was in hand), so the pair is an after anchor;
+an async receive's end is its post, which may come before the send, so it bounds nothing.
 
 Only complete instances (every member once, one op, one size) of a group whose members are
 known (``group_ranks``; a call that names neither group nor members is matched across every rank
@@ -53,13 +59,13 @@ def anchors_from(matching, *, p2p_weight: float = 1.0) -> Anchors:
         pl.lit(KIND_COLLECTIVE, pl.Int8).alias("kind"), pl.lit(1.0).alias("weight"),
     )
     pairs = matching.p2p.filter(pl.col("bytes_match") & (pl.col("src") != pl.col("dst")))
-    p2p = pairs.select(
+    p2p = pairs.filter(~pl.col("send_async") & ~pl.col("recv_async")).select(
         pl.col("src").cast(pl.Int32).alias("i"), pl.col("dst").cast(pl.Int32).alias("j"),
         pl.col("send_end_ns").alias("u_ns"), pl.col("recv_end_ns").alias("v_ns"),
         pl.lit(KIND_P2P, pl.Int8).alias("kind"), pl.lit(float(p2p_weight)).alias("weight"),
     )
     equal = pl.concat([coll, p2p]) if p2p_weight > 0 else coll
-    after = pairs.select(
+    after = pairs.filter(~pl.col("recv_async")).select(
         pl.col("src").cast(pl.Int32).alias("i"), pl.col("dst").cast(pl.Int32).alias("j"),
         pl.col("send_start_ns").alias("u_ns"), pl.col("recv_end_ns").alias("v_ns"),
     )

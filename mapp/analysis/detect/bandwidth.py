@@ -2,10 +2,11 @@
 
 A transfer's *effective time* is measured once both sides are ready: for a p2p message the
 shorter of the send's and the receive's durations (both end together; the later-posted side
-did not wait), for a collective the shortest member duration (the last arriver's, which did
-not wait). No clock alignment is needed for either. Each link (a p2p pair) and each group
-(a collective's members) gets the median effective time per iteration; it is compared with
-its class (same kind, op, size, member count, and whether it crosses nodes) as a ratio.
+did not wait; a message with an asynchronous side has no such time and is left out), for a
+collective the shortest member duration (the last arriver's, which did not wait). No clock
+alignment is needed for either. Each link (a p2p pair) and each group (a collective's members)
+gets the median effective time per iteration; it is compared with its class (same kind, op,
+size, member count, and whether it crosses nodes) as a ratio.
 
 Attribution: a *slow NIC* makes every inter-node link and group of one rank slow while the
 same links of its neighbours are fine; a *slow link* makes one pair slow (a p2p pair, or a
@@ -57,7 +58,13 @@ class BandwidthEvidence:
 
 
 def _p2p(matching) -> pl.DataFrame:
-    p = matching.p2p.filter(pl.col("bytes_match") & (pl.col("src") != pl.col("dst")))
+    # A pair with an asynchronous side is left out rather than timed from the other side: an
+    # async send's span is its post (not the transfer), and the blocking receive it pairs with
+    # spans the wait for the sender (MegaDPP's, from when the rank was free for the task, while
+    # the sender still computed), so neither side's duration is a transfer time.
+    p = matching.p2p.filter(
+        pl.col("bytes_match") & (pl.col("src") != pl.col("dst")) & ~pl.col("send_async") & ~pl.col("recv_async")
+    )
     return p.select(
         obs=pl.concat_list(pl.min_horizontal("src", "dst"), pl.max_horizontal("src", "dst")).cast(pl.List(pl.Int32)),
         what=pl.lit("p2p"), iteration=pl.col("iteration"), bytes=pl.col("bytes"),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 
 COLLECTIVE_COLUMNS = ["rank", "name", "lane", "ts_ns", "dur_ns", "iteration", "group", "group_ranks", "seq", "bytes"]
-P2P_COLUMNS = ["rank", "name", "lane", "ts_ns", "dur_ns", "iteration", "peer", "seq", "bytes", "expect"]
+P2P_COLUMNS = ["rank", "name", "lane", "ts_ns", "dur_ns", "iteration", "peer", "seq", "bytes", "async", "expect"]
+_BASE = P2P_COLUMNS[:-2]
 
 
 def collective_events(scan: pl.LazyFrame) -> pl.LazyFrame:
@@ -14,11 +15,19 @@ def collective_events(scan: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def p2p_events(scan: pl.LazyFrame) -> pl.DataFrame:
-    """Timed point-to-point calls; ``expect`` is the name of the matching call on the peer, when
-    the format records it (MegatronApp does, in ``args``) and the event has no ``seq``. The
-    ``args`` JSON is only read when some call lacks a ``seq``."""
+    """Timed point-to-point calls. ``async``: the call's span is only its post (``"async": true``
+    in ``args``: megatron's overlapped p2p as the capture records it, MegaDPP's sends), so its end
+    is not the message's delivery. ``expect`` is the name of the matching call on the peer, when
+    the format records it (MegatronApp does, in ``args``) and the event has no ``seq``. Only the
+    ``args`` that mention ``async`` are parsed for it, and all of them only when a call lacks a
+    ``seq``."""
     p2p = scan.filter((pl.col("cat") == "p2p") & (pl.col("ph") == "X"))
-    calls = p2p.select(P2P_COLUMNS[:-1]).collect()
+    mentions = pl.col("args").str.contains('"async"', literal=True).fill_null(False)
+    is_async = (
+        pl.when(mentions).then(pl.col("args").str.json_path_match("$.async") == "true")
+        .otherwise(pl.lit(False)).fill_null(False).alias("async")
+    )
+    calls = p2p.select(*_BASE, is_async).collect()
     if calls["seq"].null_count() == 0:
         return calls.with_columns(pl.lit(None, pl.String).alias("expect"))
     expect = (
@@ -27,4 +36,4 @@ def p2p_events(scan: pl.LazyFrame) -> pl.DataFrame:
         .otherwise(pl.lit(None, pl.String))
         .alias("expect")
     )
-    return p2p.select(*P2P_COLUMNS[:-1], "args").with_columns(expect).select(P2P_COLUMNS).collect()
+    return p2p.select(*_BASE, is_async, expect).select(P2P_COLUMNS).collect()

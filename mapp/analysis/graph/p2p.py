@@ -6,6 +6,10 @@ rank ``a`` to peer ``b`` is matched to a receive on ``b`` from peer ``a`` by the
 ``seq`` when both carry one; otherwise by order: the n-th send ``a -> b`` is the n-th receive
 (within a channel: MegatronApp's ``expect`` arg names the peer call, so ``send-warmup`` pairs
 only with ``recv-warmup``). The two sides must agree on the size.
+
+Each side keeps whether its span is only the call's post (``async``: its end is not the
+message's delivery): ``send_async`` and ``recv_async`` say what the pair's times can be trusted
+for (``mapp.analysis.align.anchors``, ``mapp.analysis.detect.bandwidth``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from mapp.analysis.graph.schema import P2P
 __all__ = ["match_p2p"]
 
 _KEY = ["src", "dst", "by_order", "channel", "seq_eff"]
-_SIDE = ["name", "lane", "start_ns", "end_ns", "bytes", "iteration", "seq"]
+_SIDE = ["name", "lane", "start_ns", "end_ns", "bytes", "iteration", "seq", "async"]
 
 
 def _sides(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -29,6 +33,8 @@ def _sides(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
         by_order=pl.col("seq").is_null(),
         start_ns=pl.col("ts_ns"),
         end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
+        # callers that build calls by hand may leave it out: a call is blocking unless marked
+        **{"async": pl.col("async").fill_null(False) if "async" in calls.columns else pl.lit(False)},
     )
     lost = calls.filter(pl.col("peer").is_null() | ~(pl.col("is_send") | pl.col("is_recv")))
     calls = calls.filter(pl.col("peer").is_not_null() & (pl.col("is_send") | pl.col("is_recv")))
@@ -104,6 +110,7 @@ def match_p2p(calls: pl.DataFrame, traced_ranks: set[int]) -> tuple[pl.DataFrame
             pl.col("start_ns_recv").alias("recv_start_ns"), pl.col("end_ns_recv").alias("recv_end_ns"),
             (pl.col("bytes").is_null() | pl.col("bytes_recv").is_null() | (pl.col("bytes") == pl.col("bytes_recv")))
             .alias("bytes_match"),
+            pl.col("async").alias("send_async"), pl.col("async_recv").alias("recv_async"),
             pl.col("bytes_recv").alias("_recv_bytes"),
         )
     )

@@ -130,6 +130,10 @@ P2P = MatchingTable(
         ("recv_start_ns", _I64, "receive start, dst's clock"),
         ("recv_end_ns", _I64, "receive end, dst's clock"),
         ("bytes_match", _BOOL, "both sides logged the same size"),
+        ("send_async", _BOOL, "the send's span is only its post (args async: true): its end is not the "
+                              "delivery, so the two ends are not simultaneous and its duration is no transfer time"),
+        ("recv_async", _BOOL, "the receive's span is only its post (args async: true): its end is not when "
+                              "the data was in hand"),
     ),
     aligned=_cols(
         ("send_start_aligned_ns", _I64, "send start, reference clock"),

@@ -360,6 +360,23 @@ def test_stage3_a_link_alone_in_its_class_is_not_compared():
     assert not bw.ran and "no matched" in bw.reason
 
 
+def test_stage3_messages_with_an_async_side_have_no_transfer_time():
+    # The same four links with 0->2 four times slower, but every send is async (its span is its
+    # 10 us post, MegaDPP's): the shorter side would be the post, 10 us for every link, and
+    # 0->2 would hide among the others at a "bandwidth" of 100 GB/s. Such messages are left out.
+    links = {(0, 2): 4.0, (1, 3): 1.0, (4, 6): 1.0, (5, 7): 1.0}
+    calls = p2p_calls(links).with_columns(
+        dur_ns=pl.when(pl.col("name") == "send").then(10 * US).otherwise(pl.col("dur_ns")),
+        **{"async": pl.col("name") == "send"},
+    )
+    bw = link_bandwidth(matched(p2p=calls, world=8), hosts(8), link_threshold=CUTS.link)
+    assert not bw.ran and "no matched" in bw.reason
+    # a blocking link beside them is still measured
+    both = pl.concat([calls, p2p_calls({(8, 9): 1.0, (10, 11): 1.0}).with_columns(pl.lit(False).alias("async"))])
+    bw = link_bandwidth(matched(p2p=both, world=12), hosts(12), link_threshold=CUTS.link)
+    assert bw.ran and sorted(tuple(o) for o in bw.observations["obs"].unique().to_list()) == [(8, 9), (10, 11)]
+
+
 # --- verdict.combine ------------------------------------------------------------------------------
 
 
