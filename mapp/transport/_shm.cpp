@@ -48,7 +48,7 @@ namespace py = pybind11;
 namespace {
 
 constexpr uint32_t kMagic = 0x5050414d;  // "MAPP"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr int kMetaWords = 20;  // a message header (16) and the CUDA IPC placement (4)
 constexpr int kLivenessMs = 100;  // how often a sleeping thread checks that its peer lives
 
@@ -58,6 +58,16 @@ constexpr uint32_t kNotify = 1u << 8;  // also announce the message through pop_
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory counters need lock-free 64-bit atomics");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words need lock-free 32-bit atomics");
+
+// A futex word with a count of its sleepers: bumping it costs a system call only when
+// someone sleeps on it (a chunk's publish and consume would otherwise make two each).
+// Both sides use sequentially consistent order, so a sleeper either sees the new value or
+// is counted before the bump looks; the liveness timeout bounds any wait anyway.
+struct Futex {
+  std::atomic<uint32_t> seq;
+  std::atomic<uint32_t> waiters;
+  uint32_t load(std::memory_order order) const { return seq.load(order); }
+};
 
 struct Desc {
   uint64_t msg_id;
@@ -85,31 +95,33 @@ struct alignas(64) SegmentHeader {
   std::atomic<uint32_t> sender_up;    // set once sender_life is held: an unheld lock
   std::atomic<uint32_t> receiver_up;  // before that means "starting", not "closed"
   alignas(64) std::atomic<uint64_t> head;  // descriptors published (sender)
-  std::atomic<uint32_t> head_seq;          // futex word, bumped on publish
+  Futex head_seq;                          // bumped on publish
   alignas(64) std::atomic<uint64_t> tail;  // descriptors consumed (receiver)
   std::atomic<uint64_t> arena_freed;       // arena stream bytes the receiver is done with
-  std::atomic<uint32_t> tail_seq;          // futex word, bumped on consume
+  Futex tail_seq;                          // bumped on consume
   // the CUDA IPC device arena of this pair: bytes the receiver has copied out (Python's)
   alignas(64) std::atomic<uint64_t> device_freed;
-  std::atomic<uint32_t> device_seq;
+  Futex device_seq;
 };
 
 uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-int futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
+int futex_wait(Futex* f, uint32_t expected, int timeout_ms) {
   timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
-  return static_cast<int>(syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0));
+  f->waiters.fetch_add(1, std::memory_order_seq_cst);
+  int r = 0;
+  if (f->seq.load(std::memory_order_seq_cst) == expected)
+    r = static_cast<int>(syscall(SYS_futex, reinterpret_cast<uint32_t*>(&f->seq), FUTEX_WAIT, expected, &ts, nullptr, 0));
+  f->waiters.fetch_sub(1, std::memory_order_seq_cst);
+  return r;
 }
 
-void futex_wake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-void bump(std::atomic<uint32_t>* word) {
-  word->fetch_add(1, std::memory_order_release);
-  futex_wake(word);
+void bump(Futex* f) {
+  f->seq.fetch_add(1, std::memory_order_seq_cst);
+  if (f->waiters.load(std::memory_order_seq_cst) != 0)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&f->seq), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 enum class Life { kAlive, kClosed, kDead };
@@ -223,23 +235,91 @@ class Segment {
   uint64_t size_ = 0;
 };
 
+// Where received messages' bytes live. Fresh memory costs a page fault and the zeroing of
+// every page on first touch (as much as the copy itself); a pipeline receives the same sizes
+// step after step, so large buffers come from mmap (transparent huge pages where allowed)
+// and go back to a small cache when Python drops them, for the next message of that size.
+class Pool {
+ public:
+  static constexpr uint64_t kMin = 1 << 20;   // smaller buffers come from malloc
+  static constexpr uint64_t kGrain = 1 << 16;
+
+  explicit Pool(uint64_t cap) : cap_(cap) {}
+  ~Pool() {
+    for (auto& [size, p] : free_) munmap(p, size);
+  }
+
+  // The mapped size and the memory, or (0, nullptr) when malloc should serve it.
+  std::pair<uint64_t, char*> take(uint64_t n) {
+    if (n < kMin) return {0, nullptr};
+    uint64_t size = round_up(n, kGrain);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = free_.lower_bound(size);
+      if (it != free_.end() && it->first <= size + size / 4) {
+        auto got = *it;
+        free_.erase(it);
+        cached_ -= got.first;
+        return {got.first, got.second};
+      }
+    }
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    madvise(p, size, MADV_HUGEPAGE);  // advisory: fewer faults and TLB misses
+    return {size, static_cast<char*>(p)};
+  }
+
+  void give(uint64_t size, char* p) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (size <= cap_) {
+        // over the cap, the smallest cached buffers go first
+        while (cached_ + size > cap_ && !free_.empty()) {
+          auto it = free_.begin();
+          munmap(it->second, it->first);
+          cached_ -= it->first;
+          free_.erase(it);
+        }
+        free_.emplace(size, p);
+        cached_ += size;
+        return;
+      }
+    }
+    munmap(p, size);
+  }
+
+ private:
+  std::mutex mu_;
+  std::multimap<uint64_t, char*> free_;
+  uint64_t cached_ = 0;
+  uint64_t cap_;
+};
+
 // A received message's bytes, handed to Python through the buffer protocol (torch.frombuffer
 // keeps this object alive as long as the tensor).
 class Buffer {
  public:
-  explicit Buffer(uint64_t n) : size_(n) {
-    data_ = n ? static_cast<char*>(std::aligned_alloc(64, round_up(n, 64))) : nullptr;
-    if (n && data_ == nullptr) throw std::bad_alloc();
+  Buffer(uint64_t n, std::shared_ptr<Pool> pool) : size_(n), pool_(std::move(pool)) {
+    std::tie(mapped_, data_) = pool_->take(n);
+    if (data_ == nullptr && n) {
+      data_ = static_cast<char*>(std::aligned_alloc(64, round_up(n, 64)));
+      if (data_ == nullptr) throw std::bad_alloc();
+    }
   }
-  ~Buffer() { std::free(data_); }
+  ~Buffer() {
+    if (mapped_) pool_->give(mapped_, data_);
+    else std::free(data_);
+  }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   char* data() const { return data_; }
   uint64_t size() const { return size_; }
 
  private:
-  char* data_;
+  char* data_ = nullptr;
   uint64_t size_;
+  uint64_t mapped_ = 0;
+  std::shared_ptr<Pool> pool_;
 };
 
 struct Signal {
@@ -311,7 +391,8 @@ struct Peer {
 
 class Engine {
  public:
-  explicit Engine(int rank) : rank_(rank), signal_(std::make_shared<Signal>()) {}
+  Engine(int rank, uint64_t chunk_bytes, uint64_t cache_bytes)
+      : rank_(rank), chunk_bytes_(chunk_bytes), signal_(std::make_shared<Signal>()), pool_(std::make_shared<Pool>(cache_bytes)) {}
   ~Engine() { close(); }
 
   void create_outgoing(int peer, const std::string& name, uint64_t slots, uint64_t arena_bytes) {
@@ -541,7 +622,8 @@ class Engine {
   std::string push_chunk(Peer* p, Op* op) {
     SegmentHeader* h = p->out->header();
     const uint64_t A = h->arena_bytes;
-    const uint64_t max_chunk = std::max<uint64_t>(A / 4, 1);
+    // small chunks: the receiver copies each out while it is still in the shared cache
+    const uint64_t max_chunk = std::max<uint64_t>(std::min(A / 4, chunk_bytes_ ? chunk_bytes_ : A), 1);
     uint64_t len = std::min(op->nbytes - op->sent, max_chunk);
     uint64_t pos = p->arena_head;
     if (A - pos % A < len) pos += A - pos % A;  // a chunk never wraps: skip to the start
@@ -666,7 +748,7 @@ class Engine {
       fresh->channel = d.channel;
       fresh->flags = d.flags & ~0xffu;
       fresh->meta.assign(d.meta, d.meta + kMetaWords);
-      fresh->buffer = std::make_shared<Buffer>(d.total);
+      fresh->buffer = std::make_shared<Buffer>(d.total, pool_);
       m = fresh.get();
       arrive(p, fresh);
       partial[d.msg_id] = std::move(fresh);
@@ -721,7 +803,9 @@ class Engine {
   }
 
   int rank_;
+  uint64_t chunk_bytes_;
   std::shared_ptr<Signal> signal_;
+  std::shared_ptr<Pool> pool_;
   std::map<int, std::unique_ptr<Peer>> peers_;
   std::deque<std::tuple<int, uint64_t, int64_t, std::vector<int64_t>>> arrivals_;
   std::atomic<bool> running_{false};
@@ -775,7 +859,7 @@ PYBIND11_MODULE(_shm, m) {
       });
 
   py::class_<Engine>(m, "Engine")
-      .def(py::init<int>(), py::arg("rank"))
+      .def(py::init<int, uint64_t, uint64_t>(), py::arg("rank"), py::arg("chunk_bytes") = 0, py::arg("cache_bytes") = 0)
       .def("create_outgoing", &Engine::create_outgoing, py::arg("peer"), py::arg("name"), py::arg("ring_slots"), py::arg("arena_bytes"))
       .def("open_incoming", &Engine::open_incoming, py::arg("peer"), py::arg("name"))
       .def("start", &Engine::start, py::call_guard<py::gil_scoped_release>())

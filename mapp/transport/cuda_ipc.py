@@ -50,6 +50,7 @@ class DevicePath:
         self._results: dict[tuple[int, int], tuple[torch.Tensor, torch.cuda.Event] | str] = {}
         self._cond = threading.Condition()
         self._closed = False
+        self._broken: str | None = None  # why the receiving thread stopped, if it failed
         self._receiver = threading.Thread(target=self._receive, name="mapp-cuda-ipc-recv", daemon=True)
         self._receiver.start()
 
@@ -73,12 +74,18 @@ class DevicePath:
         sender.queue.put((tensor, header, ready, work))
         return work
 
-    def collect(self, src: int, op, header: Header) -> torch.Tensor:
+    def copied(self, src: int, op) -> bool:
+        """Whether the receiving thread has copied the message of ``op`` out (or failed to)."""
+        with self._cond:
+            return (src, op.msg_id) in self._results or self._closed or self._broken is not None
+
+    def collect(self, src: int, op, header: Header, timeout: float | None = None) -> torch.Tensor:
         """The tensor of a completed receive whose message came by CUDA IPC."""
         key = (src, op.msg_id)
         with self._cond:
-            self._cond.wait_for(lambda: key in self._results or self._closed)
-            found = self._results.pop(key, "the transport was closed")
+            if not self._cond.wait_for(lambda: key in self._results or self._closed or self._broken is not None, timeout):
+                raise TransportError(f"irecv(src={src}, tag={header.tag}) on rank {self._t._rank} did not complete within {timeout:g} s (its CUDA IPC copy is pending)")
+            found = self._results.pop(key, None) or self._broken or "the transport was closed"
         if isinstance(found, str):
             raise TransportError(f"irecv(src={src}, tag={header.tag}) on rank {self._t._rank} failed: {found}")
         tensor, copied = found
@@ -99,6 +106,15 @@ class DevicePath:
     # -- the receiving side ----------------------------------------------------------------
 
     def _receive(self) -> None:
+        try:
+            self._receive_loop()
+        except BaseException as error:  # every waiter must learn why, never wait forever
+            with self._cond:
+                self._broken = f"the CUDA IPC receiving thread failed: {type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+                self._cond.notify_all()
+            raise
+
+    def _receive_loop(self) -> None:
         arenas: dict[int, tuple[int, torch.Tensor, torch.cuda.Event]] = {}  # src -> (generation, arena, event)
         stream = None
         while not self._closed:
@@ -116,16 +132,27 @@ class DevicePath:
                     arenas[src] = (generation, *self._open_arena(src, generation))
                 _gen, arena, event = arenas[src]
                 value, copied = self._copy_out(arena, event, offset, header, stream)
-            except (RuntimeError, TransportError, pickle.UnpicklingError) as error:
+            except Exception as error:  # noqa: BLE001  this message fails; the next ones may not
                 with self._cond:
-                    self._results[(src, msg_id)] = f"the CUDA IPC copy failed: {str(error).splitlines()[0][:200]}"
+                    self._results[(src, msg_id)] = f"the CUDA IPC copy failed: {type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
                     self._cond.notify_all()
+                self._ack_after_failure(src, end, stream)
                 continue
             with self._cond:
                 self._results[(src, msg_id)] = (value, copied)
                 self._cond.notify_all()
             copied.synchronize()  # the space may be reused once the bytes are out
             self._engine.device_ack(src, end)
+
+    def _ack_after_failure(self, src: int, end: int, stream) -> None:
+        """Give the space of a message that could not be copied back (else its sender would
+        wait for it forever); a peer that is gone takes no acknowledgement."""
+        try:
+            if stream is not None:
+                stream.synchronize()
+            self._engine.device_ack(src, end)
+        except Exception:  # noqa: BLE001
+            pass
 
     def _open_arena(self, src: int, generation: int) -> tuple[torch.Tensor, torch.cuda.Event]:
         op = self._engine.post_recv(src, generation, self._internal)
@@ -164,16 +191,19 @@ class _DeviceSender(threading.Thread):
         self._failed: str | None = None
 
     def run(self) -> None:
-        torch.cuda.set_device(self._device)
-        self._stream = torch.cuda.Stream()
-        self._event = torch.cuda.Event(interprocess=True)
+        try:
+            torch.cuda.set_device(self._device)
+            self._stream = torch.cuda.Stream()
+            self._event = torch.cuda.Event(interprocess=True)
+        except Exception as error:  # noqa: BLE001  then every send fails with the reason
+            self._failed = f"the CUDA IPC sender could not start: {type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
         while (item := self.queue.get()) is not None:
             tensor, header, ready, work = item
             if self._failed is None:
                 try:
                     self._send(tensor, header, ready)
-                except (RuntimeError, TransportError) as error:
-                    self._failed = str(error).splitlines()[0][:300]
+                except Exception as error:  # noqa: BLE001  every later send fails with the reason
+                    self._failed = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
             work.reject(self._failed) if self._failed else work.resolve()
 
     def _send(self, tensor: torch.Tensor, header: Header, ready: torch.cuda.Event) -> None:
@@ -186,7 +216,7 @@ class _DeviceSender(threading.Thread):
         if capacity - offset < size:  # a message never wraps: skip to the start
             pos += capacity - offset
             offset = 0
-        self._wait_for_ack(pos + size - capacity)
+        self._wait_for_ack(max(0, pos + size - capacity))  # the old bytes there were copied out
         with torch.cuda.stream(self._stream):
             self._stream.wait_event(ready)
             if header.nbytes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -32,6 +33,8 @@ INTERNAL = 1
 
 _DEFAULT_ARENA_BYTES = 8 << 20
 _DEFAULT_RING_SLOTS = 1024
+_DEFAULT_CHUNK_BYTES = 1 << 20
+_DEFAULT_CACHE_BYTES = 512 << 20
 
 
 class ShmTransport(Transport):
@@ -39,7 +42,10 @@ class ShmTransport(Transport):
     (ranks without a local peer take part too); ``peers`` narrows the peers to connect.
 
     Sizes per directed pair: ``$MAPP_TRANSPORT_ARENA_BYTES`` of data arena (8 MiB; larger
-    messages stream through it in chunks) and ``$MAPP_TRANSPORT_RING_SLOTS`` descriptors.
+    messages stream through it in chunks of ``$MAPP_TRANSPORT_CHUNK_BYTES``, 1 MiB, at most a
+    quarter of the arena) and ``$MAPP_TRANSPORT_RING_SLOTS`` descriptors. Received buffers of
+    1 MiB and more go back to a cache of up to ``$MAPP_TRANSPORT_CACHE_BYTES`` (512 MiB) once
+    dropped, for the next message of that size (fresh memory costs a fault per page).
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None, *, job: str | None = None, peers: Iterable[int] | None = None, roster: Roster | None = None):
@@ -56,7 +62,9 @@ class ShmTransport(Transport):
         self._closed = False
         self._device_path = None
         self._in_flight: deque = deque()  # (op, tensor): the C++ thread reads the tensor's memory
-        self._engine = _shm.Engine(self._rank)
+        chunk = int(os.environ.get("MAPP_TRANSPORT_CHUNK_BYTES", _DEFAULT_CHUNK_BYTES))
+        cache = int(os.environ.get("MAPP_TRANSPORT_CACHE_BYTES", _DEFAULT_CACHE_BYTES))
+        self._engine = _shm.Engine(self._rank, chunk, cache)
         atexit.register(self.close)
         try:
             self._connect(group)
@@ -110,7 +118,7 @@ class ShmTransport(Transport):
     def irecv(self, src: int, tag: int) -> Work:
         self._check(src)
         op = self._post_recv(src, int(tag), USER)
-        return OpWork(op, f"irecv(src={src}, tag={tag}) on rank {self._rank}", finish=lambda op: self._unpack(src, op))
+        return OpWork(op, f"irecv(src={src}, tag={tag}) on rank {self._rank}", finish=lambda op, timeout: self._unpack(src, op, timeout), ready=lambda op: self._arrived(src, op))
 
     def close(self) -> None:
         with self._lock:
@@ -160,11 +168,18 @@ class ShmTransport(Transport):
         if peer not in self._peers:
             raise TransportError(f"rank {peer} is not a peer of rank {self._rank} in this transport", f"peers: {self._peers}")
 
-    def _unpack(self, src: int, op) -> torch.Tensor:
+    def _unpack(self, src: int, op, timeout: float | None) -> torch.Tensor:
         header = Header.from_words(op.meta)
         if header.device == CUDA:
-            return self._device().collect(src, op, header)
+            return self._device().collect(src, op, header, timeout)
         return bytes_of(op, header)
+
+    def _arrived(self, src: int, op) -> bool:
+        """A completed receive op's message is here: its bytes, or for a GPU message its
+        descriptor and the device copy out of the sender's arena."""
+        if op.error is not None or Header.from_words(op.meta).device != CUDA:
+            return True
+        return self._device().copied(src, op)
 
 
 def bytes_of(op, header: Header) -> torch.Tensor:
@@ -177,12 +192,13 @@ def bytes_of(op, header: Header) -> torch.Tensor:
 class OpWork(Work):
     """A ``Work`` over one op of the extension: ``wait`` sleeps in C++ without the GIL."""
 
-    __slots__ = ("_op", "_what", "_finish", "_value", "_lock")
+    __slots__ = ("_op", "_what", "_finish", "_ready", "_value", "_lock")
 
-    def __init__(self, op, what: str, finish: Callable | None = None):
+    def __init__(self, op, what: str, finish: Callable | None = None, ready: Callable | None = None):
         self._op = op
         self._what = what
-        self._finish = finish
+        self._finish = finish  # (op, timeout left) -> the received tensor
+        self._ready = ready  # op -> whether ``finish`` would return at once
         self._value = None
         self._lock = threading.Lock()
 
@@ -190,15 +206,17 @@ class OpWork(Work):
         if not self._op.test():
             return False
         self._raise_if_failed()
-        return True
+        return self._ready is None or self._finish is None or self._ready(self._op)
 
     def wait(self, timeout: float | None = None) -> torch.Tensor | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
         if not self._op.wait(timeout):
             raise TransportError(f"{self._what} did not complete within {timeout:g} s")
         self._raise_if_failed()
         with self._lock:
             if self._finish is not None:
-                self._value, self._finish = self._finish(self._op), None
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self._value, self._finish = self._finish(self._op, left), None
         return self._value
 
     def _raise_if_failed(self) -> None:
