@@ -39,7 +39,7 @@ from mapp.trace_format import CACHE_DIR  # one name for the cache, also in the o
 __all__ = ["CACHE_DIR", "CACHE_VERSION", "EVENTS", "RANKS", "BUILD_KEY", "Cached", "location", "fallback",
            "identity", "check", "clear", "crc32", "new_build", "write_manifest"]
 
-CACHE_VERSION = 4                               # 3: row counts and build id; 4: CRC-32 of each file
+CACHE_VERSION = 5  # 3: row counts and build id; 4: CRC-32 of each file; 5: kineto gloo peers, groups, async sends
 EVENTS, RANKS, MANIFEST = "events.parquet", "ranks.parquet", "manifest.json"
 BUILD_KEY = "mapp_build"                        # footer key-value metadata of both Parquet files
 # Fallback caches of this process, by bundle directory: a second load in the same process

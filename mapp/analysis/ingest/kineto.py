@@ -40,8 +40,10 @@ What this reader keeps and how it maps it:
   x the dtype's size, null if either is unknown; p2p ``peer`` from ``Dst Rank``/``Src Rank``/
   ``Rank`` (group-local, mapped through the group's ranks), for gloo from the enclosing
   ``c10d::send``/``c10d::recv_`` call's arguments (group-local too, and gloo names no group:
-  mapped only when every process group of the rank maps it alike, else null), or the other
-  rank of a 2-rank world.
+  mapped to a global rank across the ranks read together, see ``_gloo_groups``), or the other
+  rank of a 2-rank world. A ``gloo:send`` gets ``args["async"] = true``: its span lasts until
+  its caller waits on it, which is not when the receive ends. A gloo collective that names no
+  group gets one where the ranks' calls show which (``_gloo_groups``).
 * on a rank that recorded GPU kernels the CPU runs ahead of the GPU, so its CPU side says little
   about when work happened: the canonical comm event of a call is its collective kernel (a CPU
   ``record_param_comms`` that is canonical takes the timing and stream of the NCCL/RCCL kernel it
@@ -72,7 +74,7 @@ from collections.abc import Callable
 import orjson
 import polars as pl
 
-from mapp.analysis.ingest import schema
+from mapp.analysis.ingest import _gloo_groups, schema
 from mapp.analysis.ingest._json import HEAD_BYTES, load_document, paused_gc
 from mapp.errors import TraceFormatError
 
@@ -155,18 +157,20 @@ def sniff(path: pathlib.Path, head: bytes) -> bool:
 
 def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Read Kineto traces (one per rank) into (events, ranks) tables; see the module docstring."""
-    events, ranks = [], []
+    events, ranks, groups = [], [], {}
     for path in files:
         with paused_gc():
-            ev, rk = _read_one(path, warn)
+            ev, rk, pgs = _read_one(path, warn)
         events.append(ev)
         ranks.append(rk)
+        groups[int(rk["rank"][0])] = pgs
     if not events:
         return schema.empty_events(), pl.DataFrame(schema=schema.RANKS_SCHEMA)
-    return pl.concat(events, how="vertical"), pl.concat(ranks, how="vertical")
+    return _gloo_groups.resolve(pl.concat(events, how="vertical"), groups, warn), pl.concat(ranks, how="vertical")
 
 
-def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame, list[tuple]]:
+    """(events with the ``_gloo_groups.LOCAL`` column, the rank's row, its process groups' members)."""
     document, salvage = load_document(path, (b"]}", b"]", b"}"), "PyTorch profiler trace (JSON object)")
     if isinstance(document, list):          # the bare Chrome array form: events only
         document = {"traceEvents": document}
@@ -202,6 +206,7 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
     group_ranks: list[list[int] | None] = [None] * n
     seq: list[int | None] = [None] * n
     peer: list[int | None] = [None] * n
+    peer_local: list[int | None] = [None] * n
     nbytes: list[int | None] = [None] * n
     lanes = [None] * n
     args_text = [None] * n
@@ -221,12 +226,16 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
             coll = comm.collective_name(i)
             names[i] = coll
             cat[i] = "p2p" if coll in _P2P else "collective"
-            group[i], group_ranks[i], seq[i], peer[i], nbytes[i] = comm.fields(i, coll)
+            group[i], group_ranks[i], seq[i], peer[i], nbytes[i], peer_local[i] = comm.fields(i, coll)
             if i in timed_by:
                 k = timed_by[i]
                 ts_list[i], dur_list[i] = ts_list[k], dur_list[k]
                 lanes[i] = f"stream:{kept.tid[k]}"
                 args = {**args, "kernel": kept.name[k]}
+            elif coll == "send" and name.startswith("gloo:"):
+                # a gloo send's span runs until its caller waits on it (megatron waits on a whole
+                # exchange at once), not to the delivery: it does not end with its receive
+                args = {**args, "async": True}
         else:
             cat[i] = _category(name, src_cat, on_gpu, i in comm.mirrors)
         if names[i] != name:
@@ -247,13 +256,14 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
             "rank": [rank] * n, "ph": ["X"] * n, "name": names, "cat": cat, "lane": lanes,
             "ts_ns": ts_ns, "dur_ns": dur_ns, "iteration": iteration, "group": group,
             "group_ranks": group_ranks, "seq": seq, "peer": peer, "bytes": nbytes,
-            "src_file": [str(path)] * n, "args": args_text,
+            "src_file": [str(path)] * n, "args": args_text, _gloo_groups.LOCAL: peer_local,
         },
         schema_overrides={"group_ranks": pl.List(pl.Int32()), "iteration": pl.Int32(), "seq": pl.Int64(),
                           "peer": pl.Int32(), "bytes": pl.Int64(), "group": pl.String(), "cat": pl.String(),
-                          "lane": pl.String(), "name": pl.String(), "args": pl.String(), "src_file": pl.String()},
+                          "lane": pl.String(), "name": pl.String(), "args": pl.String(), "src_file": pl.String(),
+                          _gloo_groups.LOCAL: pl.Int32()},
     )
-    events = schema.conform(events, schema.EVENTS_SCHEMA).sort(
+    events = schema.conform(events, {**schema.EVENTS_SCHEMA, _gloo_groups.LOCAL: pl.Int32()}).sort(
         ["ts_ns", "dur_ns"], descending=[False, True], maintain_order=True)
     if salvage.truncated_at is not None:
         # counted in the events table, not in traceEvents: those include records this reader drops
@@ -266,7 +276,8 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
         "rank": [rank], "world_size": [world_size], "host": [host if isinstance(host, str) else None],
         "device": [device], "clock": ["host"], "format": [NAME], "src_file": [str(path)],
     }, schema_overrides={"world_size": pl.Int32(), "host": pl.String(), "device": pl.String()})
-    return events, schema.conform(ranks, schema.RANKS_SCHEMA)
+    members = [tuple(r) for r in (_rank_list(pg.get("ranks")) for pg in pgs) if r and rank in r]
+    return events, schema.conform(ranks, schema.RANKS_SCHEMA), members
 
 
 class _Kept:
@@ -390,7 +401,8 @@ class _CommContext:
         return _COLLECTIVE_NAMES.get(raw.lower(), raw.lower())
 
     def fields(self, i: int, coll: str):
-        """(group, group_ranks, seq, peer, bytes) of canonical comm event ``i``."""
+        """(group, group_ranks, seq, peer, bytes, group-local peer) of canonical comm event ``i``; the
+        last is set (and peer null) for a gloo p2p call whose group is unknown, for ``_gloo_groups``."""
         args = self.kept.args[i]
         if "Collective name" in args:
             pg = self.pgs.get(str(args.get("Process Group Name")))
@@ -417,30 +429,23 @@ class _CommContext:
             types = args.get("Input type")
             size = _dtype_size(types[0]) if isinstance(types, list) and types else None
             local = self._enclosing_p2p_peer(i) if coll in _P2P else None
-            if local is not None:
+            if local is not None and self.pgs:
                 # c10d's peer argument is the rank within the group the call used, which gloo
-                # does not record: it names a global rank only when every group of this rank
-                # maps it to the same one (always so for a job with one group)
-                ranks, local = None, self._global_peer(local)
-        nbytes = nelems * size if nelems is not None and size is not None else None
+                # does not record: resolved across the ranks read together (_gloo_groups)
+                return label, None, seq, None, _nbytes(nelems, size), local
+            ranks = None
+        nbytes = _nbytes(nelems, size)
         if coll in _P2P:
             peer = None
             if local is not None:
                 if ranks is not None:
                     peer = ranks[local] if 0 <= local < len(ranks) else None
                 else:
-                    peer = local
+                    peer = local  # no process group listed: the default group, local is global
             elif self.world_size == 2:
                 peer = 1 - self.rank
-            return label, None, seq, peer, nbytes
-        return label, sorted(ranks) if ranks is not None else None, seq, None, nbytes
-
-    def _global_peer(self, local: int) -> int | None:
-        found = {pg_ranks[local] for pg_ranks in (_rank_list(pg.get("ranks")) for pg in self.pgs.values())
-                 if pg_ranks and self.rank in pg_ranks and 0 <= local < len(pg_ranks)}
-        if not self.pgs:
-            return local
-        return found.pop() if len(found) == 1 else None
+            return label, None, seq, peer, nbytes, None
+        return label, sorted(ranks) if ranks is not None else None, seq, None, nbytes, None
 
     def _c10d_p2p_spans(self) -> dict[object, list[tuple[float, float, int | None]]]:
         spans: dict[object, list[tuple[float, float, int | None]]] = {}
@@ -512,6 +517,10 @@ def _rank_list(value: object) -> list[int] | None:
     if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
         return list(value)
     return None
+
+
+def _nbytes(nelems: int | None, size: int | None) -> int | None:
+    return nelems * size if nelems is not None and size is not None else None
 
 
 def _first_input_nelems(args: dict) -> int | None:

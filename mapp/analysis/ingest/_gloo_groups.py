@@ -1,0 +1,168 @@
+"""Which process group a gloo call ran on, in PyTorch profiler traces that do not say.
+
+A gloo trace records a communication call as a ``gloo:<op>`` annotation (and, for p2p, the
+``c10d::send``/``c10d::recv_`` op that issued it) with no process group; each rank's
+``distributedInfo.pg_config`` lists the groups it belongs to, with their members in group-rank
+order. Both questions below are answered across the ranks read together.
+
+*p2p peers.* c10d's ``send``/``recv`` take the peer as its rank *within the group the call ran
+on* (the c10d op's third input). A call on rank ``r`` with group-local peer ``l``: each group
+``G`` of ``r`` proposes the global rank ``p = G[l]``; a proposal stands when ``p`` is traced,
+``G`` is one of ``p``'s groups too, and ``p`` made calls of the other direction whose
+group-local peer is ``r``'s place in ``G`` (the two sides agree). One standing peer is the
+answer. Where none stands (the peer's trace is absent, or holds no answering calls) the
+proposals must name one rank whatever the group. Anything else (no group fits, or two fit)
+leaves the peer null, and a note says so. Finally every resolved send ``a -> b`` is checked
+against ``b``'s resolved receives from ``a`` (and the reverse), and a note names any pair whose
+two sides disagree.
+
+*collective groups.* A collective call that names neither group nor members is placed in a group
+of its rank whose every member is traced and made as many calls of the same op and size. A
+group of one always fits (megatron calls all-reduces on a TP group of one), so where several
+fit, only the groups of several members whose calls end together stay: the time from one
+call's end to the next is the same on every member's own clock (median relative difference
+under 10%; no clock alignment needed). The call gets the members of the one group left,
+provided each of those members finds that same group alone; otherwise it stays without a group
+(matching then says so); where some were placed, one note counts them and the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import polars as pl
+
+LOCAL = "_peer_local"
+"""The temporary events column holding a call's group-local peer (dropped by :func:`resolve`)."""
+
+_OTHER = {"send": "recv", "recv": "send"}
+
+
+def resolve(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
+            warn: Callable[[str], None]) -> pl.DataFrame:
+    """``events`` (with the ``LOCAL`` column) with ``peer`` set on every call that has a
+    group-local peer, ``group_ranks`` on the collective calls that name no group where one
+    group fits, and ``LOCAL`` dropped. ``groups``: each traced rank's process groups (members
+    in group-rank order)."""
+    return _collective_groups(_peers(events, groups, warn), groups, warn)
+
+
+def _peers(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
+           warn: Callable[[str], None]) -> pl.DataFrame:
+    calls = events.filter(pl.col(LOCAL).is_not_null())
+    if calls.is_empty():
+        return events.drop(LOCAL)
+    keys = calls.group_by("rank", "name", LOCAL).len().rows()
+    present = {(r, name, local) for r, name, local, _ in keys}
+    members = {r: {tuple(g) for g in gs} for r, gs in groups.items()}
+    mapping, notes = [], []
+    for rank, name, local, count in sorted(keys):
+        proposals = {}
+        for g in groups.get(rank, []):
+            if rank in g and 0 <= local < len(g) and g[local] != rank:
+                proposals.setdefault(g[local], []).append(g)
+        standing = {p for p, gs in proposals.items() if p in groups and any(
+            (p, _OTHER[name], g.index(rank)) in present and tuple(g) in members[p] for g in gs)}
+        peer = None
+        if len(standing) == 1:
+            peer = standing.pop()
+        elif not standing and len(proposals) == 1:
+            peer = next(iter(proposals))  # one rank whatever the group (its side, if traced, is checked below)
+        else:
+            fits = ", ".join(f"{list(gs[0])} -> {p}" for p, gs in sorted(proposals.items())) or "none"
+            why = ("no process group of the rank has a member there whose calls answer them" if not standing
+                   else f"{len(standing)} process groups fit")
+            notes.append(f"rank {rank}: {count} gloo {name} call(s) name group-local peer {local}, and the trace "
+                         f"does not say which process group they ran on; {why} (groups -> peer: {fits}); "
+                         "left without a peer (unmatched)")
+        mapping.append((rank, name, local, peer))
+    resolved = pl.DataFrame(mapping, schema={"rank": pl.Int32(), "name": pl.String(), LOCAL: pl.Int32(),
+                                             "_resolved": pl.Int32()}, orient="row")
+    out = (
+        events.join(resolved, on=["rank", "name", LOCAL], how="left", maintain_order="left")
+        .with_columns(peer=pl.when(pl.col(LOCAL).is_not_null()).then(pl.col("_resolved")).otherwise(pl.col("peer")))
+        .drop(LOCAL, "_resolved")
+    )
+    notes += _disagreements(resolved.drop_nulls("_resolved"), set(groups))
+    for note in notes:
+        warn(note)
+    return out
+
+
+def _disagreements(resolved: pl.DataFrame, traced: set[int]) -> list[str]:
+    """Pairs of traced ranks where one side's calls name the other and the other's do not answer."""
+    edges = {(name, r, p) for r, name, _, p in resolved.rows()}
+    notes = []
+    for name, r, p in sorted(edges):
+        if p in traced and (_OTHER[name], p, r) not in edges:
+            notes.append(f"rank {r}'s gloo {name} calls go to rank {p}, but rank {p} has no {_OTHER[name]} "
+                         f"calls resolved to rank {r}: the two sides disagree")
+    return notes
+
+
+_TOGETHER = 0.1
+_UNGROUPED = (pl.col("cat") == "collective") & pl.col("group").is_null() & pl.col("group_ranks").is_null()
+
+
+def _collective_groups(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
+                       warn: Callable[[str], None]) -> pl.DataFrame:
+    calls = (events.filter(_UNGROUPED).sort("ts_ns").group_by("rank", "name", "bytes", maintain_order=True)
+             .agg(ends=pl.col("ts_ns") + pl.col("dur_ns")))
+    ends = {(r, name, size): e for r, name, size, e in calls.rows()}
+    if not ends:
+        return events
+    counts = {k: len(e) for k, e in ends.items()}
+    members = {r: {tuple(sorted(g)) for g in gs} for r, gs in groups.items()}
+
+    def fits(rank: int, name: str, size) -> list[tuple[int, ...]]:
+        n = counts[rank, name, size]
+        return [g for g in sorted(members.get(rank, ())) if all(
+            m in members and g in members[m] and counts.get((m, name, size)) == n for m in g)]
+
+    def together(g: tuple[int, ...], name: str, size) -> bool:
+        # members leave a collective together: the time from each call's end to the next one's
+        # is the same on every member's own clock (no clock alignment needed)
+        steps = [np.diff(np.asarray(ends[m, name, size], dtype=np.float64)) for m in g]
+        if len(g) < 2 or not len(steps[0]):
+            return False
+        ref = steps[0]
+        return all(float(np.median(np.abs(ref - d) / np.maximum(np.maximum(ref, d), 1e3))) < _TOGETHER
+                   for d in steps[1:])
+
+    found = {}
+    for key in counts:
+        gs = fits(*key)
+        if len(gs) > 1:
+            # several groups have members that made as many such calls (a size-1 group always
+            # does): keep the multi-member ones whose members' calls end together
+            gs = [g for g in gs if together(g, key[1], key[2])]
+        found[key] = gs
+    chosen = {}
+    for (rank, name, size), gs in found.items():
+        # one group fits, it has other members, and every member of it finds that group alone
+        if len(gs) == 1 and len(gs[0]) > 1 and all(found.get((m, name, size)) == gs for m in gs[0]):
+            chosen[rank, name, size] = list(gs[0])
+    n_calls = sum(counts.values())
+    n_done = sum(counts[k] for k in chosen)
+    left = sorted((k for k in counts if k not in chosen), key=lambda k: (-counts[k], k))
+    note = (f"gloo collectives name no process group: {n_done:,} of {n_calls:,} calls placed in the one group "
+            "whose members all made as many calls of that op and size, ending together")
+    if left:
+        r, name, size = left[0]
+        n_fit = len(found[left[0]])
+        why = ("no group of several ranks fits" if n_fit == 0 or (n_fit == 1 and len(found[left[0]][0]) == 1)
+               else f"{n_fit} groups fit")
+        note += (f"; {n_calls - n_done:,} left without a group (first: {counts[left[0]]} {name} of {size} bytes "
+                 f"on rank {r}: {why})")
+    if not chosen:
+        return events  # nothing inferred: matching's unknown_group finding says the rest
+    warn(note)
+    table = pl.DataFrame([(r, name, size, g) for (r, name, size), g in chosen.items()], orient="row",
+                         schema={"rank": pl.Int32(), "name": pl.String(), "bytes": pl.Int64(),
+                                 "_members": pl.List(pl.Int32())})
+    return (
+        events.join(table, on=["rank", "name", "bytes"], how="left", nulls_equal=True, maintain_order="left")
+        .with_columns(group_ranks=pl.when(_UNGROUPED).then(pl.col("_members")).otherwise(pl.col("group_ranks")))
+        .drop("_members")
+    )

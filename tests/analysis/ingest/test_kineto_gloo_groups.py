@@ -1,0 +1,102 @@
+"""Gloo calls in PyTorch profiler traces name no process group: p2p peers are group-local ranks
+and collectives carry no members. ``_gloo_groups`` resolves both across the ranks read together.
+
+The real trace is the corpus case ``gpt-pp2dp2-prof-layer1.5x-r2`` (tests/corpus/README.md):
+megatron-core GPT, PP2 x DP2 on gloo, ranks 0,1 on stage 0 and 2,3 on stage 1, so the pipeline
+pairs are 0 <-> 2 and 1 <-> 3; every c10d send/recv names peer 1 on ranks 0,1 and peer 0 on
+ranks 2,3 (their place in the pipeline group), and the gradient all-reduce runs on the DP groups
+{0,1} and {2,3}.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import polars as pl
+
+from mapp.analysis.align import align_bundle
+from mapp.analysis.graph import match_bundle
+from mapp.analysis.ingest import _gloo_groups, load_bundle
+from mapp.analysis.ingest.schema import EVENTS_SCHEMA
+
+CASE = pathlib.Path(__file__).parent.parent.parent / "corpus" / "cases" / "gpt-pp2dp2-prof-layer1.5x-r2"
+
+
+def _copy(tmp_path: pathlib.Path) -> pathlib.Path:
+    for f in CASE.glob("rank-*.json.gz"):  # a copy: the bundle writes its cache beside the traces
+        shutil.copy(f, tmp_path / f.name)
+    return tmp_path
+
+
+def test_real_pp2dp2_peers_are_global_ranks(tmp_path):
+    notes: list[str] = []
+    bundle = load_bundle(_copy(tmp_path), warn=notes.append)
+    p2p = bundle.scan().filter(pl.col("cat") == "p2p").collect()
+    assert sorted(p2p.group_by("rank", "name", "peer").len().rows()) == [
+        (0, "recv", 2, 8), (0, "send", 2, 8), (1, "recv", 3, 8), (1, "send", 3, 8),
+        (2, "recv", 0, 8), (2, "send", 0, 8), (3, "recv", 1, 8), (3, "send", 1, 8)]
+    matching = match_bundle(bundle)
+    assert sorted(matching.p2p.group_by("src", "dst").len().rows()) == [(0, 2, 8), (1, 3, 8), (2, 0, 8), (3, 1, 8)]
+    assert not [f for f in matching.findings if f.kind in ("no_peer", "unmatched_send", "unmatched_recv")]
+    assert len(matching.p2p) == 32 and matching.p2p["bytes_match"].all()
+    # a gloo send lasts until its caller waits on it: not simultaneous with its receive
+    assert matching.p2p["send_async"].all() and not matching.p2p["recv_async"].any()
+    assert not any("gloo send" in n or "gloo recv" in n for n in notes), notes
+
+
+def test_real_pp2dp2_dp_all_reduces_get_their_group_and_one_clock_component(tmp_path):
+    notes: list[str] = []
+    bundle = load_bundle(_copy(tmp_path), warn=notes.append)
+    grads = bundle.scan().filter((pl.col("cat") == "collective") & (pl.col("bytes") > 1 << 20)).collect()
+    assert sorted(grads.group_by("rank", "group_ranks").len().rows()) == [
+        (0, [0, 1], 4), (1, [0, 1], 4), (2, [2, 3], 4), (3, [2, 3], 4)]
+    # the TP all-reduces (a group of one) and the 4-byte ones (several groups fit) stay ungrouped
+    assert any(n.startswith("gloo collectives name no process group: 16 of 80 calls placed") for n in notes), notes
+    clock = align_bundle(bundle, match_bundle(bundle))
+    assert clock.components == [[0, 1, 2, 3]]
+
+
+def _events(rows: list[dict]) -> pl.DataFrame:
+    schema = {**EVENTS_SCHEMA, _gloo_groups.LOCAL: pl.Int32()}
+    return pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema, orient="row")
+
+
+def _p2p(rank, name, local):
+    return dict(rank=rank, name=name, cat="p2p", ph="X", ts_ns=0, dur_ns=1, **{_gloo_groups.LOCAL: local})
+
+
+def test_a_peer_two_groups_fit_is_left_null_with_a_note():
+    # ranks 0,1,2 in one world; rank 0 sends to local 1 on two groups of its own that both
+    # have a rank answering with a receive from local 0: no telling which
+    groups = {0: [(0, 1), (0, 2)], 1: [(0, 1)], 2: [(0, 2)]}
+    events = _events([_p2p(0, "send", 1), _p2p(1, "recv", 0), _p2p(2, "recv", 0)])
+    notes: list[str] = []
+    out = _gloo_groups.resolve(events, groups, notes.append)
+    assert _gloo_groups.LOCAL not in out.columns
+    assert out.filter(pl.col("rank") == 0)["peer"].to_list() == [None]
+    assert any(n.startswith("rank 0: 1 gloo send call(s) name group-local peer 1") and "2 process groups fit" in n
+               for n in notes), notes
+
+
+def test_the_side_that_answers_decides_and_untraced_peers_take_the_one_proposal():
+    # rank 0's groups (0,1) and (0,2) both put local 1 elsewhere; only rank 2 answers (recv
+    # from local 0 in (0,2)). Rank 0's receive names local 1 in (0, 3), whose rank 3 is not traced.
+    groups = {0: [(0, 1), (0, 2), (0, 3)], 1: [(0, 1)], 2: [(0, 2)]}
+    events = _events([_p2p(0, "send", 1), _p2p(2, "recv", 0), _p2p(0, "recv", 9)])
+    notes: list[str] = []
+    out = _gloo_groups.resolve(events, groups, notes.append)
+    assert out.select("rank", "name", "peer").rows() == [(0, "send", 2), (2, "recv", 0), (0, "recv", None)]
+    assert any("rank 0: 1 gloo recv call(s) name group-local peer 9" in n for n in notes), notes
+    # one proposal whatever the group, towards a rank with no trace: taken
+    out = _gloo_groups.resolve(_events([_p2p(0, "recv", 1)]), {0: [(0, 3)]}, notes.append)
+    assert out["peer"].to_list() == [3]
+
+
+def test_sides_that_disagree_are_named():
+    # rank 0 sends to rank 1 (the only proposal), but rank 1's receive resolves elsewhere
+    groups = {0: [(0, 1)], 1: [(1, 2)]}
+    notes: list[str] = []
+    _gloo_groups.resolve(_events([_p2p(0, "send", 1), _p2p(1, "recv", 1)]), groups, notes.append)
+    assert any(n.startswith("rank 0's gloo send calls go to rank 1, but rank 1 has no recv calls resolved to rank 0")
+               for n in notes), notes
