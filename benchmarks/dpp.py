@@ -11,9 +11,10 @@ falls on both alike. A run's step time is the median over its iterations after t
 the slowest rank's step; a row reports the median over rounds and DPP's change.
 
 On CPU a pipeline only runs in parallel with a core per process: the PP2 rows (2 processes)
-fit a 2-core machine; PP4 (4 processes) shares 2 cores, so one rank's bubble is another's
-compute there and a schedule's bubbles cost less than on real devices (reported, not a
-target). With ``--gpus``, each process takes a GPU and NCCL carries the pipeline.
+fit a 2-core machine; PP4 (4 processes) on 2 cores shares them, so one rank's bubble is
+another's compute there and a schedule's bubbles cost less than on real devices. ``--pin``
+gives each row exactly one core per process (cores 0..N-1) on a larger host. With
+``--gpus``, each process takes a GPU and NCCL carries the pipeline.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = ["--hidden", "256", "--heads", "8", "--seq", "256", "--vocab", "512", "--micro-batch-size", "4",
+MODEL = ["--hidden", "128", "--heads", "4", "--seq", "512", "--vocab", "512", "--micro-batch-size", "2",
          "--num-microbatches", "16", "--optimizer", "sgd"]
 ROWS = {  # name: (processes, flags)
     "pp2-len0.5": (2, ["--pp", "2", "--vpp", "2", "--layers", "8", "--seq-lognormal", "0.5"]),
@@ -47,12 +48,15 @@ def _env(gpus: int) -> dict[str, str]:
     return env
 
 
-def run(procs: int, flags: list[str], iterations: int, gpus: int) -> float:
+def run(procs: int, flags: list[str], iterations: int, gpus: int, pin: bool = False) -> float:
     """Seconds per step of one training run (median over iterations after the first)."""
     with tempfile.TemporaryDirectory() as tmp:
         timings = Path(tmp) / "timings.json"
         extra = ["--bf16"] if gpus else []
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
+        # --pin: exactly one core per process (taskset), so that a many-core host measures
+        # what a pipeline of that many devices would, and nothing else shares those cores
+        taskset = ["taskset", "-c", f"0-{procs - 1}"] if pin else []
+        cmd = [*taskset, sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
                str(ROOT / "examples" / "train_gpt.py"), *MODEL, *flags, *extra, "--iterations", str(iterations),
                "--timings-json", str(timings)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(gpus), cwd=ROOT)
@@ -70,6 +74,7 @@ def main() -> None:
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated: " + ", ".join(ROWS))
     parser.add_argument("--policy", default="adaptive", choices=["depth", "breadth", "adaptive"])
     parser.add_argument("--gpus", type=int, default=0, help="processes per row = GPUs (NCCL); 0: CPU")
+    parser.add_argument("--pin", action="store_true", help="CPU: pin each row's processes to cores 0..N-1")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     names = args.rows.split(",")
@@ -92,7 +97,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 for schedule, extra in (("interleaved", []), ("dpp", ["--use-dpp", "--dpp-policy", args.policy])):
                     progress.update(task, description=f"{name} {schedule}")
-                    times[schedule].append(run(procs, flags + extra, args.iterations, args.gpus))
+                    times[schedule].append(run(procs, flags + extra, args.iterations, args.gpus, args.pin))
                     progress.advance(task)
             a, b = statistics.median(times["interleaved"]), statistics.median(times["dpp"])
             results.append({"row": name, "processes": procs, "flags": flags, "interleaved_s": a, "dpp_s": b,

@@ -689,6 +689,8 @@ def main(argv=None) -> None:
         print(f"done: {args.iterations} iterations, median step {med * 1e3:.1f} ms "
               f"(tp{args.tp} pp{args.pp} vpp{args.vpp or 1} dp{dist.get_world_size() // (args.tp * args.pp)})",
               flush=True)
+    if hasattr(fb, "close"):   # DPP's transport says goodbye to its peers while the groups exist
+        fb.close()
     dist.destroy_process_group()
 
 

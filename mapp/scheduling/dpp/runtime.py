@@ -80,6 +80,7 @@ class DynamicPipeline:
         self.window = window
         self.plan_budget_s = plan_budget_s
         self.transport = transport
+        self._own_transport = transport is None
         self.seed = seed
         self.tracer = tracer
         self.p2p_base: dict[tuple[int, int], int] = {}
@@ -133,6 +134,13 @@ class DynamicPipeline:
             from mapp.transport import make_transport
 
             self.transport = make_transport()
+
+    def close(self) -> None:
+        """Close the transport this pipeline made (collective: every rank, before
+        ``destroy_process_group``; a transport given to it is the caller's to close)."""
+        if self._own_transport and self.transport is not None:
+            self.transport.close()
+            self.transport = None
 
     def _plan(self, step: "_Step", microbatch_costs: Sequence[float] | None) -> DynamicPlan:
         from megatron.core import parallel_state as ps

@@ -6,7 +6,8 @@ The example's own ``main()`` runs unchanged (``--use-dpp`` or megatron-core's sc
 ``forward_backward_func`` is wrapped so that every rank appends, per step, to
 ``OUT_DIR/rank<R>.json``: the losses it got (one per microbatch, full precision; the printed
 lines have 4 decimals) and, under DPP, the microbatch order it planned and the tasks it ran.
-Gradients come from the example's own ``--grads-dir``.
+Gradients come from the example's own ``--grads-dir``; the example's ``close()`` of DPP's
+transport still runs.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main() -> None:
             path.write_text(json.dumps(steps))
             return losses
 
+        recorded.close = getattr(fb, "close", None) or (lambda: None)   # the example closes DPP's transport
         return recorded
 
     example.make_forward_backward = make_forward_backward
