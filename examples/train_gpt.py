@@ -142,20 +142,17 @@ def _variable_seq_kwargs(args) -> dict:
     return {"variable_seq_lengths": True, "moe_token_dispatcher_type": "alltoall"}
 
 
-def build_model(args, device):
-    from megatron.core import parallel_state as ps
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.models.gpt.gpt_model import GPTModel
+def gpt_config(args, device, tp: int | None = None):
+    """The GPT's ``TransformerConfig`` (``tp``: the tensor-parallel size, default ``--tp``)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     dtype = torch.bfloat16 if args.bf16 else torch.float32
-    cfg = TransformerConfig(
+    return TransformerConfig(
         num_layers=args.layers,
         hidden_size=args.hidden,
         ffn_hidden_size=args.ffn_hidden,
         num_attention_heads=args.heads,
-        tensor_model_parallel_size=args.tp,
+        tensor_model_parallel_size=args.tp if tp is None else tp,
         pipeline_model_parallel_size=args.pp,
         virtual_pipeline_model_parallel_size=args.vpp,
         pipeline_dtype=dtype,
@@ -167,22 +164,37 @@ def build_model(args, device):
         num_layers_in_last_pipeline_stage=args.last_stage_layers,
         **_variable_seq_kwargs(args),
     )
+
+
+def gpt_module(args, cfg, device, vp: int | None = None):
+    """This rank's GPT stage (model chunk ``vp``), bf16-wrapped with ``--bf16``; no DDP."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+
+    chunk = GPTModel(
+        config=cfg,
+        transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=args.vocab,
+        max_sequence_length=args.seq,
+        pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
+        post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
+        vp_stage=vp,
+    ).to(device)
+    if args.bf16:
+        from megatron.core.transformer.module import Float16Module
+
+        chunk = Float16Module(cfg, chunk)
+    return chunk
+
+
+def build_model(args, device):
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+    cfg = gpt_config(args, device)
     chunks = []
     for vp_stage in range(args.vpp or 1):
-        vp = vp_stage if args.vpp else None
-        chunk = GPTModel(
-            config=cfg,
-            transformer_layer_spec=get_gpt_layer_local_spec(),
-            vocab_size=args.vocab,
-            max_sequence_length=args.seq,
-            pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
-            post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
-            vp_stage=vp,
-        ).to(device)
-        if args.bf16:
-            from megatron.core.transformer.module import Float16Module
-
-            chunk = Float16Module(cfg, chunk)
+        chunk = gpt_module(args, cfg, device, vp_stage if args.vpp else None)
         ddp_cfg = DistributedDataParallelConfig(
             overlap_grad_reduce=args.overlap_grad_reduce, use_distributed_optimizer=False
         )
@@ -571,7 +583,7 @@ def run_fbd(args) -> None:
     from mapp.megatron_hooks.flags import install_from_args
     from mapp.scheduling.fbd.train import Example, main as fbd_main
 
-    fbd_main(args, Example(build_model=build_model, batches=batches, forward_step=forward_step,
+    fbd_main(args, Example(build_model=build_model, gpt_config=gpt_config, gpt_module=gpt_module, batches=batches, forward_step=forward_step,
                            install_tracing=install_from_args, apply_cpu_patches=apply_if_cpu))
 
 

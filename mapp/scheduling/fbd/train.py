@@ -51,6 +51,10 @@ class Example:
 
     build_model: Callable
     """``(args, device) -> (config, chunks)``: the backward workers' DDP-wrapped stage."""
+    gpt_config: Callable
+    """``(args, device, tp) -> TransformerConfig``: the GPT's config at a TP size."""
+    gpt_module: Callable
+    """``(args, config, device) -> module``: this rank's bare GPT stage (the forward workers')."""
     batches: Callable
     """``(args, device, replica) -> iterator`` of the synthetic batches."""
     forward_step: Callable
@@ -158,7 +162,7 @@ def main(args: Any, example: Example) -> None:
         config, chunks = example.build_model(args, device)
         model, optimizer = chunks[0], build_optimizer(args, chunks)
     else:
-        config, model = build_forward_model(args, device)
+        config, model = build_forward_model(args, device, example.gpt_config, example.gpt_module)
         optimizer = None
     tracing = example.install_tracing(args, model=[model], optimizer=optimizer,
                                       config=_tracer_config(args, layout, me, device))
