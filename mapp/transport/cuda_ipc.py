@@ -19,6 +19,7 @@ import os
 import pickle
 import queue
 import threading
+import time
 
 import torch
 from torch.multiprocessing.reductions import reduce_tensor
@@ -71,7 +72,22 @@ class DevicePath:
             if sender is None:
                 sender = self._senders[dst] = _DeviceSender(self, dst, tensor.device.index)
                 sender.start()
-        sender.queue.put((tensor, header, ready, work))
+            sender.pending += 1  # until its descriptor is in the rings (``send_in_line``)
+            sender.queue.put((tensor, header, ready, work))
+        return work
+
+    def send_in_line(self, data: torch.Tensor, header: Header, dst: int) -> Work | None:
+        """A CPU message to ``dst`` while GPU messages to it wait in its device sender's queue:
+        it goes through that queue too, so that messages to one peer enter the rings in the
+        order of their isends whatever their device (equal tags match in send order). None
+        when nothing waits there: then the caller posts it at once."""
+        with self._cond:
+            sender = self._senders.get(dst)
+            if sender is None or sender.pending == 0 or self._closed:
+                return None
+            work = _InLine(f"isend(dst={dst}, tag={header.tag}) on rank {self._t._rank}")
+            sender.pending += 1
+            sender.queue.put((data, header, None, work))
         return work
 
     def copied(self, src: int, op) -> bool:
@@ -189,6 +205,7 @@ class _DeviceSender(threading.Thread):
         self._base = 0  # stream position where the current arena starts
         self._head = 0  # next free stream position
         self._failed: str | None = None
+        self.pending = 0  # messages in the queue not yet in the rings (under the path's _cond)
 
     def run(self) -> None:
         try:
@@ -199,14 +216,45 @@ class _DeviceSender(threading.Thread):
             self._failed = f"the CUDA IPC sender could not start: {type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
         while (item := self.queue.get()) is not None:
             tensor, header, ready, work = item
+            if ready is None:  # a CPU message that waited behind GPU ones: to the rings now
+                try:
+                    work.place(self._path._t._send_cpu(tensor, header, self._dst))
+                except Exception as error:  # noqa: BLE001
+                    work.place(error=f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}")
+                self._sent_one()
+                continue
+            copied = None
             if self._failed is None:
                 try:
-                    self._send(tensor, header, ready)
+                    copied = self._send(tensor, header, ready)
                 except Exception as error:  # noqa: BLE001  every later send fails with the reason
                     self._failed = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            self._sent_one()
+            if copied is not None:
+                try:
+                    copied.synchronize()  # the caller may reuse the tensor once its work is done
+                except Exception as error:  # noqa: BLE001
+                    self._failed = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
             work.reject(self._failed) if self._failed else work.resolve()
+        self._release()
 
-    def _send(self, tensor: torch.Tensor, header: Header, ready: torch.cuda.Event) -> None:
+    def _sent_one(self) -> None:
+        with self._path._cond:
+            self.pending -= 1
+
+    def _release(self) -> None:
+        """Drop the arena and the interprocess event at close (not at interpreter exit)."""
+        try:
+            if self._arena is not None:
+                torch.cuda.current_stream(self._device).synchronize()
+                self._stream.synchronize()
+        except Exception:  # noqa: BLE001
+            pass
+        self._arena = None
+        self._event = None
+
+    def _send(self, tensor: torch.Tensor, header: Header, ready: torch.cuda.Event) -> torch.cuda.Event:
+        """Copy into the arena and post the descriptor; the event that marks the copy's end."""
         size = -(-max(header.nbytes, 1) // _ALIGN) * _ALIGN
         if self._arena is None or size > self._arena.numel():
             self._new_arena(size)
@@ -216,7 +264,9 @@ class _DeviceSender(threading.Thread):
         if capacity - offset < size:  # a message never wraps: skip to the start
             pos += capacity - offset
             offset = 0
-        self._wait_for_ack(max(0, pos + size - capacity))  # the old bytes there were copied out
+        # the bytes last written there were copied out; the receiver acknowledges message
+        # ends only, never the skipped tail of a lap, so at most everything sent so far
+        self._wait_for_ack(min(self._head, max(0, pos + size - capacity)))
         with torch.cuda.stream(self._stream):
             self._stream.wait_event(ready)
             if header.nbytes:
@@ -227,7 +277,7 @@ class _DeviceSender(threading.Thread):
         self._head = pos + size
         placement = [self._generation, offset, self._head, 0]
         self._post(header.tag, self._path._user, self._path._notify, header.words() + placement, b"")
-        copied.synchronize()  # the caller may reuse the tensor once its work is done
+        return copied
 
     def _new_arena(self, size: int) -> None:
         """A first arena, or a larger one for a message that does not fit: the old one must
@@ -254,3 +304,38 @@ class _DeviceSender(threading.Thread):
         op.wait(None)  # small: in the rings at once, unless the peer is gone
         if op.error:
             raise TransportError(op.error)
+
+
+class _InLine(Work):
+    """A CPU isend that waited in a device sender's queue behind GPU messages to the same
+    peer: the extension's work once the sender thread posted it (or why it could not)."""
+
+    __slots__ = ("_what", "_placed", "_work", "_error")
+
+    def __init__(self, what: str):
+        self._what = what
+        self._placed = threading.Event()
+        self._work: Work | None = None
+        self._error: str | None = None
+
+    def place(self, work: Work | None = None, error: str | None = None) -> None:
+        self._work, self._error = work, error
+        self._placed.set()
+
+    def test(self) -> bool:
+        if not self._placed.is_set():
+            return False
+        if self._error is not None:
+            raise TransportError(f"{self._what} failed: {self._error}")
+        return self._work.test()
+
+    def wait(self, timeout: float | None = None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._placed.wait(timeout):
+            raise TransportError(f"{self._what} did not complete within {timeout:g} s (it waits behind GPU messages to the same peer)")
+        if self._error is not None:
+            raise TransportError(f"{self._what} failed: {self._error}")
+        return self._work.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def __repr__(self) -> str:
+        return f"<Work {self._what}: {'queued' if not self._placed.is_set() else 'posted'}>"

@@ -111,9 +111,11 @@ class ShmTransport(Transport):
         if tensor.is_cuda:
             return self._device().send(tensor, header, dst)
         data = tensor.contiguous()
-        op = self._post_send(dst, header.tag, USER, 0, header.words(), data.data_ptr(), header.nbytes)
-        self._keep_until_sent(op, data)
-        return OpWork(op, f"isend(dst={dst}, tag={tag}) on rank {self._rank}")
+        if self._device_path is not None:  # behind GPU messages to dst still being copied?
+            queued = self._device_path.send_in_line(data, header, dst)
+            if queued is not None:
+                return queued
+        return self._send_cpu(data, header, dst)
 
     def irecv(self, src: int, tag: int) -> Work:
         self._check(src)
@@ -134,6 +136,12 @@ class ShmTransport(Transport):
             _extension().unlink(name)
 
     # -- used by the CUDA IPC path --------------------------------------------------------
+
+    def _send_cpu(self, data: torch.Tensor, header: Header, dst: int) -> OpWork:
+        """Post a contiguous CPU tensor to the rings (this thread or a device sender's)."""
+        op = self._post_send(dst, header.tag, USER, 0, header.words(), data.data_ptr(), header.nbytes)
+        self._keep_until_sent(op, data)
+        return OpWork(op, f"isend(dst={dst}, tag={header.tag}) on rank {self._rank}")
 
     def _post_send(self, dst: int, tag: int, channel: int, flags: int, words: list[int], ptr: int, nbytes: int):
         try:

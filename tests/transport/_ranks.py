@@ -27,16 +27,19 @@ def run_ranks(fn: Callable, world: int, *args, timeout: float = 50.0, env: dict[
         for proc in procs:
             proc.start()
         outcomes = _collect(results, world - len(killed), timeout)
-        for proc in procs:
-            proc.join(60.0)  # generous: on a loaded machine a torch process takes a while to exit
+        for rank, proc in enumerate(procs):
+            # generous for a rank that finished: on a loaded machine a torch process takes a
+            # while to exit; one that never reported is hung (or died): no need to wait long
+            proc.join(60.0 if rank in outcomes or rank in killed else 5.0)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
         exits = [proc.exitcode for proc in procs]
     missing = sorted(set(range(world)) - set(outcomes) - set(killed))
-    assert not missing, f"ranks {missing} did not finish within {timeout} s"
     failed = {rank: text for rank, (ok, text) in outcomes.items() if not ok}
-    assert not failed, "\n".join(f"rank {rank}:\n{text}" for rank, text in failed.items())
+    # a failure first: it often explains why another rank never finished
+    assert not failed, "\n".join(f"rank {rank}:\n{text}" for rank, text in failed.items()) + (f"\n(ranks {missing} did not finish)" if missing else "")
+    assert not missing, f"ranks {missing} did not finish within {timeout} s"
     want = [-9 if rank in killed else 0 for rank in range(world)]
     assert exits == want, f"exit statuses {exits}, expected {want}: a rank did not exit cleanly after its work"
     return [outcomes[rank][1] if rank in outcomes else None for rank in range(world)]

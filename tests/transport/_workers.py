@@ -229,6 +229,27 @@ def device_exchange(rank: int, world: int, count: int, big: int, spread: bool) -
     return digest([tensor for _, tensor in received])
 
 
+def device_fill(rank: int, world: int, arena: int) -> bool:
+    """Rank 0 sends a 4 KB GPU tensor, then one of exactly ``arena`` bytes (it cannot fit in
+    what is left of the arena's lap), then a small one again; rank 1 checks all three."""
+    import torch
+
+    torch.cuda.set_device(0)
+    transport = make_transport(backend="shm")
+    sizes = [4096, arena, 4096]
+    if rank == 0:
+        works = [transport.isend(torch.full((n,), i + 1, dtype=torch.uint8, device="cuda"), 1, i) for i, n in enumerate(sizes)]
+        for work in works:
+            work.wait(WAIT_S)
+    else:
+        for i, n in enumerate(sizes):
+            got = transport.irecv(0, i).wait(WAIT_S)
+            assert torch.equal(got.cpu(), torch.full((n,), i + 1, dtype=torch.uint8)), f"message {i} arrived corrupted"
+    dist.barrier()
+    transport.close()
+    return True
+
+
 def device_crash(rank: int, world: int, mid_copy: bool) -> dict:
     """Rank 1 dies by SIGKILL right after its large GPU message reached its arena and was
     announced (``mid_copy``), or while a large CPU one streams; its CUDA IPC arena is
