@@ -10,7 +10,13 @@ side stream and copies the bytes out into a fresh tensor; when that copy has fin
 acknowledges the space through a counter in the pair's segment, so the arena is a FIFO ring.
 The matching by tag stays in the extension: ``wait()`` of a receive finds the copied tensor
 by message id and makes the caller's stream wait for the copy. A message larger than the
-arena gets a new, larger arena (a new generation) once the old one has drained.
+arena gets a new, larger arena (a new generation) once the old one has drained. A message that does not fit in the
+rest of the arena's lap skips to its start; acknowledgements are message ends, so it waits
+for at most every message sent before it (never for the skipped tail).
+
+Messages to one peer enter the rings in the order of their ``isend`` calls whatever their
+device: while GPU messages to a peer wait in its sender thread's queue, a CPU message to that
+peer waits in the same queue (``send_in_line``), so equal tags stay FIFO across devices.
 """
 
 from __future__ import annotations
