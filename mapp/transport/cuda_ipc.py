@@ -32,7 +32,7 @@ from torch.multiprocessing.reductions import reduce_tensor
 
 from mapp.errors import TransportError
 from mapp.transport.interface import Promise, Work
-from mapp.transport.message import HEADER_LEN, Header, as_bytes, from_bytes
+from mapp.transport.message import HEADER_LEN, INTERNAL, USER, Header, as_bytes, from_bytes
 
 __all__ = ["DevicePath"]
 
@@ -46,7 +46,6 @@ class DevicePath:
 
     def __init__(self, transport):
         from mapp.transport import _shm
-        from mapp.transport.shm import INTERNAL, USER
 
         self._t = transport
         self._engine = transport._engine

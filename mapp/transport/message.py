@@ -15,7 +15,7 @@ import torch
 
 from mapp.errors import TransportError
 
-__all__ = ["HEADER_LEN", "MAX_NDIM", "DATA", "CLOSE", "CPU", "CUDA", "Header", "close_header", "dtype_code", "as_bytes", "from_bytes"]
+__all__ = ["HEADER_LEN", "MAX_NDIM", "DATA", "CLOSE", "CPU", "CUDA", "USER", "INTERNAL", "Header", "close_header", "dtype_code", "as_bytes", "from_bytes"]
 
 MAX_NDIM = 10
 HEADER_LEN = 6 + MAX_NDIM
@@ -27,6 +27,11 @@ CLOSE = 1  # the sender closed its transport: nothing more will come from it
 # device kinds
 CPU = 0
 CUDA = 1
+
+# channels of the shared-memory rings: the user's tags, and the transport's own messages
+# (CUDA IPC set-up)
+USER = 0
+INTERNAL = 1
 
 # Codes are positions in this list: append only, never reorder (both ends must agree, also
 # across torch versions; names a torch lacks keep their place).

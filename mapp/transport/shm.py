@@ -22,14 +22,10 @@ import torch.distributed as dist
 
 from mapp.errors import TransportError
 from mapp.transport.interface import Transport, Work
-from mapp.transport.message import CUDA, Header, from_bytes
+from mapp.transport.message import CUDA, INTERNAL, USER, Header, from_bytes
 from mapp.transport.rendezvous import Roster, gather_roster, segment_name
 
 __all__ = ["ShmTransport", "USER", "INTERNAL"]
-
-# channels of the rings: the user's tags, and the transport's own messages (CUDA IPC set-up)
-USER = 0
-INTERNAL = 1
 
 _DEFAULT_ARENA_BYTES = 8 << 20
 _DEFAULT_RING_SLOTS = 1024
