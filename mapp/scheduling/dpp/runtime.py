@@ -143,8 +143,6 @@ class DynamicPipeline:
             self.transport = None
 
     def _plan(self, step: "_Step", microbatch_costs: Sequence[float] | None) -> DynamicPlan:
-        from megatron.core import parallel_state as ps
-
         config = step.config
         group = getattr(config, "microbatch_group_size_per_vp_stage", None) or step.pp
         shape = StepShape(pp=step.pp, chunks=len(step.chunks), microbatches=step.microbatches,
@@ -163,7 +161,6 @@ class DynamicPipeline:
             order[1:] = torch.tensor(plan.order)
         if len(groups.model_ranks) > 1:
             dist.broadcast(order, src=groups.planner, group=groups.model)
-        del ps
         return DynamicPlan(shape.config, order[1:].tolist(), int(order[0]))
 
 
