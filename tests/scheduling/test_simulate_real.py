@@ -11,37 +11,22 @@ order against the simulator's for the same shape.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mapp.scheduling.simulate import ScheduleConfig
 from mapp.scheduling.simulate.orders import reference_orders
+from tests.capture._read import read_v1
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus" / "cases"
 
 
-def _events(path: Path) -> list[dict]:
-    """A mapp v1 trace's events (a JSON array written one event per line; a cut-off tail is dropped)."""
-    out = []
-    for line in path.read_text().splitlines()[1:]:
-        line = line.rstrip().rstrip(",").rstrip("]")
-        if line:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return out
-
-
 def _ran(path: Path) -> tuple[dict, dict[int, list[tuple[str, int, int]]]]:
     """The rank's metadata and, per traced iteration, its tasks in time order as the simulator
     names them: (kind, virtual stage = chunk x pp + pipeline rank, microbatch)."""
-    events = _events(path)
+    events, _ = read_v1(path)
     meta = next(e["args"] for e in events if e.get("name") == "mapp")
     pp, rank = meta["layout"]["pp"], meta["coords"]["pp"]
     steps: dict[int, list] = {}
@@ -82,11 +67,8 @@ def test_one_f_one_b_is_what_megatron_ran(case):
 def test_interleaved_is_what_megatron_ran(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("megatron.core")
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(ROOT / "examples" / "train_gpt.py"), "--pp", "2", "--vpp", "2", "--layers", "4", "--hidden", "32",
-           "--heads", "4", "--seq", "16", "--num-microbatches", "6", "--iterations", "3",
-           "--trace", "--trace-dir", str(tmp_path), "--trace-granularity", "schedule", "--trace-interval", "1"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    assert _check(tmp_path, 6) >= 4
+    from tests.megatron_hooks._torchrun import run_example
+
+    run_example(tmp_path / "trace", ["--pp", "2", "--vpp", "2", "--num-microbatches", "6", "--iterations", "3",
+                                     "--trace-granularity", "schedule", "--trace-interval", "1"], nproc=2)
+    assert _check(tmp_path / "trace", 6) >= 4

@@ -11,13 +11,14 @@ lengths DPP plans a microbatch order other than data order, and the results stil
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.megatron_hooks._torchrun import env
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
@@ -39,18 +40,11 @@ CASES = {  # name: (processes, flags)
 REL = 1e-5
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore",
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
-    return env
-
-
 def _train(out: Path, procs: int, args: list[str]) -> dict:
     out.mkdir(parents=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}", str(LAUNCH),
            str(out), *TINY, *args, "--grads-dir", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env(), cwd=ROOT)
     if proc.returncode != 0:
         output = proc.stdout + proc.stderr
         (out / "output.txt").write_text(output)

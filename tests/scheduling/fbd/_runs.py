@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.megatron_hooks._torchrun import env
 
 ROOT = Path(__file__).resolve().parents[3]
 LAUNCH = Path(__file__).resolve().parent / "_launch.py"
@@ -27,13 +28,6 @@ class Run:
     losses: list[float]
     """The same losses at full precision (recorded by the launcher)."""
     out: Path
-
-
-def env() -> dict[str, str]:
-    e = dict(os.environ)
-    e.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""),
-             PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="")
-    return e
 
 
 def run(out: Path, nproc: int, args: list[str], timeout: float = 600,
