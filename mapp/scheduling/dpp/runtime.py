@@ -205,7 +205,7 @@ class _Step:
     # -- the step --------------------------------------------------------------------------
 
     def run(self, plan: DynamicPlan) -> list:
-        transport, tp, msgs = self.owner.transport, self.owner.groups, self.messages
+        transport, groups, msgs = self.owner.transport, self.owner.groups, self.messages
         policy = plan.policy()
         mbs, stages, me = self.microbatches, self.stages, self.rank
         mine = [c * self.pp + me for c in range(len(self.chunks))]
@@ -245,7 +245,7 @@ class _Step:
         try:
             free = msgs.stamp()   # when this rank became free for its next task (a receive waits from here)
             while len(self.ran) < total:
-                task = self._choose(policy, plan_tasks, recvs, view, tp)
+                task = self._choose(policy, plan_tasks, recvs, view, groups)
                 if task is None:   # nothing ready on every TP peer: wait for the plan's next task
                     head = _first_unstarted(policy, plan_tasks, me)
                     if head not in recvs:   # the plan's next task waits for nothing: a bug
