@@ -37,7 +37,7 @@ def add_trace_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    choices=[m.name.lower() for m in Granularity] + ["base", "full"],
                    help="iteration (optimizer, DP sync) < schedule (+ forward/backward per microbatch, p2p) "
                         "< layer (+ transformer layers, TP collectives) < op (+ attention, MLP and their "
-                        "parts; ~1.5% of step time on a GPU: use short windows). MegatronApp's base = schedule, full = op.")
+                        "parts; ~1.5%% of step time on a GPU: use short windows). MegatronApp's base = schedule, full = op.")
     g.add_argument("--trace-clock", default="auto", choices=["auto", "host", "cuda"],
                    help="Timestamps from CUDA events (GPU) or the host clock; auto picks.")
     g.add_argument("--trace-no-nvml", action="store_true",

@@ -62,3 +62,11 @@ def test_install_uninstall_and_flags():
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(port)], capture_output=True, text=True,
                           env=env(), cwd=ROOT, timeout=120)
     assert proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr[-4000:]
+
+
+def test_the_example_prints_its_help():
+    # every help string goes through argparse's %-formatting: a bare "%" breaks --help
+    proc = subprocess.run([sys.executable, "examples/train_gpt.py", "--help"], capture_output=True, text=True,
+                          cwd=ROOT, env=env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--trace-granularity" in proc.stdout and "--use-dpp" in proc.stdout and "Traceback" not in proc.stderr
