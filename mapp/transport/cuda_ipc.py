@@ -54,6 +54,7 @@ class DevicePath:
         self._device_index = torch.cuda.current_device() if torch.cuda.is_initialized() else None
         self._senders: dict[int, _DeviceSender] = {}
         self._results: dict[tuple[int, int], tuple[torch.Tensor, torch.cuda.Event] | str] = {}
+        self._peer_streams: dict[int, torch.cuda.Stream] = {}  # the receiving thread's, per sender GPU
         self._cond = threading.Condition()
         self._closed = False
         self._broken: str | None = None  # why the receiving thread stopped, if it failed
@@ -185,9 +186,28 @@ class DevicePath:
         return arena, torch.cuda.Event.from_ipc_handle(arena.device, event_handle)
 
     def _copy_out(self, arena: torch.Tensor, event: torch.cuda.Event, offset: int, header: Header, stream: torch.cuda.Stream):
-        with torch.cuda.stream(stream):
-            stream.wait_event(event)
-            out = torch.empty(header.nbytes, dtype=torch.uint8, device=self.device())
+        """Copy a message out of ``arena`` into a fresh tensor on this rank's GPU; the event
+        that marks the copy's end on ``stream`` (this thread's stream on this rank's GPU)."""
+        device = self.device()
+        if arena.device.index == device:
+            with torch.cuda.stream(stream):
+                stream.wait_event(event)
+                out = torch.empty(header.nbytes, dtype=torch.uint8, device=device)
+                if header.nbytes:
+                    out.copy_(arena[offset : offset + header.nbytes], non_blocking=True)
+                copied = torch.cuda.Event(blocking=True)
+                copied.record(stream)
+            return from_bytes(out, header), copied
+        # The sender's arena is on another GPU. Its interprocess event may only be waited on
+        # by a stream of that GPU (the driver crashes on a stream of another device), so the
+        # copy runs on a stream of the arena's GPU (where torch runs a cross-device copy
+        # anyway), fenced both ways with ``stream`` by torch's copy.
+        src_stream = self._peer_streams.get(arena.device.index)
+        if src_stream is None:
+            src_stream = self._peer_streams[arena.device.index] = torch.cuda.Stream(arena.device)
+        with torch.cuda.stream(stream), torch.cuda.stream(src_stream):
+            src_stream.wait_event(event)
+            out = torch.empty(header.nbytes, dtype=torch.uint8, device=device)
             if header.nbytes:
                 out.copy_(arena[offset : offset + header.nbytes], non_blocking=True)
             copied = torch.cuda.Event(blocking=True)

@@ -17,6 +17,7 @@ keep working after that call; NCCL ones are aborted by it, which fails their thr
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import queue
 import threading
@@ -121,13 +122,16 @@ class DistTransport(Transport):
         return sender
 
     def _receive(self, src: int) -> None:
-        if self._device.type == "cuda":
-            torch.cuda.set_device(self._device)
+        with _side_stream(self._device):
+            self._receive_loop(src)
+
+    def _receive_loop(self, src: int) -> None:
         group = self._group(src, self._rank)
         peer = self._group_rank[src]
+        # one header buffer for the thread's life: never freed, so never reused under a receive
+        words = torch.empty(HEADER_LEN, dtype=torch.int64, device=self._comm_device)
         try:
             while True:
-                words = torch.empty(HEADER_LEN, dtype=torch.int64, device=self._comm_device)
                 group.recv([words], peer, 0).wait()
                 header = Header.from_words(words.tolist())
                 if header.kind == CLOSE:
@@ -139,7 +143,11 @@ class DistTransport(Transport):
                 target = self._device if header.device == CUDA else torch.device("cpu")
                 value = from_bytes(data, header).to(target)
                 if self._nccl:
-                    torch.cuda.current_stream().synchronize()
+                    torch.cuda.current_stream().synchronize()  # this thread's stream: the bytes are in
+                    if value.is_cuda:
+                        # made on this thread's stream, used on the training's: the allocator
+                        # must not hand the block to this stream again before that use is done
+                        value.record_stream(torch.cuda.default_stream(self._device))
                 self._mailbox.deliver(src, header.tag, value)
         except Exception as error:  # noqa: BLE001  the thread's end: every waiter must learn why
             reason = "the transport was closed" if self._closed else f"receiving from rank {src} failed (did it die?): {_one_line(error)}"
@@ -160,9 +168,11 @@ class _Sender(threading.Thread):
         self._queue.put((header, tensor, ready, work))
 
     def run(self) -> None:
+        with _side_stream(self._t._device):
+            self._run()
+
+    def _run(self) -> None:
         t = self._t
-        if t._device.type == "cuda":
-            torch.cuda.set_device(t._device)
         group = t._group(t._rank, self._dst)
         while True:
             header, tensor, ready, work = self._queue.get()
@@ -186,6 +196,20 @@ class _Sender(threading.Thread):
             group.send([as_bytes(tensor).to(t._comm_device)], peer, 0).wait()
         if t._nccl or ready is not None:
             torch.cuda.current_stream().synchronize()  # the caller may reuse the tensor once the work is done
+
+
+@contextlib.contextmanager
+def _side_stream(device: torch.device):
+    """A thread's own CUDA stream (nothing on CPU). NCCL's ``Work.wait()`` makes the current
+    stream wait for the transfer: on the default stream, which the training thread's kernels
+    use, a receive always posted for the next header would hold every later kernel until the
+    peer's next message came, and that message may need those kernels (a deadlock)."""
+    if device.type != "cuda":
+        yield
+        return
+    torch.cuda.set_device(device)
+    with torch.cuda.stream(torch.cuda.Stream(device)):
+        yield
 
 
 def _one_line(error: BaseException) -> str:
