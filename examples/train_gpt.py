@@ -17,6 +17,8 @@ Software fault injectors (``--slow-rank R`` picks the rank, ``--slow-mode`` what
 - ``before-microbatch``, with ``--slow-ms MS``: real matmuls for about MS ms before each
   microbatch's forward (in the forward step function, outside the model: a profiler sees the
   extra aten ops, mapp's capture sees untraced time inside the schedule's ``forward`` span).
+  ``--slow-jitter SIGMA`` makes it jitter: each microbatch's MS is multiplied by
+  ``exp(SIGMA * N(0, 1))`` drawn from ``--seed`` (a stage that is slow by turns, not steadily).
 - ``host-sleep``, with ``--slow-ms MS``: ``time.sleep(MS/1000)`` in the data iterator before
   each microbatch is handed out (a slow data path / host).
 
@@ -46,6 +48,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import time
 
@@ -81,6 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="--slow-mode layer: sleep or real matmuls (auto: sleep on CPU, matmuls on GPU)")
     p.add_argument("--slow-ms", type=float, default=20.0,
                    help="--slow-mode before-microbatch/host-sleep: ms of extra work/sleep per microbatch")
+    p.add_argument("--slow-jitter", type=float, default=0.0, metavar="SIGMA",
+                   help="--slow-mode before-microbatch: each microbatch's --slow-ms times exp(SIGMA * N(0, 1))")
     p.add_argument("--link-slow", default=None, metavar="SRC,DST",
                    help="two ranks of one pipeline link that exchange extra bytes with every p2p")
     p.add_argument("--link-extra-bytes", type=int, default=0, help="bytes of the extra tensor (--link-slow)")
@@ -110,6 +115,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="--use-dpp: which ready task a stage runs when its plan's next one is not ready")
     p.add_argument("--dpp-memory-budget", type=int, default=None,
                    help="--use-dpp adaptive: breadth-first below this many held activations (one microbatch, one chunk)")
+    p.add_argument("--dpp-transport", default="auto", choices=["auto", "shm", "dist"],
+                   help="--use-dpp: how stages exchange tensors (auto: shared memory and CUDA IPC on one host; "
+                        "dist: torch.distributed, NCCL on GPUs)")
     p.add_argument("--grads-dir", default=None,
                    help="each rank saves its gradients of every iteration here (grads-rank<R>.pt), for comparisons")
     p.add_argument("--fbd", action="store_true",
@@ -395,6 +403,10 @@ class BeforeMicrobatch:
 
     def __init__(self, ms: float, args, device: torch.device, dtype, injected: Injected):
         self.seconds = ms / 1e3
+        # --slow-jitter: a draw per call, from the run's seed (both schedules of a comparison
+        # see the same sequence of draws)
+        self.jitter = args.slow_jitter
+        self.rng = random.Random(args.seed)
         self.device = device
         self.injected = injected
         self.a = torch.randn(args.micro_batch_size * args.seq, args.hidden, device=device, dtype=dtype)
@@ -415,14 +427,15 @@ class BeforeMicrobatch:
             self.count = max(1, round(self.seconds / per))
 
     def __call__(self) -> None:
+        scale = math.exp(self.jitter * self.rng.gauss(0.0, 1.0)) if self.jitter else 1.0
         if self.count is not None:
             with torch.no_grad():
-                for _ in range(self.count):
+                for _ in range(max(1, round(self.count * scale))):
                     torch.matmul(self.a, self.weight)
-            self.injected.add(self.seconds)   # GPU: the calibrated estimate, not host time
+            self.injected.add(self.seconds * scale)   # GPU: the calibrated estimate, not host time
             return
         t0 = time.perf_counter()
-        self.burner.burn_for(self.a, self.seconds)
+        self.burner.burn_for(self.a, self.seconds * scale)
         self.injected.add(time.perf_counter() - t0)
 
 
@@ -566,7 +579,8 @@ def make_forward_backward(args, tracer=None):
     from mapp.scheduling.dpp import DynamicPipeline
 
     return DynamicPipeline(args.dpp_policy, memory_budget=args.dpp_memory_budget,
-                           cost_of=lambda batch: batch["tokens"].shape[1], tracer=tracer)
+                           cost_of=lambda batch: batch["tokens"].shape[1], tracer=tracer,
+                           transport_backend=args.dpp_transport)
 
 
 def save_grads(chunks, path: str, iteration: int, saved: dict) -> None:
@@ -583,8 +597,15 @@ def run_fbd(args) -> None:
     from mapp.megatron_hooks.flags import install_from_args
     from mapp.scheduling.fbd.train import Example, main as fbd_main
 
+    def patches() -> None:
+        from mapp.megatron_hooks import p2p_order
+
+        apply_if_cpu()
+        if torch.cuda.is_available():
+            p2p_order.apply()
+
     fbd_main(args, Example(build_model=build_model, gpt_config=gpt_config, gpt_module=gpt_module, batches=batches, forward_step=forward_step,
-                           install_tracing=install_from_args, apply_cpu_patches=apply_if_cpu))
+                           install_tracing=install_from_args, apply_cpu_patches=patches))
 
 
 def main(argv=None) -> None:
@@ -594,12 +615,17 @@ def main(argv=None) -> None:
         return run_fbd(args)
     if args.fbd_forward_tp is not None or args.fbd_placement != "rank":
         raise SystemExit("--fbd-forward-tp and --fbd-placement need --fbd")
+    if args.slow_jitter and (args.slow_jitter < 0 or args.slow_mode != "before-microbatch"):
+        raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch")
     device = init_distributed(args)
     if args.bf16 and device.type == "cpu":
         raise SystemExit("--bf16 needs a GPU (megatron-core's bf16 optimizer takes CUDA tensors only)")
+    from mapp.megatron_hooks import p2p_order
     from mapp.megatron_hooks.cpu_patches import apply_if_cpu
 
     apply_if_cpu()
+    if device.type == "cuda":
+        p2p_order.apply()   # two pipeline stages: megatron-core's batched p2p swaps directions (CPU: tagged)
     from megatron.core import parallel_state as ps
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
@@ -691,11 +717,14 @@ def main(argv=None) -> None:
                   flush=True)
     if args.timings_json:
         times = [None] * dist.get_world_size()
-        dist.all_gather_object(times, {"step_s": step_s, "injected_s": injected.per_iteration})
+        # peak: the CUDA allocator's high-water mark over the whole run (None on CPU)
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+        dist.all_gather_object(times, {"step_s": step_s, "injected_s": injected.per_iteration, "peak_bytes": peak})
         if rank == 0:
             with open(args.timings_json, "w") as f:
                 json.dump({"step_s": [t["step_s"] for t in times],
-                           "injected_s": [t["injected_s"] for t in times]}, f)
+                           "injected_s": [t["injected_s"] for t in times],
+                           "peak_bytes": [t["peak_bytes"] for t in times]}, f)
     if rank == 0:
         med = statistics.median(step_s[1:] or step_s)
         print(f"done: {args.iterations} iterations, median step {med * 1e3:.1f} ms "

@@ -63,13 +63,16 @@ class DynamicPipeline:
     ``cost_of(batch) -> float``: a microbatch's relative cost from its data (read on the first
     stage before the step). ``window``: how far ahead of the plan a stage may look for a ready
     task. ``plan_budget_s``: the planner's time limit per step. ``transport``: a
-    ``mapp.transport`` transport (default: made at the first step, collectively). ``tracer``:
+    ``mapp.transport`` transport (default: made at the first step, collectively, by
+    ``make_transport(backend=transport_backend)``: ``auto`` is shared memory and CUDA IPC on
+    one host, ``dist`` torch.distributed, NCCL on GPUs). ``tracer``:
     mapp's capture tracer, to trace the step's messages.
     """
 
     def __init__(self, policy: str = "adaptive", *, memory_budget: int | None = None,
                  cost_of: Callable[[Any], float] | None = None, window: int = 2,
-                 plan_budget_s: float = 0.02, transport=None, seed: int = 0, tracer=None):
+                 plan_budget_s: float = 0.02, transport=None, transport_backend: str = "auto", seed: int = 0,
+                 tracer=None):
         if policy not in POLICIES:
             from mapp.errors import InputError
 
@@ -80,6 +83,7 @@ class DynamicPipeline:
         self.window = window
         self.plan_budget_s = plan_budget_s
         self.transport = transport
+        self.transport_backend = transport_backend
         self._own_transport = transport is None
         self.seed = seed
         self.tracer = tracer
@@ -133,7 +137,7 @@ class DynamicPipeline:
         if self.transport is None:
             from mapp.transport import make_transport
 
-            self.transport = make_transport()
+            self.transport = make_transport(backend=self.transport_backend)
 
     def close(self) -> None:
         """Close the transport this pipeline made (collective: every rank, before
