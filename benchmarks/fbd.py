@@ -2,17 +2,19 @@
 
     python benchmarks/fbd.py [--iterations 5] [--rows pp2,pp4,tp2] [--json OUT]        # CPU
     python benchmarks/fbd.py --device cuda --rows pp1                # one GPU: both workers on it
-    python benchmarks/fbd.py --device cuda --rows pp2-split          # two GPUs: forward on GPU 1
+    python benchmarks/fbd.py --device cuda --rows pp1-split          # two GPUs: backward on GPU 0, forward on GPU 1
 
 Each row trains the same model twice with ``examples/train_gpt.py`` under torchrun (one
 thread per process, the example's weights from one seed): coupled (megatron-core's 1F1B) and
 with ``--fbd`` (a forward and a backward worker per stage). CPU: gloo, ``--model small``
 (default there). GPU: NCCL for the coupled run, and ``--model large`` (default there); rows
 ``pp1`` (the whole model on one GPU, coupled, against a forward and a backward worker sharing
-that GPU) and ``pp2-split`` (``--pp 2`` coupled on GPUs 0 and 1, against ``--fbd-placement
-split``: both stages' backward workers on GPU 0, both forward workers on GPU 1). A coupled
-run of several processes needs a GPU each (the example puts a process on its local rank's
-GPU, and NCCL refuses two ranks on one GPU). A probe around the example (this file, run by
+that GPU) and ``pp1-split`` (the same model coupled on GPU 0, against ``--fbd-placement
+split``: the backward worker on GPU 0, the forward worker on GPU 1; the row also trains the
+model coupled as ``--pp 2`` on both GPUs, for the step time of the same two GPUs used the
+usual way). A run of several processes needs a GPU each (the example puts a process on its
+local rank's GPU, and NCCL refuses two ranks of one group on one GPU): with two GPUs, FBD
+with ``--pp 2`` (four workers) does not fit. A probe around the example (this file, run by
 torchrun with ``--probe``) measures, per rank:
 
 - **peak**: the peak bytes allocated by the compute thread during one step's forward and
@@ -52,12 +54,12 @@ MODELS = {
     "large": ["--layers", "8", "--hidden", "1024", "--heads", "16", "--seq", "1024", "--vocab", "256",
               "--micro-batch-size", "4", "--num-microbatches", "8"],
 }
-ROWS = {  # name: (parallel flags, coupled processes, FBD flags, FBD processes)
+ROWS = {  # name: (parallel flags, coupled processes, FBD flags, FBD processes[, reference flags, processes])
     "pp2": (["--pp", "2"], 2, ["--fbd"], 4),
     "pp4": (["--pp", "4"], 4, ["--fbd"], 8),
     "tp2": (["--tp", "2", "--pp", "2"], 4, ["--fbd", "--fbd-forward-tp", "1"], 6),
     "pp1": (["--pp", "1"], 1, ["--fbd"], 2),
-    "pp2-split": (["--pp", "2"], 2, ["--fbd", "--fbd-placement", "split"], 4),
+    "pp1-split": (["--pp", "1"], 1, ["--fbd", "--fbd-placement", "split"], 2, ["--pp", "2"], 2),
 }
 DEFAULT_ROWS = {"cpu": "pp2,pp4,tp2", "cuda": "pp1"}
 LINE = re.compile(r"^iteration (\d+) loss (\d+\.\d+) step ([\d.]+) ms$", re.M)
@@ -217,10 +219,21 @@ def main() -> None:
     summary, everything = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in rows:
-            parallel, n_coupled, fbd_flags, n_fbd = ROWS[name]
+            parallel, n_coupled, fbd_flags, n_fbd, *reference = ROWS[name]
             common = [*model, *parallel, "--iterations", str(opts.iterations)]
             coupled = launch(Path(tmp, name, "coupled"), n_coupled, common, opts.timeout, opts.device)
             fbd = launch(Path(tmp, name, "fbd"), n_fbd, [*common, *fbd_flags], opts.timeout, opts.device)
+            if reference:
+                ref_flags, n_ref = reference
+                ref = launch(Path(tmp, name, "reference"), n_ref, [*model, *ref_flags, "--iterations", str(opts.iterations)],
+                             opts.timeout, opts.device)
+                ref_step = statistics.median(s for i, _, s in ref["lines"] if i > MEMORY_ITERATION)
+                ref_diff = max(abs(a[1] - b[1]) for a, b in zip(ref["lines"], fbd["lines"]))
+                ref_peak = max(r["peak_bytes"] for r in ref["ranks"]) / 2**20
+                summary.append(f"{name}: the same model coupled with {' '.join(ref_flags)} on {n_ref} processes: "
+                               f"step {ref_step:.0f} ms, peak {ref_peak:.0f} MiB per stage (largest); its losses differ "
+                               f"from the decoupled run's by at most {ref_diff:.4f} (each stage draws its own "
+                               "initial weights, so not the same start)")
             rows = summarize(name, coupled, fbd)
             everything += rows
             for r in rows:

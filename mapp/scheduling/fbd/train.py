@@ -33,7 +33,7 @@ from .forward import ForwardWorker
 from .layout import BACKWARD, FbdLayout, Worker
 from .model import build_forward_model, build_optimizer
 from .transfers import Transfers
-from .world import CrossWorld, devices_for, join_role_world
+from .world import CrossWorld, devices_for, join_role_world, shared_gpu
 
 __all__ = ["Example", "main", "layout_from_args", "UNSUPPORTED"]
 
@@ -142,6 +142,10 @@ def main(args: Any, example: Example) -> None:
     me = layout.worker(rank)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     devices = devices_for(layout, args.fbd_placement, gpus, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    crowded = shared_gpu(layout, devices)
+    if crowded:  # before any group: every process stops at once with the same line
+        raise SystemExit(f"--fbd-placement {args.fbd_placement} on {gpus} GPU(s) puts {crowded}; megatron-core's "
+                         "collectives need NCCL, one GPU per rank of a role: use more GPUs, --fbd-placement rank, or a smaller --pp/--tp")
     device = devices[rank]
     if device.type == "cuda":
         torch.cuda.set_device(device)

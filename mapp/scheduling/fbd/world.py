@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from .layout import FbdLayout, Worker
 
-__all__ = ["CrossWorld", "join_role_world", "devices_for"]
+__all__ = ["CrossWorld", "join_role_world", "devices_for", "shared_gpu"]
 
 _PREFIX = "mapp-fbd"
 
@@ -41,6 +41,21 @@ def devices_for(layout: FbdLayout, placement: str, gpus: int, local_world: int) 
         index = w.rank if w.role == "backward" else w.rank - layout.backward_ranks
         out.append(torch.device("cuda", pool[index % len(pool)]))
     return out
+
+
+def shared_gpu(layout: FbdLayout, devices: Sequence[torch.device]) -> str | None:
+    """What would put two workers of one role on one GPU (None if nothing does). Their role
+    world would then fall back to gloo, which megatron-core's gradient all-reduces of CUDA
+    tensors (``allreduce_coalesced``) do not support: better to refuse at the start."""
+    for role in ("backward", "forward"):
+        placed: dict[torch.device, list[int]] = {}
+        for r in layout.role_ranks(role):
+            if devices[r].type == "cuda":
+                placed.setdefault(devices[r], []).append(r)
+        for device, ranks in placed.items():
+            if len(ranks) > 1:
+                return f"the {role} workers of ranks {', '.join(map(str, ranks))} on {device}"
+    return None
 
 
 def _backend(ranks: Sequence[int], devices: Sequence[torch.device]) -> str:

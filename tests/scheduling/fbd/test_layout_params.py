@@ -88,3 +88,19 @@ def test_strided_partitions_are_refused():
     with pytest.raises(NotImplementedError, match="partition_stride=2"):
         ShardAssembler(m, k=2)
     assert ShardAssembler(m, k=1).sizes == [24]
+
+
+def test_split_placement_refuses_two_workers_of_a_role_on_one_gpu():
+    from mapp.scheduling.fbd.world import devices_for, shared_gpu
+
+    # one stage on two GPUs: backward on GPU 0, forward on GPU 1, nothing shared
+    one = FbdLayout(1, 1, 1)
+    assert [str(d) for d in devices_for(one, "split", 2, 2)] == ["cuda:0", "cuda:1"]
+    assert shared_gpu(one, devices_for(one, "split", 2, 2)) is None
+    # two stages on two GPUs: both backward workers on GPU 0 (their world would be gloo)
+    two = FbdLayout(2, 1, 1)
+    assert shared_gpu(two, devices_for(two, "split", 2, 4)) == "the backward workers of ranks 0, 1 on cuda:0"
+    assert shared_gpu(two, devices_for(two, "split", 4, 4)) is None
+    # one GPU for a forward and a backward worker: different roles may share it; CPUs always may
+    assert shared_gpu(one, devices_for(one, "split", 1, 2)) is None
+    assert shared_gpu(two, devices_for(two, "rank", 0, 4)) is None
