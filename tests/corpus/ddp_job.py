@@ -6,7 +6,7 @@ optionally traced with torch.profiler.
         [--slow-rank 2 --slow-factor 1.5] [--slow-rank 1 --slow-mode data-sleep --slow-ms 20]
 
 Every step: the next batch from a ``torch.utils.data.DataLoader`` (synthetic regression data,
-its own per rank), forward through ``--layers`` Linear+ReLU blocks, MSE loss, backward (DDP
+its own per rank, drawn on the rank's device), forward through ``--layers`` Linear+ReLU blocks, MSE loss, backward (DDP
 all-reduces the gradient buckets), SGD step.
 
 Fault injectors on ``--slow-rank``:
@@ -32,19 +32,23 @@ import _job
 
 
 class Batches(torch.utils.data.IterableDataset):
-    """Endless synthetic (x, y) batches; ``delay_s`` sleeps before each (the data-sleep fault)."""
+    """Endless synthetic (x, y) batches; ``delay_s`` sleeps before each (the data-sleep fault).
+    Made on ``device``: on a GPU, drawing a 4096 x 4096 batch on the host (~0.1-0.4 s on one
+    thread) would take longer than the step it feeds and hide the GPU's part of it."""
 
-    def __init__(self, batch: int, width: int, seed: int, delay_s: float, injected: _job.Injected):
+    def __init__(self, batch: int, width: int, seed: int, delay_s: float, injected: _job.Injected,
+                 device: torch.device = torch.device("cpu")):
         self.batch, self.width, self.seed, self.delay_s, self.injected = batch, width, seed, delay_s, injected
+        self.device = device
 
     def __iter__(self):
-        gen = torch.Generator().manual_seed(self.seed)
+        gen = torch.Generator(device=self.device).manual_seed(self.seed)
         while True:
             if self.delay_s:
                 t0 = time.perf_counter()
                 time.sleep(self.delay_s)
                 self.injected.add(time.perf_counter() - t0)
-            x = torch.randn(self.batch, self.width, generator=gen)
+            x = torch.randn(self.batch, self.width, generator=gen, device=self.device)
             yield x, x.roll(1, dims=1).tanh()
 
 
@@ -83,7 +87,7 @@ def main() -> None:
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     delay = args.slow_ms / 1e3 if slow and args.slow_mode == "data-sleep" else 0.0
-    loader = torch.utils.data.DataLoader(Batches(args.batch, args.width, args.seed + rank, delay, injected),
+    loader = torch.utils.data.DataLoader(Batches(args.batch, args.width, args.seed + rank, delay, injected, device),
                                          batch_size=None, num_workers=0)
     batches = iter(loader)
 

@@ -1,23 +1,35 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full] [--only ID_SUBSTRING] [--gpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2] [--only ID_SUBSTRING] [--gpu|--cpu]
 
-Every case is one real ``torchrun`` job of 4 processes (CPU: gloo, ``OMP_NUM_THREADS=1``,
-``CUDA_VISIBLE_DEVICES=""``, all 4 processes on however many cores the machine has, so the
-timings are noisy on purpose), traced either by torch.profiler (format ``kineto``) or by mapp's
-own capture hooks (format ``mapp-v1``). Nothing is written by hand: the trace files are what
-the job wrote, except that profiler traces lose the event kinds mapp's Kineto reader ignores
-(flow events, instant events, ``python_function``, and on CPU-only traces ``cuda_runtime`` /
-``cuda_driver``), are re-serialised compactly and gzip-compressed (``rank-<r>.json.gz``; the
-reader takes ``*.json.gz``). mapp v1 files are copied as the capture wrote them.
+Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
+``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
+machine has, so the timings are noisy on purpose), traced either by torch.profiler (format
+``kineto``) or by mapp's own capture hooks (format ``mapp-v1``). Nothing is written by hand: the
+trace files are what the job wrote, except that profiler traces lose the event kinds mapp's
+Kineto reader ignores (flow events, instant events, ``python_function``, and on CPU-only traces
+``cuda_runtime`` / ``cuda_driver``), are re-serialised compactly and gzip-compressed
+(``rank-<r>.json.gz``; the reader takes ``*.json.gz``). mapp v1 files are copied as the capture
+wrote them.
 
-``--set small`` (the default) is the committed corpus, written to ``tests/corpus/cases``;
+Sets: ``--set small`` (the default) is the committed corpus, written to ``tests/corpus/cases``;
 ``--set full`` adds repeats with other seeds and more variants (default out:
-``tests/corpus/cases-full``, not committed). ``--only S`` (re)generates the cases whose id
-contains S and keeps the other entries of an existing manifest. ``--gpu`` runs the same cases
-with NCCL on 4 GPUs (extra GPU kernels instead of CPU work; ids end in ``-gpu``; default out
-``tests/corpus/cases-gpu``). ``--keep-weak`` keeps a fault case whose injected effect measured
-under 10% (of its rank's step time and of the injected part); by default it is left out.
+``tests/corpus/cases-full``, not committed); ``--set gpu2`` is a set of 2-rank jobs (plain DDP,
+megatron-core DP2, TP2, PP2) for a machine of 2 GPUs, 5 iterations of which 3 are recorded
+(default out: ``tests/corpus/cases-gpu2``).
+
+Device: ``--gpu`` runs a set with NCCL, one process per GPU, with GPU-sized models and extra GPU
+kernels as the injected work (ids end in ``-gpu``, or ``-gpu2`` for ``--set gpu2``; default out
+``tests/corpus/cases-gpu`` / ``cases-full-gpu`` / ``cases-gpu2``); ``--cpu`` runs it with gloo
+on CPU. ``--set gpu2`` defaults to ``--gpu`` (it stops at once when fewer than 2 GPUs are
+found); ``--set gpu2 --cpu`` is its smoke test on CPU: the same cases with the CPU model sizes
+(ids without ``-gpu2``, default out ``tests/corpus/cases-gpu2-cpu``). ``--nproc`` defaults to
+the set's world size and must equal it.
+
+``--only S`` (re)generates the cases whose id contains S and keeps the other entries of an
+existing manifest. ``--keep-weak`` keeps a fault case whose injected effect measured under 10%
+(of its rank's step time and of the injected part); by default it is left out. ``--list``
+prints a set's ids, ``--table`` the README's table of a generated set.
 
 The manifest (``manifest.json`` beside the cases) lists, per case: what was injected where,
 what the detector is expected to say, what was measured at generation, and the command.
@@ -32,11 +44,13 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,11 +83,30 @@ DDP_ARGS = ["--layers", "4", "--width", "256", "--batch", "2048"]
 TP_ARGS = ["--tp", "2", "--layers", "4", "--width", "256", "--ffn", "1024", "--batch", "512"]
 DDP_GPU = ["--layers", "8", "--width", "4096", "--batch", "4096"]
 TP_GPU = ["--tp", "2", "--layers", "8", "--width", "4096", "--ffn", "16384", "--batch", "2048"]
+# the 2-rank set (--set gpu2): 5 iterations, 3 of them traced (2-4), to keep a GPU run short;
+# the detector's per-iteration rules want at least 3
+MAPP_WINDOW_SHORT = ["--iterations", "5", "--trace", "--trace-interval", "1", "--trace-start", "2",
+                     "--continuous-trace-iterations", "3"]
+PROF_WINDOW_SHORT = ["--iterations", "5", "--profile-wait", "1", "--profile-warmup", "1", "--profile-active", "3"]
+JOB_WINDOW_SHORT = ["--steps", "5", "--profile-wait", "1", "--profile-warmup", "1", "--profile-active", "3"]
+# --set gpu2 on GPUs: host sleep per microbatch in the GPT's data iterator. A GPU microbatch of
+# GPT_GPU takes ~50-120 ms and the rank's CPU waits for it only at the next batch's host->device
+# copy, so a sleep shorter than that hides behind the GPU's work except before the first
+# microbatch of a step (after the step's synchronize): 100 ms shows at least once per step.
+GPU2_HOSTSLEEP_MS = 100.0
 
 LAYOUTS = {"tp2dp2": {"tp": 2, "pp": 1, "dp": 2}, "pp2dp2": {"tp": 1, "pp": 2, "dp": 2},
-           "tp2pp2": {"tp": 2, "pp": 2, "dp": 1}, "dp4": {"tp": 1, "pp": 1, "dp": 4}}
+           "tp2pp2": {"tp": 2, "pp": 2, "dp": 1}, "dp4": {"tp": 1, "pp": 1, "dp": 4},
+           "dp2": {"tp": 1, "pp": 1, "dp": 2}, "tp2": {"tp": 2, "pp": 1, "dp": 1},
+           "pp2": {"tp": 1, "pp": 2, "dp": 1}}
 GPT_LAYOUT_ARGS = {"tp2dp2": ["--tp", "2", "--pp", "1"], "pp2dp2": ["--tp", "1", "--pp", "2"],
-                   "tp2pp2": ["--tp", "2", "--pp", "2"], "dp4": ["--tp", "1", "--pp", "1"]}
+                   "tp2pp2": ["--tp", "2", "--pp", "2"], "dp4": ["--tp", "1", "--pp", "1"],
+                   "dp2": ["--tp", "1", "--pp", "1"], "tp2": ["--tp", "2", "--pp", "1"],
+                   "pp2": ["--tp", "1", "--pp", "2"]}
+
+
+def world_of(layout: dict) -> int:
+    return layout["tp"] * layout["pp"] * layout["dp"]
 
 
 @dataclass
@@ -91,6 +124,7 @@ class Case:
     # step times of separate runs are not compared: other work on the shared cores varies)
     gpu_args: list[str] | None = None  # replaces the model-size arguments on GPUs
     gpu_injected: list | None = None   # ``injected`` on GPUs, where it differs
+    job_window: list[str] | None = None  # ddp/tp jobs: steps and profiler schedule (default JOB_WINDOW)
 
     @property
     def slow_rank(self) -> int | None:
@@ -149,43 +183,68 @@ def tp_cases(seed: int = 1234, tag: str = "") -> list[Case]:
 
 def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "", rank: int | None = None,
              factor: float = 1.5, ms: float = 20.0, link: tuple[int, int] | None = None,
-             link_bytes: int = 4_000_000, last_layers: int = 3, sigma: float = 0.8) -> Case:
-    """One megatron-core case: ``variant`` is healthy, layer, beforemb, hostsleep, link, laststage, seqlognorm."""
+             link_bytes: int = 4_000_000, last_layers: int = 3, sigma: float = 0.8,
+             windows: tuple[list[str], list[str]] | None = None, gpu_ms: float | None = None,
+             numbered: bool = True) -> Case:
+    """One megatron-core case: ``variant`` is healthy, layer, beforemb, hostsleep, link, laststage, seqlognorm.
+
+    ``windows``: (mapp capture, profiler) iteration windows, default (MAPP_WINDOW, PROF_WINDOW).
+    ``gpu_ms``: the before-microbatch / host-sleep ms on GPUs where it differs from ``ms``.
+    ``numbered=False``: ids without the numbers that differ between CPU and GPU runs (the
+    sleep's ms, the last stage's layer counts, the lognormal's sigma): ``hostsleep``, not
+    ``hostsleep20ms``; the manifest's ``injected`` has the numbers."""
     short = "mapp" if fmt == "mapp-v1" else "prof"
     model = list(GPT_MAPP if fmt == "mapp-v1" else GPT_PROF)
     # two transformer layers per pipeline stage under mapp's capture, one under the profiler
     per_stage = 2 if fmt == "mapp-v1" else 1
     model[model.index("--layers") + 1] = str(per_stage * LAYOUTS[layout]["pp"])
-    window = MAPP_WINDOW if fmt == "mapp-v1" else PROF_WINDOW
+    mapp_window, prof_window = windows or (MAPP_WINDOW, PROF_WINDOW)
+    window = mapp_window if fmt == "mapp-v1" else prof_window
     args = [*GPT_LAYOUT_ARGS[layout], *model, *window, "--seed", str(seed)]
     base = f"gpt-{layout}-{short}-healthy" + tag
     lay = LAYOUTS[layout]
     gpu = [*GPT_LAYOUT_ARGS[layout], *GPT_GPU, *window, "--seed", str(seed)]
+    gms = ms if gpu_ms is None else gpu_ms
     if variant == "healthy":
         return Case(base, "gpt", fmt, lay, "healthy", args, gpu_args=gpu)
     if variant == "layer":
         work = "sleep" if fmt == "mapp-v1" else "matmul"
         extra = ["--slow-rank", str(rank), "--slow-factor", str(factor), "--slow-work", work]
-        how = ("extra work inside forward/backward of each transformer layer's attention and MLP: "
-               + ("sleep for" if work == "sleep" else "real matmuls of the layer's activations for")
+        head = "extra work inside forward/backward of each transformer layer's attention and MLP: "
+        how = (head + ("sleep for" if work == "sleep" else "real matmuls of the layer's activations for")
                + f" ({factor}-1)x each call's measured time")
+        gpu_how = (head + "real (hidden x hidden) matmuls of the layer's activations, "
+                   f"({factor}-1)x the module's FLOPs")
         return Case(f"gpt-{layout}-{short}-layer{factor}x-r{rank}" + tag, "gpt", fmt, lay, "fault",
                     args + extra, [{"how": how, "rank": rank, "factor": factor}],
                     _slow(rank, ["slow_compute"]), "layers" if fmt == "mapp-v1" else "matmuls", base,
-                    gpu + ["--slow-rank", str(rank), "--slow-factor", str(factor)])
+                    gpu + ["--slow-rank", str(rank), "--slow-factor", str(factor)],
+                    [{"how": gpu_how, "rank": rank, "factor": factor}])
     if variant == "beforemb":
-        extra = ["--slow-rank", str(rank), "--slow-mode", "before-microbatch", "--slow-ms", f"{ms:g}"]
+        def extra(m):
+            return ["--slow-rank", str(rank), "--slow-mode", "before-microbatch", "--slow-ms", f"{m:g}"]
+
+        def how(m):
+            return [{"how": f"extra real work before each microbatch's forward (matmuls for {m:g} ms, "
+                            "in the forward step function, outside the model)", "rank": rank, "ms": m}]
+
         kinds = ["slow_compute", "slow_host"] if fmt == "mapp-v1" else ["slow_compute"]
-        return Case(f"gpt-{layout}-{short}-beforemb{ms:g}ms-r{rank}" + tag, "gpt", fmt, lay, "fault", args + extra,
-                    [{"how": f"extra real work before each microbatch's forward (matmuls for {ms:g} ms, "
-                             "in the forward step function, outside the model)", "rank": rank, "ms": ms}],
-                    _slow(rank, kinds), "host" if fmt == "mapp-v1" else "matmuls", base, gpu + extra)
+        name = f"beforemb{ms:g}ms" if numbered else "beforemb"
+        return Case(f"gpt-{layout}-{short}-{name}-r{rank}" + tag, "gpt", fmt, lay, "fault", args + extra(ms),
+                    how(ms), _slow(rank, kinds), "host" if fmt == "mapp-v1" else "matmuls", base, gpu + extra(gms),
+                    how(gms) if gms != ms else None)
     if variant == "hostsleep":
-        extra = ["--slow-rank", str(rank), "--slow-mode", "host-sleep", "--slow-ms", f"{ms:g}"]
-        return Case(f"gpt-{layout}-{short}-hostsleep{ms:g}ms-r{rank}" + tag, "gpt", fmt, lay, "fault", args + extra,
-                    [{"how": f"host sleep in the data path (time.sleep({ms:g} ms) in the data iterator before "
-                             "each microbatch)", "rank": rank, "sleep_ms": ms}],
-                    _slow(rank, ["slow_host"]), "host", base, gpu + extra)
+        def extra(m):
+            return ["--slow-rank", str(rank), "--slow-mode", "host-sleep", "--slow-ms", f"{m:g}"]
+
+        def how(m):
+            return [{"how": f"host sleep in the data path (time.sleep({m:g} ms) in the data iterator before "
+                            "each microbatch)", "rank": rank, "sleep_ms": m}]
+
+        name = f"hostsleep{ms:g}ms" if numbered else "hostsleep"
+        return Case(f"gpt-{layout}-{short}-{name}-r{rank}" + tag, "gpt", fmt, lay, "fault", args + extra(ms),
+                    how(ms), _slow(rank, ["slow_host"]), "host", base, gpu + extra(gms),
+                    how(gms) if gms != ms else None)
     if variant == "link":
         src, dst = link
         gpu_bytes = link_bytes * 128   # NVLink moves 4 MB in ~10 us: 512 MB to matter next to 16 MB activations
@@ -204,11 +263,14 @@ def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "
         n = last_layers + 1   # the first stage keeps one layer
         args[args.index("--layers") + 1] = str(n)
         extra = ["--last-stage-layers", str(last_layers)]
-        return Case(f"gpt-{layout}-{short}-laststage{last_layers}of{n}" + tag, "gpt", fmt, lay, "imbalance",
+        name = f"laststage{last_layers}of{n}" if numbered else "laststage"
+        # on GPUs: GPT_GPU's 8 layers, 6 on the last stage and 2 on the first (every layout here has 2 stages)
+        return Case(f"gpt-{layout}-{short}-{name}" + tag, "gpt", fmt, lay, "imbalance",
                     args + extra, [], {"suspect": None}, "stages", base, gpu + ["--last-stage-layers", "6"])
     if variant == "seqlognorm":
         extra = ["--seq-lognormal", f"{sigma:g}", "--seq", "256", "--hidden", "256"]
-        return Case(f"gpt-{layout}-{short}-seqlognorm{sigma:g}" + tag, "gpt", fmt, lay, "imbalance", args + extra,
+        name = f"seqlognorm{sigma:g}" if numbered else "seqlognorm"
+        return Case(f"gpt-{layout}-{short}-{name}" + tag, "gpt", fmt, lay, "imbalance", args + extra,
                     [], {"suspect": None}, "microbatches", None, gpu + ["--seq-lognormal", f"{sigma:g}"])
     raise ValueError(variant)
 
@@ -271,6 +333,61 @@ def full_set() -> list[Case]:
     return cases
 
 
+def ddp2_cases(seed: int = 1234) -> list[Case]:
+    """Plain DDP over 2 ranks (the gpu2 set): healthy, extra forward matmuls on rank 1, data sleep on rank 0."""
+    base = "ddp2-prof-healthy"
+    s = ["--seed", str(seed)]
+    lay = LAYOUTS["dp2"]
+    w = JOB_WINDOW_SHORT
+    return [
+        Case(base, "ddp", "kineto", lay, "healthy", [*DDP_ARGS, *s], gpu_args=DDP_GPU, job_window=w),
+        Case("ddp2-prof-fwd1.5x-r1", "ddp", "kineto", lay, "fault",
+             [*DDP_ARGS, *s, "--slow-rank", "1", "--slow-factor", "1.5"],
+             [{"how": "extra matmuls inside forward (1.5x the forward's matmuls: 0.5 x --layers duplicate F.linear "
+                      "of every other block's own weights on its input, same shapes, results discarded)",
+               "rank": 1, "factor": 1.5}],
+             _slow(1, ["slow_compute"]), "matmuls", base, DDP_GPU, job_window=w),
+        Case("ddp2-prof-datasleep-r0", "ddp", "kineto", lay, "fault",
+             [*DDP_ARGS, *s, "--slow-rank", "0", "--slow-mode", "data-sleep", "--slow-ms", "20"],
+             [{"how": "host sleep in the data path (time.sleep(20 ms) in the dataset before each batch, "
+                      "inside DataLoader.__next__)", "rank": 0, "sleep_ms": 20}],
+             _slow(0, ["slow_host"]), "host", base, DDP_GPU, job_window=w),
+    ]
+
+
+def gpu2_set(seed: int = 1234) -> list[Case]:
+    """The 2-rank set, made for a machine of 2 GPUs (``--set gpu2``; runs on CPU too, with ``--cpu``).
+
+    Plain DDP under the profiler; megatron-core DP2, TP2, PP2 under mapp's capture (healthy, a slow
+    layer, before-microbatch work or a host sleep, a heavy last stage, lognormal sequence lengths)
+    and TP2, PP2 under the profiler. 5 iterations, 3 recorded. No link case: a 2-rank job has one
+    link, so a slow link has no other link to be slower than."""
+    g = lambda *a, **k: gpt_case(*a, seed=seed, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT),  # noqa: E731
+                                 numbered=False, **k)
+    return [
+        *ddp2_cases(seed),
+        # megatron-core, mapp capture
+        g("dp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "layer", rank=1),
+        g("dp2", "mapp-v1", "hostsleep", rank=0, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("tp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "layer", rank=1),
+        g("tp2", "mapp-v1", "beforemb", rank=0),
+        g("pp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "layer", rank=0),
+        # imbalance without a fault
+        g("pp2", "mapp-v1", "laststage"),
+        g("dp2", "mapp-v1", "seqlognorm"),
+        # megatron-core, torch.profiler
+        g("tp2", "kineto", "healthy"),
+        g("tp2", "kineto", "layer", rank=1),
+        g("pp2", "kineto", "healthy"),
+    ]
+
+
+SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set}
+
+
 # -----------------------------------------------------------------------------------------
 # running one case
 
@@ -310,7 +427,7 @@ def command(case: Case, trace_dir: str, timings: str, gpu: bool, nproc: int) -> 
     if case.job == "gpt":
         trace = ["--trace-dir", trace_dir] if case.fmt == "mapp-v1" else ["--profile-dir", trace_dir]
     else:
-        trace = ["--profile-dir", trace_dir, *JOB_WINDOW]
+        trace = ["--profile-dir", trace_dir, *(case.job_window or JOB_WINDOW)]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
             job_script(case), *args, *trace, "--timings-json", timings]
 
@@ -408,7 +525,8 @@ def measure_kineto(docs: dict[int, dict]) -> dict:
         evs = [e for e in raw if e.get("cat") in ("cpu_op", "user_annotation")]
         steps = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
                        for e in evs if e["name"].startswith("ProfilerStep#"))
-        rows = {n: {"step": (b - a) / 1e3, "mm_fwd": 0.0, "mm_bwd": 0.0, "comm": 0.0} for a, b, n in steps}
+        rows = {n: {"step": (b - a) / 1e3, "mm_fwd": 0.0, "mm_bwd": 0.0, "comm": 0.0, "gpu": False}
+                for a, b, n in steps}
 
         def step_of(ts):
             for a, b, n in steps:
@@ -429,6 +547,7 @@ def measure_kineto(docs: dict[int, dict]) -> dict:
                     rows[n]["comm"] += k["dur"] / 1e3
                 elif any(w in name for w in _GEMM_WORDS):
                     rows[n]["mm_fwd"] += k["dur"] / 1e3
+                rows[n]["gpu"] = True
             per[rank] = rows
             continue
         for e, anc in _nest(evs):
@@ -460,7 +579,7 @@ def measure_v1(files: dict[int, Path]) -> tuple[dict, dict]:
     """Per rank and traced iteration: step ms, layer self ms (layer spans minus the
     collectives inside them), forward ms per microbatch; per link: the time of each matched
     send/recv pair once both ends had entered the call."""
-    per, links, meta, calls = {}, {}, {}, {}
+    per, links, meta, calls, n_layers = {}, {}, {}, {}, {}
     for rank, path in files.items():
         evs = [e for e in _read_v1(path) if e.get("ph") == "X"]
         meta[rank] = next((e["args"] for e in _read_v1(path)[:1] if e.get("name") == "mapp"), {})
@@ -474,6 +593,7 @@ def measure_v1(files: dict[int, Path]) -> tuple[dict, dict]:
             if it not in rows:
                 continue
             if e["name"] in ("layer.forward", "layer.backward"):
+                n_layers.setdefault(rank, set()).add((e["args"].get("chunk"), e["args"].get("layer")))
                 a, b = e["ts"], e["ts"] + e["dur"]
                 wait = sum(min(y, b) - max(x, a) for x, y in colls if x < b and y > a)
                 rows[it]["layers"] += (e["dur"] - wait) / 1e3
@@ -492,7 +612,7 @@ def measure_v1(files: dict[int, Path]) -> tuple[dict, dict]:
         if len(spans) == 2:
             both = min(b for _, b in spans) - max(a for a, _ in spans)
             links.setdefault(tuple(sorted((src, dst))), []).append(max(both, 0.0) / 1e3)
-    return per, {"links": links, "meta": meta}
+    return per, {"links": links, "meta": meta, "n_layers": {r: len(v) for r, v in n_layers.items()}}
 
 
 def measure(case: Case, trace_dir: Path, timings: dict, docs: dict[int, dict] | None) -> dict:
@@ -521,28 +641,50 @@ def measure(case: Case, trace_dir: Path, timings: dict, docs: dict[int, dict] | 
     def peers_of(r):
         return [q for q in ranks if q != r and stage_of(q) == stage_of(r)]
 
+    def ratio(xs, r):
+        """xs[r] over the median of its peers' (None when it has no peer or they measured 0)."""
+        peers = [xs[q] for q in peers_of(r) if xs[q] is not None]
+        base = statistics.median(peers) if peers else None
+        return _r(xs[r] / base, 3) if base and xs[r] is not None else None
+
+    no_peer = ("no other rank of the slow rank's pipeline stage (a stage of one rank): part_slowdown left out, "
+               "see injected_share_of_step")
     if case.fmt == "kineto":
         fwd = [_median(per[r][i]["mm_fwd"] for i in its) for r in ranks]
         bwd = [_median(per[r][i]["mm_bwd"] for i in its) for r in ranks]
+        gpu = any(per[r][i].get("gpu") for r in ranks for i in its)
         out["matmul_fwd_ms"] = [_r(x) for x in fwd]
         out["matmul_bwd_ms"] = [_r(x) for x in bwd]
         out["comm_ms"] = [_r(_median(per[r][i]["comm"] for i in its)) for r in ranks]
         if slow is not None and case.part == "matmuls":
             tot = [f + b for f, b in zip(fwd, bwd)]
-            others = statistics.median(tot[q] for q in peers_of(slow))
-            out["part"] = "matmul time per step (aten mm/addmm/bmm, forward + backward)"
-            out["part_slowdown"] = _r(tot[slow] / others, 3)
-            if case.job == "ddp":   # the injection is in forward: that is the part
+            out["part"] = ("GEMM kernel time per step (forward + backward)" if gpu
+                           else "matmul time per step (aten mm/addmm/bmm, forward + backward)")
+            out["part_slowdown"] = ratio(tot, slow)
+            if case.job == "ddp" and not gpu:   # the injection is in forward: that is the part
                 out["part"] = "forward matmul time per step (aten mm/addmm outside autograd's backward)"
                 out["matmul_total_slowdown"] = out["part_slowdown"]
-                out["part_slowdown"] = _r(fwd[slow] / statistics.median(fwd[q] for q in peers_of(slow)), 3)
+                out["part_slowdown"] = ratio(fwd, slow)
+            if not peers_of(slow):
+                out.pop("part_slowdown", None)
+                out["part_note"] = no_peer
     else:
         layers = [_median(per[r][i]["layers"] for i in its) for r in ranks]
         out["layer_self_ms"] = [_r(x) for x in layers]
         mb = {r: [x for i in its for x in per[r][i]["fwd_mb"]] for r in ranks}
         if slow is not None and case.part == "layers":
             out["part"] = "transformer layer self time per step (layer spans minus nested collectives)"
-            out["part_slowdown"] = _r(layers[slow] / statistics.median(layers[q] for q in peers_of(slow)), 3)
+            if peers_of(slow):
+                out["part_slowdown"] = ratio(layers, slow)
+            else:   # a stage of one rank (pp2): per transformer layer, against the other stages' ranks
+                n = extra["n_layers"]
+                per_layer = {r: layers[r] / n[r] for r in ranks if n.get(r) and layers[r] is not None}
+                others = [v for r, v in per_layer.items() if r != slow]
+                out["part"] = ("transformer layer self time per step and layer (layer spans minus nested "
+                               "collectives, over the rank's layer count), against the other stages' ranks")
+                out["layers_per_rank"] = [n.get(r) for r in ranks]
+                if slow in per_layer and others and statistics.median(others):
+                    out["part_slowdown"] = _r(per_layer[slow] / statistics.median(others), 3)
         if case.part == "link":
             links = {k: _median(v) for k, v in extra["links"].items()}
             inj_link = tuple(sorted(case.injected[0]["ranks"]))
@@ -589,18 +731,59 @@ def effect_ok(m: dict) -> bool:
 
 # -----------------------------------------------------------------------------------------
 
-def run_case(case: Case, out_dir: Path, gpu: bool, nproc: int, use_gzip: bool, timeout: float) -> dict:
-    with tempfile.TemporaryDirectory(prefix=f"corpus-{case.id}-") as tmp:
-        trace_dir = str(Path(tmp) / "trace")
-        timings_path = str(Path(tmp) / "timings.json")
-        cmd = command(case, trace_dir, timings_path, gpu, nproc)
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env(gpu), capture_output=True, text=True, timeout=timeout)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise RuntimeError(f"{case.id}: exit {proc.returncode}\n{(proc.stdout + proc.stderr)[-4000:]}")
+@dataclass
+class Launched:
+    """A case whose job has run: its traces wait in ``tmp`` to be collected."""
+    case: Case
+    cid: str
+    tmp: tempfile.TemporaryDirectory
+    trace_dir: str
+    timings_path: str
+    cmd: list[str]
+    wall: float
+
+
+def launch(case: Case, cid: str, gpu: bool, nproc: int, timeout: float) -> Launched:
+    """Run the case's job; its traces stay in a temporary directory (see :func:`collect`)."""
+    tmp = tempfile.TemporaryDirectory(prefix=f"corpus-{cid}-")
+    trace_dir = str(Path(tmp.name) / "trace")
+    timings_path = str(Path(tmp.name) / "timings.json")
+    cmd = command(case, trace_dir, timings_path, gpu, nproc)
+    t0 = time.perf_counter()
+    # its own session, so that a job that hangs (or an interrupt) ends with all of torchrun's
+    # workers, not only torchrun: on GPUs a leftover rank would hold its GPU for the next case
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(gpu), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException as error:
+        _kill_group(proc)
+        tmp.cleanup()
+        if isinstance(error, subprocess.TimeoutExpired):
+            raise RuntimeError(f"{cid}: no end after {timeout:.0f} s, stopped") from None
+        raise
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tmp.cleanup()
+        raise RuntimeError(f"{cid}: exit {proc.returncode}\n{(out + err)[-4000:]}")
+    return Launched(case, cid, tmp, trace_dir, timings_path, cmd, wall)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of a job started with ``start_new_session`` (torchrun and its workers)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.communicate()
+
+
+def collect(run: Launched, out_dir: Path, gpu: bool, nproc: int, use_gzip: bool) -> dict:
+    """Trim and copy a launched case's traces into ``out_dir/<cid>`` and measure them."""
+    case, trace_dir, timings_path = run.case, run.trace_dir, run.timings_path
+    try:
         timings = json.loads(Path(timings_path).read_text()) if Path(timings_path).exists() else {}
-        dest = out_dir / case.id
+        dest = out_dir / run.cid
         if dest.exists():
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
@@ -619,14 +802,22 @@ def run_case(case: Case, out_dir: Path, gpu: bool, nproc: int, use_gzip: bool, t
             for path in sorted(Path(trace_dir).glob("rank-*.json")):
                 shutil.copyfile(path, dest / path.name)
         measured = measure(case, dest, timings, docs)
-        measured["generation_wall_s"] = round(wall, 1)
+        measured["generation_wall_s"] = round(run.wall, 1)
         if dropped:
             measured["dropped_events"] = dropped
         files = sorted(dest.iterdir())
         if len(files) != nproc:
-            raise RuntimeError(f"{case.id}: {len(files)} trace files, expected {nproc}")
-        shown = shown_command(cmd, trace_dir, timings_path, gpu)
+            raise RuntimeError(f"{run.cid}: {len(files)} trace files, expected {nproc}")
+        shown = shown_command(run.cmd, trace_dir, timings_path, gpu)
+    finally:
+        run.tmp.cleanup()
     return {"measured": measured, "command": shown, "bytes": sum(f.stat().st_size for f in files)}
+
+
+def run_case(case: Case, out_dir: Path, gpu: bool, nproc: int, use_gzip: bool, timeout: float,
+             cid: str | None = None) -> dict:
+    """Run one case and collect it into ``out_dir/<cid>`` (default: its id)."""
+    return collect(launch(case, cid or case.id, gpu, nproc, timeout), out_dir, gpu, nproc, use_gzip)
 
 
 def source_text(case: Case, gpu: bool, nproc: int) -> str:
@@ -663,7 +854,8 @@ def table(manifest: dict, out_dir: Path) -> str:
         if "injected_ms_per_step" in m:
             bits.append(f"injected {m['injected_ms_per_step']:.1f} ms/step = {100 * m['injected_share_of_step']:.0f}% of its step")
         if "part_slowdown" in m:
-            bits.append(f"part x{m['part_slowdown']:.2f}")
+            bits.append(f"part x{m['part_slowdown']:.2f}" + (" (per layer, vs the other stage)"
+                                                            if "layers_per_rank" in m else ""))
         if "p2p_both_ready_median_ms" in m:
             link = "-".join(map(str, sorted(c["injected"][0]["ranks"])))
             per = m["p2p_both_ready_median_ms"]
@@ -677,16 +869,43 @@ def table(manifest: dict, out_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def _reraise(error: BaseException):
+    raise error
+
+
+def gpu_count() -> int:
+    """GPUs that ``nvidia-smi -L`` lists, else the driver's ``/proc/driver/nvidia/gpus`` entries.
+    Not torch: the parent process should hold no CUDA context while the jobs run."""
+    exe = shutil.which("nvidia-smi")
+    if exe is not None:
+        try:
+            out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30).stdout
+            return sum(line.startswith("GPU ") for line in out.splitlines())
+        except (OSError, subprocess.SubprocessError):
+            pass
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return len(list(gpus.iterdir())) if gpus.is_dir() else 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=None, help="directory of the set (default: tests/corpus/cases[-full|-gpu])")
-    p.add_argument("--set", default="small", choices=["small", "full"])
+    p.add_argument("--out", default=None,
+                   help="directory of the set (default: tests/corpus/cases[-full][-gpu], cases-gpu2[-cpu])")
+    p.add_argument("--set", default="small", choices=sorted(SETS),
+                   help="small (committed), full, or gpu2 (2 ranks, for a machine of 2 GPUs)")
     p.add_argument("--only", default=None, help="only the cases whose id contains this")
-    p.add_argument("--gpu", action="store_true", help="run on 4 GPUs with NCCL (ids end in -gpu)")
-    p.add_argument("--nproc", type=int, default=4)
+    device = p.add_mutually_exclusive_group()
+    device.add_argument("--gpu", dest="device", action="store_const", const="gpu",
+                        help="NCCL, one process per GPU, GPU-sized models (ids end in -gpu, or -gpu2 for "
+                             "--set gpu2); the default of --set gpu2")
+    device.add_argument("--cpu", dest="device", action="store_const", const="cpu",
+                        help="gloo on CPU, CPU-sized models; the default of --set small/full (with --set gpu2: "
+                             "a smoke test of that set, ids without -gpu2, default out cases-gpu2-cpu)")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="processes per job: the set's world size (4; 2 for --set gpu2), which is also the default")
     p.add_argument("--no-gzip", action="store_true", help="write profiler traces as plain rank-<r>.json")
     p.add_argument("--keep-weak", action="store_true", help="keep fault cases whose effect measured < 10%%")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per case (default: 300 on CPU, 150 on GPUs)")
     p.add_argument("--list", action="store_true", help="list the set's case ids and exit")
     p.add_argument("--table", action="store_true", help="print the README's table of the set's manifest and exit")
     args = p.parse_args(argv)
@@ -695,59 +914,99 @@ def main(argv=None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console()
-    cases = small_set() if args.set == "small" else full_set()
-    suffix = "-gpu" if args.gpu else ""
+    everything = SETS[args.set]()
+    worlds = sorted({world_of(c.layout) for c in everything})
+    nproc = args.nproc or worlds[0]
+    if worlds != [nproc]:
+        p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
+    gpu = (args.device or ("gpu" if args.set == "gpu2" else "cpu")) == "gpu"
+    suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
+    cases = everything
     if args.only:
         cases = [c for c in cases if args.only in c.id + suffix]
     if args.list:
         for c in cases:
             console.print(c.id + suffix)
         return 0
-    default = {"small": "cases", "full": "cases-full"}[args.set] + ("-gpu" if args.gpu else "")
+    if args.set == "gpu2":
+        default = "cases-gpu2" + ("" if gpu else "-cpu")
+    else:
+        default = {"small": "cases", "full": "cases-full"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:
         print(table(json.loads(manifest_path.read_text()), out_dir))
         return 0
+    if gpu and (have := gpu_count()) < nproc:
+        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set == "gpu2" else ""))
+    timeout = args.timeout or (150.0 if gpu else 300.0)
+    # a SIGTERM (``timeout`` around this script) ends the running job's ranks too (see launch)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     out_dir.mkdir(parents=True, exist_ok=True)
     old = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"version": 1, "cases": []}
     entries = {c["id"]: c for c in old.get("cases", [])}
-    order = [c.id + suffix for c in (small_set() if args.set == "small" else full_set())]
+    order = [c.id + suffix for c in everything]
     failed, weak = [], []
     t_all = time.perf_counter()
+    # On GPUs a case's traces are collected (parsed, trimmed, gzipped, measured: seconds for a GPU
+    # profiler trace) in a thread while the next case's job runs on the GPUs. On CPU one after
+    # the other: the collecting would take cores from the next job's ranks.
+    pool = ThreadPoolExecutor(max_workers=1) if gpu else None
+
+    def record(progress, task, case: Case, cid: str, get) -> None:
+        try:
+            result = get()
+        except Exception as error:  # keep going: report at the end
+            failed.append(cid)
+            progress.console.print(f"[red]FAILED[/red] {cid}: {str(error)[-2000:]}")
+            progress.advance(task)
+            return
+        m = result["measured"]
+        e = entry(case, gpu, nproc, result, cid)
+        ok = case.cls != "fault" or effect_ok(m)
+        if not ok:
+            weak.append(cid)
+        if ok or args.keep_weak:
+            entries[cid] = e
+        else:
+            shutil.rmtree(out_dir / cid, ignore_errors=True)
+            entries.pop(cid, None)
+        note = "" if ok else " [yellow](effect < 10%: left out)[/yellow]"
+        progress.console.print(
+            f"{cid}: {result['bytes'] / 1024:.0f} KiB, step ms {m.get('step_ms')}, "
+            + ", ".join(f"{k} {m[k]}" for k in ("injected_ms_per_step", "injected_share_of_step", "part_slowdown",
+                                                "last_over_first_stage") if k in m)
+            + f", {m['generation_wall_s']} s{note}")
+        progress.advance(task)
+        manifest = {"version": 1, "cases": [entries[i] for i in order if i in entries]
+                    + [v for k, v in entries.items() if k not in order]}
+        manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         task = progress.add_task("corpus", total=len(cases))
+        pending = None   # (case, cid, future) being collected in the background
         for case in cases:
             cid = case.id + suffix
             progress.update(task, description=f"[bold]{cid}")
             try:
-                result = run_case(case, out_dir, args.gpu, args.nproc, not args.no_gzip, args.timeout)
-            except Exception as error:  # keep going: report at the end
-                failed.append(cid)
-                progress.console.print(f"[red]FAILED[/red] {cid}: {str(error)[-2000:]}")
-                progress.advance(task)
-                continue
-            m = result["measured"]
-            e = entry(case, args.gpu, args.nproc, result, cid)
-            ok = case.cls != "fault" or effect_ok(m)
-            if not ok:
-                weak.append(cid)
-            if ok or args.keep_weak:
-                entries[cid] = e
+                run = launch(case, cid, gpu, nproc, timeout)
+            except Exception as error:
+                run = error
+            if pending is not None:
+                record(progress, task, pending[0], pending[1], pending[2].result)
+                pending = None
+            if isinstance(run, Exception):
+                record(progress, task, case, cid, lambda error=run: _reraise(error))
+            elif pool is not None:
+                pending = (case, cid, pool.submit(collect, run, out_dir, gpu, nproc, not args.no_gzip))
             else:
-                shutil.rmtree(out_dir / cid, ignore_errors=True)
-                entries.pop(cid, None)
-            note = "" if ok else " [yellow](effect < 10%: left out)[/yellow]"
-            progress.console.print(
-                f"{cid}: {result['bytes'] / 1024:.0f} KiB, step ms {m.get('step_ms')}, "
-                + ", ".join(f"{k} {m[k]}" for k in ("injected_ms_per_step", "injected_share_of_step", "part_slowdown",
-                                                    "last_over_first_stage") if k in m)
-                + f", {m['generation_wall_s']} s{note}")
-            progress.advance(task)
-            manifest = {"version": 1, "cases": [entries[i] for i in order if i in entries]
-                        + [v for k, v in entries.items() if k not in order]}
-            manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+                record(progress, task, case, cid,
+                       lambda run=run: collect(run, out_dir, gpu, nproc, not args.no_gzip))
+        if pending is not None:
+            record(progress, task, pending[0], pending[1], pending[2].result)
+    if pool is not None:
+        pool.shutdown()
     size = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file())
     console.print(f"{len(cases) - len(failed)} of {len(cases)} cases in {time.perf_counter() - t_all:.0f} s; "
                   f"{out_dir} holds {size / 1e6:.2f} MB")
