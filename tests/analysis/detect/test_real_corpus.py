@@ -47,6 +47,7 @@ GPU2_RIGHT_TODAY = [
     "gpt-dp2-mapp-layer1.5x-r1-gpu2", "gpt-tp2-mapp-layer1.5x-r1-gpu2",      # extra GPU matmuls in the layers
     "gpt-dp2-mapp-hostsleep-r0-gpu2", "gpt-tp2-mapp-beforemb-r0-gpu2",       # host sleep; work before each microbatch
     "gpt-pp2-mapp-laststage-gpu2",                                           # a heavier last stage is no fault
+    "ddp2-prof-datasleep-r0-gpu2",   # a host sleep between two ranks: last at every all-reduce, longer launch gaps
 ]
 
 
