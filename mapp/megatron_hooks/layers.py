@@ -8,7 +8,7 @@ needs (a slowed GPU slows its layers); the parts triple the spans per step (~600
 Forward: the module's ``forward`` is wrapped on the instance (``module.forward``), not hooked:
 a module with forward hooks, with kwargs above all, takes PyTorch's slow call path, and the
 wrapper costs one Python call. The wrapper takes a stamp, calls the original and emits
-``<kind>.forward``; the spans' names and args are made once per (module, microbatch)
+``<kind>.forward``; the spans' names and args are made once per (module, microbatch, tokens)
 (:class:`~mapp.capture.writer.EventSpec`), so a span costs a tuple.
 Backward: autograd hooks, no synchronization. A pre-hook on the ``grad_fn`` of the output
 fires when the gradient with respect to the output is complete, i.e. when the module's
@@ -21,6 +21,9 @@ inside backward (activation recomputation) is emitted as ``<kind>.recompute``.
 Event names: ``layer.forward``/``layer.backward`` (``args.layer``: 0-based global layer
 index), ``embedding.forward``, ``output_layer.*``, and at ``op`` granularity ``attention.*``,
 ``mlp.*`` and ``<submodule>.*`` (``linear_qkv``, ``core_attention``, ``linear_fc1``, ...).
+``args.tokens``: the tokens the call worked on (the product of its input's first two
+dimensions, sequence x micro-batch), so that a reader can tell a rank that got longer
+sequences from a slower one (read from the shape: no synchronization).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ __all__ = ["LayerHooks"]
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 _MISSING = object()
+_MAX_SPECS = 4096  # event specs kept per module: (microbatch, tokens) pairs seen lately
 
 
 class LayerHooks:
@@ -131,16 +135,21 @@ class LayerHooks:
         self._forget_links()
 
     # -- the wrapper -----------------------------------------------------------------------
-    def _specs_for(self, spec: tuple, microbatch: Any) -> tuple[EventSpec, EventSpec, EventSpec]:
-        """(forward, backward, recompute) event specs of one module and microbatch."""
-        by_microbatch = self._specs.setdefault(spec, {})
-        specs = by_microbatch.get(microbatch)
+    def _specs_for(self, spec: tuple, key: tuple[Any, int | None]) -> tuple[EventSpec, EventSpec, EventSpec]:
+        """(forward, backward, recompute) event specs of one module, microbatch and token count."""
+        by_key = self._specs.setdefault(spec, {})
+        specs = by_key.get(key)
         if specs is None:
+            microbatch, tokens = key
             args = {"microbatch": microbatch, "chunk": spec[2]}
             if spec[1] is not None:
                 args["layer"] = spec[1]
+            if tokens is not None:
+                args["tokens"] = tokens
             specs = tuple(EventSpec(name, "compute", "compute", args) for name in spec[3:6])
-            by_microbatch[microbatch] = specs
+            if len(by_key) >= _MAX_SPECS:  # lengths that vary every step: keep the cache bounded
+                by_key.clear()
+            by_key[key] = specs
         return specs
 
     def _wrap(self, spec: tuple, forward: Callable) -> Callable:
@@ -160,10 +169,15 @@ class LayerHooks:
         def traced_forward(*args, **kwargs):
             if not tracer.want[level]:
                 return forward(*args, **kwargs)
-            microbatch = ctx.microbatch
-            specs = cache.get(microbatch)
+            x = args[0] if args else kwargs.get("hidden_states", kwargs.get("input_ids"))
+            is_tensor = isinstance(x, Tensor)
+            shape = x.shape if is_tensor and x.dim() >= 2 else None
+            key = (ctx.microbatch, None if shape is None else shape[0] * shape[1])
+            specs = cache.get(key)
             if specs is None:
-                specs = cache[microbatch] = specs_for(microbatch)
+                if len(cache) >= _MAX_SPECS:
+                    cache.clear()
+                specs = cache[key] = specs_for(key)
             backward = None
             recompute = _graph_task_id() != -1  # a forward run again inside backward
             link = chained and not recompute
@@ -172,8 +186,7 @@ class LayerHooks:
             else:
                 span = specs[0]
                 if grad_enabled():
-                    x = args[0] if args else kwargs.get("hidden_states")
-                    if isinstance(x, Tensor) and x.requires_grad:
+                    if is_tensor and x.requires_grad:
                         backward = _Backward(tracer, specs[1])
                         previous = hooks._bwd_link
                         if link and previous is not None and previous[0] is x.grad_fn:
@@ -183,6 +196,7 @@ class LayerHooks:
             stamp = clock.stamp
             t0 = None
             if link:
+                microbatch = key[0]
                 lent = hooks._fwd_link
                 if lent is not None:
                     hooks._fwd_link = None

@@ -46,7 +46,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         t = now
 
     scan = bundle.scan().filter(pl.col("ph") == "X")
-    events = scan.filter(pl.col("cat") != "iteration").select(_COLUMNS + _shape(bundle)).collect()
+    events = scan.filter(pl.col("cat") != "iteration").select(_COLUMNS + _shape(bundle) + _tokens(bundle)).collect()
     iters = scan.filter(pl.col("cat") == "iteration").select("rank", "iteration", "ts_ns", "dur_ns").collect()
     lap("read")
     if analysis is None:
@@ -139,6 +139,14 @@ def _shape(bundle) -> list[pl.Expr]:
     dims = args.str.json_path_match("$['Input Dims']")
     grid = pl.concat_str(args.str.json_path_match("$.grid"), args.str.json_path_match("$.block"), separator="x")
     return [pl.when(pl.col("lane").str.starts_with("stream:")).then(grid).otherwise(dims).alias("shape")]
+
+
+def _tokens(bundle) -> list[pl.Expr]:
+    """A ``tokens`` column where mapp's capture recorded one (``args.tokens`` of layer spans:
+    sequence x micro-batch), so that longer sequences are not taken for a slower GPU."""
+    if "mapp" not in bundle.ranks["format"].to_list():
+        return []
+    return [pl.col("args").str.json_path_match("$.tokens").cast(pl.Int64, strict=False).alias("tokens")]
 
 
 def _program_peers(info: LayoutInfo, events: pl.DataFrame, matching, groups: pl.DataFrame) -> LayoutInfo:

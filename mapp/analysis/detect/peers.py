@@ -167,12 +167,16 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     # healthy ones even look fast), so ranks that are clear outliers in the first pass are left
     # out of the baseline of the second.
     ops = _relative(ops, g)
+    # fitted once, on every rank: in the second pass the outliers are out of the baseline,
+    # and with two peers what is left could not show how time grows with tokens
+    beta = _token_slope(ops, g)
+    ops = _token_effect(ops, g, beta)
     first = _rank_iterations(_replica_effect(ops)[0], min_effect, use_spread=False)
     outliers = first.filter(pl.col("flagged")).select("rank", "iteration", out=pl.lit(True))
     if len(outliers):
         ops = ops.join(outliers, on=["rank", "iteration"], how="left").with_columns(
             use=pl.col("out").is_null()).drop("out")
-        ops = _relative(ops.drop("r"), g)
+        ops = _token_effect(_relative(ops.drop("r"), g), g, beta)
     ops, seqlen = _replica_effect(ops)
     ops = ops.with_columns(
         slow=(pl.col("r").exp() > 1 + slow_op),
@@ -202,6 +206,53 @@ def _relative(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame:
         r=pl.when((pl.col("n_base") == 2) & pl.col("use")).then(2 * (pl.col("lx") - pl.col("mean")))
         .otherwise(pl.col("lx") - pl.col("med"))
     ).filter(pl.col("r").is_not_null())
+
+
+def _token_x(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame:
+    """``x``: each op's log token count against its peers' (rows with ``use``), as ``r`` is;
+    0 where the trace records no tokens."""
+    lt = pl.col("tokens").cast(pl.Float64).log()
+    t = ops.filter(pl.col("use") & pl.col("tokens").is_not_null() & (pl.col("tokens") > 0))
+    base = t.group_by(g).agg(t_med=lt.median(), t_mean=lt.mean(), t_n=pl.len())
+    return ops.join(base, on=g, how="left").with_columns(
+        x=pl.when(pl.col("tokens").is_null() | (pl.col("tokens") <= 0)).then(0.0)
+        .when((pl.col("t_n") == 2) & pl.col("use")).then(2 * (lt - pl.col("t_mean")))
+        .otherwise(lt - pl.col("t_med")).fill_null(0.0)
+    ).drop("t_med", "t_mean", "t_n")
+
+
+def _token_slope(ops: pl.DataFrame, g: list[str]) -> float | None:
+    """How an op's time grows with its tokens, where the trace records them (None: it does
+    not, or lengths hardly vary).
+
+    Peers run the same op on different data: with sequence lengths that differ between data
+    parallel replicas, one replica's layers take longer because they have more tokens, not
+    because its GPU is slow, and a replica of one rank has no peer of its own to share that
+    with (``_replica_effect`` cannot remove it). One slope over all ops, fitted within each
+    rank (``r`` and ``x`` less their rank's means; kept between 0 and 2: linear layers scale
+    with tokens, attention up to their square). Within a rank, because between ranks a slow
+    GPU and a replica of longer sequences are both offsets of the whole rank: a pooled fit
+    would let one explain the other (with two ranks, a slow rank 1 beside a rank 0 of longer
+    sequences drove the slope down and hid rank 1). A rank's microbatch lengths vary, its
+    GPU's speed does not.
+    """
+    if "tokens" not in ops.columns or ops["tokens"].drop_nulls().is_empty():
+        return None
+    used = _token_x(ops, g).filter(pl.col("use")).with_columns(
+        dr=pl.col("r") - pl.col("r").mean().over("rank"), dx=pl.col("x") - pl.col("x").mean().over("rank"))
+    sxy, sxx, varied = used.select(sxy=(pl.col("dr") * pl.col("dx")).sum(), sxx=(pl.col("dx") ** 2).sum(),
+                                   varied=(pl.col("dx").abs() > 0.05).sum()).row(0)
+    if not sxx or varied < 8:   # equal lengths everywhere (or nearly): nothing to explain
+        return None
+    return min(2.0, max(0.0, sxy / sxx))
+
+
+def _token_effect(ops: pl.DataFrame, g: list[str], beta: float | None) -> pl.DataFrame:
+    """``r`` less what the op's tokens explain (``beta`` from :func:`_token_slope`): a slow GPU
+    is slow whatever its tokens, so it stays."""
+    if beta is None:
+        return ops
+    return _token_x(ops, g).with_columns(r=pl.col("r") - beta * pl.col("x")).drop("x")
 
 
 def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) -> pl.DataFrame:

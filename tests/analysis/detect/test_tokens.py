@@ -1,0 +1,63 @@
+"""Sequence lengths that differ between data-parallel replicas are not a slow GPU.
+
+A real DP2 job (megatron-core, gloo) whose replica 0 draws about twice the tokens of replica 1
+over the traced steps (``--seq-lognormal 0.8 --seed 70``): its layers take longer because they
+have more work. mapp's capture records each layer call's tokens, and the detector takes out of
+each op's time what its tokens explain; without the token counts the same traces name rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+pytest.importorskip("megatron.core")
+
+from mapp.analysis.detect import detect_bundle  # noqa: E402
+from mapp.analysis.ingest import load_bundle  # noqa: E402
+from tests.megatron_hooks._torchrun import run_example  # noqa: E402
+
+MODEL = ["--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "512", "--micro-batch-size", "2",
+         "--num-microbatches", "4", "--iterations", "6", "--seq-lognormal", "0.8", "--seed", "70",
+         "--trace-interval", "1", "--trace-start", "2", "--continuous-trace-iterations", "4"]
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory):
+    trace = tmp_path_factory.mktemp("tokens") / "trace"
+    run = run_example(trace, MODEL, nproc=2, timeout=400)
+    tokens = {r: sum(e["args"]["tokens"] for e in evs if e.get("name") == "layer.forward")
+              for r, evs in run.events.items()}
+    return trace, tokens
+
+
+def test_the_capture_records_the_tokens_of_each_layer_call(uneven):
+    _, tokens = uneven
+    assert tokens[0] > 1.5 * tokens[1]   # the seed's lengths: replica 0 has about twice the work
+
+
+def test_more_tokens_are_not_a_slow_gpu(uneven):
+    trace, _ = uneven
+    verdict = detect_bundle(load_bundle(trace), threshold=0.1)
+    assert verdict.suspects == [], [(s.rank, s.kind, s.slowdown) for s in verdict.suspects]
+
+
+def test_without_token_counts_the_heavier_replica_is_named(uneven, tmp_path):
+    trace, _ = uneven
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for path in trace.glob("rank-*.json"):
+        lines = []
+        for line in path.read_text().splitlines():
+            body = line.rstrip(",")
+            if '"tokens"' in body:
+                event = json.loads(body)
+                event["args"].pop("tokens")
+                line = json.dumps(event, separators=(",", ":")) + ("," if line.endswith(",") else "")
+            lines.append(line)
+        (bare / path.name).write_text("\n".join(lines) + "\n")
+    verdict = detect_bundle(load_bundle(bare), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(0, "slow_compute")]
+    shutil.rmtree(bare)
