@@ -84,6 +84,23 @@ def test_losses_equal_megatrons_schedule(pair):
     assert printed(dpp) == printed(megatron) and len(printed(dpp)) == STEPS
 
 
+def _ran_megatrons_order(name: str, dpp: dict, step: int) -> bool:
+    """Whether every rank ran its backward passes of ``step`` in megatron-core's interleaved
+    order (forward passes may move: gradients sum in the order of the backward passes). With
+    equal lengths that is DPP's plan, but at run time a stage whose next planned input has not
+    arrived runs a ready task first (on a loaded machine it happens), and a rank's gradients,
+    the tied embedding's all-reduced over stages too, then sum in another order."""
+    from mapp.scheduling.simulate import ScheduleConfig
+    from mapp.scheduling.simulate.orders import reference_orders
+
+    flags = CASES[name][1]
+    pp, vpp = int(flags[flags.index("--pp") + 1]), int(flags[flags.index("--vpp") + 1])
+    expected = reference_orders(ScheduleConfig(schedule="interleaved", pp=pp, vpp=vpp, microbatches=8))
+    ranks = sorted(dpp["steps"])
+    backward = lambda tasks: [tuple(t) for t in tasks if t[0] == "B"]  # noqa: E731
+    return all(backward(dpp["steps"][r][step]["tasks"]) == backward(expected[r]) for r in ranks)
+
+
 def test_gradients_equal_megatrons_schedule(pair):
     name, megatron, dpp = pair
     for rank in sorted(megatron["grads"]):
@@ -91,14 +108,17 @@ def test_gradients_equal_megatrons_schedule(pair):
         assert sorted(ref) == sorted(got) == list(range(STEPS))
         for step in range(STEPS):
             assert sorted(ref[step]) == sorted(got[step])
+            # data order, and every backward pass where megatron runs it: bit for bit; else
+            # (microbatches reordered, or a ready task run early) summed in another order
+            exact = "lengths" not in name and _ran_megatrons_order(name, dpp, step)
             for param, a in ref[step].items():
                 b = got[step][param]
                 scale = a.abs().max().item()
                 assert scale > 0, (name, rank, step, param)   # every parameter got a gradient
-                if "lengths" in name:   # microbatches reordered: gradients summed in another order
-                    assert (b - a).abs().max().item() <= REL * scale, (name, rank, step, param)
-                else:   # data order, and backward passes in megatron's order: bit for bit
+                if exact:
                     assert torch.equal(a, b), (name, rank, step, param)
+                else:
+                    assert (b - a).abs().max().item() <= REL * scale, (name, rank, step, param)
 
 
 def test_tensor_parallel_peers_run_the_same_tasks(pair):
