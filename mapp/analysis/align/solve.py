@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 from scipy import sparse
 from scipy.sparse import csgraph
-from scipy.sparse.linalg import MatrixRankWarning, lsqr, spsolve
+from scipy.sparse.linalg import MatrixRankWarning, cg, lsqr, spsolve
 
 from mapp.analysis.align.anchors import Anchors, anchors_from
 from mapp.analysis.align.clock import ClockModel, RankClock
@@ -36,6 +36,10 @@ _NS_PER_S = 1e9
 _MIN_SCALE_NS = 20.0
 _SCALE_SAMPLE = 1 << 18
 _CONVERGED_NS = 10.0
+# conjugate gradients for systems of at least this many unknowns (smaller: the direct solver,
+# already fast there), to this relative residual
+_CG_MIN_UNKNOWNS = 512
+_CG_RTOL = 1e-12
 
 
 @dataclass(kw_only=True, slots=True)
@@ -175,7 +179,23 @@ def _solve_once(sys_: _System, w: np.ndarray, drift: bool, fixed: np.ndarray,
 def _linear_solve(matrix: sparse.csc_matrix, rhs: np.ndarray) -> np.ndarray:
     """``matrix x = rhs``. The callers hold one rank fixed per connected component, so the
     system is regular; should it still be (numerically) singular, the least-squares solution of
-    smallest norm is used instead of the NaNs a direct solver returns."""
+    smallest norm is used instead of the NaNs a direct solver returns.
+
+    Large systems go to conjugate gradients first: the matrix is a normal-equations matrix
+    (symmetric, positive definite once a rank per component is fixed and the rates have their
+    ridge), and scaled by its diagonal (offsets in ns and rates per ns differ by ~1e9) CG
+    converges in a few hundred products. At 1,024 ranks (2,046 unknowns) that took 25 ms where
+    SuperLU's fill-in took 100-140 ms, three times per alignment; the two answers differ by
+    under 1 ns (SuperLU's own orderings disagree by as much)."""
+    n = matrix.shape[0]
+    if n >= _CG_MIN_UNKNOWNS:
+        diagonal = matrix.diagonal()
+        if np.all(diagonal > 0):
+            scale = 1.0 / np.sqrt(diagonal)
+            scaled = sparse.diags(scale) @ matrix @ sparse.diags(scale)
+            y, info = cg(scaled.tocsr(), rhs * scale, rtol=_CG_RTOL, atol=0.0, maxiter=20 * n)
+            if info == 0 and np.all(np.isfinite(y)):
+                return y * scale
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MatrixRankWarning)
         x = spsolve(matrix, rhs)
