@@ -34,7 +34,7 @@ CASES = [(8, 2, 8), (8, 4, 16), (8, 8, 16)]  # (tp, pp, dp): 128, 512, 1,024 ran
 
 def speed(console: Console, repeat: int) -> None:
     table = Table(title="detect_bundle time after ingest (2 iterations, best of %d)" % repeat, title_justify="left")
-    for col in ("ranks", "events", "read", "match", "align", "stage 1", "stage 2", "stage 3", "verdict", "total",
+    for col in ("ranks", "events", "read", "match + align", "layout", "stage 1", "stage 2", "stage 3", "verdict", "total",
                 "top suspect"):
         table.add_column(col, justify="right")
     with tempfile.TemporaryDirectory(prefix="mapp-bench-detect-") as tmp:
@@ -59,7 +59,7 @@ def speed(console: Console, repeat: int) -> None:
             top = verdict.suspects[0] if verdict.suspects else None
             label = f"{top.kind} {top.label()}" + (" ok" if top and top.rank == slow else " WRONG") if top else "none"
             ms = lambda k: f"{t.get(k, 0) * 1e3:,.0f} ms"  # noqa: E731
-            table.add_row(f"{world:,}", f"{events:,}", ms("read"), ms("match"), ms("align"), ms("peers"),
+            table.add_row(f"{world:,}", f"{events:,}", ms("read"), ms("match and align"), ms("layout"), ms("peers"),
                           ms("lateness"), ms("bandwidth"), ms("verdict"), f"{total * 1e3:,.0f} ms", label)
     console.print(table)
 
