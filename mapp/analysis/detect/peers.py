@@ -32,6 +32,14 @@ from mapp.analysis.detect.same_work import CONSISTENT, compare_same_work, self_t
 __all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]
 
 _KEY = ["iteration", "name", "microbatch", "chunk", "layer"]
+# One rank per pipeline stage: no rank does another's work, but every stage's transformer
+# layers do the same work on the same microbatch (the k-th layer call of one stage against the
+# k-th of another, told apart by order). Only spans mapp's capture names as transformer layers
+# or their parts are compared so; the embedding, output layer and loss are one stage's, and
+# ops of other names may differ between stages.
+_LAYER_KEY = ["iteration", "name", "microbatch"]
+_LAYER_SPANS = ("layer.", "attention.", "mlp.", "self_attention.", "core_attention.", "linear_qkv.", "linear_proj.",
+                "linear_fc1.", "linear_fc2.")
 
 
 @dataclass(slots=True)
@@ -39,7 +47,7 @@ class PeerEvidence:
     """What stage 1 found. Times in ns."""
 
     mode: str
-    """"dp peers", "stage peers", "own history", or "skipped"."""
+    """"dp peers", "stage peers", "layer peers", "own history", or "skipped"."""
     reason: str | None = None
     """Why the stage did not run (mode "skipped"), else None."""
     rank_iterations: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -105,6 +113,8 @@ def _mode(sizes: dict[str, int] | None, iterations: int, programs: bool) -> tupl
         return "dp peers", ["pp", "tp"], _KEY, None
     if sizes["dp"] * sizes["tp"] >= 2:
         return "stage peers", ["pp"], _KEY, None
+    if sizes["pp"] >= 2:
+        return "layer peers", [], _LAYER_KEY, None
     if iterations >= 2:
         return "own history", ["rank"], _KEY[1:], None
     return "skipped", [], [], "one rank per pipeline stage and a single iteration: no peer to compare with"
@@ -150,6 +160,17 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
     leaves = ops.select("rank", "iteration", "ts_ns", "end_ns")
+    if mode == "layer peers":
+        # different stages idle differently by the schedule's design (the first waits for
+        # gradients, the last for activations): their launch gaps are not the same thing
+        judge_gaps = False
+        ops = ops.filter(pl.any_horizontal(pl.col("name").str.starts_with(w) for w in _LAYER_SPANS))
+        if ops.is_empty() or ops["rank"].n_unique() < 2:   # no layer spans: each rank against itself
+            if iterations < 2:
+                return PeerEvidence("skipped", "one rank per pipeline stage, no layer spans and a single "
+                                    "iteration: no peer to compare with", min_effect=min_effect)
+            mode, group, key = "own history", ["rank"], _KEY[1:]
+            ops = leaf_ops(timed)
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left").with_columns(
         pl.col(c).fill_null(-1) for c in ("microbatch", "chunk", "layer")
     )

@@ -323,7 +323,12 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # Where only two ranks can be compared, stage 2 must agree for a host as for a GPU:
     # a rank whose launch gaps look long but that waits on its peer more than it makes
     # the peer wait is not what slows the job.
-    if peers.pairs and not _stage2_agrees(late):
+    if peers.pairs and peers.mode != "layer peers" and not _stage2_agrees(late):
+        return None
+    # One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
+    # last, whatever its speed); a stage's layers must instead be slower than another stage's
+    # same layers in most traced iterations, not in one noisy one
+    if peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= _iterations(peers):
         return None
     # Peers found by their program (no layout) are a guess at who does the same work, and on
     # shared CPUs every rank's ops and gaps stretch by chance: a rank is what slows the job
@@ -392,7 +397,8 @@ def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: f
 def _imbalance(peers: PeerEvidence, imbalance_threshold: float, layout: LayoutInfo) -> list[Imbalance]:
     out: list[Imbalance] = []
     if peers.stages is not None:
-        one_rank = layout.sizes is not None and layout.sizes["tp"] * layout.sizes["dp"] == 1
+        one_rank = (layout.sizes is not None and layout.sizes["tp"] * layout.sizes["dp"] == 1
+                    and peers.mode != "layer peers")
         for row in peers.stages.filter(pl.col("ratio") > 1 + imbalance_threshold).iter_rows(named=True):
             message = (f"pipeline stage {row['pp']} computes {row['ratio']:.2f}x the lightest stage "
                        "(more layers, or the loss/embedding): the other stages wait on it")

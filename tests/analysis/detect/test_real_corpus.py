@@ -48,6 +48,7 @@ GPU2_RIGHT_TODAY = [
     "gpt-dp2-mapp-hostsleep-r0-gpu2", "gpt-tp2-mapp-beforemb-r0-gpu2",       # host sleep; work before each microbatch
     "gpt-pp2-mapp-laststage-gpu2",                                           # a heavier last stage is no fault
     "ddp2-prof-datasleep-r0-gpu2",   # a host sleep between two ranks: last at every all-reduce, longer launch gaps
+    "gpt-pp2-mapp-layer1.5x-r0-gpu2",   # one rank per stage: its layers against the other stage's same layers
 ]
 
 
