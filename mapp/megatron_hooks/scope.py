@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from mapp.capture.reduce import reduce_bins
 
-__all__ = ["ScopeCapture", "gather_tp", "tensor_stats", "split_qkv", "attention_from_qk", "unwrap_gpt", "transformer_layers"]
+__all__ = ["ScopeCapture", "gather_tp", "gather_parts", "tensor_stats", "split_qkv", "attention_from_qk", "unwrap_gpt", "transformer_layers"]
 
 
 def unwrap_gpt(model: Any) -> Any:
@@ -196,10 +196,16 @@ class ScopeCapture:
         if self.keep_full:
             self.residual[0] = self._seq_gather(output).detach().float().transpose(0, 1)
 
+    def _parts(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [x] if self.tp == 1 else gather_parts(x, self.tp_group)
+
     def _on_qkv(self, layer: int, inputs, output) -> None:
-        q, k, v = split_qkv(_plus_bias(output).detach(), self.local_groups, self.local_heads)
-        for kind, x in (("q", q), ("k", k), ("v", v)):
-            self._store(kind, layer, self._gather(x, 2))
+        # one all-gather of the fused output, split per rank (each holds whole query groups),
+        # not one per Q, K and V
+        split = [split_qkv(part, self.local_groups, self.local_heads)
+                 for part in self._parts(_plus_bias(output).detach())]
+        for i, kind in enumerate(("q", "k", "v")):
+            self._store(kind, layer, torch.cat([s[i] for s in split], dim=2) if len(split) > 1 else split[0][i])
 
     def _on_probs(self, layer: int, inputs, output) -> None:
         if self.keep_full:
@@ -219,9 +225,10 @@ class ScopeCapture:
     def _on_fc1(self, layer: int, inputs, output) -> None:
         x = _plus_bias(output).detach()
         if getattr(self.config, "gated_linear_unit", False) and self.tp > 1:
-            # each rank holds [gate | up] of its share: gather the halves separately
-            gate, up = x.chunk(2, dim=-1)
-            x = torch.cat([self._gather(gate, -1), self._gather(up, -1)], dim=-1)
+            # each rank holds [gate | up] of its share: one all-gather, then the gates in rank
+            # order followed by the ups
+            halves = [part.chunk(2, dim=-1) for part in self._parts(x)]
+            x = torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=-1)
         else:
             x = self._gather(x, -1)
         self._store("fc1", layer, x)
@@ -250,13 +257,18 @@ def tensor_stats(x: torch.Tensor) -> torch.Tensor:
                         x.abs().max(), x.square().mean().sqrt(), (x == 0).float().mean()])
 
 
-def gather_tp(x: torch.Tensor, dim: int, group: Any = None) -> torch.Tensor:
-    """Concatenate every TP rank's shard of ``x`` along ``dim``, on the device, in rank order."""
+def gather_parts(x: torch.Tensor, group: Any = None) -> list[torch.Tensor]:
+    """Every TP rank's shard of ``x``, in rank order (one all-gather, on the device)."""
     group = group if group is not None else _tp_group()
     x = x.detach().contiguous()
     parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, x, group=group)
-    return torch.cat(parts, dim=dim)
+    return parts
+
+
+def gather_tp(x: torch.Tensor, dim: int, group: Any = None) -> torch.Tensor:
+    """Concatenate every TP rank's shard of ``x`` along ``dim``, on the device, in rank order."""
+    return torch.cat(gather_parts(x, group), dim=dim)
 
 
 def _tp_group():
