@@ -45,6 +45,13 @@ def _train(out: Path, procs: int, args: list[str]) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}", str(LAUNCH),
            str(out), *TINY, *args, "--grads-dir", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env(), cwd=ROOT)
+    if proc.returncode != 0 and "terminate called without an active exception" in proc.stdout + proc.stderr:
+        # Seen once in the full suite on a loaded 2-core machine, in megatron-core's own run (no
+        # DPP, no mapp code): every step done, then one rank's interpreter exit aborted in a
+        # C++ thread's destructor. Not what this test checks: run it once more, from scratch.
+        for stale in out.iterdir():
+            stale.unlink()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env(), cwd=ROOT)
     if proc.returncode != 0:
         output = proc.stdout + proc.stderr
         (out / "output.txt").write_text(output)
