@@ -242,38 +242,46 @@ def _token_x(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame:
     ).drop("t_med", "t_mean", "t_n")
 
 
-def _token_slope(ops: pl.DataFrame, g: list[str]) -> float | None:
-    """How an op's time grows with its tokens, where the trace records them (None: it does
-    not, or lengths hardly vary).
+def _token_slope(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame | None:
+    """How each op's time grows with its tokens, where the trace records them: ``name`` and
+    ``beta`` per op name (None: no tokens, or lengths hardly vary).
 
     Peers run the same op on different data: with sequence lengths that differ between data
     parallel replicas, one replica's layers take longer because they have more tokens, not
     because its GPU is slow, and a replica of one rank has no peer of its own to share that
-    with (``_replica_effect`` cannot remove it). One slope over all ops, fitted within each
-    rank (``r`` and ``x`` less their rank's means; kept between 0 and 2: linear layers scale
-    with tokens, attention up to their square). Within a rank, because between ranks a slow
-    GPU and a replica of longer sequences are both offsets of the whole rank: a pooled fit
+    with (``_replica_effect`` cannot remove it). A slope per op name (a layer's backward, its
+    forward, the embedding and the output layer grow differently: 0.2-1.0 measured on one CPU
+    job), fitted within each rank (``r`` and ``x`` less their rank's means; kept between 0 and
+    2: linear layers scale with tokens, attention up to their square); a name with too little
+    variation of its own takes the slope of all ops. Within a rank, because between ranks a
+    slow GPU and a replica of longer sequences are both offsets of the whole rank: a pooled fit
     would let one explain the other (with two ranks, a slow rank 1 beside a rank 0 of longer
-    sequences drove the slope down and hid rank 1). A rank's microbatch lengths vary, its
-    GPU's speed does not.
+    sequences drove the slope down and hid rank 1). A rank's microbatch lengths vary, its GPU's
+    speed does not.
     """
     if "tokens" not in ops.columns or ops["tokens"].drop_nulls().is_empty():
         return None
     used = _token_x(ops, g).filter(pl.col("use")).with_columns(
-        dr=pl.col("r") - pl.col("r").mean().over("rank"), dx=pl.col("x") - pl.col("x").mean().over("rank"))
-    sxy, sxx, varied = used.select(sxy=(pl.col("dr") * pl.col("dx")).sum(), sxx=(pl.col("dx") ** 2).sum(),
-                                   varied=(pl.col("dx").abs() > 0.05).sum()).row(0)
+        dr=pl.col("r") - pl.col("r").mean().over("rank", "name"),
+        dx=pl.col("x") - pl.col("x").mean().over("rank", "name"))
+    fit = dict(sxy=(pl.col("dr") * pl.col("dx")).sum(), sxx=(pl.col("dx") ** 2).sum(),
+               varied=(pl.col("dx").abs() > 0.05).sum())
+    sxy, sxx, varied = used.select(**fit).row(0)
     if not sxx or varied < 8:   # equal lengths everywhere (or nearly): nothing to explain
         return None
-    return min(2.0, max(0.0, sxy / sxx))
+    pooled = sxy / sxx
+    return used.group_by("name").agg(**fit).select(
+        "name", beta=pl.when((pl.col("varied") >= 8) & (pl.col("sxx") > 0)).then(pl.col("sxy") / pl.col("sxx"))
+        .otherwise(pooled).clip(0.0, 2.0))
 
 
-def _token_effect(ops: pl.DataFrame, g: list[str], beta: float | None) -> pl.DataFrame:
-    """``r`` less what the op's tokens explain (``beta`` from :func:`_token_slope`): a slow GPU
-    is slow whatever its tokens, so it stays."""
+def _token_effect(ops: pl.DataFrame, g: list[str], beta: pl.DataFrame | None) -> pl.DataFrame:
+    """``r`` less what the op's tokens explain (``beta`` per op name from :func:`_token_slope`):
+    a slow GPU is slow whatever its tokens, so it stays."""
     if beta is None:
         return ops
-    return _token_x(ops, g).with_columns(r=pl.col("r") - beta * pl.col("x")).drop("x")
+    return _token_x(ops, g).join(beta, on="name", how="left").with_columns(
+        r=pl.col("r") - pl.col("beta").fill_null(0.0) * pl.col("x")).drop("x", "beta")
 
 
 def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) -> pl.DataFrame:
