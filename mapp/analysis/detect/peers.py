@@ -161,9 +161,6 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
     leaves = ops.select("rank", "iteration", "ts_ns", "end_ns")
     if mode == "layer peers":
-        # different stages idle differently by the schedule's design (the first waits for
-        # gradients, the last for activations): their launch gaps are not the same thing
-        judge_gaps = False
         ops = ops.filter(pl.any_horizontal(pl.col("name").str.starts_with(w) for w in _LAYER_SPANS))
         if ops.is_empty() or ops["rank"].n_unique() < 2:   # no layer spans: each rank against itself
             if iterations < 2:
@@ -171,6 +168,10 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                                     "iteration: no peer to compare with", min_effect=min_effect)
             mode, group, key = "own history", ["rank"], _KEY[1:]
             ops = leaf_ops(timed)
+        else:
+            # different stages idle differently by the schedule's design (the first waits for
+            # gradients, the last for activations): their launch gaps are not the same thing
+            judge_gaps = False
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left").with_columns(
         pl.col(c).fill_null(-1) for c in ("microbatch", "chunk", "layer")
     )
