@@ -187,26 +187,20 @@ class DevicePath:
 
     def _copy_out(self, arena: torch.Tensor, event: torch.cuda.Event, offset: int, header: Header, stream: torch.cuda.Stream):
         """Copy a message out of ``arena`` into a fresh tensor on this rank's GPU; the event
-        that marks the copy's end on ``stream`` (this thread's stream on this rank's GPU)."""
+        that marks the copy's end on ``stream`` (this thread's stream on this rank's GPU).
+
+        The sender's interprocess event may only be waited on by a stream of the arena's GPU
+        (on a stream of another device the driver crashes), so for a sender on another GPU the
+        copy runs on a stream of that GPU (where torch runs a cross-device copy anyway), fenced
+        both ways with ``stream`` by torch's copy."""
         device = self.device()
-        if arena.device.index == device:
-            with torch.cuda.stream(stream):
-                stream.wait_event(event)
-                out = torch.empty(header.nbytes, dtype=torch.uint8, device=device)
-                if header.nbytes:
-                    out.copy_(arena[offset : offset + header.nbytes], non_blocking=True)
-                copied = torch.cuda.Event(blocking=True)
-                copied.record(stream)
-            return from_bytes(out, header), copied
-        # The sender's arena is on another GPU. Its interprocess event may only be waited on
-        # by a stream of that GPU (the driver crashes on a stream of another device), so the
-        # copy runs on a stream of the arena's GPU (where torch runs a cross-device copy
-        # anyway), fenced both ways with ``stream`` by torch's copy.
-        src_stream = self._peer_streams.get(arena.device.index)
-        if src_stream is None:
-            src_stream = self._peer_streams[arena.device.index] = torch.cuda.Stream(arena.device)
-        with torch.cuda.stream(stream), torch.cuda.stream(src_stream):
-            src_stream.wait_event(event)
+        waiter = stream
+        if arena.device.index != device:
+            waiter = self._peer_streams.get(arena.device.index)
+            if waiter is None:
+                waiter = self._peer_streams[arena.device.index] = torch.cuda.Stream(arena.device)
+        with torch.cuda.stream(stream), torch.cuda.stream(waiter):
+            waiter.wait_event(event)
             out = torch.empty(header.nbytes, dtype=torch.uint8, device=device)
             if header.nbytes:
                 out.copy_(arena[offset : offset + header.nbytes], non_blocking=True)
