@@ -62,11 +62,7 @@ def generation(model, new: int, rounds: int) -> dict[str, float]:
         seqs = [list(p.encode()) for p in prompts]
         _sync()
         t0 = time.perf_counter()
-        with torch.no_grad():
-            for _ in range(new):
-                logits = engine._forward(*engine._batch(seqs))
-                for s, t in zip(seqs, engine._last_rows(logits, seqs).argmax(-1).tolist()):
-                    s.append(t)
+        engine.decode(seqs, new)
         _sync()
         plain.append(time.perf_counter() - t0)
         t0 = time.perf_counter()

@@ -137,12 +137,7 @@ def worker(checkpoint: str, tp: int, new: int, rounds: int, out: str) -> None:
         dist.barrier()
         _sync()
         t0 = time.perf_counter()
-        with torch.no_grad():
-            for _ in range(new):
-                logits = engine._forward(*engine._batch(seqs))
-                # every rank holds the gathered logits, so every rank picks the same tokens
-                for s, t in zip(seqs, engine._last_rows(logits, seqs).argmax(-1).tolist()):
-                    s.append(t)
+        engine.decode(seqs, new)
         _sync()
         took_off = time.perf_counter() - t0
         dist.barrier()

@@ -199,6 +199,15 @@ class Engine:
             logits = self._forward(tokens, positions, mask)
         return logits, clean
 
+    def decode(self, seqs: list[list[int]], new: int) -> None:
+        """Greedy decoding with the model alone (no hook, no frame): ``new`` tokens appended to
+        each of ``seqs`` in place, recomputing the sequence each step as :meth:`generate` does.
+        What a capture's cost is measured against; every stage calls it."""
+        with torch.no_grad():
+            for _ in range(new):
+                for s, t in zip(seqs, self._choose(self._forward(*self._batch(seqs)), seqs).tolist()):
+                    s.append(t)
+
     def _forward(self, tokens, positions, mask) -> torch.Tensor | None:
         """This stage's part of one pipeline pass; returns logits ``[b, L, V]`` on the last stage."""
         lay = self.layout

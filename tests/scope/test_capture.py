@@ -189,3 +189,21 @@ def test_bit_flips_are_nested_and_stay_in_the_stored_dtype():
     diff = (large.view(torch.int16) ^ x.view(torch.int16))[changed_large]
     # exactly one bit per changed element
     assert all(bin(int(d) & 0xFFFF).count("1") == 1 for d in diff)
+
+
+def test_plain_decoding_picks_the_tokens_generation_shows(model):
+    # Engine.decode is the baseline capture's cost is measured against: the same greedy tokens
+    # as a captured generation, with nothing installed
+    from mapp.scope.engine import Engine
+    from mapp.scope.tokenizer import ByteTokenizer
+
+    engine = Engine(model, ByteTokenizer(), vocab=SPEC.vocab_size)
+    prompts = ["+-", "012"]   # bytes under the model's vocabulary of 96
+    frames = []
+    engine.generate({"prompts": prompts, "max_new_tokens": 5, "reducer": "rms", "bins": 4, "top_k": 2},
+                    frames.append)
+    chosen = [list(ids) for ids in zip(*(f["token_ids"] for f in frames if f["type"] == "step"))]
+    seqs = [list(p.encode()) for p in prompts]
+    engine.decode(seqs, 5)
+    assert [s[len(p):] for s, p in zip(seqs, prompts)] == chosen and len(chosen[0]) == 5
+    assert not any(m._forward_hooks for m in model.modules())
