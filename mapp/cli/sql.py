@@ -25,12 +25,13 @@ def _loader(input_format: str | None):
 
 
 def open_for_cli(directory: Path | None, db: Path | None, *, no_align: bool = False, rebuild: bool = False,
-                 input_format: str | None = None, allow_files: list[Path] | None = None) -> TraceDatabase:
+                 input_format: str | None = None, allow_files: list[Path] | None = None,
+                 memory_limit: str | None = None) -> TraceDatabase:
     """Open the bundle's database with a progress bar and warnings on stderr (shared with report)."""
     from mapp.sql.database import open_database
 
     return open_database(directory, db=db, align=not no_align, rebuild=rebuild, load=_loader(input_format),
-                         warn=warn, allow_files=allow_files or ())
+                         warn=warn, allow_files=allow_files or (), memory_limit=memory_limit)
 
 
 def print_result(result: QueryResult, fmt: str) -> None:
@@ -96,6 +97,7 @@ def sql(
     engine: Annotated[str, typer.Option("--engine", help="duckdb (built in) or perfetto (your trace_processor_shell over the merged trace; needs pip install perfetto).")] = "duckdb",
     perfetto_bin: Annotated[Optional[Path], typer.Option("--perfetto-bin", help="Path to trace_processor_shell, for --engine perfetto.")] = None,
     allow_files: Annotated[Optional[list[Path]], typer.Option("--allow-files", metavar="DIR", help="Let statements read and write files in DIR (e.g. COPY ... TO 'DIR/out.csv'); DIR must be outside the bundle. Repeatable. Without it, no statement reaches any file.")] = None,
+    memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", metavar="SIZE", help="DuckDB's memory limit (e.g. 4GB); larger joins, sorts and aggregations spill to a temporary directory. \\[default: DuckDB's, 80% of RAM]")] = None,
 ) -> None:
     """Query a trace bundle in SQL: an interactive shell, -c/-f statements, or a named query.
 
@@ -131,7 +133,7 @@ def sql(
         for allowed in allow_files:  # before any work: a bad directory costs nothing
             check_export_dir(allowed, directory, option="--allow-files")
     database = open_for_cli(directory, db, no_align=no_align, rebuild=rebuild, input_format=input_format,
-                            allow_files=allow_files)
+                            allow_files=allow_files, memory_limit=memory_limit)
     try:
         if named is not None:
             print_result(database.query(named.sql, params), fmt)

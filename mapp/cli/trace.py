@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mapp.cli._shared import FormerFormatOption, InputFormatOption, input_format, load
 from mapp.cli._ui import console, err_console, guarded, progress_bar, warn
+from mapp.errors import InputError
 from mapp.output import check_output, is_stdout
 
 if TYPE_CHECKING:  # the analysis is imported when a command runs, not for `mapp --help`
@@ -100,3 +103,116 @@ def _report_matching(matching: Matching, clock: ClockModel | None, clock_path: P
         others = "; ".join(f"ranks {rank_list(c)} on rank {c[0]}'s" for c in clock.components[1:])
         warn(f"ranks form {len(clock.components)} groups with no collective or p2p between them; only the "
              f"first is on rank {clock.reference_rank}'s clock, the others on their own: {others}")
+
+
+@commands.command("ingest")
+@guarded
+def ingest_command(
+    directory: Annotated[Path, typer.Argument(help="Directory holding the per-rank trace files.")],
+    engine: Annotated[
+        Optional[str], typer.Option("--engine", metavar="ENGINE",
+                                    help="Run on a cluster engine: ray. Writes the partitioned dataset DIR/.mapp/events/ "
+                                    "and matches communication there. \\[default: this process, one file]"),
+    ] = None,
+    address: Annotated[
+        Optional[str], typer.Option("--address", help="The Ray cluster to join (auto, HOST:6379, ray://HOST:10001). "
+                                    "\\[default: start a local one]"),
+    ] = None,
+    workers: Annotated[
+        Optional[int], typer.Option("--workers", metavar="N", help="CPUs of the local cluster started without "
+                                    "--address. \\[default: this machine's]"),
+    ] = None,
+    ranks_per_partition: Annotated[
+        int, typer.Option("--ranks-per-partition", metavar="N", min=1,
+                          help="Trace files (ranks) in one file of the partitioned dataset.")
+    ] = 256,
+    partitioned: Annotated[
+        bool, typer.Option("--partitioned", help="Write the partitioned dataset without an engine (in this process).")
+    ] = False,
+    input_format_: InputFormatOption = None,
+) -> None:
+    """Read the traces into the events table once, for every later command to reuse.
+
+    Without --engine this is what every command does first: DIR/.mapp/events.parquet, one file.
+    With --engine ray, the trace files are parsed on the cluster's workers, one task per block
+    of --ranks-per-partition ranks, each writing its part of the hive-partitioned dataset
+    DIR/.mapp/events/rank_block=K/part-0.parquet (DuckDB, Spark, Polars, Arrow and Ray Data read
+    it as it is); then each worker selects its files' communication calls and the driver
+    matches them (kept in DIR/.mapp/matching/). Workers must see DIR at the same path.
+    """
+    if engine is not None and engine != "ray":
+        raise InputError(f"--engine {engine}: unknown engine", "use --engine ray (or leave it out to run here)")
+    if engine is None and (address is not None or workers is not None):
+        raise InputError("--address and --workers need --engine ray", "add --engine ray")
+    fmt = input_format(input_format_, None)
+    if engine is None and not partitioned:
+        bundle = load(directory, fmt, use_cache=False)
+        _ingest_summary(bundle, None, None)
+        return
+    if engine is None:
+        from mapp.analysis.ingest import ingest_partitioned
+
+        with progress_bar(f"reading {directory}") as update:
+            bundle, results = ingest_partitioned(directory, format=fmt, ranks_per_partition=ranks_per_partition,
+                                                 warn=warn, run=_local_runner(update))
+        _ingest_summary(bundle, results, None)
+        return
+    from mapp.analysis.cluster import connect, ingest_on_cluster, match_on_cluster
+
+    with connect(address, workers) as cluster, _cluster_progress(f"reading {directory}") as update:
+        bundle, results = ingest_on_cluster(directory, cluster, format=fmt, ranks_per_partition=ranks_per_partition,
+                                            warn=warn, progress=update)
+        match_on_cluster(bundle, cluster)
+        described = cluster.describe()
+    _ingest_summary(bundle, results, described)
+
+
+def _local_runner(update):
+    from mapp.analysis.ingest import dataset
+
+    def run(tasks):
+        results = []
+        for task in tasks:
+            results.append(dataset.ingest_partition(task))
+            update(len(results), len(tasks))
+        return results
+    return run
+
+
+@contextmanager
+def _cluster_progress(description: str):
+    """Files and blocks done and events/s across the cluster, on stderr while it runs."""
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+               TextColumn("{task.fields[rate]}"), TimeElapsedColumn()]
+    with Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
+        task = bar.add_task(description, total=None, rate="")
+
+        def update(state) -> None:
+            bar.update(task, completed=state.files_done, total=state.files,
+                       rate=f"{state.blocks_done}/{state.blocks} blocks  {state.events_per_s / 1e6:.2f} M events/s")
+
+        yield update
+
+
+def _ingest_summary(bundle: TraceBundle, results, engine: dict | None) -> None:
+    from rich.table import Table
+
+    if results is None:
+        console.print(f"[mapp.ok]ingested[/] {len(bundle.ranks):,} ranks ({bundle.format}) into "
+                      f"[mapp.path]{bundle.events_path}[/]")
+        return
+    events = sum(r.rows for r in results)
+    where = f"on ray ({engine['workers']} workers, {engine['address']})" if engine else "in this process"
+    console.print(f"[mapp.ok]ingested[/] {events:,} events of {len(bundle.ranks):,} ranks ({bundle.format}) {where} "
+                  f"into {len(results)} files of [mapp.path]{bundle.events_path}[/]")
+    table = Table("worker", "blocks", "files", "events", "seconds", "events/s", "peak RSS MB", title="per worker",
+                  title_justify="left")
+    by_worker: dict[str, list] = {}
+    for result in results:
+        by_worker.setdefault(result.worker, []).append(result)
+    for worker, done in sorted(by_worker.items()):
+        seconds = sum(r.seconds for r in done)
+        rows = sum(r.rows for r in done)
+        table.add_row(worker, str(len(done)), f"{sum(r.files for r in done):,}", f"{rows:,}", f"{seconds:.1f}",
+                      f"{rows / seconds:,.0f}" if seconds else "-", f"{max(r.peak_rss for r in done) / 2**20:,.0f}")
+    console.print(table)

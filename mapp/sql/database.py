@@ -7,8 +7,11 @@ while the bundle's events table is unchanged; ``open_database(None, db=FILE)`` o
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -213,6 +216,7 @@ def open_database(
     warn: Callable[[str], None] | None = None,
     allow_files: Sequence[Path | str] = (),
     analysis: Any = None,
+    memory_limit: str | None = None,
 ) -> TraceDatabase:
     """Open the SQL schema of the bundle in ``directory``, sealed (see ``_seal``).
 
@@ -222,6 +226,8 @@ def open_database(
     with a progress bar). ``allow_files``: directories outside the bundle that statements may
     read and write files in (``COPY ... TO``); by default none. ``analysis``: the bundle's
     ``mapp.analysis.run.Analysis`` when the command already has it (then nothing is loaded).
+    ``memory_limit``: DuckDB's (``4GB``, ``500MB``); past it, joins, sorts and aggregations
+    spill to a temporary directory instead of failing (see :func:`_config`).
     """
     if directory is None and db is None:
         raise InputError("give a trace directory or --db FILE")
@@ -241,7 +247,8 @@ def open_database(
     allowed = [check_export_dir(d, directory, option="--allow-files") for d in allow_files]
     if db is not None:
         database = _open_persisted(Path(directory) if directory is not None else None, Path(db),
-                                   rebuild=rebuild, load=load, analysed=analysed, warn=warn)
+                                   rebuild=rebuild, load=load, analysed=analysed, warn=warn,
+                                   config=_config(memory_limit))
         return _seal(database, allowed)
     directory = Path(directory)
     if not directory.is_dir():
@@ -249,9 +256,9 @@ def open_database(
     bundle = load(directory)
     # a cache outside the bundle (a read-only bundle's) is as much off limits
     allowed = [check_export_dir(d, bundle.cache_dir, option="--allow-files") for d in allowed]
-    con = duckdb.connect()
+    con = _open(None, _config(memory_limit))
     build_schema(con, analysed(bundle), warn=warn, via_arrow=bool(allowed))
-    return _seal(TraceDatabase(con), allowed, reads=[] if allowed else [bundle.events_path])
+    return _seal(TraceDatabase(con), allowed, reads=[] if allowed else list(bundle.parts))
 
 
 def _seal(database: TraceDatabase, allowed: list[Path], reads: list[Path] = ()) -> TraceDatabase:
@@ -314,11 +321,12 @@ def _stored_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:
     return rows[0][0] if rows else None
 
 
-def _open_persisted(directory: Path | None, db: Path, *, rebuild: bool, load, analysed, warn) -> TraceDatabase:
+def _open_persisted(directory: Path | None, db: Path, *, rebuild: bool, load, analysed, warn,
+                    config: dict) -> TraceDatabase:
     if directory is None:
         if not db.exists():
             raise InputError(f"{db}: no such database", "build it first: mapp sql DIR --db FILE")
-        con = _connect(db)
+        con = _connect(db, config)
         if _stored_fingerprint(con) is None:
             con.close()
             raise InputError(f"{db}: not a mapp database", "build one with mapp sql DIR --db FILE")
@@ -329,7 +337,7 @@ def _open_persisted(directory: Path | None, db: Path, *, rebuild: bool, load, an
     bundle = load(directory)
     wanted = bundle_fingerprint(bundle)
     if db.exists() and not rebuild:
-        con = _connect(db)
+        con = _connect(db, config)
         stored = _stored_fingerprint(con)
         if stored == wanted:
             return TraceDatabase(con, path=db)
@@ -341,7 +349,7 @@ def _open_persisted(directory: Path | None, db: Path, *, rebuild: bool, load, an
     tmp = db.with_name(f".{db.name}.building")
     tmp.unlink(missing_ok=True)
     try:
-        con = duckdb.connect(str(tmp))
+        con = duckdb.connect(str(tmp), config=config)
     except (duckdb.Error, OSError) as error:
         raise OutputError(f"--db {db}: cannot create ({error})") from None
     try:
@@ -354,12 +362,34 @@ def _open_persisted(directory: Path | None, db: Path, *, rebuild: bool, load, an
         con.close()
         tmp.unlink(missing_ok=True)
         raise
-    return TraceDatabase(_connect(db), path=db)
+    return TraceDatabase(_connect(db, config), path=db)
 
 
-def _connect(db: Path) -> duckdb.DuckDBPyConnection:
+def _config(memory_limit: str | None) -> dict:
+    """DuckDB's settings for a connection: its memory limit, if given, and always a spill
+    directory of its own (an in-memory database would otherwise spill into ``./.tmp`` of
+    wherever mapp was started), removed when the process exits."""
+    spill = Path(tempfile.mkdtemp(prefix="mapp-duckdb-spill-"))
+    atexit.register(shutil.rmtree, spill, ignore_errors=True)
+    config = {"temp_directory": str(spill)}
+    if memory_limit is not None:
+        config["memory_limit"] = memory_limit
+    return config
+
+
+def _open(db: Path | None, config: dict, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(str(db) if db is not None else ":memory:", read_only=read_only, config=config)
+    except (duckdb.InvalidInputException, duckdb.ParserException) as error:
+        if "memory_limit" in config and "memory" in str(error).lower():
+            raise InputError(f"--memory-limit {config.get('memory_limit')}: not a size DuckDB takes",
+                             "give a size such as 4GB or 500MB") from None
+        raise
+
+
+def _connect(db: Path, config: dict) -> duckdb.DuckDBPyConnection:
     """The database file, read-only: queries may make TEMP tables, never change the file."""
     try:
-        return duckdb.connect(str(db), read_only=True)
+        return _open(db, config, read_only=True)
     except duckdb.Error as error:
         raise InputError(f"{db}: cannot open as a DuckDB database ({str(error).splitlines()[0]})") from None

@@ -39,7 +39,7 @@ def merged_trace_for(directory: Path, bundle) -> Path:
     """A merged Chrome trace of ``bundle``: ``DIR/merged.json`` if newer than the events table,
     else a new one in a temporary directory."""
     existing = Path(directory) / "merged.json"
-    if existing.is_file() and existing.stat().st_mtime_ns >= Path(bundle.events_path).stat().st_mtime_ns:
+    if existing.is_file() and existing.stat().st_mtime_ns >= bundle.events_stamp()[1]:
         return existing
     from mapp.analysis.chrome import write_chrome_trace
 

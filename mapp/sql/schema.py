@@ -231,10 +231,10 @@ def build_schema(
     if via_arrow and not persist:
         # Read through Arrow, not DuckDB's file system, the events file is out of reach of any
         # statement (see database._seal); DuckDB's own reader is several times faster.
-        con.register("_events_file", ds.dataset(str(bundle.events_path), format="parquet"))
+        con.register("_events_file", ds.dataset([str(p) for p in bundle.parts], format="parquet"))
         source = "_events_file"
     else:
-        source = f"read_parquet({_sql_path(bundle.events_path)})"
+        source = f"read_parquet([{', '.join(_sql_path(p) for p in bundle.parts)}])"
     events_sql = (
         f"SELECT e.*, e.ts_ns + e.dur_ns AS end_ns, {_aligned('ts_ns')} AS ts_aligned_ns, "
         f"{_aligned('ts_ns')} + e.dur_ns AS end_aligned_ns "
@@ -500,9 +500,9 @@ def describe(con: duckdb.DuckDBPyConnection) -> dict:
 
 def bundle_fingerprint(bundle) -> str:
     """What a persisted database was built from: the events file's identity and the schema version."""
-    stat = Path(bundle.events_path).stat()
-    return json.dumps({"events": str(Path(bundle.events_path).resolve()), "size": stat.st_size,
-                       "mtime_ns": stat.st_mtime_ns, "schema": SCHEMA_VERSION, "mapp": __version__})
+    size, mtime_ns = bundle.events_stamp()
+    return json.dumps({"events": str(Path(bundle.events_path).resolve()), "size": size,
+                       "mtime_ns": mtime_ns, "schema": SCHEMA_VERSION, "mapp": __version__})
 
 
 if __name__ == "__main__":

@@ -179,14 +179,15 @@ def write_chrome_trace(
         with handle:
             handle.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
             handle.writelines(line.encode() for line in _metadata_lines(bundle, tids, lanes_by_rank))
-            parquet = pq.ParquetFile(bundle.events_path)
-            total = parquet.metadata.num_rows
-            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=_EVENT_COLUMNS):
-                frame = pl.from_arrow(batch)
-                _write_lines(handle, _encode(frame, tids, clock))
-                written += len(frame)
-                if progress:
-                    progress(written, total)
+            parts = [pq.ParquetFile(path) for path in bundle.parts]
+            total = sum(part.metadata.num_rows for part in parts)
+            for parquet in parts:
+                for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=_EVENT_COLUMNS):
+                    frame = pl.from_arrow(batch)
+                    _write_lines(handle, _encode(frame, tids, clock))
+                    written += len(frame)
+                    if progress:
+                        progress(written, total)
             if extra_lines is not None:
                 handle.writelines(line.encode() for line in extra_lines())
             handle.write(b'{"ph":"M","name":"mapp-end","pid":0,"tid":0,"args":{}}\n]}\n')

@@ -27,8 +27,7 @@ def _key(bundle) -> str:
     manifest = Path(bundle.cache_dir) / "manifest.json"
     if manifest.exists():
         parts.append(manifest.read_text())
-    stat = Path(bundle.events_path).stat()
-    parts += [str(stat.st_size), str(stat.st_mtime_ns)]
+    parts += [str(n) for n in bundle.events_stamp()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

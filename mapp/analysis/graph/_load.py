@@ -9,6 +9,13 @@ P2P_COLUMNS = ["rank", "name", "lane", "ts_ns", "dur_ns", "iteration", "peer", "
 _BASE = P2P_COLUMNS[:-2]
 
 
+def comm_calls(paths: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The collective and p2p calls of some of the events table's files: what matching reads,
+    selected where the files are (a cluster worker) so that only these rows travel."""
+    scan = pl.scan_parquet(paths, hive_partitioning=False)
+    return collective_events(scan).collect(), p2p_events(scan)
+
+
 def collective_events(scan: pl.LazyFrame) -> pl.LazyFrame:
     """Timed collective calls, one row per call on one rank."""
     return scan.filter((pl.col("cat") == "collective") & (pl.col("ph") == "X")).select(COLLECTIVE_COLUMNS)

@@ -14,7 +14,7 @@ from mapp.analysis.graph.diagnose import Finding, findings_frame, sort_findings
 from mapp.analysis.graph.p2p import match_p2p
 from mapp.analysis.graph.schema import COLLECTIVES, MEMBERS, P2P
 
-__all__ = ["Matching", "match_bundle", "match_events"]
+__all__ = ["Matching", "match_bundle", "match_calls", "match_events"]
 
 
 class ClockLike(Protocol):
@@ -95,7 +95,13 @@ def match_bundle(bundle, *, use_cache: bool = True) -> Matching:
     scan = bundle.scan()
     calls_c = _load.collective_events(scan).collect()
     calls_p = _load.p2p_events(scan)
-    matching = match_events(calls_c, calls_p, bundle.ranks["rank"].to_list())
+    return match_calls(bundle, calls_c, calls_p, use_cache=use_cache)
+
+
+def match_calls(bundle, collective_calls: pl.DataFrame, p2p_calls: pl.DataFrame, *, use_cache: bool = True) -> Matching:
+    """Match a bundle's calls read elsewhere (``_load.comm_calls`` on a cluster's workers, in
+    the order of ``bundle.parts``) and keep the result as :func:`match_bundle` does."""
+    matching = match_events(collective_calls, p2p_calls, bundle.ranks["rank"].to_list())
     if use_cache:
         _cache.store(bundle, matching)
     return matching

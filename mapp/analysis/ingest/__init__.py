@@ -10,9 +10,10 @@ option texts do not load polars, DuckDB and Arrow.
 from mapp._lazy import lazy_exports
 from mapp.analysis.ingest.discover import FORMATS, discover  # light: no polars, DuckDB or Arrow
 
-__all__ = ["CACHE_DIR", "EVENTS_SCHEMA", "FORMATS", "RANKS_SCHEMA", "TraceBundle", "discover", "load_bundle"]
+__all__ = ["CACHE_DIR", "EVENTS_SCHEMA", "FORMATS", "RANKS_SCHEMA", "TraceBundle", "discover", "ingest_partitioned", "load_bundle"]
 
 _HOMES = {"CACHE_DIR": "bundle", "TraceBundle": "bundle", "load_bundle": "bundle",
+          "ingest_partitioned": "bundle",
           "EVENTS_SCHEMA": "schema", "RANKS_SCHEMA": "schema"}
 
 

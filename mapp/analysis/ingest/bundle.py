@@ -9,37 +9,22 @@ so a bundle larger than memory can still be ingested; analyses scan only the col
 from __future__ import annotations
 
 import os
-import queue
-import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from mapp import __version__
 from mapp.analysis.ingest import cache as cache_files
+from mapp.analysis.ingest import dataset
 from mapp.analysis.ingest.cache import CACHE_DIR
 from mapp.analysis.ingest.discover import discover, reader_module
-from mapp.analysis.ingest.schema import COORDS, EVENTS_ARROW_SCHEMA, RANKS_SCHEMA, conform, to_arrow_events
+from mapp.analysis.ingest.schema import COORDS, RANKS_SCHEMA, conform
+from mapp.analysis.ingest.writer import write_events
 from mapp.errors import LayoutError
-from mapp.output import publish, scratch
 
-__all__ = ["TraceBundle", "load_bundle", "CACHE_DIR"]
-
-_DICTIONARY_COLUMNS = ["ph", "name", "cat", "lane", "group", "src_file"]
-# Min/max statistics let a scan skip row groups by rank, time, iteration...; on the string and
-# list columns they prune nothing (every row group holds many names) and cost ~10% of the encoding.
-_STATISTICS_COLUMNS = [f.name for f in EVENTS_ARROW_SCHEMA if pa.types.is_integer(f.type)]
-# Times and line numbers grow row by row within a file: stored as deltas they take ~10x less
-# room than plain + zstd, and encode faster.
-_DELTA_COLUMNS = {"ts_ns": "DELTA_BINARY_PACKED", "src_line": "DELTA_BINARY_PACKED"}
-# Batches waiting for the Parquet writer thread (each ~15 MB at the readers' batch sizes).
-_QUEUED_TABLES = 2
-
+__all__ = ["TraceBundle", "load_bundle", "ingest_partitioned", "CACHE_DIR"]
 
 @dataclass(slots=True)
 class TraceBundle:
@@ -51,15 +36,34 @@ class TraceBundle:
     ranks: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
     from_cache: bool = False
+    # The Parquet files that hold the events, in row order: ``(events_path,)`` for the single
+    # file; a partitioned dataset's files (``events_path`` is then its directory).
+    parts: tuple[Path, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            self.parts = (self.events_path,)
+
+    @property
+    def partitioned(self) -> bool:
+        return self.events_path.is_dir()
+
+    def events_stamp(self) -> tuple[int, int]:
+        """The events files' total size and latest modification time (ns): what tells a table
+        derived from them (the matching cache, a --db database) that they changed."""
+        stats = [p.stat() for p in self.parts]
+        return sum(s.st_size for s in stats), max(s.st_mtime_ns for s in stats)
 
     def scan(self) -> pl.LazyFrame:
         """The events table, lazily: select and filter before collecting."""
-        return pl.scan_parquet(self.events_path)
+        # the files as a list, not the directory: block 10 must come after block 9, and the
+        # partition key is not one of the events' columns
+        return pl.scan_parquet(list(self.parts), hive_partitioning=False)
 
     @property
     def events(self) -> pl.DataFrame:
         """The whole events table in memory."""
-        return pl.read_parquet(self.events_path)
+        return self.scan().collect()
 
     @property
     def cache_dir(self) -> Path:
@@ -122,48 +126,6 @@ def _validate_ranks(ranks: pl.DataFrame) -> None:
         )
 
 
-def _write_parquet_atomically(batches: Iterator, target: Path, build: str) -> int:
-    # the build id in the footer ties the file to its manifest (cache.check reads it back)
-    schema = EVENTS_ARROW_SCHEMA.with_metadata({cache_files.BUILD_KEY: build})
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    scratch(Path(tmp))
-    rows = 0
-    # Parsing (DuckDB, releases the GIL) and compressing (pyarrow) overlap on two threads.
-    pending: queue.Queue = queue.Queue(maxsize=_QUEUED_TABLES)
-    failure: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS,
-                                  write_statistics=_STATISTICS_COLUMNS, column_encoding=_DELTA_COLUMNS) as writer:
-                while (table := pending.get()) is not None:
-                    writer.write_table(table, row_group_size=1 << 20)
-        except BaseException as error:  # reported on the calling thread
-            failure.append(error)
-            while pending.get() is not None:
-                pass
-
-    writer_thread = threading.Thread(target=write, name="mapp-parquet-writer", daemon=True)
-    writer_thread.start()
-    try:
-        try:
-            for batch in batches:
-                table = to_arrow_events(batch)
-                pending.put(table)
-                rows += table.num_rows
-        finally:
-            pending.put(None)
-            writer_thread.join()
-        if failure:
-            raise failure[0]
-        publish(Path(tmp), target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return rows
-
-
 def _read_all(module, files: list[Path], warn, progress) -> tuple[Iterator[pl.DataFrame], pl.DataFrame]:
     if hasattr(module, "read_batches"):
         return module.read_batches(files, warn=warn, progress=progress)
@@ -194,20 +156,14 @@ def load_bundle(
         if warn:
             warn(message)
 
-    found = discover(directory, format)
-    if found.format == "kineto" and found.ignored:
-        # Kineto traces have no naming convention: a damaged one looks like any other file.
-        names = ", ".join(p.relative_to(directory).as_posix() for p in found.ignored[:3])
-        names += ", ..." if len(found.ignored) > 3 else ""
-        _warn(f"{directory}: skipped {len(found.ignored)} .json file(s) that are not PyTorch profiler "
-              f"traces ({names}); if one should be, it is damaged")
+    found = _discover(directory, format, _warn)
     cache = cache_files.location(directory, _warn)
     wanted = cache_files.identity(found.format, _fingerprint(directory, found.files), __version__)
     checked = cache_files.check(cache, wanted) if use_cache else cache_files.Cached(False)
     if checked.fresh:
         ranks = _cached_ranks(cache)
         if ranks is not None:
-            return TraceBundle(directory, found.format, cache / cache_files.EVENTS, ranks, warnings, from_cache=True)
+            return _cached_bundle(directory, found.format, cache, checked.manifest, ranks, warnings)
         checked = cache_files.Cached(False, f"{cache_files.RANKS}: unreadable")
     damaged = cache if checked.problem is not None else None
     try:
@@ -219,6 +175,95 @@ def load_bundle(
         _warn(f"{damaged} was damaged ({checked.problem}); rebuilt it"
               + ("" if cache == damaged else f" in {cache}"))
     return TraceBundle(directory, found.format, cache / cache_files.EVENTS, ranks, warnings)
+
+
+def _discover(directory: Path, format: str | None, _warn):
+    found = discover(directory, format)
+    if found.format == "kineto" and found.ignored:
+        # Kineto traces have no naming convention: a damaged one looks like any other file.
+        names = ", ".join(p.relative_to(directory).as_posix() for p in found.ignored[:3])
+        names += ", ..." if len(found.ignored) > 3 else ""
+        _warn(f"{directory}: skipped {len(found.ignored)} .json file(s) that are not PyTorch profiler "
+              f"traces ({names}); if one should be, it is damaged")
+    return found
+
+
+def ingest_partitioned(
+    directory: Path | str,
+    *,
+    format: str | None = None,
+    run: Callable[[list[dataset.PartitionTask]], list[dataset.PartitionResult]] | None = None,
+    ranks_per_partition: int = dataset.DEFAULT_RANKS_PER_PARTITION,
+    engine: dict | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> tuple[TraceBundle, list[dataset.PartitionResult]]:
+    """Read the traces in ``directory`` into the partitioned dataset (``DIR/.mapp/events/``),
+    always anew, replacing whichever form of the cache was there.
+
+    ``run`` turns the blocks' tasks into their results: :func:`dataset.ingest_local` (in this
+    process, the default) or a cluster engine's (``mapp.analysis.cluster``), which must run
+    every task once. ``engine`` (its name, workers...) is recorded in the manifest.
+    """
+    directory = Path(directory)
+    warnings: list[str] = []
+
+    def _warn(message: str) -> None:
+        warnings.append(message)
+        if warn:
+            warn(message)
+
+    found = _discover(directory, format, _warn)
+    cache = cache_files.location(directory, _warn)
+    wanted = cache_files.identity(found.format, _fingerprint(directory, found.files), __version__)
+    try:
+        cache_files.clear(cache)
+        (cache / cache_files.EVENTS).unlink(missing_ok=True)   # the single file this replaces
+    except OSError:
+        cache = cache_files.fallback(directory, cache, _warn)
+    build = cache_files.new_build()
+    tasks = dataset.plan(found.files, found.format, cache / dataset.EVENTS_DIR, build, ranks_per_partition)
+    try:
+        results = (run or dataset.ingest_local)(tasks)
+        for result in sorted(results, key=lambda r: r.index):
+            for message in result.warnings:
+                _warn(message)
+        ranks = dataset.ranks_table(results)
+        _validate_ranks(ranks)
+    except BaseException:
+        dataset.clear(cache)
+        raise
+    ranks = conform(ranks, RANKS_SCHEMA).sort("rank")
+    rows = sum(r.rows for r in results)
+    if rows == 0:
+        _warn(f"{directory}: the trace files hold no events")
+    _seal(cache, ranks, {**wanted, "build": build, "layout": cache_files.PARTITIONED,
+                         "rows": {dataset.EVENTS_DIR: rows},
+                         "partitions": dataset.manifest_entry(cache, results, ranks_per_partition),
+                         **({"engine": engine} if engine else {})})
+    manifest = cache_files.read_manifest(cache)
+    bundle = TraceBundle(directory, found.format, cache / dataset.EVENTS_DIR, ranks, warnings,
+                         parts=dataset.files_of(cache, manifest))
+    return bundle, results
+
+
+def _seal(cache: Path, ranks: pl.DataFrame, manifest: dict) -> None:
+    """Write ``ranks.parquet``, then the manifest that makes the cache valid (with the ranks
+    table's rows and CRC added to the ones ``manifest`` gives)."""
+    ranks_path = cache / cache_files.RANKS
+    tmp = ranks_path.with_suffix(".parquet.tmp")
+    ranks.write_parquet(tmp, metadata={cache_files.BUILD_KEY: manifest["build"]})
+    os.replace(tmp, ranks_path)
+    rows = {**manifest.get("rows", {}), cache_files.RANKS: ranks.height}
+    crcs = {**manifest.get("crc32", {}), cache_files.RANKS: cache_files.crc32(ranks_path)}
+    cache_files.write_manifest(cache, {**manifest, "rows": rows, "crc32": crcs})
+
+
+def _cached_bundle(directory: Path, fmt: str, cache: Path, manifest: dict, ranks: pl.DataFrame,
+                   warnings: list[str]) -> TraceBundle:
+    if manifest.get("layout") == cache_files.PARTITIONED:
+        return TraceBundle(directory, fmt, cache / dataset.EVENTS_DIR, ranks, warnings, from_cache=True,
+                           parts=dataset.files_of(cache, manifest))
+    return TraceBundle(directory, fmt, cache / cache_files.EVENTS, ranks, warnings, from_cache=True)
 
 
 def _cached_ranks(cache: Path) -> pl.DataFrame | None:
@@ -233,7 +278,7 @@ def _cached_ranks(cache: Path) -> pl.DataFrame | None:
 def _build(directory: Path, found, cache: Path, wanted: dict, _warn, progress) -> pl.DataFrame:
     """Read the traces and write the cache in ``cache``: events, ranks, then the manifest that
     makes them valid (a build cut short leaves no manifest, so it is merely absent)."""
-    events_path, ranks_path = cache / cache_files.EVENTS, cache / cache_files.RANKS
+    events_path = cache / cache_files.EVENTS
     module = reader_module(found.format)
     total = sum(p.stat().st_size for p in found.files)
     done = 0
@@ -253,14 +298,9 @@ def _build(directory: Path, found, cache: Path, wanted: dict, _warn, progress) -
         raise
     ranks = conform(ranks, RANKS_SCHEMA).sort("rank")
     build = cache_files.new_build()
-    rows = _write_parquet_atomically(batches, events_path, build)
+    rows = write_events(batches, events_path, build)
     if rows == 0:
         _warn(f"{directory}: the trace files hold no events")
-    tmp = ranks_path.with_suffix(".parquet.tmp")
-    ranks.write_parquet(tmp, metadata={cache_files.BUILD_KEY: build})
-    os.replace(tmp, ranks_path)
-    cache_files.write_manifest(cache, {**wanted, "build": build,
-                                       "rows": {cache_files.EVENTS: rows, cache_files.RANKS: ranks.height},
-                                       "crc32": {name: cache_files.crc32(cache / name)
-                                                 for name in (cache_files.EVENTS, cache_files.RANKS)}})
+    _seal(cache, ranks, {**wanted, "build": build, "rows": {cache_files.EVENTS: rows},
+                         "crc32": {cache_files.EVENTS: cache_files.crc32(events_path)}})
     return ranks

@@ -1,5 +1,6 @@
-"""The Parquet cache of a bundle: ``DIR/.mapp/`` with ``events.parquet``, ``ranks.parquet`` and
-``manifest.json`` (what they were built from, how many rows each holds, a build id and each
+"""The Parquet cache of a bundle: ``DIR/.mapp/`` with ``events.parquet`` (or, written by
+``mapp trace ingest --engine``, the partitioned ``events/`` of :mod:`~mapp.analysis.ingest.dataset`),
+``ranks.parquet`` and ``manifest.json`` (what they were built from, how many rows each holds, a build id and each
 file's CRC-32).
 
 The cache is reused only after a check on open: the manifest names the same inputs (path
@@ -37,10 +38,12 @@ from mapp.analysis.ingest.schema import EVENTS_ARROW_SCHEMA, RANKS_SCHEMA
 from mapp.trace_format import CACHE_DIR  # one name for the cache, also in the output policy
 
 __all__ = ["CACHE_DIR", "CACHE_VERSION", "EVENTS", "RANKS", "BUILD_KEY", "Cached", "location", "fallback",
-           "identity", "check", "clear", "crc32", "new_build", "write_manifest"]
+           "identity", "check", "clear", "crc32", "new_build", "read_manifest", "write_manifest"]
 
 CACHE_VERSION = 5  # 3: row counts and build id; 4: CRC-32 of each file; 5: kineto gloo peers, groups, async sends
 EVENTS, RANKS, MANIFEST = "events.parquet", "ranks.parquet", "manifest.json"
+# The manifest's "layout" of a partitioned events table (``dataset``); absent for the one file.
+PARTITIONED = "partitioned"
 BUILD_KEY = "mapp_build"                        # footer key-value metadata of both Parquet files
 # Fallback caches of this process, by bundle directory: a second load in the same process
 # reuses the first one's instead of building another.
@@ -53,6 +56,7 @@ class Cached:
 
     fresh: bool
     problem: str | None = None
+    manifest: dict | None = None   # the fresh cache's manifest
 
 
 def location(directory: Path, warn) -> Path:
@@ -111,13 +115,22 @@ def check(cache: Path, wanted: dict) -> Cached:
     rows, build, crcs = manifest.get("rows"), manifest.get("build"), manifest.get("crc32")
     if not isinstance(rows, dict) or not isinstance(build, str) or not isinstance(crcs, dict):
         return Cached(False, f"{MANIFEST}: no row counts, build id or checksums")
-    for name, expected in ((EVENTS, _events_schema_ok), (RANKS, _ranks_schema_ok)):
+    if manifest.get("layout") == PARTITIONED:
+        from mapp.analysis.ingest import dataset
+
+        problem = dataset.check(cache, manifest, _events_schema_ok)
+        if problem is not None:
+            return Cached(False, problem)
+        files = ((RANKS, _ranks_schema_ok),)
+    else:
+        files = ((EVENTS, _events_schema_ok), (RANKS, _ranks_schema_ok))
+    for name, expected in files:
         problem = _check_parquet(cache / name, expected, rows.get(name), build)
         if problem is None and crc32(cache / name) != crcs.get(name):
             problem = "its bytes changed since it was written (checksum)"
         if problem is not None:
             return Cached(False, f"{name}: {problem}")
-    return Cached(True)
+    return Cached(True, manifest=manifest)
 
 
 def crc32(path: Path) -> int | None:
@@ -171,14 +184,22 @@ def _reason(exc: BaseException) -> str:
 def clear(cache: Path) -> None:
     """Remove the manifest first (a rebuild cut short is then merely absent, not damaged) and
     whatever stands where the Parquet files go that a rename cannot replace (a directory).
-    Only these three names: other things in ``.mapp`` (the matching cache) look after themselves.
-    Raises OSError when that cannot be done."""
+    Only these names and the partitioned dataset's directory (``dataset.EVENTS_DIR``): other
+    things in ``.mapp`` (the matching cache) look after themselves. Raises OSError when that
+    cannot be done."""
     for name in (MANIFEST, EVENTS, RANKS):
         path = cache / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif name == MANIFEST or path.is_symlink():
             path.unlink(missing_ok=True)
+    from mapp.analysis.ingest import dataset
+
+    dataset.clear(cache)
+
+
+def read_manifest(cache: Path) -> dict:
+    return json.loads((cache / MANIFEST).read_text())
 
 
 def write_manifest(cache: Path, manifest: dict) -> None:
