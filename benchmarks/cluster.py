@@ -120,7 +120,7 @@ def main() -> None:
                 single = job.parent / f"{job.name}-single-cache"
                 shutil.rmtree(single, ignore_errors=True)
                 shutil.copytree(job / ".mapp", single)
-        Console().print(ingest)
+        Console(width=200).print(ingest)
         analysis = Table("step", "events table", "wall s", "peak RSS MB", "same answer", title="analysis",
                          title_justify="left")
         for step in ("detect", "sql"):
@@ -136,7 +136,7 @@ def main() -> None:
                                  "" if layout == "partitioned" else str(answers["partitioned"] == r["answer"]))
             if step == "detect":   # the dataset back for the SQL step
                 _run("ingest", str(job), str(max(map(int, args.workers.split(",")))))
-        Console().print(analysis)
+        Console(width=200).print(analysis)
     finally:
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)

@@ -96,8 +96,10 @@ def connect(address: str | None = None, workers: int | None = None) -> Iterator[
         quiet.setLevel(logging.ERROR)
         try:
             if address is None:
-                # a cluster of our own listens on loopback only, like every server of mapp's
-                ray.init(num_cpus=workers or os.cpu_count() or 1, _node_ip_address="127.0.0.1", **options)
+                # Ray's own processes: its gRPC ports listen on every interface (Ray has no
+                # setting to narrow them) and answer only with the token Ray makes for the
+                # session; the dashboard, an HTTP server, is not started
+                ray.init(num_cpus=workers or os.cpu_count() or 1, **options)
             else:
                 ray.init(address=address, **options)
         except ConnectionError as error:

@@ -77,7 +77,7 @@ def test_ray_data_duckdb_and_spark_read_the_dataset_as_it_is(jobs):
     _, cluster = jobs
     events = cluster / ".mapp" / "events"
     rows = load_bundle(cluster).scan().select(pl.len()).collect().item()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         pytest.importorskip("pandas")
         from ray import data as ray_data
