@@ -106,6 +106,41 @@ def _others_median(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return out
 
 
+def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
+    """Per (rank, iteration): work of kinds none of its peers ran (``extra_own``, calls x
+    typical time, and ``extra_t``, measured), counted only where the rank also made more calls
+    of that op name than its peers did: work *added* to the same program (extra matmuls of a
+    shape the model never uses), not work *replaced* by other shapes (a replica whose sequences
+    were longer runs other shapes, with as many calls of each op as its peers: no fault).
+
+    The surplus of calls of a name is the rank's count less the median of its peers' (0 for a
+    peer that never ran that name); the kinds only the rank ran are counted up to that surplus."""
+    lone = work.filter(pl.col("n") == 1)
+    if lone.is_empty():
+        return None
+    group = [*peers, "iteration"]
+    calls = work.group_by(["rank", *group, "name"]).agg(calls=pl.col("calls").sum())
+    # every rank of the group in that iteration, with 0 calls of a name it never ran
+    ranks = work.select("rank", *group).unique()
+    names = calls.select(*group, "name").unique()
+    grid = ranks.join(names, on=group).join(calls, on=["rank", *group, "name"], how="left").with_columns(
+        pl.col("calls").fill_null(0.0)).sort([*group, "name", "calls"])
+    grid = grid.with_columns(size=pl.len().over([*group, "name"])).filter(pl.col("size") >= 2)
+    if grid.is_empty():
+        return None
+    gid = grid.select(pl.struct(*group, "name").rank("dense")).to_series().to_numpy()
+    grid = grid.with_columns(surplus=(pl.col("calls") - pl.Series(_others_median(gid, grid["calls"].to_numpy())))
+                             .clip(lower_bound=0.0))
+    lone = lone.group_by(["rank", *group, "name"]).agg(
+        lone_calls=pl.col("calls").sum(), lone_own=(pl.col("calls") * pl.col("q")).sum(), lone_t=pl.col("t").sum())
+    added = lone.join(grid.select("rank", *group, "name", "surplus"), on=["rank", *group, "name"]).with_columns(
+        share=(pl.col("surplus") / pl.col("lone_calls")).clip(upper_bound=1.0)).filter(pl.col("share") > 0)
+    if added.is_empty():
+        return None
+    return added.group_by(["rank", "iteration"]).agg(
+        extra_own=(pl.col("lone_own") * pl.col("share")).sum(), extra_t=(pl.col("lone_t") * pl.col("share")).sum())
+
+
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
                       slow_op: float, min_effect: float) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
     """Stage 1 over ``ops`` (``rank``, ``iteration``, ``name``, ``shape``, ``self_ns``);
@@ -123,7 +158,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
                                                                       t=pl.col("self_ns").sum().cast(pl.Float64))
     work = counts.join(per_call, on=["rank", *peers, *kind])
     key = [*peers, "iteration", *kind]
-    work = work.with_columns(n=pl.len().over(key), gid=pl.struct(key).rank("dense")).filter(pl.col("n") >= 2)
+    work = work.with_columns(n=pl.len().over(key))
+    extra = _extra_work(work, peers)
+    work = work.filter(pl.col("n") >= 2).with_columns(gid=pl.struct(key).rank("dense"))
     if work.is_empty():
         return None
     pairs = bool(work["n"].min() < 3)
@@ -137,7 +174,13 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     per = work.group_by(["rank", "iteration"]).agg(
         own=pl.col("own").sum(), peer=pl.col("peer").sum(), busy_ns=pl.col("t").sum(), n_ops=pl.len(),
         share_slow=pl.col("t").filter(pl.col("own") > (1 + slow_op) * pl.col("peer")).sum() / pl.col("t").sum(),
-    ).with_columns(effect=(pl.col("own") / pl.col("peer")).log())
+    )
+    if extra is not None:   # work no peer did: the rank's own, against nothing of the peers'
+        per = per.join(extra, on=["rank", "iteration"], how="left").with_columns(
+            own=pl.col("own") + pl.col("extra_own").fill_null(0.0),
+            busy_ns=pl.col("busy_ns") + pl.col("extra_t").fill_null(0.0),
+        ).drop("extra_own", "extra_t")
+    per = per.with_columns(effect=(pl.col("own") / pl.col("peer")).log())
     per = per.with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
     per = per.join(gaps, on=["rank", "iteration"], how="left")
     ranks = per.group_by("rank").agg(

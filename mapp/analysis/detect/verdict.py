@@ -315,8 +315,12 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # apart), so the gap rule cannot flag; a rank whose idle launch gaps exceed its peer's by a
     # real share of its work and that arrives last at the collectives far more often than
     # chance is the slow host (measured: a 20 ms data-path sleep in a 86 ms DDP step on 2 GPUs,
-    # last in 24 of 24 all-reduces, its gaps 20.3 ms longer per iteration).
-    if peers.pairs and leans and not host and gap_excess >= peers.min_effect * busy and gap_excess > 0:
+    # last in 24 of 24 all-reduces, its gaps 20.3 ms longer per iteration). Unless its ops
+    # account for more of the lost time than its gaps do: then it is slow compute that also
+    # launches a little late (extra work before each microbatch, seen as ops in a profiler
+    # trace: 45 ms of extra compute per iteration beside 4.9 ms of longer gaps)
+    if (peers.pairs and leans and not host and gap_excess >= peers.min_effect * busy and gap_excess > 0
+            and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
         host = True
     if not (row["flagged"] or host):
         return None
