@@ -7,6 +7,14 @@ always has the next header receive posted. Threads, not ``test()``, make progres
 p2p ``Work.is_completed()`` never turns true before ``wait()`` is called, and a ``wait`` that
 times out closes the gloo pair for good, so the training thread must not wait on them itself.
 
+On NCCL the headers go over a gloo group of the same ranks, and only the payloads over NCCL.
+An NCCL receive is a kernel that spins on the GPU until its message comes: a header receive
+always posted there would make every device-wide synchronization (``torch.cuda.synchronize``,
+a ``cudaFree`` of the caching allocator, creating a communicator) wait for the peer's *next*
+message, which may never come before the peer synchronizes too: both ranks hang (DPP over
+NCCL did, on 2 GPUs). A payload receive is posted only once its header has arrived, with the
+sender's payload send already on its way, so it never waits long.
+
 The threads call the transport's own ``ProcessGroup`` objects directly, not ``dist.send`` and
 ``dist.recv``: those look the group up in torch.distributed's registry, which
 ``destroy_process_group()`` empties, so a transport still open then (closed by ``atexit``)
@@ -63,6 +71,8 @@ class DistTransport(Transport):
         options = dict(timeout=_GROUP_TIMEOUT, backend="nccl" if self._nccl else "gloo", use_local_synchronization=len(ranks) < world)
         self._upward = dist.new_group(ranks, **options)  # lower rank -> higher rank
         self._downward = dist.new_group(ranks, **options)
+        # headers (and goodbyes) on the CPU: see the module's docstring
+        self._control = dist.new_group(ranks, **{**options, "backend": "gloo"}) if self._nccl else None
         self._group_rank = {r: i for i, r in enumerate(ranks)}  # both groups list ``ranks`` in order
         self._peers = set(peers) if peers is not None else set(ranks)
         self._peers.discard(self._rank)
@@ -110,7 +120,12 @@ class DistTransport(Transport):
         self._mailbox.close(f"the transport of rank {self._rank} was closed")
 
     def _group(self, src: int, dst: int) -> dist.ProcessGroup:
+        """The group the payloads from ``src`` to ``dst`` go over."""
         return self._upward if src < dst else self._downward
+
+    def _header_group(self, src: int, dst: int) -> dist.ProcessGroup:
+        """The group the headers from ``src`` to ``dst`` go over: gloo's on NCCL, else the payloads'."""
+        return self._control if self._control is not None else self._group(src, dst)
 
     def _connect(self, peer: int) -> _Sender:
         with self._lock:
@@ -126,13 +141,13 @@ class DistTransport(Transport):
             self._receive_loop(src)
 
     def _receive_loop(self, src: int) -> None:
-        group = self._group(src, self._rank)
+        group, headers = self._group(src, self._rank), self._header_group(src, self._rank)
         peer = self._group_rank[src]
         # one header buffer for the thread's life: never freed, so never reused under a receive
-        words = torch.empty(HEADER_LEN, dtype=torch.int64, device=self._comm_device)
+        words = torch.empty(HEADER_LEN, dtype=torch.int64)
         try:
             while True:
-                group.recv([words], peer, 0).wait()
+                headers.recv([words], peer, 0).wait()
                 header = Header.from_words(words.tolist())
                 if header.kind == CLOSE:
                     self._mailbox.close_peer(src, f"rank {src} closed its transport")
@@ -173,12 +188,12 @@ class _Sender(threading.Thread):
 
     def _run(self) -> None:
         t = self._t
-        group = t._group(t._rank, self._dst)
+        group, headers = t._group(t._rank, self._dst), t._header_group(t._rank, self._dst)
         while True:
             header, tensor, ready, work = self._queue.get()
             if self._failed is None:
                 try:
-                    self._send(header, tensor, ready, group)
+                    self._send(header, tensor, ready, group, headers)
                 except Exception as error:  # noqa: BLE001  every later send must fail with the reason
                     self._failed = f"sending to rank {self._dst} failed (did it die?): {_one_line(error)}"
             if work is not None:
@@ -186,12 +201,13 @@ class _Sender(threading.Thread):
             if header.kind == CLOSE:
                 return
 
-    def _send(self, header: Header, tensor: torch.Tensor | None, ready: torch.cuda.Event | None, group: dist.ProcessGroup) -> None:
+    def _send(self, header: Header, tensor: torch.Tensor | None, ready: torch.cuda.Event | None, group: dist.ProcessGroup,
+              headers: dist.ProcessGroup) -> None:
         t = self._t
         if ready is not None:
             torch.cuda.current_stream().wait_event(ready)
         peer = t._group_rank[self._dst]
-        group.send([torch.tensor(header.words(), dtype=torch.int64, device=t._comm_device)], peer, 0).wait()
+        headers.send([torch.tensor(header.words(), dtype=torch.int64)], peer, 0).wait()
         if tensor is not None and header.nbytes:
             group.send([as_bytes(tensor).to(t._comm_device)], peer, 0).wait()
         if t._nccl or ready is not None:

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def run_ranks(fn: Callable, world: int, *args, timeout: float = 50.0, env: dict[str, str] | None = None, killed: tuple[int, ...] = ()) -> list:
+def run_ranks(fn: Callable, world: int, *args, timeout: float = 50.0, env: dict[str, str] | None = None, killed: tuple[int, ...] = (),
+              backend: str = "gloo") -> list:
     """``fn(rank, world, *args)`` on ``world`` spawned processes; their results by rank.
+    ``backend``: the default group's (``nccl``: rank r on GPU r).
 
     A rank that raises fails the call with its traceback; a rank still running after
     ``timeout`` seconds is killed and fails it too (the tests must never hang). The ranks
@@ -23,7 +25,8 @@ def run_ranks(fn: Callable, world: int, *args, timeout: float = 50.0, env: dict[
     results: mp.Queue = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="mapp-transport-") as tmp:
         store = str(Path(tmp) / "store")
-        procs = [ctx.Process(target=_entry, args=(fn, rank, world, store, results, env or {}, args), daemon=True) for rank in range(world)]
+        procs = [ctx.Process(target=_entry, args=(fn, rank, world, store, results, env or {}, args, backend), daemon=True)
+                 for rank in range(world)]
         for proc in procs:
             proc.start()
         outcomes = _collect(results, world - len(killed), timeout)
@@ -57,14 +60,17 @@ def _collect(results: mp.Queue, world: int, timeout: float) -> dict[int, tuple[b
     return outcomes
 
 
-def _entry(fn: Callable, rank: int, world: int, store: str, results: mp.Queue, env: dict[str, str], args: tuple) -> None:
+def _entry(fn: Callable, rank: int, world: int, store: str, results: mp.Queue, env: dict[str, str], args: tuple,
+           backend: str = "gloo") -> None:
     os.environ.update(env)
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
         value = fn(rank, world, *args)
         results.put((rank, True, value))
     except BaseException:  # the parent reports it: a child's traceback is otherwise lost

@@ -289,3 +289,33 @@ def device_crash(rank: int, world: int, mid_copy: bool) -> dict:
             outcome["errors"].append(str(error))
     transport.close()
     return outcome
+
+
+def nccl_rounds(rank: int, world: int, rounds: int) -> list[float]:
+    """DistTransport over NCCL, one GPU a rank: each round every rank sends GPU tensors to
+    every other (tags received in reverse order), then synchronizes its device and joins an
+    all-reduce, as a training step does between its pipeline messages. Returns the sums
+    received, round by round."""
+    import torch
+
+    transport = make_transport(backend="dist")
+    peers = [p for p in range(world) if p != rank]
+    sums = []
+    for r in range(rounds):
+        recvs = [(src, tag, transport.irecv(src, tag)) for src in peers for tag in reversed(range(4))]
+        sends = [transport.isend(torch.full((1 << 16,), float(100 * rank + 10 * r + tag), device="cuda"), dst, tag)
+                 for dst in peers for tag in range(4)]
+        for work in sends:
+            work.wait(WAIT_S)
+        for src, tag, work in recvs:
+            got = work.wait(WAIT_S)
+            assert got.is_cuda and bool((got == 100 * src + 10 * r + tag).all()), (rank, src, tag, r)
+            sums.append(float(got.sum()))
+        # every device-wide synchronization waits for every kernel the device has in flight
+        torch.cuda.synchronize()
+        total = torch.ones(1, device="cuda")
+        dist.all_reduce(total)
+        torch.cuda.synchronize()
+        assert float(total) == world
+    transport.close()
+    return sums
