@@ -28,6 +28,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, z_critical
 from mapp.analysis.detect.same_work import CONSISTENT, compare_same_work, self_times
+from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
 
 __all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]
 
@@ -383,7 +384,13 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     which shows as such gaps; a slow GPU does not. ``leaves``: ``rank``, ``iteration``,
     ``ts_ns``, ``end_ns`` of the compute leaves; ``starts``: iteration starts, as zero-length
     marks on the timeline (the time before an iteration's first op is idle too)."""
-    other = events.filter(pl.col("cat").is_in(["collective", "p2p", "optimizer"]) & pl.col("iteration").is_not_null()).select(
+    # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
+    # waiting for peers too: without them a pipeline's first stage, idle on its GPU while a
+    # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
+    comm_kernel = ((pl.col("cat") == "other") & pl.col("lane").str.starts_with("stream:")
+                   & pl.col("name").str.contains("(?i)" + COMM_KERNEL_PATTERN))
+    other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | comm_kernel)
+                          & pl.col("iteration").is_not_null()).select(
         "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")
     )
     parts = [leaves, other.cast(leaves.schema)]

@@ -90,7 +90,7 @@ _COPY_CATS = frozenset({"gpu_memcpy", "gpu_memset", "Memcpy", "Memset"})
 _KERNEL_CATS = frozenset({"kernel", "Kernel"})
 _ANNOTATION_CATS = frozenset({"user_annotation", "gpu_user_annotation"})
 # collective-library kernels: communication (and its waiting), never compute
-_COMM_KERNEL = re.compile(r"^(nccl|rccl|ncclDevKernel|ncclKernel)", re.IGNORECASE)
+_COMM_KERNEL = re.compile(schema.COMM_KERNEL_PATTERN, re.IGNORECASE)
 
 _COLLECTIVE_NAMES = {
     "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",

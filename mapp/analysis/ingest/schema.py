@@ -10,7 +10,8 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-__all__ = ["EVENTS_SCHEMA", "EVENTS_ARROW_SCHEMA", "to_arrow_events", "RANKS_SCHEMA", "COORDS", "ARG_COLUMNS", "empty_events", "conform"]
+__all__ = ["EVENTS_SCHEMA", "EVENTS_ARROW_SCHEMA", "to_arrow_events", "RANKS_SCHEMA", "COORDS", "ARG_COLUMNS", "COMM_KERNEL_PATTERN",
+           "empty_events", "conform"]
 
 COORDS = ("tp", "pp", "dp", "cp", "ep")
 
@@ -71,6 +72,13 @@ RANKS_SCHEMA: dict[str, pl.DataType] = {
     "format": pl.String(),
     "src_file": pl.String(),
 }
+
+
+# Names of collective-library kernels (NCCL, RCCL) on a GPU stream. Those that no comm event
+# stands for (megatron-core's batched p2p on NCCL launches one coalesced SendRecv kernel for a
+# whole exchange) stay ``cat="other"``, but their time is communication and waiting, not work
+# and not idle: a regular expression, matched case-insensitively from the name's start.
+COMM_KERNEL_PATTERN = r"^(nccl|rccl|ncclDevKernel|ncclKernel)"
 
 
 def empty_events() -> pl.DataFrame:

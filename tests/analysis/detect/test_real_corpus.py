@@ -84,9 +84,22 @@ def test_recorded_job_gets_the_injected_answer(case_id):
     assert result.right, f"{case_id}: expected {expected}, got {result.top or 'none'}"
 
 
+GPU4_VICTIM = "gpt-pp2dp2-prof-layer1.5x-r2-gpu"
+
+
+def test_a_pipeline_stage_waiting_on_a_slow_next_stage_is_not_named():
+    # 4 H200s, PP2 x DP2, rank 2 (stage 1) slowed, 1.096x its peer overall: under the 1.1
+    # threshold. Rank 0 (stage 0 of the same pipeline) waits for it in megatron's batched p2p,
+    # one coalesced NCCL SendRecv kernel that no comm event stands for, then arrives last at
+    # every all-reduce: counted as idle, that wait made it a "slow host" at 1.12x
+    result = run_case(GPU4_CASES[GPU4_VICTIM], threshold=0.1)
+    assert result.error is None, result.error
+    assert result.top in (None, "slow_compute 2"), result.top   # was "slow_host 0"
+
+
 def test_every_listed_case_is_in_the_corpus_with_its_files():
     assert set(RIGHT_TODAY) <= set(CASES) and set(GPU2_RIGHT_TODAY) <= set(GPU2_CASES)
-    assert set(EXTRA_RIGHT_TODAY) == set(EXTRA_CASES) and set(GPU4_RIGHT_TODAY) == set(GPU4_CASES)
+    assert set(EXTRA_RIGHT_TODAY) == set(EXTRA_CASES) and set(GPU4_RIGHT_TODAY) == set(GPU4_CASES) - {GPU4_VICTIM}
     for case in ([CASES[i] for i in RIGHT_TODAY] + [GPU2_CASES[i] for i in GPU2_RIGHT_TODAY]
                  + [EXTRA_CASES[i] for i in EXTRA_RIGHT_TODAY] + [GPU4_CASES[i] for i in GPU4_RIGHT_TODAY]):
         assert any(case.directory.iterdir())
