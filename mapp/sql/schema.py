@@ -26,6 +26,7 @@ import pyarrow.dataset as ds
 from mapp import __version__
 from mapp.analysis.align.clock import sql_mapping
 from mapp.analysis.graph.schema import COLLECTIVES, MEMBERS, P2P, MatchingTable
+from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
 
 __all__ = ["TABLES", "Table", "SchemaInfo", "build_schema", "describe", "bundle_fingerprint", "markdown_tables",
            "SCHEMA_VERSION"]
@@ -358,12 +359,17 @@ def _build_windows(con: duckdb.DuckDBPyConnection, aligned: bool) -> None:
 def _build_window_pieces(con: duckdb.DuckDBPyConnection) -> None:
     """``_window_pieces`` (internal, for the covered-time queries): every timed event (not the
     iteration markers) as (rank, cat, iteration, s, e) on the clock of ``iteration_windows``,
-    cut at window boundaries so that each piece lies inside one iteration's window."""
-    con.execute("""
+    cut at window boundaries so that each piece lies inside one iteration's window. GPU
+    communication kernels that no comm event stands for (``COMM_KERNEL_PATTERN``: megatron's
+    coalesced NCCL SendRecv) get ``cat`` ``comm_kernel``: communication, as HTA counts them."""
+    pattern = "'" + COMM_KERNEL_PATTERN.replace("'", "''") + "'"
+    con.execute(f"""
         CREATE VIEW _window_pieces AS
         WITH win AS (SELECT rank, iteration, start_ns AS w0, end_ns AS w1 FROM iteration_windows),
         ev AS (
-            SELECT e.rank, e.cat,
+            SELECT e.rank,
+                   CASE WHEN e.cat = 'other' AND e.lane LIKE 'stream:%' AND regexp_matches(e.name, {pattern}, 'i')
+                        THEN 'comm_kernel' ELSE e.cat END AS cat,
                    CASE WHEN b.aligned THEN e.ts_aligned_ns ELSE e.ts_ns END AS s,
                    CASE WHEN b.aligned THEN e.end_aligned_ns ELSE e.end_ns END AS e
             FROM events e, (SELECT aligned FROM bundle) b
@@ -393,7 +399,7 @@ _COVERAGE = {
     "_rank_coverage": """
         WITH flagged AS (
             SELECT rank, iteration, s, e,
-                   cat IN ('compute', 'optimizer') AS is_compute, cat IN ('collective', 'p2p') AS is_comm
+                   cat IN ('compute', 'optimizer') AS is_compute, cat IN ('collective', 'p2p', 'comm_kernel') AS is_comm
             FROM _window_pieces
         ),
         reach AS (

@@ -130,3 +130,30 @@ def test_top_ops_counts_and_shares(faulty):
     assert sum(row["share"] for row in rows) == pytest.approx(1.0)
     assert [row["total_ns"] for row in rows] == sorted((row["total_ns"] for row in rows), reverse=True)
     assert len(run(db, "top_ops", limit=2)) == 2
+
+
+
+def test_rank_breakdown_counts_the_coalesced_nccl_p2p_kernels_as_communication():
+    # A real 4-GPU PP2 x DP2 profiler job: megatron-core's batched p2p launches one coalesced
+    # ncclDevKernel_SendRecv per exchange, which no comm event stands for. HTA counts NCCL
+    # kernels as communication; so must rank_breakdown (it had rank 0's 281 ms of them as "other")
+    from pathlib import Path
+
+    from mapp.sql.database import open_database
+
+    case = Path(__file__).resolve().parents[1] / "corpus" / "cases-gpu4" / "gpt-pp2dp2-prof-layer1.5x-r2-gpu"
+    db = open_database(case)
+    try:
+        # the kernels lie on one stream, one after another: their durations add up
+        sendrecv = {r["rank"]: r["ns"] for r in db.query(
+            "SELECT e.rank, sum(e.dur_ns) AS ns FROM events e JOIN iteration_windows w ON e.rank = w.rank "
+            "AND e.ts_aligned_ns >= w.start_ns AND e.end_aligned_ns <= w.end_ns "
+            "WHERE e.name LIKE 'ncclDevKernel_SendRecv%' GROUP BY 1").dicts()}
+        rows = {r["rank"]: r for r in run(db, "rank_breakdown")}
+    finally:
+        db.close()
+    assert sorted(sendrecv) == [0, 1, 2, 3] and sendrecv[0] > 200e6
+    for rank, ns in sendrecv.items():
+        assert rows[rank]["comm_ns"] >= ns, (rank, rows[rank]["comm_ns"], ns)
+        assert rows[rank]["compute_ns"] + rows[rank]["exposed_comm_ns"] + rows[rank]["other_ns"] + rows[rank]["idle_ns"] \
+            == rows[rank]["window_ns"]
