@@ -149,16 +149,8 @@ def load_bundle(
     line per recoverable problem (a salvaged truncated file, skipped events...).
     """
     directory = Path(directory)
-    warnings: list[str] = []
-
-    def _warn(message: str) -> None:
-        warnings.append(message)
-        if warn:
-            warn(message)
-
-    found = _discover(directory, format, _warn)
-    cache = cache_files.location(directory, _warn)
-    wanted = cache_files.identity(found.format, _fingerprint(directory, found.files), __version__)
+    warnings, _warn = _collecting(warn)
+    found, cache, wanted = _inputs(directory, format, _warn)
     checked = cache_files.check(cache, wanted) if use_cache else cache_files.Cached(False)
     if checked.fresh:
         ranks = _cached_ranks(cache)
@@ -175,6 +167,26 @@ def load_bundle(
         _warn(f"{damaged} was damaged ({checked.problem}); rebuilt it"
               + ("" if cache == damaged else f" in {cache}"))
     return TraceBundle(directory, found.format, cache / cache_files.EVENTS, ranks, warnings)
+
+
+def _collecting(warn: Callable[[str], None] | None) -> tuple[list[str], Callable[[str], None]]:
+    """A list that keeps every warning, and the function that adds to it and passes each on."""
+    warnings: list[str] = []
+
+    def _warn(message: str) -> None:
+        warnings.append(message)
+        if warn:
+            warn(message)
+
+    return warnings, _warn
+
+
+def _inputs(directory: Path, format: str | None, _warn):
+    """The bundle's trace files, where its cache goes, and the identity a cache of them has."""
+    found = _discover(directory, format, _warn)
+    cache = cache_files.location(directory, _warn)
+    wanted = cache_files.identity(found.format, _fingerprint(directory, found.files), __version__)
+    return found, cache, wanted
 
 
 def _discover(directory: Path, format: str | None, _warn):
@@ -205,16 +217,8 @@ def ingest_partitioned(
     every task once. ``engine`` (its name, workers...) is recorded in the manifest.
     """
     directory = Path(directory)
-    warnings: list[str] = []
-
-    def _warn(message: str) -> None:
-        warnings.append(message)
-        if warn:
-            warn(message)
-
-    found = _discover(directory, format, _warn)
-    cache = cache_files.location(directory, _warn)
-    wanted = cache_files.identity(found.format, _fingerprint(directory, found.files), __version__)
+    warnings, _warn = _collecting(warn)
+    found, cache, wanted = _inputs(directory, format, _warn)
     try:
         cache_files.clear(cache)
         (cache / cache_files.EVENTS).unlink(missing_ok=True)   # the single file this replaces
