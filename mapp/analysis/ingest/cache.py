@@ -34,7 +34,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mapp.analysis.ingest.schema import EVENTS_ARROW_SCHEMA, RANKS_SCHEMA
+from mapp.analysis.ingest import dataset
+from mapp.analysis.ingest.schema import BUILD_KEY, EVENTS_ARROW_SCHEMA, RANKS_SCHEMA
 from mapp.trace_format import CACHE_DIR  # one name for the cache, also in the output policy
 
 __all__ = ["CACHE_DIR", "CACHE_VERSION", "EVENTS", "RANKS", "BUILD_KEY", "Cached", "location", "fallback",
@@ -44,7 +45,6 @@ CACHE_VERSION = 5  # 3: row counts and build id; 4: CRC-32 of each file; 5: kine
 EVENTS, RANKS, MANIFEST = "events.parquet", "ranks.parquet", "manifest.json"
 # The manifest's "layout" of a partitioned events table (``dataset``); absent for the one file.
 PARTITIONED = "partitioned"
-BUILD_KEY = "mapp_build"                        # footer key-value metadata of both Parquet files
 # Fallback caches of this process, by bundle directory: a second load in the same process
 # reuses the first one's instead of building another.
 _FALLBACKS: dict[Path, Path] = {}
@@ -116,8 +116,6 @@ def check(cache: Path, wanted: dict) -> Cached:
     if not isinstance(rows, dict) or not isinstance(build, str) or not isinstance(crcs, dict):
         return Cached(False, f"{MANIFEST}: no row counts, build id or checksums")
     if manifest.get("layout") == PARTITIONED:
-        from mapp.analysis.ingest import dataset
-
         problem = dataset.check(cache, manifest, _events_schema_ok)
         if problem is not None:
             return Cached(False, problem)
@@ -193,8 +191,6 @@ def clear(cache: Path) -> None:
             shutil.rmtree(path)
         elif name == MANIFEST or path.is_symlink():
             path.unlink(missing_ok=True)
-    from mapp.analysis.ingest import dataset
-
     dataset.clear(cache)
 
 

@@ -37,9 +37,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from mapp.analysis.ingest.cache import BUILD_KEY
 from mapp.analysis.ingest.discover import reader_module
-from mapp.analysis.ingest.schema import RANKS_SCHEMA, conform
+from mapp.analysis.ingest.schema import BUILD_KEY, RANKS_SCHEMA, conform
 
 __all__ = ["EVENTS_DIR", "PARTITION_KEY", "DEFAULT_RANKS_PER_PARTITION", "PartitionTask",
            "PartitionResult", "plan", "ingest_partition", "ingest_local", "manifest_entry", "files_of", "check", "clear"]

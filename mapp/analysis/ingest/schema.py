@@ -11,7 +11,7 @@ import polars as pl
 import pyarrow as pa
 
 __all__ = ["EVENTS_SCHEMA", "EVENTS_ARROW_SCHEMA", "to_arrow_events", "RANKS_SCHEMA", "COORDS", "ARG_COLUMNS", "COMM_KERNEL_PATTERN",
-           "empty_events", "conform"]
+           "BUILD_KEY", "empty_events", "conform"]
 
 COORDS = ("tp", "pp", "dp", "cp", "ep")
 
@@ -73,6 +73,10 @@ RANKS_SCHEMA: dict[str, pl.DataType] = {
     "src_file": pl.String(),
 }
 
+
+# The footer key-value metadata of every Parquet file of a cache (the events file or each file
+# of a partitioned dataset, and ranks.parquet): the build id that ties it to its manifest.
+BUILD_KEY = "mapp_build"
 
 # Names of collective-library kernels (NCCL, RCCL) on a GPU stream. Those that no comm event
 # stands for (megatron-core's batched p2p on NCCL launches one coalesced SendRecv kernel for a

@@ -15,8 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mapp.analysis.ingest.cache import BUILD_KEY
-from mapp.analysis.ingest.schema import EVENTS_ARROW_SCHEMA, to_arrow_events
+from mapp.analysis.ingest.schema import BUILD_KEY, EVENTS_ARROW_SCHEMA, to_arrow_events
 from mapp.output import publish, scratch
 
 __all__ = ["write_events"]
