@@ -105,6 +105,8 @@ _COLLECTIVE_NAMES = {
     "send": "send", "recv": "recv", "recvanysource": "recv", "recv_anysource": "recv",
 }
 _P2P = frozenset({"send", "recv"})
+# "Collective name"s of p2p records (before _COLLECTIVE_NAMES normalises them)
+_P2P_RECORDS = frozenset(k for k, v in _COLLECTIVE_NAMES.items() if v in _P2P)
 
 _DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "c10::half": 2,
@@ -236,6 +238,10 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
                 # a gloo send's span runs until its caller waits on it (megatron waits on a whole
                 # exchange at once), not to the delivery: it does not end with its receive
                 args = {**args, "async": True}
+            elif on_gpu and coll in _P2P:
+                # a p2p call on a GPU rank timed by its CPU record (no kernel of its own: the
+                # coalesced exchange's): when it was posted, not when the message moved
+                args = {**args, "async": True}
         else:
             cat[i] = _category(name, src_cat, on_gpu, i in comm.mirrors)
         if names[i] != name:
@@ -358,7 +364,17 @@ class _CommContext:
                 gloo.append(i)
             elif name.startswith("nccl:"):
                 nccl.append(i)
-        canonical = list(gpu_args) or list(cpu_args)
+        # GPU events with the comm args stand for the CPU records of the same calls. Where no
+        # GPU event is a p2p call, the p2p calls' CPU records are canonical themselves:
+        # megatron-core's batched p2p on NCCL records each send and receive on the CPU but
+        # launches one coalesced SendRecv kernel, without those args, for the whole exchange.
+        # (A collective's CPU record without a kernel is a call on a group of one rank, which
+        # NCCL skips: no communication, left a copy as before.)
+        def p2p(i: int) -> bool:
+            return str(kept.args[i].get("Collective name")).lower() in _P2P_RECORDS
+
+        gpu_p2p = any(p2p(i) for i in gpu_args)
+        canonical = list(gpu_args) + [i for i in cpu_args if not gpu_args or (not gpu_p2p and p2p(i))]
         if gpu_args or not cpu_args:
             canonical += gloo
         if not gpu_args and not cpu_args:
@@ -421,6 +437,14 @@ class _CommContext:
             size = _dtype_size(args.get("dtype"))
             local = args.get("Dst Rank" if coll == "send" else "Src Rank")
             local = _int(local) if local is not None else _int(args.get("Rank"))
+            if coll in _P2P and ranks is not None and local is not None:
+                # torch 2.11 records the peer's global rank in Dst/Src Rank and its rank in the
+                # group in "Rank"; older ones a group rank in Dst/Src. Where the two agree on a
+                # global rank it is the peer, whichever way the trace wrote it
+                other = _int(args.get("Rank"))
+                peer = ranks[other] if other is not None and 0 <= other < len(ranks) else None
+                if peer is not None and peer != self.rank and peer in (local, ranks[local] if 0 <= local < len(ranks) else None):
+                    local = other
         else:                                   # gloo:* / nccl:* annotation: name and input shape only
             ranks = self.only_ranks
             label = _group_label(self.only_pg.get("pg_desc"), self.only_pg.get("pg_name")) if self.only_pg else None
