@@ -74,6 +74,11 @@ def _get(ref):
         raise
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
+
+
 @contextmanager
 def connect(address: str | None = None, workers: int | None = None) -> Iterator[RayEngine]:
     """Join the Ray cluster at ``address`` (``auto``, ``ray://host:10001``, ``host:6379``), or
@@ -103,8 +108,15 @@ def connect(address: str | None = None, workers: int | None = None) -> Iterator[
             else:
                 ray.init(address=address, **options)
         except ConnectionError as error:
-            raise EngineUnavailable(f"cannot reach the Ray cluster at {address}: {str(error).splitlines()[0]}",
+            if address is None:
+                raise EngineUnavailable(f"cannot start a local Ray cluster: {_first_line(error)}",
+                                        "see Ray's logs under /tmp/ray, or join a running cluster with --address") from None
+            raise EngineUnavailable(f"cannot reach the Ray cluster at {address}: {_first_line(error)}",
                                     "check --address (ray status on a node prints it)") from None
+        except (RuntimeError, OSError) as error:   # Ray's own processes did not come up
+            raise EngineUnavailable(f"cannot start a local Ray cluster: {_first_line(error)}" if address is None
+                                    else f"cannot join the Ray cluster at {address}: {_first_line(error)}",
+                                    "see Ray's logs under /tmp/ray") from None
         finally:
             quiet.setLevel(level)
     try:

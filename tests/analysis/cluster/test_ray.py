@@ -38,7 +38,11 @@ def jobs(tmp_path_factory) -> tuple[Path, Path]:
     simulate(SimConfig(**SMALL, faults=[parse_fault("slow_gpu:6:1.4")]), root / "single")
     shutil.copytree(root / "single", root / "cluster")
     said = _mapp("trace", "ingest", str(root / "cluster"), "--engine", "ray", "--workers", "2",
-                 "--ranks-per-partition", "3")
+                 "--ranks-per-partition", "3", check=False)
+    if said.returncode == 6 and "cannot start a local Ray cluster" in said.stderr:
+        # the machine cannot run Ray's processes at all (mapp said so in one line): not mapp's failure
+        pytest.skip(said.stderr.strip())
+    assert said.returncode == 0, said.stderr
     assert "on ray (2 workers, local)" in said.stdout and "into 6 files" in said.stdout, said.stdout
     return root / "single", root / "cluster"
 
