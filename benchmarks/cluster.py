@@ -43,11 +43,10 @@ def _child_ingest(job: Path, workers: int) -> dict:
             bundle, results = ingest_on_cluster(job, engine)
             parsed = time.perf_counter() - started
             match_on_cluster(bundle, engine)
+        from mapp.analysis.ingest.dataset import per_worker as summary
+
         rows = sum(r.rows for r in results)
-        by_worker: dict[str, int] = {}
-        for r in results:
-            by_worker[r.worker] = max(by_worker.get(r.worker, 0), r.peak_rss)
-        per_worker = sorted(by_worker.values(), reverse=True)
+        per_worker = sorted((w.peak_rss for w in summary(results)), reverse=True)
     wall = time.perf_counter() - started
     return {"rows": rows, "wall_s": wall, "parse_s": parsed if workers else wall, "worker_rss": per_worker,
             "driver_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}

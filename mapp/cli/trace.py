@@ -152,9 +152,14 @@ def ingest_command(
     if engine is None:
         from mapp.analysis.ingest import ingest_partitioned
 
+        from mapp.analysis.ingest.dataset import ingest_local
+
         with progress_bar(f"reading {directory}") as update:
+            def run(tasks):
+                return ingest_local(tasks, on_done=lambda r: update(r.index + 1, len(tasks)))
+
             bundle, results = ingest_partitioned(directory, format=fmt, ranks_per_partition=ranks_per_partition,
-                                                 warn=warn, run=_local_runner(update))
+                                                 warn=warn, run=run)
         _ingest_summary(bundle, results, None)
         return
     from mapp.analysis.cluster import connect, ingest_on_cluster, match_on_cluster
@@ -165,18 +170,6 @@ def ingest_command(
         match_on_cluster(bundle, cluster)
         described = cluster.describe()
     _ingest_summary(bundle, results, described)
-
-
-def _local_runner(update):
-    from mapp.analysis.ingest import dataset
-
-    def run(tasks):
-        results = []
-        for task in tasks:
-            results.append(dataset.ingest_partition(task))
-            update(len(results), len(tasks))
-        return results
-    return run
 
 
 @contextmanager
@@ -197,6 +190,8 @@ def _cluster_progress(description: str):
 def _ingest_summary(bundle: TraceBundle, results, engine: dict | None) -> None:
     from rich.table import Table
 
+    from mapp.analysis.ingest.dataset import per_worker
+
     if results is None:
         console.print(f"[mapp.ok]ingested[/] {len(bundle.ranks):,} ranks ({bundle.format}) into "
                       f"[mapp.path]{bundle.events_path}[/]")
@@ -207,12 +202,7 @@ def _ingest_summary(bundle: TraceBundle, results, engine: dict | None) -> None:
                   f"into {len(results)} files of [mapp.path]{bundle.events_path}[/]")
     table = Table("worker", "blocks", "files", "events", "seconds", "events/s", "peak RSS MB", title="per worker",
                   title_justify="left")
-    by_worker: dict[str, list] = {}
-    for result in results:
-        by_worker.setdefault(result.worker, []).append(result)
-    for worker, done in sorted(by_worker.items()):
-        seconds = sum(r.seconds for r in done)
-        rows = sum(r.rows for r in done)
-        table.add_row(worker, str(len(done)), f"{sum(r.files for r in done):,}", f"{rows:,}", f"{seconds:.1f}",
-                      f"{rows / seconds:,.0f}" if seconds else "-", f"{max(r.peak_rss for r in done) / 2**20:,.0f}")
+    for w in per_worker(results):
+        table.add_row(w.worker, str(w.blocks), f"{w.files:,}", f"{w.rows:,}", f"{w.seconds:.1f}",
+                      f"{w.rows / w.seconds:,.0f}" if w.seconds else "-", f"{w.peak_rss / 2**20:,.0f}")
     console.print(table)

@@ -1,15 +1,16 @@
 """A trace bundle: one directory of per-rank traces, read once into the events table.
 
 The events table is kept as Parquet in ``DIR/.mapp/events.parquet`` (beside ``ranks.parquet``
-and a manifest of the inputs it was built from) and reused while the inputs are unchanged and
-the cache is intact (see :mod:`mapp.analysis.ingest.cache`). Readers stream batches into it,
+and a manifest of the inputs it was built from), or, by :func:`ingest_partitioned`, as the
+partitioned dataset of :mod:`mapp.analysis.ingest.dataset`; either is reused while the inputs
+are unchanged and the cache is intact (see :mod:`mapp.analysis.ingest.cache`). Readers stream batches into it,
 so a bundle larger than memory can still be ingested; analyses scan only the columns they need.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from mapp import __version__
 from mapp.analysis.ingest import cache as cache_files
 from mapp.analysis.ingest import dataset
 from mapp.analysis.ingest.cache import CACHE_DIR
-from mapp.analysis.ingest.discover import discover, reader_module
+from mapp.analysis.ingest.discover import discover, read_events
 from mapp.analysis.ingest.schema import COORDS, RANKS_SCHEMA, conform
 from mapp.analysis.ingest.writer import write_events
 from mapp.errors import LayoutError
@@ -124,15 +125,6 @@ def _validate_ranks(ranks: pl.DataFrame) -> None:
             f"ranks {', '.join(map(str, same))} all claim tp{first['tp']} pp{first['pp']} dp{first['dp']} cp{first['cp']}",
             "the trace metadata is inconsistent: each rank has its own coordinates",
         )
-
-
-def _read_all(module, files: list[Path], warn, progress) -> tuple[Iterator[pl.DataFrame], pl.DataFrame]:
-    if hasattr(module, "read_batches"):
-        return module.read_batches(files, warn=warn, progress=progress)
-    events, ranks = module.read(files, warn=warn)
-    if progress:
-        progress(sum(p.stat().st_size for p in files))
-    return iter([events]), ranks
 
 
 def load_bundle(
@@ -283,7 +275,6 @@ def _build(directory: Path, found, cache: Path, wanted: dict, _warn, progress) -
     """Read the traces and write the cache in ``cache``: events, ranks, then the manifest that
     makes them valid (a build cut short leaves no manifest, so it is merely absent)."""
     events_path = cache / cache_files.EVENTS
-    module = reader_module(found.format)
     total = sum(p.stat().st_size for p in found.files)
     done = 0
 
@@ -293,7 +284,7 @@ def _build(directory: Path, found, cache: Path, wanted: dict, _warn, progress) -
         if progress:
             progress(done, total)
 
-    batches, ranks = _read_all(module, found.files, _warn, _progress)
+    batches, ranks = read_events(found.format, found.files, _warn, _progress)
     try:
         _validate_ranks(ranks)
     except BaseException:

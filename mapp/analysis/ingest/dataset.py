@@ -37,11 +37,12 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from mapp.analysis.ingest.discover import reader_module
+from mapp.analysis.ingest.discover import read_events
 from mapp.analysis.ingest.schema import BUILD_KEY, RANKS_SCHEMA, conform
 
 __all__ = ["EVENTS_DIR", "PARTITION_KEY", "DEFAULT_RANKS_PER_PARTITION", "PartitionTask",
-           "PartitionResult", "plan", "ingest_partition", "ingest_local", "manifest_entry", "files_of", "check", "clear"]
+           "PartitionResult", "WorkerSummary", "plan", "ingest_partition", "ingest_local", "per_worker", "manifest_entry",
+           "files_of", "check", "clear", "ranks_table"]
 
 EVENTS_DIR = "events"
 PARTITION_KEY = "rank_block"
@@ -101,12 +102,7 @@ def ingest_partition(task: PartitionTask, progress: Callable[[int], None] | None
     files = [Path(p) for p in task.files]
     target = Path(task.target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    module = reader_module(task.format)
-    if hasattr(module, "read_batches"):
-        batches, ranks = module.read_batches(files, warn=warnings.append, progress=progress)
-    else:
-        events, ranks = module.read(files, warn=warnings.append)
-        batches = iter([events])
+    batches, ranks = read_events(task.format, files, warnings.append, progress)
     rows = write_events(batches, target, task.build)
     return PartitionResult(
         index=task.index, rows=rows, bytes=target.stat().st_size,
@@ -117,9 +113,39 @@ def ingest_partition(task: PartitionTask, progress: Callable[[int], None] | None
     )
 
 
-def ingest_local(tasks: list[PartitionTask], progress: Callable[[int], None] | None = None) -> list[PartitionResult]:
-    """Every block in this process, one after another (the embedded engine)."""
-    return [ingest_partition(task, progress) for task in tasks]
+def ingest_local(tasks: list[PartitionTask], on_done: Callable[[PartitionResult], None] | None = None
+                 ) -> list[PartitionResult]:
+    """Every block in this process, one after another (the embedded engine); ``on_done`` gets
+    each result as it is done, as a cluster engine's ``map`` does."""
+    results = []
+    for task in tasks:
+        results.append(ingest_partition(task))
+        if on_done is not None:
+            on_done(results[-1])
+    return results
+
+
+@dataclass(slots=True)
+class WorkerSummary:
+    """What one worker process did in an ingest: its blocks, files, events, time and peak RSS."""
+
+    worker: str
+    blocks: int
+    files: int
+    rows: int
+    seconds: float
+    peak_rss: int
+
+
+def per_worker(results: list[PartitionResult]) -> list[WorkerSummary]:
+    """The blocks' results summed per worker process (a process's peak RSS is the largest any
+    of its blocks saw: the peak so far when the block ended)."""
+    by_worker: dict[str, list[PartitionResult]] = {}
+    for result in results:
+        by_worker.setdefault(result.worker, []).append(result)
+    return [WorkerSummary(worker, len(done), sum(r.files for r in done), sum(r.rows for r in done),
+                          sum(r.seconds for r in done), max(r.peak_rss for r in done))
+            for worker, done in sorted(by_worker.items())]
 
 
 def manifest_entry(cache: Path, results: list[PartitionResult], ranks_per_partition: int) -> dict:

@@ -24,7 +24,7 @@ from mapp import trace_format
 from mapp.analysis.ingest._json import GZIP_MAGIC, HEAD_BYTES, cut_short, read_head
 from mapp.errors import InputError, TraceFormatError
 
-__all__ = ["FORMATS", "Discovered", "discover", "reader_module"]
+__all__ = ["FORMATS", "Discovered", "discover", "reader_module", "read_events"]
 
 # format name -> (reader module, file name patterns that format uses)
 FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -62,6 +62,19 @@ def reader_module(format_name: str) -> ModuleType:
     if format_name not in FORMATS:
         raise InputError(f"unknown trace format {format_name!r}", f"use one of: {', '.join(FORMATS)}")
     return importlib.import_module(FORMATS[format_name][0])
+
+
+def read_events(format_name: str, files: list[Path], warn, progress=None):
+    """``(batches, ranks)``: the events of ``files`` as an iterator of batches and their ranks
+    table, from the format's streaming reader (``read_batches``) or, for a reader that has
+    none, its whole-table ``read``. ``progress(bytes)`` is called as input bytes are done."""
+    module = reader_module(format_name)
+    if hasattr(module, "read_batches"):
+        return module.read_batches(files, warn=warn, progress=progress)
+    events, ranks = module.read(files, warn=warn)
+    if progress:
+        progress(sum(p.stat().st_size for p in files))
+    return iter([events]), ranks
 
 
 def _candidates(directory: Path) -> list[Path]:

@@ -89,3 +89,20 @@ def test_sql_reads_the_dataset_and_tools_read_it_as_it_is(job, tmp_path):
     assert blocks == [(0, 0, 4), (1, 5, 9), (2, 10, 14), (3, 15, 15)]
     hive = pl.scan_parquet(bundle.events_path, hive_partitioning=True).filter(pl.col("rank_block") == 3)
     assert hive.select(pl.col("rank").unique()).collect()["rank"].to_list() == [15]
+
+
+def test_mapp_trace_ingest_partitioned_writes_the_dataset_in_this_process(job, tmp_path):
+    import subprocess
+    import sys
+
+    directory = _copy(job, tmp_path, "parts")
+    said = subprocess.run([sys.executable, "-m", "mapp", "trace", "ingest", str(directory), "--partitioned",
+                           "--ranks-per-partition", "5"], capture_output=True, text=True, timeout=300)
+    assert said.returncode == 0, said.stderr
+    assert "in this process into 4 files" in said.stdout and "per worker" in said.stdout
+    bundle = load_bundle(directory)
+    assert bundle.from_cache and len(bundle.parts) == 4
+    # one worker (this process) did the 4 blocks and the 16 files
+    row = next(line for line in said.stdout.splitlines() if ":" in line and "│" in line)
+    cells = [c.strip() for c in row.split("│") if c.strip()]
+    assert cells[1:3] == ["4", "16"], row
