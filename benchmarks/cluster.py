@@ -1,7 +1,7 @@
 """Benchmark: ingest a simulated 10,240-rank job on a local Ray cluster of 1 and 2 workers, beside
 the single-process ingest, then detect and SQL on the partitioned dataset against the one file.
 
-Run: ``python benchmarks/cluster.py [--job DIR] [--workers 1,2] [--memory-limit 1GB]``. Without
+Run: ``python benchmarks/cluster.py [--job DIR] [--workers 1,2] [--memory-limit 1GB] [--match-only]``. Without
 ``--job`` it simulates TP8 x PP8 x DP160 (16 microbatches, 2 iterations, one slow GPU) into a
 temporary directory first. Every step runs in a child process of its own (its peak RSS is its
 own; a Ray worker reports its own). Prints two tables:
@@ -52,6 +52,19 @@ def _child_ingest(job: Path, workers: int) -> dict:
             "driver_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
+def _child_match(job: Path) -> dict:
+    from mapp.analysis.graph import match_bundle
+    from mapp.analysis.ingest import load_bundle
+
+    bundle = load_bundle(job)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    started = time.perf_counter()
+    matching = match_bundle(bundle, use_cache=False)
+    return {"wall_s": time.perf_counter() - started, "instances": matching.collectives.height,
+            "members": matching.members.height, "pairs": matching.p2p.height, "rss_before": before,
+            "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
 def _child_analyse(job: Path, what: str, memory_limit: str) -> dict:
     from mapp.analysis.detect import detect_bundle
     from mapp.analysis.ingest import load_bundle
@@ -89,11 +102,18 @@ def main() -> None:
     ap.add_argument("--job", type=Path, help="A trace directory (default: simulate the 10,240-rank job).")
     ap.add_argument("--workers", default="1,2", help="Local Ray cluster sizes to run, comma separated.")
     ap.add_argument("--memory-limit", default="1GB", help="DuckDB's memory limit for the SQL step.")
+    ap.add_argument("--match-only", action="store_true",
+                    help="Only match the job's communication in one process and print its peak RSS.")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         kind, job, *rest = args.child
-        result = _child_ingest(Path(job), int(rest[0])) if kind == "ingest" else _child_analyse(Path(job), kind, rest[0])
+        if kind == "match":
+            result = _child_match(Path(job))
+        elif kind == "ingest":
+            result = _child_ingest(Path(job), int(rest[0]))
+        else:
+            result = _child_analyse(Path(job), kind, rest[0])
         print(json.dumps(result))
         return
     from rich.console import Console
@@ -107,6 +127,14 @@ def main() -> None:
         _simulate(job)
     try:
         mb = lambda n: f"{n / 2**20:,.0f}"  # noqa: E731
+        if args.match_only:
+            r = _run("match", str(job))
+            table = Table("instances", "members", "p2p pairs", "wall s", "RSS before MB", "peak RSS MB", title="matching",
+                          title_justify="left")
+            table.add_row(f"{r['instances']:,}", f"{r['members']:,}", f"{r['pairs']:,}", f"{r['wall_s']:.1f}",
+                          mb(r["rss_before"]), mb(r["rss"]))
+            Console(width=200).print(table)
+            return
         ingest = Table("engine", "workers", "events", "wall s", "parse s", "events/s (parse)", "driver RSS MB",
                        "worker peak RSS MB", title="ingest", title_justify="left")
         for workers in [0, *map(int, args.workers.split(","))]:
