@@ -10,6 +10,14 @@
 // by (channel, tag), staging those nobody asked for yet. Threads sleep on futexes in the
 // segment; each side holds a robust process-shared mutex for its lifetime, so a peer that
 // dies (even by SIGKILL) is seen as EOWNERDEAD on the next timed wake-up.
+//
+// Large messages skip the arena where the kernel lets the receiver read the sender's memory
+// (process_vm_readv, "cross-memory attach"): the sender publishes descriptors that point
+// into its own address space, and the receiver copies straight from there into the message's
+// buffer, split over a few threads. One copy instead of two, spread over cores; the send
+// completes once the receiver has consumed its last descriptor. Whether a pair may do this
+// is tried once at set-up (a read of the segment's magic word from the sender), so a host
+// that forbids it (Yama ptrace_scope >= 1, another PID namespace) falls back to the arena.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -20,6 +28,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,12 +57,13 @@ namespace py = pybind11;
 namespace {
 
 constexpr uint32_t kMagic = 0x5050414d;  // "MAPP"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr int kMetaWords = 20;  // a message header (16) and the CUDA IPC placement (4)
 constexpr int kLivenessMs = 100;  // how often a sleeping thread checks that its peer lives
 
 // descriptor flags (bits 0-7 ours; higher bits belong to the caller and travel untouched)
 constexpr uint32_t kFirst = 1, kLast = 2, kClose = 4;
+constexpr uint32_t kRemote = 8;  // arena_pos is an address in the sender's memory, not in the arena
 constexpr uint32_t kNotify = 1u << 8;  // also announce the message through pop_arrival()
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory counters need lock-free 64-bit atomics");
@@ -74,7 +84,8 @@ struct Desc {
   int64_t tag;
   uint64_t total;      // bytes of the whole message
   uint64_t offset;     // of this chunk within the message
-  uint64_t arena_pos;  // position of this chunk in the arena's byte stream (mod arena size)
+  uint64_t arena_pos;  // position of this chunk in the arena's byte stream (mod arena size),
+                       // or with kRemote its address in the sender's memory
   uint64_t len;
   uint32_t flags;
   uint32_t channel;
@@ -90,6 +101,8 @@ struct alignas(64) SegmentHeader {
   uint64_t arena_offset;
   int32_t sender_pid;
   int32_t receiver_pid;
+  uint64_t sender_base;             // where the sender mapped this segment (its address space)
+  std::atomic<uint32_t> single_copy;  // set by the receiver: it can read the sender's memory
   pthread_mutex_t sender_life;    // held by the sender's thread while it runs
   pthread_mutex_t receiver_life;  // held by the receiver's thread while it runs
   std::atomic<uint32_t> sender_up;    // set once sender_life is held: an unheld lock
@@ -185,6 +198,7 @@ class Segment {
     h->ring_offset = ring_offset;
     h->arena_offset = arena_offset;
     h->sender_pid = getpid();
+    h->sender_base = reinterpret_cast<uint64_t>(seg->base_);
     init_robust_mutex(&h->sender_life);
     init_robust_mutex(&h->receiver_life);
     std::atomic_thread_fence(std::memory_order_release);
@@ -322,6 +336,101 @@ class Buffer {
   std::shared_ptr<Pool> pool_;
 };
 
+// Reads another process's memory (process_vm_readv) into ours, one message chunk at a time,
+// split into slices that a few helper threads copy side by side: one thread's copy runs at a
+// fraction of what the memory system gives several. Helpers sleep when no read is under way.
+class Reader {
+ public:
+  static constexpr uint64_t kMinSlice = 256 << 10;
+
+  explicit Reader(int threads) {
+    for (int i = 1; i < threads; ++i) helpers_.emplace_back([this] { serve(); });
+  }
+  ~Reader() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : helpers_) t.join();
+  }
+
+  // Copy n bytes at `remote` in process `pid` to `local`: 0, or the errno that stopped it.
+  int read(pid_t pid, char* local, uint64_t remote, uint64_t n) {
+    uint64_t parts = std::min<uint64_t>(helpers_.size() + 1, std::max<uint64_t>(1, n / kMinSlice));
+    uint64_t slice = round_up((n + parts - 1) / parts, 4096);
+    Latch latch;
+    uint64_t offset = slice;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (; offset < n; offset += slice) {
+        jobs_.push_back({pid, local + offset, remote + offset, std::min(slice, n - offset), &latch});
+        ++latch.left;
+      }
+    }
+    cv_.notify_all();
+    int err = copy(pid, local, remote, std::min(slice, n));
+    std::unique_lock<std::mutex> g(mu_);
+    latch.done.wait(g, [&] { return latch.left == 0; });
+    return err ? err : latch.err;
+  }
+
+  // Whether this process may read `pid`'s memory: the 4 bytes at `remote` equal `expect`.
+  static bool can_read(pid_t pid, uint64_t remote, uint32_t expect) {
+    uint32_t word = 0;
+    return copy(pid, reinterpret_cast<char*>(&word), remote, sizeof(word)) == 0 && word == expect;
+  }
+
+ private:
+  struct Latch {
+    int left = 0;
+    int err = 0;
+    std::condition_variable done;
+  };
+  struct Job {
+    pid_t pid;
+    char* local;
+    uint64_t remote;
+    uint64_t n;
+    Latch* latch;
+  };
+
+  static int copy(pid_t pid, char* local, uint64_t remote, uint64_t n) {
+    while (n > 0) {
+      iovec to{local, n};
+      iovec from{reinterpret_cast<void*>(remote), n};
+      ssize_t got = process_vm_readv(pid, &to, 1, &from, 1, 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return got < 0 ? errno : EFAULT;
+      local += got;
+      remote += static_cast<uint64_t>(got);
+      n -= static_cast<uint64_t>(got);
+    }
+    return 0;
+  }
+
+  void serve() {
+    std::unique_lock<std::mutex> g(mu_);
+    while (true) {
+      cv_.wait(g, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping
+      Job job = jobs_.front();
+      jobs_.pop_front();
+      g.unlock();
+      int err = copy(job.pid, job.local, job.remote, job.n);
+      g.lock();
+      if (err && !job.latch->err) job.latch->err = err;
+      if (--job.latch->left == 0) job.latch->done.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  bool stop_ = false;
+  std::vector<std::thread> helpers_;
+};
+
 struct Signal {
   std::mutex mu;
   std::condition_variable cv;
@@ -344,6 +453,8 @@ struct Op {
   const char* src = nullptr;
   uint64_t nbytes = 0;
   uint64_t sent = 0;
+  bool remote = false;      // the receiver reads it from our memory (single copy)
+  uint64_t last_desc = 0;   // ...and it may be reused once this descriptor is consumed
   // receive side
   std::shared_ptr<Buffer> buffer;
 
@@ -391,8 +502,11 @@ struct Peer {
 
 class Engine {
  public:
-  Engine(int rank, uint64_t chunk_bytes, uint64_t cache_bytes)
-      : rank_(rank), chunk_bytes_(chunk_bytes), signal_(std::make_shared<Signal>()), pool_(std::make_shared<Pool>(cache_bytes)) {}
+  // single_copy_bytes: messages from this size on are read from the sender's memory where
+  // the pair allows it (0: never); copy_threads: how many threads split such a read.
+  Engine(int rank, uint64_t chunk_bytes, uint64_t cache_bytes, uint64_t single_copy_bytes, int copy_threads)
+      : rank_(rank), chunk_bytes_(chunk_bytes), single_copy_bytes_(single_copy_bytes), copy_threads_(std::max(copy_threads, 1)),
+        signal_(std::make_shared<Signal>()), pool_(std::make_shared<Pool>(cache_bytes)) {}
   ~Engine() { close(); }
 
   void create_outgoing(int peer, const std::string& name, uint64_t slots, uint64_t arena_bytes) {
@@ -400,8 +514,20 @@ class Engine {
   }
 
   void open_incoming(int peer, const std::string& name) {
-    slot(peer).in = Segment::open(name);
+    Peer& p = slot(peer);
+    p.in = Segment::open(name);
     shm_unlink(name.c_str());  // both ends have it mapped: the name is no longer needed
+    SegmentHeader* h = p.in->header();
+    if (single_copy_bytes_ && Reader::can_read(h->sender_pid, h->sender_base, kMagic)) {
+      if (!reader_) reader_ = std::make_unique<Reader>(copy_threads_);
+      h->single_copy.store(1, std::memory_order_release);  // seen by the sender after set-up's barrier
+    }
+  }
+
+  // Whether messages from `peer` to this rank may be read from its memory.
+  bool single_copy(int peer) {
+    Peer& p = known(peer);
+    return p.in->header()->single_copy.load(std::memory_order_acquire) != 0;
   }
 
   // Start every peer's threads; returns once each holds its life mutex.
@@ -446,6 +572,7 @@ class Engine {
       p.queued.push_back(op);
     }
     p.send_cv.notify_one();
+    bump(&p.out->header()->tail_seq);  // in case the sender thread sleeps there (send_loop)
     return op;
   }
 
@@ -537,12 +664,14 @@ class Engine {
     stopping_ = true;
     for (auto& [rank, p] : peers_) {
       p->send_cv.notify_all();
+      if (p->out) bump(&p->out->header()->tail_seq);
       if (p->in) bump(&p->in->header()->head_seq);
     }
     for (auto& [rank, p] : peers_) {
       if (p->sender.joinable()) p->sender.join();
       if (p->receiver.joinable()) p->receiver.join();
     }
+    reader_.reset();
     // the segments stay mapped until the engine is destroyed: another Python thread may
     // still be inside wait_device_ack
     std::lock_guard<std::mutex> g(signal_->mu);
@@ -587,28 +716,58 @@ class Engine {
     h->sender_up.store(1, std::memory_order_release);
     started->fetch_add(1);
     std::deque<std::shared_ptr<Op>> active;
-    while (true) {
+    std::deque<std::shared_ptr<Op>> reading;  // sent by address: done once the peer read them
+    std::string lost;
+    while (lost.empty()) {
+      uint32_t seq = h->tail_seq.load(std::memory_order_acquire);
+      settle(p, reading);
       {
         std::unique_lock<std::mutex> g(p->send_mu);
-        p->send_cv.wait(g, [&] { return !p->queued.empty() || !active.empty() || stopping_; });
+        if (reading.empty()) p->send_cv.wait(g, [&] { return !p->queued.empty() || !active.empty() || stopping_; });
         while (!p->queued.empty()) {
           active.push_back(std::move(p->queued.front()));
           p->queued.pop_front();
         }
       }
-      if (active.empty()) break;  // stopping, and everything queued went out
+      if (active.empty()) {
+        if (reading.empty()) break;  // stopping, and everything queued went out
+        // sleep until the receiver consumes a descriptor or a new send is posted (both bump)
+        lost = send_gone(p);
+        if (lost.empty()) lost = receiver_lost(p);
+        if (lost.empty()) futex_wait(&h->tail_seq, seq, kLivenessMs);
+        continue;
+      }
       std::shared_ptr<Op> op = std::move(active.front());
       active.pop_front();
-      std::string lost = send_gone(p);
+      lost = send_gone(p);
       if (lost.empty()) lost = push_chunk(p, op.get());
       if (!lost.empty()) {
-        fail_sends(p, lost, op, active);
+        active.push_front(std::move(op));
         break;
       }
       if (op->sent < op->nbytes) active.push_back(std::move(op));  // round robin
+      else if (op->remote) reading.push_back(std::move(op));
     }
+    if (!lost.empty()) fail_sends(p, lost, active, reading);
     if (send_gone(p).empty()) publish_close(p);
     pthread_mutex_unlock(&h->sender_life);
+  }
+
+  // Finish the sends by address whose last descriptor the receiver has consumed.
+  void settle(Peer* p, std::deque<std::shared_ptr<Op>>& reading) {
+    uint64_t tail = p->out->header()->tail.load(std::memory_order_acquire);
+    if (reading.empty() || reading.front()->last_desc >= tail) return;
+    std::lock_guard<std::mutex> g(signal_->mu);
+    while (!reading.empty() && reading.front()->last_desc < tail) {
+      reading.front()->finish(State::kDone);
+      reading.pop_front();
+    }
+  }
+
+  std::string receiver_lost(Peer* p) {
+    SegmentHeader* h = p->out->header();
+    Life life = probe(&h->receiver_life, h->receiver_up);
+    return life == Life::kAlive ? std::string() : describe_loss(p->rank, h->receiver_pid, life);
   }
 
   // Why the peer can take nothing more (its receiving side found it dead or closed), or "".
@@ -624,6 +783,9 @@ class Engine {
     const uint64_t A = h->arena_bytes;
     // small chunks: the receiver copies each out while it is still in the shared cache
     const uint64_t max_chunk = std::max<uint64_t>(std::min(A / 4, chunk_bytes_ ? chunk_bytes_ : A), 1);
+    if (op->sent == 0)
+      op->remote = single_copy_bytes_ && op->nbytes >= single_copy_bytes_ && h->single_copy.load(std::memory_order_acquire);
+    if (op->remote) return push_address(p, op);
     uint64_t len = std::min(op->nbytes - op->sent, max_chunk);
     uint64_t pos = p->arena_head;
     if (A - pos % A < len) pos += A - pos % A;  // a chunk never wraps: skip to the start
@@ -655,6 +817,31 @@ class Engine {
     return {};
   }
 
+  // The next chunk of `op` by address: a descriptor only; the receiver reads the bytes from
+  // our memory. Chunks of a few MiB keep the round robin fair to small messages behind it.
+  std::string push_address(Peer* p, Op* op) {
+    SegmentHeader* h = p->out->header();
+    uint64_t len = std::min(op->nbytes - op->sent, kAddressChunk);
+    std::string lost = wait_for_room(p, [&] { return h->head.load(std::memory_order_relaxed) - h->tail.load(std::memory_order_acquire) < h->ring_slots; });
+    if (!lost.empty()) return lost;
+    uint64_t head = h->head.load(std::memory_order_relaxed);
+    Desc& d = p->out->ring()[head % h->ring_slots];
+    d.msg_id = op->msg_id;
+    d.tag = op->tag;
+    d.total = op->nbytes;
+    d.offset = op->sent;
+    d.arena_pos = reinterpret_cast<uint64_t>(op->src + op->sent);
+    d.len = len;
+    d.channel = op->channel;
+    d.flags = op->flags | kRemote | (op->sent == 0 ? kFirst : 0) | (op->sent + len == op->nbytes ? kLast : 0);
+    std::copy(op->meta.begin(), op->meta.end(), d.meta);
+    op->sent += len;
+    op->last_desc = head;
+    h->head.store(head + 1, std::memory_order_release);
+    bump(&h->head_seq);
+    return {};
+  }
+
   template <class Ready>
   std::string wait_for_room(Peer* p, Ready ready) {
     SegmentHeader* h = p->out->header();
@@ -667,11 +854,11 @@ class Engine {
     }
   }
 
-  void fail_sends(Peer* p, const std::string& why, std::shared_ptr<Op>& current, std::deque<std::shared_ptr<Op>>& active) {
+  void fail_sends(Peer* p, const std::string& why, std::deque<std::shared_ptr<Op>>& active, std::deque<std::shared_ptr<Op>>& reading) {
     std::lock_guard<std::mutex> g(signal_->mu);
     p->send_gone = why;
-    current->finish(State::kFailed, why);
     for (auto& op : active) op->finish(State::kFailed, why);
+    for (auto& op : reading) op->finish(State::kFailed, why);
     std::lock_guard<std::mutex> sg(p->send_mu);
     for (auto& op : p->queued) op->finish(State::kFailed, why);
     p->queued.clear();
@@ -760,8 +947,15 @@ class Engine {
       }
       m = it->second.get();
     }
-    if (d.len) std::memcpy(m->buffer->data() + d.offset, p->in->arena() + d.arena_pos % h->arena_bytes, d.len);
-    h->arena_freed.store(d.arena_pos + d.len, std::memory_order_release);
+    if (d.flags & kRemote) {
+      if (!reader_) return "rank " + std::to_string(p->rank) + " sent a message by address, which this pair did not agree to";
+      int err = d.len ? reader_->read(h->sender_pid, m->buffer->data() + d.offset, d.arena_pos, d.len) : 0;
+      if (err == ESRCH) return describe_loss(p->rank, h->sender_pid, Life::kDead);
+      if (err) return "cannot read a message from rank " + std::to_string(p->rank) + "'s memory: " + std::strerror(err);
+    } else {
+      if (d.len) std::memcpy(m->buffer->data() + d.offset, p->in->arena() + d.arena_pos % h->arena_bytes, d.len);
+      h->arena_freed.store(d.arena_pos + d.len, std::memory_order_release);
+    }
     if (d.flags & kLast) {
       complete(p, m);
       partial.erase(d.msg_id);
@@ -802,8 +996,13 @@ class Engine {
     op->finish(State::kDone);
   }
 
+  static constexpr uint64_t kAddressChunk = 8 << 20;
+
   int rank_;
   uint64_t chunk_bytes_;
+  uint64_t single_copy_bytes_;
+  int copy_threads_;
+  std::unique_ptr<Reader> reader_;  // set up before the threads start, gone after they stop
   std::shared_ptr<Signal> signal_;
   std::shared_ptr<Pool> pool_;
   std::map<int, std::unique_ptr<Peer>> peers_;
@@ -859,7 +1058,9 @@ PYBIND11_MODULE(_shm, m) {
       });
 
   py::class_<Engine>(m, "Engine")
-      .def(py::init<int, uint64_t, uint64_t>(), py::arg("rank"), py::arg("chunk_bytes") = 0, py::arg("cache_bytes") = 0)
+      .def(py::init<int, uint64_t, uint64_t, uint64_t, int>(), py::arg("rank"), py::arg("chunk_bytes") = 0, py::arg("cache_bytes") = 0,
+           py::arg("single_copy_bytes") = 0, py::arg("copy_threads") = 1)
+      .def("single_copy", &Engine::single_copy, py::arg("peer"))
       .def("create_outgoing", &Engine::create_outgoing, py::arg("peer"), py::arg("name"), py::arg("ring_slots"), py::arg("arena_bytes"))
       .def("open_incoming", &Engine::open_incoming, py::arg("peer"), py::arg("name"))
       .def("start", &Engine::start, py::call_guard<py::gil_scoped_release>())

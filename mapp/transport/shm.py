@@ -31,6 +31,8 @@ _DEFAULT_ARENA_BYTES = 8 << 20
 _DEFAULT_RING_SLOTS = 1024
 _DEFAULT_CHUNK_BYTES = 1 << 20
 _DEFAULT_CACHE_BYTES = 512 << 20
+_DEFAULT_SINGLE_COPY_BYTES = 2 << 20
+_MAX_COPY_THREADS = 4
 
 
 class ShmTransport(Transport):
@@ -42,6 +44,12 @@ class ShmTransport(Transport):
     quarter of the arena) and ``$MAPP_TRANSPORT_RING_SLOTS`` descriptors. Received buffers of
     1 MiB and more go back to a cache of up to ``$MAPP_TRANSPORT_CACHE_BYTES`` (512 MiB) once
     dropped, for the next message of that size (fresh memory costs a fault per page).
+
+    Messages of ``$MAPP_TRANSPORT_SINGLE_COPY_BYTES`` (2 MiB) and more skip the arena where
+    the host lets one process read another's memory (``process_vm_readv``; not under Yama
+    ``ptrace_scope`` >= 1 or across PID namespaces): the receiver copies them straight out of
+    the sender's tensor with ``$MAPP_TRANSPORT_COPY_THREADS`` threads (up to 4), and the send
+    completes once they are read. 0 turns this off. ``single_copy_peers`` says where it is on.
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None, *, job: str | None = None, peers: Iterable[int] | None = None, roster: Roster | None = None):
@@ -60,7 +68,9 @@ class ShmTransport(Transport):
         self._in_flight: deque = deque()  # (op, tensor): the C++ thread reads the tensor's memory
         chunk = int(os.environ.get("MAPP_TRANSPORT_CHUNK_BYTES", _DEFAULT_CHUNK_BYTES))
         cache = int(os.environ.get("MAPP_TRANSPORT_CACHE_BYTES", _DEFAULT_CACHE_BYTES))
-        self._engine = _shm.Engine(self._rank, chunk, cache)
+        single = int(os.environ.get("MAPP_TRANSPORT_SINGLE_COPY_BYTES", _DEFAULT_SINGLE_COPY_BYTES))
+        threads = int(os.environ.get("MAPP_TRANSPORT_COPY_THREADS", min(_MAX_COPY_THREADS, os.cpu_count() or 1)))
+        self._engine = _shm.Engine(self._rank, chunk, cache, single, threads)
         atexit.register(self.close)
         try:
             self._connect(group)
@@ -100,6 +110,11 @@ class ShmTransport(Transport):
     @property
     def peers(self) -> list[int]:
         return list(self._peers)
+
+    @property
+    def single_copy_peers(self) -> list[int]:
+        """The peers whose large messages this rank reads from their memory (one copy)."""
+        return [p for p in self._peers if self._engine.single_copy(p)]
 
     def isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work:
         header = Header.of(tensor, tag)

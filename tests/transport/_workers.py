@@ -50,6 +50,13 @@ def exchange(rank: int, world: int, backend: str, count: int, big: int) -> str:
     return digest([got[k] for k in canonical])
 
 
+def single_copy(rank: int, world: int, count: int, big: int) -> tuple[str, list[int]]:
+    """``exchange`` over shared memory, also saying which peers this rank reads from by
+    address (their large messages skip the arena)."""
+    peers = make_transport(backend="shm").single_copy_peers  # its own job: closed at exit
+    return exchange(rank, world, "shm", count, big), peers
+
+
 def _by_tag(pairs: list) -> dict[int, deque]:
     out: dict[int, deque] = defaultdict(deque)
     for tag, tensor in pairs:

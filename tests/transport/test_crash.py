@@ -12,11 +12,14 @@ from tests.transport._ranks import run_ranks
 from tests.transport._workers import crash, setup_crash
 
 
-@pytest.mark.parametrize("backend", ["shm", "dist"])
+# shm: the 64 MB message read from the dying rank's memory; shm-arena: streamed through the arena
+@pytest.mark.parametrize("backend", ["shm", "shm-arena", "dist"])
 @pytest.mark.parametrize("world", [2, 3])
 def test_killing_a_rank_mid_transfer_fails_its_peers_and_leaves_no_segment(backend, world):
     job = f"crashtest{uuid.uuid4().hex[:8]}"
     env = {"MAPP_TRANSPORT_JOB": job, "MAPP_TRANSPORT_ARENA_BYTES": str(256 << 10)}
+    if backend == "shm-arena":
+        backend, env["MAPP_TRANSPORT_SINGLE_COPY_BYTES"] = "shm", "0"
     results = run_ranks(crash, world, backend, env=env, killed=(1,))
     assert results[1] is None
     for rank in [0, 2][: world - 1]:
