@@ -7,9 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from mapp.cli._ui import console, err_console, guarded, warn
+from mapp.cli._ui import console, err_console, guarded, progress_bar, warn
 from mapp.cli._shared import (DEFAULT_THRESHOLD, FormerFormatOption, ImbalanceThresholdOption, InputFormatOption,
                                LinkThresholdOption, MinEffectOption, ThresholdOption, input_format, load, thresholds)
+from mapp.errors import InputError
 from mapp.output import check_output, is_stdout
 
 __all__ = ["commands", "detect"]
@@ -31,6 +32,14 @@ def detect(
     former_format: FormerFormatOption = None,
     fail_on_suspect: Annotated[bool, typer.Option("--fail-on-suspect", help="Exit with status 1 when there is a suspect.")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-read the traces even if DIR/.mapp is current.")] = False,
+    window: Annotated[Optional[int], typer.Option("--window", metavar="N", help="Analyse N traced iterations at a time "
+                                                  "and merge the verdicts: memory follows N, not the trace. \\[default: all at once]")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", metavar="ENGINE", help="With --window: run the windows on a "
+                                                  "cluster engine: ray (workers read the dataset at the same path).")] = None,
+    address: Annotated[Optional[str], typer.Option("--address", help="The Ray cluster to join (as mapp trace ingest). "
+                                                   "\\[default: start a local one]")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", metavar="N", help="CPUs of the local cluster started "
+                                                   "without --address.")] = None,
 ) -> None:
     """Find the straggler: slow GPU, slow host, slow link or slow NIC, told apart from its victims.
 
@@ -38,15 +47,37 @@ def detect(
     aligned clocks, and the effective bandwidth of links and collective transfers. Workload
     imbalance (a heavy stage, uneven sequence lengths) is reported as imbalance, not a fault.
     Exit status 0 whether or not there are suspects, unless --fail-on-suspect.
+
+    For traces too large to analyse at once, --window N judges N iterations at a time (each
+    window matched, aligned and judged on its own, --engine ray on a cluster's workers) and
+    reports a suspect found in any window, with the windows it was found in.
     """
-    from mapp.analysis.detect import detect_bundle, parse_layout
+    from mapp.analysis.detect import detect_bundle, detect_windows, parse_layout
     from mapp.report.verdict import DetectReport
 
     sizes = parse_layout(layout) if layout else None
     cuts = thresholds(threshold, link_threshold, imbalance_threshold, min_effect)
     check_output(json_out, directory, option="--json")
+    if engine is not None and engine != "ray":
+        raise InputError(f"--engine {engine}: unknown engine", "use --engine ray (or leave it out to run here)")
+    if engine is not None and window is None:
+        raise InputError("--engine needs --window", "add --window N: each window of N iterations is one task")
+    if engine is None and (address is not None or workers is not None):
+        raise InputError("--address and --workers need --engine ray", "add --engine ray")
+    if window is not None and window < 1:
+        raise InputError(f"--window {window}: must be at least 1", "give the iterations per window")
     bundle = load(directory, input_format(input_format_, former_format), use_cache=not no_cache)
-    verdict = detect_bundle(bundle, threshold=cuts, layout=sizes)
+    if window is None:
+        verdict = detect_bundle(bundle, threshold=cuts, layout=sizes)
+    elif engine is None:
+        with progress_bar(f"detecting in windows of {window} iterations", unit="windows") as update:
+            verdict = detect_windows(bundle, window=window, threshold=cuts, layout=sizes, progress=update)
+    else:
+        from mapp.analysis.cluster import connect, detect_on_cluster
+
+        with connect(address, workers) as cluster, progress_bar(f"detecting in windows of {window} iterations on ray",
+                                                                unit="windows") as update:
+            verdict = detect_on_cluster(bundle, cluster, window=window, threshold=cuts, layout=sizes, progress=update)
     report = DetectReport(verdict, source=str(directory))
     # with --json -, stdout carries the JSON alone (for jq and scripts); the report goes to stderr
     (err_console if is_stdout(json_out) else console).print(report)

@@ -13,7 +13,9 @@ What runs where (see ``docs/scale.md``):
   communication calls for matching (:mod:`.match`), so only those travel;
 * global, on the driver: checking the ranks tables, the manifest, pairing the calls (a join
   over every rank's calls), the clock solve (a sparse system over the matched pairs) and
-  the verdict.
+  the verdict;
+* per window of iterations, on the workers, with ``mapp detect --window N --engine ray``:
+  matching, alignment and the detector's stages (:mod:`.detect`); only verdicts travel.
 
 Nothing here is imported unless ``--engine ray`` is given: ``ray`` is an optional dependency
 (``pip install 'mapp[ray]'``).
@@ -21,8 +23,9 @@ Nothing here is imported unless ``--engine ray`` is given: ``ray`` is an optiona
 
 from mapp._lazy import lazy_exports
 
-__all__ = ["RayEngine", "connect", "ingest_on_cluster", "match_on_cluster"]
+__all__ = ["RayEngine", "connect", "detect_on_cluster", "ingest_on_cluster", "match_on_cluster"]
 
-_HOMES = {"RayEngine": "engine", "connect": "engine", "ingest_on_cluster": "ingest", "match_on_cluster": "match"}
+_HOMES = {"RayEngine": "engine", "connect": "engine", "detect_on_cluster": "detect", "ingest_on_cluster": "ingest",
+          "match_on_cluster": "match"}
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -17,10 +17,10 @@ option defaults without loading polars.
 from mapp._lazy import lazy_exports
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds  # light: no polars
 
-__all__ = ["detect_bundle", "parse_layout", "DEFAULT_THRESHOLD", "Thresholds", "Verdict", "Suspect", "Imbalance",
+__all__ = ["detect_bundle", "detect_windows", "parse_layout", "DEFAULT_THRESHOLD", "Thresholds", "Verdict", "Suspect", "Imbalance",
            "LayoutInfo"]
 
-_HOMES = {"detect_bundle": "detector", "parse_layout": "layout", "LayoutInfo": "layout",
+_HOMES = {"detect_bundle": "detector", "detect_windows": "windows", "parse_layout": "layout", "LayoutInfo": "layout",
           "Verdict": "verdict", "Suspect": "verdict", "Imbalance": "verdict"}
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -34,6 +34,8 @@ def _key(bundle) -> str:
 def load(bundle) -> tuple[dict[str, pl.DataFrame], list[Finding]] | None:
     """The cached matching's tables (by name) and findings, or None; ``Matching`` checks that
     each table is of the right kind (``matching._from_cache``)."""
+    if bundle.iterations is not None:  # a window's matching is not the job's
+        return None
     where = Path(bundle.cache_dir) / _DIR
     try:
         if (where / "key").read_text() != _key(bundle):
@@ -49,7 +51,10 @@ def load(bundle) -> tuple[dict[str, pl.DataFrame], list[Finding]] | None:
 
 
 def store(bundle, matching) -> None:
-    """Keep ``matching`` (raw clocks) beside the events table; silently skipped if not writable."""
+    """Keep ``matching`` (raw clocks) beside the events table; silently skipped if not writable
+    (and for a window of the bundle's iterations: the cache holds the whole job's)."""
+    if bundle.iterations is not None:
+        return
     where = Path(bundle.cache_dir) / _DIR
     tmp: Path | None = None
     try:

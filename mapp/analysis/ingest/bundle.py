@@ -10,8 +10,8 @@ so a bundle larger than memory can still be ingested; analyses scan only the col
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
@@ -40,6 +40,8 @@ class TraceBundle:
     # The Parquet files that hold the events, in row order: ``(events_path,)`` for the single
     # file; a partitioned dataset's files (``events_path`` is then its directory).
     parts: tuple[Path, ...] = ()
+    # Only these iterations' events (``window``); None: every event.
+    iterations: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.parts:
@@ -59,7 +61,21 @@ class TraceBundle:
         """The events table, lazily: select and filter before collecting."""
         # the files as a list, not the directory: block 10 must come after block 9, and the
         # partition key is not one of the events' columns
-        return pl.scan_parquet(list(self.parts), hive_partitioning=False)
+        scan = pl.scan_parquet(list(self.parts), hive_partitioning=False)
+        if self.iterations is not None:
+            scan = scan.filter(pl.col("iteration").is_in(list(self.iterations)))
+        return scan
+
+    def window(self, iterations: Iterable[int]) -> TraceBundle:
+        """The same bundle seen through some iterations only: what it scans, and what is
+        matched and detected on it, holds only their events (``mapp detect --window``)."""
+        return replace(self, iterations=tuple(sorted({int(i) for i in iterations})), warnings=list(self.warnings))
+
+    def traced_iterations(self) -> list[int]:
+        """The iterations the events carry, ascending (a streaming pass over one column)."""
+        scan = pl.scan_parquet(list(self.parts), hive_partitioning=False)
+        found = scan.select(pl.col("iteration").drop_nulls().unique()).collect(engine="streaming")
+        return sorted(int(i) for i in found["iteration"].to_list())
 
     @property
     def events(self) -> pl.DataFrame:

@@ -77,6 +77,20 @@ def test_detect_and_sql_give_the_single_process_answers(jobs, tmp_path):
         b.close()
 
 
+def test_detect_in_windows_on_the_workers_gives_the_windows_of_one_process(jobs, tmp_path):
+    _, cluster = jobs
+    verdicts = []
+    for where, extra in (("here", []), ("ray", ["--engine", "ray", "--workers", "2"])):
+        out = tmp_path / f"{where}.json"
+        _mapp("detect", str(cluster), "--window", "1", "--json", str(out), *extra)
+        verdict = json.loads(out.read_text())
+        verdict.pop("timings_s")
+        verdicts.append(verdict)
+    assert verdicts[0] == verdicts[1]
+    top = verdicts[0]["suspects"][0]
+    assert top["rank"] == 6 and top["evidence"]["windows"] == {"found_in": 2, "of": 2, "iterations": [0, 1]}
+
+
 def test_ray_data_duckdb_and_spark_read_the_dataset_as_it_is(jobs):
     _, cluster = jobs
     events = cluster / ".mapp" / "events"
