@@ -9,6 +9,12 @@ own; a Ray worker reports its own). Prints two tables:
 * ingest: engine, workers, wall s, events/s, the driver's peak RSS and each worker's;
 * analysis: detect and a SQL aggregation over every event, on the single file and on the dataset,
   with wall s, peak RSS and whether the answers are the same.
+
+``--large --job DIR [--windows 1,2] [--memory-limit 4GB]``: a job too large to analyse at once
+(e.g. ``mapp simulate --tp 8 --pp 8 --dp 160 --microbatches 16 --iterations 16``, 57 M events):
+writes its partitioned dataset if it has none (``mapp trace ingest --partitioned``, timed), then
+``mapp detect --window N`` for each N and ``mapp sql --no-match --memory-limit`` over every
+event, each in a child process: wall s, peak RSS, and the answer.
 """
 
 from __future__ import annotations
@@ -84,6 +90,70 @@ def _child_analyse(job: Path, what: str, memory_limit: str) -> dict:
             "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
+LARGE_SQL = (
+    "SELECT rank, cat, count(*) AS n, sum(dur_ns) AS busy FROM events GROUP BY ALL ORDER BY ALL",
+    "SELECT iteration, r.pp, sum(e.dur_ns) AS compute FROM events e JOIN ranks r USING (rank) "
+    "WHERE e.cat = 'compute' GROUP BY ALL ORDER BY ALL",
+    "SELECT rank, name, dur_ns FROM events WHERE cat = 'compute' ORDER BY dur_ns DESC LIMIT 20",
+)
+
+
+def _child_ingest_partitioned(job: Path) -> dict:
+    from mapp.analysis.ingest import ingest_partitioned
+
+    started = time.perf_counter()
+    bundle, _ = ingest_partitioned(job)
+    return {"wall_s": time.perf_counter() - started, "files": len(bundle.parts),
+            "bytes": sum(p.stat().st_size for p in bundle.parts),
+            "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _child_large(job: Path, what: str, arg: str) -> dict:
+    from mapp.analysis.ingest import load_bundle
+
+    started = time.perf_counter()
+    bundle = load_bundle(job)
+    if what == "detect-window":
+        from mapp.analysis.detect import detect_windows
+
+        verdict = detect_windows(bundle, window=int(arg), threshold=0.1)
+        top = verdict.suspects[0] if verdict.suspects else None
+        answer = "no suspect" if top is None else (f"{top.kind} {top.label()} {top.slowdown:.2f}x, "
+                                                    f"{top.evidence['windows']['found_in']} of {top.evidence['windows']['of']} windows")
+        rows = bundle.scan().select("rank").collect(engine="streaming").height
+    else:
+        from mapp.sql.database import open_database
+
+        database = open_database(job, memory_limit=arg, match=False)
+        counts = [database.query(q).table.num_rows for q in LARGE_SQL]
+        rows = database.query("SELECT count(*) FROM events").rows()[0][0]
+        database.close()
+        answer = f"{len(LARGE_SQL)} queries, {counts} rows"
+    return {"wall_s": time.perf_counter() - started, "answer": answer, "events": rows,
+            "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _large(job: Path, windows: str, memory_limit: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from mapp.analysis.ingest import load_bundle
+
+    mb = lambda n: f"{n / 2**20:,.0f}"  # noqa: E731
+    table = Table("step", "wall s", "peak RSS MB", "answer", title=f"a job too large to analyse at once: {job}",
+                  title_justify="left")
+    if not load_bundle(job).partitioned:
+        r = _run("ingest-partitioned", str(job))
+        table.add_row(f"mapp trace ingest --partitioned ({r['files']} files, {r['bytes'] / 2**30:.1f} GiB)",
+                      f"{r['wall_s']:.1f}", mb(r["rss"]), "")
+    for n in windows.split(","):
+        r = _run("detect-window", str(job), n)
+        table.add_row(f"mapp detect --window {n} ({r['events']:,} events)", f"{r['wall_s']:.1f}", mb(r["rss"]), r["answer"])
+    r = _run("sql-large", str(job), memory_limit)
+    table.add_row(f"mapp sql --no-match --memory-limit {memory_limit}", f"{r['wall_s']:.1f}", mb(r["rss"]), r["answer"])
+    Console(width=200).print(table)
+
+
 def _run(*args: str) -> dict:
     out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -104,11 +174,20 @@ def main() -> None:
     ap.add_argument("--memory-limit", default="1GB", help="DuckDB's memory limit for the SQL step.")
     ap.add_argument("--match-only", action="store_true",
                     help="Only match the job's communication in one process and print its peak RSS.")
+    ap.add_argument("--large", action="store_true",
+                    help="--job is too large to analyse at once: detect in windows, SQL without matching.")
+    ap.add_argument("--windows", default="1,2", help="With --large: the --window sizes to run.")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         kind, job, *rest = args.child
-        if kind == "match":
+        if kind == "ingest-partitioned":
+            result = _child_ingest_partitioned(Path(job))
+        elif kind == "detect-window":
+            result = _child_large(Path(job), kind, rest[0])
+        elif kind == "sql-large":
+            result = _child_large(Path(job), kind, rest[0])
+        elif kind == "match":
             result = _child_match(Path(job))
         elif kind == "ingest":
             result = _child_ingest(Path(job), int(rest[0]))
@@ -119,6 +198,11 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    if args.large:
+        if args.job is None:
+            ap.error("--large needs --job DIR")
+        _large(args.job, args.windows, args.memory_limit)
+        return
     temp = None
     job = args.job
     if job is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mapp.analysis.align import ClockModel, align_bundle
-from mapp.analysis.graph import Matching, match_bundle
+from mapp.analysis.graph import Matching, match_bundle, unmatched
 from mapp.analysis.ingest.bundle import TraceBundle
 
 __all__ = ["Analysis", "analyse"]
@@ -31,8 +31,14 @@ class Analysis:
     notes: tuple[str, ...] = ()
 
 
-def analyse(bundle: TraceBundle, *, align: bool = True) -> Analysis:
-    """Match ``bundle``'s collectives and p2p and, unless ``align`` is False, align its clocks."""
+def analyse(bundle: TraceBundle, *, align: bool = True, match: bool = True) -> Analysis:
+    """Match ``bundle``'s collectives and p2p and, unless ``align`` is False, align its clocks.
+    ``match=False`` matches nothing (and so aligns nothing): for bundles whose communication is
+    too large to match in memory, where only the events are wanted."""
+    if not match:
+        return Analysis(bundle, unmatched(bundle), None, (
+            "communication not matched (--no-match): collectives, collective_members and p2p are empty, "
+            "*_aligned_ns columns are null",))
     matching = match_bundle(bundle)
     if not align:
         return Analysis(bundle, matching, None, ("times are not aligned (--no-align): *_aligned_ns columns are null",))

@@ -26,12 +26,13 @@ def _loader(input_format: str | None):
 
 def open_for_cli(directory: Path | None, db: Path | None, *, no_align: bool = False, rebuild: bool = False,
                  input_format: str | None = None, allow_files: list[Path] | None = None,
-                 memory_limit: str | None = None) -> TraceDatabase:
+                 memory_limit: str | None = None, no_match: bool = False) -> TraceDatabase:
     """Open the bundle's database with a progress bar and warnings on stderr (shared with report)."""
     from mapp.sql.database import open_database
 
     return open_database(directory, db=db, align=not no_align, rebuild=rebuild, load=_loader(input_format),
-                         warn=warn, allow_files=allow_files or (), memory_limit=memory_limit)
+                         warn=warn, allow_files=allow_files or (), memory_limit=memory_limit,
+                         match=not no_match)
 
 
 def print_result(result: QueryResult, fmt: str) -> None:
@@ -93,6 +94,7 @@ def sql(
     db: Annotated[Optional[Path], typer.Option("--db", help="Keep the database in this DuckDB file (events copied in) and reuse it while the traces are unchanged; alone, opens the file.")] = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild --db FILE even if it is current.")] = False,
     no_align: Annotated[bool, typer.Option("--no-align", help="Skip clock alignment (*_aligned_ns columns stay null).")] = False,
+    no_match: Annotated[bool, typer.Option("--no-match", help="Skip matching communication (collectives, collective_members and p2p stay empty, times unaligned): for traces whose communication does not fit in memory; events and ranks are read out of core.")] = False,
     input_format: InputFormatOption = None,
     engine: Annotated[str, typer.Option("--engine", help="duckdb (built in) or perfetto (your trace_processor_shell over the merged trace; needs pip install perfetto).")] = "duckdb",
     perfetto_bin: Annotated[Optional[Path], typer.Option("--perfetto-bin", help="Path to trace_processor_shell, for --engine perfetto.")] = None,
@@ -133,7 +135,7 @@ def sql(
         for allowed in allow_files:  # before any work: a bad directory costs nothing
             check_export_dir(allowed, directory, option="--allow-files")
     database = open_for_cli(directory, db, no_align=no_align, rebuild=rebuild, input_format=input_format,
-                            allow_files=allow_files, memory_limit=memory_limit)
+                            allow_files=allow_files, memory_limit=memory_limit, no_match=no_match)
     try:
         if named is not None:
             print_result(database.query(named.sql, params), fmt)

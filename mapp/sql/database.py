@@ -217,6 +217,7 @@ def open_database(
     allow_files: Sequence[Path | str] = (),
     analysis: Any = None,
     memory_limit: str | None = None,
+    match: bool = True,
 ) -> TraceDatabase:
     """Open the SQL schema of the bundle in ``directory``, sealed (see ``_seal``).
 
@@ -227,10 +228,14 @@ def open_database(
     read and write files in (``COPY ... TO``); by default none. ``analysis``: the bundle's
     ``mapp.analysis.run.Analysis`` when the command already has it (then nothing is loaded).
     ``memory_limit``: DuckDB's (``4GB``, ``500MB``); past it, joins, sorts and aggregations
-    spill to a temporary directory instead of failing (see :func:`_config`).
+    spill to a temporary directory instead of failing (see :func:`_config`). ``match=False``:
+    the communication tables stay empty (``analyse(match=False)``), for bundles whose
+    communication is too large to match in memory; not with ``db``.
     """
     if directory is None and db is None:
         raise InputError("give a trace directory or --db FILE")
+    if db is not None and not match:
+        raise InputError("--no-match with --db", "a database file keeps the matched communication; leave one out")
     from mapp.analysis.run import analyse
 
     if analysis is not None:
@@ -242,7 +247,7 @@ def open_database(
             return load_bundle(d, warn=warn)
 
     def analysed(bundle):
-        return analysis if analysis is not None else analyse(bundle, align=align)
+        return analysis if analysis is not None else analyse(bundle, align=align, match=match)
 
     allowed = [check_export_dir(d, directory, option="--allow-files") for d in allow_files]
     if db is not None:

@@ -125,6 +125,23 @@ def test_no_align_leaves_aligned_columns_null(faulty):
     db.close()
 
 
+def test_no_match_leaves_communication_empty_and_events_whole(faulty, tmp_path):
+    full, _, directory = faulty
+    db = open_database(directory, match=False, memory_limit="200MB")
+    try:
+        assert any("not matched (--no-match)" in n for n in db.info["notes"])
+        for table in ("collectives", "collective_members", "p2p"):
+            assert db.query(f"SELECT count(*) FROM {table}").rows() == [(0,)], table
+            assert full.query(f"SELECT count(*) FROM {table}").rows()[0][0] > 0, table
+        per_rank = "SELECT rank, count(*), sum(dur_ns), count(ts_aligned_ns) FROM events GROUP BY rank ORDER BY rank"
+        got, want = db.query(per_rank).rows(), full.query(per_rank).rows()
+        assert [r[:3] for r in got] == [r[:3] for r in want] and all(r[3] == 0 for r in got)
+    finally:
+        db.close()
+    with pytest.raises(InputError, match="--no-match with --db"):
+        open_database(directory, db=tmp_path / "x.duckdb", match=False)
+
+
 def test_interrupt_cancels_a_running_query(faulty):
     """Ctrl-C during a query that cannot finish on its own cancels it; the connection still works.
 

@@ -7,6 +7,6 @@ call order where the format has none) and every send/receive (by peer + ``seq``,
 
 from mapp.analysis.graph.build import build_graph
 from mapp.analysis.graph.diagnose import Finding
-from mapp.analysis.graph.matching import Matching, match_bundle, match_calls, match_events
+from mapp.analysis.graph.matching import Matching, match_bundle, match_calls, match_events, unmatched
 
-__all__ = ["Finding", "Matching", "build_graph", "match_bundle", "match_calls", "match_events"]
+__all__ = ["Finding", "Matching", "build_graph", "match_bundle", "match_calls", "match_events", "unmatched"]

@@ -98,6 +98,13 @@ def match_bundle(bundle, *, use_cache: bool = True) -> Matching:
     return match_calls(bundle, calls_c, calls_p, use_cache=use_cache)
 
 
+def unmatched(bundle) -> Matching:
+    """No call matched (``mapp sql --no-match``): the tables that matching gives, with their
+    columns and no rows, at no cost however large the bundle."""
+    none = bundle.scan().head(0)
+    return match_events(_load.collective_events(none).collect(), _load.p2p_events(none), [])
+
+
 def match_calls(bundle, collective_calls: pl.DataFrame, p2p_calls: pl.DataFrame, *, use_cache: bool = True) -> Matching:
     """Match a bundle's calls read elsewhere (``_load.comm_calls`` on a cluster's workers, in
     the order of ``bundle.parts``) and keep the result as :func:`match_bundle` does."""
