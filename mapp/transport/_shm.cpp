@@ -795,21 +795,8 @@ class Engine {
     });
     if (!lost.empty()) return lost;
     std::memcpy(p->out->arena() + pos % A, op->src + op->sent, len);
-    uint64_t head = h->head.load(std::memory_order_relaxed);
-    Desc& d = p->out->ring()[head % h->ring_slots];
-    d.msg_id = op->msg_id;
-    d.tag = op->tag;
-    d.total = op->nbytes;
-    d.offset = op->sent;
-    d.arena_pos = pos;
-    d.len = len;
-    d.channel = op->channel;
-    d.flags = op->flags | (op->sent == 0 ? kFirst : 0) | (op->sent + len == op->nbytes ? kLast : 0);
-    std::copy(op->meta.begin(), op->meta.end(), d.meta);
     p->arena_head = pos + len;
-    op->sent += len;
-    h->head.store(head + 1, std::memory_order_release);
-    bump(&h->head_seq);
+    publish(p, op, pos, len, 0);
     if (op->sent == op->nbytes) {
       std::lock_guard<std::mutex> g(signal_->mu);
       op->finish(State::kDone);
@@ -824,22 +811,29 @@ class Engine {
     uint64_t len = std::min(op->nbytes - op->sent, kAddressChunk);
     std::string lost = wait_for_room(p, [&] { return h->head.load(std::memory_order_relaxed) - h->tail.load(std::memory_order_acquire) < h->ring_slots; });
     if (!lost.empty()) return lost;
+    op->last_desc = publish(p, op, reinterpret_cast<uint64_t>(op->src + op->sent), len, kRemote);
+    return {};
+  }
+
+  // Publish the descriptor of `op`'s next `len` bytes, found at `where` (an arena position, or
+  // with kRemote an address of ours); the caller made room for it. Returns its ring index.
+  uint64_t publish(Peer* p, Op* op, uint64_t where, uint64_t len, uint32_t flags) {
+    SegmentHeader* h = p->out->header();
     uint64_t head = h->head.load(std::memory_order_relaxed);
     Desc& d = p->out->ring()[head % h->ring_slots];
     d.msg_id = op->msg_id;
     d.tag = op->tag;
     d.total = op->nbytes;
     d.offset = op->sent;
-    d.arena_pos = reinterpret_cast<uint64_t>(op->src + op->sent);
+    d.arena_pos = where;
     d.len = len;
     d.channel = op->channel;
-    d.flags = op->flags | kRemote | (op->sent == 0 ? kFirst : 0) | (op->sent + len == op->nbytes ? kLast : 0);
+    d.flags = op->flags | flags | (op->sent == 0 ? kFirst : 0) | (op->sent + len == op->nbytes ? kLast : 0);
     std::copy(op->meta.begin(), op->meta.end(), d.meta);
     op->sent += len;
-    op->last_desc = head;
     h->head.store(head + 1, std::memory_order_release);
     bump(&h->head_seq);
-    return {};
+    return head;
   }
 
   template <class Ready>
