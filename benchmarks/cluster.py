@@ -137,12 +137,10 @@ def _large(job: Path, windows: str, memory_limit: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from mapp.analysis.ingest import load_bundle
-
     mb = lambda n: f"{n / 2**20:,.0f}"  # noqa: E731
     table = Table("step", "wall s", "peak RSS MB", "answer", title=f"a job too large to analyse at once: {job}",
                   title_justify="left")
-    if not load_bundle(job).partitioned:
+    if not (job / ".mapp" / "events").is_dir():   # (load_bundle would build the single file first)
         r = _run("ingest-partitioned", str(job))
         table.add_row(f"mapp trace ingest --partitioned ({r['files']} files, {r['bytes'] / 2**30:.1f} GiB)",
                       f"{r['wall_s']:.1f}", mb(r["rss"]), "")
