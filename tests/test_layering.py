@@ -72,10 +72,10 @@ LAYERS: dict[str, int] = {
     "mapp.analysis.graph": 3,
     "mapp.analysis.align": 4,
     "mapp.analysis.run": 5, "mapp.analysis.chrome": 5,
-    # runs ingest and matching on Ray's workers; only the CLI drives it
-    "mapp.analysis.cluster": 5,
     "mapp.analysis.detect": 6, "mapp.analysis.timeline": 6,
     "mapp.sql": 6,
+    # runs ingest, matching and windows of detection on Ray's workers; only the CLI drives it
+    "mapp.analysis.cluster": 7,
     # the simulator produces traces, like capture, and harnesses drive it: no analysis imports it
     "mapp.analysis.simulate": 7,
     "mapp.report": 7, "mapp.bench": 8,
