@@ -22,7 +22,7 @@ from mapp.cli._ui import progress_bar, warn
 from mapp.errors import InputError
 
 __all__ = ["InputFormatOption", "FormerFormatOption", "input_format", "load", "DEFAULT_THRESHOLD", "ThresholdOption",
-           "LinkThresholdOption", "ImbalanceThresholdOption", "MinEffectOption", "thresholds"]
+           "LinkThresholdOption", "ImbalanceThresholdOption", "MinEffectOption", "thresholds", "check_engine"]
 
 InputFormatOption = Annotated[
     Optional[str],
@@ -78,3 +78,11 @@ def load(directory: Path, format: str | None, *, use_cache: bool = True):
 
     with progress_bar(f"reading {directory}", unit="bytes") as update:
         return load_bundle(directory, format=format, use_cache=use_cache, warn=warn, progress=update)
+
+
+def check_engine(engine: str | None, address: str | None, workers: int | None) -> None:
+    """``--engine``, ``--address`` and ``--workers`` as the commands that run on a cluster take them."""
+    if engine is not None and engine != "ray":
+        raise InputError(f"--engine {engine}: unknown engine", "use --engine ray (or leave it out to run here)")
+    if engine is None and (address is not None or workers is not None):
+        raise InputError("--address and --workers need --engine ray", "add --engine ray")

@@ -7,9 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from mapp.cli._ui import console, err_console, guarded, progress_bar, warn
+from mapp.cli._ui import console, err_console, guarded, progress_bar
 from mapp.cli._shared import (DEFAULT_THRESHOLD, FormerFormatOption, ImbalanceThresholdOption, InputFormatOption,
-                               LinkThresholdOption, MinEffectOption, ThresholdOption, input_format, load, thresholds)
+                               LinkThresholdOption, MinEffectOption, ThresholdOption, check_engine, input_format, load,
+                               thresholds)
 from mapp.errors import InputError
 from mapp.output import check_output, is_stdout
 
@@ -49,8 +50,8 @@ def detect(
     Exit status 0 whether or not there are suspects, unless --fail-on-suspect.
 
     For traces too large to analyse at once, --window N judges N iterations at a time (each
-    window matched, aligned and judged on its own, --engine ray on a cluster's workers) and
-    reports a suspect found in any window, with the windows it was found in.
+    window matched, aligned and judged on its own, --engine ray on a cluster's workers): a
+    suspect is one found in nearly every window, or in two or more, and says in which.
     """
     from mapp.analysis.detect import detect_bundle, detect_windows, parse_layout
     from mapp.report.verdict import DetectReport
@@ -58,12 +59,9 @@ def detect(
     sizes = parse_layout(layout) if layout else None
     cuts = thresholds(threshold, link_threshold, imbalance_threshold, min_effect)
     check_output(json_out, directory, option="--json")
-    if engine is not None and engine != "ray":
-        raise InputError(f"--engine {engine}: unknown engine", "use --engine ray (or leave it out to run here)")
+    check_engine(engine, address, workers)
     if engine is not None and window is None:
         raise InputError("--engine needs --window", "add --window N: each window of N iterations is one task")
-    if engine is None and (address is not None or workers is not None):
-        raise InputError("--address and --workers need --engine ray", "add --engine ray")
     if window is not None and window < 1:
         raise InputError(f"--window {window}: must be at least 1", "give the iterations per window")
     bundle = load(directory, input_format(input_format_, former_format), use_cache=not no_cache)

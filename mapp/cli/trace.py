@@ -10,9 +10,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mapp.cli._shared import FormerFormatOption, InputFormatOption, input_format, load
+from mapp.cli._shared import FormerFormatOption, InputFormatOption, check_engine, input_format, load
 from mapp.cli._ui import console, err_console, guarded, progress_bar, warn
-from mapp.errors import InputError
 from mapp.output import check_output, is_stdout
 
 if TYPE_CHECKING:  # the analysis is imported when a command runs, not for `mapp --help`
@@ -140,10 +139,7 @@ def ingest_command(
     it as it is); then each worker selects its files' communication calls and the driver
     matches them (kept in DIR/.mapp/matching/). Workers must see DIR at the same path.
     """
-    if engine is not None and engine != "ray":
-        raise InputError(f"--engine {engine}: unknown engine", "use --engine ray (or leave it out to run here)")
-    if engine is None and (address is not None or workers is not None):
-        raise InputError("--address and --workers need --engine ray", "add --engine ray")
+    check_engine(engine, address, workers)
     fmt = input_format(input_format_, None)
     if engine is None and not partitioned:
         bundle = load(directory, fmt, use_cache=False)

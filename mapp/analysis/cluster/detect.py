@@ -1,7 +1,7 @@
 """Detection on a Ray cluster: each window of iterations (``mapp.analysis.detect.windows``) is
 matched, aligned and judged by one task, on a worker that reads the window's events from the
-shared dataset (a filter on ``iteration``, pushed down to the Parquet row groups), and only its
-verdict travels to the driver, which merges them."""
+shared dataset (a filter on ``iteration``; the dataset's row groups are ordered by rank, so it
+reads every file), and only its verdict travels to the driver, which merges them."""
 
 from __future__ import annotations
 
