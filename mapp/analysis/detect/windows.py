@@ -27,6 +27,7 @@ from typing import Any
 
 import polars as pl
 
+from mapp.analysis.detect.detector import detect_bundle
 from mapp.analysis.detect.same_work import CONSISTENT
 from mapp.analysis.detect.verdict import Imbalance, StageStatus, Suspect, Verdict
 from mapp.errors import InputError
@@ -52,8 +53,6 @@ def detect_windows(bundle, *, window: int, threshold: Any, layout: Any = None,
 
     ``run``: maps the windows to their verdicts elsewhere (a cluster); by default they run
     here, one after the other, ``progress(done, total)`` after each."""
-    from mapp.analysis.detect.detector import detect_bundle
-
     windows = iteration_windows(bundle, window)
     if run is not None:
         verdicts = run(windows)
