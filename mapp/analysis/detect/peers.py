@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, z_critical
+from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
 from mapp.analysis.detect.same_work import CONSISTENT, compare_same_work, self_times
 from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
 
@@ -189,18 +189,17 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     # Two passes: a slow rank pulls its peers' median up (with two slow ranks out of four the
     # healthy ones even look fast), so ranks that are clear outliers in the first pass are left
     # out of the baseline of the second.
-    ops = _relative(ops, g)
     # fitted once, on every rank: in the second pass the outliers are out of the baseline,
     # and with two peers what is left could not show how time grows with tokens
-    beta = _token_slope(ops, g)
-    ops = _token_effect(ops, g, beta)
-    first = _rank_iterations(_replica_effect(ops)[0], min_effect, use_spread=False)
+    beta = _token_slope(_relative(ops, g), g)
+    ops = _token_free(ops, beta)
+    ops, seqlen = _polish(ops, g)
+    first = _rank_iterations(ops, min_effect, use_spread=False)
     outliers = first.filter(pl.col("flagged")).select("rank", "iteration", out=pl.lit(True))
     if len(outliers):
         ops = ops.join(outliers, on=["rank", "iteration"], how="left").with_columns(
             use=pl.col("out").is_null()).drop("out")
-        ops = _token_effect(_relative(ops.drop("r"), g), g, beta)
-    ops, seqlen = _replica_effect(ops)
+        ops, seqlen = _polish(ops, g, first=seqlen or False)
     ops = ops.with_columns(
         slow=(pl.col("r").exp() > 1 + slow_op),
         excess=(pl.col("self_ns") - pl.col("self_ns") / pl.col("r_adj").exp()),
@@ -251,7 +250,7 @@ def _token_slope(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame | None:
     Peers run the same op on different data: with sequence lengths that differ between data
     parallel replicas, one replica's layers take longer because they have more tokens, not
     because its GPU is slow, and a replica of one rank has no peer of its own to share that
-    with (``_replica_effect`` cannot remove it). A slope per op name (a layer's backward, its
+    with (``_polish`` cannot remove it). A slope per op name (a layer's backward, its
     forward, the embedding and the output layer grow differently: 0.2-1.0 measured on one CPU
     job), fitted within each rank (``r`` and ``x`` less their rank's means; kept between 0 and
     2: linear layers scale with tokens, attention up to their square); a name with too little
@@ -277,13 +276,15 @@ def _token_slope(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame | None:
         .otherwise(pooled).clip(0.0, 2.0))
 
 
-def _token_effect(ops: pl.DataFrame, g: list[str], beta: pl.DataFrame | None) -> pl.DataFrame:
-    """``r`` less what the op's tokens explain (``beta`` per op name from :func:`_token_slope`):
-    a slow GPU is slow whatever its tokens, so it stays."""
+def _token_free(ops: pl.DataFrame, beta: pl.DataFrame | None) -> pl.DataFrame:
+    """``y``: each op's log time less what its tokens explain (``beta`` per op name from
+    :func:`_token_slope`); the log time itself where the trace records no tokens. A slow GPU is
+    slow whatever its tokens, so it stays."""
     if beta is None:
-        return ops
-    return _token_x(ops, g).join(beta, on="name", how="left").with_columns(
-        r=pl.col("r") - pl.col("beta").fill_null(0.0) * pl.col("x")).drop("x", "beta")
+        return ops.with_columns(y=pl.col("lx"))
+    lt = pl.when(pl.col("tokens") > 0).then(pl.col("tokens").cast(pl.Float64).log()).otherwise(0.0)
+    return ops.join(beta, on="name", how="left").with_columns(
+        y=pl.col("lx") - pl.col("beta").fill_null(0.0) * lt).drop("beta")
 
 
 def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) -> pl.DataFrame:
@@ -294,11 +295,16 @@ def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) 
     effects across rank-iterations is a floor too: when healthy ranks differ among themselves
     (data-dependent work) a rank must stand out from that, not only from its own noise.
 
+    Ops of one microbatch are not independent where the data sets their time (a longer
+    sequence makes all of its layers longer together): there the rank-iteration's effect is
+    as uncertain as its microbatches' medians scatter (``_microbatch_se``), whatever the count
+    of ops. A GPU slower on everything is slower on every microbatch alike.
     """
     if "slow" not in ops.columns:
         ops = ops.with_columns(slow=pl.lit(False), excess=pl.lit(0.0))
     per = ops.group_by(["rank", "iteration"]).agg(
         effect=pl.col("r_adj").median(), n_ops=pl.len(), share_slow=pl.col("slow").mean(),
+        data_se=pl.col("data_se").max() if "data_se" in ops.columns else pl.lit(0.0),
         excess_ns=pl.col("excess").sum(), busy_ns=pl.col("self_ns").sum(), baseline=pl.col("use").all(),
     )
     # sigma from the scatter of single ops around their peers (not around the rank's own
@@ -309,15 +315,34 @@ def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) 
     else:
         sigma = ops.select(robust_scale("r_adj")).item() or 0.0
     spread = _effect_spread(per, pairs) if use_spread else 0.0
+    per = per.join(_microbatch_se(ops), on=["rank", "iteration"], how="left").with_columns(
+        pl.col("mb_se").fill_null(0.0))
     # centred on the rank-iterations that form the baseline (the first pass's outliers do not)
     base = per.filter(pl.col("baseline"))["effect"]
     center = base.median() if len(base) else per["effect"].median()
     z_crit = z_critical(len(per))
     return per.with_columns(effect=pl.col("effect") - center).with_columns(
-        se=pl.max_horizontal(MEDIAN_SE * sigma / pl.col("n_ops").cast(pl.Float64).sqrt(), pl.lit(spread), pl.lit(1e-6))
+        se=pl.max_horizontal(((MEDIAN_SE * sigma) ** 2 / pl.col("n_ops").cast(pl.Float64) + pl.col("data_se") ** 2).sqrt(),
+                             pl.col("mb_se"), pl.lit(spread), pl.lit(1e-6))
     ).with_columns(z=pl.col("effect") / pl.col("se")).with_columns(
         flagged=(pl.col("z") > z_crit) & (pl.col("effect").exp() - 1 >= min_effect)
-    ).drop("baseline")
+    ).drop("baseline", "mb_se", "data_se")
+
+
+def _microbatch_se(ops: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, iteration) with three microbatches or more: ``mb_se``, MEDIAN_SE x the
+    scatter of its microbatches' median ``r_adj`` around their median / sqrt(microbatches).
+    The scatter is the larger of the rank-iteration's own (robust, so one odd microbatch
+    does not make it) and that pooled over all rank-iterations (four microbatches alone can
+    happen to agree)."""
+    mb = ops.filter(pl.col("microbatch") >= 0).group_by("rank", "iteration", "microbatch").agg(m=pl.col("r_adj").median())
+    if mb.is_empty():
+        return pl.DataFrame(schema={"rank": pl.Int32, "iteration": pl.Int32, "mb_se": pl.Float64})
+    mb = mb.with_columns(d=pl.col("m") - pl.col("m").median().over("rank", "iteration"))
+    pooled = mb.select(robust_scale("d")).item() or 0.0
+    return mb.group_by("rank", "iteration").agg(n_mb=pl.len(), own=MAD_TO_SIGMA * pl.col("d").abs().median()).filter(
+        pl.col("n_mb") >= 3).select("rank", "iteration", mb_se=MEDIAN_SE * pl.max_horizontal(pl.col("own"), pl.lit(pooled))
+                                     / pl.col("n_mb").cast(pl.Float64).sqrt())
 
 
 def _two_peers(ops: pl.DataFrame) -> bool:
@@ -340,41 +365,143 @@ def _effect_spread(per: pl.DataFrame, pairs: bool) -> float:
     return within.select(robust_scale("d")).item() or 0.0
 
 
-def _replica_effect(ops: pl.DataFrame) -> tuple[pl.DataFrame, dict | None]:
-    """Remove per-microbatch variation shared by every rank of one data-parallel replica.
+POLISH_ROUNDS = 3
+"""Rounds of alternating peer and replica medians (they settle within two or three)."""
+
+_CELL = ["dp", "iteration", "microbatch"]
+
+LEAVE_ONE_OUT = 8
+"""Replicas of up to this many ranks take each rank's data effect from the others only; in
+larger ones a rank's own ops move the median by at most ~1/size of its slowdown, and leaving
+each out costs a pass over every op per rank of the replica (10 x the whole stage at 1,024 ranks)."""
+
+
+def _polish(ops: pl.DataFrame, g: list[str], first: dict | bool | None = None) -> tuple[pl.DataFrame, dict | None]:
+    """``r`` (each op against its peers' same op) and ``r_adj`` (that, less what its replica's
+    data explains) from ``y``, by a robust two-way fit, a Tukey median polish:
+    ``y = op[g] + data[dp, iteration, microbatch] + residual``.
 
     A long sequence makes every stage and TP shard of its replica slower on that microbatch;
-    a slow GPU makes one rank slower on all of them. The shared part of each (replica,
-    iteration, microbatch) is the median over the replica's ops, centred per (replica,
-    iteration) so that a rank's constant slowdown is not taken for data. It is removed only
-    when it is larger than what jitter alone would put into such a median.
+    a slow GPU makes one rank slower on all of them. Peers are ranks of other replicas, so
+    when replicas' sequence lengths differ the peers' median of one op is a median over
+    different lengths, and with a handful of replicas a slow rank among them moves it by as
+    much as its own slowdown (a 1.2x GPU in a PP4 x DP4 job read 1.08x, and its peers looked
+    fast). So the two medians alternate, each on what the other leaves: the peers' median per
+    op, the replica's per microbatch, until both settle. Rows without ``use`` (the first
+    pass's outliers) are left out of both medians and still get a residual.
+
+    The replica part is fitted only when it is larger than what jitter alone would put into
+    such a median (else every op keeps its plain peer comparison). With three or more ranks in
+    a replica the whole shared part (also the replica's average over microbatches) goes, each
+    rank's taken from the replica's *other* ranks: a slow rank among four would otherwise pull
+    the median a quarter of the way to itself, hiding a quarter of its slowdown. With fewer,
+    only the part that varies between microbatches, so that a rank's constant slowdown is not
+    taken for data.
+
+    ``first``: what the first pass found (its ``info``, False where it fitted no data effect):
+    the second, with the outliers left out, keeps that decision, since a fault left out of the
+    medians must not also decide whether they are fitted.
     """
+    ops = _rows(ops.with_columns(c=pl.lit(0.0), k=pl.lit(1.0), replica_n=pl.lit(0, pl.UInt32)), g)
     have_mb = ops.filter(pl.col("microbatch") >= 0)
     if have_mb.is_empty():
-        return ops.with_columns(r_adj=pl.col("r")), None
-    cell = ["dp", "iteration", "microbatch"]
-    e = have_mb.group_by(cell).agg(e=pl.col("r").median(), n=pl.len())
-    e = e.with_columns(e_c=pl.col("e") - pl.col("e").median().over(["dp", "iteration"]))
+        return _residuals(ops), None
+    if first is False:
+        return _residuals(ops), None
+    if first is not None:
+        return _fit_data(ops, g, first["spread"]), first
+    e = _cells(have_mb)
     spread = e.select(robust_scale("e_c")).item() or 0.0
-    noise = have_mb.join(e.select(*cell, "e"), on=cell, how="left").select(
-        robust_scale(pl.col("r") - pl.col("e"))
+    noise = have_mb.join(e.select(*_CELL, "e"), on=_CELL, how="left").select(
+        robust_scale(pl.col("y") - pl.col("a") - pl.col("e"))
     ).item() or 0.0
     n = float(e["n"].median())
     # a median of n ops with per-op noise sigma scatters by MEDIAN_SE * sigma / sqrt(n); four
     # times that is far beyond chance for any count of cells we see
     chance = 4 * MEDIAN_SE * noise / max(n, 1.0) ** 0.5
-    if spread <= chance or e["dp"].n_unique() < 1:
-        return ops.with_columns(r_adj=pl.col("r")), None
-    # With three or more ranks in a replica its median is not moved by one slow rank, so the
-    # whole shared part (also the replica's average over microbatches) can go; with fewer,
-    # only the part that varies between microbatches.
-    size = ops.group_by("dp").agg(replica_n=pl.col("rank").n_unique())
-    ops = ops.join(e.select(*cell, "e", "e_c"), on=cell, how="left").join(size, on="dp", how="left").with_columns(
-        r_adj=pl.col("r") - pl.when(pl.col("replica_n") >= 3).then(pl.col("e")).otherwise(pl.col("e_c")).fill_null(0.0)
-    )
+    if spread <= chance:
+        return _residuals(ops), None
     info = {"spread": round(float(spread), 4), "chance": round(float(chance), 4),
             "relative_spread": round(float(spread) * 1.7320508, 3)}
-    return ops, info
+    return _fit_data(ops, g, spread), info
+
+
+def _fit_data(ops: pl.DataFrame, g: list[str], spread: float) -> pl.DataFrame:
+    """The alternating medians of ``_polish`` (``ops`` with the peers' first ``a``), and
+    ``data_se``: where a replica keeps its average over microbatches (fewer than three ranks),
+    that average is as much its data's as its GPU's. Its microbatches' effects scatter by
+    ``spread``, so their median over a replica's microbatches of an iteration is uncertain by
+    MEDIAN_SE x spread / sqrt(microbatches): a rank's slowdown is judged against that too (a
+    DP2 job on heavy-tailed lengths without tokens in the trace: one replica's four microbatches
+    a little longer read as a 1.12x GPU)."""
+    size = ops.group_by("dp").agg(replica_n=pl.col("rank").n_unique())
+    ops = ops.drop("replica_n").join(size, on="dp", how="left")
+    ops = ops.with_columns(k=pl.lit(1.0))
+    for _ in range(POLISH_ROUNDS):
+        mb = ops.filter(pl.col("microbatch") >= 0)
+        e, others = _cells(mb), _others_cells(mb.filter(pl.col("replica_n") <= LEAVE_ONE_OUT))
+        ops = ops.drop("c").join(e.select(*_CELL, "e", "e_c"), on=_CELL, how="left").join(
+            others, on=[*_CELL, "rank"], how="left").with_columns(
+            lat=pl.when(pl.col("replica_n") > LEAVE_ONE_OUT).then(pl.col("e"))
+            .when(pl.col("replica_n") >= 2).then(pl.col("e_o")).otherwise(pl.col("e_c")).fill_null(0.0)
+        ).drop("e", "e_c", "e_o")
+        ops = _scales(ops).with_columns(c=pl.col("k") * pl.col("lat")).drop("lat")
+        ops = _rows(ops, g)
+    n_mb = ops.filter(pl.col("microbatch") >= 0).group_by("dp", "iteration").agg(n_mb=pl.col("microbatch").n_unique())
+    pair = pl.when(pl.col("n_base") == 2).then(2 ** 0.5).otherwise(1.0)
+    ops = ops.join(n_mb, on=["dp", "iteration"], how="left").with_columns(
+        data_se=pl.when((pl.col("replica_n") < 2) & pl.col("n_mb").is_not_null())
+        .then(pair * MEDIAN_SE * spread / pl.col("n_mb").cast(pl.Float64).sqrt()).otherwise(0.0)).drop("n_mb")
+    return _residuals(ops)
+
+
+def _scales(ops: pl.DataFrame) -> pl.DataFrame:
+    """``k`` per kind of op (stage and name): how strongly its time follows its replica's data
+    effect ``lat``. Time grows as tokens to a power that differs between ops (attention up to
+    the square, the output layer linearly, a backward otherwise than its forward), and the
+    last stage's ops are not the first's: one data effect for all would leave a part of it
+    in every op of some stages. A least-squares slope on the ops with ``use``, kept between
+    1/4 and 4, relative to the median op's."""
+    fit = ops.filter(pl.col("use") & (pl.col("microbatch") >= 0) & pl.col("a").is_not_null()).group_by("pp", "name").agg(
+        k=((pl.col("y") - pl.col("a")) * pl.col("lat")).sum() / (pl.col("lat") ** 2).sum())
+    ops = ops.drop("k").join(fit, on=["pp", "name"], how="left").with_columns(
+        pl.col("k").fill_nan(None).fill_null(1.0).clip(0.25, 4.0))
+    return ops.with_columns(k=pl.col("k") / pl.col("k").filter(pl.col("microbatch") >= 0).median())
+
+
+def _rows(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame:
+    """``a``: the peers' median of ``y - c`` per op (rows with ``use``), ``n_base`` their count."""
+    base = ops.filter(pl.col("use")).group_by(g).agg(n_base=pl.len(), a=(pl.col("y") - pl.col("c")).median())
+    return ops.drop([c for c in ("n_base", "a") if c in ops.columns]).join(base, on=g, how="left")
+
+
+def _cells(ops: pl.DataFrame) -> pl.DataFrame:
+    """Per (replica, iteration, microbatch): ``e``, the median of what the peers leave of its
+    ops (rows with ``use``), and ``e_c``, that less the replica's median over its microbatches."""
+    e = ops.filter(pl.col("use") & pl.col("a").is_not_null()).group_by(_CELL).agg(
+        e=((pl.col("y") - pl.col("a")) / pl.col("k")).median(), n=pl.len())
+    return e.with_columns(e_c=pl.col("e") - pl.col("e").median().over(["dp", "iteration"]))
+
+
+def _others_cells(ops: pl.DataFrame) -> pl.DataFrame:
+    """Per (replica, iteration, microbatch, rank): ``e_o``, the median of what the peers leave
+    of the ops of the replica's *other* ranks in that microbatch (rows with ``use``)."""
+    vals = ops.filter(pl.col("use") & pl.col("a").is_not_null()).select(
+        *_CELL, other=pl.col("rank"), v=(pl.col("y") - pl.col("a")) / pl.col("k"))
+    return ops.select(*_CELL, "rank").unique().join(vals, on=_CELL).filter(
+        pl.col("other") != pl.col("rank")).group_by([*_CELL, "rank"]).agg(e_o=pl.col("v").median())
+
+
+def _residuals(ops: pl.DataFrame) -> pl.DataFrame:
+    """``r`` and ``r_adj`` from the fit. With two peers their median is their mean and would
+    halve the difference: a rank is compared with the other one instead (leave-one-out, which
+    is what a median of the others means). Where every peer was left out the op keeps no
+    baseline and drops out."""
+    pair = pl.when((pl.col("n_base") == 2) & pl.col("use")).then(2.0).otherwise(1.0)
+    if "data_se" not in ops.columns:
+        ops = ops.with_columns(data_se=pl.lit(0.0))
+    return ops.with_columns(r_adj=pair * (pl.col("y") - pl.col("c") - pl.col("a"))).with_columns(
+        r=pl.col("r_adj") + pl.col("c")).filter(pl.col("r").is_not_null()).drop("a", "c", "k", "n_base", "replica_n")
 
 
 def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,

@@ -3,14 +3,13 @@
 A real DP2 job (megatron-core, gloo) whose replica 0 draws about twice the tokens of replica 1
 over the traced steps (``--seq-lognormal 0.8 --seed 70``): its layers take longer because they
 have more work. mapp's capture records each layer call's tokens, and the detector takes out of
-each op's time what its tokens explain; without the token counts the same traces name rank 0.
+each op's time what its tokens explain; without the token counts rank 0 reads far slower.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 
+import polars as pl
 import pytest
 
 pytest.importorskip("megatron.core")
@@ -39,14 +38,18 @@ def test_the_capture_records_the_tokens_of_each_layer_call(uneven):
 
 
 def _stage1(bundle, monkeypatch, *, tokens: bool) -> tuple[dict[int, float], list]:
-    """Stage 1's slowdown per rank (the evidence the verdict weighs) and the verdict's suspects."""
+    """Stage 1's slowdown per rank over all traced iterations (the median of its per-iteration
+    effects against its peer; the verdict weighs these) and the verdict's suspects."""
+    import math
+
     from mapp.analysis.detect import detector, peers
 
     seen = {}
     combine = detector.combine
 
     def spy(evidence, *args, **kwargs):
-        seen.update({r["rank"]: r["slowdown"] for r in evidence.ranks.iter_rows(named=True)})
+        per = evidence.rank_iterations.group_by("rank").agg(pl.col("effect").median())
+        seen.update({r["rank"]: math.exp(r["effect"]) for r in per.iter_rows(named=True)})
         return combine(evidence, *args, **kwargs)
 
     monkeypatch.setattr(detector, "combine", spy)
@@ -67,22 +70,3 @@ def test_more_tokens_are_not_a_slow_gpu(uneven, monkeypatch):
     # shared cores the ranks' speeds also differ by chance, so no exact figure is asserted)
     assert without[0] > 1.3, without
     assert with_tokens[0] - 1 <= 0.5 * (without[0] - 1), (with_tokens, without)
-
-
-def test_without_token_counts_the_heavier_replica_is_named(uneven, tmp_path):
-    trace, _ = uneven
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    for path in trace.glob("rank-*.json"):
-        lines = []
-        for line in path.read_text().splitlines():
-            body = line.rstrip(",")
-            if '"tokens"' in body:
-                event = json.loads(body)
-                event["args"].pop("tokens")
-                line = json.dumps(event, separators=(",", ":")) + ("," if line.endswith(",") else "")
-            lines.append(line)
-        (bare / path.name).write_text("\n".join(lines) + "\n")
-    verdict = detect_bundle(load_bundle(bare), threshold=0.1)
-    assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(0, "slow_compute")]
-    shutil.rmtree(bare)

@@ -136,8 +136,9 @@ def test_uneven_sequence_lengths_are_imbalance_not_a_gpu(tmp_path):
 
 def test_a_replica_with_longer_sequences_on_few_microbatches_is_not_a_gpu(tmp_path):
     # tp2 x dp4, one layer, 4 microbatches (the detector suite's scenario seqlen-074): the
-    # spread between microbatches is not measurable, but replica dp1 drew longer sequences
-    # and both its ranks compute alike slower: data, not two faulty GPUs.
+    # spread between microbatches is small, but replica dp1 drew longer sequences and both its
+    # ranks compute alike slower: data, not two faulty GPUs. Each rank's share of its
+    # replica's data is taken from the replica's other rank, so neither is slower than that.
     from mapp.analysis.simulate import SimConfig, parse_fault, simulate
 
     cfg = SimConfig(tp=2, pp=1, dp=4, microbatches=4, iterations=2, layers=1, hidden=1024, seq_length=1024,
@@ -146,8 +147,7 @@ def test_a_replica_with_longer_sequences_on_few_microbatches_is_not_a_gpu(tmp_pa
     simulate(cfg, tmp_path / "job")
     v = detect_bundle(load_bundle(tmp_path / "job"))
     assert v.suspects == []
-    replica = [i for i in v.imbalance if "ranks" in i.evidence]
-    assert [sorted(i.evidence["ranks"]) for i in replica] == [[2, 3]]
+    assert [i.kind for i in v.imbalance] == ["sequence_length"]
 
 
 def test_two_slow_gpus_of_one_replica_at_different_factors_stay_suspects(tmp_path):
