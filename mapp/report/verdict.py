@@ -79,7 +79,9 @@ class DetectReport:
         for i, s in enumerate(self.verdict.suspects, 1):
             where = " ".join(f"{a}{s.coords[a]}" for a in ("tp", "pp", "dp")) if s.coords and s.coords.get("tp") is not None else ""
             cost = f"+{s.excess_ns / 1e6:,.2f} ms" if s.excess_ns else ""
-            if s.without_ns is not None and s.iteration_ns:
+            # an iteration "without" it is shown only where the estimate leaves one (a stall in a
+            # few iterations costs those more than the median iteration lasts)
+            if s.without_ns and s.iteration_ns:
                 cost += f" ({s.iteration_ns / 1e6:,.2f} -> {s.without_ns / 1e6:,.2f})"
             table.add_row(str(i), Text(s.label(), style="mapp.suspect"), where, _KIND_LABEL.get(s.kind, s.kind),
                           f"{s.confidence:.2f}", "?" if s.slowdown != s.slowdown else f"{s.slowdown:.2f}x",

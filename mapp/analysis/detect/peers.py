@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
@@ -206,7 +207,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     )
     per = _rank_iterations(ops, min_effect, use_spread=True)
     z_crit = z_critical(len(per))
-    per = per.join(_gaps(events, leaves, group, coords, min_effect, starts), on=["rank", "iteration"], how="left")
+    per = per.join(_gaps(events, leaves, group, coords, min_effect, starts, _stalls(ops)), on=["rank", "iteration"],
+                   how="left")
     if not judge_gaps:
         per = per.with_columns(gap_flagged=pl.lit(False))
     ranks = _per_rank(per, z_crit, judge_gaps)
@@ -505,7 +507,7 @@ def _residuals(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
-          min_effect: float, starts: pl.DataFrame | None = None) -> pl.DataFrame:
+          min_effect: float, starts: pl.DataFrame | None = None, stalls: pl.DataFrame | None = None) -> pl.DataFrame:
     """Idle time between a rank's consecutive leaf events (compute leaves, communication,
     optimizer), per iteration, compared with its peers'. A slow host launches every op late,
     which shows as such gaps; a slow GPU does not. ``leaves``: ``rank``, ``iteration``,
@@ -528,6 +530,9 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     prev = pl.col("end_ns").cum_max().shift(1).over("rank")
     tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
     per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len())
+    if stalls is not None and len(stalls):   # host time spent inside a coarse step span
+        per = per.join(stalls, on=["rank", "iteration"], how="left").with_columns(
+            gap_ns=pl.col("gap_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
     per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
     g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
     per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
@@ -546,6 +551,37 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
         gap_flagged=pl.col("gap_z") > z_crit
     ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged")
+
+
+STALL = 2.0
+"""An op this many times as long as the rest of its rank's ops say it should be held a stall."""
+
+_STALL_MIN_NS = 1_000_000
+
+
+def _stalls(ops: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, iteration): ``stall_ns``, time inside single forward steps far beyond what the
+    rank's other ops and its peers say they take (at least ``STALL`` x, and 1 ms).
+
+    A trace with one span per forward step (no layer spans inside it) holds the data fetch
+    inside that span: a starved data loader makes one microbatch's forward step tens of ms
+    long, which a median over the rank's ops rightly ignores as compute, and which no idle gap
+    shows. It is host time, and is judged with the launch gaps. In Megatron the data is read
+    by tensor-parallel rank 0 of the first and last stages (``get_batch_on_this_tp_rank``) and
+    broadcast to its TP peers, which wait inside the same step: a stall that every TP rank of a
+    stage shows in the same microbatch is its TP rank 0's."""
+    eff = pl.col("r_adj") - pl.col("r_adj").median().over("rank", "iteration")
+    # only a forward step holds the data fetch (a span of that name that holds no other span)
+    long = ops.with_columns(d=eff).filter((pl.col("name") == "forward") & (pl.col("microbatch") >= 0)).filter(pl.col("d") > float(np.log(STALL))).with_columns(
+        stall_ns=pl.col("self_ns").cast(pl.Float64) * (1 - (-pl.col("d")).exp())).filter(pl.col("stall_ns") >= _STALL_MIN_NS)
+    if long.is_empty():
+        return pl.DataFrame(schema={"rank": pl.Int32, "iteration": pl.Int32, "stall_ns": pl.Float64})
+    tp_size = ops.group_by("pp", "dp").agg(tp_n=pl.col("tp").n_unique())
+    step = ["pp", "dp", "iteration", "microbatch"]
+    long = long.join(tp_size, on=["pp", "dp"], how="left").with_columns(
+        every_tp=(pl.col("tp").n_unique().over(step) == pl.col("tp_n")) & (pl.col("tp_n") >= 2))
+    long = long.filter(~pl.col("every_tp") | (pl.col("tp") == pl.col("tp").min().over(step)))
+    return long.group_by("rank", "iteration").agg(pl.col("stall_ns").sum())
 
 
 def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True) -> pl.DataFrame:

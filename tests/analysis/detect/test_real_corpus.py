@@ -52,6 +52,9 @@ GPU2_RIGHT_TODAY = [
     "gpt-pp2-mapp-laststage-gpu2",                                           # a heavier last stage is no fault
     "ddp2-prof-datasleep-r0-gpu2",   # a host sleep between two ranks: last at every all-reduce, longer launch gaps
     "gpt-pp2-mapp-layer1.5x-r0-gpu2",   # one rank per stage: its layers against the other stage's same layers
+    # 3. one replica's microbatches a little longer (no token counts in this trace): its ops of a
+    # microbatch move together, so a rank-iteration is judged on its microbatches' scatter
+    "gpt-dp2-mapp-seqlognorm-gpu2",
 ]
 
 

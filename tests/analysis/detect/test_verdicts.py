@@ -150,6 +150,29 @@ def test_a_replica_with_longer_sequences_on_few_microbatches_is_not_a_gpu(tmp_pa
     assert [i.kind for i in v.imbalance] == ["sequence_length"]
 
 
+@pytest.mark.parametrize("rank", [2, 6])   # TP rank 0 of the first stage, of the last
+def test_a_data_stall_inside_a_forward_step_is_its_readers_slow_host(tmp_path, rank):
+    # one span per forward step (no layer spans): the data fetch is inside it, and the TP
+    # partner, waiting for the batch's broadcast, shows the same long step. Megatron reads the
+    # data on TP rank 0 only: that rank is named, a slow host, and its partner is not.
+    v = detect(tmp_path, f"data_stall:{rank}:30", tp=2, pp=2, dp=2, per_layer=False, iterations=4,
+               host_ahead=True, microbatches=8)
+    s = top(v)
+    assert (s.rank, s.kind) == (rank, "slow_host")
+    assert [x.rank for x in v.suspects] == [rank]
+
+
+def test_a_slow_gpu_among_replicas_of_uneven_lengths_keeps_its_slowdown(tmp_path):
+    # PP4 x DP4 on heavy-tailed lengths (the suite's slow_gpu-012): each op's peers are ranks
+    # of other replicas with other lengths, so the data and the peers are fitted together;
+    # fitted one after the other, the 1.2x GPU read 1.08x and fell under the threshold.
+    v = detect(tmp_path, "slow_gpu:5:1.2", tp=1, pp=4, dp=4, layers=4, microbatches=4, seqlen_sigma=0.3,
+               host_ahead=True, jitter_sigma=0.02, seed=11)
+    s = top(v)
+    assert (s.rank, s.kind) == (5, "slow_compute")
+    assert s.slowdown == pytest.approx(1.2, abs=0.05)
+
+
 def test_two_slow_gpus_of_one_replica_at_different_factors_stay_suspects(tmp_path):
     v = detect(tmp_path, "slow_gpu:2:1.3", "slow_gpu:3:1.6", tp=2, pp=1, dp=4)
     assert {s.rank for s in v.suspects if s.kind == "slow_compute"} == {2, 3}
