@@ -49,7 +49,7 @@ def suite_table(rows: list[dict], title: str) -> Table:
 def detect(
     scale: Annotated[str, typer.Option("--scale", help="ci (30 small scenarios), small (8-32 ranks), full (>= 300 scenarios, 8-1,024 ranks) or none (real corpus only).")] = "small",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the scenario list.")] = 0,
-    threshold: Annotated[float, typer.Option("--threshold", metavar="T", help="As mapp detect --threshold, the other cuts derived from it as there; a simulated scenario whose injected slowdown is weaker is detected at a lower T (half its slowdown, at least 0.04), so that a 5% fault can be found.")] = DEFAULT_THRESHOLD,
+    threshold: Annotated[float, typer.Option("--threshold", metavar="T", help="As mapp detect --threshold, the other cuts derived from it as there; a simulated scenario whose injected slowdown is weaker is detected at a lower T (half its slowdown: a 5% GPU at 0.025), so that a 5% fault can be found.")] = DEFAULT_THRESHOLD,
     real: Annotated[Path | None, typer.Option("--real", metavar="DIR", help="Also score a corpus of recorded jobs with known answers (a directory with manifest.json, e.g. tests/corpus/cases).")] = None,
 ) -> None:
     """Run the labelled straggler suite: simulate, detect, score; and a real-trace corpus.
