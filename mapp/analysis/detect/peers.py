@@ -537,6 +537,7 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
     per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
                            n_peers=pl.len().over(g))
+    per = _readers_wait(per)
     if group != ["rank"] and per["n_peers"].min() == 2:
         # two peers: their excesses mirror each other, so the scatter across ranks is the
         # difference being tested; the noise is how much a rank's excess varies by itself
@@ -551,6 +552,22 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
         gap_flagged=pl.col("gap_z") > z_crit
     ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged")
+
+
+def _readers_wait(per: pl.DataFrame) -> pl.DataFrame:
+    """On the stages that read data (the first and the last), TP rank 0 reads each batch and
+    broadcasts it to its TP peers (``get_batch_on_this_tp_rank``), a broadcast no trace of
+    megatron-core's hooks records: while the reader idles on a starved loader its peers idle
+    in that broadcast, the same time. So what a TP peer's idle excess shares with its reader's
+    in an iteration is the reader's, and only the rest is its own."""
+    if per["tp"].drop_nulls().n_unique() < 2:
+        return per
+    ends = [0, int(per["pp"].max())]
+    reader = pl.col("gap_excess_ns").filter(pl.col("tp") == 0).max().over("pp", "dp", "iteration")
+    return per.with_columns(gap_excess_ns=pl.when(
+        (pl.col("tp") != 0) & pl.col("pp").is_in(ends) & (reader > 0))
+        .then(pl.col("gap_excess_ns") - pl.min_horizontal(reader, pl.col("gap_excess_ns").clip(lower_bound=0.0)))
+        .otherwise(pl.col("gap_excess_ns")))
 
 
 STALL = 2.0
@@ -568,19 +585,18 @@ def _stalls(ops: pl.DataFrame) -> pl.DataFrame:
     long, which a median over the rank's ops rightly ignores as compute, and which no idle gap
     shows. It is host time, and is judged with the launch gaps. In Megatron the data is read
     by tensor-parallel rank 0 of the first and last stages (``get_batch_on_this_tp_rank``) and
-    broadcast to its TP peers, which wait inside the same step: a stall that every TP rank of a
-    stage shows in the same microbatch is its TP rank 0's."""
+    broadcast to its TP peers, which wait inside the same step: a stall that TP rank 0 of a
+    stage shows in a microbatch is its own, and its TP peers' in the same step are its too."""
     eff = pl.col("r_adj") - pl.col("r_adj").median().over("rank", "iteration")
     # only a forward step holds the data fetch (a span of that name that holds no other span)
     long = ops.with_columns(d=eff).filter((pl.col("name") == "forward") & (pl.col("microbatch") >= 0)).filter(pl.col("d") > float(np.log(STALL))).with_columns(
         stall_ns=pl.col("self_ns").cast(pl.Float64) * (1 - (-pl.col("d")).exp())).filter(pl.col("stall_ns") >= _STALL_MIN_NS)
     if long.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, "iteration": pl.Int32, "stall_ns": pl.Float64})
-    tp_size = ops.group_by("pp", "dp").agg(tp_n=pl.col("tp").n_unique())
+    # where TP rank 0 stalled in a step, its TP peers that stalled with it waited for its batch
     step = ["pp", "dp", "iteration", "microbatch"]
-    long = long.join(tp_size, on=["pp", "dp"], how="left").with_columns(
-        every_tp=(pl.col("tp").n_unique().over(step) == pl.col("tp_n")) & (pl.col("tp_n") >= 2))
-    long = long.filter(~pl.col("every_tp") | (pl.col("tp") == pl.col("tp").min().over(step)))
+    long = long.with_columns(reader=(pl.col("tp") == 0).any().over(step))
+    long = long.filter(~pl.col("reader") | (pl.col("tp") == 0))
     return long.group_by("rank", "iteration").agg(pl.col("stall_ns").sum())
 
 

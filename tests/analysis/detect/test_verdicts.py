@@ -150,12 +150,14 @@ def test_a_replica_with_longer_sequences_on_few_microbatches_is_not_a_gpu(tmp_pa
     assert [i.kind for i in v.imbalance] == ["sequence_length"]
 
 
+@pytest.mark.parametrize("per_layer", [False, True])
 @pytest.mark.parametrize("rank", [2, 6])   # TP rank 0 of the first stage, of the last
-def test_a_data_stall_inside_a_forward_step_is_its_readers_slow_host(tmp_path, rank):
-    # one span per forward step (no layer spans): the data fetch is inside it, and the TP
-    # partner, waiting for the batch's broadcast, shows the same long step. Megatron reads the
-    # data on TP rank 0 only: that rank is named, a slow host, and its partner is not.
-    v = detect(tmp_path, f"data_stall:{rank}:30", tp=2, pp=2, dp=2, per_layer=False, iterations=4,
+def test_a_data_stall_is_its_readers_slow_host_not_its_tp_peers(tmp_path, rank, per_layer):
+    # Megatron reads the data on TP rank 0 only and broadcasts it; its TP partner waits in that
+    # (untraced) broadcast the same time. With one span per forward step the fetch is inside it
+    # and both show the same long step; with layer spans both idle before the first layer.
+    # The reader is named, a slow host, and its partner is not.
+    v = detect(tmp_path, f"data_stall:{rank}:30", tp=2, pp=2, dp=2, per_layer=per_layer, iterations=4,
                host_ahead=True, microbatches=8)
     s = top(v)
     assert (s.rank, s.kind) == (rank, "slow_host")
