@@ -211,7 +211,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                    how="left")
     if not judge_gaps:
         per = per.with_columns(gap_flagged=pl.lit(False))
-    ranks = _per_rank(per, z_crit, judge_gaps)
+    ranks = _per_rank(per, z_crit, judge_gaps, min_effect)
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
                         pairs=_two_peers(ops))
@@ -464,7 +464,9 @@ def _scales(ops: pl.DataFrame) -> pl.DataFrame:
     last stage's ops are not the first's: one data effect for all would leave a part of it
     in every op of some stages. A least-squares slope on the ops with ``use``, kept between
     1/4 and 4, relative to the median op's."""
-    fit = ops.filter(pl.col("use") & (pl.col("microbatch") >= 0) & pl.col("a").is_not_null()).group_by("pp", "name").agg(
+    # only where two or more peers set ``a`` (with one, what it leaves of its own op is exactly
+    # the fit, whatever the slope)
+    fit = ops.filter(pl.col("use") & (pl.col("microbatch") >= 0) & (pl.col("n_base") >= 2)).group_by("pp", "name").agg(
         k=((pl.col("y") - pl.col("a")) * pl.col("lat")).sum() / (pl.col("lat") ** 2).sum())
     ops = ops.drop("k").join(fit, on=["pp", "name"], how="left").with_columns(
         pl.col("k").fill_nan(None).fill_null(1.0).clip(0.25, 4.0))
@@ -600,12 +602,14 @@ def _stalls(ops: pl.DataFrame) -> pl.DataFrame:
     return long.group_by("rank", "iteration").agg(pl.col("stall_ns").sum())
 
 
-def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True) -> pl.DataFrame:
+def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_effect: float = 0.0) -> pl.DataFrame:
     """Per rank. ``lasting``: a fault lasts, while noise on shared or busy hosts can make one
     iteration of one rank stand out; a rank's compute flags last when it is flagged in nearly
     every traced iteration (``CONSISTENT``) or, for a fault that came and went (a transient
     window, told from a hiccup with three traced iterations or more), in fewer but far beyond the cut-off; launch-gap flags only in nearly every
     iteration. Verdicts need it (``verdict.combine``)."""
+    if "se" in per.columns:
+        per = _judged_together(per, z_crit, min_effect)
     gap = pl.col("gap_flagged").fill_null(False)
     # a slow host is a lasting condition (no transient exemption: a first traced iteration
     # often idles longer on one rank while the others warm up): flagged in nearly every
@@ -648,6 +652,21 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True) -> pl.D
         gap_flagged=pl.col("gap_flagged").fill_null(False).any(),
         gap_ns=pl.col("gap_ns").mean(),
     ).sort("rank")
+
+
+def _judged_together(per: pl.DataFrame, z_crit: float, min_effect: float) -> pl.DataFrame:
+    """A rank slower in every traced iteration by an amount that no single iteration's
+    evidence clears is flagged when their median clears the cut-off: the median over n
+    iterations is uncertain by MEDIAN_SE x (a typical iteration's standard error) / sqrt(n).
+    Where data sets the time (a replica's microbatches longer or shorter than its peers' by
+    chance, in each iteration anew: ``data_se``) one iteration says little, and a 1.3x GPU
+    beside it only shows across iterations. Slower in nearly every iteration
+    (``CONSISTENT``), and by at least ``min_effect``."""
+    n_it = pl.len().over("rank").cast(pl.Float64)
+    med = pl.col("effect").median().over("rank")
+    together = ((med / (MEDIAN_SE * pl.col("se").median().over("rank") / n_it.sqrt()) > z_crit)
+                & ((pl.col("effect") > 0).mean().over("rank") >= CONSISTENT) & (med.exp() - 1 >= min_effect))
+    return per.with_columns(flagged=pl.col("flagged") | (together & (pl.col("effect") > 0)))
 
 
 def _stage_balance(per: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame:
