@@ -175,6 +175,19 @@ def test_a_slow_gpu_among_replicas_of_uneven_lengths_keeps_its_slowdown(tmp_path
     assert s.slowdown == pytest.approx(1.2, abs=0.05)
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_slow_gpu_with_one_stage_peer_on_uneven_lengths(tmp_path, seed):
+    # PP4 x DP2: each stage has one peer in the other replica. Once the slow rank is left out
+    # of the baseline, its stage's row has one rank left, which cannot show how that stage's
+    # ops follow their replica's lengths (a slope fitted there only reproduced itself, and
+    # the slow rank kept its replica's lengths in its times: no suspect at all).
+    v = detect(tmp_path, "slow_gpu:5:1.3", tp=1, pp=4, dp=2, layers=4, microbatches=8, iterations=3,
+               seqlen_sigma=0.3, host_ahead=True, hidden=4096, seq_length=2048, jitter_sigma=0.02, seed=seed)
+    s = top(v)
+    assert (s.rank, s.kind) == (5, "slow_compute")
+    assert s.slowdown == pytest.approx(1.3, abs=0.05)
+
+
 def test_two_slow_gpus_of_one_replica_at_different_factors_stay_suspects(tmp_path):
     v = detect(tmp_path, "slow_gpu:2:1.3", "slow_gpu:3:1.6", tp=2, pp=1, dp=4)
     assert {s.rank for s in v.suspects if s.kind == "slow_compute"} == {2, 3}
