@@ -531,7 +531,8 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     tl = pl.concat(parts).sort(["rank", "ts_ns"])
     prev = pl.col("end_ns").cum_max().shift(1).over("rank")
     tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
-    per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len())
+    per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
+                                                 span_ns=pl.col("end_ns").max() - pl.col("ts_ns").min())
     if stalls is not None and len(stalls):   # host time spent inside a coarse step span
         per = per.join(stalls, on=["rank", "iteration"], how="left").with_columns(
             gap_ns=pl.col("gap_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
@@ -551,8 +552,10 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     # like noise over a rank's gaps. Below that no difference in gaps means anything.
     floor = 1000.0 * float(per["n_gaps"].mean() or 1.0) ** 0.5
     z_crit = z_critical(len(per))
+    # and, as for compute, at least ``min_effect`` of the rank's iteration: a simulated trace's
+    # 1 us timestamps make the scale so small that a 0.1 ms excess had a z in the hundreds
     return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
-        gap_flagged=pl.col("gap_z") > z_crit
+        gap_flagged=(pl.col("gap_z") > z_crit) & (pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns"))
     ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged")
 
 
