@@ -554,9 +554,11 @@ def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: 
     z_crit = z_critical(len(per))
     # and, as for compute, at least ``min_effect`` of the rank's iteration: a simulated trace's
     # 1 us timestamps make the scale so small that a 0.1 ms excess had a z in the hundreds
+    # (``gap_share`` says so; a rank whose compute stands out anyway is told a slow host from a
+    # slow GPU by its idle time's z alone: ``_per_rank``)
     return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
-        gap_flagged=(pl.col("gap_z") > z_crit) & (pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns"))
-    ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged")
+        gap_flagged=pl.col("gap_z") > z_crit, gap_share=pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns")
+    ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share")
 
 
 def _readers_wait(per: pl.DataFrame) -> pl.DataFrame:
@@ -613,22 +615,15 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_eff
     iteration. Verdicts need it (``verdict.combine``)."""
     if "se" in per.columns:
         per = _judged_together(per, z_crit, min_effect)
-    gap = pl.col("gap_flagged").fill_null(False)
-    # a slow host is a lasting condition (no transient exemption: a first traced iteration
-    # often idles longer on one rank while the others warm up): flagged in nearly every
-    # iteration, or idling longer than its peers in nearly every iteration by a median beyond
-    # the cut-off (every iteration's z has the same scale, so the median's standard error is
-    # MEDIAN_SE / sqrt(iterations) of it): on busy hosts one iteration's gaps scatter by tens
-    # of ms, and a stall of that size is judged on all iterations together. Only with three
-    # traced iterations or more: the median of two is their mean, one far iteration and one
-    # barely positive would pass, and that is a hiccup, not a lasting stall.
-    n_it = pl.col("gap_z").count().over("rank").cast(pl.Float64)
-    median_z = pl.col("gap_z").median().over("rank") * n_it.sqrt() / MEDIAN_SE
-    positive = (pl.col("gap_excess_ns") > 0).mean().over("rank") >= CONSISTENT
-    judged_together = (n_it >= 3) & (median_z > z_crit) & positive
-    gap_lasting = (gap.mean().over("rank") >= CONSISTENT) | judged_together
-    per = per.with_columns(gap_flagged=(gap | (pl.col("gap_excess_ns") > 0)) & gap_lasting
-                           if judge_gaps else pl.lit(False))
+    per = per.with_columns(gap_raw=pl.col("gap_flagged").fill_null(False))
+    if "gap_share" in per.columns:   # idle time alone names a host only when it is a real share
+        per = per.with_columns(gap_flagged=pl.col("gap_raw") & (
+            pl.col("gap_share").fill_null(False) | pl.col("flagged").any().over("rank"))).drop("gap_share")
+    # ``gap_idle``: by the z of idle time alone, which tells a rank that is a suspect by another
+    # route (stage 2 with its compute leaning the same way) a slow host rather than a slow GPU
+    per = per.with_columns(gap_idle=_lasting_gaps(pl.col("gap_raw"), z_crit) if judge_gaps else pl.lit(False),
+                           gap_flagged=_lasting_gaps(pl.col("gap_flagged").fill_null(False), z_crit)
+                           if judge_gaps else pl.lit(False)).drop("gap_raw")
     gap = pl.col("gap_flagged")
     # A window is told from a hiccup only against traced iterations on its sides: with two, a
     # rank slow in one of them and normal in the other is as likely a busy host's noise as a
@@ -653,8 +648,28 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_eff
         .otherwise(pl.col("gap_excess_ns").mean()),
         gap_z=pl.col("gap_z").max(),
         gap_flagged=pl.col("gap_flagged").fill_null(False).any(),
+        gap_idle=pl.col("gap_idle").fill_null(False).any(),
         gap_ns=pl.col("gap_ns").mean(),
     ).sort("rank")
+
+
+def _lasting_gaps(gap: pl.Expr, z_crit: float) -> pl.Expr:
+    """Per (rank, iteration): idle-time flags ``gap`` that last.
+
+    A slow host is a lasting condition (no transient exemption: a first traced iteration often
+    idles longer on one rank while the others warm up): flagged in nearly every iteration, or
+    idling longer than its peers in nearly every iteration by a median beyond the cut-off
+    (every iteration's z has the same scale, so the median's standard error is MEDIAN_SE /
+    sqrt(iterations) of it): on busy hosts one iteration's gaps scatter by tens of ms, and a
+    stall of that size is judged on all iterations together. Only with three traced iterations
+    or more: the median of two is their mean, one far iteration and one barely positive would
+    pass, and that is a hiccup, not a lasting stall."""
+    n_it = pl.col("gap_z").count().over("rank").cast(pl.Float64)
+    median_z = pl.col("gap_z").median().over("rank") * n_it.sqrt() / MEDIAN_SE
+    positive = (pl.col("gap_excess_ns") > 0).mean().over("rank") >= CONSISTENT
+    judged_together = (n_it >= 3) & (median_z > z_crit) & positive
+    lasting = (gap.mean().over("rank") >= CONSISTENT) | judged_together
+    return (gap | (pl.col("gap_excess_ns") > 0)) & lasting
 
 
 def _judged_together(per: pl.DataFrame, z_crit: float, min_effect: float) -> pl.DataFrame:

@@ -322,6 +322,11 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     if (peers.pairs and leans and not host and gap_excess >= peers.min_effect * busy and gap_excess > 0
             and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
         host = True
+    # A rank that is a suspect by its compute (or with stage 2) and idles longer than its peers
+    # in nearly every iteration by the z of its idle time is a slow host that also launches late
+    # inside its spans, even where its idle time alone is too small a share to name it
+    if row["flagged"] and not host and row.get("gap_idle") and gap_excess >= peers.min_effect * busy:
+        host = True
     if not (row["flagged"] or host):
         return None
     # Where only two ranks can be compared, stage 2 must agree for a host as for a GPU:
