@@ -10,26 +10,29 @@ stage; with a single rank per stage each rank is compared with its own other ite
 Everything is judged in log space (a slowdown is a ratio), per (rank, iteration) so that a
 fail-slow window of one iteration is not averaged away, with robust scales (median/MAD):
 
-- the *effect* of a (rank, iteration) is the median log-ratio of its ops to their peers;
-- its standard error comes from the scatter of single ops around that median;
+- an op's log time less what its replica's data explains (``replicas.polish``), against its
+  peers' median: its residual;
+- the *effect* of a (rank, iteration) is the median residual of its ops;
+- its standard error comes from the scatter of single ops around that median, and of its
+  microbatches where data moves them together;
 - a rank-iteration is an outlier when its effect is beyond a Bonferroni cut-off in units of
   the larger of that standard error and the spread of effects across all rank-iterations.
 
-Also here, because they are per-rank timelines compared in the same way: *launch gaps* (idle
-time between a rank's consecutive leaf events, where a slow host shows) and the per-stage
-compute balance (a heavy pipeline stage is imbalance, not a fault).
+Beside it, because they are per-rank timelines compared in the same way: idle time and stalls
+where a slow host shows (``idle``), and here the per-stage compute balance (a heavy pipeline
+stage is imbalance, not a fault).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import polars as pl
 
 from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
+from mapp.analysis.detect.idle import idle_gaps, lasting_gaps, stalls
+from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import CONSISTENT, compare_same_work, self_times
-from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
 
 __all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]
 
@@ -149,7 +152,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         ops = self_times(timed)
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
-        gaps = _gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns"), group, coords, min_effect, starts)
+        gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns"), group, coords, min_effect, starts)
         found = compare_same_work(ops, gaps, coords, group, slow_op=slow_op, min_effect=min_effect)
         if found is None:
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
@@ -194,20 +197,20 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     # and with two peers what is left could not show how time grows with tokens
     beta = _token_slope(_relative(ops, g), g)
     ops = _token_free(ops, beta)
-    ops, seqlen = _polish(ops, g)
+    ops, seqlen = polish(ops, g)
     first = _rank_iterations(ops, min_effect, use_spread=False)
     outliers = first.filter(pl.col("flagged")).select("rank", "iteration", out=pl.lit(True))
     if len(outliers):
         ops = ops.join(outliers, on=["rank", "iteration"], how="left").with_columns(
             use=pl.col("out").is_null()).drop("out")
-        ops, seqlen = _polish(ops, g, first=seqlen or False)
+        ops, seqlen = polish(ops, g, first=seqlen or False)
     ops = ops.with_columns(
         slow=(pl.col("r").exp() > 1 + slow_op),
         excess=(pl.col("self_ns") - pl.col("self_ns") / pl.col("r_adj").exp()),
     )
     per = _rank_iterations(ops, min_effect, use_spread=True)
     z_crit = z_critical(len(per))
-    per = per.join(_gaps(events, leaves, group, coords, min_effect, starts, _stalls(ops)), on=["rank", "iteration"],
+    per = per.join(idle_gaps(events, leaves, group, coords, min_effect, starts, stalls(ops)), on=["rank", "iteration"],
                    how="left")
     if not judge_gaps:
         per = per.with_columns(gap_flagged=pl.lit(False))
@@ -252,7 +255,7 @@ def _token_slope(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame | None:
     Peers run the same op on different data: with sequence lengths that differ between data
     parallel replicas, one replica's layers take longer because they have more tokens, not
     because its GPU is slow, and a replica of one rank has no peer of its own to share that
-    with (``_polish`` cannot remove it). A slope per op name (a layer's backward, its
+    with (``polish`` cannot remove it). A slope per op name (a layer's backward, its
     forward, the embedding and the output layer grow differently: 0.2-1.0 measured on one CPU
     job), fitted within each rank (``r`` and ``x`` less their rank's means; kept between 0 and
     2: linear layers scale with tokens, attention up to their square); a name with too little
@@ -367,246 +370,6 @@ def _effect_spread(per: pl.DataFrame, pairs: bool) -> float:
     return within.select(robust_scale("d")).item() or 0.0
 
 
-POLISH_ROUNDS = 3
-"""Rounds of alternating peer and replica medians (they settle within two or three)."""
-
-_CELL = ["dp", "iteration", "microbatch"]
-
-LEAVE_ONE_OUT = 8
-"""Replicas of up to this many ranks take each rank's data effect from the others only; in
-larger ones a rank's own ops move the median by at most ~1/size of its slowdown, and leaving
-each out costs a pass over every op per rank of the replica (10 x the whole stage at 1,024 ranks)."""
-
-
-def _polish(ops: pl.DataFrame, g: list[str], first: dict | bool | None = None) -> tuple[pl.DataFrame, dict | None]:
-    """``r`` (each op against its peers' same op) and ``r_adj`` (that, less what its replica's
-    data explains) from ``y``, by a robust two-way fit, a Tukey median polish:
-    ``y = op[g] + data[dp, iteration, microbatch] + residual``.
-
-    A long sequence makes every stage and TP shard of its replica slower on that microbatch;
-    a slow GPU makes one rank slower on all of them. Peers are ranks of other replicas, so
-    when replicas' sequence lengths differ the peers' median of one op is a median over
-    different lengths, and with a handful of replicas a slow rank among them moves it by as
-    much as its own slowdown (a 1.2x GPU in a PP4 x DP4 job read 1.08x, and its peers looked
-    fast). So the two medians alternate, each on what the other leaves: the peers' median per
-    op, the replica's per microbatch, until both settle. Rows without ``use`` (the first
-    pass's outliers) are left out of both medians and still get a residual.
-
-    The replica part is fitted only when it is larger than what jitter alone would put into
-    such a median (else every op keeps its plain peer comparison). With three or more ranks in
-    a replica the whole shared part (also the replica's average over microbatches) goes, each
-    rank's taken from the replica's *other* ranks: a slow rank among four would otherwise pull
-    the median a quarter of the way to itself, hiding a quarter of its slowdown. With fewer,
-    only the part that varies between microbatches, so that a rank's constant slowdown is not
-    taken for data.
-
-    ``first``: what the first pass found (its ``info``, False where it fitted no data effect):
-    the second, with the outliers left out, keeps that decision, since a fault left out of the
-    medians must not also decide whether they are fitted.
-    """
-    ops = _rows(ops.with_columns(c=pl.lit(0.0), k=pl.lit(1.0), replica_n=pl.lit(0, pl.UInt32)), g)
-    have_mb = ops.filter(pl.col("microbatch") >= 0)
-    if have_mb.is_empty():
-        return _residuals(ops), None
-    if first is False:
-        return _residuals(ops), None
-    if first is not None:
-        return _fit_data(ops, g, first["spread"]), first
-    e = _cells(have_mb)
-    spread = e.select(robust_scale("e_c")).item() or 0.0
-    noise = have_mb.join(e.select(*_CELL, "e"), on=_CELL, how="left").select(
-        robust_scale(pl.col("y") - pl.col("a") - pl.col("e"))
-    ).item() or 0.0
-    n = float(e["n"].median())
-    # a median of n ops with per-op noise sigma scatters by MEDIAN_SE * sigma / sqrt(n); four
-    # times that is far beyond chance for any count of cells we see
-    chance = 4 * MEDIAN_SE * noise / max(n, 1.0) ** 0.5
-    if spread <= chance:
-        return _residuals(ops), None
-    info = {"spread": round(float(spread), 4), "chance": round(float(chance), 4),
-            "relative_spread": round(float(spread) * 1.7320508, 3)}
-    return _fit_data(ops, g, spread), info
-
-
-def _fit_data(ops: pl.DataFrame, g: list[str], spread: float) -> pl.DataFrame:
-    """The alternating medians of ``_polish`` (``ops`` with the peers' first ``a``), and
-    ``data_se``: where a replica keeps its average over microbatches (fewer than three ranks),
-    that average is as much its data's as its GPU's. Its microbatches' effects scatter by
-    ``spread``, so their median over a replica's microbatches of an iteration is uncertain by
-    MEDIAN_SE x spread / sqrt(microbatches): a rank's slowdown is judged against that too (a
-    DP2 job on heavy-tailed lengths without tokens in the trace: one replica's four microbatches
-    a little longer read as a 1.12x GPU)."""
-    size = ops.group_by("dp").agg(replica_n=pl.col("rank").n_unique())
-    ops = ops.drop("replica_n").join(size, on="dp", how="left")
-    ops = ops.with_columns(k=pl.lit(1.0))
-    for _ in range(POLISH_ROUNDS):
-        mb = ops.filter(pl.col("microbatch") >= 0)
-        e, others = _cells(mb), _others_cells(mb.filter(pl.col("replica_n") <= LEAVE_ONE_OUT))
-        ops = ops.drop("c").join(e.select(*_CELL, "e", "e_c"), on=_CELL, how="left").join(
-            others, on=[*_CELL, "rank"], how="left").with_columns(
-            lat=pl.when(pl.col("replica_n") > LEAVE_ONE_OUT).then(pl.col("e"))
-            .when(pl.col("replica_n") >= 2).then(pl.col("e_o")).otherwise(pl.col("e_c")).fill_null(0.0)
-        ).drop("e", "e_c", "e_o")
-        ops = _scales(ops).with_columns(c=pl.col("k") * pl.col("lat")).drop("lat")
-        ops = _rows(ops, g)
-    n_mb = ops.filter(pl.col("microbatch") >= 0).group_by("dp", "iteration").agg(n_mb=pl.col("microbatch").n_unique())
-    pair = pl.when(pl.col("n_base") == 2).then(2 ** 0.5).otherwise(1.0)
-    ops = ops.join(n_mb, on=["dp", "iteration"], how="left").with_columns(
-        data_se=pl.when((pl.col("replica_n") < 2) & pl.col("n_mb").is_not_null())
-        .then(pair * MEDIAN_SE * spread / pl.col("n_mb").cast(pl.Float64).sqrt()).otherwise(0.0)).drop("n_mb")
-    return _residuals(ops)
-
-
-def _scales(ops: pl.DataFrame) -> pl.DataFrame:
-    """``k`` per kind of op (stage and name): how strongly its time follows its replica's data
-    effect ``lat``. Time grows as tokens to a power that differs between ops (attention up to
-    the square, the output layer linearly, a backward otherwise than its forward), and the
-    last stage's ops are not the first's: one data effect for all would leave a part of it
-    in every op of some stages. A least-squares slope on the ops with ``use``, kept between
-    1/4 and 4, relative to the median op's."""
-    # only where two or more peers set ``a`` (with one, what it leaves of its own op is exactly
-    # the fit, whatever the slope)
-    fit = ops.filter(pl.col("use") & (pl.col("microbatch") >= 0) & (pl.col("n_base") >= 2)).group_by("pp", "name").agg(
-        k=((pl.col("y") - pl.col("a")) * pl.col("lat")).sum() / (pl.col("lat") ** 2).sum())
-    ops = ops.drop("k").join(fit, on=["pp", "name"], how="left").with_columns(
-        pl.col("k").fill_nan(None).fill_null(1.0).clip(0.25, 4.0))
-    return ops.with_columns(k=pl.col("k") / pl.col("k").filter(pl.col("microbatch") >= 0).median())
-
-
-def _rows(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame:
-    """``a``: the peers' median of ``y - c`` per op (rows with ``use``), ``n_base`` their count."""
-    base = ops.filter(pl.col("use")).group_by(g).agg(n_base=pl.len(), a=(pl.col("y") - pl.col("c")).median())
-    return ops.drop([c for c in ("n_base", "a") if c in ops.columns]).join(base, on=g, how="left")
-
-
-def _cells(ops: pl.DataFrame) -> pl.DataFrame:
-    """Per (replica, iteration, microbatch): ``e``, the median of what the peers leave of its
-    ops (rows with ``use``), and ``e_c``, that less the replica's median over its microbatches."""
-    e = ops.filter(pl.col("use") & pl.col("a").is_not_null()).group_by(_CELL).agg(
-        e=((pl.col("y") - pl.col("a")) / pl.col("k")).median(), n=pl.len())
-    return e.with_columns(e_c=pl.col("e") - pl.col("e").median().over(["dp", "iteration"]))
-
-
-def _others_cells(ops: pl.DataFrame) -> pl.DataFrame:
-    """Per (replica, iteration, microbatch, rank): ``e_o``, the median of what the peers leave
-    of the ops of the replica's *other* ranks in that microbatch (rows with ``use``)."""
-    vals = ops.filter(pl.col("use") & pl.col("a").is_not_null()).select(
-        *_CELL, other=pl.col("rank"), v=(pl.col("y") - pl.col("a")) / pl.col("k"))
-    return ops.select(*_CELL, "rank").unique().join(vals, on=_CELL).filter(
-        pl.col("other") != pl.col("rank")).group_by([*_CELL, "rank"]).agg(e_o=pl.col("v").median())
-
-
-def _residuals(ops: pl.DataFrame) -> pl.DataFrame:
-    """``r`` and ``r_adj`` from the fit. With two peers their median is their mean and would
-    halve the difference: a rank is compared with the other one instead (leave-one-out, which
-    is what a median of the others means). Where every peer was left out the op keeps no
-    baseline and drops out."""
-    pair = pl.when((pl.col("n_base") == 2) & pl.col("use")).then(2.0).otherwise(1.0)
-    if "data_se" not in ops.columns:
-        ops = ops.with_columns(data_se=pl.lit(0.0))
-    return ops.with_columns(r_adj=pair * (pl.col("y") - pl.col("c") - pl.col("a"))).with_columns(
-        r=pl.col("r_adj") + pl.col("c")).filter(pl.col("r").is_not_null()).drop("a", "c", "k", "n_base", "replica_n")
-
-
-def _gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
-          min_effect: float, starts: pl.DataFrame | None = None, stalls: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Idle time between a rank's consecutive leaf events (compute leaves, communication,
-    optimizer), per iteration, compared with its peers'. A slow host launches every op late,
-    which shows as such gaps; a slow GPU does not. ``leaves``: ``rank``, ``iteration``,
-    ``ts_ns``, ``end_ns`` of the compute leaves; ``starts``: iteration starts, as zero-length
-    marks on the timeline (the time before an iteration's first op is idle too)."""
-    # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
-    # waiting for peers too: without them a pipeline's first stage, idle on its GPU while a
-    # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
-    comm_kernel = ((pl.col("cat") == "other") & pl.col("lane").str.starts_with("stream:")
-                   & pl.col("name").str.contains("(?i)" + COMM_KERNEL_PATTERN))
-    other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | comm_kernel)
-                          & pl.col("iteration").is_not_null()).select(
-        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")
-    )
-    parts = [leaves, other.cast(leaves.schema)]
-    if starts is not None and len(starts):
-        marks = starts.join(leaves.select("rank", "iteration").unique(), on=["rank", "iteration"], how="semi")
-        parts.append(marks.select("rank", "iteration", "ts_ns", end_ns=pl.col("ts_ns")).cast(leaves.schema))
-    tl = pl.concat(parts).sort(["rank", "ts_ns"])
-    prev = pl.col("end_ns").cum_max().shift(1).over("rank")
-    tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
-    per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
-                                                 span_ns=pl.col("end_ns").max() - pl.col("ts_ns").min())
-    if stalls is not None and len(stalls):   # host time spent inside a coarse step span
-        per = per.join(stalls, on=["rank", "iteration"], how="left").with_columns(
-            gap_ns=pl.col("gap_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
-    per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
-    g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
-    per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
-                           n_peers=pl.len().over(g))
-    per = _readers_wait(per)
-    if group != ["rank"] and per["n_peers"].min() == 2:
-        # two peers: their excesses mirror each other, so the scatter across ranks is the
-        # difference being tested; the noise is how much a rank's excess varies by itself
-        scale = per.select(robust_scale(pl.col("gap_excess_ns") - pl.col("gap_excess_ns").median().over("rank"))).item() or 0.0
-        per = per.with_columns(gap_excess_ns=2 * pl.col("gap_excess_ns"))   # against the other, not the mean
-    else:
-        scale = per.select(robust_scale("gap_excess_ns")).item() or 0.0
-    # Trace timestamps are microseconds: each gap carries up to 1 us of rounding, which adds up
-    # like noise over a rank's gaps. Below that no difference in gaps means anything.
-    floor = 1000.0 * float(per["n_gaps"].mean() or 1.0) ** 0.5
-    z_crit = z_critical(len(per))
-    # and, as for compute, at least ``min_effect`` of the rank's iteration: a simulated trace's
-    # 1 us timestamps make the scale so small that a 0.1 ms excess had a z in the hundreds
-    # (``gap_share`` says so; a rank whose compute stands out anyway is told a slow host from a
-    # slow GPU by its idle time's z alone: ``_per_rank``)
-    return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
-        gap_flagged=pl.col("gap_z") > z_crit, gap_share=pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns")
-    ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share")
-
-
-def _readers_wait(per: pl.DataFrame) -> pl.DataFrame:
-    """On the stages that read data (the first and the last), TP rank 0 reads each batch and
-    broadcasts it to its TP peers (``get_batch_on_this_tp_rank``), a broadcast no trace of
-    megatron-core's hooks records: while the reader idles on a starved loader its peers idle
-    in that broadcast, the same time. So what a TP peer's idle excess shares with its reader's
-    in an iteration is the reader's, and only the rest is its own."""
-    if per["tp"].drop_nulls().n_unique() < 2:
-        return per
-    ends = [0, int(per["pp"].max())]
-    reader = pl.col("gap_excess_ns").filter(pl.col("tp") == 0).max().over("pp", "dp", "iteration")
-    return per.with_columns(gap_excess_ns=pl.when(
-        (pl.col("tp") != 0) & pl.col("pp").is_in(ends) & (reader > 0))
-        .then(pl.col("gap_excess_ns") - pl.min_horizontal(reader, pl.col("gap_excess_ns").clip(lower_bound=0.0)))
-        .otherwise(pl.col("gap_excess_ns")))
-
-
-STALL = 2.0
-"""An op this many times as long as the rest of its rank's ops say it should be held a stall."""
-
-_STALL_MIN_NS = 1_000_000
-
-
-def _stalls(ops: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, iteration): ``stall_ns``, time inside single forward steps far beyond what the
-    rank's other ops and its peers say they take (at least ``STALL`` x, and 1 ms).
-
-    A trace with one span per forward step (no layer spans inside it) holds the data fetch
-    inside that span: a starved data loader makes one microbatch's forward step tens of ms
-    long, which a median over the rank's ops rightly ignores as compute, and which no idle gap
-    shows. It is host time, and is judged with the launch gaps. In Megatron the data is read
-    by tensor-parallel rank 0 of the first and last stages (``get_batch_on_this_tp_rank``) and
-    broadcast to its TP peers, which wait inside the same step: a stall that TP rank 0 of a
-    stage shows in a microbatch is its own, and its TP peers' in the same step are its too."""
-    eff = pl.col("r_adj") - pl.col("r_adj").median().over("rank", "iteration")
-    # only a forward step holds the data fetch (a span of that name that holds no other span)
-    long = ops.with_columns(d=eff).filter((pl.col("name") == "forward") & (pl.col("microbatch") >= 0)).filter(pl.col("d") > float(np.log(STALL))).with_columns(
-        stall_ns=pl.col("self_ns").cast(pl.Float64) * (1 - (-pl.col("d")).exp())).filter(pl.col("stall_ns") >= _STALL_MIN_NS)
-    if long.is_empty():
-        return pl.DataFrame(schema={"rank": pl.Int32, "iteration": pl.Int32, "stall_ns": pl.Float64})
-    # where TP rank 0 stalled in a step, its TP peers that stalled with it waited for its batch
-    step = ["pp", "dp", "iteration", "microbatch"]
-    long = long.with_columns(reader=(pl.col("tp") == 0).any().over(step))
-    long = long.filter(~pl.col("reader") | (pl.col("tp") == 0))
-    return long.group_by("rank", "iteration").agg(pl.col("stall_ns").sum())
-
-
 def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_effect: float = 0.0) -> pl.DataFrame:
     """Per rank. ``lasting``: a fault lasts, while noise on shared or busy hosts can make one
     iteration of one rank stand out; a rank's compute flags last when it is flagged in nearly
@@ -621,8 +384,8 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_eff
             pl.col("gap_share").fill_null(False) | pl.col("flagged").any().over("rank"))).drop("gap_share")
     # ``gap_idle``: by the z of idle time alone, which tells a rank that is a suspect by another
     # route (stage 2 with its compute leaning the same way) a slow host rather than a slow GPU
-    per = per.with_columns(gap_idle=_lasting_gaps(pl.col("gap_raw"), z_crit) if judge_gaps else pl.lit(False),
-                           gap_flagged=_lasting_gaps(pl.col("gap_flagged").fill_null(False), z_crit)
+    per = per.with_columns(gap_idle=lasting_gaps(pl.col("gap_raw"), z_crit) if judge_gaps else pl.lit(False),
+                           gap_flagged=lasting_gaps(pl.col("gap_flagged").fill_null(False), z_crit)
                            if judge_gaps else pl.lit(False)).drop("gap_raw")
     gap = pl.col("gap_flagged")
     # A window is told from a hiccup only against traced iterations on its sides: with two, a
@@ -651,25 +414,6 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_eff
         gap_idle=pl.col("gap_idle").fill_null(False).any(),
         gap_ns=pl.col("gap_ns").mean(),
     ).sort("rank")
-
-
-def _lasting_gaps(gap: pl.Expr, z_crit: float) -> pl.Expr:
-    """Per (rank, iteration): idle-time flags ``gap`` that last.
-
-    A slow host is a lasting condition (no transient exemption: a first traced iteration often
-    idles longer on one rank while the others warm up): flagged in nearly every iteration, or
-    idling longer than its peers in nearly every iteration by a median beyond the cut-off
-    (every iteration's z has the same scale, so the median's standard error is MEDIAN_SE /
-    sqrt(iterations) of it): on busy hosts one iteration's gaps scatter by tens of ms, and a
-    stall of that size is judged on all iterations together. Only with three traced iterations
-    or more: the median of two is their mean, one far iteration and one barely positive would
-    pass, and that is a hiccup, not a lasting stall."""
-    n_it = pl.col("gap_z").count().over("rank").cast(pl.Float64)
-    median_z = pl.col("gap_z").median().over("rank") * n_it.sqrt() / MEDIAN_SE
-    positive = (pl.col("gap_excess_ns") > 0).mean().over("rank") >= CONSISTENT
-    judged_together = (n_it >= 3) & (median_z > z_crit) & positive
-    lasting = (gap.mean().over("rank") >= CONSISTENT) | judged_together
-    return (gap | (pl.col("gap_excess_ns") > 0)) & lasting
 
 
 def _judged_together(per: pl.DataFrame, z_crit: float, min_effect: float) -> pl.DataFrame:

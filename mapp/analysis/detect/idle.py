@@ -1,0 +1,134 @@
+"""Stage 1's host evidence: idle time between a rank's ops, and stalls inside its step spans.
+
+A slow host launches every op late, which shows as idle gaps on its timeline (its GPU waits);
+a starved data loader stalls a forward step. Both are compared with the peers' like
+``peers.compare_peers`` compares compute, per (rank, iteration).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, z_critical
+from mapp.analysis.detect.same_work import CONSISTENT
+from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
+
+__all__ = ["idle_gaps", "stalls", "lasting_gaps", "STALL"]
+
+def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
+          min_effect: float, starts: pl.DataFrame | None = None, stalls: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Idle time between a rank's consecutive leaf events (compute leaves, communication,
+    optimizer), per iteration, compared with its peers'. A slow host launches every op late,
+    which shows as such gaps; a slow GPU does not. ``leaves``: ``rank``, ``iteration``,
+    ``ts_ns``, ``end_ns`` of the compute leaves; ``starts``: iteration starts, as zero-length
+    marks on the timeline (the time before an iteration's first op is idle too)."""
+    # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
+    # waiting for peers too: without them a pipeline's first stage, idle on its GPU while a
+    # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
+    comm_kernel = ((pl.col("cat") == "other") & pl.col("lane").str.starts_with("stream:")
+                   & pl.col("name").str.contains("(?i)" + COMM_KERNEL_PATTERN))
+    other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | comm_kernel)
+                          & pl.col("iteration").is_not_null()).select(
+        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")
+    )
+    parts = [leaves, other.cast(leaves.schema)]
+    if starts is not None and len(starts):
+        marks = starts.join(leaves.select("rank", "iteration").unique(), on=["rank", "iteration"], how="semi")
+        parts.append(marks.select("rank", "iteration", "ts_ns", end_ns=pl.col("ts_ns")).cast(leaves.schema))
+    tl = pl.concat(parts).sort(["rank", "ts_ns"])
+    prev = pl.col("end_ns").cum_max().shift(1).over("rank")
+    tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
+    per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
+                                                 span_ns=pl.col("end_ns").max() - pl.col("ts_ns").min())
+    if stalls is not None and len(stalls):   # host time spent inside a coarse step span
+        per = per.join(stalls, on=["rank", "iteration"], how="left").with_columns(
+            gap_ns=pl.col("gap_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
+    per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
+    g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
+    per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
+                           n_peers=pl.len().over(g))
+    per = _readers_wait(per)
+    if group != ["rank"] and per["n_peers"].min() == 2:
+        # two peers: their excesses mirror each other, so the scatter across ranks is the
+        # difference being tested; the noise is how much a rank's excess varies by itself
+        scale = per.select(robust_scale(pl.col("gap_excess_ns") - pl.col("gap_excess_ns").median().over("rank"))).item() or 0.0
+        per = per.with_columns(gap_excess_ns=2 * pl.col("gap_excess_ns"))   # against the other, not the mean
+    else:
+        scale = per.select(robust_scale("gap_excess_ns")).item() or 0.0
+    # Trace timestamps are microseconds: each gap carries up to 1 us of rounding, which adds up
+    # like noise over a rank's gaps. Below that no difference in gaps means anything.
+    floor = 1000.0 * float(per["n_gaps"].mean() or 1.0) ** 0.5
+    z_crit = z_critical(len(per))
+    # and, as for compute, at least ``min_effect`` of the rank's iteration: a simulated trace's
+    # 1 us timestamps make the scale so small that a 0.1 ms excess had a z in the hundreds
+    # (``gap_share`` says so; a rank whose compute stands out anyway is told a slow host from a
+    # slow GPU by its idle time's z alone: ``_per_rank``)
+    return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
+        gap_flagged=pl.col("gap_z") > z_crit, gap_share=pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns")
+    ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share")
+
+
+def _readers_wait(per: pl.DataFrame) -> pl.DataFrame:
+    """On the stages that read data (the first and the last), TP rank 0 reads each batch and
+    broadcasts it to its TP peers (``get_batch_on_this_tp_rank``), a broadcast no trace of
+    megatron-core's hooks records: while the reader idles on a starved loader its peers idle
+    in that broadcast, the same time. So what a TP peer's idle excess shares with its reader's
+    in an iteration is the reader's, and only the rest is its own."""
+    if per["tp"].drop_nulls().n_unique() < 2:
+        return per
+    ends = [0, int(per["pp"].max())]
+    reader = pl.col("gap_excess_ns").filter(pl.col("tp") == 0).max().over("pp", "dp", "iteration")
+    return per.with_columns(gap_excess_ns=pl.when(
+        (pl.col("tp") != 0) & pl.col("pp").is_in(ends) & (reader > 0))
+        .then(pl.col("gap_excess_ns") - pl.min_horizontal(reader, pl.col("gap_excess_ns").clip(lower_bound=0.0)))
+        .otherwise(pl.col("gap_excess_ns")))
+
+
+STALL = 2.0
+"""An op this many times as long as the rest of its rank's ops say it should be held a stall."""
+
+_STALL_MIN_NS = 1_000_000
+
+
+def stalls(ops: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, iteration): ``stall_ns``, time inside single forward steps far beyond what the
+    rank's other ops and its peers say they take (at least ``STALL`` x, and 1 ms).
+
+    A trace with one span per forward step (no layer spans inside it) holds the data fetch
+    inside that span: a starved data loader makes one microbatch's forward step tens of ms
+    long, which a median over the rank's ops rightly ignores as compute, and which no idle gap
+    shows. It is host time, and is judged with the launch gaps. In Megatron the data is read
+    by tensor-parallel rank 0 of the first and last stages (``get_batch_on_this_tp_rank``) and
+    broadcast to its TP peers, which wait inside the same step: a stall that TP rank 0 of a
+    stage shows in a microbatch is its own, and its TP peers' in the same step are its too."""
+    eff = pl.col("r_adj") - pl.col("r_adj").median().over("rank", "iteration")
+    # only a forward step holds the data fetch (a span of that name that holds no other span)
+    long = ops.with_columns(d=eff).filter((pl.col("name") == "forward") & (pl.col("microbatch") >= 0)).filter(pl.col("d") > float(np.log(STALL))).with_columns(
+        stall_ns=pl.col("self_ns").cast(pl.Float64) * (1 - (-pl.col("d")).exp())).filter(pl.col("stall_ns") >= _STALL_MIN_NS)
+    if long.is_empty():
+        return pl.DataFrame(schema={"rank": pl.Int32, "iteration": pl.Int32, "stall_ns": pl.Float64})
+    # where TP rank 0 stalled in a step, its TP peers that stalled with it waited for its batch
+    step = ["pp", "dp", "iteration", "microbatch"]
+    long = long.with_columns(reader=(pl.col("tp") == 0).any().over(step))
+    long = long.filter(~pl.col("reader") | (pl.col("tp") == 0))
+    return long.group_by("rank", "iteration").agg(pl.col("stall_ns").sum())
+
+
+def lasting_gaps(gap: pl.Expr, z_crit: float) -> pl.Expr:
+    """Per (rank, iteration): idle-time flags ``gap`` that last.
+
+    A slow host is a lasting condition (no transient exemption: a first traced iteration often
+    idles longer on one rank while the others warm up): flagged in nearly every iteration, or
+    idling longer than its peers in nearly every iteration by a median beyond the cut-off
+    (every iteration's z has the same scale, so the median's standard error is MEDIAN_SE /
+    sqrt(iterations) of it): on busy hosts one iteration's gaps scatter by tens of ms, and a
+    stall of that size is judged on all iterations together. Only with three traced iterations
+    or more: the median of two is their mean, one far iteration and one barely positive would
+    pass, and that is a hiccup, not a lasting stall."""
+    n_it = pl.col("gap_z").count().over("rank").cast(pl.Float64)
+    median_z = pl.col("gap_z").median().over("rank") * n_it.sqrt() / MEDIAN_SE
+    positive = (pl.col("gap_excess_ns") > 0).mean().over("rank") >= CONSISTENT
+    judged_together = (n_it >= 3) & (median_z > z_crit) & positive
+    lasting = (gap.mean().over("rank") >= CONSISTENT) | judged_together
+    return (gap | (pl.col("gap_excess_ns") > 0)) & lasting
