@@ -135,10 +135,15 @@ def _attribute(per: pl.DataFrame) -> list[LinkFinding]:
     if slow.is_empty():
         return []
     iterations = max(per["iteration"].n_unique(), 1)
+    # A link or group is slow on two or more of its transfers: with sequence lengths that differ
+    # per microbatch every message has a size of its own, so a class can hold one message of a
+    # link, and one message delayed by a busy host made a "slow link" of a healthy job
     by_obs = slow.group_by(["obs"]).agg(
         ratio=pl.col("ratio").median(), z=pl.col("z").max(), iterations=pl.col("iteration").unique().sort(),
-        excess_ns=pl.col("excess_ns").sum() / iterations, inter=pl.col("inter").first(),
-    ).sort("ratio", descending=True)
+        excess_ns=pl.col("excess_ns").sum() / iterations, inter=pl.col("inter").first(), transfers=pl.col("n").sum(),
+    ).filter(pl.col("transfers") >= 2).sort("ratio", descending=True)
+    if by_obs.is_empty():
+        return []
     rows = {tuple(r["obs"]): r for r in by_obs.sort("ratio").iter_rows(named=True)}
     what = slow.group_by("obs").agg(pl.col("what").unique().sort())
     whats = {tuple(o): list(w) for o, w in what.iter_rows()}

@@ -58,7 +58,7 @@ def polish(ops: pl.DataFrame, g: list[str], first: dict | bool | None = None) ->
     if first is False:
         return _residuals(ops), None
     if first is not None:
-        return _fit_data(ops, g, first["spread"]), first
+        return _fit_data(ops, g, first["sd"]), first
     e = _cells(have_mb)
     spread = e.select(robust_scale("e_c")).item() or 0.0
     noise = have_mb.join(e.select(*_CELL, "e"), on=_CELL, how="left").select(
@@ -71,16 +71,29 @@ def polish(ops: pl.DataFrame, g: list[str], first: dict | bool | None = None) ->
     if spread <= chance:
         return _residuals(ops), None
     info = {"spread": round(float(spread), 4), "chance": round(float(chance), 4),
-            "relative_spread": round(float(spread) * 1.7320508, 3)}
-    return _fit_data(ops, g, spread), info
+            "relative_spread": round(float(spread) * 1.7320508, 3), "sd": round(_between_sd(e), 4)}
+    return _fit_data(ops, g, info["sd"]), info
 
 
-def _fit_data(ops: pl.DataFrame, g: list[str], spread: float) -> pl.DataFrame:
+def _between_sd(e: pl.DataFrame) -> float:
+    """How much microbatches' data effects ``e`` scatter within a replica's iteration: the
+    standard deviation around each (replica, iteration)'s mean, pooled, corrected for the mean
+    fitted from the same n. Not a MAD: with four microbatches, two sit beside their median by
+    construction, which halved it, and a heavy tail of lengths is what it must not hide."""
+    d = e.with_columns(n_g=pl.len().over("dp", "iteration"),
+                       d=pl.col("e") - pl.col("e").mean().over("dp", "iteration")).filter(pl.col("n_g") >= 2)
+    if d.is_empty():
+        return 0.0
+    var = d.select((pl.col("d") ** 2 * pl.col("n_g") / (pl.col("n_g") - 1)).mean()).item()
+    return float(var or 0.0) ** 0.5
+
+
+def _fit_data(ops: pl.DataFrame, g: list[str], sd: float) -> pl.DataFrame:
     """The alternating medians of ``polish`` (``ops`` with the peers' first ``a``), and
     ``data_se``: where a replica keeps its average over microbatches (fewer than three ranks),
     that average is as much its data's as its GPU's. Its microbatches' effects scatter by
-    ``spread``, so their median over a replica's microbatches of an iteration is uncertain by
-    MEDIAN_SE x spread / sqrt(microbatches): a rank's slowdown is judged against that too (a
+    ``sd``, so their median over a replica's microbatches of an iteration is uncertain by
+    MEDIAN_SE x sd / sqrt(microbatches): a rank's slowdown is judged against that too (a
     DP2 job on heavy-tailed lengths without tokens in the trace: one replica's four microbatches
     a little longer read as a 1.12x GPU)."""
     size = ops.group_by("dp").agg(replica_n=pl.col("rank").n_unique())
@@ -89,18 +102,21 @@ def _fit_data(ops: pl.DataFrame, g: list[str], spread: float) -> pl.DataFrame:
     for _ in range(POLISH_ROUNDS):
         mb = ops.filter(pl.col("microbatch") >= 0)
         e, others = _cells(mb), _others_cells(mb.filter(pl.col("replica_n") <= LEAVE_ONE_OUT))
-        ops = ops.drop("c").join(e.select(*_CELL, "e", "e_c"), on=_CELL, how="left").join(
-            others, on=[*_CELL, "rank"], how="left").with_columns(
+        # a replica of one rank has its own microbatches' effect, also where that rank is left
+        # out of the peers' baseline (it is no one else's baseline to spoil)
+        own = _cells(mb.filter(pl.col("replica_n") < 2), every=True).select(*_CELL, e_own=pl.col("e_c"))
+        ops = ops.drop("c").join(e.select(*_CELL, "e"), on=_CELL, how="left").join(
+            own, on=_CELL, how="left").join(others, on=[*_CELL, "rank"], how="left").with_columns(
             lat=pl.when(pl.col("replica_n") > LEAVE_ONE_OUT).then(pl.col("e"))
-            .when(pl.col("replica_n") >= 2).then(pl.col("e_o")).otherwise(pl.col("e_c")).fill_null(0.0)
-        ).drop("e", "e_c", "e_o")
+            .when(pl.col("replica_n") >= 2).then(pl.col("e_o")).otherwise(pl.col("e_own")).fill_null(0.0)
+        ).drop("e", "e_own", "e_o")
         ops = _scales(ops).with_columns(c=pl.col("k") * pl.col("lat")).drop("lat")
         ops = _rows(ops, g)
     n_mb = ops.filter(pl.col("microbatch") >= 0).group_by("dp", "iteration").agg(n_mb=pl.col("microbatch").n_unique())
     pair = pl.when(pl.col("n_base") == 2).then(2 ** 0.5).otherwise(1.0)
     ops = ops.join(n_mb, on=["dp", "iteration"], how="left").with_columns(
         data_se=pl.when((pl.col("replica_n") < 2) & pl.col("n_mb").is_not_null())
-        .then(pair * MEDIAN_SE * spread / pl.col("n_mb").cast(pl.Float64).sqrt()).otherwise(0.0)).drop("n_mb")
+        .then(pair * MEDIAN_SE * sd / pl.col("n_mb").cast(pl.Float64).sqrt()).otherwise(0.0)).drop("n_mb")
     return _residuals(ops)
 
 
@@ -126,10 +142,12 @@ def _rows(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame:
     return ops.drop([c for c in ("n_base", "a") if c in ops.columns]).join(base, on=g, how="left")
 
 
-def _cells(ops: pl.DataFrame) -> pl.DataFrame:
+def _cells(ops: pl.DataFrame, *, every: bool = False) -> pl.DataFrame:
     """Per (replica, iteration, microbatch): ``e``, the median of what the peers leave of its
-    ops (rows with ``use``), and ``e_c``, that less the replica's median over its microbatches."""
-    e = ops.filter(pl.col("use") & pl.col("a").is_not_null()).group_by(_CELL).agg(
+    ops (rows with ``use``; ``every``: all rows), and ``e_c``, that less the replica's median
+    over its microbatches."""
+    rows = pl.col("a").is_not_null() if every else pl.col("use") & pl.col("a").is_not_null()
+    e = ops.filter(rows).group_by(_CELL).agg(
         e=((pl.col("y") - pl.col("a")) / pl.col("k")).median(), n=pl.len())
     return e.with_columns(e_c=pl.col("e") - pl.col("e").median().over(["dp", "iteration"]))
 

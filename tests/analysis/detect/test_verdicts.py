@@ -188,6 +188,31 @@ def test_a_slow_gpu_with_one_stage_peer_on_uneven_lengths(tmp_path, seed):
     assert s.slowdown == pytest.approx(1.3, abs=0.05)
 
 
+def test_a_replica_of_one_rank_that_drew_long_sequences_in_an_iteration_is_no_gpu(tmp_path):
+    # DP8, four microbatches a step of heavy-tailed lengths (lognormal sigma 0.8): rank 1's
+    # microbatches of one iteration were long together, 3x its peers' median. A replica of one
+    # rank keeps its own average, which is data as much as GPU: judged against how much four
+    # microbatches' average can vary (their spread was halved by a MAD around a median of
+    # four), and with its own microbatches' effect also when it is left out of the baseline
+    # (that made its longest microbatch a "stall"). Named a 2.6x GPU before.
+    v = detect(tmp_path, tp=1, pp=1, dp=8, layers=4, microbatches=4, seqlen_sigma=0.8, hidden=4096, seq_length=2048,
+               iterations=2, host_ahead=True, host_overhead_us=30.0, host_noise_us=2.0, data_load_us=100.0,
+               jitter_sigma=0.01, seed=3)
+    assert v.suspects == []
+    assert [i.kind for i in v.imbalance] == ["sequence_length"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_one_message_of_its_own_size_is_no_slow_link(tmp_path, seed):
+    # MegatronApp's format on uneven lengths (TP2 x PP2 x DP8): every p2p message has a size of
+    # its own, so a class of like transfers can hold one message of a link, and one delayed
+    # message made a healthy link "slow" (2.7x, 1.2x). A slow link is slow on two transfers or more.
+    v = detect(tmp_path, tp=2, pp=2, dp=8, layers=4, microbatches=4, seqlen_sigma=0.8, hidden=4096, seq_length=2048,
+               iterations=2, host_ahead=True, host_overhead_us=60.0, host_noise_us=5.0, data_load_us=100.0,
+               jitter_sigma=0.02, format="megatronapp", seed=seed)
+    assert [s.kind for s in v.suspects] == []
+
+
 def test_two_slow_gpus_of_one_replica_at_different_factors_stay_suspects(tmp_path):
     v = detect(tmp_path, "slow_gpu:2:1.3", "slow_gpu:3:1.6", tp=2, pp=1, dp=4)
     assert {s.rank for s in v.suspects if s.kind == "slow_compute"} == {2, 3}
