@@ -131,21 +131,28 @@ class TraceDatabase:
         """``execute`` on a worker thread so Ctrl-C (KeyboardInterrupt here) cancels the query
         through ``connection.interrupt()`` and leaves the connection usable."""
         outcome: dict[str, Any] = {}
+        done = threading.Event()
 
         def work() -> None:
             try:
                 outcome["results"] = self.execute(sql, params)
             except BaseException as error:  # handed back to the calling thread
                 outcome["error"] = error
+            finally:
+                done.set()
 
+        # Waited for by polling with sleep, never Thread.join: a KeyboardInterrupt that lands
+        # inside join() just as the thread ends can leave its lock taken (CPython 3.11), and the
+        # next join then never returns (a test hung there for 300 s under load).
         worker = threading.Thread(target=work, name="mapp-sql-query", daemon=True)
         worker.start()
         try:
-            while worker.is_alive():
-                worker.join(0.05)
+            while not done.is_set():
+                time.sleep(0.05)
         except KeyboardInterrupt:
             self.connection.interrupt()
-            worker.join()
+            while not done.is_set():
+                time.sleep(0.01)
             self._wait_until_idle()
             raise KeyboardInterrupt from None
         if "error" in outcome:
