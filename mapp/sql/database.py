@@ -141,9 +141,9 @@ class TraceDatabase:
             finally:
                 done.set()
 
-        # Waited for by polling with sleep, never Thread.join: a KeyboardInterrupt that lands
-        # inside join() just as the thread ends can leave its lock taken (CPython 3.11), and the
-        # next join then never returns (a test hung there for 300 s under load).
+        # Waited for by polling an Event between short sleeps, not by Thread.join: the wait is
+        # plain Python between sleeps, where a KeyboardInterrupt lands cleanly, and after the
+        # interrupt no join on a thread that may be ending is needed.
         worker = threading.Thread(target=work, name="mapp-sql-query", daemon=True)
         worker.start()
         try:

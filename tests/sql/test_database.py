@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 
+import signal
+
 import duckdb
 import pytest
 
@@ -165,6 +167,10 @@ def test_interrupt_cancels_a_running_query(faulty):
         running.wait()
         _thread.interrupt_main()  # what Ctrl-C does: KeyboardInterrupt in the main thread
 
+    # Ctrl-C is KeyboardInterrupt only where SIGINT has Python's handler: a test run started in
+    # the background (nohup, &) inherits SIGINT ignored, and interrupt_main() then does nothing
+    # (the query ran on until the 300 s timeout, and 20 tests after it found the database busy)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     db.connection.create_function("mark_running", mark_running, [bigint], bigint, side_effects=True)
     try:
         threading.Thread(target=interrupt_once_running, daemon=True).start()
@@ -177,4 +183,5 @@ def test_interrupt_cancels_a_running_query(faulty):
         assert db.query("SELECT 2 AS still").rows() == [(2,)]
         assert db.query("SELECT count(*) FROM ranks").rows()[0][0] > 0
     finally:
+        signal.signal(signal.SIGINT, previous)
         db.connection.remove_function("mark_running")
