@@ -1,6 +1,6 @@
 """Benchmark: straggler detection speed at scale, and accuracy on the labelled suite.
 
-Run: ``python benchmarks/detect.py [--suite full|small|ci|none] [--repeat N]``.
+Run: ``python benchmarks/detect.py [--suite full|small|ci|none] [--repeat N] [--seqlen SIGMA]``.
 
 1. Speed: simulates TP8 x PP8 x DP16 (1,024 ranks) x 2 iterations with one slow GPU, ingests it
    (not timed), then times ``detect_bundle`` (best of ``--repeat``), split into its steps:
@@ -32,8 +32,10 @@ from mapp.report.theme import THEME  # noqa: E402
 CASES = [(8, 2, 8), (8, 4, 16), (8, 8, 16)]  # (tp, pp, dp): 128, 512, 1,024 ranks
 
 
-def speed(console: Console, repeat: int) -> None:
-    table = Table(title="detect_bundle time after ingest (2 iterations, best of %d)" % repeat, title_justify="left")
+def speed(console: Console, repeat: int, seqlen: float = 0.0) -> None:
+    title = "detect_bundle time after ingest (2 iterations, best of %d%s)" % (
+        repeat, f", lognormal lengths sigma {seqlen}" if seqlen else "")
+    table = Table(title=title, title_justify="left")
     for col in ("ranks", "events", "read", "match + align", "layout", "stage 1", "stage 2", "stage 3", "verdict", "total",
                 "top suspect"):
         table.add_column(col, justify="right")
@@ -42,7 +44,7 @@ def speed(console: Console, repeat: int) -> None:
             world = tp * pp * dp
             slow = world // 3
             cfg = SimConfig(tp=tp, pp=pp, dp=dp, layers=pp, hidden=1024, seq_length=1024, microbatches=8,
-                            iterations=2, seed=7, faults=[parse_fault(f"slow_gpu:{slow}:1.2")])
+                            iterations=2, seed=7, seqlen_sigma=seqlen, faults=[parse_fault(f"slow_gpu:{slow}:1.2")])
             out = Path(tmp) / f"job{world}"
             simulate(cfg, out)
             bundle = load_bundle(out)
@@ -79,9 +81,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="full", choices=("full", "small", "ci", "none"))
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--seqlen", type=float, default=0.0, metavar="SIGMA",
+                        help="lognormal sequence lengths per (replica, microbatch): stage 1 then fits the "
+                             "replicas' data (default 0: equal lengths)")
     args = parser.parse_args()
     console = Console(width=140, theme=THEME)
-    speed(console, args.repeat)
+    speed(console, args.repeat, args.seqlen)
     if args.suite != "none":
         accuracy(console, args.suite)
 
