@@ -16,13 +16,17 @@ from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
 
 __all__ = ["idle_gaps", "stalls", "lasting_gaps", "STALL"]
 
+
 def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
-          min_effect: float, starts: pl.DataFrame | None = None, stalls: pl.DataFrame | None = None) -> pl.DataFrame:
+              min_effect: float, starts: pl.DataFrame | None = None,
+              stalled: pl.DataFrame | None = None) -> pl.DataFrame:
     """Idle time between a rank's consecutive leaf events (compute leaves, communication,
     optimizer), per iteration, compared with its peers'. A slow host launches every op late,
     which shows as such gaps; a slow GPU does not. ``leaves``: ``rank``, ``iteration``,
     ``ts_ns``, ``end_ns`` of the compute leaves; ``starts``: iteration starts, as zero-length
-    marks on the timeline (the time before an iteration's first op is idle too)."""
+    marks on the timeline (the time before an iteration's first op is idle too); ``stalled``:
+    ``rank``, ``iteration``, ``stall_ns`` from :func:`stalls`, host time inside step spans,
+    counted with the idle time."""
     # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
     # waiting for peers too: without them a pipeline's first stage, idle on its GPU while a
     # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
@@ -41,8 +45,8 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
     per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
                                                  span_ns=pl.col("end_ns").max() - pl.col("ts_ns").min())
-    if stalls is not None and len(stalls):   # host time spent inside a coarse step span
-        per = per.join(stalls, on=["rank", "iteration"], how="left").with_columns(
+    if stalled is not None and len(stalled):   # host time spent inside a coarse step span
+        per = per.join(stalled, on=["rank", "iteration"], how="left").with_columns(
             gap_ns=pl.col("gap_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
     per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
     g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
@@ -74,7 +78,9 @@ def _readers_wait(per: pl.DataFrame) -> pl.DataFrame:
     broadcasts it to its TP peers (``get_batch_on_this_tp_rank``), a broadcast no trace of
     megatron-core's hooks records: while the reader idles on a starved loader its peers idle
     in that broadcast, the same time. So what a TP peer's idle excess shares with its reader's
-    in an iteration is the reader's, and only the rest is its own."""
+    in an iteration is the reader's, and only the rest is its own. (This is Megatron's data
+    path; it is applied wherever the layout gives TP coordinates, profiler traces of other
+    programs included, where a TP peer that idles on its own keeps what exceeds rank 0's.)"""
     if per["tp"].drop_nulls().n_unique() < 2:
         return per
     ends = [0, int(per["pp"].max())]

@@ -8,7 +8,6 @@ each op's time what its tokens explain; without the token counts rank 0 reads fa
 
 from __future__ import annotations
 
-
 import polars as pl
 import pytest
 
