@@ -72,7 +72,8 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     # evidence of a slow host there
     judge_gaps = not _synchronizing_tracer(bundle)
     peers = compare_peers(events, info.ranks, info.sizes, slow_op=cuts.slowdown, min_effect=cuts.min_effect,
-                          judge_gaps=judge_gaps, starts=iters.select("rank", "iteration", "ts_ns"))
+                          judge_gaps=judge_gaps, starts=iters.select("rank", "iteration", "ts_ns"),
+                          gpu_spans=_gpu_spans(bundle))
     if not judge_gaps:
         notes.append("launch gaps not judged: the MegatronApp tracer synchronizes the GPU inside the traced "
                      "path, so a slow GPU's own host idles too")
@@ -120,6 +121,12 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
 
 def _synchronizing_tracer(bundle) -> bool:
     return set(bundle.ranks["format"].to_list()) == {"megatronapp"}
+
+
+def _gpu_spans(bundle) -> bool:
+    """Spans timed on the GPU (CUDA events: mapp's capture on a GPU, the MegatronApp tracer),
+    not kernels (a profiler trace's compute is its kernels, which no launch delay stretches)."""
+    return set(bundle.ranks["clock"].to_list()) == {"cuda"} and "kineto" not in bundle.ranks["format"].to_list()
 
 
 def _at_threshold(suspects: list[Suspect], threshold: float) -> tuple[list[Suspect], list[Suspect]]:

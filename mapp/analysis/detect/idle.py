@@ -14,7 +14,7 @@ from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, z_critical
 from mapp.analysis.detect.same_work import CONSISTENT
 from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
 
-__all__ = ["idle_gaps", "stalls", "lasting_gaps", "STALL"]
+__all__ = ["idle_gaps", "stalls", "lasting_gaps", "launch_bound", "STALL", "STEADY"]
 
 
 def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
@@ -119,6 +119,52 @@ def stalls(ops: pl.DataFrame) -> pl.DataFrame:
     long = long.with_columns(reader=(pl.col("tp") == 0).any().over(step))
     long = long.filter(~pl.col("reader") | (pl.col("tp") == 0))
     return long.group_by("rank", "iteration").agg(pl.col("stall_ns").sum())
+
+
+STEADY = 0.5
+"""A GPU slower by x stretches its ops by about x alike: the spread (interquartile range) of
+its backward ops' log-ratios to their peers stays under this share of their median, beyond the
+spread every rank's show (up to ``NOISE``)."""
+
+NOISE = 0.1
+
+
+def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.DataFrame:
+    """Per rank flagged by its compute: ``launch_bound``, True where its slowdown is not its
+    GPU's but its host's, which cannot launch kernels as fast as the GPU runs them;
+    ``ops_spread`` and ``ops_median`` (log-ratios of the ops judged) say why. For spans timed
+    on the GPU (CUDA events) only.
+
+    Such a span lasts from the GPU reaching its first mark to reaching its last, and the GPU
+    reaches the last no sooner than the host has launched every kernel in between: where the
+    host is slower than the kernels, the span is the host's time. Megatron launches a forward
+    pass from Python, layer by layer, and the backward pass from autograd's engine, far faster:
+    on 4 H100s a healthy rank's forward ops ran 1.4x its peers' in one iteration, at the pace of
+    its host, beside backward ops that matched theirs to 0.1%. So the backward ops judge the
+    GPU (all ops, where a trace has none): a slow GPU slows them, and by about its factor alike,
+    as kernels of one shape repeat within a few percent (a rank given 1.2x the layers' FLOPs:
+    every backward op 1.12-1.13x its peer's, while its forward ops ran 0.6-2.3x, host-paced on
+    both ranks). A host that falls behind its GPU leaves them unchanged, or stretches some and
+    not others (one rank whose host paced its GPU at ~2 ms per layer whatever the sequence
+    length: its backward ops 1-4x)."""
+    flagged = per.filter(pl.col("flagged")).select("rank", "iteration")
+    if flagged.is_empty():
+        return pl.DataFrame(schema={"rank": pl.Int32, "launch_bound": pl.Boolean, "ops_spread": pl.Float64,
+                                    "ops_median": pl.Float64})
+    backward = pl.col("name").str.contains("backward")
+    if ops.select(backward.any()).item():
+        ops = ops.filter(backward)
+    spread = pl.col("r_adj").quantile(0.75) - pl.col("r_adj").quantile(0.25)
+    # every rank's ops scatter a little (kernel timing, data the fit did not take out): that
+    # much spread is allowed on top, from the rank-iterations that are not flagged, up to
+    # NOISE: where the unflagged ranks' ops scatter more, their spans are host-paced too and
+    # say nothing of how a slow GPU's would scatter
+    calm = ops.join(flagged, on=["rank", "iteration"], how="anti").group_by("rank", "iteration").agg(s=spread)
+    noise = min(float(calm["s"].median() or 0.0), NOISE) if len(calm) else NOISE
+    out = ops.join(flagged, on=["rank", "iteration"], how="semi").group_by("rank").agg(
+        ops_spread=spread, ops_median=pl.col("r_adj").median())
+    return out.with_columns(launch_bound=(pl.col("ops_median") < float(np.log1p(min_effect)))
+                            | (pl.col("ops_spread") > STEADY * pl.col("ops_median") + noise))
 
 
 def lasting_gaps(gap: pl.Expr, z_crit: float) -> pl.Expr:

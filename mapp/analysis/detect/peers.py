@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
-from mapp.analysis.detect.idle import idle_gaps, lasting_gaps, stalls
+from mapp.analysis.detect.idle import idle_gaps, lasting_gaps, launch_bound, stalls
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import CONSISTENT, compare_same_work, self_times
 
@@ -127,7 +127,7 @@ def _mode(sizes: dict[str, int] | None, iterations: int, programs: bool) -> tupl
 
 def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, int] | None, *,
                   slow_op: float, min_effect: float, judge_gaps: bool = True,
-                  starts: pl.DataFrame | None = None) -> PeerEvidence:
+                  starts: pl.DataFrame | None = None, gpu_spans: bool = False) -> PeerEvidence:
     """Run stage 1 (and the launch-gap and stage-balance checks) over ``events``.
 
     ``slow_op``: an op slower than (1 + this) x its peers counts as slow (``share_slow``,
@@ -141,6 +141,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     ``tp``, ``pp``, ``dp``. ``starts`` (``rank``, ``iteration``, ``ts_ns``): where each traced
     iteration began, when the trace marks it; idle time from there to a rank's first op counts
     as a launch gap (a stall at the start of the first traced iteration has nothing before it).
+    ``gpu_spans``: the spans are timed on the GPU (CUDA events), where a host that launches
+    slowly stretches them too (``idle.launch_bound`` tells it from a slow GPU).
     """
     iterations = events["iteration"].drop_nulls().n_unique()
     programs = sizes is None and len(coords) > 0 and coords["pp"].null_count() == 0
@@ -215,6 +217,9 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     if not judge_gaps:
         per = per.with_columns(gap_flagged=pl.lit(False))
     ranks = _per_rank(per, z_crit, judge_gaps, min_effect)
+    if gpu_spans:
+        ranks = ranks.join(launch_bound(ops, per, min_effect), on="rank", how="left").with_columns(
+            pl.col("launch_bound").fill_null(False))
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
                         pairs=_two_peers(ops))

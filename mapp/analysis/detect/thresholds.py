@@ -18,7 +18,9 @@ imbalance     ``--imbalance-          T            a pipeline stage computing mo
 min_effect    ``--min-effect``        T / 3        stage 1: a rank (or one of its iterations) is an
                                                    outlier, and its idle launch gaps a slow host,
                                                    only when at least this much slower than its
-                                                   peers, however certain the statistics
+                                                   peers, however certain the statistics; a slow
+                                                   link only when its transfers cost a tenth of
+                                                   this of the iteration
 ============  ======================  ===========  ==============================================
 
 Why ``T / 3`` for ``min_effect``: below a third of the threshold a rank's slowdown is within

@@ -23,6 +23,7 @@ from mapp.analysis.detect.bandwidth import BandwidthEvidence
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.same_work import CONSISTENT
 from mapp.analysis.detect.thresholds import Thresholds
 
 __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "combine", "KINDS"]
@@ -167,6 +168,13 @@ def _pipeline_factor(pp: int, microbatches: int) -> float:
     return (microbatches + pp - 1) / microbatches
 
 
+LINK_COST = 1 / 10
+"""A slow link is a suspect only when its transfers' excess is at least this share of
+``min_effect`` of the iteration (0.33% at ``--threshold 0.1``): transfers are a small part of
+most iterations, so even a link twice as slow as its like costs the job little, but a healthy
+link that differs by chance costs it less still."""
+
+
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
             *, imbalance_threshold: float, iteration_ns: float | None, microbatches: int) -> tuple[list[Suspect], list[Imbalance], list[int], pl.DataFrame]:
     """Suspects (ranked), imbalance, victims and the per-rank grid from the stages' evidence.
@@ -197,6 +205,13 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             late_launch = [hosts[r] for r in f.ranks if r in hosts] if f.kind != "slow_nic" else []
             if late_launch:
                 late_launch[0].evidence.setdefault("slow_links_explained", []).extend(f.observations)
+                continue
+            # A link whose slow transfers add under LINK_COST x ``min_effect`` of the iteration
+            # is not what slows the job, however much slower it is (4 H100s, healthy: an 8 KB
+            # all-reduce 5x slower on launch latency, 0.2% of the iteration; one of two NVLink
+            # pairs 1.2x slower, 0.07%. Injected: 128 MB more per pipeline exchange, 4.8x and
+            # 1.4%; a simulated pipeline link at 2x, 0.85%)
+            if iteration_ns and f.excess_ns < LINK_COST * peers.min_effect * iteration_ns:
                 continue
             suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))
     suspects.sort(key=lambda s: (-s.excess_ns, -s.confidence))
@@ -327,6 +342,15 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # inside its spans, even where its idle time alone is too small a share to name it
     if row["flagged"] and not host and row.get("gap_idle") and gap_excess >= peers.min_effect * busy:
         host = True
+    # On spans timed on the GPU, ops slower than the peers' unevenly are its host's slow
+    # launches (``idle.launch_bound``): host time, which like idle time names a host only when
+    # it lasts (flagged in nearly every iteration; one rank's Python at times a little slower
+    # stretched one iteration's forward pass by 20% on a healthy 4-GPU job)
+    launch = bool(row.get("launch_bound")) and row["flagged"]
+    if launch:
+        if len(row["iterations"] or []) < CONSISTENT * _iterations(peers):
+            return None
+        host = True
     if not (row["flagged"] or host):
         return None
     # Where only two ranks can be compared, stage 2 must agree for a host as for a GPU:
@@ -361,6 +385,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                         "flagged": bool(row["gap_flagged"])},
         "lateness": _late_evidence(late),
     }
+    if launch:
+        evidence["launch_bound"] = {"ops_spread": round(float(row["ops_spread"]), 3),
+                                    "ops_median": round(float(row["ops_median"]), 3)}
     return Suspect(
         rank=row["rank"], kind="slow_host" if host else "slow_compute", coords=coords.get(row["rank"]),
         confidence=min(0.99, 0.5 + 0.3 * c1 + 0.19 * c2), slowdown=slowdown,

@@ -342,15 +342,17 @@ def test_stage3_every_inter_node_link_of_one_rank_slow_is_its_nic():
 def test_stage3_collective_transfer_time_is_the_last_arrivers():
     # Two DP groups of two ranks all-reduce 1 MiB; group {0,1}'s last arriver (who did not
     # wait) takes 2 ms, group {2,3}'s 0.5 ms, in every round. The other member of each waited
-    # 3 ms more. Ratio to the class median (geometric: sqrt(2 x 0.5) = 1 ms): 2 and 0.5.
+    # 3 ms more. Two of a kind are compared with each other (a median of two would halve the
+    # difference): 2 / 0.5 = 4 and 0.25; and being so in every round, {0,1} is a slow link.
     starts = {"a": {0: 0, 1: 3 * MS}, "b": {2: 0, 3: 3 * MS}}
     ends = {"a": 5 * MS, "b": int(3.5 * MS)}
     calls = collective_calls(3, starts, ends, {"a": [0, 1], "b": [2, 3]}, {"a": "dp", "b": "dp"})
     bw = link_bandwidth(matched(calls, world=4), hosts(4), link_threshold=CUTS.link)
     obs = {tuple(r["obs"]): r for r in bw.observations.filter(pl.col("iteration") == 0).iter_rows(named=True)}
     assert obs[(0, 1)]["time_ns"] == 2 * MS and obs[(2, 3)]["time_ns"] == MS // 2
-    assert obs[(0, 1)]["ratio"] == pytest.approx(2.0) and obs[(2, 3)]["ratio"] == pytest.approx(0.5)
+    assert obs[(0, 1)]["ratio"] == pytest.approx(4.0) and obs[(2, 3)]["ratio"] == pytest.approx(0.25)
     assert obs[(0, 1)]["what"] == "all_reduce/dp"
+    assert [(f.kind, f.ranks) for f in bw.findings] == [("slow_link", (0, 1))]
 
 
 def test_stage3_a_link_alone_in_its_class_is_not_compared():
