@@ -53,7 +53,9 @@ class BandwidthEvidence:
     reason: str | None = None
     observations: pl.DataFrame = field(default_factory=pl.DataFrame)
     """Per (observation, iteration): ``obs`` (ranks), ``what`` (p2p or op/group),
-    ``inter`` (crosses nodes), ``time_ns``, ``bytes``, ``gbps``, ``ratio``, ``z``, ``slow``."""
+    ``inter`` (crosses nodes), ``time_ns``, ``bytes``, ``gbps``, ``ratio``, ``z``, ``slow``;
+    ``pair`` (one of two of its kind: compared with the other), ``recurs`` (its kind in three
+    iterations or more)."""
     findings: list[LinkFinding] = field(default_factory=list)
     z_crit: float = 0.0
 
@@ -120,17 +122,24 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float) -> B
     # (a link 11x slower in every iteration on 4 H100s; on 2 shared CPU cores the same links
     # trade places by 0.4-14 ms from one iteration to the next).
     pair = pl.col("class_n") == 2
-    per = per.with_columns(pair=pair, log_ratio=pl.when(pair).then(2 * pl.col("log_ratio")).otherwise(pl.col("log_ratio")))
     # Scatter of like observations: pooled over all classes whose rows are medians of as many
     # transfers (a collective that runs once per iteration scatters more than a p2p link's
     # median of many messages), never below the scatter of everything pooled.
-    many = per.filter(~pl.col("pair"))
-    pooled = (many.select(robust_scale("log_ratio")).item() or 0.0) if len(many) else 0.0
-    pairs = per.filter(pl.col("pair")).with_columns(
-        d=pl.col("log_ratio") - pl.col("log_ratio").median().over("obs", "what", "inter", "bytes"))
-    within = (pairs.select(robust_scale("d")).item() or 0.0) if pairs["iteration"].n_unique() >= 3 else math.inf
-    per = per.with_columns(spread=pl.when(pl.col("pair")).then(pl.lit(max(within, _PAIR_FLOOR)))
-                           .otherwise(pl.max_horizontal(robust_scale("log_ratio").over("n"), pl.lit(max(pooled, 1e-6)))))
+    pooled = per.select(robust_scale("log_ratio")).item() or 0.0
+    per = per.with_columns(spread=pl.max_horizontal(robust_scale("log_ratio").over("n"), pl.lit(max(pooled, 1e-6))))
+    # Where a pair's difference recurs in three iterations or more (the same transfer size
+    # each time), its noise is how much that difference varies; else, as before, the scatter
+    # of like observations (of half the difference: the median of two is their mean).
+    key = ["obs", "what", "inter", "bytes"]
+    pairs = per.filter(pair).with_columns(d=pl.col("log_ratio") - pl.col("log_ratio").median().over(key),
+                                          k=pl.len().over(key)).filter(pl.col("k") >= 3)
+    within = (pairs.select(robust_scale("d")).item() or 0.0) if len(pairs) else None
+    per = per.with_columns(pair=pair, recurs=pl.len().over(key) >= 3)
+    if within is not None:
+        per = per.with_columns(spread=pl.when(pl.col("pair") & pl.col("recurs"))
+                               .then(pl.lit(max(2 * within, _PAIR_FLOOR)) / 2).otherwise(pl.col("spread")))
+    per = per.with_columns(log_ratio=pl.when(pl.col("pair")).then(2 * pl.col("log_ratio")).otherwise(pl.col("log_ratio")),
+                           spread=pl.when(pl.col("pair")).then(2 * pl.col("spread")).otherwise(pl.col("spread")))
     z_crit = z_critical(len(per))
     # Slow means: beyond the threshold *and* beyond what the scatter of like links explains.
     per = per.with_columns(
@@ -150,9 +159,10 @@ _PAIR_FLOOR = 0.02
 
 def _attribute(per: pl.DataFrame) -> list[LinkFinding]:
     iterations = max(per["iteration"].n_unique(), 1)
-    # one of a pair is slow only when it is slow in nearly every iteration: its noise is
-    # judged from how the difference varies, and a single odd iteration says little of that
-    lasting = (pl.col("slow").mean().over("obs", "what", "inter", "bytes") >= CONSISTENT) | ~pl.col("pair")
+    # one of a pair judged on how their difference varies is slow only when it is slow in
+    # nearly every iteration: a single odd iteration says little of that
+    lasting = ((pl.col("slow").mean().over("obs", "what", "inter", "bytes") >= CONSISTENT)
+               | ~(pl.col("pair") & pl.col("recurs")))
     slow = per.filter(pl.col("slow") & lasting)
     if slow.is_empty():
         return []

@@ -123,17 +123,18 @@ def stalls(ops: pl.DataFrame) -> pl.DataFrame:
 
 STEADY = 0.5
 """A GPU slower by x stretches its ops by about x alike: the spread (interquartile range) of
-its backward ops' log-ratios to their peers stays under this share of their median, beyond the
-spread every rank's show (up to ``NOISE``)."""
+its backward ops' log-ratios to their peers stays under this share of their median, beyond
+twice the spread of the ranks that are not flagged."""
 
 NOISE = 0.1
+"""Beyond this spread of the unflagged ranks' ops, spans are host-paced and judge no GPU."""
 
 
 def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.DataFrame:
     """Per rank flagged by its compute: ``launch_bound``, True where its slowdown is not its
     GPU's but its host's, which cannot launch kernels as fast as the GPU runs them;
-    ``ops_spread`` and ``ops_median`` (log-ratios of the ops judged) say why. For spans timed
-    on the GPU (CUDA events) only.
+    ``ops_spread``, ``ops_median`` (log-ratios of the ops judged) and ``peers_spread`` (the
+    spread of the unflagged ranks' ops) say why. For spans timed on the GPU (CUDA events) only.
 
     Such a span lasts from the GPU reaching its first mark to reaching its last, and the GPU
     reaches the last no sooner than the host has launched every kernel in between: where the
@@ -149,22 +150,28 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
     length: its backward ops 1-4x)."""
     flagged = per.filter(pl.col("flagged")).select("rank", "iteration")
     if flagged.is_empty():
-        return pl.DataFrame(schema={"rank": pl.Int32, "launch_bound": pl.Boolean, "ops_spread": pl.Float64,
-                                    "ops_median": pl.Float64})
+        return pl.DataFrame(schema={"rank": pl.Int32, "ops_spread": pl.Float64, "ops_median": pl.Float64,
+                                    "peers_spread": pl.Float64, "launch_bound": pl.Boolean})
     backward = pl.col("name").str.contains("backward")
     if ops.select(backward.any()).item():
         ops = ops.filter(backward)
     spread = pl.col("r_adj").quantile(0.75) - pl.col("r_adj").quantile(0.25)
     # every rank's ops scatter a little (kernel timing, data the fit did not take out): that
-    # much spread is allowed on top, from the rank-iterations that are not flagged, up to
-    # NOISE: where the unflagged ranks' ops scatter more, their spans are host-paced too and
-    # say nothing of how a slow GPU's would scatter
+    # much spread is allowed on top, from the rank-iterations that are not flagged. Where
+    # they scatter by more than NOISE, the peers' spans are host-paced too (4 H100s, short
+    # sequences: layers of 0.3-0.9 ms of kernels, ~2 ms of launching) and no rank's spans
+    # there say how fast its GPU is.
     calm = ops.join(flagged, on=["rank", "iteration"], how="anti").group_by("rank", "iteration").agg(s=spread)
-    noise = min(float(calm["s"].median() or 0.0), NOISE) if len(calm) else NOISE
-    out = ops.join(flagged, on=["rank", "iteration"], how="semi").group_by("rank").agg(
-        ops_spread=spread, ops_median=pl.col("r_adj").median())
-    return out.with_columns(launch_bound=(pl.col("ops_median") < float(np.log1p(min_effect)))
-                            | (pl.col("ops_spread") > STEADY * pl.col("ops_median") + noise))
+    noise = float(calm["s"].median() or 0.0) if len(calm) else 0.0
+    # per rank-iteration as the noise is (a rank's ops over two iterations also scatter by
+    # what differs between iterations), the median over its flagged ones
+    out = ops.join(flagged, on=["rank", "iteration"], how="semi").group_by("rank", "iteration").agg(
+        s=spread, m=pl.col("r_adj").median()).group_by("rank").agg(
+        ops_spread=pl.col("s").median(), ops_median=pl.col("m").median())
+    # twice the noise: a slow GPU's ops are no steadier than a healthy one's, and a 5% GPU
+    # among ops that scatter by 2% must not be taken for its host by chance
+    return out.with_columns(peers_spread=pl.lit(noise), launch_bound=pl.lit(noise > NOISE) | (pl.col("ops_median") < float(np.log1p(min_effect)))
+                            | (pl.col("ops_spread") > STEADY * pl.col("ops_median") + 2 * noise))
 
 
 def lasting_gaps(gap: pl.Expr, z_crit: float) -> pl.Expr:

@@ -218,8 +218,13 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         per = per.with_columns(gap_flagged=pl.lit(False))
     ranks = _per_rank(per, z_crit, judge_gaps, min_effect)
     if gpu_spans:
+        # what the GPU-bound ops say is the GPU's slowdown: host-paced forward ops, where a slow
+        # GPU merely idles less, would water it down (4 H100s: 1.18x on every backward op of
+        # the slowed rank, 1.09x over all its ops)
         ranks = ranks.join(launch_bound(ops, per, min_effect), on="rank", how="left").with_columns(
-            pl.col("launch_bound").fill_null(False))
+            pl.col("launch_bound").fill_null(False)).with_columns(
+            slowdown=pl.when(~pl.col("launch_bound") & pl.col("ops_median").is_not_null())
+            .then(pl.max_horizontal(pl.col("ops_median").exp(), pl.col("slowdown"))).otherwise(pl.col("slowdown")))
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
                         pairs=_two_peers(ops))

@@ -125,15 +125,16 @@ def test_a_rank_whose_host_paces_its_gpu_is_no_slow_gpu(tmp_path):
     # 3./2. 4 H100s, TP2 x DP2, lognormal sequence lengths, no fault injected. Rank 0's layer
     # spans (CUDA events) are 2-10x its TP peer's on the same data: its host paced its GPU at
     # ~2 ms a layer, whatever the layer's work (its peer computed the same layer in 0.3-0.9 ms
-    # and then waited for it). A slow GPU would stretch like ops alike; these scatter 0.86
-    # (log) around 0.85. Before: "slow compute 2.38x". The host is what it is.
+    # and then waited for it). A slow GPU would stretch like ops alike; these scatter by 0.27-
+    # 0.8 (log) an iteration, and the other ranks' backward ops by more than 0.1 too: no span
+    # in this job says how fast a GPU is. Before: "slow compute 2.38x".
     case = GPU4_MAPP_CASES[GPU4_MAPP_HOST_PACED]
     shutil.copytree(case.directory, tmp_path / "job")
     verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
     assert not [s for s in verdict.suspects if s.kind == "slow_compute"]
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (0, "slow_host")
-    assert top.evidence["launch_bound"]["ops_spread"] > 0.5
+    assert top.evidence["launch_bound"]["ops_spread"] > 0.3 and top.evidence["launch_bound"]["peers_spread"] > 0.1
 
 
 def test_of_two_like_links_the_one_slower_in_every_iteration_is_named(tmp_path):
