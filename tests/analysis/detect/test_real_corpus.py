@@ -79,7 +79,7 @@ GPU4_RIGHT_TODAY = [
 
 
 # megatron-core under mapp's capture on 4 H100s over NCCL (tests/corpus/cases-gpu4-mapp: 9 of the
-# 29 jobs of `make_corpus.py --set small --gpu --only mapp` and of the full set's mapp jobs);
+# 44 jobs of `make_corpus.py --set small --gpu --only mapp` and of the full set's mapp jobs);
 # spans timed with CUDA events, so a rank whose host launches slowly has longer spans too
 GPU4_MAPP_CASES = {c.id: c for c in load_corpus(CORPUS.parent / "cases-gpu4-mapp")}
 GPU4_MAPP_RIGHT_TODAY = [
