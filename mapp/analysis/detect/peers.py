@@ -179,6 +179,61 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
             # different stages idle differently by the schedule's design (the first waits for
             # gradients, the last for activations): their launch gaps are not the same thing
             judge_gaps = False
+    ops, seqlen = _fit(ops, coords, group, key, min_effect=min_effect, slow_op=slow_op)
+    per = _rank_iterations(ops, min_effect, use_spread=True)
+    z_crit = z_critical(len(per))
+    per = per.join(idle_gaps(events, leaves, group, coords, min_effect, starts, stalls(ops)), on=["rank", "iteration"],
+                   how="left")
+    if not judge_gaps:
+        per = per.with_columns(gap_flagged=pl.lit(False))
+    ranks = _per_rank(per, z_crit, judge_gaps, min_effect)
+    if gpu_spans:
+        # what the GPU-bound ops say is the GPU's slowdown: host-paced forward ops, where a slow
+        # GPU merely idles less, would water it down (4 H100s: 1.18x on every backward op of
+        # the slowed rank, 1.09x over all its ops)
+        ranks = ranks.join(launch_bound(ops, per, min_effect), on="rank", how="left").with_columns(
+            pl.col("launch_bound").fill_null(False)).with_columns(
+            slowdown=pl.when(~pl.col("launch_bound") & pl.col("ops_median").is_not_null())
+            .then(pl.max_horizontal(pl.col("ops_median").exp(), pl.col("slowdown"))).otherwise(pl.col("slowdown")))
+    pairs = _two_peers(ops)
+    if pairs and sizes and sizes["pp"] >= 2 and ranks["flagged"].any():
+        ranks = ranks.join(_layer_alone(timed, coords, min_effect=min_effect, slow_op=slow_op), on="rank",
+                           how="left").with_columns(pl.col("layer_alone").fill_null(False))
+    stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
+    return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
+                        pairs=pairs)
+
+
+def _layer_alone(timed: pl.DataFrame, coords: pl.DataFrame, *, min_effect: float, slow_op: float) -> pl.DataFrame:
+    """Per rank: ``layer_alone``, True where its transformer layers are slower than the same
+    layers on every other rank, the other stages' included, in nearly every iteration, and no
+    other rank of its stage's are.
+
+    With two ranks to a stage (PP x DP2) either could be the slow one, and the verdict asks
+    stage 2 which keeps the other waiting; but in a pipeline a stage's DP reduce falls where the
+    schedule puts it, and a slow rank can wait more than it imposes there (simulated PP4 x DP2,
+    a 1.3x GPU: last at 3 of 4 all-reduces, yet a net waiter). Every stage's layers do the same
+    work on the same microbatch, so the other stages say which of the two is the odd one."""
+    empty = pl.DataFrame(schema={"rank": pl.Int32, "layer_alone": pl.Boolean})
+    # the ops every stage runs (its layers'; not the embedding's or the output layer's)
+    ops = leaf_ops(timed).join(coords.select("rank", pl.col("pp").alias("stage")), on="rank", how="left")
+    ops = ops.filter(pl.col("stage").n_unique().over("name") == ops["stage"].n_unique()).drop("stage")
+    if ops.is_empty() or ops["rank"].n_unique() < 3:
+        return empty
+    ops, _ = _fit(ops, coords, [], _LAYER_KEY, min_effect=min_effect, slow_op=slow_op)
+    if ops.is_empty():
+        return empty
+    per = _rank_iterations(ops, min_effect, use_spread=True)
+    slow = per.group_by("rank").agg(slow=pl.col("flagged").mean() >= CONSISTENT).join(
+        coords.select("rank", "pp", "tp"), on="rank", how="left")
+    return slow.with_columns(layer_alone=pl.col("slow") & (pl.col("slow").sum().over("pp", "tp") == 1)).select(
+        "rank", "layer_alone")
+
+
+def _fit(ops: pl.DataFrame, coords: pl.DataFrame, group: list[str], key: list[str], *,
+         min_effect: float, slow_op: float) -> tuple[pl.DataFrame, dict | None]:
+    """Each op against its peers' (``group`` + ``key``): ``r_adj``, its log-ratio less what its
+    replica's data explains, ``slow`` and ``excess``; and the data fit's summary (``polish``)."""
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left").with_columns(
         pl.col(c).fill_null(-1) for c in ("microbatch", "chunk", "layer")
     )
@@ -210,24 +265,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         slow=(pl.col("r").exp() > 1 + slow_op),
         excess=(pl.col("self_ns") - pl.col("self_ns") / pl.col("r_adj").exp()),
     )
-    per = _rank_iterations(ops, min_effect, use_spread=True)
-    z_crit = z_critical(len(per))
-    per = per.join(idle_gaps(events, leaves, group, coords, min_effect, starts, stalls(ops)), on=["rank", "iteration"],
-                   how="left")
-    if not judge_gaps:
-        per = per.with_columns(gap_flagged=pl.lit(False))
-    ranks = _per_rank(per, z_crit, judge_gaps, min_effect)
-    if gpu_spans:
-        # what the GPU-bound ops say is the GPU's slowdown: host-paced forward ops, where a slow
-        # GPU merely idles less, would water it down (4 H100s: 1.18x on every backward op of
-        # the slowed rank, 1.09x over all its ops)
-        ranks = ranks.join(launch_bound(ops, per, min_effect), on="rank", how="left").with_columns(
-            pl.col("launch_bound").fill_null(False)).with_columns(
-            slowdown=pl.when(~pl.col("launch_bound") & pl.col("ops_median").is_not_null())
-            .then(pl.max_horizontal(pl.col("ops_median").exp(), pl.col("slowdown"))).otherwise(pl.col("slowdown")))
-    stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
-    return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
-                        pairs=_two_peers(ops))
+    return ops, seqlen
 
 
 def _relative(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame:

@@ -356,7 +356,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # Where only two ranks can be compared, stage 2 must agree for a host as for a GPU:
     # a rank whose launch gaps look long but that waits on its peer more than it makes
     # the peer wait is not what slows the job.
-    if peers.pairs and peers.mode != "layer peers" and not _stage2_agrees(late):
+    # (unless its layers are also slower than every other stage's same layers, and its stage
+    # partner's are not: ``peers._layer_alone``)
+    if peers.pairs and peers.mode != "layer peers" and not _stage2_agrees(late) and not row.get("layer_alone"):
         return None
     # One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
     # last, whatever its speed); a stage's layers must instead be slower than another stage's

@@ -188,6 +188,20 @@ def test_a_slow_gpu_with_one_stage_peer_on_uneven_lengths(tmp_path, seed):
     assert s.slowdown == pytest.approx(1.3, abs=0.05)
 
 
+def test_a_slow_gpu_its_pipeline_makes_a_net_waiter_is_told_by_the_other_stages_layers(tmp_path):
+    # PP4 x DP2, a 1.3x GPU on rank 5 (stage 2): stage 1 finds it against its one stage peer in
+    # every iteration, but stage 2 sees a net waiter (its DP reduce falls where the schedule puts
+    # it), and with two peers a verdict needs stage 2 to agree: no suspect before. Every stage's
+    # layers do the same work, and only rank 5's are slower than the other stages' same layers.
+    v = detect(tmp_path, "slow_gpu:5:1.3", tp=1, pp=4, dp=2, layers=4, microbatches=8, iterations=2, seqlen_sigma=0.3,
+               host_ahead=True, host_overhead_us=30.0, host_noise_us=5.0, data_load_us=100.0, hidden=4096,
+               seq_length=2048, jitter_sigma=0.01, seed=0)
+    s = top(v)
+    assert (s.rank, s.kind) == (5, "slow_compute")
+    assert s.evidence["lateness"]["net_delay_ms"] < 0       # stage 2 alone would have cleared it
+    assert len(v.suspects) == 1
+
+
 def test_a_replica_of_one_rank_that_drew_long_sequences_in_an_iteration_is_no_gpu(tmp_path):
     # DP8, four microbatches a step of heavy-tailed lengths (lognormal sigma 0.8): rank 1's
     # microbatches of one iteration were long together, 3x its peers' median. A replica of one
