@@ -93,9 +93,12 @@ class EventSpec:
     ma_name: str | None = None
     ma_attrs: list[tuple[str, object]] = field(default_factory=list)
     scale_mb: int = -1
-    """Microbatch whose token count sizes the ``bytes`` arg (-1: fixed size)."""
+    """Microbatch whose token count sizes the ``scaled`` arg (-1: fixed size)."""
     per_token: int = 0
-    """Bytes per token of the ``bytes`` arg, when ``scale_mb`` is set."""
+    """That arg per token of the microbatch's sequence, when ``scale_mb`` is set."""
+    scaled: str = "bytes"
+    """The arg ``scale_mb`` sizes: a transfer's ``bytes``, or a layer span's ``tokens`` (sequence
+    x micro-batch, as mapp's capture records them where lengths vary)."""
     ma_data: list[tuple[int, int]] | None = None
     """MegatronApp ``data``: (bytes at ``seq_length`` tokens, microbatch or -1) per tensor moved."""
 
@@ -261,7 +264,8 @@ class _StageLowering:
             args = [("microbatch", mb), ("chunk", chunk)]
             if layer is not None:
                 args.append(("layer", layer))
-            ev = self.event(EventSpec(name, "compute", "compute", args))
+            ev = self.event(EventSpec(name, "compute", "compute", args, scale_mb=mb, scaled="tokens",
+                                      per_token=self.job.cost.micro_batch_size))
             self.begin(ev)
             self.ops.append((OP_COMPUTE, ev, total_us, lin_us, quad_us, mb))
             self.end(ev)

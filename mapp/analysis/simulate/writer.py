@@ -97,8 +97,9 @@ class V1Writer:
 
     def _template(self, prog: StageProgram, iteration: int,
                   sized: bool) -> tuple[str, list[int], list[int]]:
-        """The stage's lines for one iteration, the events kept, and those whose ``bytes`` is a
-        per-rank value (``%d``, after the event's ``ts`` and ``dur``) because ``sized``."""
+        """The stage's lines for one iteration, the events kept, and those whose ``bytes`` (or a
+        layer span's ``tokens``) is a per-rank value (``%d``, after the event's ``ts`` and
+        ``dur``) because ``sized``."""
         lines, keep, scaled = [], [], []
         for i, spec in enumerate(prog.events):
             if not spec.v1:
@@ -122,6 +123,8 @@ class V1Writer:
                 args.append('"bytes":%d')
                 continue
             args.append(f'"{k}":{_value(v)}')
+        if sized and spec.scaled != "bytes":
+            args.append(f'"{spec.scaled}":%d')
         if spec.seq is not None and not has_seq:
             args.append(f'"seq":{spec.seq[0] + iteration * spec.seq[1]}')
         return (f'{{"ph":"X","name":"{spec.name}","cat":"{spec.cat}","pid":{TOK_PID},'

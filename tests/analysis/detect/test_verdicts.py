@@ -202,6 +202,19 @@ def test_a_slow_gpu_its_pipeline_makes_a_net_waiter_is_told_by_the_other_stages_
     assert len(v.suspects) == 1
 
 
+def test_a_slow_gpu_in_dp2_on_uneven_lengths_is_told_by_its_layers_tokens(tmp_path):
+    # DP2: each replica is one rank, so its own lengths and its GPU's speed are both offsets
+    # of the whole rank; per-layer spans carry their tokens (as mapp's capture writes them),
+    # and what the tokens explain is taken out of each op. Without tokens: no suspect.
+    v = detect(tmp_path, "slow_gpu:1:1.3", tp=1, pp=1, dp=2, layers=4, microbatches=8, iterations=3, seqlen_sigma=0.3,
+               per_layer=True, host_ahead=True, host_overhead_us=60.0, host_noise_us=5.0, data_load_us=100.0,
+               hidden=4096, seq_length=2048, jitter_sigma=0.02, seed=0)
+    s = top(v)
+    assert (s.rank, s.kind) == (1, "slow_compute")
+    assert s.slowdown == pytest.approx(1.3, abs=0.03)
+    assert len(v.suspects) == 1
+
+
 def test_a_replica_of_one_rank_that_drew_long_sequences_in_an_iteration_is_no_gpu(tmp_path):
     # DP8, four microbatches a step of heavy-tailed lengths (lognormal sigma 0.8): rank 1's
     # microbatches of one iteration were long together, 3x its peers' median. A replica of one

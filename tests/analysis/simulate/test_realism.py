@@ -101,6 +101,25 @@ def test_sequence_lengths_size_compute_and_transfers_per_replica(tmp_path):
     assert per[-1] > per[0]
 
 
+def test_layer_spans_record_their_tokens_as_the_capture_does(tmp_path):
+    # mapp's capture writes each layer call's tokens (sequence x micro-batch) where lengths vary;
+    # the detector takes out of each op's time what its tokens explain
+    fields = dict(tp=2, pp=2, dp=2, microbatches=4, iterations=1, per_layer=True, seqlen_sigma=0.7, seed=3,
+                  micro_batch_size=2, **BIG)
+    _, ev = run(tmp_path, **fields)
+    layers = ev.filter(pl.col("name").is_in(["attention", "mlp", "attention_backward", "mlp_backward"])).with_columns(
+        tokens=pl.col("args").str.json_path_match("$.tokens").cast(pl.Int64))
+    assert layers["tokens"].null_count() == 0
+    # the replica's TP reduces carry hidden x 2 bytes per token of each sample: the same tokens
+    reduces = ev.filter((pl.col("cat") == "collective") & (pl.col("group") == "tp")).group_by("dp", "microbatch").agg(
+        b=pl.col("bytes").first())
+    both = layers.join(reduces, on=["dp", "microbatch"])
+    assert len(both) == len(layers)
+    assert (both["tokens"] * 2048 * 2 == both["b"]).all()
+    assert layers.group_by("dp", "microbatch").agg(pl.col("tokens").n_unique())["tokens"].max() == 1
+    assert layers["tokens"].n_unique() > 4
+
+
 def test_output_layer_makes_the_last_stage_heavier(tmp_path):
     fields = dict(tp=2, pp=2, dp=1, microbatches=4, iterations=1, vocab_size=131072, **BIG)
     _, ev = run(tmp_path, **fields)
