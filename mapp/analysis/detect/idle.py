@@ -147,15 +147,21 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
     every backward op 1.12-1.13x its peer's, while its forward ops ran 0.6-2.3x, host-paced on
     both ranks). A host that falls behind its GPU leaves them unchanged, or stretches some and
     not others (one rank whose host paced its GPU at ~2 ms per layer whatever the sequence
-    length: its backward ops 1-4x)."""
+    length: its backward ops 1-4x), or stretches its forward ops far more than its backward
+    ones (a simulated host 10x slower at every launch)."""
     flagged = per.filter(pl.col("flagged")).select("rank", "iteration")
     if flagged.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, "ops_spread": pl.Float64, "ops_median": pl.Float64,
                                     "peers_spread": pl.Float64, "launch_bound": pl.Boolean})
     backward = pl.col("name").str.contains("backward")
-    if ops.select(backward.any()).item():
-        ops = ops.filter(backward)
     spread = pl.col("r_adj").quantile(0.75) - pl.col("r_adj").quantile(0.25)
+    fwd = ops.filter(~backward)
+    forward = fwd.join(flagged, on=["rank", "iteration"], how="semi").group_by("rank").agg(
+        fwd_median=pl.col("r_adj").median())
+    fwd_calm = fwd.join(flagged, on=["rank", "iteration"], how="anti").group_by("rank", "iteration").agg(s=spread)
+    if not ops.select(backward.any()).item() or not len(fwd_calm) or (fwd_calm["s"].median() or 0.0) > NOISE:
+        forward = forward.with_columns(fwd_median=pl.lit(None, pl.Float64))   # see below
+    ops = ops.filter(backward) if ops.select(backward.any()).item() else ops
     # every rank's ops scatter a little (kernel timing, data the fit did not take out): that
     # much spread is allowed on top, from the rank-iterations that are not flagged. Where
     # they scatter by more than NOISE, the peers' spans are host-paced too (4 H100s, short
@@ -170,8 +176,17 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
         ops_spread=pl.col("s").median(), ops_median=pl.col("m").median())
     # twice the noise: a slow GPU's ops are no steadier than a healthy one's, and a 5% GPU
     # among ops that scatter by 2% must not be taken for its host by chance
-    return out.with_columns(peers_spread=pl.lit(noise), launch_bound=pl.lit(noise > NOISE) | (pl.col("ops_median") < float(np.log1p(min_effect)))
-                            | (pl.col("ops_spread") > STEADY * pl.col("ops_median") + 2 * noise))
+    # a slow GPU slows its forward ops as much as its backward ones (the same kernels), or
+    # less where the forward pass is host-paced on its peers; a host several times slower at
+    # launching slows the forward pass far more (a simulated 10x host: forward 4.1x, backward
+    # 1.45x, every one alike). Only where the peers' forward ops are steady: where they are
+    # host-paced themselves, a slow GPU's forward ratios scatter (0.6-2.3x) and say nothing
+    floor = float(np.log1p(min_effect))
+    out = out.join(forward, on="rank", how="left")
+    return out.with_columns(peers_spread=pl.lit(noise), launch_bound=pl.lit(noise > NOISE) | (pl.col("ops_median") < floor)
+                            | (pl.col("ops_spread") > STEADY * pl.col("ops_median") + 2 * noise)
+                            | (pl.col("fwd_median") - pl.col("ops_median") > pl.max_horizontal("ops_median", pl.lit(floor)))
+                            .fill_null(False)).drop("fwd_median")
 
 
 def lasting_gaps(gap: pl.Expr, z_crit: float) -> pl.Expr:

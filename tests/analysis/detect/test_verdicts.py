@@ -71,6 +71,19 @@ def test_slow_host_shows_as_launch_gaps(tmp_path, per_layer):
     assert s.evidence["launch_gaps"]["flagged"]
 
 
+def test_a_host_ten_times_slower_ahead_of_its_gpu_is_no_slow_gpu(tmp_path):
+    # The host runs ahead of the GPU (host_ahead) but launches each op 10x slower: its GPU
+    # starves inside the step spans, forward steps 4.1x its peers', backward steps 1.45x, each
+    # alike. A slow GPU would slow both passes by one factor; before: "slow compute 2.39x".
+    v = detect(tmp_path, "slow_host:5:10", tp=2, pp=1, dp=4, microbatches=4, layers=2, host_overhead_us=100.0,
+               host_ahead=True, host_noise_us=5.0, data_load_us=200.0, vocab_size=50304, jitter_sigma=0.01,
+               hidden=4096, seq_length=2048, iterations=2, seed=428653685)
+    s = top(v)
+    assert (s.rank, s.kind) == (5, "slow_host")
+    assert "launch_bound" in s.evidence
+    assert not [x for x in v.suspects if x.kind == "slow_compute"]
+
+
 def test_transient_fault_reports_its_window(tmp_path):
     v = detect(tmp_path, "slow_gpu:5:1.5:2-2", tp=2, pp=2, dp=4, iterations=4)
     s = top(v)
