@@ -1,8 +1,11 @@
-"""Stage 1's host evidence: idle time between a rank's ops, and stalls inside its step spans.
+"""Stage 1's host evidence: idle time between a rank's ops, stalls inside its step spans, and
+spans a slow-launching host stretched.
 
 A slow host launches every op late, which shows as idle gaps on its timeline (its GPU waits);
 a starved data loader stalls a forward step. Both are compared with the peers' like
-``peers.compare_peers`` compares compute, per (rank, iteration).
+``peers.compare_peers`` compares compute, per (rank, iteration). Where spans are timed on the
+GPU, a host slower than its kernels also stretches the spans themselves, unlike a slow GPU
+(``launch_bound``).
 """
 
 from __future__ import annotations
