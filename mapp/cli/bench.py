@@ -28,7 +28,7 @@ def _pct(value: float | None) -> str:
 def suite_table(rows: list[dict], title: str) -> Table:
     """A table of suite summary rows (``SuiteResult.rows``)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1),
-                  caption="neg: negative scenarios; flagged: negatives given a GPU verdict; mean/max: "
+                  caption="neg: negative scenarios; flagged: negatives given any suspect; mean/max: "
                   "analysis time after ingest", caption_justify="left")
     for col in ("group", "runs", "faults", "neg", "top-1", "recall", "prec", "flagged", "mean", "max"):
         if col == "group":
