@@ -157,39 +157,55 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
         return pl.DataFrame(schema={"rank": pl.Int32, "ops_spread": pl.Float64, "ops_median": pl.Float64,
                                     "peers_spread": pl.Float64, "launch_bound": pl.Boolean})
     backward = pl.col("name").str.contains("backward")
-    spread = pl.col("r_adj").quantile(0.75) - pl.col("r_adj").quantile(0.25)
-    fwd = ops.filter(~backward)
-    forward = fwd.join(flagged, on=["rank", "iteration"], how="semi").group_by("rank").agg(
-        fwd_median=pl.col("r_adj").median())
-    fwd_calm = fwd.join(flagged, on=["rank", "iteration"], how="anti").group_by("rank", "iteration").agg(s=spread)
-    if not ops.select(backward.any()).item() or not len(fwd_calm) or (fwd_calm["s"].median() or 0.0) > NOISE:
-        forward = forward.with_columns(fwd_median=pl.lit(None, pl.Float64))   # see below
-    ops = ops.filter(backward) if ops.select(backward.any()).item() else ops
+    has_backward = ops.select(backward.any()).item()
+    judged = ops.filter(backward) if has_backward else ops
     # every rank's ops scatter a little (kernel timing, data the fit did not take out): that
-    # much spread is allowed on top, from the rank-iterations that are not flagged. Where
-    # they scatter by more than NOISE, the peers' spans are host-paced too (4 H100s, short
-    # sequences: layers of 0.3-0.9 ms of kernels, ~2 ms of launching) and no rank's spans
-    # there say how fast its GPU is.
-    calm = ops.join(flagged, on=["rank", "iteration"], how="anti").group_by("rank", "iteration").agg(s=spread)
-    noise = float(calm["s"].median() or 0.0) if len(calm) else 0.0
+    # much spread is allowed on top. Where the unflagged ranks' ops scatter by more than
+    # NOISE, their spans are host-paced too (4 H100s, short sequences: layers of 0.3-0.9 ms of
+    # kernels, ~2 ms of launching) and no rank's spans there say how fast its GPU is.
+    noise = _calm_spread(judged, flagged)
     # per rank-iteration as the noise is (a rank's ops over two iterations also scatter by
     # what differs between iterations), the median over its flagged ones
-    out = ops.join(flagged, on=["rank", "iteration"], how="semi").group_by("rank", "iteration").agg(
-        s=spread, m=pl.col("r_adj").median()).group_by("rank").agg(
+    out = judged.join(flagged, on=["rank", "iteration"], how="semi").group_by("rank", "iteration").agg(
+        s=_SPREAD, m=pl.col("r_adj").median()).group_by("rank").agg(
         ops_spread=pl.col("s").median(), ops_median=pl.col("m").median())
+    floor = float(np.log1p(min_effect))
+    unchanged = pl.col("ops_median") < floor
     # twice the noise: a slow GPU's ops are no steadier than a healthy one's, and a 5% GPU
     # among ops that scatter by 2% must not be taken for its host by chance
-    # a slow GPU slows its forward ops as much as its backward ones (the same kernels), or
-    # less where the forward pass is host-paced on its peers; a host several times slower at
-    # launching slows the forward pass far more (a simulated 10x host: forward 4.1x, backward
-    # 1.45x, every one alike). Only where the peers' forward ops are steady: where they are
-    # host-paced themselves, a slow GPU's forward ratios scatter (0.6-2.3x) and say nothing
-    floor = float(np.log1p(min_effect))
-    out = out.join(forward, on="rank", how="left")
-    return out.with_columns(peers_spread=pl.lit(noise), launch_bound=pl.lit(noise > NOISE) | (pl.col("ops_median") < floor)
-                            | (pl.col("ops_spread") > STEADY * pl.col("ops_median") + 2 * noise)
-                            | (pl.col("fwd_median") - pl.col("ops_median") > pl.max_horizontal("ops_median", pl.lit(floor)))
-                            .fill_null(False)).drop("fwd_median")
+    uneven = pl.col("ops_spread") > STEADY * pl.col("ops_median") + 2 * noise
+    bound = pl.lit(noise > NOISE) | unchanged | uneven
+    forward = _forward_median(ops.filter(~backward), flagged) if has_backward else None
+    if forward is not None:
+        # a slow GPU slows its forward ops as much as its backward ones (the same kernels), or
+        # less where the forward pass is host-paced on its peers; a host several times slower
+        # at launching slows the forward pass far more (a simulated 10x host: forward 4.1x,
+        # backward 1.45x, every one alike)
+        out = out.join(forward, on="rank", how="left")
+        ahead = (pl.col("fwd_median") - pl.col("ops_median") > pl.max_horizontal("ops_median", pl.lit(floor)))
+        bound = bound | ahead.fill_null(False)
+    return out.with_columns(peers_spread=pl.lit(noise), launch_bound=bound).select(
+        "rank", "ops_spread", "ops_median", "peers_spread", "launch_bound")
+
+
+_SPREAD = pl.col("r_adj").quantile(0.75) - pl.col("r_adj").quantile(0.25)
+
+
+def _calm_spread(ops: pl.DataFrame, flagged: pl.DataFrame) -> float:
+    """The median spread of ``r_adj`` over the rank-iterations that are not flagged (0 if none)."""
+    calm = ops.join(flagged, on=["rank", "iteration"], how="anti").group_by("rank", "iteration").agg(s=_SPREAD)
+    return float(calm["s"].median() or 0.0) if len(calm) else 0.0
+
+
+def _forward_median(forward: pl.DataFrame, flagged: pl.DataFrame) -> pl.DataFrame | None:
+    """Per flagged rank, the median ``r_adj`` of its forward ops (``fwd_median``); None where
+    the unflagged ranks' forward ops scatter beyond NOISE: host-paced there themselves, a slow
+    GPU's forward ratios scatter too (0.6-2.3x on 4 H100s) and say nothing."""
+    if forward.is_empty() or _calm_spread(forward, flagged) > NOISE or forward.join(
+            flagged, on=["rank", "iteration"], how="anti").is_empty():
+        return None
+    return forward.join(flagged, on=["rank", "iteration"], how="semi").group_by("rank").agg(
+        fwd_median=pl.col("r_adj").median())
 
 
 def lasting_gaps(gap: pl.Expr, z_crit: float) -> pl.Expr:
