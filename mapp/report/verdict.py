@@ -147,8 +147,9 @@ def _evidence_line(s) -> str:
         parts.append(f"compute {p['slowdown']:.2f}x {p['mode']} (z {p['z']:.1f} > {p['cut']:.1f})")
     lb = e.get("launch_bound")
     if lb and s.kind == "slow_host":
-        parts.append(f"its ops slower unevenly (log-ratio spread {lb['ops_spread']:.2f} around {lb['ops_median']:.2f}, "
-                     f"its peers' {lb.get('peers_spread', 0.0):.2f}): its GPU waits for its host's launches")
+        parts.append(f"{lb.get('why') or 'its ops slower unevenly'} (log-ratio spread {lb['ops_spread']:.2f} around "
+                     f"{lb['ops_median']:.2f}, its peers' {lb.get('peers_spread', 0.0):.2f}): its GPU waits for its host's "
+                     "launches")
     g = e.get("launch_gaps")
     if g and s.kind == "slow_host":
         parts.append(f"launch gaps +{g['excess_ms_per_iteration']:.2f} ms/it (z {g['z']:.1f})")

@@ -136,8 +136,9 @@ NOISE = 0.1
 def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.DataFrame:
     """Per rank flagged by its compute: ``launch_bound``, True where its slowdown is not its
     GPU's but its host's, which cannot launch kernels as fast as the GPU runs them;
-    ``ops_spread``, ``ops_median`` (log-ratios of the ops judged) and ``peers_spread`` (the
-    spread of the unflagged ranks' ops) say why. For spans timed on the GPU (CUDA events) only.
+    ``launch_why`` says which rule decided, and ``ops_spread``, ``ops_median`` (log-ratios of
+    the ops judged) and ``peers_spread`` (the spread of the unflagged ranks' ops) by how much.
+    For spans timed on the GPU (CUDA events) only.
 
     Such a span lasts from the GPU reaching its first mark to reaching its last, and the GPU
     reaches the last no sooner than the host has launched every kernel in between: where the
@@ -155,7 +156,7 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
     flagged = per.filter(pl.col("flagged")).select("rank", "iteration")
     if flagged.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, "ops_spread": pl.Float64, "ops_median": pl.Float64,
-                                    "peers_spread": pl.Float64, "launch_bound": pl.Boolean})
+                                    "peers_spread": pl.Float64, "launch_bound": pl.Boolean, "launch_why": pl.String})
     backward = pl.col("name").str.contains("backward")
     has_backward = ops.select(backward.any()).item()
     judged = ops.filter(backward) if has_backward else ops
@@ -174,7 +175,12 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
     # twice the noise: a slow GPU's ops are no steadier than a healthy one's, and a 5% GPU
     # among ops that scatter by 2% must not be taken for its host by chance
     uneven = pl.col("ops_spread") > STEADY * pl.col("ops_median") + 2 * noise
-    bound = pl.lit(noise > NOISE) | unchanged | uneven
+    paced = pl.lit(noise > NOISE)
+    what = "backward ops" if has_backward else "ops"
+    why = (pl.when(paced).then(pl.lit(f"every rank's {what} scatter like host-paced spans"))
+           .when(unchanged).then(pl.lit(f"its {what} no slower than its peers'"))
+           .when(uneven).then(pl.lit(f"its {what} slower unevenly")))
+    bound = paced | unchanged | uneven
     forward = _forward_median(ops.filter(~backward), flagged) if has_backward else None
     if forward is not None:
         # a slow GPU slows its forward ops as much as its backward ones (the same kernels), or
@@ -183,9 +189,10 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
         # backward 1.45x, every one alike)
         out = out.join(forward, on="rank", how="left")
         ahead = (pl.col("fwd_median") - pl.col("ops_median") > pl.max_horizontal("ops_median", pl.lit(floor)))
+        why = why.when(ahead.fill_null(False)).then(pl.lit("its forward ops far slower than its backward ones"))
         bound = bound | ahead.fill_null(False)
-    return out.with_columns(peers_spread=pl.lit(noise), launch_bound=bound).select(
-        "rank", "ops_spread", "ops_median", "peers_spread", "launch_bound")
+    return out.with_columns(peers_spread=pl.lit(noise), launch_bound=bound, launch_why=why).select(
+        "rank", "ops_spread", "ops_median", "peers_spread", "launch_bound", "launch_why")
 
 
 _SPREAD = pl.col("r_adj").quantile(0.75) - pl.col("r_adj").quantile(0.25)

@@ -342,10 +342,10 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # inside its spans, even where its idle time alone is too small a share to name it
     if row["flagged"] and not host and row.get("gap_idle") and gap_excess >= peers.min_effect * busy:
         host = True
-    # On spans timed on the GPU, ops slower than the peers' unevenly are its host's slow
-    # launches (``idle.launch_bound``): host time, which like idle time names a host only when
-    # it lasts (flagged in nearly every iteration; one rank's Python at times a little slower
-    # stretched one iteration's forward pass by 20% on a healthy 4-GPU job)
+    # On spans timed on the GPU, a slowdown that its backward ops do not share alike is its
+    # host's slow launches (``idle.launch_bound``): host time, which like idle time names a
+    # host only when it lasts (flagged in nearly every iteration; on a healthy 4-GPU job one
+    # rank's Python, at times a little slower, stretched one iteration's forward pass by 40%)
     launch = bool(row.get("launch_bound")) and row["flagged"]
     if launch:
         if len(row["iterations"] or []) < CONSISTENT * _iterations(peers):
@@ -395,7 +395,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         "lateness": _late_evidence(late),
     }
     if launch:
-        evidence["launch_bound"] = {"ops_spread": round(float(row["ops_spread"]), 3),
+        evidence["launch_bound"] = {"why": row["launch_why"], "ops_spread": round(float(row["ops_spread"]), 3),
                                     "ops_median": round(float(row["ops_median"]), 3),
                                     "peers_spread": round(float(row["peers_spread"]), 3)}
     return Suspect(

@@ -135,6 +135,7 @@ def test_a_rank_whose_host_paces_its_gpu_is_no_slow_gpu(tmp_path):
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (0, "slow_host")
     assert top.evidence["launch_bound"]["ops_spread"] > 0.3 and top.evidence["launch_bound"]["peers_spread"] > 0.1
+    assert "host-paced" in top.evidence["launch_bound"]["why"]
 
 
 def test_of_two_like_links_the_one_slower_in_every_iteration_is_named(tmp_path):

@@ -80,7 +80,7 @@ def test_a_host_ten_times_slower_ahead_of_its_gpu_is_no_slow_gpu(tmp_path):
                hidden=4096, seq_length=2048, iterations=2, seed=428653685)
     s = top(v)
     assert (s.rank, s.kind) == (5, "slow_host")
-    assert "launch_bound" in s.evidence
+    assert "forward ops far slower" in s.evidence["launch_bound"]["why"]
     assert not [x for x in v.suspects if x.kind == "slow_compute"]
 
 
