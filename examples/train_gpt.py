@@ -55,6 +55,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from mapp.megatron_hooks.teardown import exit_now, leave_distributed
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     from mapp.megatron_hooks.flags import add_trace_args
@@ -606,6 +608,7 @@ def run_fbd(args) -> None:
 
     fbd_main(args, Example(build_model=build_model, gpt_config=gpt_config, gpt_module=gpt_module, batches=batches, forward_step=forward_step,
                            install_tracing=install_from_args, apply_cpu_patches=patches))
+    leave_distributed()
 
 
 def main(argv=None) -> None:
@@ -732,8 +735,9 @@ def main(argv=None) -> None:
               flush=True)
     if hasattr(fb, "close"):   # DPP's transport says goodbye to its peers while the groups exist
         fb.close()
-    dist.destroy_process_group()
+    leave_distributed()
 
 
 if __name__ == "__main__":
     main()
+    exit_now()

@@ -211,4 +211,4 @@ def main(args: Any, example: Example) -> None:
         med = statistics.median(step_s[1:] or step_s)
         print(f"done: {args.iterations} iterations, median step {med * 1e3:.1f} ms (fbd: {layout.describe()}; "
               f"{coordinator.rounds} coordinator rounds, {coordinator.collectives} transfers on rank 0)", flush=True)
-    dist.destroy_process_group()
+    # the process groups are the caller's to leave (examples/train_gpt.py: leave_distributed)

@@ -1,0 +1,46 @@
+"""The end of a megatron-core job under torchrun: leave the process groups, then exit without
+interpreter finalization.
+
+Why not just ``dist.destroy_process_group()`` and return: a gloo process group keeps its worker
+threads until the last Python reference to it goes, and megatron-core holds references beyond
+``destroy_model_parallel`` (0.16.1 forgets ``_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP``, and
+models and optimizers keep their own). Measured on CPU, a TP1 x PP2 x DP2 example rank still
+had 34 ``pt_gloo_runloop`` and 17 ``gloo_tcp_loop`` threads after destroying every group. Those
+die during finalization, in an order nobody controls; once in CI (a loaded machine) that ended a
+finished rank with "terminate called without an active exception" (SIGABRT), and torchrun then
+failed the whole job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def leave_distributed() -> None:
+    """Wait for every rank, then destroy megatron-core's groups and torch's.
+
+    The barrier keeps a rank from tearing its groups down while a peer still talks to it (the
+    last pipeline stage prints and writes while the first is still finishing)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    dist.barrier()
+    try:
+        from megatron.core import parallel_state
+    except ImportError:
+        parallel_state = None
+    if parallel_state is not None:
+        parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+def exit_now(code: int = 0) -> None:
+    """End the process here, skipping finalization (see the module's docstring).
+
+    Call it last, once every file is closed and :func:`leave_distributed` has run: ``atexit``
+    handlers do not run and only stdout and stderr are flushed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
