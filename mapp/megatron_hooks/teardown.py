@@ -13,6 +13,7 @@ failed the whole job.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 
@@ -37,10 +38,13 @@ def leave_distributed() -> None:
 
 
 def exit_now(code: int = 0) -> None:
-    """End the process here, skipping finalization (see the module's docstring).
+    """End the process as ``sys.exit`` would, minus finalization (see the module's docstring).
 
-    Call it last, once every file is closed and :func:`leave_distributed` has run: ``atexit``
-    handlers do not run and only stdout and stderr are flushed."""
+    ``atexit`` handlers still run first, while the interpreter is whole: multiprocessing's
+    stops the daemonic workers megatron-core's checkpointing starts (left alive, they hold the
+    caller's stdout pipe open and it waits forever), the tracer's closes its files. Call it
+    last, once :func:`leave_distributed` has run."""
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

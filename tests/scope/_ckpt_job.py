@@ -18,6 +18,7 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from mapp.megatron_hooks.teardown import exit_now, leave_distributed  # noqa: E402
 from mapp.scope.model import ModelSpec, build_model, load_checkpoint, save_checkpoint  # noqa: E402
 
 # GQA (4 heads, 2 groups) so that TP=2 splits the query groups too
@@ -79,7 +80,7 @@ def main() -> None:
     if logits is not None and ps.get_tensor_model_parallel_rank() == 0:
         torch.save(logits, args.logits)
     dist.barrier()
-    dist.destroy_process_group()
+    leave_distributed()
 
 
 if __name__ == "__main__":
@@ -90,3 +91,4 @@ if __name__ == "__main__":
     except MappError as e:     # what the CLI would print
         print(f"{type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
+    exit_now()

@@ -14,6 +14,8 @@ import warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from mapp.megatron_hooks.teardown import exit_now, leave_distributed  # noqa: E402
+
 
 def logits_of(model, tokens):
     import torch
@@ -51,8 +53,9 @@ def main() -> None:
     if dist.get_rank() == 0:
         torch.save(logits, out)
     dist.barrier()
-    dist.destroy_process_group()
+    leave_distributed()
 
 
 if __name__ == "__main__":
     main()
+    exit_now()
