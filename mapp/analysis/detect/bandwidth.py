@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from mapp.analysis.detect._stats import robust_scale, z_critical
-from mapp.analysis.detect.same_work import CONSISTENT
+from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["BandwidthEvidence", "LinkFinding", "link_bandwidth"]
 

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, z_critical
-from mapp.analysis.detect.same_work import CONSISTENT
+from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
 
 __all__ = ["idle_gaps", "stalls", "lasting_gaps", "launch_bound", "STALL", "STEADY"]

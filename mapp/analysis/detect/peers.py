@@ -32,7 +32,8 @@ import polars as pl
 from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
 from mapp.analysis.detect.idle import idle_gaps, lasting_gaps, launch_bound, stalls
 from mapp.analysis.detect.replicas import polish
-from mapp.analysis.detect.same_work import CONSISTENT, compare_same_work, self_times
+from mapp.analysis.detect.same_work import compare_same_work, self_times
+from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]
 

@@ -26,11 +26,9 @@ import numpy as np
 import polars as pl
 
 from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
+from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["CONSISTENT", "self_times", "compare_same_work"]
-
-CONSISTENT = 0.75
-"""Share of the traced iterations in which a rank must be slower for a lasting verdict."""
+__all__ = ["self_times", "compare_same_work"]
 
 QUICK = 0.25
 """The quantile of a kind's call times taken as its typical call: robust to descheduling."""

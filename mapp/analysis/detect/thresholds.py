@@ -36,10 +36,15 @@ from dataclasses import asdict, dataclass
 
 from mapp.errors import InputError
 
-__all__ = ["Thresholds", "DEFAULT_THRESHOLD"]
+__all__ = ["Thresholds", "DEFAULT_THRESHOLD", "CONSISTENT"]
 
 DEFAULT_THRESHOLD = 0.1
 """``--threshold``'s default: 10% slower than its peers."""
+
+CONSISTENT = 0.75
+"""Share of the traced iterations in which a rank (a host, a link) must be slower for a lasting
+verdict: a fault lasts, noise on a shared machine comes and goes. Not an option: every stage
+reads it from here."""
 
 
 @dataclass(frozen=True, slots=True)

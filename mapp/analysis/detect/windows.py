@@ -28,7 +28,7 @@ from typing import Any
 import polars as pl
 
 from mapp.analysis.detect.detector import detect_bundle
-from mapp.analysis.detect.same_work import CONSISTENT
+from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.verdict import Imbalance, StageStatus, Suspect, Verdict
 from mapp.errors import InputError
 
