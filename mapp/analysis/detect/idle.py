@@ -132,6 +132,10 @@ twice the spread of the ranks that are not flagged."""
 NOISE = 0.1
 """Beyond this spread of the unflagged ranks' ops, spans are host-paced and judge no GPU."""
 
+BACKWARD = pl.col("name").str.contains("backward")
+"""The ops that judge a GPU where spans are timed on it: autograd launches them far faster than
+its kernels run, so no host paces them (``launch_bound``)."""
+
 
 def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.DataFrame:
     """Per rank flagged by its compute: ``launch_bound``, True where its slowdown is not its
@@ -157,9 +161,8 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
     if flagged.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, "ops_spread": pl.Float64, "ops_median": pl.Float64,
                                     "peers_spread": pl.Float64, "launch_bound": pl.Boolean, "launch_why": pl.String})
-    backward = pl.col("name").str.contains("backward")
-    has_backward = ops.select(backward.any()).item()
-    judged = ops.filter(backward) if has_backward else ops
+    has_backward = ops.select(BACKWARD.any()).item()
+    judged = ops.filter(BACKWARD) if has_backward else ops
     # every rank's ops scatter a little (kernel timing, data the fit did not take out): that
     # much spread is allowed on top. Where the unflagged ranks' ops scatter by more than
     # NOISE, their spans are host-paced too (4 H100s, short sequences: layers of 0.3-0.9 ms of
@@ -181,7 +184,7 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
            .when(unchanged).then(pl.lit(f"its {what} no slower than its peers'"))
            .when(uneven).then(pl.lit(f"its {what} slower unevenly")))
     bound = paced | unchanged | uneven
-    forward = _forward_median(ops.filter(~backward), flagged) if has_backward else None
+    forward = _forward_median(ops.filter(~BACKWARD), flagged) if has_backward else None
     if forward is not None:
         # a slow GPU slows its forward ops as much as its backward ones (the same kernels), or
         # less where the forward pass is host-paced on its peers; a host several times slower

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
-from mapp.analysis.detect.idle import idle_gaps, lasting_gaps, launch_bound, stalls
+from mapp.analysis.detect.idle import BACKWARD, idle_gaps, lasting_gaps, launch_bound, stalls
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.thresholds import CONSISTENT
@@ -143,7 +143,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     iteration began, when the trace marks it; idle time from there to a rank's first op counts
     as a launch gap (a stall at the start of the first traced iteration has nothing before it).
     ``gpu_spans``: the spans are timed on the GPU (CUDA events), where a host that launches
-    slowly stretches them too (``idle.launch_bound`` tells it from a slow GPU).
+    slowly stretches them too (``idle.launch_bound`` tells it from a slow GPU) and a rank is
+    flagged by its backward ops alone too (``_backward_judged``).
     """
     iterations = events["iteration"].drop_nulls().n_unique()
     programs = sizes is None and len(coords) > 0 and coords["pp"].null_count() == 0
@@ -187,6 +188,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                    how="left")
     if not judge_gaps:
         per = per.with_columns(gap_flagged=pl.lit(False))
+    if gpu_spans:
+        per = _backward_judged(ops, per, min_effect)
     ranks = _per_rank(per, z_crit, judge_gaps, min_effect)
     if gpu_spans:
         # what the GPU-bound ops say is the GPU's slowdown: host-paced forward ops, where a slow
@@ -203,6 +206,25 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
                         pairs=pairs)
+
+
+def _backward_judged(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.DataFrame:
+    """Spans timed on the GPU: a rank-iteration is flagged also where its backward ops alone
+    are slower than their peers' (``idle.launch_bound`` then tells a GPU from a host by them).
+
+    A forward span there is often the host's pace, in which a slow GPU merely idles less, and
+    a host hiccup stretches one span several times: averaged with them, the GPU's signal drowns
+    (simulated 1,024 ranks, a 5% GPU: its 16 backward ops 1.02-1.07x, its forward ops ~1.0x but
+    three of eight stretched 1.1-2.9x by the host; all ops read 1.04x and cleared no cut). Two
+    tests per rank-iteration instead of one: this one's cut counts both."""
+    backward = ops.filter(BACKWARD)
+    if backward.is_empty() or backward["rank"].n_unique() < 3 or backward.height == ops.height:
+        return per
+    tests = 2 * len(per)
+    bw = _rank_iterations(backward, min_effect, use_spread=True, tests=tests)
+    bw = _judged_together(bw, min_effect, families=2)
+    return per.join(bw.select("rank", "iteration", bw=pl.col("flagged")), on=["rank", "iteration"], how="left").with_columns(
+        flagged=pl.col("flagged") | pl.col("bw").fill_null(False)).drop("bw")
 
 
 def _layer_alone(timed: pl.DataFrame, coords: pl.DataFrame, *, min_effect: float, slow_op: float) -> pl.DataFrame:
@@ -341,7 +363,7 @@ def _token_free(ops: pl.DataFrame, beta: pl.DataFrame | None) -> pl.DataFrame:
         y=pl.col("lx") - pl.col("beta").fill_null(0.0) * lt).drop("beta")
 
 
-def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) -> pl.DataFrame:
+def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool, tests: int | None = None) -> pl.DataFrame:
     """Per (rank, iteration): the median log-ratio ``effect`` (centred), its ``z`` and ``flagged``.
 
     The standard error of a median of n ops is MEDIAN_SE x sigma / sqrt(n), sigma the scatter
@@ -374,7 +396,7 @@ def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool) 
     # centred on the rank-iterations that form the baseline (the first pass's outliers do not)
     base = per.filter(pl.col("baseline"))["effect"]
     center = base.median() if len(base) else per["effect"].median()
-    z_crit = z_critical(len(per))
+    z_crit = z_critical(tests or len(per))
     return per.with_columns(effect=pl.col("effect") - center).with_columns(
         se=pl.max_horizontal(((MEDIAN_SE * sigma) ** 2 / pl.col("n_ops").cast(pl.Float64) + pl.col("data_se") ** 2).sqrt(),
                              pl.col("mb_se"), pl.lit(spread), pl.lit(1e-6))
@@ -426,7 +448,7 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_eff
     window, told from a hiccup with three traced iterations or more), in fewer but far beyond the cut-off; launch-gap flags only in nearly every
     iteration. Verdicts need it (``verdict.combine``)."""
     if "se" in per.columns:
-        per = _judged_together(per, z_crit, min_effect)
+        per = _judged_together(per, min_effect)
     per = per.with_columns(gap_raw=pl.col("gap_flagged").fill_null(False))
     if "gap_share" in per.columns:   # idle time alone names a host only when it is a real share
         per = per.with_columns(gap_flagged=pl.col("gap_raw") & (
@@ -465,17 +487,23 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_eff
     ).sort("rank")
 
 
-def _judged_together(per: pl.DataFrame, z_crit: float, min_effect: float) -> pl.DataFrame:
+def _judged_together(per: pl.DataFrame, min_effect: float, *, families: int = 1) -> pl.DataFrame:
     """A rank slower in every traced iteration by an amount that no single iteration's
-    evidence clears is flagged when their median clears the cut-off: the median over n
-    iterations is uncertain by MEDIAN_SE x (a typical iteration's standard error) / sqrt(n).
+    evidence clears is flagged when their median clears the cut-off. The median over n
+    iterations is uncertain by MEDIAN_SE x (a typical iteration's standard error) / sqrt(n);
+    over one or two it is their mean, uncertain by the root of the summed squares over n.
+    This is one test per rank (per rank and family of ops judged), not per rank-iteration: its
+    cut-off counts those.
     Where data sets the time (a replica's microbatches longer or shorter than its peers' by
     chance, in each iteration anew: ``data_se``) one iteration says little, and a 1.3x GPU
     beside it only shows across iterations. Slower in nearly every iteration
     (``CONSISTENT``), and by at least ``min_effect``."""
+    z_rank = z_critical(families * per["rank"].n_unique())
     n_it = pl.len().over("rank").cast(pl.Float64)
     med = pl.col("effect").median().over("rank")
-    together = ((med / (MEDIAN_SE * pl.col("se").median().over("rank") / n_it.sqrt()) > z_crit)
+    se = (pl.when(n_it <= 2).then((pl.col("se") ** 2).sum().over("rank").sqrt() / n_it)
+          .otherwise(MEDIAN_SE * pl.col("se").median().over("rank") / n_it.sqrt()))
+    together = ((med / se > z_rank)
                 & ((pl.col("effect") > 0).mean().over("rank") >= CONSISTENT) & (med.exp() - 1 >= min_effect))
     return per.with_columns(flagged=pl.col("flagged") | (together & (pl.col("effect") > 0)))
 

@@ -84,6 +84,18 @@ def test_a_host_ten_times_slower_ahead_of_its_gpu_is_no_slow_gpu(tmp_path):
     assert not [x for x in v.suspects if x.kind == "slow_compute"]
 
 
+def test_a_five_percent_gpu_under_host_paced_forward_spans_is_named_by_its_backward_ops(tmp_path):
+    # 128 ranks, the host ahead of the GPU and noisy: the forward spans are the host's pace (the
+    # slow GPU only idles less in them) and a few are stretched by host noise, so over all ops
+    # the slowed rank cleared no cut. Before: no suspect.
+    v = detect(tmp_path, "slow_gpu:50:1.05", tp=8, pp=4, dp=4, layers=4, microbatches=4, hidden=4096,
+               seq_length=2048, iterations=2, jitter_sigma=0.01, host_ahead=True, host_overhead_us=100.0,
+               host_noise_us=10.0, data_load_us=200.0, vocab_size=50304, seed=1, threshold=0.025)
+    gpus = [s for s in v.suspects if s.kind == "slow_compute"]
+    assert [s.rank for s in gpus] == [50]
+    assert 1.025 < gpus[0].slowdown < 1.07
+
+
 def test_transient_fault_reports_its_window(tmp_path):
     v = detect(tmp_path, "slow_gpu:5:1.5:2-2", tp=2, pp=2, dp=4, iterations=4)
     s = top(v)
@@ -101,6 +113,20 @@ def _rank_iterations(iterations: int, slow: int, z: float) -> pl.DataFrame:
                              flagged=hit, share_slow=0.6 if hit else 0.0, n_ops=100, excess_ns=2e7 if hit else 0.0,
                              busy_ns=2e8, gap_excess_ns=0.0, gap_z=0.0, gap_flagged=False, gap_ns=1e6))
     return pl.DataFrame(rows)
+
+
+def test_two_iterations_judged_together_are_their_mean_and_one_test_per_rank():
+    # 500 ranks, 2 iterations; rank 7 slower by 0.04 (log) in both, each iteration's standard
+    # error 0.013 (z 3.1 alone, under the cut-off for 1,000 rank-iterations, 3.72). The mean of
+    # two has standard error sqrt(2) x 0.013 / 2 = 0.0092: z 4.35, over the cut-off for one
+    # test per rank (500 tests at 1% false alarms: 3.54). Before: the median's 1.25 factor and
+    # a cut-off counting rank-iterations made it 3.47 against 3.72, not flagged.
+    rows = [dict(rank=r, iteration=i, effect=0.04 if r == 7 else (0.003 if (r + i) % 2 else -0.003), se=0.013,
+                 z=(0.04 if r == 7 else 0.003) / 0.013, flagged=False, share_slow=0.0, n_ops=16, excess_ns=0.0,
+                 busy_ns=2e8, gap_excess_ns=0.0, gap_z=0.0, gap_flagged=False, gap_ns=1e6)
+            for r in range(500) for i in range(2)]
+    ranks = _per_rank(pl.DataFrame(rows), z_crit=3.72, min_effect=0.0083)
+    assert ranks.filter(pl.col("flagged") & pl.col("lasting"))["rank"].to_list() == [7]
 
 
 @pytest.mark.parametrize("iterations,other_z,lasting", [(2, 0.1, False), (2, 2.0, True), (3, 0.1, True), (4, 0.1, True)])
