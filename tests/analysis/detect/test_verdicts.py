@@ -55,6 +55,19 @@ def test_slow_link_between_pipeline_neighbours(tmp_path):
     assert len(v.suspects) == 1
 
 
+def test_a_slow_tp_pair_whose_message_sizes_change_per_microbatch(tmp_path):
+    # Lengths differ per (replica, microbatch), so no all-reduce size recurs and each has one
+    # like group only (the other stage's TP pair of its replica). Before: no suspect, the slow
+    # pair's rows inflating the very scatter it was judged against.
+    v = detect(tmp_path, "slow_link:6-7:8", tp=2, pp=2, dp=2, layers=2, microbatches=8, hidden=4096,
+               seq_length=2048, seqlen_sigma=0.3, host_ahead=True, host_overhead_us=60.0, host_noise_us=10.0,
+               data_load_us=200.0, vocab_size=32768, jitter_sigma=0.01, seed=789127470)
+    s = top(v)
+    assert s.kind == "slow_link" and {s.rank, s.peer} == {6, 7}
+    assert s.slowdown == pytest.approx(8, rel=0.1)
+    assert len(v.suspects) == 1
+
+
 def test_slow_nic_names_the_rank_not_its_links(tmp_path):
     v = detect(tmp_path, "slow_nic:9:3", tp=2, pp=4, dp=4, gpus_per_node=2)
     s = top(v)
