@@ -53,3 +53,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    from mapp.megatron_hooks.teardown import exit_now
+
+    exit_now()   # as examples/train_gpt.py ends (mapp/megatron_hooks/teardown.py says why)
