@@ -17,7 +17,7 @@ from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, z_critical
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
 
-__all__ = ["idle_gaps", "stalls", "lasting_gaps", "launch_bound", "STALL", "STEADY"]
+__all__ = ["idle_gaps", "stalls", "lasting_gaps", "launch_bound", "BACKWARD", "STALL", "STEADY"]
 
 
 def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,

@@ -23,8 +23,7 @@ from mapp.analysis.detect.bandwidth import BandwidthEvidence
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
-from mapp.analysis.detect.thresholds import CONSISTENT
-from mapp.analysis.detect.thresholds import Thresholds
+from mapp.analysis.detect.thresholds import CONSISTENT, Thresholds
 
 __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "combine", "KINDS"]
 
