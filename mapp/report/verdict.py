@@ -145,6 +145,9 @@ def _evidence_line(s) -> str:
     p = e.get("peers")
     if p and s.kind in ("slow_compute", "slow_host"):
         parts.append(f"compute {p['slowdown']:.2f}x {p['mode']} (z {p['z']:.1f} > {p['cut']:.1f})")
+        if p.get("added_work") and s.kind == "slow_compute":
+            parts.append(f"the ops it calls more often than its peers {p['added_work']['slowdown']:.2f}x their time "
+                         f"(+{p['added_work']['excess_ms_per_iteration']:.2f} ms/it)")
     lb = e.get("launch_bound")
     if lb and s.kind == "slow_host":
         parts.append(f"{lb.get('why') or 'its ops slower unevenly'} (log-ratio spread {lb['ops_spread']:.2f} around "

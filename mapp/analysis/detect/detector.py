@@ -84,7 +84,8 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     lap("bandwidth")
     iteration_ns = _iteration_ns(iters, events)
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
-    suspects, imbalance, victims, grid = combine(peers, lateness, bandwidth, info, imbalance_threshold=cuts.imbalance,
+    suspects, imbalance, victims, grid = combine(peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown,
+                                                 imbalance_threshold=cuts.imbalance,
                                                  iteration_ns=iteration_ns, microbatches=microbatches)
     suspects, below = _at_threshold(suspects, cuts.slowdown)
     if below:

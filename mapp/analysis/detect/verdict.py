@@ -175,9 +175,12 @@ link that differs by chance costs it less still."""
 
 
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
-            *, imbalance_threshold: float, iteration_ns: float | None, microbatches: int) -> tuple[list[Suspect], list[Imbalance], list[int], pl.DataFrame]:
+            *, slowdown_threshold: float, imbalance_threshold: float, iteration_ns: float | None,
+            microbatches: int) -> tuple[list[Suspect], list[Imbalance], list[int], pl.DataFrame]:
     """Suspects (ranked), imbalance, victims and the per-rank grid from the stages' evidence.
 
+    ``slowdown_threshold``: the suspects' cut (``Thresholds.slowdown``; the caller applies it),
+    here only to choose which slowdown a rank doing extra work is given (``_added_slowdown``).
     ``imbalance_threshold``: a pipeline stage computing more than (1 + this) x the lightest is
     imbalance (``Thresholds.imbalance``).
     """
@@ -187,7 +190,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     suspects: list[Suspect] = []
     if peers.mode != "skipped":
         for row in peers.ranks.iter_rows(named=True):
-            s = _compute_suspect(row, peers, late.get(row["rank"]), lateness.z_crit, coords, pfac, iteration_ns)
+            s = _compute_suspect(row, peers, late.get(row["rank"]), lateness.z_crit, coords, pfac, iteration_ns,
+                                 slowdown_threshold)
             if s is not None:
                 suspects.append(s)
         if peers.mode == "program peers" and lateness.ran:
@@ -305,7 +309,7 @@ def _stage2_agrees(late: dict | None) -> bool:
 
 
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
-                     pfac: float, iteration_ns: float | None) -> Suspect | None:
+                     pfac: float, iteration_ns: float | None, slowdown_threshold: float) -> Suspect | None:
     busy = row["busy_ns"] or 0.0
     gap_excess = max(row["gap_excess_ns"] or 0.0, 0.0)
     # A slow host shows as idle launch gaps; they count when they are a real share of the
@@ -383,7 +387,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         said = busy * (1 - 1 / max(float(row["slowdown"]), 1.0))
         row = {**row, "excess_ns": min(max(row["excess_ns"] or 0.0, 0.0), said)}
     excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
-    slowdown = _host_slowdown(row, gap_excess, iteration_ns) if host else float(row["slowdown"])
+    added = None if host else _added_slowdown(row, peers.min_effect, slowdown_threshold)
+    slowdown = _host_slowdown(row, gap_excess, iteration_ns) if host else max(float(row["slowdown"]), added or 0.0)
     evidence: dict[str, Any] = {
         "lasting": bool(row.get("lasting", True)),
         "peers": {"mode": peers.mode, "slowdown": round(float(row["slowdown"]), 3), "z": round(float(row["z"]), 2),
@@ -393,6 +398,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                         "flagged": bool(row["gap_flagged"])},
         "lateness": _late_evidence(late),
     }
+    if added is not None:
+        evidence["peers"]["added_work"] = {"slowdown": round(added, 3),
+                                           "excess_ms_per_iteration": round(float(row["added_excess_ns"]) / 1e6, 4)}
     if launch:
         evidence["launch_bound"] = {"why": row["launch_why"], "ops_spread": round(float(row["ops_spread"]), 3),
                                     "ops_median": round(float(row["ops_median"]), 3),
@@ -403,6 +411,31 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         iterations=[int(i) for i in row["iterations"]], excess_ns=excess, iteration_ns=iteration_ns,
         evidence=evidence,
     )
+
+
+ADDED_SHARE = 0.5
+"""Share of a rank's excess compute that the ops it calls more often than its peers must
+explain for their slowdown to stand for the rank's (``same_work._added_work``)."""
+
+
+def _added_slowdown(row: dict, min_effect: float, threshold: float) -> float | None:
+    """The slowdown of the work a rank does *more of* than its peers (profiler traces: the op
+    names it calls more often), where its whole compute's stays under the ``threshold`` and
+    that work is most of its excess: extra matmuls that double one GEMM's calls are that GEMM's
+    2x, however many other kernels dilute the rank's total (a real 4-GPU job: extra GEMMs in
+    each layer of one rank, 1.79x on those GEMMs, 1.10x over all its kernels). Where the whole
+    compute clears the threshold on its own, that is the more telling figure (one kernel
+    called 4.5x as often by extra matmuls that make the rank's compute 1.59x). None where it
+    does not apply."""
+    added, added_excess = row.get("added"), row.get("added_excess_ns")
+    excess = row.get("excess_ns") or 0.0
+    if added is None or added_excess is None or excess <= 0 or added - 1 < min_effect:
+        return None
+    if float(row["slowdown"]) >= 1 + threshold:
+        return None
+    if added_excess < ADDED_SHARE * excess or added <= float(row["slowdown"]):
+        return None
+    return float(added)
 
 
 def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> float:

@@ -15,7 +15,7 @@ import pytest
 from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.layout import LayoutInfo
-from mapp.analysis.detect.peers import PeerEvidence, compare_peers, leaf_ops
+from mapp.analysis.detect.peers import compare_peers, leaf_ops
 from mapp.analysis.detect.thresholds import Thresholds
 from mapp.analysis.detect.verdict import combine
 from mapp.analysis.graph.matching import match_events
@@ -398,7 +398,8 @@ def test_combine_a_slow_gpu_with_stage_2_agreeing():
     matching = matched(collective_calls(3, starts, {"ar": 5 * MS}, {"ar": [0, 1, 2, 3]}, {"ar": "dp"}), world=4)
     late = collective_lateness(matching, [0, 1, 2, 3])
     bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
-    suspects, imbalance, victims, grid = combine(peers, late, bw, info, imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS,
+    suspects, imbalance, victims, grid = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
+                                                 imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS,
                                                  microbatches=4)
     assert [(s.rank, s.kind) for s in suspects] == [(2, "slow_compute")]
     s = suspects[0]
@@ -428,7 +429,8 @@ def test_combine_turns_a_slow_link_into_a_suspect_and_stage_imbalance_into_imbal
     matching = matched(p2p=p2p_calls({(0, 3): 4.0, (1, 4): 1.0, (2, 5): 1.0}), world=6)
     bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
     late = LatenessEvidence(False, "no complete collective instance with two or more traced members")
-    suspects, imbalance, victims, grid = combine(peers, late, bw, info, imbalance_threshold=CUTS.imbalance, iteration_ns=30 * MS,
+    suspects, imbalance, victims, grid = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
+                                                 imbalance_threshold=CUTS.imbalance, iteration_ns=30 * MS,
                                                  microbatches=4)
     assert [(s.rank, s.kind, s.peer) for s in suspects] == [(0, "slow_link", 3)]
     assert suspects[0].slowdown == pytest.approx(4.0)
@@ -453,11 +455,13 @@ def test_combine_a_stage_1_flag_that_stage_2_contradicts_is_dropped_with_two_pee
                                        world=2), [0, 1])
     assert row_of(late.ranks, 1)["net_ns"] < 0
     bw = BandwidthEvidence(False, "no matched p2p message or complete collective")
-    suspects, *_ = combine(peers, late, bw, info, imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS, microbatches=4)
+    suspects, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
+                           imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS, microbatches=4)
     assert suspects == []
     # the same stage-1 evidence with stage 2 agreeing (rank 1 last) is a suspect
     starts = {"ar": {0: 0, 1: 2 * MS}}
     late = collective_lateness(matched(collective_calls(4, starts, {"ar": 3 * MS}, {"ar": [0, 1]}, {"ar": "tp"}),
                                        world=2), [0, 1])
-    suspects, *_ = combine(peers, late, bw, info, imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS, microbatches=4)
+    suspects, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
+                           imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS, microbatches=4)
     assert [(s.rank, s.kind) for s in suspects] == [(1, "slow_compute")]
