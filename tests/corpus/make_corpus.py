@@ -360,7 +360,7 @@ def gpu2_set(seed: int = 1234) -> list[Case]:
 
     Plain DDP under the profiler; megatron-core DP2, TP2, PP2 under mapp's capture (healthy, a slow
     layer, before-microbatch work or a host sleep, a heavy last stage, lognormal sequence lengths)
-    and TP2, PP2 under the profiler. 5 iterations, 3 recorded. No link case: a 2-rank job has one
+    and TP2, PP2, DP2 under the profiler (healthy, a slow layer, work before each microbatch). 5 iterations, 3 recorded. No link case: a 2-rank job has one
     link, so a slow link has no other link to be slower than."""
     g = lambda *a, **k: gpt_case(*a, seed=seed, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT),  # noqa: E731
                                  numbered=False, **k)
@@ -382,6 +382,12 @@ def gpu2_set(seed: int = 1234) -> list[Case]:
         g("tp2", "kineto", "healthy"),
         g("tp2", "kineto", "layer", rank=1),
         g("pp2", "kineto", "healthy"),
+        # the victim that looks slow (issue 13, class 2): rank 1 runs extra GPU work before each
+        # microbatch; its TP peer waits for it inside every all-reduce kernel
+        g("tp2", "kineto", "beforemb", rank=1),
+        g("dp2", "kineto", "healthy"),
+        g("dp2", "kineto", "layer", rank=1),
+        g("pp2", "kineto", "layer", rank=1),
     ]
 
 

@@ -337,8 +337,13 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # account for more of the lost time than its gaps do: then it is slow compute that also
     # launches a little late (extra work before each microbatch, seen as ops in a profiler
     # trace: 45 ms of extra compute per iteration beside 4.9 ms of longer gaps)
-    if (peers.pairs and leans and not host and gap_excess >= peers.min_effect * busy and gap_excess > 0
-            and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
+    # A rank that calls ops more often than its peers (``_extra_work``) launches more too: on a
+    # fast GPU its extra kernels finish before the host has launched the next, and the GPU idles
+    # (2 H100s, TP2: extra GEMMs in each layer of rank 1, 1.12x its peer's kernel time and
+    # 40 ms more idle a step). Its gaps are its extra work's, not a slow host's.
+    extra = _extra_work(row, peers.min_effect)
+    if (peers.pairs and leans and not host and not extra and gap_excess >= peers.min_effect * busy
+            and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
         host = True
     # A rank that is a suspect by its compute (or with stage 2) and idles longer than its peers
     # in nearly every iteration by the z of its idle time is a slow host that also launches late
@@ -418,6 +423,15 @@ ADDED_SHARE = 0.5
 explain for their slowdown to stand for the rank's (``same_work._added_work``)."""
 
 
+def _extra_work(row: dict, min_effect: float) -> bool:
+    """Whether the ops a rank calls more often than its peers (``same_work._added_work``) are
+    most of its excess compute: the rank's program does more, whatever its GPU's speed."""
+    added, added_excess = row.get("added"), row.get("added_excess_ns")
+    excess = row.get("excess_ns") or 0.0
+    return (added is not None and added_excess is not None and excess > 0 and added - 1 >= min_effect
+            and added_excess >= ADDED_SHARE * excess)
+
+
 def _added_slowdown(row: dict, min_effect: float, threshold: float) -> float | None:
     """The slowdown of the work a rank does *more of* than its peers (profiler traces: the op
     names it calls more often), where its whole compute's stays under the ``threshold`` and
@@ -427,15 +441,9 @@ def _added_slowdown(row: dict, min_effect: float, threshold: float) -> float | N
     compute clears the threshold on its own, that is the more telling figure (one kernel
     called 4.5x as often by extra matmuls that make the rank's compute 1.59x). None where it
     does not apply."""
-    added, added_excess = row.get("added"), row.get("added_excess_ns")
-    excess = row.get("excess_ns") or 0.0
-    if added is None or added_excess is None or excess <= 0 or added - 1 < min_effect:
+    if not _extra_work(row, min_effect) or float(row["slowdown"]) >= 1 + threshold:
         return None
-    if float(row["slowdown"]) >= 1 + threshold:
-        return None
-    if added_excess < ADDED_SHARE * excess or added <= float(row["slowdown"]):
-        return None
-    return float(added)
+    return float(row["added"]) if row["added"] > float(row["slowdown"]) else None
 
 
 def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> float:
