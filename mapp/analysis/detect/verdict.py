@@ -195,7 +195,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             if s is not None:
                 suspects.append(s)
         if peers.mode == "program peers" and lateness.ran:
-            suspects += _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns)
+            suspects += _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns,
+                                       slowdown_threshold)
     elif lateness.ran:
         for row in lateness.ranks.filter(pl.col("flagged")).iter_rows(named=True):
             suspects.append(_late_suspect(row, None, peers, lateness, coords, iteration_ns,
@@ -229,7 +230,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
 
 
 def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],
-                   coords: dict, iteration_ns: float | None) -> list[Suspect]:
+                   coords: dict, iteration_ns: float | None, slowdown_threshold: float) -> list[Suspect]:
     """Stage 2 stands in for stage 1 where peers are only a guess by program (no layout).
 
     On shared or busy hosts the time of single ops says little (a rank's ops stretch whenever
@@ -257,28 +258,37 @@ def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
         if own is not None and float(own["slowdown"]) < 1 / (1 + peers.min_effect):
             continue
         out.append(_late_suspect(row, own, peers, lateness, coords, iteration_ns,
-                                 f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown"))
+                                 f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown",
+                                 slowdown_threshold))
     return out
 
 
 def _late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: LatenessEvidence, coords: dict,
-                  iteration_ns: float | None, note: str) -> Suspect:
-    """A suspect from stage 2 alone: the net waiting it imposes per iteration is its cost.
-    A slow host where stage 1's launch gaps account for more of it than its ops do."""
+                  iteration_ns: float | None, note: str, slowdown_threshold: float | None = None) -> Suspect:
+    """A suspect from stage 2 alone: the net waiting it imposes per iteration is its cost (its
+    slowdown that of the iteration; where that stays under ``slowdown_threshold`` and the rank
+    calls ops more often than its peers, theirs: ``_added_slowdown``). A slow host where stage
+    1's launch gaps account for more of it than its ops do, unless it does extra work."""
     excess = max(row["net_ns"], 0.0) / max(_iterations(peers), 1)
     gap = max((own or {}).get("gap_excess_ns") or 0.0, 0.0)
-    host = own is not None and gap > max((own.get("excess_ns") or 0.0), 0.0)
+    extra = own is not None and _extra_work(own, peers.min_effect)
+    host = own is not None and not extra and gap > max((own.get("excess_ns") or 0.0), 0.0)
+    slowdown = iteration_ns / max(iteration_ns - excess, 1.0) if iteration_ns else float("nan")
     evidence: dict[str, Any] = {"lateness": _late_evidence(row), "note": note}
     if own is not None:
         evidence["peers"] = {"mode": peers.mode, "slowdown": round(float(own["slowdown"]), 3),
                              "z": round(float(own["z"]), 2), "cut": round(peers.z_crit, 2)}
         evidence["launch_gaps"] = {"excess_ms_per_iteration": round(gap / 1e6, 4),
                                    "z": round(float(own["gap_z"] or 0.0), 2)}
+        if extra:
+            evidence["peers"]["added_work"] = {"slowdown": round(float(own["added"]), 3),
+                                               "excess_ms_per_iteration": round(float(own["added_excess_ns"]) / 1e6, 4)}
+            if slowdown_threshold is not None and not slowdown >= 1 + slowdown_threshold:
+                slowdown = max(float(own["added"]), slowdown) if slowdown == slowdown else float(own["added"])
     return Suspect(
         rank=row["rank"], kind="slow_host" if host else "slow_compute", coords=coords.get(row["rank"]),
         confidence=0.5 + 0.3 * _margin(row["net_z"], lateness.z_crit),
-        slowdown=iteration_ns / max(iteration_ns - excess, 1.0) if iteration_ns else float("nan"),
-        excess_ns=excess, iteration_ns=iteration_ns, evidence=evidence,
+        slowdown=slowdown, excess_ns=excess, iteration_ns=iteration_ns, evidence=evidence,
     )
 
 

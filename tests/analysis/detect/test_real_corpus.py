@@ -246,6 +246,22 @@ def test_in_a_plain_ddp_job_the_rank_that_keeps_the_others_waiting_is_named(tmp_
     assert [s.rank for s in verdict.suspects] == [2]
 
 
+def test_where_stage_2_stands_in_a_rank_that_adds_calls_is_judged_on_them(tmp_path):
+    # 1./5. The same job at --threshold 0.2: the iteration rank 2 costs (1.17x) is under the
+    # cut, but it calls its forward's matmul ops more often than its peers in every step, and
+    # those ops take 1.61x their peers' time: what --threshold judges. The healthy job of the
+    # same program stays clean at that threshold.
+    case = CASES["ddp4-prof-fwd1.5x-r2"]
+    shutil.copytree(case.directory, tmp_path / "job")
+    verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.2)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(2, "slow_compute")]
+    top = verdict.suspects[0]
+    assert top.slowdown == pytest.approx(top.evidence["peers"]["added_work"]["slowdown"], abs=1e-3)
+    assert top.slowdown > 1.2 > top.evidence["peers"]["slowdown"]
+    shutil.copytree(CASES["ddp4-prof-healthy"].directory, tmp_path / "healthy")
+    assert detect_bundle(load_bundle(tmp_path / "healthy"), threshold=0.2).suspects == []
+
+
 def test_a_host_stall_before_the_first_op_of_the_first_traced_step_counts(tmp_path):
     # 1. Rank 1's dataset sleeps 20 ms before each batch, at the very start of every step. In
     # the first traced step nothing of rank 1 precedes the sleep, so the idle time is measured
