@@ -78,8 +78,11 @@ def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
     """Compute events that contain no other compute event, with ``self_ns``: their duration
     minus the collective/p2p time nested inside them (time spent waiting for peers).
     (Profiler traces, whose ops nest differently, use ``same_work.self_times``.)"""
+    # A span of no duration is a mark, not work: it times nothing (the MegatronApp tracer's
+    # ``loss`` is a begin and an end at one timestamp), and taken for a leaf it would hide the
+    # span it sits in (its ``backward``) and dilute every rank's median with exact ties.
     comp = (
-        events.filter(pl.col("cat") == "compute")
+        events.filter((pl.col("cat") == "compute") & (pl.col("dur_ns") > 0))
         .with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
         .sort(["rank", "lane", "ts_ns", "dur_ns"], descending=[False, False, False, True])
     )

@@ -527,3 +527,31 @@ def test_combine_a_gpu_slower_on_the_same_calls_keeps_its_whole_slowdown():
     assert [(s.rank, s.kind) for s in suspects] == [(1, "slow_compute")]
     assert suspects[0].slowdown == pytest.approx(1.3, rel=1e-3)
     assert "added_work" not in suspects[0].evidence["peers"]
+
+
+def test_stage1_a_mark_of_no_duration_is_no_op_and_hides_no_span():
+    # The MegatronApp tracer writes ``loss`` as a begin and an end at one timestamp, at the start
+    # of each microbatch's backward. Taken for an op it times nothing (every rank ties at the
+    # floor) and, as the backward's only child, made the backward no leaf: a 1.3x GPU in a
+    # simulated TP2 x PP2 x DP4 job read 1.065x, under the threshold. Here dp=4, rank 2 1.3x.
+    sizes = {"tp": 1, "pp": 1, "dp": 4}
+    rows = []
+    for rank in range(4):
+        f = 1.3 if rank == 2 else 1.0
+        t = 0
+        for it in range(3):
+            for mb in range(4):
+                fwd, bwd = int(MS * f), int(2 * MS * f)
+                rows.append(dict(rank=rank, name="forward", cat="compute", lane="stream:7", ts_ns=t + 20 * US,
+                                 dur_ns=fwd, iteration=it, microbatch=mb))
+                t += 20 * US + fwd
+                rows.append(dict(rank=rank, name="backward", cat="compute", lane="stream:7", ts_ns=t + 20 * US,
+                                 dur_ns=bwd, iteration=it, microbatch=mb))
+                rows.append(dict(rank=rank, name="loss", cat="compute", lane="stream:7", ts_ns=t + 20 * US, dur_ns=0,
+                                 iteration=it, microbatch=mb))
+                t += 20 * US + bwd
+            t += 5 * MS
+    p = compare_peers(frame(rows, _STAGE1), coords(sizes), sizes, **PEERS)
+    slow = row_of(p.ranks, 2)
+    assert slow["flagged"] and slow["slowdown"] == pytest.approx(1.3, rel=1e-3)
+    assert slow["n_ops"] == 3 * 4 * 2   # forward and backward of each microbatch; no loss mark
