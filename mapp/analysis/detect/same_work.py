@@ -142,26 +142,34 @@ def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
 def _added_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     """Per rank: ``added``, its time over its peers' on the ops it *calls more often* than they
     do (per op name, every shape; calls x typical time), where it makes more calls of that name
-    in nearly every iteration (``CONSISTENT``); ``added_excess_ns``, that time beyond the
-    peers' per iteration. None where no rank calls any op more often than its peers.
+    in nearly every traced iteration (``CONSISTENT``); ``added_excess_ns``, that time beyond
+    the peers' per iteration, and ``added_base_ns``, the peers' time on those names. None where
+    no rank calls any op more often than its peers, or where ranks are compared across
+    pipeline stages (``peers`` empty: stages run different programs, and an uneven split of
+    layers is imbalance).
 
     A count of calls is exact, however noisy the clocks: a rank that runs 356 GEMMs of a shape
     where its peer runs 277 does 1.28x that work, while its other kernels, the same as its
     peer's, dilute its whole compute to 1.10x (a real 4-GPU job with extra GEMMs inside each
-    layer on one rank). The slowdown of the work that is slow is what ``--threshold`` judges
-    (an op is slow beyond (1 + t) x its peers'); a GPU slow on everything makes no more calls
-    and keeps its whole-compute slowdown."""
-    group = [*peers, "iteration"]
-    names = work.group_by(["rank", *group, "name"]).agg(calls=pl.col("calls").sum(),
-                                                        own=(pl.col("calls") * pl.col("q")).sum())
-    ranks = work.select("rank", *group).unique()
-    grid = ranks.join(names.select(*group, "name").unique(), on=group).join(
-        names, on=["rank", *group, "name"], how="left").with_columns(pl.col("calls", "own").fill_null(0.0))
-    grid = grid.with_columns(size=pl.len().over([*group, "name"])).filter(pl.col("size") >= 2)
+    layer on one rank). A GPU slow on everything makes no more calls."""
+    if not peers:
+        return None
+    names = work.group_by(["rank", *peers, "iteration", "name"]).agg(calls=pl.col("calls").sum(),
+                                                                     own=(pl.col("calls") * pl.col("q")).sum())
+    # every rank of a peer group, in every iteration the group traced, with every name the
+    # group ever called (0 calls where it made none): a name called in one step only (a log
+    # line) is then "more" in that step alone
+    grid = (work.select("rank", *peers).unique()
+            .join(work.select(*peers, "iteration").unique(), on=peers)
+            .join(names.select(*peers, "name").unique(), on=peers)
+            .join(names, on=["rank", *peers, "iteration", "name"], how="left")
+            .with_columns(pl.col("calls", "own").fill_null(0.0)))
+    key = [*peers, "iteration", "name"]
+    grid = grid.with_columns(size=pl.len().over(key)).filter(pl.col("size") >= 2)
     if grid.is_empty():
         return None
-    grid = grid.sort([*group, "name"])
-    gid = grid.select(pl.struct(*group, "name").rank("dense")).to_series().to_numpy()
+    grid = grid.sort(key)
+    gid = grid.select(pl.struct(*key).rank("dense")).to_series().to_numpy()
     grid = grid.with_columns(peer_calls=pl.Series(_others_median(gid, grid["calls"].to_numpy())),
                              peer_own=pl.Series(_others_median(gid, grid["own"].to_numpy())))
     more = grid.with_columns(more=pl.col("calls") > pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
@@ -170,12 +178,14 @@ def _added_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     if more.is_empty():
         return None
     return more.group_by("rank").agg(own=pl.col("own").sum(), peer=pl.col("peer").sum()).select(
-        "rank", added=pl.col("own") / pl.col("peer"), added_excess_ns=pl.col("own") - pl.col("peer"))
+        "rank", added=pl.col("own") / pl.col("peer"), added_excess_ns=pl.col("own") - pl.col("peer"),
+        added_base_ns=pl.col("peer"))
 
 
 def _with_added(ranks: pl.DataFrame, added: pl.DataFrame | None) -> pl.DataFrame:
     if added is None:
-        return ranks.with_columns(added=pl.lit(None, pl.Float64), added_excess_ns=pl.lit(None, pl.Float64))
+        return ranks.with_columns(added=pl.lit(None, pl.Float64), added_excess_ns=pl.lit(None, pl.Float64),
+                                  added_base_ns=pl.lit(None, pl.Float64))
     return ranks.join(added, on="rank", how="left")
 
 
@@ -253,7 +263,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         iterations=pl.when(pl.col("flagged")).then(pl.col("slow_its")).when(pl.col("gap_flagged"))
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
-             "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "added", "added_excess_ns").sort("rank")
+             "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "added", "added_excess_ns",
+             "added_base_ns").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),

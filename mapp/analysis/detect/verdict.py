@@ -271,7 +271,7 @@ def _late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: La
     1's launch gaps account for more of it than its ops do, unless it does extra work."""
     excess = max(row["net_ns"], 0.0) / max(_iterations(peers), 1)
     gap = max((own or {}).get("gap_excess_ns") or 0.0, 0.0)
-    extra = own is not None and _extra_work(own, peers.min_effect)
+    extra = own is not None and _does_extra_work(own, peers.min_effect)
     host = own is not None and not extra and gap > max((own.get("excess_ns") or 0.0), 0.0)
     slowdown = iteration_ns / max(iteration_ns - excess, 1.0) if iteration_ns else float("nan")
     evidence: dict[str, Any] = {"lateness": _late_evidence(row), "note": note}
@@ -281,8 +281,7 @@ def _late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: La
         evidence["launch_gaps"] = {"excess_ms_per_iteration": round(gap / 1e6, 4),
                                    "z": round(float(own["gap_z"] or 0.0), 2)}
         if extra:
-            evidence["peers"]["added_work"] = {"slowdown": round(float(own["added"]), 3),
-                                               "excess_ms_per_iteration": round(float(own["added_excess_ns"]) / 1e6, 4)}
+            evidence["peers"]["added_work"] = _added_evidence(own)
             if slowdown_threshold is not None and not slowdown >= 1 + slowdown_threshold:
                 slowdown = max(float(own["added"]), slowdown) if slowdown == slowdown else float(own["added"])
     return Suspect(
@@ -351,7 +350,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # fast GPU its extra kernels finish before the host has launched the next, and the GPU idles
     # (2 H100s, TP2: extra GEMMs in each layer of rank 1, 1.12x its peer's kernel time and
     # 40 ms more idle a step). Its gaps are its extra work's, not a slow host's.
-    extra = _extra_work(row, peers.min_effect)
+    extra = _does_extra_work(row, peers.min_effect)
     if (peers.pairs and leans and not host and not extra and gap_excess >= peers.min_effect * busy
             and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
         host = True
@@ -413,9 +412,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                         "flagged": bool(row["gap_flagged"])},
         "lateness": _late_evidence(late),
     }
-    if added is not None:
-        evidence["peers"]["added_work"] = {"slowdown": round(added, 3),
-                                           "excess_ms_per_iteration": round(float(row["added_excess_ns"]) / 1e6, 4)}
+    if extra and not host:
+        evidence["peers"]["added_work"] = _added_evidence(row)
     if launch:
         evidence["launch_bound"] = {"why": row["launch_why"], "ops_spread": round(float(row["ops_spread"]), 3),
                                     "ops_median": round(float(row["ops_median"]), 3),
@@ -430,30 +428,49 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
 
 ADDED_SHARE = 0.5
 """Share of a rank's excess compute that the ops it calls more often than its peers must
-explain for their slowdown to stand for the rank's (``same_work._added_work``)."""
+explain for them to be what makes it slow (``same_work._added_work``)."""
+
+ADDED_PART = 0.02
+"""Share of a rank's compute that its peers spend on the ops it calls more often, for those
+ops to be a real part of its work: a log line's few extra ``item`` calls are not (0.6% of a
+step in a test), the GEMMs that real jobs' extra matmuls call again are (6.5-11% of the
+slowed rank's kernel time on 2 and 4 GPUs)."""
 
 
-def _extra_work(row: dict, min_effect: float) -> bool:
-    """Whether the ops a rank calls more often than its peers (``same_work._added_work``) are
-    most of its excess compute: the rank's program does more, whatever its GPU's speed."""
-    added, added_excess = row.get("added"), row.get("added_excess_ns")
-    excess = row.get("excess_ns") or 0.0
-    return (added is not None and added_excess is not None and excess > 0 and added - 1 >= min_effect
-            and added_excess >= ADDED_SHARE * excess)
+def _does_extra_work(row: dict, min_effect: float) -> bool:
+    """Whether a rank does more work than its peers: the ops it calls more often
+    (``same_work._added_work``) are a real part of its work (``ADDED_PART``), cost at least
+    ``min_effect`` of it beyond its peers' time on them, and are most of its excess compute
+    (``ADDED_SHARE``)."""
+    added, added_excess, base = row.get("added"), row.get("added_excess_ns"), row.get("added_base_ns")
+    excess, busy = row.get("excess_ns") or 0.0, row.get("busy_ns") or 0.0
+    if added is None or added_excess is None or base is None or excess <= 0 or busy <= 0:
+        return False
+    return (added - 1 >= min_effect and added_excess >= max(ADDED_SHARE * excess, min_effect * busy)
+            and base >= ADDED_PART * busy)
 
 
 def _added_slowdown(row: dict, min_effect: float, threshold: float) -> float | None:
     """The slowdown of the work a rank does *more of* than its peers (profiler traces: the op
-    names it calls more often), where its whole compute's stays under the ``threshold`` and
-    that work is most of its excess: extra matmuls that double one GEMM's calls are that GEMM's
-    2x, however many other kernels dilute the rank's total (a real 4-GPU job: extra GEMMs in
-    each layer of one rank, 1.79x on those GEMMs, 1.10x over all its kernels). Where the whole
-    compute clears the threshold on its own, that is the more telling figure (one kernel
-    called 4.5x as often by extra matmuls that make the rank's compute 1.59x). None where it
-    does not apply."""
-    if not _extra_work(row, min_effect) or float(row["slowdown"]) >= 1 + threshold:
+    names it calls more often), where its whole compute's stays under the ``threshold``: extra
+    matmuls that double one GEMM's calls are that GEMM's 2x, however many other kernels dilute
+    the rank's total (a real 4-GPU job: extra GEMMs in each layer of one rank, 1.79x on those
+    GEMMs, 1.10x over all its kernels). ``--threshold`` judges the work that is slow (an op is
+    slow beyond (1 + t) x its peers'). Where the whole compute clears the threshold on its own,
+    that stays the suspect's figure, the more telling one (one kernel called 4.5x as often by
+    extra matmuls that make the rank's compute 1.59x), so the figure shown may be the added
+    work's at a high threshold and the whole compute's at a low one. Only ranks that stage 1
+    flags (at least ``min_effect`` slower over all their work) get here. None where it does
+    not apply."""
+    if not _does_extra_work(row, min_effect) or float(row["slowdown"]) >= 1 + threshold:
         return None
     return float(row["added"]) if row["added"] > float(row["slowdown"]) else None
+
+
+def _added_evidence(row: dict) -> dict:
+    return {"slowdown": round(float(row["added"]), 3),
+            "excess_ms_per_iteration": round(float(row["added_excess_ns"]) / 1e6, 4),
+            "peers_ms_per_iteration": round(float(row["added_base_ns"]) / 1e6, 4)}
 
 
 def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> float:

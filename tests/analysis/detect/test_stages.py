@@ -467,23 +467,38 @@ def test_combine_a_stage_1_flag_that_stage_2_contradicts_is_dropped_with_two_pee
     assert [(s.rank, s.kind) for s in suspects] == [(1, "slow_compute")]
 
 
-def kernel_events(ranks, *, iterations=3, extra_gemms=lambda rank: 0, extra_gap_ms=0.0) -> pl.DataFrame:
+def kernel_events(ranks, *, iterations=3, extra_gemms=lambda rank: 0, extra_gap_ms=0.0,
+                  items=lambda rank, it: 0, stall_ms=lambda rank: 0.0) -> pl.DataFrame:
     """A profiler trace's GPU stream: per iteration 8 GEMMs and 40 elementwise kernels of 1 ms
     each (``shape`` recorded, as Kineto's grid x block), 20 us apart; a rank with
     ``extra_gemms`` runs that many more GEMMs of the same shape, each after an idle gap of
-    ``extra_gap_ms`` (its host launching them late)."""
+    ``extra_gap_ms`` (its host launching them late); ``items``: 0.3 ms ``item`` calls (a log
+    line's); ``stall_ms``: host time before each iteration's first kernel."""
     rows = []
     for rank in ranks:
         t = 0
         for it in range(iterations):
-            calls = [("gemm", "[2,66,1]x[384,1,1]")] * (8 + extra_gemms(rank)) + [("elementwise", "[512,1,1]x[128,1,1]")] * 40
-            for k, (name, shape) in enumerate(calls):
-                t += 20 * US + (int(extra_gap_ms * MS) if k >= 8 and k < 8 + extra_gemms(rank) else 0)
-                rows.append(dict(rank=rank, name=name, cat="compute", lane="stream:7", ts_ns=t, dur_ns=MS,
+            calls = ([("gemm", "[2,66,1]x[384,1,1]", MS)] * (8 + extra_gemms(rank))
+                     + [("elementwise", "[512,1,1]x[128,1,1]", MS)] * 40 + [("item", "[1,1,1]x[1,1,1]", 3 * MS // 10)]
+                     * items(rank, it))
+            t += int(stall_ms(rank) * MS)
+            for k, (name, shape, dur) in enumerate(calls):
+                t += 20 * US + (int(extra_gap_ms * MS) if 8 <= k < 8 + extra_gemms(rank) else 0)
+                rows.append(dict(rank=rank, name=name, cat="compute", lane="stream:7", ts_ns=t, dur_ns=dur,
                                  iteration=it, shape=shape))
-                t += MS
+                t += dur
             t += 5 * MS
     return frame(rows, [*_STAGE1, "shape"])
+
+
+def _combined(ev: pl.DataFrame, sizes: dict, late: LatenessEvidence | None = None) -> list:
+    info = layout_info(sizes)
+    peers = compare_peers(ev, info.ranks, sizes, **PEERS)
+    late = late or LatenessEvidence(False, "no complete collective instance with two or more traced members")
+    bw = BandwidthEvidence(False, "no matched p2p message or complete collective")
+    suspects, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
+                           imbalance_threshold=CUTS.imbalance, iteration_ns=80 * MS, microbatches=1)
+    return suspects
 
 
 def test_combine_extra_calls_are_judged_as_the_work_they_add_and_explain_its_idle_gaps():
@@ -555,3 +570,30 @@ def test_stage1_a_mark_of_no_duration_is_no_op_and_hides_no_span():
     slow = row_of(p.ranks, 2)
     assert slow["flagged"] and slow["slowdown"] == pytest.approx(1.3, rel=1e-3)
     assert slow["n_ops"] == 3 * 4 * 2   # forward and backward of each microbatch; no loss mark
+
+
+def test_combine_a_few_extra_small_calls_are_no_extra_work():
+    # dp=4, rank 0 logs: 8 ``item`` calls a step where its peers make 1 (0.3 ms each, 1.04x
+    # its compute). They are no real part of its work: it is not named at their 8x.
+    sizes = {"tp": 1, "pp": 1, "dp": 4}
+    for s in _combined(kernel_events(range(4), items=lambda r, it: 8 if r == 0 else 1), sizes):
+        assert s.slowdown < 1 + CUTS.slowdown and "added_work" not in s.evidence["peers"]
+    # a log line in one step of eight is no lasting extra work either, beside a 1.05x GPU
+    ev = kernel_events(range(4), iterations=8, items=lambda r, it: (30 if r == 0 else 1) if it == 0 else 0)
+    ev = ev.with_columns(dur_ns=pl.when(pl.col("rank") == 0).then(pl.col("dur_ns") * 105 // 100)
+                         .otherwise(pl.col("dur_ns")))
+    assert [(s.rank, round(s.slowdown, 3)) for s in _combined(ev, sizes)] == [(0, 1.05)]
+    # a host that stalls 10 ms a step and makes 3 more item calls is still a slow host
+    sizes = {"tp": 2, "pp": 1, "dp": 1}
+    late = collective_lateness(matched(collective_calls(12, {"ar": {0: 0, 1: 2 * MS}}, {"ar": 3 * MS}, {"ar": [0, 1]},
+                                                        {"ar": "tp"}), world=2), [0, 1])
+    ev = kernel_events(range(2), iterations=8, items=lambda r, it: 4 if r == 1 else 1,
+                       stall_ms=lambda r: 10.0 if r == 1 else 0.0)
+    assert [(s.rank, s.kind) for s in _combined(ev, sizes, late)] == [(1, "slow_host")]
+
+
+def test_combine_pipeline_stages_are_not_compared_on_their_calls():
+    # pp=2, one rank a stage: stage 0 runs 10 GEMMs a step, stage 1 8 (an uneven split of
+    # layers, imbalance): different programs, so calls are not compared across them.
+    suspects = _combined(kernel_events(range(2), extra_gemms=lambda r: 2 if r == 0 else 0), {"tp": 1, "pp": 2, "dp": 1})
+    assert all("added_work" not in s.evidence.get("peers", {}) and s.slowdown < 1 + CUTS.slowdown for s in suspects)
