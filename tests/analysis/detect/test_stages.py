@@ -491,6 +491,15 @@ def kernel_events(ranks, *, iterations=3, extra_gemms=lambda rank: 0, extra_gap_
     return frame(rows, [*_STAGE1, "shape"])
 
 
+TP2 = {"tp": 2, "pp": 1, "dp": 1}
+
+
+def _rank_1_last() -> LatenessEvidence:
+    """Two TP peers, rank 1 last at 12 all-reduces (2 ms after rank 0): far beyond chance."""
+    calls = collective_calls(12, {"ar": {0: 0, 1: 2 * MS}}, {"ar": 3 * MS}, {"ar": [0, 1]}, {"ar": "tp"})
+    return collective_lateness(matched(calls, world=2), [0, 1])
+
+
 def _combined(ev: pl.DataFrame, sizes: dict, late: LatenessEvidence | None = None) -> list:
     info = layout_info(sizes)
     peers = compare_peers(ev, info.ranks, sizes, **PEERS)
@@ -509,17 +518,10 @@ def test_combine_extra_calls_are_judged_as_the_work_they_add_and_explain_its_idl
     # the 4 ms of extra kernels) and it comes last to every all-reduce: extra work, not a slow
     # host (a real pair of H100s, extra GEMMs in each layer: named a slow host before; here
     # too, at 1.25x, with the extra calls not counted).
-    sizes = {"tp": 2, "pp": 1, "dp": 1}
-    info = layout_info(sizes)
     ev = kernel_events(range(2), extra_gemms=lambda r: 4 if r == 1 else 0, extra_gap_ms=3.0)
-    peers = compare_peers(ev, info.ranks, sizes, **PEERS)
+    peers = compare_peers(ev, coords(TP2), TP2, **PEERS)
     assert peers.pairs and row_of(peers.ranks, 1)["slowdown"] == pytest.approx(52 / 48, rel=1e-3)
-    starts = {"ar": {0: 0, 1: 2 * MS}}  # rank 1 last, 12 times: far beyond chance
-    late = collective_lateness(matched(collective_calls(12, starts, {"ar": 3 * MS}, {"ar": [0, 1]}, {"ar": "tp"}),
-                                       world=2), [0, 1])
-    bw = BandwidthEvidence(False, "no matched p2p message or complete collective")
-    suspects, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
-                           imbalance_threshold=CUTS.imbalance, iteration_ns=80 * MS, microbatches=1)
+    suspects = _combined(ev, TP2, _rank_1_last())
     assert [(s.rank, s.kind) for s in suspects] == [(1, "slow_compute")]
     assert suspects[0].slowdown == pytest.approx(1.5, rel=1e-3)
     assert suspects[0].evidence["peers"]["added_work"]["excess_ms_per_iteration"] == pytest.approx(4.0, rel=1e-3)
@@ -528,17 +530,9 @@ def test_combine_extra_calls_are_judged_as_the_work_they_add_and_explain_its_idl
 def test_combine_a_gpu_slower_on_the_same_calls_keeps_its_whole_slowdown():
     # The same kernels, as many calls on both ranks, rank 1's 1.3x slower: no work added, so
     # its slowdown is its compute's over all kernels, and a slower GPU is no slow host.
-    sizes = {"tp": 2, "pp": 1, "dp": 1}
-    info = layout_info(sizes)
     ev = kernel_events(range(2)).with_columns(
         dur_ns=pl.when(pl.col("rank") == 1).then(pl.col("dur_ns") * 13 // 10).otherwise(pl.col("dur_ns")))
-    peers = compare_peers(ev, info.ranks, sizes, **PEERS)
-    starts = {"ar": {0: 0, 1: 2 * MS}}
-    late = collective_lateness(matched(collective_calls(12, starts, {"ar": 3 * MS}, {"ar": [0, 1]}, {"ar": "tp"}),
-                                       world=2), [0, 1])
-    bw = BandwidthEvidence(False, "no matched p2p message or complete collective")
-    suspects, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
-                           imbalance_threshold=CUTS.imbalance, iteration_ns=80 * MS, microbatches=1)
+    suspects = _combined(ev, TP2, _rank_1_last())
     assert [(s.rank, s.kind) for s in suspects] == [(1, "slow_compute")]
     assert suspects[0].slowdown == pytest.approx(1.3, rel=1e-3)
     assert "added_work" not in suspects[0].evidence["peers"]
@@ -584,12 +578,9 @@ def test_combine_a_few_extra_small_calls_are_no_extra_work():
                          .otherwise(pl.col("dur_ns")))
     assert [(s.rank, round(s.slowdown, 3)) for s in _combined(ev, sizes)] == [(0, 1.05)]
     # a host that stalls 10 ms a step and makes 3 more item calls is still a slow host
-    sizes = {"tp": 2, "pp": 1, "dp": 1}
-    late = collective_lateness(matched(collective_calls(12, {"ar": {0: 0, 1: 2 * MS}}, {"ar": 3 * MS}, {"ar": [0, 1]},
-                                                        {"ar": "tp"}), world=2), [0, 1])
     ev = kernel_events(range(2), iterations=8, items=lambda r, it: 4 if r == 1 else 1,
                        stall_ms=lambda r: 10.0 if r == 1 else 0.0)
-    assert [(s.rank, s.kind) for s in _combined(ev, sizes, late)] == [(1, "slow_host")]
+    assert [(s.rank, s.kind) for s in _combined(ev, TP2, _rank_1_last())] == [(1, "slow_host")]
 
 
 def test_combine_pipeline_stages_are_not_compared_on_their_calls():
