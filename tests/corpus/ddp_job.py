@@ -1,6 +1,6 @@
 """Plain PyTorch DDP job for the trace corpus: an MLP trained with
 ``torch.nn.parallel.DistributedDataParallel`` over the world group (gloo on CPU, NCCL on a GPU),
-optionally traced with torch.profiler.
+or with FSDP2 (``--fsdp``: ``fully_shard`` per block), optionally traced with torch.profiler.
 
     torchrun --standalone --nproc_per_node=4 tests/corpus/ddp_job.py --profile-dir DIR \\
         [--slow-rank 2 --slow-factor 1.5] [--slow-rank 1 --slow-mode data-sleep --slow-ms 20]
@@ -52,21 +52,32 @@ class Batches(torch.utils.data.IterableDataset):
             yield x, x.roll(1, dims=1).tanh()
 
 
+class Block(nn.Linear):
+    """A Linear block that runs ``extra`` more matmuls of its own weights on its input first
+    (the matmul fault: no autograd, results discarded). Inside its own forward, where FSDP2 has
+    gathered its weights."""
+
+    def __init__(self, width: int, extra: int = 0, injected=None):
+        super().__init__(width, width)
+        self.extra, self.injected = extra, injected
+
+    def forward(self, x):
+        if self.extra:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for _ in range(self.extra):
+                    F.linear(x, self.weight, self.bias)
+            self.injected.add(time.perf_counter() - t0)
+        return super().forward(x)
+
+
 class MLP(nn.Module):
     def __init__(self, width: int, layers: int, extra: list[int] | None = None, injected=None):
         super().__init__()
-        self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
-        self.extra = extra or [0] * layers
-        self.injected = injected
+        self.blocks = nn.ModuleList(Block(width, e, injected) for e in (extra or [0] * layers))
 
     def forward(self, x):
-        for block, extra in zip(self.blocks, self.extra):
-            if extra:
-                t0 = time.perf_counter()
-                with torch.no_grad():
-                    for _ in range(extra):
-                        F.linear(x, block.weight, block.bias)
-                self.injected.add(time.perf_counter() - t0)
+        for block in self.blocks:
             x = F.relu(block(x))
         return x
 
@@ -76,6 +87,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--fsdp", action="store_true", help="shard with FSDP2 (fully_shard per block) instead of DDP")
     _job.add_common_args(p)
     args = p.parse_args()
 
@@ -84,7 +96,16 @@ def main() -> None:
     slow = args.slow_rank == rank
     extra = _job.extra_counts(args.slow_factor, args.layers) if slow and args.slow_mode == "matmul" else None
     model = MLP(args.width, args.layers, extra, injected).to(device)
-    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if args.fsdp:
+        # FSDP2: every block's parameters sharded over the world group, all-gathered before its
+        # forward and backward, its gradients reduce-scattered after its backward
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:
+            fully_shard(block)
+        ddp = fully_shard(model)
+    else:
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     delay = args.slow_ms / 1e3 if slow and args.slow_mode == "data-sleep" else 0.0
     loader = torch.utils.data.DataLoader(Batches(args.batch, args.width, args.seed + rank, delay, injected, device),

@@ -166,6 +166,31 @@ def ddp_cases(seed: int = 1234, tag: str = "") -> list[Case]:
     ]
 
 
+def fsdp_cases(seed: int = 1234, tag: str = "", world: int = 4, gpu_tag: str = "") -> list[Case]:
+    """The plain DDP job's model and faults under FSDP2 (``--fsdp``: every block's parameters
+    sharded over the world group, all-gathered before use, gradients reduce-scattered)."""
+    base = f"fsdp{world}-prof-healthy" + tag
+    s = ["--seed", str(seed), "--fsdp"]
+    lay = LAYOUTS[f"dp{world}"]
+    slow, sleepy = (2, 1) if world == 4 else (1, 0)
+    w = JOB_WINDOW_SHORT if world == 2 else None
+    gpu = [*DDP_GPU, "--fsdp"]
+    return [
+        Case(base, "ddp", "kineto", lay, "healthy", [*DDP_ARGS, *s], gpu_args=gpu, job_window=w),
+        Case(f"fsdp{world}-prof-fwd1.5x-r{slow}" + tag, "ddp", "kineto", lay, "fault",
+             [*DDP_ARGS, *s, "--slow-rank", str(slow), "--slow-factor", "1.5"],
+             [{"how": "extra matmuls inside forward (1.5x the forward's matmuls: duplicate F.linear of every "
+                      "other block's own weights on its input, inside the block's forward, same shapes, results "
+                      "discarded)", "rank": slow, "factor": 1.5}],
+             _slow(slow, ["slow_compute"]), "matmuls", base, gpu, job_window=w),
+        Case(f"fsdp{world}-prof-datasleep20ms-r{sleepy}" + tag, "ddp", "kineto", lay, "fault",
+             [*DDP_ARGS, *s, "--slow-rank", str(sleepy), "--slow-mode", "data-sleep", "--slow-ms", "20"],
+             [{"how": "host sleep in the data path (time.sleep(20 ms) in the dataset before each batch, "
+                      "inside DataLoader.__next__)", "rank": sleepy, "sleep_ms": 20}],
+             _slow(sleepy, ["slow_host"]), "host", base, gpu, job_window=w),
+    ]
+
+
 def tp_cases(seed: int = 1234, tag: str = "") -> list[Case]:
     base = "tp2dp2-plain-prof-healthy" + tag
     s = ["--seed", str(seed)]
@@ -279,6 +304,7 @@ def small_set(seed: int = 1234, tag: str = "") -> list[Case]:
     g = lambda *a, **k: gpt_case(*a, seed=seed, tag=tag, **k)  # noqa: E731
     return [
         *ddp_cases(seed, tag),
+        *fsdp_cases(seed, tag),
         *tp_cases(seed, tag),
         # C: megatron-core, mapp capture
         g("tp2dp2", "mapp-v1", "healthy"),
@@ -366,6 +392,7 @@ def gpu2_set(seed: int = 1234) -> list[Case]:
                                  numbered=False, **k)
     return [
         *ddp2_cases(seed),
+        *fsdp_cases(seed, world=2),
         # megatron-core, mapp capture
         g("dp2", "mapp-v1", "healthy"),
         g("dp2", "mapp-v1", "layer", rank=1),

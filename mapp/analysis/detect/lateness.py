@@ -30,6 +30,7 @@ class LatenessEvidence:
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     """Per rank: ``instances``, ``last``, ``share_last``, ``expected_share``, ``last_z``
     (binomial z of being last that often), ``blame_ns``, ``waited_ns``, ``net_ns``, ``net_z``,
+    ``net_lasting`` (share of iterations in which it imposed more waiting than it suffered),
     ``flagged``, and per group kind ``share_last_<group>``."""
     z_crit: float = 0.0
 
@@ -67,12 +68,23 @@ def collective_lateness(matching, traced: list[int]) -> LatenessEvidence:
         instances=pl.len(), last=pl.col("is_last").sum(),
         expected=(1.0 / pl.col("n_members")).sum(), waited_ns=pl.col("waited").sum(),
     )
+    # per iteration, the waiting a rank imposed (where last) less the waiting it suffered: a
+    # culprit between two ranks imposes more in every iteration, even where most collectives
+    # are paced by something else (FSDP's prefetched all-gathers: a 20 ms host stall on one of
+    # two ranks made it last at 1 or 2 of 24 a step, and its peer waited 24 ms a step there)
+    it_of = inst.select("instance_id", "iteration")
+    lasting = m.join(it_of, on="instance_id").join(
+        blame.select("instance_id", "who", "blame", "n"), on="instance_id").with_columns(
+        net=pl.when(pl.col("rank") == pl.col("who")).then(pl.col("blame") / (pl.col("n") - 1)).otherwise(0.0)
+        - pl.col("waited")).group_by("rank", "iteration").agg(net=pl.col("net").sum()).group_by("rank").agg(
+        net_lasting=(pl.col("net") > 0).mean())
     per_kind = (
         m.group_by(["rank", "kind"]).agg(share=pl.col("is_last").mean())
         .with_columns(pl.format("share_last_{}", pl.col("kind")).alias("kind"))
         .pivot(on="kind", index="rank", values="share")
     )
-    per = per.join(per_blame, on="rank", how="left").join(per_kind, on="rank", how="left").with_columns(
+    per = per.join(per_blame, on="rank", how="left").join(per_kind, on="rank", how="left").join(
+        lasting, on="rank", how="left").with_columns(
         pl.col("blame_ns", "imposed_ns").fill_null(0.0)
     )
     # Binomial z of the number of times last: expected sum of 1/n, variance sum p(1-p).

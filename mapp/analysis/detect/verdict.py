@@ -350,8 +350,14 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # fast GPU its extra kernels finish before the host has launched the next, and the GPU idles
     # (2 H100s, TP2: extra GEMMs in each layer of rank 1, 1.12x its peer's kernel time and
     # 40 ms more idle a step). Its gaps are its extra work's, not a slow host's.
+    # (in a job of two ranks, who waits for whom in every iteration says which leans, also
+    # where most collectives are paced by other things and its share of being last says
+    # nothing; with more ranks a pair's net waiting is no such answer: healthy 4-rank jobs had
+    # a rank net-imposing in every iteration at 1.07x)
     extra = _does_extra_work(row, peers.min_effect)
-    if (peers.pairs and leans and not host and not extra and gap_excess >= peers.min_effect * busy
+    imposes = leans or (peers.ranks.height == 2 and late is not None and late["net_ns"] > 0
+                        and (late.get("net_lasting") or 0.0) >= CONSISTENT)
+    if (peers.pairs and imposes and not host and not extra and gap_excess >= peers.min_effect * busy
             and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
         host = True
     # A rank that is a suspect by its compute (or with stage 2) and idles longer than its peers

@@ -457,7 +457,11 @@ class _CommContext:
                 # c10d's peer argument is the rank within the group the call used, which gloo
                 # does not record: resolved across the ranks read together (_gloo_groups)
                 return label, None, seq, None, _nbytes(nelems, size), local
-            ranks = None
+            if coll in _P2P:
+                ranks = None
+            # a collective of a job with one set of members (its only group, or groups that
+            # all list the same ranks) keeps them: without members no clock is aligned by it
+            # (plain DDP and FSDP on gloo: every rank's lateness was judged on its own clock)
         nbytes = _nbytes(nelems, size)
         if coll in _P2P:
             peer = None

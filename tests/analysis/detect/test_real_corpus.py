@@ -57,6 +57,9 @@ GPU2_RIGHT_TODAY = [
     "gpt-dp2-mapp-seqlognorm-gpu2",
     # 1. plain DDP, rank 1 runs half its forward's matmuls again (made on 2 H100s): the test below
     "ddp2-prof-fwd1.5x-r1-gpu2",
+    # 1. the same under FSDP2 (2 H100s); its host stall delays 1 or 2 of the 24 collectives a
+    # step (the rest are prefetched): rank 1 waits for rank 0 in every step, so rank 0 is named
+    "fsdp2-prof-healthy-gpu2", "fsdp2-prof-fwd1.5x-r1-gpu2", "fsdp2-prof-datasleep20ms-r0-gpu2",
 ]
 
 
@@ -286,3 +289,18 @@ def test_a_stall_that_busy_cores_blur_per_iteration_is_judged_on_all_iterations(
     assert top.slowdown > 1.1
     assert top.evidence["launch_gaps"]["excess_ms_per_iteration"] > 40
     assert top.evidence["lateness"]["net_delay_ms"] > 0      # its TP peer waited for it
+
+
+def test_a_one_group_gloo_job_aligns_every_clock_by_its_collectives(tmp_path):
+    # Plain DDP on gloo: the profiler's gloo:* annotations name no group, but the job has one
+    # (pg_config: default_pg, ranks 0-3), so every all-reduce has those members, and they align
+    # the four clocks. Before, its members were dropped and "3 ranks share no collective or p2p
+    # with rank 0": every rank's lateness was judged on its own clock.
+    shutil.copytree(CASES["ddp4-prof-healthy"].directory, tmp_path / "job")
+    bundle = load_bundle(tmp_path / "job")
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert not [n for n in verdict.notes if "share no collective" in n]
+    from mapp.analysis.run import analyse
+
+    groups = analyse(bundle).matching.collectives["group_ranks"].to_list()
+    assert groups and all(g == [0, 1, 2, 3] for g in groups)
