@@ -304,7 +304,6 @@ def small_set(seed: int = 1234, tag: str = "") -> list[Case]:
     g = lambda *a, **k: gpt_case(*a, seed=seed, tag=tag, **k)  # noqa: E731
     return [
         *ddp_cases(seed, tag),
-        *fsdp_cases(seed, tag),
         *tp_cases(seed, tag),
         # C: megatron-core, mapp capture
         g("tp2dp2", "mapp-v1", "healthy"),
@@ -333,7 +332,7 @@ def small_set(seed: int = 1234, tag: str = "") -> list[Case]:
 
 
 def full_set() -> list[Case]:
-    cases = small_set()
+    cases = small_set() + fsdp_cases()
     g = gpt_case
     cases += [
         g("dp4", "mapp-v1", "healthy"),
