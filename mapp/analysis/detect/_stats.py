@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
+import numpy as np
 import polars as pl
 
-__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "z_critical", "robust_scale"]
+__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "z_critical", "robust_scale", "others_median"]
 
 MAD_TO_SIGMA = 1.4826
 """MAD x this estimates the standard deviation of normally distributed data."""
@@ -33,3 +34,23 @@ def robust_scale(column: str | pl.Expr) -> pl.Expr:
     """MAD-based standard deviation of a column (expression)."""
     x = pl.col(column) if isinstance(column, str) else column
     return MAD_TO_SIGMA * (x - x.median()).abs().median()
+
+
+def others_median(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """For each row, the median of ``value`` over the other rows of its ``group`` (groups of >= 2)."""
+    order = np.lexsort((value, group))
+    g, v = group[order], value[order].astype(np.float64)
+    starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+    sizes = np.diff(np.r_[starts, len(g)])
+    start = np.repeat(starts, sizes)
+    n = np.repeat(sizes, sizes)
+    k = np.arange(len(g)) - start              # own position in the sorted group
+    m = n - 1                                  # the others
+    lo, hi = (m - 1) // 2, m // 2              # middle positions among the others
+
+    def others_at(j: np.ndarray) -> np.ndarray:  # the j-th smallest of the others
+        return v[start + j + (j >= k)]
+
+    out = np.empty(len(g))
+    out[order] = (others_at(lo) + others_at(hi)) / 2
+    return out

@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
+from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, z_critical
+from mapp.analysis.detect.added_work import added_work, with_added
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["self_times", "compare_same_work"]
@@ -84,26 +85,6 @@ def _child_time(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.
     return out, waits
 
 
-def _others_median(group: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """For each row, the median of ``value`` over the other rows of its ``group`` (groups of >= 2)."""
-    order = np.lexsort((value, group))
-    g, v = group[order], value[order].astype(np.float64)
-    starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
-    sizes = np.diff(np.r_[starts, len(g)])
-    start = np.repeat(starts, sizes)
-    n = np.repeat(sizes, sizes)
-    k = np.arange(len(g)) - start              # own position in the sorted group
-    m = n - 1                                  # the others
-    lo, hi = (m - 1) // 2, m // 2              # middle positions among the others
-
-    def others_at(j: np.ndarray) -> np.ndarray:  # the j-th smallest of the others
-        return v[start + j + (j >= k)]
-
-    out = np.empty(len(g))
-    out[order] = (others_at(lo) + others_at(hi)) / 2
-    return out
-
-
 def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     """Per (rank, iteration): work of kinds none of its peers ran (``extra_own``, calls x
     typical time, and ``extra_t``, measured), counted only where the rank also made more calls
@@ -127,7 +108,7 @@ def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     if grid.is_empty():
         return None
     gid = grid.select(pl.struct(*group, "name").rank("dense")).to_series().to_numpy()
-    grid = grid.with_columns(surplus=(pl.col("calls") - pl.Series(_others_median(gid, grid["calls"].to_numpy())))
+    grid = grid.with_columns(surplus=(pl.col("calls") - pl.Series(others_median(gid, grid["calls"].to_numpy())))
                              .clip(lower_bound=0.0))
     lone = lone.group_by(["rank", *group, "name"]).agg(
         lone_calls=pl.col("calls").sum(), lone_own=(pl.col("calls") * pl.col("q")).sum(), lone_t=pl.col("t").sum())
@@ -137,56 +118,6 @@ def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
         return None
     return added.group_by(["rank", "iteration"]).agg(
         extra_own=(pl.col("lone_own") * pl.col("share")).sum(), extra_t=(pl.col("lone_t") * pl.col("share")).sum())
-
-
-def _added_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
-    """Per rank: ``added``, its time over its peers' on the ops it *calls more often* than they
-    do (per op name, every shape; calls x typical time), where it makes more calls of that name
-    in nearly every traced iteration (``CONSISTENT``); ``added_excess_ns``, that time beyond
-    the peers' per iteration, and ``added_base_ns``, the peers' time on those names. None where
-    no rank calls any op more often than its peers, or where ranks are compared across
-    pipeline stages (``peers`` empty: stages run different programs, and an uneven split of
-    layers is imbalance).
-
-    A count of calls is exact, however noisy the clocks: a rank that runs 356 GEMMs of a shape
-    where its peer runs 277 does 1.28x that work, while its other kernels, the same as its
-    peer's, dilute its whole compute to 1.10x (a real 4-GPU job with extra GEMMs inside each
-    layer on one rank). A GPU slow on everything makes no more calls."""
-    if not peers:
-        return None
-    names = work.group_by(["rank", *peers, "iteration", "name"]).agg(calls=pl.col("calls").sum(),
-                                                                     own=(pl.col("calls") * pl.col("q")).sum())
-    # every rank of a peer group, in every iteration the group traced, with every name the
-    # group ever called (0 calls where it made none): a name called in one step only (a log
-    # line) is then "more" in that step alone
-    grid = (work.select("rank", *peers).unique()
-            .join(work.select(*peers, "iteration").unique(), on=peers)
-            .join(names.select(*peers, "name").unique(), on=peers)
-            .join(names, on=["rank", *peers, "iteration", "name"], how="left")
-            .with_columns(pl.col("calls", "own").fill_null(0.0)))
-    key = [*peers, "iteration", "name"]
-    grid = grid.with_columns(size=pl.len().over(key)).filter(pl.col("size") >= 2)
-    if grid.is_empty():
-        return None
-    grid = grid.sort(key)
-    gid = grid.select(pl.struct(*key).rank("dense")).to_series().to_numpy()
-    grid = grid.with_columns(peer_calls=pl.Series(_others_median(gid, grid["calls"].to_numpy())),
-                             peer_own=pl.Series(_others_median(gid, grid["own"].to_numpy())))
-    more = grid.with_columns(more=pl.col("calls") > pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
-        more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median())
-    more = more.filter((pl.col("more") >= CONSISTENT) & (pl.col("peer") > 0))
-    if more.is_empty():
-        return None
-    return more.group_by("rank").agg(own=pl.col("own").sum(), peer=pl.col("peer").sum()).select(
-        "rank", added=pl.col("own") / pl.col("peer"), added_excess_ns=pl.col("own") - pl.col("peer"),
-        added_base_ns=pl.col("peer"))
-
-
-def _with_added(ranks: pl.DataFrame, added: pl.DataFrame | None) -> pl.DataFrame:
-    if added is None:
-        return ranks.with_columns(added=pl.lit(None, pl.Float64), added_excess_ns=pl.lit(None, pl.Float64),
-                                  added_base_ns=pl.lit(None, pl.Float64))
-    return ranks.join(added, on="rank", how="left")
 
 
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
@@ -208,7 +139,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     key = [*peers, "iteration", *kind]
     work = work.with_columns(n=pl.len().over(key))
     extra = _extra_work(work, peers)
-    added = _added_work(work, peers)
+    added = added_work(work, peers)
     work = work.filter(pl.col("n") >= 2).with_columns(gid=pl.struct(key).rank("dense"))
     if work.is_empty():
         return None
@@ -218,7 +149,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     gid = work["gid"].to_numpy()
     work = work.with_columns(
         own=pl.col("calls") * pl.col("q"),
-        peer=pl.Series(_others_median(gid, work["calls"].to_numpy()) * _others_median(gid, work["q"].to_numpy())),
+        peer=pl.Series(others_median(gid, work["calls"].to_numpy()) * others_median(gid, work["q"].to_numpy())),
     )
     per = work.group_by(["rank", "iteration"]).agg(
         own=pl.col("own").sum(), peer=pl.col("peer").sum(), busy_ns=pl.col("t").sum(), n_ops=pl.len(),
@@ -243,7 +174,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         slow_its=pl.col("iteration").filter(pl.col("effect").exp() - 1 >= min_effect).sort(),
         gap_its=pl.col("iteration").filter(pl.col("gap_excess_ns") > 0).sort(),
     ).with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
-    ranks = _with_added(ranks, added)
+    ranks = with_added(ranks, added)
     # Noise: how far ranks' slowdowns scatter (most ranks are healthy), and how much a rank's
     # own slowdown varies between iterations; with two peers only the latter means anything.
     spread = 0.0 if pairs else float((ranks["effect"].abs()).median() or 0.0)

@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from mapp.analysis.detect.added_work import added_evidence, added_slowdown, does_extra_work
 from mapp.analysis.detect.bandwidth import BandwidthEvidence
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.layout import LayoutInfo
@@ -180,7 +181,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     """Suspects (ranked), imbalance, victims and the per-rank grid from the stages' evidence.
 
     ``slowdown_threshold``: the suspects' cut (``Thresholds.slowdown``; the caller applies it),
-    here only to choose which slowdown a rank doing extra work is given (``_added_slowdown``).
+    here only to choose which slowdown a rank doing extra work is given (``added_work.added_slowdown``).
     ``imbalance_threshold``: a pipeline stage computing more than (1 + this) x the lightest is
     imbalance (``Thresholds.imbalance``).
     """
@@ -267,11 +268,11 @@ def _late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: La
                   iteration_ns: float | None, note: str, slowdown_threshold: float | None = None) -> Suspect:
     """A suspect from stage 2 alone: the net waiting it imposes per iteration is its cost (its
     slowdown that of the iteration; where that stays under ``slowdown_threshold`` and the rank
-    calls ops more often than its peers, theirs: ``_added_slowdown``). A slow host where stage
+    calls ops more often than its peers, theirs: ``added_work.added_slowdown``). A slow host where stage
     1's launch gaps account for more of it than its ops do, unless it does extra work."""
     excess = max(row["net_ns"], 0.0) / max(_iterations(peers), 1)
     gap = max((own or {}).get("gap_excess_ns") or 0.0, 0.0)
-    extra = own is not None and _does_extra_work(own, peers.min_effect)
+    extra = own is not None and does_extra_work(own, peers.min_effect)
     host = own is not None and not extra and gap > max((own.get("excess_ns") or 0.0), 0.0)
     slowdown = iteration_ns / max(iteration_ns - excess, 1.0) if iteration_ns else float("nan")
     evidence: dict[str, Any] = {"lateness": _late_evidence(row), "note": note}
@@ -281,7 +282,7 @@ def _late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: La
         evidence["launch_gaps"] = {"excess_ms_per_iteration": round(gap / 1e6, 4),
                                    "z": round(float(own["gap_z"] or 0.0), 2)}
         if extra:
-            evidence["peers"]["added_work"] = _added_evidence(own)
+            evidence["peers"]["added_work"] = added_evidence(own)
             if slowdown_threshold is not None and not slowdown >= 1 + slowdown_threshold:
                 slowdown = max(float(own["added"]), slowdown) if slowdown == slowdown else float(own["added"])
     return Suspect(
@@ -346,7 +347,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # account for more of the lost time than its gaps do: then it is slow compute that also
     # launches a little late (extra work before each microbatch, seen as ops in a profiler
     # trace: 45 ms of extra compute per iteration beside 4.9 ms of longer gaps)
-    # A rank that calls ops more often than its peers (``_extra_work``) launches more too: on a
+    # A rank that calls ops more often than its peers (``added_work``) launches more too: on a
     # fast GPU its extra kernels finish before the host has launched the next, and the GPU idles
     # (2 H100s, TP2: extra GEMMs in each layer of rank 1, 1.12x its peer's kernel time and
     # 40 ms more idle a step). Its gaps are its extra work's, not a slow host's.
@@ -354,7 +355,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # where most collectives are paced by other things and its share of being last says
     # nothing; with more ranks a pair's net waiting is no such answer: healthy 4-rank jobs had
     # a rank net-imposing in every iteration at 1.07x)
-    extra = _does_extra_work(row, peers.min_effect)
+    extra = does_extra_work(row, peers.min_effect)
     imposes = leans or (peers.ranks.height == 2 and late is not None and late["net_ns"] > 0
                         and (late.get("net_lasting") or 0.0) >= CONSISTENT)
     if (peers.pairs and imposes and not host and not extra and gap_excess >= peers.min_effect * busy
@@ -407,7 +408,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         said = busy * (1 - 1 / max(float(row["slowdown"]), 1.0))
         row = {**row, "excess_ns": min(max(row["excess_ns"] or 0.0, 0.0), said)}
     excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
-    added = None if host else _added_slowdown(row, peers.min_effect, slowdown_threshold)
+    added = None if host else added_slowdown(row, peers.min_effect, slowdown_threshold)
     slowdown = _host_slowdown(row, gap_excess, iteration_ns) if host else max(float(row["slowdown"]), added or 0.0)
     evidence: dict[str, Any] = {
         "lasting": bool(row.get("lasting", True)),
@@ -419,7 +420,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         "lateness": _late_evidence(late),
     }
     if extra and not host:
-        evidence["peers"]["added_work"] = _added_evidence(row)
+        evidence["peers"]["added_work"] = added_evidence(row)
     if launch:
         evidence["launch_bound"] = {"why": row["launch_why"], "ops_spread": round(float(row["ops_spread"]), 3),
                                     "ops_median": round(float(row["ops_median"]), 3),
@@ -430,53 +431,6 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         iterations=[int(i) for i in row["iterations"]], excess_ns=excess, iteration_ns=iteration_ns,
         evidence=evidence,
     )
-
-
-ADDED_SHARE = 0.5
-"""Share of a rank's excess compute that the ops it calls more often than its peers must
-explain for them to be what makes it slow (``same_work._added_work``)."""
-
-ADDED_PART = 0.02
-"""Share of a rank's compute that its peers spend on the ops it calls more often, for those
-ops to be a real part of its work: a log line's few extra ``item`` calls are not (0.6% of a
-step in a test), the GEMMs that real jobs' extra matmuls call again are (6.5-11% of the
-slowed rank's kernel time on 2 and 4 GPUs)."""
-
-
-def _does_extra_work(row: dict, min_effect: float) -> bool:
-    """Whether a rank does more work than its peers: the ops it calls more often
-    (``same_work._added_work``) are a real part of its work (``ADDED_PART``), cost at least
-    ``min_effect`` of it beyond its peers' time on them, and are most of its excess compute
-    (``ADDED_SHARE``)."""
-    added, added_excess, base = row.get("added"), row.get("added_excess_ns"), row.get("added_base_ns")
-    excess, busy = row.get("excess_ns") or 0.0, row.get("busy_ns") or 0.0
-    if added is None or added_excess is None or base is None or excess <= 0 or busy <= 0:
-        return False
-    return (added - 1 >= min_effect and added_excess >= max(ADDED_SHARE * excess, min_effect * busy)
-            and base >= ADDED_PART * busy)
-
-
-def _added_slowdown(row: dict, min_effect: float, threshold: float) -> float | None:
-    """The slowdown of the work a rank does *more of* than its peers (profiler traces: the op
-    names it calls more often), where its whole compute's stays under the ``threshold``: extra
-    matmuls that double one GEMM's calls are that GEMM's 2x, however many other kernels dilute
-    the rank's total (a real 4-GPU job: extra GEMMs in each layer of one rank, 1.79x on those
-    GEMMs, 1.10x over all its kernels). ``--threshold`` judges the work that is slow (an op is
-    slow beyond (1 + t) x its peers'). Where the whole compute clears the threshold on its own,
-    that stays the suspect's figure, the more telling one (one kernel called 4.5x as often by
-    extra matmuls that make the rank's compute 1.59x), so the figure shown may be the added
-    work's at a high threshold and the whole compute's at a low one. Only ranks that stage 1
-    flags (at least ``min_effect`` slower over all their work) get here. None where it does
-    not apply."""
-    if not _does_extra_work(row, min_effect) or float(row["slowdown"]) >= 1 + threshold:
-        return None
-    return float(row["added"]) if row["added"] > float(row["slowdown"]) else None
-
-
-def _added_evidence(row: dict) -> dict:
-    return {"slowdown": round(float(row["added"]), 3),
-            "excess_ms_per_iteration": round(float(row["added_excess_ns"]) / 1e6, 4),
-            "peers_ms_per_iteration": round(float(row["added_base_ns"]) / 1e6, 4)}
 
 
 def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> float:

@@ -1,0 +1,120 @@
+"""Work a rank adds: the ops it calls more often than its peers (profiler traces).
+
+A count of calls is exact, however noisy the clocks. A rank that runs extra matmuls makes more
+calls of some op names than its peers do, in every step; a slower GPU makes as many calls, each
+slower. Where the added calls are most of a rank's excess compute, they are what makes it slow:
+judged on them, extra GEMMs that the rank's other kernels dilute to 1.06-1.10x of its peers'
+time are 1.3-1.9x on the GEMMs (real jobs on 2 and 4 GPUs), which is what ``--threshold``
+judges; and the idle gaps of a rank that launches more are its extra work, not a slow host.
+
+``added_work`` measures it in stage 1 (``same_work``), ``does_extra_work`` and
+``added_slowdown`` decide in the verdict.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from mapp.analysis.detect._stats import others_median
+from mapp.analysis.detect.thresholds import CONSISTENT
+
+__all__ = ["ADDED_SHARE", "ADDED_PART", "added_work", "with_added", "does_extra_work", "added_slowdown",
+           "added_evidence"]
+
+
+ADDED_SHARE = 0.5
+"""Share of a rank's excess compute that the ops it calls more often than its peers must
+explain for them to be what makes it slow (``added_work``)."""
+
+ADDED_PART = 0.02
+"""Share of a rank's compute that its peers spend on the ops it calls more often, for those
+ops to be a real part of its work: a log line's few extra ``item`` calls are not (0.6% of a
+step in a test), the GEMMs that real jobs' extra matmuls call again are (6.5-11% of the
+slowed rank's kernel time on 2 and 4 GPUs)."""
+
+
+def added_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
+    """Per rank: ``added``, its time over its peers' on the ops it *calls more often* than they
+    do (per op name, every shape; calls x typical time), where it makes more calls of that name
+    in nearly every traced iteration (``CONSISTENT``); ``added_excess_ns``, that time beyond
+    the peers' per iteration, and ``added_base_ns``, the peers' time on those names. None where
+    no rank calls any op more often than its peers, or where ranks are compared across
+    pipeline stages (``peers`` empty: stages run different programs, and an uneven split of
+    layers is imbalance).
+
+    A count of calls is exact, however noisy the clocks: a rank that runs 356 GEMMs of a shape
+    where its peer runs 277 does 1.28x that work, while its other kernels, the same as its
+    peer's, dilute its whole compute to 1.10x (a real 4-GPU job with extra GEMMs inside each
+    layer on one rank). A GPU slow on everything makes no more calls."""
+    if not peers:
+        return None
+    names = work.group_by(["rank", *peers, "iteration", "name"]).agg(calls=pl.col("calls").sum(),
+                                                                     own=(pl.col("calls") * pl.col("q")).sum())
+    # every rank of a peer group, in every iteration the group traced, with every name the
+    # group ever called (0 calls where it made none): a name called in one step only (a log
+    # line) is then "more" in that step alone
+    grid = (work.select("rank", *peers).unique()
+            .join(work.select(*peers, "iteration").unique(), on=peers)
+            .join(names.select(*peers, "name").unique(), on=peers)
+            .join(names, on=["rank", *peers, "iteration", "name"], how="left")
+            .with_columns(pl.col("calls", "own").fill_null(0.0)))
+    key = [*peers, "iteration", "name"]
+    grid = grid.with_columns(size=pl.len().over(key)).filter(pl.col("size") >= 2)
+    if grid.is_empty():
+        return None
+    grid = grid.sort(key)
+    gid = grid.select(pl.struct(*key).rank("dense")).to_series().to_numpy()
+    grid = grid.with_columns(peer_calls=pl.Series(others_median(gid, grid["calls"].to_numpy())),
+                             peer_own=pl.Series(others_median(gid, grid["own"].to_numpy())))
+    more = grid.with_columns(more=pl.col("calls") > pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
+        more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median())
+    more = more.filter((pl.col("more") >= CONSISTENT) & (pl.col("peer") > 0))
+    if more.is_empty():
+        return None
+    return more.group_by("rank").agg(own=pl.col("own").sum(), peer=pl.col("peer").sum()).select(
+        "rank", added=pl.col("own") / pl.col("peer"), added_excess_ns=pl.col("own") - pl.col("peer"),
+        added_base_ns=pl.col("peer"))
+
+
+def with_added(ranks: pl.DataFrame, added: pl.DataFrame | None) -> pl.DataFrame:
+    """``ranks`` with ``added``, ``added_excess_ns``, ``added_base_ns`` (null where none)."""
+    if added is None:
+        return ranks.with_columns(added=pl.lit(None, pl.Float64), added_excess_ns=pl.lit(None, pl.Float64),
+                                  added_base_ns=pl.lit(None, pl.Float64))
+    return ranks.join(added, on="rank", how="left")
+
+
+def does_extra_work(row: dict, min_effect: float) -> bool:
+    """Whether a rank does more work than its peers: the ops it calls more often
+    (``added_work``) are a real part of its work (``ADDED_PART``), cost at least
+    ``min_effect`` of it beyond its peers' time on them, and are most of its excess compute
+    (``ADDED_SHARE``)."""
+    added, added_excess, base = row.get("added"), row.get("added_excess_ns"), row.get("added_base_ns")
+    excess, busy = row.get("excess_ns") or 0.0, row.get("busy_ns") or 0.0
+    if added is None or added_excess is None or base is None or excess <= 0 or busy <= 0:
+        return False
+    return (added - 1 >= min_effect and added_excess >= max(ADDED_SHARE * excess, min_effect * busy)
+            and base >= ADDED_PART * busy)
+
+
+def added_slowdown(row: dict, min_effect: float, threshold: float) -> float | None:
+    """The slowdown of the work a rank does *more of* than its peers (profiler traces: the op
+    names it calls more often), where its whole compute's stays under the ``threshold``: extra
+    matmuls that double one GEMM's calls are that GEMM's 2x, however many other kernels dilute
+    the rank's total (a real 4-GPU job: extra GEMMs in each layer of one rank, 1.79x on those
+    GEMMs, 1.10x over all its kernels). ``--threshold`` judges the work that is slow (an op is
+    slow beyond (1 + t) x its peers'). Where the whole compute clears the threshold on its own,
+    that stays the suspect's figure, the more telling one (one kernel called 4.5x as often by
+    extra matmuls that make the rank's compute 1.59x), so the figure shown may be the added
+    work's at a high threshold and the whole compute's at a low one. None where it does not
+    apply."""
+    if not does_extra_work(row, min_effect) or float(row["slowdown"]) >= 1 + threshold:
+        return None
+    return float(row["added"]) if row["added"] > float(row["slowdown"]) else None
+
+
+def added_evidence(row: dict) -> dict:
+    """The suspect's evidence of its added work (``peers.added_work``)."""
+    return {"slowdown": round(float(row["added"]), 3),
+            "excess_ms_per_iteration": round(float(row["added_excess_ns"]) / 1e6, 4),
+            "peers_ms_per_iteration": round(float(row["added_base_ns"]) / 1e6, 4)}
