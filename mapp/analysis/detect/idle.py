@@ -19,6 +19,12 @@ from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
 
 __all__ = ["idle_gaps", "stalls", "lasting_gaps", "launch_bound", "BACKWARD", "STALL", "STEADY"]
 
+LONG_GAP_NS = 1_000_000
+"""An idle gap this long (1 ms) is a stall, time the host spent on something other than
+launching (a sleep, a data fetch, a pause), not a launch that came a little late: a host that
+paces its GPU leaves gaps of tens to hundreds of microseconds (2 H100s, megatron-core TP2 under
+the profiler: 50-500 us)."""
+
 
 def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
               min_effect: float, starts: pl.DataFrame | None = None,
@@ -47,20 +53,24 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     prev = pl.col("end_ns").cum_max().shift(1).over("rank")
     tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
     per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
+                                                 long_ns=pl.col("gap").filter(pl.col("gap") >= LONG_GAP_NS).sum(),
                                                  span_ns=pl.col("end_ns").max() - pl.col("ts_ns").min())
     if stalled is not None and len(stalled):   # host time spent inside a coarse step span
         per = per.join(stalled, on=["rank", "iteration"], how="left").with_columns(
-            gap_ns=pl.col("gap_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
+            gap_ns=pl.col("gap_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64),
+            long_ns=pl.col("long_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
     per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
     g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
     per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
+                           long_excess_ns=(pl.col("long_ns") - pl.col("long_ns").median().over(g)).cast(pl.Float64),
                            n_peers=pl.len().over(g))
     per = _readers_wait(per)
     if group != ["rank"] and per["n_peers"].min() == 2:
         # two peers: their excesses mirror each other, so the scatter across ranks is the
         # difference being tested; the noise is how much a rank's excess varies by itself
         scale = per.select(robust_scale(pl.col("gap_excess_ns") - pl.col("gap_excess_ns").median().over("rank"))).item() or 0.0
-        per = per.with_columns(gap_excess_ns=2 * pl.col("gap_excess_ns"))   # against the other, not the mean
+        # against the other, not the mean
+        per = per.with_columns(gap_excess_ns=2 * pl.col("gap_excess_ns"), long_excess_ns=2 * pl.col("long_excess_ns"))
     else:
         scale = per.select(robust_scale("gap_excess_ns")).item() or 0.0
     # Trace timestamps are microseconds: each gap carries up to 1 us of rounding, which adds up
@@ -73,7 +83,7 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     # slow GPU by its idle time's z alone: ``_per_rank``)
     return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
         gap_flagged=pl.col("gap_z") > z_crit, gap_share=pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns")
-    ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share")
+    ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share", "long_excess_ns")
 
 
 def _readers_wait(per: pl.DataFrame) -> pl.DataFrame:

@@ -59,7 +59,8 @@ class PeerEvidence:
     rank_iterations: pl.DataFrame = field(default_factory=pl.DataFrame)
     """Per (rank, iteration): ``effect`` (log-ratio to peers), ``z``, ``n_ops``, ``share_slow``,
     ``excess_ns`` (self time beyond the peers' medians), ``busy_ns`` (self time), ``flagged``,
-    ``gap_ns``, ``gap_excess_ns``, ``gap_z``, ``gap_flagged``."""
+    ``gap_ns``, ``gap_excess_ns``, ``gap_z``, ``gap_flagged``, ``long_excess_ns`` (the part of the
+    idle excess in gaps of ``idle.LONG_GAP_NS`` or more: stalls)."""
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     """Per rank: ``slowdown``, ``z``, ``share_slow``, ``n_ops``, ``flagged``, ``iterations``
     (flagged ones), ``excess_ns`` and ``busy_ns`` per iteration, and the same for gaps."""
@@ -487,6 +488,7 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_eff
         gap_flagged=pl.col("gap_flagged").fill_null(False).any(),
         gap_idle=pl.col("gap_idle").fill_null(False).any(),
         gap_ns=pl.col("gap_ns").mean(),
+        long_excess_ns=pl.col("long_excess_ns").mean(),
     ).sort("rank")
 
 

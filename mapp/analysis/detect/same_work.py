@@ -170,6 +170,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         share_slow=pl.col("share_slow").median(), n_ops=pl.col("n_ops").sum(),
         busy_ns=pl.col("busy_ns").median(),
         gap_excess_ns=pl.col("gap_excess_ns").median(), gap_ns=pl.col("gap_ns").mean(),
+        long_excess_ns=pl.col("long_excess_ns").median(),
         gap_consistent=(pl.col("gap_excess_ns") > 0).mean(),
         slow_its=pl.col("iteration").filter(pl.col("effect").exp() - 1 >= min_effect).sort(),
         gap_its=pl.col("iteration").filter(pl.col("gap_excess_ns") > 0).sort(),
@@ -194,7 +195,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         iterations=pl.when(pl.col("flagged")).then(pl.col("slow_its")).when(pl.col("gap_flagged"))
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
-             "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "added", "added_excess_ns",
+             "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", "added", "added_excess_ns",
              "added_base_ns").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(

@@ -355,10 +355,16 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # where most collectives are paced by other things and its share of being last says
     # nothing; with more ranks a pair's net waiting is no such answer: healthy 4-rank jobs had
     # a rank net-imposing in every iteration at 1.07x)
+    # The idle time that names a host here is its stalls (gaps of LONG_GAP_NS or more): a host
+    # that merely paces its GPU launches a little late all over, and two healthy processes
+    # differ in that by far more than a threshold (2 H100s, megatron-core TP2 under the
+    # profiler, no fault, 3 runs: one rank's GPU idled 11-62 ms a step more in gaps of 50-500
+    # us, at random which rank, its peer waiting; the injected sleeps: 20-24 ms more, in one gap)
     extra = does_extra_work(row, peers.min_effect)
     imposes = leans or (peers.ranks.height == 2 and late is not None and late["net_ns"] > 0
                         and (late.get("net_lasting") or 0.0) >= CONSISTENT)
-    if (peers.pairs and imposes and not host and not extra and gap_excess >= peers.min_effect * busy
+    stalled = max(row.get("long_excess_ns") or 0.0, 0.0)
+    if (peers.pairs and imposes and not host and not extra and stalled >= peers.min_effect * busy
             and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
         host = True
     # A rank that is a suspect by its compute (or with stage 2) and idles longer than its peers

@@ -124,7 +124,7 @@ def _rank_iterations(iterations: int, slow: int, z: float) -> pl.DataFrame:
             hit = rank == 3 and it == slow
             rows.append(dict(rank=rank, iteration=it, effect=0.4 if hit else 0.0, z=z if hit else 0.1,
                              flagged=hit, share_slow=0.6 if hit else 0.0, n_ops=100, excess_ns=2e7 if hit else 0.0,
-                             busy_ns=2e8, gap_excess_ns=0.0, gap_z=0.0, gap_flagged=False, gap_ns=1e6))
+                             busy_ns=2e8, gap_excess_ns=0.0, gap_z=0.0, gap_flagged=False, gap_ns=1e6, long_excess_ns=0.0))
     return pl.DataFrame(rows)
 
 
@@ -136,7 +136,7 @@ def test_two_iterations_judged_together_are_their_mean_and_one_test_per_rank():
     # a cut-off counting rank-iterations made it 3.47 against 3.72, not flagged.
     rows = [dict(rank=r, iteration=i, effect=0.04 if r == 7 else (0.003 if (r + i) % 2 else -0.003), se=0.013,
                  z=(0.04 if r == 7 else 0.003) / 0.013, flagged=False, share_slow=0.0, n_ops=16, excess_ns=0.0,
-                 busy_ns=2e8, gap_excess_ns=0.0, gap_z=0.0, gap_flagged=False, gap_ns=1e6)
+                 busy_ns=2e8, gap_excess_ns=0.0, gap_z=0.0, gap_flagged=False, gap_ns=1e6, long_excess_ns=0.0)
             for r in range(500) for i in range(2)]
     ranks = _per_rank(pl.DataFrame(rows), z_crit=3.72, min_effect=0.0083)
     assert ranks.filter(pl.col("flagged") & pl.col("lasting"))["rank"].to_list() == [7]
