@@ -156,7 +156,9 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     if mode == "skipped":
         return PeerEvidence(mode, reason, min_effect=min_effect)
     timed = events.filter(pl.col("iteration").is_not_null())
-    if "shape" in events.columns and events["shape"].null_count() < len(events):
+    if programs and "shape" in timed.columns and timed["shape"].null_count() == len(timed):
+        timed = _nth_call(timed)
+    if "shape" in timed.columns and timed["shape"].null_count() < len(timed):
         ops = self_times(timed)
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
@@ -210,6 +212,15 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
                         pairs=pairs)
+
+
+def _nth_call(timed: pl.DataFrame) -> pl.DataFrame:
+    """Where a profiler recorded no shapes (``record_shapes=False``, its default) and every rank
+    runs the same program, the n-th call of an op in an iteration stands for its shape: ranks
+    of one program make their calls in the same order, so the n-th ``aten::mm`` of each is the
+    same layer's matmul."""
+    nth = pl.int_range(pl.len()).over("rank", "iteration", "name", order_by="ts_ns")
+    return timed.with_columns(shape=pl.when(pl.col("cat") == "compute").then(pl.format("#{}", nth)).otherwise(None))
 
 
 def _backward_judged(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.DataFrame:

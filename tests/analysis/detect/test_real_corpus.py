@@ -9,6 +9,8 @@ class of issue 13; the rest are measured by `mapp bench detect --real tests/corp
 
 from __future__ import annotations
 
+import gzip
+import json
 import shutil
 from pathlib import Path
 
@@ -91,6 +93,37 @@ def test_a_host_that_paces_its_gpu_a_little_slower_is_no_stall():
     assert verdict.suspects == []
     lateness = next(st for st in verdict.stages if st.name == "2 lateness")
     assert lateness.ran   # judged on who waited for whom, not skipped
+
+
+def _without_shapes(case_dir: Path, out: Path) -> Path:
+    """The case's profiler traces as ``torch.profiler`` writes them by default (``record_shapes``
+    off): no input dims, types, strides or concrete inputs on any event."""
+    out.mkdir()
+    for f in sorted(case_dir.glob("rank-*.json.gz")):
+        with gzip.open(f, "rt") as src:
+            doc = json.load(src)
+        for e in doc["traceEvents"]:
+            for key in ("Input Dims", "Input type", "Input Strides", "Concrete Inputs"):
+                (e.get("args") or {}).pop(key, None)
+        with gzip.open(out / f.name, "wt") as dst:
+            json.dump(doc, dst)
+    return out
+
+
+@pytest.mark.parametrize("case_id,expected", [
+    ("ddp4-prof-healthy", []),
+    ("ddp4-prof-datasleep20ms-r1", [(1, "slow_host")]),      # before: no suspect
+    ("ddp4-prof-fwd2.5x-r3", [(3, "slow_compute")]),
+    ("tp2dp2-plain-prof-healthy", []),                      # before: slow host 0 at 1.11x
+    ("tp2dp2-plain-prof-2.5x-r2", [(2, "slow_compute")]),   # before: slow host 2
+])
+def test_profiler_traces_without_shapes_compare_the_same_calls(tmp_path, case_id, expected):
+    # 1. The profiler records no shapes unless asked: 4 CPU processes on gloo, no layout. Ranks
+    # of one program make their calls in the same order, so the n-th call of an op in an
+    # iteration is compared with the n-th on its peers, as a shape would be.
+    job = _without_shapes(CASES[case_id].directory, tmp_path / "job")
+    verdict = detect_bundle(load_bundle(job), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == expected
 
 
 # Three jobs of the full CPU set (`make_corpus.py --set full --only gpt-`), kept in
