@@ -75,7 +75,7 @@ import orjson
 import polars as pl
 
 from mapp.analysis.ingest import _gloo_groups, schema
-from mapp.analysis.ingest._json import HEAD_BYTES, load_document, paused_gc
+from mapp.analysis.ingest._json import load_document, paused_gc
 from mapp.errors import TraceFormatError
 
 __all__ = ["NAME", "sniff", "read"]
@@ -146,15 +146,15 @@ _KINETO_KEYS = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"',
 
 
 def sniff(path: pathlib.Path, head: bytes) -> bool:
-    """True for a PyTorch profiler trace: a JSON object with Kineto's top-level keys.
+    """True for a PyTorch profiler trace: a JSON object with Kineto's own top-level keys.
 
-    ``traceEvents`` is also in other Chrome traces, so one of Kineto's own keys must be there
-    too; a file cut off before ``traceEvents`` (the head is all there is) is told by those alone,
-    so that it is reported as the damaged trace it is."""
-    start = head.lstrip()
-    if not start.startswith(b"{") or not any(key in head for key in _KINETO_KEYS):
-        return False
-    return b'"traceEvents"' in head or len(head) < HEAD_BYTES
+    ``traceEvents`` is also in other Chrome traces, so one of Kineto's own keys must be in the
+    head; ``traceEvents`` itself need not be. Kineto writes its metadata first, and the
+    ``pg_config`` of a Megatron job (every process group of the rank, with its members) or the
+    ``deviceProperties`` of an 8-GPU node push ``traceEvents`` well past the head (4 KB: the
+    4-GPU traces of ``tests/corpus`` re-indented put it at 4.4 KB). A file cut off before
+    ``traceEvents`` is then the damaged trace it is, which the reader reports."""
+    return head.lstrip().startswith(b"{") and any(key in head for key in _KINETO_KEYS)
 
 
 def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:

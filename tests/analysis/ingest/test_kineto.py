@@ -281,3 +281,22 @@ def test_sniff():
     assert kineto.sniff(NCCL[0], NCCL[0].read_bytes()[:4096])
     assert not kineto.sniff(pathlib.Path("rank-00000.json"), b'[\n{"ph":"M","name":"mapp","pid":0,"tid":0}')
     assert not kineto.sniff(pathlib.Path("x.json"), b'[{"name":"forward","ph":"B","rel_ts":1,"g_rk":0}')
+
+
+def test_a_trace_whose_metadata_fills_the_head_is_still_found(tmp_path):
+    # Kineto writes its metadata before traceEvents, indented; the deviceProperties of a GPU node
+    # and a Megatron job's pg_config push traceEvents past the 4 KB that discovery reads. A real
+    # 4-GPU profiler trace of the corpus, written as Kineto writes it, has it at ~5 KB.
+    import gzip
+
+    from mapp.analysis.ingest import load_bundle
+
+    case = pathlib.Path(__file__).resolve().parents[2] / "corpus" / "cases-gpu4" / "gpt-pp2dp2-prof-layer1.5x-r2-gpu"
+    for f in sorted(case.glob("rank-*.json.gz")):
+        with gzip.open(f, "rt") as src:
+            text = json.dumps(json.load(src), indent=2)
+        assert text.index('"traceEvents"') > 4096
+        (tmp_path / f.name.removesuffix(".gz")).write_text(text)
+    bundle = load_bundle(tmp_path)
+    assert sorted(bundle.ranks["rank"].to_list()) == [0, 1, 2, 3]
+    assert bundle.events.filter(pl.col("cat") == "collective").height > 0
