@@ -14,7 +14,7 @@ from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
 from mapp.analysis.detect.peers import compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
-from mapp.analysis.detect.verdict import StageStatus, Suspect, Verdict, combine
+from mapp.analysis.detect.verdict import StageStatus, Suspect, Verdict, combine, paced_pairs
 
 __all__ = ["detect_bundle"]
 
@@ -87,6 +87,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     suspects, imbalance, victims, grid = combine(peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown,
                                                  imbalance_threshold=cuts.imbalance,
                                                  iteration_ns=iteration_ns, microbatches=microbatches)
+    notes += paced_pairs(peers, lateness, suspects)
     suspects, below = _at_threshold(suspects, cuts.slowdown)
     if below:
         notes.append("below threshold (not suspects): " + "; ".join(

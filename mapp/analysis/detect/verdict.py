@@ -26,7 +26,7 @@ from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT, Thresholds
 
-__all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "combine", "KINDS"]
+__all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "combine", "paced_pairs", "KINDS"]
 
 KINDS = ("slow_compute", "slow_link", "slow_nic", "slow_host")
 
@@ -296,6 +296,31 @@ def _iterations(peers: PeerEvidence) -> int:
     if peers.rank_iterations.is_empty():
         return 1
     return peers.rank_iterations["iteration"].n_unique()
+
+
+def paced_pairs(peers: PeerEvidence, lateness: LatenessEvidence, suspects: list[Suspect]) -> list[str]:
+    """Notes for a job of two ranks in which one kept the other waiting in nearly every iteration
+    yet is no suspect: its extra idle time was all in short gaps (under ``idle.LONG_GAP_NS``),
+    a host pacing its work a little more slowly, which the pair rule of ``_compute_suspect``
+    does not name. Said, so that a user who sees the peer wait knows what was weighed."""
+    if peers.mode == "skipped" or peers.ranks.height != 2 or not lateness.ran:
+        return []
+    named = {s.rank for s in suspects}
+    late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)}
+    out = []
+    for row in peers.ranks.iter_rows(named=True):
+        rank, own = row["rank"], late.get(row["rank"])
+        if rank in named or own is None or own["net_ns"] <= 0 or (own.get("net_lasting") or 0.0) < CONSISTENT:
+            continue
+        busy = row["busy_ns"] or 0.0
+        gap = max(row["gap_excess_ns"] or 0.0, 0.0)
+        if gap < peers.min_effect * busy or max(row.get("long_excess_ns") or 0.0, 0.0) >= peers.min_effect * busy:
+            continue
+        waited = own["net_ns"] / max(_iterations(peers), 1) / 1e6
+        out.append(f"rank {rank} kept its peer waiting {waited:.1f} ms an iteration; it idled {gap / 1e6:.1f} ms "
+                   "more between its ops, nearly all in gaps under 1 ms: a host pacing its work more slowly, as two "
+                   "healthy processes can differ, with no stall and no slower work: not a suspect")
+    return out
 
 
 def _late_evidence(row: dict | None) -> dict | None:

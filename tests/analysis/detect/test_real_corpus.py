@@ -93,6 +93,8 @@ def test_a_host_that_paces_its_gpu_a_little_slower_is_no_stall():
     assert verdict.suspects == []
     lateness = next(st for st in verdict.stages if st.name == "2 lateness")
     assert lateness.ran   # judged on who waited for whom, not skipped
+    # and the user is told why the waiting names no one
+    assert any(n.startswith("rank 0 kept its peer waiting") and "not a suspect" in n for n in verdict.notes)
 
 
 def _without_shapes(case_dir: Path, out: Path) -> Path:
