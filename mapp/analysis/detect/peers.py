@@ -157,7 +157,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         return PeerEvidence(mode, reason, min_effect=min_effect)
     timed = events.filter(pl.col("iteration").is_not_null())
     if programs and "shape" in timed.columns and timed["shape"].null_count() == len(timed):
-        timed = _nth_call(timed)
+        timed = _nth_call(timed, coords)
     if "shape" in timed.columns and timed["shape"].null_count() < len(timed):
         ops = self_times(timed)
         if ops.is_empty():
@@ -214,13 +214,20 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                         pairs=pairs)
 
 
-def _nth_call(timed: pl.DataFrame) -> pl.DataFrame:
+def _nth_call(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame:
     """Where a profiler recorded no shapes (``record_shapes=False``, its default) and every rank
     runs the same program, the n-th call of an op in an iteration stands for its shape: ranks
     of one program make their calls in the same order, so the n-th ``aten::mm`` of each is the
-    same layer's matmul."""
+    same layer's matmul. Only for an op that every rank of the program (``coords.pp``) called as
+    often in that iteration: one extra call shifts every later n-th, and a rank whose layers run
+    extra GEMMs made its peer's GEMMs look slow by the shift (CPU PP2 x DP2, no shapes). Such an
+    op's calls keep one shape, ``*``, and are compared by name, their count included."""
+    program = timed.join(coords.select("rank", "pp"), on="rank", how="left")
+    calls = pl.len().over("rank", "iteration", "name")
+    alike = calls.min().over("pp", "iteration", "name") == calls.max().over("pp", "iteration", "name")
     nth = pl.int_range(pl.len()).over("rank", "iteration", "name", order_by="ts_ns")
-    return timed.with_columns(shape=pl.when(pl.col("cat") == "compute").then(pl.format("#{}", nth)).otherwise(None))
+    shape = pl.when(pl.col("cat") != "compute").then(None).when(alike).then(pl.format("#{}", nth)).otherwise(pl.lit("*"))
+    return program.with_columns(shape=shape).drop("pp")
 
 
 def _backward_judged(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.DataFrame:
