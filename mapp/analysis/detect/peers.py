@@ -222,12 +222,13 @@ def _nth_call(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame:
     often in that iteration: one extra call shifts every later n-th, and a rank whose layers run
     extra GEMMs made its peer's GEMMs look slow by the shift (CPU PP2 x DP2, no shapes). Such an
     op's calls keep one shape, ``*``, and are compared by name, their count included."""
-    program = timed.join(coords.select("rank", "pp"), on="rank", how="left")
+    # the program under a name of its own: ``timed`` may carry coordinate columns of its own
+    program = timed.join(coords.select("rank", _program=pl.col("pp")), on="rank", how="left")
     calls = pl.len().over("rank", "iteration", "name")
-    alike = calls.min().over("pp", "iteration", "name") == calls.max().over("pp", "iteration", "name")
+    alike = calls.min().over("_program", "iteration", "name") == calls.max().over("_program", "iteration", "name")
     nth = pl.int_range(pl.len()).over("rank", "iteration", "name", order_by="ts_ns")
     shape = pl.when(pl.col("cat") != "compute").then(None).when(alike).then(pl.format("#{}", nth)).otherwise(pl.lit("*"))
-    return program.with_columns(shape=shape).drop("pp")
+    return program.with_columns(shape=shape).drop("_program")
 
 
 def _backward_judged(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.DataFrame:

@@ -300,7 +300,7 @@ def _iterations(peers: PeerEvidence) -> int:
 
 def paced_pairs(peers: PeerEvidence, lateness: LatenessEvidence, suspects: list[Suspect]) -> list[str]:
     """Notes for a job of two ranks in which one kept the other waiting in nearly every iteration
-    yet is no suspect: its extra idle time was all in short gaps (under ``idle.LONG_GAP_NS``),
+    yet is no suspect: its extra idle time was nearly all in short gaps (under ``idle.LONG_GAP_NS``),
     a host pacing its work a little more slowly, which the pair rule of ``_compute_suspect``
     does not name. Said, so that a user who sees the peer wait knows what was weighed."""
     if peers.mode == "skipped" or peers.ranks.height != 2 or not lateness.ran:
