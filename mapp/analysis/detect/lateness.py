@@ -31,7 +31,9 @@ class LatenessEvidence:
     """Per rank: ``instances``, ``last``, ``share_last``, ``expected_share``, ``last_z``
     (binomial z of being last that often), ``blame_ns``, ``waited_ns``, ``net_ns``, ``net_z``,
     ``net_lasting`` (share of iterations in which it imposed more waiting than it suffered),
-    ``flagged``, and per group kind ``share_last_<group>``."""
+    ``flagged``, ``guessed`` (some of its instances are calls of no known group, matched by call
+    order across every rank that made them: a guess where ranks call one op on several groups,
+    as gloo traces of TP x DP do), and per group kind ``share_last_<group>``."""
     z_crit: float = 0.0
 
 
@@ -45,9 +47,10 @@ def collective_lateness(matching, traced: list[int]) -> LatenessEvidence:
     kinds = inst.select(
         "instance_id", "n_members",
         kind=pl.col("group").fill_null(pl.format("g{}", pl.col("n_members"))),
+        guess=pl.col("group").is_null() & pl.col("group_ranks").is_null(),
     )
     m = matching.members.join(kinds, on="instance_id").select(
-        "instance_id", "rank", "kind", "n_members", start=pl.col("start_aligned_ns")
+        "instance_id", "rank", "kind", "n_members", "guess", start=pl.col("start_aligned_ns")
     )
     m = m.with_columns(
         last=pl.col("start").max().over("instance_id"),
@@ -65,7 +68,7 @@ def collective_lateness(matching, traced: list[int]) -> LatenessEvidence:
         blame_ns=pl.col("blame").sum(), imposed_ns=(pl.col("blame") / (pl.col("n") - 1)).sum()
     ).rename({"who": "rank"})
     per = m.group_by("rank").agg(
-        instances=pl.len(), last=pl.col("is_last").sum(),
+        instances=pl.len(), guessed=pl.col("guess").any(), last=pl.col("is_last").sum(),
         expected=(1.0 / pl.col("n_members")).sum(), waited_ns=pl.col("waited").sum(),
     )
     # per iteration, the waiting a rank imposed (where last) less the waiting it suffered: a

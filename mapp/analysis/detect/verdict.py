@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from mapp.analysis.detect.added_work import added_evidence, added_slowdown, does_extra_work
+from mapp.analysis.detect.added_work import added_evidence, added_slowdown, adds_work, does_extra_work
 from mapp.analysis.detect.bandwidth import BandwidthEvidence
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.layout import LayoutInfo
@@ -386,6 +386,14 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # profiler, no fault, 3 runs: one rank's GPU idled 11-62 ms a step more in gaps of 50-500
     # us, at random which rank, its peer waiting; the injected sleeps: 20-24 ms more, in one gap)
     extra = does_extra_work(row, peers.min_effect)
+    # Calls are counted, not timed: a rank that calls ops more often than its peers in nearly
+    # every iteration, at a real cost, does more work however its times scatter, provided it is
+    # not the one kept waiting (last at the collectives no less often than chance)
+    guessed = late is not None and bool(late.get("guessed"))
+    counted = (not row["flagged"] and adds_work(row, peers.min_effect)
+               and (late is None or guessed or late["share_last"] >= late["expected_share"]))
+    if counted:
+        row, extra = {**row, "flagged": True}, True
     imposes = leans or (peers.ranks.height == 2 and late is not None and late["net_ns"] > 0
                         and (late.get("net_lasting") or 0.0) >= CONSISTENT)
     stalled = max(row.get("long_excess_ns") or 0.0, 0.0)
@@ -423,11 +431,23 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # Peers found by their program (no layout) are a guess at who does the same work, and on
     # shared CPUs every rank's ops and gaps stretch by chance: a rank is what slows the job
     # only if it also keeps the others waiting at their collectives.
-    if peers.mode == "program peers" and late is not None and not _stage2_agrees(late):
+    # (Work counted, not timed, is no such guess; nor is stage 2 where it matched calls of no
+    # known group by their order on every rank: 4 gloo ranks of TP2 x DP2 whose TP and DP calls
+    # could not be told apart, a rank with 1.5x the matmuls "last" in 20% of those.)
+    # Nor are stalls where stage 2 has one collective a step to go on (plain DDP): idle gaps of
+    # 1 ms and more, longer than its peers' in nearly every iteration by a real share of its
+    # work, and last no less often than chance (a 20 ms data-path sleep on one of 4 ranks
+    # sharing 2 cores, 5 all-reduces: its peers, their cores freed while it slept, waited less
+    # than it did in one run of three). With many collectives a step, stage 2 keeps its say
+    # (simulated host noise: stalls as long on ranks last only by chance)
+    stalls = (bool(row["gap_flagged"]) and stalled >= peers.min_effect * busy and late is not None
+              and late["instances"] <= _iterations(peers) and late["share_last"] >= late["expected_share"])
+    if (peers.mode == "program peers" and late is not None and not _stage2_agrees(late)
+            and not (counted or (extra and guessed) or stalls)):
         return None
     # Idle gaps stretch on any busy host by chance; a host is what slows the job only if its
     # rank also keeps the others waiting.
-    if host and not row["flagged"] and late is not None and not _stage2_agrees(late):
+    if host and not row["flagged"] and late is not None and not _stage2_agrees(late) and not stalls:
         return None
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
@@ -440,6 +460,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         row = {**row, "excess_ns": min(max(row["excess_ns"] or 0.0, 0.0), said)}
     excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
     added = None if host else added_slowdown(row, peers.min_effect, slowdown_threshold)
+    if counted and float(row["slowdown"]) < 1 + slowdown_threshold:
+        added = max(float(row["added"]), added or 0.0)
     slowdown = _host_slowdown(row, gap_excess, iteration_ns) if host else max(float(row["slowdown"]), added or 0.0)
     evidence: dict[str, Any] = {
         "lasting": bool(row.get("lasting", True)),
