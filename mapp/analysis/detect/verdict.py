@@ -386,6 +386,12 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # profiler, no fault, 3 runs: one rank's GPU idled 11-62 ms a step more in gaps of 50-500
     # us, at random which rank, its peer waiting; the injected sleeps: 20-24 ms more, in one gap)
     extra = does_extra_work(row, peers.min_effect)
+    # a rank that does work beyond its peers' launches more too: its gaps are that work's where
+    # its ops lose more time than its gaps do (megatron-core TP2 x DP2 on 4 shared cores, extra
+    # matmuls in each layer of rank 1: 53.7 ms more compute a step, 11.7 ms more idle)
+    its_work = extra and (row["excess_ns"] or 0.0) > gap_excess
+    if its_work:
+        host = False
     # Calls are counted, not timed: a rank that calls ops more often than its peers in nearly
     # every iteration, at a real cost, does more work however its times scatter, provided it is
     # not the one kept waiting (last at the collectives no less often than chance)
@@ -403,7 +409,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # A rank that is a suspect by its compute (or with stage 2) and idles longer than its peers
     # in nearly every iteration by the z of its idle time is a slow host that also launches late
     # inside its spans, even where its idle time alone is too small a share to name it
-    if row["flagged"] and not host and row.get("gap_idle") and gap_excess >= peers.min_effect * busy:
+    if row["flagged"] and not host and not its_work and row.get("gap_idle") and gap_excess >= peers.min_effect * busy:
         host = True
     # On spans timed on the GPU, a slowdown that its backward ops do not share alike is its
     # host's slow launches (``idle.launch_bound``): host time, which like idle time names a
@@ -421,7 +427,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # the peer wait is not what slows the job.
     # (unless its layers are also slower than every other stage's same layers, and its stage
     # partner's are not: ``peers._layer_alone``)
-    if peers.pairs and peers.mode != "layer peers" and not _stage2_agrees(late) and not row.get("layer_alone"):
+    # (nor where it does work counted beyond its peer's and stage 2 is partly a guess, below)
+    if (peers.pairs and peers.mode != "layer peers" and not _stage2_agrees(late) and not row.get("layer_alone")
+            and not (counted or (extra and guessed))):
         return None
     # One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
     # last, whatever its speed); a stage's layers must instead be slower than another stage's
@@ -431,9 +439,10 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # Peers found by their program (no layout) are a guess at who does the same work, and on
     # shared CPUs every rank's ops and gaps stretch by chance: a rank is what slows the job
     # only if it also keeps the others waiting at their collectives.
-    # (Work counted, not timed, is no such guess; nor is stage 2 where it matched calls of no
-    # known group by their order on every rank: 4 gloo ranks of TP2 x DP2 whose TP and DP calls
-    # could not be told apart, a rank with 1.5x the matmuls "last" in 20% of those.)
+    # (Work counted, not timed, is no guess; a stage 2 that matched calls of no known group by
+    # their order on every rank is one, and does not veto it: 4 gloo ranks of TP2 x DP2 whose
+    # TP and DP calls could not be told apart, a rank with 1.5x the matmuls "last" in 20% of
+    # those; megatron-core TP2 x DP2, 20 ms of matmuls before each microbatch, "last" in 36%.)
     # Nor are stalls where stage 2 has one collective a step to go on (plain DDP): idle gaps of
     # 1 ms and more, longer than its peers' in nearly every iteration by a real share of its
     # work, and last no less often than chance (a 20 ms data-path sleep on one of 4 ranks

@@ -143,6 +143,9 @@ EXTRA_RIGHT_TODAY = [
     "ddp4-prof-datasleep20ms-r1-s1",    # a 20 ms stall a step though its peers waited less than it did (before: none)
     "tp2dp2-plain-prof-healthy-s1",
     "tp2dp2-plain-prof-1.6x-r1-s2",     # TP and DP calls not told apart: their lateness a guess (before: none)
+    # megatron-core jobs of the same runs (`--only gpt-tp2dp2-prof`)
+    "gpt-tp2dp2-prof-beforemb20ms-r2-run2",  # a rerun of the job above; its stage 2 partly a guess (before: none)
+    "gpt-tp2dp2-prof-layer1.5x-r1-s2",  # its extra matmuls launch more: 53.7 ms more compute, 11.7 ms more idle
 ]
 
 
