@@ -219,21 +219,19 @@ def test_extra_gemms_diluted_by_other_kernels_are_judged_on_the_gemms(tmp_path):
     assert len(verdict.suspects) == 1
 
 
-def test_a_rank_whose_host_paces_its_gpu_is_no_slow_gpu(tmp_path):
-    # 3./2. 4 H100s, TP2 x DP2, lognormal sequence lengths, no fault injected. Rank 0's layer
-    # spans (CUDA events) are 2-10x its TP peer's on the same data: its host paced its GPU at
-    # ~2 ms a layer, whatever the layer's work (its peer computed the same layer in 0.3-0.9 ms
-    # and then waited for it). A slow GPU would stretch like ops alike; these scatter by 0.27-
-    # 0.8 (log) an iteration, and the other ranks' backward ops by more than 0.1 too: no span
-    # in this job says how fast a GPU is. Before: "slow compute 2.38x".
-    case = GPU4_MAPP_CASES[GPU4_MAPP_HOST_PACED]
+@pytest.mark.parametrize("case_id", [GPU4_MAPP_HOST_PACED, "gpt-tp2dp2-mapp-healthy-gpu-run2"])
+def test_a_rank_whose_host_paces_its_gpu_is_no_suspect(tmp_path, case_id):
+    # 3./2. 4 H100s, TP2 x DP2, no fault injected (lognormal sequence lengths; healthy). One
+    # rank's layer spans (CUDA events) are longer than its TP peer's on the same data: its host
+    # paced its GPU (in the first job at ~2 ms a layer, whatever the layer's work, while its
+    # peer computed the same layer in 0.3-0.9 ms and then waited for it). A slow GPU would
+    # stretch like ops alike; these scatter. Nor is it a slow host: it neither stalls (gaps of
+    # 1 ms and more: 1.7-2.1% of its work) nor launches later between spans than its peers.
+    # Before: "slow compute 2.38x", then "slow host" (1.48x; in the second job 1.23x).
+    case = GPU4_MAPP_CASES[case_id]
     shutil.copytree(case.directory, tmp_path / "job")
     verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
-    assert not [s for s in verdict.suspects if s.kind == "slow_compute"]
-    top = verdict.suspects[0]
-    assert (top.rank, top.kind) == (0, "slow_host")
-    assert top.evidence["launch_bound"]["ops_spread"] > 0.3 and top.evidence["launch_bound"]["peers_spread"] > 0.1
-    assert "host-paced" in top.evidence["launch_bound"]["why"]
+    assert verdict.suspects == []
 
 
 def test_of_two_like_links_the_one_slower_in_every_iteration_is_named(tmp_path):
@@ -252,7 +250,7 @@ def test_of_two_like_links_the_one_slower_in_every_iteration_is_named(tmp_path):
 def test_every_listed_case_is_in_the_corpus_with_its_files():
     assert set(RIGHT_TODAY) <= set(CASES) and set(GPU2_RIGHT_TODAY) <= set(GPU2_CASES)
     assert set(EXTRA_RIGHT_TODAY) == set(EXTRA_CASES) and set(GPU4_RIGHT_TODAY) == set(GPU4_CASES)
-    assert set(GPU4_MAPP_RIGHT_TODAY) == set(GPU4_MAPP_CASES) - {GPU4_MAPP_HOST_PACED}
+    assert set(GPU4_MAPP_RIGHT_TODAY) == set(GPU4_MAPP_CASES) - {GPU4_MAPP_HOST_PACED, "gpt-tp2dp2-mapp-healthy-gpu-run2"}
     for case in ([CASES[i] for i in RIGHT_TODAY] + [GPU2_CASES[i] for i in GPU2_RIGHT_TODAY]
                  + [EXTRA_CASES[i] for i in EXTRA_RIGHT_TODAY] + [GPU4_CASES[i] for i in GPU4_RIGHT_TODAY]
                  + [GPU4_MAPP_CASES[i] for i in GPU4_MAPP_RIGHT_TODAY]):
