@@ -104,8 +104,8 @@ def adds_work(row: dict, min_effect: float) -> bool:
     time on them, and its compute exceeds its peers'. Unlike :func:`does_extra_work` it does not
     ask whether they explain most of that excess: the counts are exact where the times of 4
     processes sharing 2 cores are not (plain DDP, 1.5x the forward's matmuls on one rank, three
-    runs: 1.14-1.16x its peers' compute at z 1.0-2.1, below the cut-off; 1.49-1.64x on the ops
-    it calls more often, 7.6-9.0 ms a step beyond its peers')."""
+    runs: 1.06-1.16x its peers' compute at z 0.6-2.1, below the cut-off; 1.28-1.64x on the ops
+    it calls more often)."""
     added, added_excess, base = row.get("added"), row.get("added_excess_ns"), row.get("added_base_ns")
     excess, busy = row.get("excess_ns") or 0.0, row.get("busy_ns") or 0.0
     if added is None or added_excess is None or base is None or excess <= 0 or busy <= 0:
