@@ -388,7 +388,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     extra = does_extra_work(row, peers.min_effect)
     # a rank that does work beyond its peers' launches more too: its gaps are that work's where
     # its ops lose more time than its gaps do (megatron-core TP2 x DP2 on 4 shared cores, extra
-    # matmuls in each layer of rank 1: 53.7 ms more compute a step, 11.7 ms more idle)
+    # matmuls in each layer of rank 1, its profiler trace without shapes: 79.7 ms more compute a
+    # step, 11.7 ms more idle)
     its_work = extra and (row["excess_ns"] or 0.0) > gap_excess
     if its_work:
         host = False
