@@ -88,13 +88,8 @@ def does_extra_work(row: dict, min_effect: float) -> bool:
     """Whether a rank does more work than its peers: the ops it calls more often
     (``added_work``) are a real part of its work (``ADDED_PART``), cost at least
     ``min_effect`` of it beyond its peers' time on them, and are most of its excess compute
-    (``ADDED_SHARE``)."""
-    added, added_excess, base = row.get("added"), row.get("added_excess_ns"), row.get("added_base_ns")
-    excess, busy = row.get("excess_ns") or 0.0, row.get("busy_ns") or 0.0
-    if added is None or added_excess is None or base is None or excess <= 0 or busy <= 0:
-        return False
-    return (added - 1 >= min_effect and added_excess >= max(ADDED_SHARE * excess, min_effect * busy)
-            and base >= ADDED_PART * busy)
+    (``ADDED_SHARE``): :func:`adds_work`, and most of the excess."""
+    return adds_work(row, min_effect) and row["added_excess_ns"] >= ADDED_SHARE * row["excess_ns"]
 
 
 def adds_work(row: dict, min_effect: float) -> bool:

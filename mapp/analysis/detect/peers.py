@@ -208,8 +208,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         # 1.3x GPU among uneven sequence lengths is that too.
         maybe = ranks.filter(~pl.col("flagged") & (pl.col("z") > z_crit / 2)
                              & (pl.col("slowdown") - 1 >= min_effect))["rank"]
-        judged = per.with_columns(flagged=pl.col("flagged") | pl.col("rank").is_in(maybe.implode()))
         candidate = pl.col("rank").is_in(maybe.implode())
+        judged = per.with_columns(flagged=pl.col("flagged") | candidate)
         bound = launch_bound(ops, judged, min_effect).with_columns(
             launch_bound=pl.col("launch_bound") & (~candidate | (pl.col("peers_spread") > NOISE)),
             # its slowdown stays its own: only a flagged rank's is read off its backward ops
