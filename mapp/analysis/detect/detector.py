@@ -14,7 +14,7 @@ from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
 from mapp.analysis.detect.peers import compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
-from mapp.analysis.detect.verdict import StageStatus, Suspect, Verdict, combine, paced_pairs
+from mapp.analysis.detect.verdict import StageStatus, Verdict, combine, paced_pairs
 
 __all__ = ["detect_bundle"]
 
@@ -84,11 +84,10 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     lap("bandwidth")
     iteration_ns = _iteration_ns(iters, events)
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
-    suspects, imbalance, victims, grid = combine(peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown,
-                                                 imbalance_threshold=cuts.imbalance,
-                                                 iteration_ns=iteration_ns, microbatches=microbatches)
-    notes += paced_pairs(peers, lateness, suspects)
-    suspects, below = _at_threshold(suspects, cuts.slowdown)
+    suspects, imbalance, victims, grid, below = combine(
+        peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
+        iteration_ns=iteration_ns, microbatches=microbatches)
+    notes += paced_pairs(peers, lateness, suspects + below)
     if below:
         notes.append("below threshold (not suspects): " + "; ".join(
             f"{s.kind.replace('_', ' ')} {s.label()} {s.slowdown:.3f}x" for s in below)
@@ -129,14 +128,6 @@ def _gpu_spans(bundle) -> bool:
     """Spans timed on the GPU (CUDA events: mapp's capture on a GPU, the MegatronApp tracer),
     not kernels (a profiler trace's compute is its kernels, which no launch delay stretches)."""
     return set(bundle.ranks["clock"].to_list()) == {"cuda"} and "kineto" not in bundle.ranks["format"].to_list()
-
-
-def _at_threshold(suspects: list[Suspect], threshold: float) -> tuple[list[Suspect], list[Suspect]]:
-    """``--threshold`` (``Thresholds.slowdown``): a suspect must be slower than (1 + t) x its peers."""
-    keep, below = [], []
-    for s in suspects:
-        (below if s.slowdown == s.slowdown and s.slowdown < 1 + threshold else keep).append(s)
-    return keep, below
 
 
 def _shape(bundle) -> list[pl.Expr]:

@@ -112,7 +112,8 @@ def resolve_layout(ranks: pl.DataFrame, groups: pl.DataFrame, layout: dict[str, 
     if have:
         sizes = {a: int(ranks[f"layout_{a}"][0]) for a in _AXES}
         coords = ranks.select(pl.col("rank").cast(pl.Int32), *(pl.col(a).cast(pl.Int32) for a in _AXES))
-        source = "traces"
+        # a profiler trace's coordinates are its process groups' (ingest.kineto: pg_config)
+        source = "process groups" if set(ranks["format"].to_list()) == {"kineto"} else "traces"
         if layout is not None and layout != sizes:
             notes.append(f"--layout {_fmt(layout)} ignored: the traces record {_fmt(sizes)}")
     elif layout is not None:

@@ -156,7 +156,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     if mode == "skipped":
         return PeerEvidence(mode, reason, min_effect=min_effect)
     timed = events.filter(pl.col("iteration").is_not_null())
-    if programs and "shape" in timed.columns and timed["shape"].null_count() == len(timed):
+    if "shape" in timed.columns and timed["shape"].null_count() == len(timed) and coords["pp"].null_count() == 0:
         timed = _nth_call(timed, coords)
     if "shape" in timed.columns and timed["shape"].null_count() < len(timed):
         ops = self_times(timed)
@@ -228,8 +228,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
 
 
 def _nth_call(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame:
-    """Where a profiler recorded no shapes (``record_shapes=False``, its default) and every rank
-    runs the same program, the n-th call of an op in an iteration stands for its shape: ranks
+    """Where a profiler recorded no shapes (``record_shapes=False``, its default), ranks of one
+    program (one pipeline stage, or found by ``program`` without a layout): the n-th call of an op in an iteration stands for its shape: ranks
     of one program make their calls in the same order, so the n-th ``aten::mm`` of each is the
     same layer's matmul. Only for an op that every rank of the program (``coords.pp``) called as
     often in that iteration: one extra call shifts every later n-th, and a rank whose layers run

@@ -177,11 +177,12 @@ link that differs by chance costs it less still."""
 
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
             *, slowdown_threshold: float, imbalance_threshold: float, iteration_ns: float | None,
-            microbatches: int) -> tuple[list[Suspect], list[Imbalance], list[int], pl.DataFrame]:
-    """Suspects (ranked), imbalance, victims and the per-rank grid from the stages' evidence.
+            microbatches: int) -> tuple[list[Suspect], list[Imbalance], list[int], pl.DataFrame, list[Suspect]]:
+    """Suspects (ranked), imbalance, victims, the per-rank grid and the would-be suspects below
+    the threshold, from the stages' evidence.
 
-    ``slowdown_threshold``: the suspects' cut (``Thresholds.slowdown``; the caller applies it),
-    here only to choose which slowdown a rank doing extra work is given (``added_work.added_slowdown``).
+    ``slowdown_threshold``: the suspects' cut (``Thresholds.slowdown``); it also chooses which
+    slowdown a rank doing extra work is given (``added_work.added_slowdown``).
     ``imbalance_threshold``: a pipeline stage computing more than (1 + this) x the lightest is
     imbalance (``Thresholds.imbalance``).
     """
@@ -224,10 +225,14 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     suspects = _heavy_replicas(suspects, peers, layout, imbalance)
     # a rank slower in one iteration of several, and not by far, is noise, not a fault
     suspects = [s for s in suspects if s.evidence.pop("lasting", True)]
+    # ``--threshold``: a suspect is slower than (1 + t) x its peers; those under it are no one's
+    # culprit, so they make no victims and no mark in the grid either
+    below = [s for s in suspects if s.slowdown == s.slowdown and s.slowdown < 1 + slowdown_threshold]
+    suspects = [s for s in suspects if s not in below]
     flagged = {s.rank for s in suspects} | {s.peer for s in suspects if s.peer is not None}
     victims = _victims(lateness, suspects, layout)
     grid = _grid(layout, peers, lateness, flagged, set(victims))
-    return suspects, imbalance, victims, grid
+    return suspects, imbalance, victims, grid, below
 
 
 def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],

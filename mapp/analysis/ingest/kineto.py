@@ -10,8 +10,10 @@ What this reader keeps and how it maps it:
   ``gpu_user_annotation`` (older spellings ``Operator``, ``Kernel``, ``Memcpy``, ``Memset`` too).
   Metadata (``M``), flows (``s``/``f``), instants (``i``), ``python_function``, ``Trace`` and
   the CUDA runtime/driver calls are dropped (runtime calls are only used to date GPU work, below).
-* ``rank`` from ``distributedInfo.rank`` (else a number in the file name); coordinates are null
-  (a profiler trace does not know Megatron's layout).
+* ``rank`` from ``distributedInfo.rank`` (else a number in the file name); coordinates
+  (``tp``, ``pp``, ``dp`` and the ``layout_*`` sizes) from the megatron-core process groups
+  that ``pg_config`` lists (the rank's place in each), else null (a plain DDP or FSDP job has no
+  such layout).
 * time: ``ts_ns = round(ts_us * 1000) + baseTimeNanoseconds`` (Kineto's ``ts`` is float
   microseconds; with the base added the axis is Unix-epoch ns on the host clock, which CUPTI
   also maps GPU timestamps onto). A file cut off inside ``traceEvents`` loses the trailing
@@ -281,6 +283,7 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
     ranks = pl.DataFrame({
         "rank": [rank], "world_size": [world_size], "host": [host if isinstance(host, str) else None],
         "device": [device], "clock": ["host"], "format": [NAME], "src_file": [str(path)],
+        **{k: [v] for k, v in _megatron_coords(rank, world_size, pgs).items()},
     }, schema_overrides={"world_size": pl.Int32(), "host": pl.String(), "device": pl.String()})
     members = [tuple(r) for r in (_rank_list(pg.get("ranks")) for pg in pgs) if r and rank in r]
     return events, schema.conform(ranks, schema.RANKS_SCHEMA), members
@@ -526,6 +529,28 @@ def _assign_steps(iteration: list, date_ns: list[int], ts_ns: pl.Series, dur_ns:
         if at >= 0 and when < steps[at][1]:
             out[i] = steps[at][2]
     return out
+
+
+def _megatron_coords(rank: int, world_size: int | None, pgs: list[dict]) -> dict[str, int]:
+    """The rank's (tp, pp, dp) and the layout's sizes from the process groups megatron-core
+    declares in ``pg_config`` (its place in its TENSOR_MODEL_PARALLEL_GROUP, ... as listed,
+    which is group-rank order), so that a profiler trace of a Megatron job knows its layout
+    whether or not its calls name their group (gloo's do not). Empty unless the rank lists one
+    group of each of the three axes and they span the world (a layout with context or expert
+    parallelism is more than tp x pp x dp: left to the calls' groups)."""
+    found: dict[str, tuple[int, int]] = {}
+    for pg in pgs:
+        axis = _group_label(pg.get("pg_desc"), None)
+        members = _rank_list(pg.get("ranks"))
+        if axis not in ("tp", "pp", "dp") or members is None or rank not in members:
+            continue
+        if axis in found and found[axis] != (members.index(rank), len(members)):
+            return {}
+        found[axis] = (members.index(rank), len(members))
+    if len(found) < 3 or (world_size is not None and found["tp"][1] * found["pp"][1] * found["dp"][1] != world_size):
+        return {}
+    return {**{axis: place for axis, (place, _) in found.items()},
+            **{f"layout_{axis}": size for axis, (_, size) in found.items()}}
 
 
 def _group_label(desc: object, name: object) -> str | None:

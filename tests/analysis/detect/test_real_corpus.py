@@ -65,6 +65,9 @@ GPU2_RIGHT_TODAY = [
     "fsdp2-prof-healthy-gpu2", "fsdp2-prof-fwd1.5x-r1-gpu2", "fsdp2-prof-datasleep20ms-r0-gpu2",
     # megatron-core TP2 under the profiler, nothing injected (2 H100s): the test below
     "gpt-tp2-prof-healthy-gpu2",
+    # one rank per pipeline stage under the profiler: its layout from pg_config, its layers
+    # against the other stage's same layers (no layout before: two programs, no peer, no suspect)
+    "gpt-pp2-prof-layer1.5x-r1-gpu2",
 ]
 
 
@@ -150,6 +153,9 @@ EXTRA_RIGHT_TODAY = [
     # megatron-core jobs of the same runs (`--only gpt-tp2dp2-prof`)
     "gpt-tp2dp2-prof-beforemb20ms-r2-run2",  # a rerun of the job above; its stage 2 partly a guess (before: none)
     "gpt-tp2dp2-prof-layer1.5x-r1-s2",  # extra matmuls in each layer (without shapes: the test above)
+    # no fault; no gloo call placed in its group, so peers were a guess by program and rank 2's ops
+    # 1.16x at z 30 were "slow compute 2"; its layout read from pg_config compares stage peers
+    "gpt-tp2dp2-prof-healthy-run2",
 ]
 
 

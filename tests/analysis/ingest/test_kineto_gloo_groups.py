@@ -100,3 +100,22 @@ def test_sides_that_disagree_are_named():
     _gloo_groups.resolve(_events([_p2p(0, "send", 1), _p2p(1, "recv", 1)]), groups, notes.append)
     assert any(n.startswith("rank 0's gloo send calls go to rank 1, but rank 1 has no recv calls resolved to rank 0")
                for n in notes), notes
+
+
+def test_megatron_coordinates_come_from_the_process_groups_pg_config_declares(tmp_path):
+    # gloo calls name no group, but every rank's pg_config lists megatron-core's groups by
+    # description: its place in its TENSOR_MODEL_PARALLEL_GROUP, PIPELINE_... and DATA_... is
+    # its (tp, pp, dp), whether or not any call was placed in a group. Here PP2 x DP2: stage 0
+    # is ranks 0,1 (dp 0,1), stage 1 ranks 2,3.
+    bundle = load_bundle(_copy(tmp_path))
+    ranks = bundle.ranks.sort("rank")
+    assert ranks.select("rank", "tp", "pp", "dp").rows() == [(0, 0, 0, 0), (1, 0, 0, 1), (2, 0, 1, 0), (3, 0, 1, 1)]
+    assert ranks.select("layout_tp", "layout_pp", "layout_dp").unique().rows() == [(1, 2, 2)]
+
+
+def test_a_plain_ddp_trace_has_no_megatron_coordinates(tmp_path):
+    # plain DDP: pg_config lists only the default group; there is no layout to read
+    for f in (CASE.parent / "ddp4-prof-healthy").glob("rank-*.json.gz"):
+        shutil.copy(f, tmp_path / f.name)
+    ranks = load_bundle(tmp_path).ranks
+    assert ranks["tp"].null_count() == ranks["layout_tp"].null_count() == 4
