@@ -12,7 +12,8 @@ traces nor ``--layout`` say who does the same work, it is read off the work itse
 
 - and, where the traces record the members of their collectives' process groups, peers must
   share one of them (a world, DP or unlabelled group): ranks that never communicate together
-  are different jobs or different parts of one.
+  are different jobs or different parts of one. (A rank with no call of a known group is
+  not held apart: gloo calls get their group only where their timing shows it.)
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def _together(groups: list[frozenset[int]]) -> dict[int, set[int]] | None:
 def _may_pair(a: int, b: int, p2p_pairs: set[tuple[int, int]], together: dict[int, set[int]] | None) -> bool:
     if (a, b) in p2p_pairs or (b, a) in p2p_pairs:
         return False
-    return together is None or b in together.get(a, ())
+    # a rank none of whose calls is known to have run on a group is not known to be apart
+    return together is None or a not in together or b not in together or b in together[a]
 
 
 def _jaccard(a: frozenset, b: frozenset) -> float:
