@@ -436,41 +436,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         host = True
     if not (row["flagged"] or host):
         return None
-    # Where only two ranks can be compared, stage 2 must agree for a host as for a GPU:
-    # a rank whose launch gaps look long but that waits on its peer more than it makes
-    # the peer wait is not what slows the job.
-    # (unless its layers are also slower than every other stage's same layers, and its stage
-    # partner's are not: ``peers._layer_alone``)
-    # (nor where it does work counted beyond its peer's and stage 2 is partly a guess, below)
-    if (peers.pairs and peers.mode != "layer peers" and not _stage2_agrees(late) and not row.get("layer_alone")
-            and not (counted or (extra and guessed))):
-        return None
-    # One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
-    # last, whatever its speed); a stage's layers must instead be slower than another stage's
-    # same layers in most traced iterations, not in one noisy one
-    if peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= _iterations(peers):
-        return None
-    # Peers found by their program (no layout) are a guess at who does the same work, and on
-    # shared CPUs every rank's ops and gaps stretch by chance: a rank is what slows the job
-    # only if it also keeps the others waiting at their collectives.
-    # (Work counted, not timed, is no guess; a stage 2 that matched calls of no known group by
-    # their order on every rank is one, and does not veto it: 4 gloo ranks of TP2 x DP2 whose
-    # TP and DP calls could not be told apart, a rank with 1.5x the matmuls "last" in 20% of
-    # those; megatron-core TP2 x DP2, 20 ms of matmuls before each microbatch, "last" in 36%.)
-    # Nor are stalls where stage 2 has one collective a step to go on (plain DDP): idle gaps of
-    # 1 ms and more, longer than its peers' in nearly every iteration by a real share of its
-    # work, and last no less often than chance (a 20 ms data-path sleep on one of 4 ranks
-    # sharing 2 cores, 5 all-reduces: its peers, their cores freed while it slept, waited less
-    # than it did in one run of three). With many collectives a step, stage 2 keeps its say
-    # (simulated host noise: stalls as long on ranks last only by chance)
-    stalls = (bool(row["gap_flagged"]) and stalled >= peers.min_effect * busy and late is not None
-              and late["instances"] <= _iterations(peers) and late["share_last"] >= late["expected_share"])
-    if (peers.mode == "program peers" and late is not None and not _stage2_agrees(late)
-            and not (counted or (extra and guessed) or stalls)):
-        return None
-    # Idle gaps stretch on any busy host by chance; a host is what slows the job only if its
-    # rank also keeps the others waiting.
-    if host and not row["flagged"] and late is not None and not _stage2_agrees(late) and not stalls:
+    if _overruled(row, peers, late, host=host, counted=counted, extra=extra, guessed=guessed,
+                  stalled=stalled, busy=busy) is not None:
         return None
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
@@ -507,6 +474,57 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         iterations=[int(i) for i in row["iterations"]], excess_ns=excess, iteration_ns=iteration_ns,
         evidence=evidence,
     )
+
+
+def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
+               guessed: bool, stalled: float, busy: float) -> str | None:
+    """Why a candidate of stage 1 is no suspect after all, or None: the gates below, each with
+    the evidence that passes it. Most are stage 2 standing guard where stage 1's comparison is
+    weak (``_stage2_agrees``: the rank makes others wait and is last no less often than chance).
+
+    1. Where only two ranks can be compared, stage 2 must agree, for a host as for a GPU: a rank
+       whose launch gaps look long but that waits on its peer more than it makes the peer wait
+       is not what slows the job. Passed by its layers being slower than every other stage's
+       same layers while its stage partner's are not (``peers._layer_alone``), and by counted work.
+    2. One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
+       last, whatever its speed); a stage's layers must instead be slower than another stage's
+       same layers in most traced iterations, not in one noisy one.
+    3. Peers found by their program (no layout) are a guess at who does the same work, and on
+       shared CPUs every rank's ops and gaps stretch by chance: a rank is what slows the job
+       only if it also keeps the others waiting at their collectives. Passed by counted work and
+       by stalls (below).
+    4. Idle gaps stretch on any busy host by chance: a host named for its gaps alone must also
+       keep the others waiting. Passed by stalls.
+
+    *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
+    stage 2 that matched calls of no known group by their order on every rank is one and does
+    not veto work beyond its peers' (4 gloo ranks of TP2 x DP2 whose TP and DP calls could not be
+    told apart, a rank with 1.5x the matmuls "last" in 20% of those; megatron-core TP2 x DP2,
+    20 ms of matmuls before each microbatch, "last" in 36%).
+
+    *Stalls* pass 3 and 4 where stage 2 has one collective a step to go on (plain DDP): idle
+    gaps of 1 ms and more, longer than its peers' in nearly every iteration by a real share of
+    its work, and last no less often than chance (a 20 ms data-path sleep on one of 4 ranks
+    sharing 2 cores, 5 all-reduces: its peers, their cores freed while it slept, waited less
+    than it did in one run of three). With many collectives a step, stage 2 keeps its say
+    (simulated host noise: stalls as long on ranks last only by chance).
+    """
+    agrees = _stage2_agrees(late)
+    counted_work = counted or (extra and guessed)
+    stalls = (bool(row["gap_flagged"]) and stalled >= peers.min_effect * busy and late is not None
+              and late["instances"] <= _iterations(peers) and late["share_last"] >= late["expected_share"])
+    gates = (
+        # (applies, passed by, why)
+        (peers.pairs and peers.mode != "layer peers" and not agrees,
+         bool(row.get("layer_alone")) or counted_work, "two-peer comparison: stage 2 does not agree"),
+        (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= _iterations(peers),
+         False, "one rank a stage: slower than the other stage's same layers in half the iterations or fewer"),
+        (peers.mode == "program peers" and late is not None and not agrees,
+         counted_work or stalls, "peers by program: stage 2 does not agree"),
+        (host and not row["flagged"] and late is not None and not agrees,
+         stalls, "idle gaps alone: stage 2 does not agree"),
+    )
+    return next((why for applies, passed, why in gates if applies and not passed), None)
 
 
 def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> float:
