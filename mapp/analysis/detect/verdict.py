@@ -369,6 +369,19 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
              and float(row["slowdown"]) - 1 >= peers.min_effect)
     if joint or (row["flagged"] and leans):
         row = {**row, "flagged": True, "lasting": True}
+    # And for a host: stalls (idle gaps of 1 ms and more) a real share of its work beyond its
+    # peers', its idle time standing out by half the cut-off, in a rank that stage 2 finds
+    # keeping the others waiting in nearly every iteration (4 H100s, megatron-core TP2 x DP2, a
+    # 20 ms sleep before each of 4 microbatches on rank 0: 64 ms more stalls a step, yet its idle
+    # time at z 2.1, for another rank's host was 30 ms a step slower by chance, in short gaps;
+    # rank 0 last at 60% of 600 collectives at z 4.7, net 126 ms a step)
+    stalled = max(row.get("long_excess_ns") or 0.0, 0.0)
+    if (not host and leans and (row["gap_z"] or 0.0) > peers.z_crit / 2 and stalled >= peers.min_effect * busy
+            and (late.get("net_lasting") or 0.0) >= CONSISTENT):
+        stalls_in = _stalled_iterations(peers, row["rank"])
+        if len(stalls_in) >= CONSISTENT * _iterations(peers):
+            host = True
+            row = {**row, "iterations": stalls_in}
     # Between two ranks a z-score of idle time says nothing (two values always sit one spread
     # apart), so the gap rule cannot flag; a rank whose idle launch gaps exceed its peer's by a
     # real share of its work and that arrives last at the collectives far more often than
@@ -408,7 +421,6 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         row, extra = {**row, "flagged": True}, True
     imposes = leans or (peers.ranks.height == 2 and late is not None and late["net_ns"] > 0
                         and (late.get("net_lasting") or 0.0) >= CONSISTENT)
-    stalled = max(row.get("long_excess_ns") or 0.0, 0.0)
     if (peers.pairs and imposes and not host and not extra and stalled >= peers.min_effect * busy
             and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
         host = True
@@ -474,6 +486,17 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         iterations=[int(i) for i in row["iterations"]], excess_ns=excess, iteration_ns=iteration_ns,
         evidence=evidence,
     )
+
+
+def _stalled_iterations(peers: PeerEvidence, rank: int) -> list[int]:
+    """The iterations in which ``rank`` stalled (idle gaps of 1 ms and more; where the
+    comparison kept no such count, idled) longer than its peers by ``min_effect`` of its work."""
+    per = peers.rank_iterations
+    idle = "long_excess_ns" if "long_excess_ns" in per.columns else "gap_excess_ns"
+    if per.is_empty() or idle not in per.columns:
+        return []
+    mine = per.filter((pl.col("rank") == rank) & (pl.col(idle) >= peers.min_effect * pl.col("busy_ns")))
+    return sorted(int(i) for i in mine["iteration"].to_list())
 
 
 def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,

@@ -168,6 +168,8 @@ GPU4_RIGHT_TODAY = [
     # extra GEMMs in each layer of rank 2: 1.79x on the GEMMs it calls more often, 1.10x over all
     # its kernels (the test below)
     "gpt-pp2dp2-prof-layer1.5x-r2-gpu",
+    # megatron-core, a host sleep before each microbatch (two steps kept; the test below)
+    "gpt-tp2dp2-prof-hostsleep20ms-r0-gpu",
 ]
 
 
@@ -199,6 +201,21 @@ def test_recorded_job_gets_the_injected_answer(case_id):
     assert result.error is None, result.error
     expected = "none" if case.expect is None else f"{case.expect['kinds']} rank {case.expect['rank']}"
     assert result.right, f"{case_id}: expected {expected}, got {result.top or 'none'}"
+
+
+def test_a_host_whose_stalls_stand_out_by_half_the_cut_off_and_keeps_the_others_waiting_is_named():
+    # 4 H100s, megatron-core TP2 x DP2 under the profiler (two of its steps kept): rank 0 sleeps
+    # 20 ms before each of 4 microbatches. Its idle time stands out at z ~2, under the cut-off,
+    # because the host of rank 2 happens to be slower too (in short gaps, no stalls); but its
+    # stalls are 78 ms a step more than its peers' and stage 2 finds it keeping the others
+    # waiting in every step. Two stages leaning the same way name it (no suspect before).
+    case = GPU4_CASES["gpt-tp2dp2-prof-hostsleep20ms-r0-gpu"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_host")]
+    top = verdict.suspects[0]
+    assert top.evidence["launch_gaps"]["z"] < top.evidence["peers"]["cut"]
+    assert top.evidence["lateness"]["share_last"] > top.evidence["lateness"]["expected_share"]
+    assert top.iterations == [4, 5]
 
 
 GPU4_VICTIM = "gpt-pp2dp2-prof-layer1.5x-r2-gpu"
