@@ -523,7 +523,8 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     stage 2 that matched calls of no known group by their order on every rank is one and does
     not veto work beyond its peers' (4 gloo ranks of TP2 x DP2 whose TP and DP calls could not be
     told apart, a rank with 1.5x the matmuls "last" in 20% of those; megatron-core TP2 x DP2,
-    20 ms of matmuls before each microbatch, "last" in 36%).
+    20 ms of matmuls before each microbatch, "last" in 36%); nor does one that finds the rank
+    keeping the others waiting in nearly every iteration, however often it is last.
 
     *Stalls* pass 3 and 4 where stage 2 has one collective a step to go on (plain DDP): idle
     gaps of 1 ms and more, longer than its peers' in nearly every iteration by a real share of
@@ -533,7 +534,12 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     (simulated host noise: stalls as long on ranks last only by chance).
     """
     agrees = _stage2_agrees(late)
-    counted_work = counted or (extra and guessed)
+    # (where stage 2 is no guess, it must still find the rank making the others wait, in nearly
+    # every iteration, though not last more often than chance: a rank of megatron-core TP2 x PP2
+    # with extra matmuls in its layers, 4 shared cores, net 21 ms a step imposed in every step,
+    # last at 47% of its TP pair's calls; FSDP ranks that merely call some ops more often wait)
+    keeps_waiting = late is not None and late["net_ns"] > 0 and (late.get("net_lasting") or 0.0) >= CONSISTENT
+    counted_work = counted or (extra and (guessed or keeps_waiting))
     stalls = (bool(row["gap_flagged"]) and stalled >= peers.min_effect * busy and late is not None
               and late["instances"] <= _iterations(peers) and late["share_last"] >= late["expected_share"])
     gates = (

@@ -156,6 +156,10 @@ EXTRA_RIGHT_TODAY = [
     # no fault; no gloo call placed in its group, so peers were a guess by program and rank 2's ops
     # 1.16x at z 30 were "slow compute 2"; its layout read from pg_config compares stage peers
     "gpt-tp2dp2-prof-healthy-run2",
+    # a rerun of gpt-tp2pp2-prof-layer1.5x-r3: its TP calls placed, stage 2 no guess, the rank
+    # with extra matmuls last at 47% of its pair's calls (chance 50%) yet making the other wait
+    # in every step: its counted work is not overruled (no suspect before)
+    "gpt-tp2pp2-prof-layer1.5x-r3-run2",
 ]
 
 
