@@ -84,10 +84,11 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     lap("bandwidth")
     iteration_ns = _iteration_ns(iters, events)
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
-    suspects, imbalance, victims, grid, below = combine(
+    suspects, imbalance, victims, grid, below, overruled = combine(
         peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
         iteration_ns=iteration_ns, microbatches=microbatches)
     notes += paced_pairs(peers, lateness, suspects + below)
+    notes += overruled
     if below:
         notes.append("below threshold (not suspects): " + "; ".join(
             f"{s.kind.replace('_', ' ')} {s.label()} {s.slowdown:.3f}x" for s in below)

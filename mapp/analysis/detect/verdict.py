@@ -15,7 +15,7 @@ ranked by estimated cost to the job, then confidence.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -26,7 +26,7 @@ from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT, Thresholds
 
-__all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "combine", "paced_pairs", "KINDS"]
+__all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "Combined", "combine", "paced_pairs", "KINDS"]
 
 KINDS = ("slow_compute", "slow_link", "slow_nic", "slow_host")
 
@@ -175,11 +175,25 @@ most iterations, so even a link twice as slow as its like costs the job little, 
 link that differs by chance costs it less still."""
 
 
+class Combined(NamedTuple):
+    """What ``combine`` makes of the stages' evidence."""
+
+    suspects: list[Suspect]
+    """Ranked: most costly first."""
+    imbalance: list[Imbalance]
+    victims: list[int]
+    grid: pl.DataFrame
+    below: list[Suspect]
+    """Would-be suspects slower than their peers by less than the threshold."""
+    overruled: list[str]
+    """One line per candidate of stage 1 that a gate of ``_overruled`` set aside, and why."""
+
+
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
             *, slowdown_threshold: float, imbalance_threshold: float, iteration_ns: float | None,
-            microbatches: int) -> tuple[list[Suspect], list[Imbalance], list[int], pl.DataFrame, list[Suspect]]:
-    """Suspects (ranked), imbalance, victims, the per-rank grid and the would-be suspects below
-    the threshold, from the stages' evidence.
+            microbatches: int) -> Combined:
+    """Suspects (ranked), imbalance, victims, the per-rank grid, the would-be suspects below the
+    threshold and the candidates overruled, from the stages' evidence.
 
     ``slowdown_threshold``: the suspects' cut (``Thresholds.slowdown``); it also chooses which
     slowdown a rank doing extra work is given (``added_work.added_slowdown``).
@@ -190,10 +204,11 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)} if lateness.ran else {}
     pfac = _pipeline_factor(layout.sizes["pp"] if layout.sizes else 1, microbatches)
     suspects: list[Suspect] = []
+    overruled: list[str] = []
     if peers.mode != "skipped":
         for row in peers.ranks.iter_rows(named=True):
             s = _compute_suspect(row, peers, late.get(row["rank"]), lateness.z_crit, coords, pfac, iteration_ns,
-                                 slowdown_threshold)
+                                 slowdown_threshold, overruled)
             if s is not None:
                 suspects.append(s)
         if peers.mode == "program peers" and lateness.ran:
@@ -232,7 +247,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     flagged = {s.rank for s in suspects} | {s.peer for s in suspects if s.peer is not None}
     victims = _victims(lateness, suspects, layout)
     grid = _grid(layout, peers, lateness, flagged, set(victims))
-    return suspects, imbalance, victims, grid, below
+    return Combined(suspects, imbalance, victims, grid, below, overruled)
 
 
 def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],
@@ -349,7 +364,8 @@ def _stage2_agrees(late: dict | None) -> bool:
 
 
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
-                     pfac: float, iteration_ns: float | None, slowdown_threshold: float) -> Suspect | None:
+                     pfac: float, iteration_ns: float | None, slowdown_threshold: float,
+                     overruled: list[str] | None = None) -> Suspect | None:
     busy = row["busy_ns"] or 0.0
     gap_excess = max(row["gap_excess_ns"] or 0.0, 0.0)
     # A slow host shows as idle launch gaps; they count when they are a real share of the
@@ -448,8 +464,11 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         host = True
     if not (row["flagged"] or host):
         return None
-    if _overruled(row, peers, late, host=host, counted=counted, extra=extra, guessed=guessed,
-                  stalled=stalled, busy=busy) is not None:
+    why = _overruled(row, peers, late, host=host, counted=counted, extra=extra, guessed=guessed,
+                     stalled=stalled, busy=busy)
+    if why is not None:
+        if overruled is not None and (host or float(row["slowdown"]) >= 1 + slowdown_threshold):
+            overruled.append(_overruled_line(row, late, host, gap_excess, why))
         return None
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
@@ -486,6 +505,18 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         iterations=[int(i) for i in row["iterations"]], excess_ns=excess, iteration_ns=iteration_ns,
         evidence=evidence,
     )
+
+
+def _overruled_line(row: dict, late: dict | None, host: bool, gap_excess: float, why: str) -> str:
+    """What a candidate that a gate set aside had going for it, and the gate (for the notes)."""
+    seen = (f"idles {gap_excess / 1e6:.1f} ms an iteration more than its peers (z {float(row['gap_z'] or 0.0):.1f})"
+            if host else f"computes {float(row['slowdown']):.2f}x its peers (z {float(row['z']):.1f})")
+    waits = ""
+    if late is not None:
+        waits = (f"; last at {late['share_last']:.0%} of its collectives (chance {late['expected_share']:.0%}), "
+                 f"{'making the others wait' if late['net_ns'] > 0 else 'waiting'} "
+                 f"{abs(late['net_ns']) / 1e6:.1f} ms net")
+    return f"rank {row['rank']} {seen}{waits}: not a suspect ({why})"
 
 
 def _stalled_iterations(peers: PeerEvidence, rank: int) -> list[int]:

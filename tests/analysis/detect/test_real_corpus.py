@@ -100,6 +100,16 @@ def test_a_host_that_paces_its_gpu_a_little_slower_is_no_stall():
     assert any(n.startswith("rank 0 kept its peer waiting") and "not a suspect" in n for n in verdict.notes)
 
 
+def test_a_candidate_that_stage_2_overrules_is_said_with_why():
+    # FSDP2 on 2 H100s, nothing injected: rank 1's kernels ran 1.56x rank 0's, but rank 1 waited
+    # for rank 0 more than it made rank 0 wait. No suspect; the note says what was set aside.
+    verdict = detect_bundle(load_bundle(GPU2_CASES["fsdp2-prof-healthy-gpu2"].directory), threshold=0.1)
+    assert verdict.suspects == []
+    line = next(n for n in verdict.notes if n.startswith("rank 1 computes"))
+    assert "1.56x its peers" in line and "waiting" in line
+    assert line.endswith("not a suspect (two-peer comparison: stage 2 does not agree)")
+
+
 def _without_shapes(case_dir: Path, out: Path) -> Path:
     """The case's profiler traces as ``torch.profiler`` writes them by default (``record_shapes``
     off): no input dims, types, strides or concrete inputs on any event."""

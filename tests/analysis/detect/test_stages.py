@@ -398,7 +398,7 @@ def test_combine_a_slow_gpu_with_stage_2_agreeing():
     matching = matched(collective_calls(3, starts, {"ar": 5 * MS}, {"ar": [0, 1, 2, 3]}, {"ar": "dp"}), world=4)
     late = collective_lateness(matching, [0, 1, 2, 3])
     bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
-    suspects, imbalance, victims, grid, _ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
+    suspects, imbalance, victims, grid, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
                                                  imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS,
                                                  microbatches=4)
     assert [(s.rank, s.kind) for s in suspects] == [(2, "slow_compute")]
@@ -430,7 +430,7 @@ def test_a_rank_under_the_threshold_is_no_suspect_and_makes_no_victims():
     matching = matched(collective_calls(3, starts, {"ar": 5 * MS}, {"ar": [0, 1, 2, 3]}, {"ar": "dp"}), world=4)
     late = collective_lateness(matching, [0, 1, 2, 3])
     bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
-    suspects, _, victims, grid, below = combine(peers, late, bw, info, slowdown_threshold=0.6,
+    suspects, _, victims, grid, below, _ = combine(peers, late, bw, info, slowdown_threshold=0.6,
                                                 imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS,
                                                 microbatches=4)
     assert suspects == [] and victims == []
@@ -448,7 +448,7 @@ def test_combine_turns_a_slow_link_into_a_suspect_and_stage_imbalance_into_imbal
     matching = matched(p2p=p2p_calls({(0, 3): 4.0, (1, 4): 1.0, (2, 5): 1.0}), world=6)
     bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
     late = LatenessEvidence(False, "no complete collective instance with two or more traced members")
-    suspects, imbalance, victims, grid, _ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
+    suspects, imbalance, victims, grid, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
                                                  imbalance_threshold=CUTS.imbalance, iteration_ns=30 * MS,
                                                  microbatches=4)
     assert [(s.rank, s.kind, s.peer) for s in suspects] == [(0, "slow_link", 3)]
@@ -524,7 +524,7 @@ def _combined(ev: pl.DataFrame, sizes: dict, late: LatenessEvidence | None = Non
     peers = compare_peers(ev, info.ranks, sizes, **PEERS)
     late = late or LatenessEvidence(False, "no complete collective instance with two or more traced members")
     bw = BandwidthEvidence(False, "no matched p2p message or complete collective")
-    suspects, _, _, _, below = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
+    suspects, _, _, _, below, _ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
                                        imbalance_threshold=CUTS.imbalance, iteration_ns=80 * MS, microbatches=1)
     return suspects + below     # what was judged, the threshold's cut aside (the tests read slowdowns)
 
