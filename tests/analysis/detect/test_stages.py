@@ -387,9 +387,9 @@ def layout_info(sizes: dict[str, int]) -> LayoutInfo:
     return LayoutInfo(sizes, "--layout", c, len(c))
 
 
-def test_combine_a_slow_gpu_with_stage_2_agreeing():
-    # The three stages on one job: tp=1, pp=1, dp=4; rank 2 computes 1.5x slower and so comes
-    # last to every all-reduce (4 ms after the others, who each wait for it).
+def _rank_2_slow_and_last(slowdown_threshold: float):
+    """The three stages on one job: tp=1, pp=1, dp=4; rank 2 computes 1.5x slower and so comes
+    last to every all-reduce (4 ms after the others, who each wait for it). ``combine``'s answer."""
     sizes = {"tp": 1, "pp": 1, "dp": 4}
     info = layout_info(sizes)
     peers = compare_peers(compute_events(range(4), factor=lambda r, it: 1.5 if r == 2 else 1.0), info.ranks, sizes,
@@ -398,9 +398,12 @@ def test_combine_a_slow_gpu_with_stage_2_agreeing():
     matching = matched(collective_calls(3, starts, {"ar": 5 * MS}, {"ar": [0, 1, 2, 3]}, {"ar": "dp"}), world=4)
     late = collective_lateness(matching, [0, 1, 2, 3])
     bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
-    suspects, imbalance, victims, grid, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
-                                                 imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS,
-                                                 microbatches=4)
+    return combine(peers, late, bw, info, slowdown_threshold=slowdown_threshold, imbalance_threshold=CUTS.imbalance,
+                   iteration_ns=20 * MS, microbatches=4)
+
+
+def test_combine_a_slow_gpu_with_stage_2_agreeing():
+    suspects, imbalance, victims, grid, *_ = _rank_2_slow_and_last(CUTS.slowdown)
     assert [(s.rank, s.kind) for s in suspects] == [(2, "slow_compute")]
     s = suspects[0]
     assert s.slowdown == pytest.approx(1.5, rel=1e-3)
@@ -422,17 +425,7 @@ def test_combine_a_slow_gpu_with_stage_2_agreeing():
 def test_a_rank_under_the_threshold_is_no_suspect_and_makes_no_victims():
     # The job above with --threshold 0.6: rank 2 (1.5x) is below it. It is reported as such,
     # and its peers, which waited for it, are not marked victims of a suspect there is not.
-    sizes = {"tp": 1, "pp": 1, "dp": 4}
-    info = layout_info(sizes)
-    peers = compare_peers(compute_events(range(4), factor=lambda r, it: 1.5 if r == 2 else 1.0), info.ranks, sizes,
-                          **PEERS)
-    starts = {"ar": {0: 0, 1: MS // 10, 2: 4 * MS, 3: MS // 5}}
-    matching = matched(collective_calls(3, starts, {"ar": 5 * MS}, {"ar": [0, 1, 2, 3]}, {"ar": "dp"}), world=4)
-    late = collective_lateness(matching, [0, 1, 2, 3])
-    bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
-    suspects, _, victims, grid, below, _ = combine(peers, late, bw, info, slowdown_threshold=0.6,
-                                                imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS,
-                                                microbatches=4)
+    suspects, _, victims, grid, below, _ = _rank_2_slow_and_last(0.6)
     assert suspects == [] and victims == []
     assert [(s.rank, s.kind, round(s.slowdown, 2)) for s in below] == [(2, "slow_compute", 1.5)]
     assert set(grid["role"].to_list()) == {"ok"}
