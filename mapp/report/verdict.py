@@ -11,7 +11,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from mapp.analysis.detect.verdict import Verdict
+from mapp.analysis.detect.findings import Verdict
 from mapp.errors import OutputError
 from mapp.output import write_text
 

@@ -6,7 +6,8 @@
 2. collective lateness (``lateness``): who arrives last at TP/DP collectives on aligned clocks;
 3. effective bandwidth (``bandwidth``): p2p links and collective transfers once all are ready;
 
-and combines them (``verdict``) into ranked suspects, workload imbalance and victims. The
+and combines them (``verdict``) into ranked suspects, workload imbalance and victims
+(``findings``: the types it reports). The
 cut-offs it applies are named in ``thresholds.Thresholds``; ``threshold`` sets them all.
 ``mapp.report.DetectReport(verdict)`` renders it; ``mapp.bench.suite`` measures accuracy on simulated faults.
 
@@ -21,6 +22,6 @@ __all__ = ["detect_bundle", "detect_windows", "parse_layout", "DEFAULT_THRESHOLD
            "LayoutInfo"]
 
 _HOMES = {"detect_bundle": "detector", "detect_windows": "windows", "parse_layout": "layout", "LayoutInfo": "layout",
-          "Verdict": "verdict", "Suspect": "verdict", "Imbalance": "verdict"}
+          "Verdict": "findings", "Suspect": "findings", "Imbalance": "findings"}
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -14,7 +14,8 @@ from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
 from mapp.analysis.detect.peers import compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
-from mapp.analysis.detect.verdict import StageStatus, Verdict, combine, paced_pairs
+from mapp.analysis.detect.findings import StageStatus, Verdict
+from mapp.analysis.detect.verdict import combine, paced_pairs
 
 __all__ = ["detect_bundle"]
 

@@ -29,7 +29,7 @@ import polars as pl
 
 from mapp.analysis.detect.detector import detect_bundle
 from mapp.analysis.detect.thresholds import CONSISTENT
-from mapp.analysis.detect.verdict import Imbalance, StageStatus, Suspect, Verdict
+from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdict
 from mapp.errors import InputError
 
 __all__ = ["detect_windows", "iteration_windows", "merge_verdicts"]

@@ -1,0 +1,140 @@
+"""What ``mapp detect`` reports: suspects, imbalance, the stages' status and the verdict that
+holds them (``verdict.combine`` makes them; ``mapp.report`` renders them; ``windows`` merges
+several verdicts into one). Plain data with its JSON form, nothing that judges evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from mapp.analysis.detect.thresholds import Thresholds
+
+__all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "KINDS"]
+
+KINDS = ("slow_compute", "slow_link", "slow_nic", "slow_host")
+
+
+@dataclass(kw_only=True, slots=True)
+class Suspect:
+    """One likely cause of lost time."""
+
+    rank: int
+    kind: str
+    """One of ``KINDS``."""
+    confidence: float
+    """0..1: how sure the evidence makes us (see the module doc)."""
+    slowdown: float
+    """Estimated factor: the rank's compute (or the link's transfer time) over its peers'."""
+    peer: int | None = None
+    """The other end of a slow link (None when only the group is known)."""
+    group: list[int] | None = None
+    """For a slow link inside a collective group whose timing cannot tell which pair."""
+    coords: dict[str, int] | None = None
+    iterations: list[int] = field(default_factory=list)
+    """Iterations where it was slow (all of the traced ones for a lasting fault)."""
+    excess_ns: float = 0.0
+    """Estimated time it adds to each affected iteration of the job."""
+    iteration_ns: float | None = None
+    """Iteration time now (median over traced iterations)."""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def without_ns(self) -> float | None:
+        """Estimated iteration time without this fault."""
+        if self.iteration_ns is None:
+            return None
+        return max(self.iteration_ns - self.excess_ns, 0.0)
+
+    def label(self) -> str:
+        if self.kind == "slow_link":
+            other = self.peer if self.peer is not None else "group " + ",".join(map(str, self.group or []))
+            return f"{self.rank}<->{other}"
+        return str(self.rank)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rank": self.rank, "kind": self.kind, "confidence": round(self.confidence, 3),
+                               "slowdown": round(self.slowdown, 3)}
+        if self.kind == "slow_link":
+            out["peer"] = self.peer
+            if self.group is not None:
+                out["group"] = self.group
+        if self.coords:
+            out["coords"] = self.coords
+        out["iterations"] = self.iterations
+        out["cost"] = {
+            "iteration_ms": None if self.iteration_ns is None else round(self.iteration_ns / 1e6, 4),
+            "without_ms": None if self.without_ns is None else round(self.without_ns / 1e6, 4),
+            "excess_ms": round(self.excess_ns / 1e6, 4),
+        }
+        out["evidence"] = self.evidence
+        return out
+
+
+@dataclass(kw_only=True, slots=True)
+class Imbalance:
+    """Lost time that the workload, not the hardware, causes."""
+
+    kind: str
+    """"stage" (a pipeline stage computes more than the others) or "sequence_length"."""
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, **self.evidence}
+
+
+@dataclass(kw_only=True, slots=True)
+class StageStatus:
+    name: str
+    ran: bool
+    reason: str | None = None
+    """Why it did not run."""
+    detail: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class Verdict:
+    """Everything ``mapp detect`` reports."""
+
+    suspects: list[Suspect]
+    imbalance: list[Imbalance]
+    stages: list[StageStatus]
+    layout: str
+    layout_sizes: dict[str, int] | None
+    traced: int
+    unrecorded: list[int]
+    victims: list[int]
+    grid: pl.DataFrame
+    """Per traced rank: ``rank``, ``tp``, ``pp``, ``dp``, ``slowdown``, ``share_last``, ``role``."""
+    iteration_ns: float | None
+    threshold: float
+    """The slowdown cut (``--threshold``): every suspect is slower than (1 + this) x its peers."""
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    """Every cut the detector used (``threshold`` is its ``slowdown``)."""
+    timings_s: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        """No suspect (imbalance alone does not make a job unhealthy hardware-wise)."""
+        return not self.suspects
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "suspects": [s.to_json() for s in self.suspects],
+            "imbalance": [i.to_json() for i in self.imbalance],
+            "victims": self.victims,
+            "unrecorded": self.unrecorded,
+            "layout": self.layout_sizes, "layout_source": self.layout,
+            "traced_ranks": self.traced,
+            "iteration_ms": None if self.iteration_ns is None else round(self.iteration_ns / 1e6, 4),
+            "threshold": self.threshold,
+            "thresholds": self.thresholds.to_json(),
+            "stages": [{"name": s.name, "ran": s.ran, "reason": s.reason, "detail": s.detail} for s in self.stages],
+            "notes": self.notes,
+            "timings_s": {k: round(v, 4) for k, v in self.timings_s.items()},
+        }
