@@ -228,9 +228,10 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
 
 
 def _nth_call(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame:
-    """Where a profiler recorded no shapes (``record_shapes=False``, its default), ranks of one
-    program (one pipeline stage, or found by ``program`` without a layout): the n-th call of an op in an iteration stands for its shape: ranks
-    of one program make their calls in the same order, so the n-th ``aten::mm`` of each is the
+    """Where a profiler recorded no shapes (``record_shapes=False``, its default), the n-th
+    call of an op in an iteration stands for its shape among the ranks of one program (one
+    pipeline stage, or found by ``program`` without a layout): ranks of one program make their
+    calls in the same order, so the n-th ``aten::mm`` of each is the
     same layer's matmul. Only for an op that every rank of the program (``coords.pp``) called as
     often in that iteration: one extra call shifts every later n-th, and a rank whose layers run
     extra GEMMs made its peer's GEMMs look slow by the shift (CPU PP2 x DP2, no shapes). Such an

@@ -205,7 +205,7 @@ def paced_pairs(peers: PeerEvidence, lateness: LatenessEvidence, suspects: list[
     out = []
     for row in peers.ranks.iter_rows(named=True):
         rank, own = row["rank"], late.get(row["rank"])
-        if rank in named or own is None or own["net_ns"] <= 0 or (own.get("net_lasting") or 0.0) < CONSISTENT:
+        if rank in named or not _keeps_waiting(own):
             continue
         busy = row["busy_ns"] or 0.0
         gap = max(row["gap_excess_ns"] or 0.0, 0.0)
@@ -238,6 +238,12 @@ def _stage2_agrees(late: dict | None) -> bool:
     return late is not None and late["net_ns"] > 0 and late["share_last"] >= late["expected_share"]
 
 
+def _keeps_waiting(late: dict | None) -> bool:
+    """Stage 2 finds the rank making the others wait more than it waits for them, in nearly
+    every iteration (``CONSISTENT``), however often it is last."""
+    return late is not None and late["net_ns"] > 0 and (late.get("net_lasting") or 0.0) >= CONSISTENT
+
+
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
                      pfac: float, iteration_ns: float | None, slowdown_threshold: float,
                      overruled: list[str] | None = None) -> Suspect | None:
@@ -267,8 +273,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # time at z 2.1, for another rank's host was 30 ms a step slower by chance, in short gaps;
     # rank 0 last at 60% of 600 collectives at z 4.7, net 126 ms a step)
     stalled = max(row.get("long_excess_ns") or 0.0, 0.0)
-    if (not host and leans and (row["gap_z"] or 0.0) > peers.z_crit / 2 and stalled >= peers.min_effect * busy
-            and (late.get("net_lasting") or 0.0) >= CONSISTENT):
+    if (not host and leans and _keeps_waiting(late) and (row["gap_z"] or 0.0) > peers.z_crit / 2
+            and stalled >= peers.min_effect * busy):
         stalls_in = _stalled_iterations(peers, row["rank"])
         if len(stalls_in) >= CONSISTENT * _iterations(peers):
             host = True
@@ -310,8 +316,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                and (late is None or guessed or late["share_last"] >= late["expected_share"]))
     if counted:
         row, extra = {**row, "flagged": True}, True
-    imposes = leans or (peers.ranks.height == 2 and late is not None and late["net_ns"] > 0
-                        and (late.get("net_lasting") or 0.0) >= CONSISTENT)
+    imposes = leans or (peers.ranks.height == 2 and _keeps_waiting(late))
     if (peers.pairs and imposes and not host and not extra and stalled >= peers.min_effect * busy
             and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
         host = True
@@ -444,8 +449,7 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     # every iteration, though not last more often than chance: a rank of megatron-core TP2 x PP2
     # with extra matmuls in its layers, 4 shared cores, net 21 ms a step imposed in every step,
     # last at 47% of its TP pair's calls; FSDP ranks that merely call some ops more often wait)
-    keeps_waiting = late is not None and late["net_ns"] > 0 and (late.get("net_lasting") or 0.0) >= CONSISTENT
-    counted_work = counted or (extra and (guessed or keeps_waiting))
+    counted_work = counted or (extra and (guessed or _keeps_waiting(late)))
     stalls = (bool(row["gap_flagged"]) and stalled >= peers.min_effect * busy and late is not None
               and late["instances"] <= _iterations(peers) and late["share_last"] >= late["expected_share"])
     gates = (
