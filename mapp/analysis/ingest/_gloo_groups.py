@@ -120,7 +120,7 @@ def _closest(groups: list[tuple[int, ...]], ends: list[list]) -> list[tuple[int,
     call ran on leave it together, up to their processes' scheduling; the members of another
     group end their own calls whenever their work does. Intervals between calls (``together``)
     are too short for that scheduling where processes share cores: 4 gloo ranks on 2 cores,
-    TP2 x DP2, the TP group's calls end within 0.4-2.6 ms of each other around their offset,
+    TP2 x DP2, the TP group's calls end within 0.3-2.6 ms of each other around their offset,
     the DP group's 6-26 ms, but the intervals of both differ by over 10% (13.8 ms apart)."""
     spread = []
     for g, member_ends in zip(groups, ends):

@@ -221,8 +221,9 @@ def test_a_host_whose_stalls_stand_out_by_half_the_cut_off_and_keeps_the_others_
     # 4 H100s, megatron-core TP2 x DP2 under the profiler (two of its steps kept): rank 0 sleeps
     # 20 ms before each of 4 microbatches. Its idle time stands out at z ~2, under the cut-off,
     # because the host of rank 2 happens to be slower too (in short gaps, no stalls); but its
-    # stalls are 78 ms a step more than its peers' and stage 2 finds it keeping the others
-    # waiting in every step. Two stages leaning the same way name it (no suspect before).
+    # idle time is 78 ms a step more than its peers' (63 ms in stalls of 1 ms and more) and
+    # stage 2 finds it keeping the others waiting in every step. Two stages leaning the same
+    # way name it (no suspect before).
     case = GPU4_CASES["gpt-tp2dp2-prof-hostsleep20ms-r0-gpu"]
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_host")]
