@@ -87,7 +87,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
     suspects, imbalance, victims, grid, below, overruled = combine(
         peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
-        iteration_ns=iteration_ns, microbatches=microbatches)
+        iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=_cpu_compute(bundle, events))
     notes += paced_pairs(peers, lateness, suspects + below)
     notes += overruled
     if below:
@@ -130,6 +130,15 @@ def _gpu_spans(bundle) -> bool:
     """Spans timed on the GPU (CUDA events: mapp's capture on a GPU, the MegatronApp tracer),
     not kernels (a profiler trace's compute is its kernels, which no launch delay stretches)."""
     return set(bundle.ranks["clock"].to_list()) == {"cuda"} and "kineto" not in bundle.ranks["format"].to_list()
+
+
+def _cpu_compute(bundle, events: pl.DataFrame) -> bool:
+    """Compute timed on the host of CPU processes, no GPU: no rank names a GPU, every clock is
+    the host's and no compute event ran on a GPU stream."""
+    ranks = bundle.ranks
+    return (set(ranks["clock"].to_list()) == {"host"}
+            and all(d is None or d.lower() == "cpu" for d in ranks["device"].to_list())
+            and not events.filter((pl.col("cat") == "compute") & pl.col("lane").str.starts_with("stream:")).height)
 
 
 def _shape(bundle) -> list[pl.Expr]:

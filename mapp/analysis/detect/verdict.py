@@ -66,7 +66,7 @@ class Combined(NamedTuple):
 
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
             *, slowdown_threshold: float, imbalance_threshold: float, iteration_ns: float | None,
-            microbatches: int) -> Combined:
+            microbatches: int, shared_cpus: bool = False) -> Combined:
     """Suspects (ranked), imbalance, victims, the per-rank grid, the would-be suspects below the
     threshold and the candidates overruled, from the stages' evidence.
 
@@ -86,6 +86,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                                  slowdown_threshold, overruled)
             if s is not None:
                 suspects.append(s)
+        if shared_cpus:
+            suspects = _above_shared_cpus(suspects, peers, slowdown_threshold, overruled)
         if peers.mode == "program peers" and lateness.ran:
             suspects += _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns,
                                        slowdown_threshold)
@@ -123,6 +125,35 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     victims = _victims(lateness, suspects, layout)
     grid = _grid(layout, peers, lateness, flagged, set(victims))
     return Combined(suspects, imbalance, victims, grid, below, overruled)
+
+
+def _above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
+                       overruled: list[str]) -> list[Suspect]:
+    """Where compute is timed on CPUs, a rank timed slower than its peers is a suspect only if it
+    is also slower than every other rank of the job by the threshold: processes that share cores
+    slow each other for as long as they run, so one of two peers doing the same work is slower
+    than the other by chance, and the job's other peers show by how much (megatron-core PP2 x
+    DP2 under the profiler, 4 processes on 2 cores, no fault, 3 runs: in each, one rank of a DP
+    pair 1.12-1.18x its peer at z 23-34, the other pair 1.03x and 1.18x; one layer 1.5x slower:
+    the slowed rank 1.37-1.80x, every other 1.03-1.09x). Work counted, not timed, is no chance
+    (``added_work``)."""
+    slowdowns = {r: float(v) for r, v in zip(peers.ranks["rank"].to_list(), peers.ranks["slowdown"].to_list())
+                 if v is not None and v == v}
+    kept = []
+    for s in suspects:
+        own = s.evidence.get("peers", {}).get("slowdown")
+        others = {r: v for r, v in slowdowns.items() if r != s.rank}
+        beside = max(others, key=others.get) if others else None
+        # (one under the threshold anyway is said to be below it, which says more)
+        timed = (s.kind == "slow_compute" and own is not None and "added_work" not in s.evidence["peers"]
+                 and s.slowdown >= 1 + slowdown_threshold)
+        if timed and beside is not None and own < others[beside] * (1 + slowdown_threshold):
+            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs: rank "
+                             f"{beside} is {others[beside]:.2f}x its own peers, and a slow rank is slower than "
+                             f"every other by the threshold, {1 + slowdown_threshold:g}x)")
+        else:
+            kept.append(s)
+    return kept
 
 
 def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],

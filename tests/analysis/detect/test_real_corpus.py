@@ -170,6 +170,9 @@ EXTRA_RIGHT_TODAY = [
     # with extra matmuls last at 47% of its pair's calls (chance 50%) yet making the other wait
     # in every step: its counted work is not overruled (no suspect before)
     "gpt-tp2pp2-prof-layer1.5x-r3-run2",
+    # no fault; 4 processes on 2 cores, a rank of each pair slower than its peer for the whole run
+    # (which one shares its core with a busier process): slower, but not than every other rank
+    "gpt-pp2dp2-prof-healthy-run2", "gpt-pp2dp2-prof-laststage2of3-s1", "gpt-tp2dp2-mapp-healthy-run2",
 ]
 
 
@@ -411,3 +414,23 @@ def test_a_one_group_gloo_job_aligns_every_clock_by_its_collectives(tmp_path):
 
     groups = analyse(bundle).matching.collectives["group_ranks"].to_list()
     assert groups and all(g == [0, 1, 2, 3] for g in groups)
+
+
+def test_on_shared_cpus_a_rank_no_slower_than_another_pairs_rank_is_not_a_suspect():
+    # 5./3. megatron-core PP2 x DP2 under the profiler, 4 processes on 2 cores, no fault: rank 1
+    # computes 1.18x its DP peer at z 34 (every iteration), and rank 2, in the other DP pair,
+    # 1.18x its own. Two processes doing the same work differ that much by which shares its
+    # core with a busier one, so neither is a GPU suspect ("slow compute 1" before)
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-pp2dp2-prof-healthy-run2"].directory), threshold=0.1)
+    assert verdict.suspects == []
+    said = [n for n in verdict.notes if n.startswith("rank 1 computes 1.18x")]
+    assert len(said) == 1 and "on shared CPUs: rank 2 is 1.18x" in said[0]
+
+
+def test_on_shared_cpus_a_rank_slower_than_every_other_by_the_threshold_is_named():
+    # megatron-core TP2 x DP2 under mapp's capture on the same 2 cores, each layer of rank 1
+    # stretched to 1.5x its time (a sleep: no extra call to count): its spans 2.07x its DP
+    # peer's, every other rank's at most 1.01x its own
+    verdict = detect_bundle(load_bundle(CASES["gpt-tp2dp2-mapp-layer1.5x-r1"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(1, "slow_compute")]
+    assert "added_work" not in verdict.suspects[0].evidence["peers"]
