@@ -29,6 +29,10 @@ from mapp.analysis.detect.thresholds import CONSISTENT
 # (the findings' types are re-exported: ``verdict`` was their home before ``findings``)
 __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "Combined", "combine", "paced_pairs"]
 
+_FAR_MORE = 2.0
+"""On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""
+
+
 def _margin(z: float | None, cut: float) -> float:
     if z is None or not z > cut or cut <= 0:
         return 0.0
@@ -83,7 +87,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     if peers.mode != "skipped":
         for row in peers.ranks.iter_rows(named=True):
             s = _compute_suspect(row, peers, late.get(row["rank"]), lateness.z_crit, coords, pfac, iteration_ns,
-                                 slowdown_threshold, overruled)
+                                 slowdown_threshold, overruled, shared_cpus)
             if s is not None:
                 suspects.append(s)
         if shared_cpus:
@@ -277,14 +281,21 @@ def _keeps_waiting(late: dict | None) -> bool:
 
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
                      pfac: float, iteration_ns: float | None, slowdown_threshold: float,
-                     overruled: list[str] | None = None) -> Suspect | None:
+                     overruled: list[str] | None = None, shared_cpus: bool = False) -> Suspect | None:
     busy = row["busy_ns"] or 0.0
     gap_excess = max(row["gap_excess_ns"] or 0.0, 0.0)
     # A slow host shows as idle launch gaps; they count when they are a real share of the
     # rank's work (its launch delays inside spans stretch those too: see _host_slowdown).
     # (a rank whose spans are slower and whose gaps grew by a sliver is a slow GPU: a slower
     # kernel also delays the launches queued behind it a little)
-    host = bool(row["gap_flagged"]) and gap_excess >= peers.min_effect * busy
+    # On CPUs no launch stretches an op: a rank whose ops lose far more time than its gaps is
+    # slow compute that also idles a little longer, not a slow host (megatron-core under mapp's
+    # capture on 4 processes sharing 2 cores, each layer of rank 2 stretched 1.5x: 26.5 ms more
+    # in its spans a step, 6.2 ms more idle, gaps at z 4.5). A process whose core is merely
+    # busier stretches its ops and the framework's time between them alike (the same job's
+    # profiler trace, no fault: 6.4 ms more in ops, 4.6 ms more idle)
+    on_cpu = shared_cpus and (row["excess_ns"] or 0.0) > _FAR_MORE * gap_excess
+    host = bool(row["gap_flagged"]) and gap_excess >= peers.min_effect * busy and not on_cpu
     corroborated = late is not None and late["net_z"] > late_cut and late["last_z"] > late_cut
     # Two independent stages that each lean the same way are evidence together: a rank whose
     # compute stands out by half the cut-off and that stage 2 finds keeping the others waiting
@@ -354,7 +365,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # A rank that is a suspect by its compute (or with stage 2) and idles longer than its peers
     # in nearly every iteration by the z of its idle time is a slow host that also launches late
     # inside its spans, even where its idle time alone is too small a share to name it
-    if row["flagged"] and not host and not its_work and row.get("gap_idle") and gap_excess >= peers.min_effect * busy:
+    # (not on CPUs where its ops lose far more time than its gaps: above)
+    if (row["flagged"] and not host and not its_work and not on_cpu and row.get("gap_idle")
+            and gap_excess >= peers.min_effect * busy):
         host = True
     # On spans timed on the GPU, a slowdown that its backward ops do not share alike is its
     # host's slow launches (``idle.launch_bound``): host time, which like idle time names a

@@ -173,6 +173,9 @@ EXTRA_RIGHT_TODAY = [
     # no fault; 4 processes on 2 cores, a rank of each pair slower than its peer for the whole run
     # (which one shares its core with a busier process): slower, but not than every other rank
     "gpt-pp2dp2-prof-healthy-run2", "gpt-pp2dp2-prof-laststage2of3-s1", "gpt-tp2dp2-mapp-healthy-run2",
+    # each layer of one rank stretched 1.5x under mapp's capture: its spans lose 4-18x the time
+    # its gaps do, slow compute ("slow host" before: its gaps stood out too)
+    "gpt-pp2dp2-mapp-layer1.5x-r2-run2", "gpt-tp2pp2-mapp-layer1.5x-r3-run2",
 ]
 
 
@@ -434,3 +437,14 @@ def test_on_shared_cpus_a_rank_slower_than_every_other_by_the_threshold_is_named
     verdict = detect_bundle(load_bundle(CASES["gpt-tp2dp2-mapp-layer1.5x-r1"].directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(1, "slow_compute")]
     assert "added_work" not in verdict.suspects[0].evidence["peers"]
+
+
+def test_on_cpus_a_rank_whose_ops_lose_far_more_than_its_gaps_is_slow_compute():
+    # megatron-core PP2 x DP2 under mapp's capture, 4 processes on 2 cores, each layer of rank 2
+    # stretched 1.5x: 26.5 ms more in its spans a step and 6.2 ms more idle (gaps at z 4.5, so
+    # they stood out too). No launch stretches an op on a CPU: that is its compute
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-pp2dp2-mapp-layer1.5x-r2-run2"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_compute")     # was "slow_host"
+    assert top.evidence["launch_gaps"]["flagged"]
+    assert top.evidence["peers"]["excess_ms_per_iteration"] > 2 * top.evidence["launch_gaps"]["excess_ms_per_iteration"]
