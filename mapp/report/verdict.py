@@ -164,7 +164,8 @@ def _evidence_line(s) -> str:
     b = e.get("bandwidth")
     if b:
         obs = b["observations"]
-        parts.append("; ".join(f"{o['what']} {'-'.join(map(str, o['ranks']))} {o['ratio']:.2f}x slower" for o in obs[:3])
+        parts.append("; ".join(f"{o['what']} {'-'.join(map(str, o['ranks']))} {o['ratio']:.2f}x slower"
+                               + (f" ({o['compared']})" if o.get("compared") else "") for o in obs[:3])
                      + (f"; +{len(obs) - 3} more" if len(obs) > 3 else ""))
         if b.get("note"):
             parts.append(b["note"])

@@ -55,7 +55,8 @@ class BandwidthEvidence:
     """Per (observation, iteration): ``obs`` (ranks), ``what`` (p2p or op/group),
     ``inter`` (crosses nodes), ``time_ns``, ``bytes``, ``gbps``, ``ratio``, ``z``, ``slow``;
     ``pair`` (one of two of its kind: compared with the other), ``kind`` (its size, or -1 where
-    the link's sizes never recur), ``recurs`` (its kind three times or more)."""
+    the link's sizes never recur), ``recurs`` (its kind three times or more), ``fastest`` (a p2p
+    link judged by its fastest transfers: ``_raised_floors``)."""
     findings: list[LinkFinding] = field(default_factory=list)
     z_crit: float = 0.0
 
@@ -155,8 +156,60 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float) -> B
         slow=pl.col("log_ratio") > pl.max_horizontal(pl.lit(math.log1p(link_threshold)), z_crit * pl.col("spread")),
         excess_ns=(pl.col("time_ns") - pl.col("time_ns") / pl.col("log_ratio").exp()) * pl.col("n"),
     )
+    per = _raised_floors(obs, per)
     findings = _attribute(per)
     return BandwidthEvidence(True, None, per.sort("ratio", descending=True), findings, z_crit)
+
+
+FLOOR_RATIO = 2.0
+"""Of two like links, one whose fastest transfer takes this many times the other's is slow."""
+
+
+def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame) -> pl.DataFrame:
+    """Two like links compared by their fastest transfers, beside their typical ones.
+
+    Where processes share CPUs, a transfer waits for both ends to be scheduled, and a link's
+    typical time is mostly that wait: its median over a step varies by several times from one
+    step to the next, and a link that moves far more than its like one need not stand out by it
+    (megatron-core PP2 x DP2 under mapp's capture, 4 processes on 2 cores, a 4 MB tensor more in
+    every pipeline exchange of one link: its median 3.4-6.1x the other's, yet within the
+    steps' scatter). Waiting only adds, so a link's fastest transfer is what the link itself
+    costs: there the loaded link took 7-14x the other's, in every step, where two like links of
+    healthy jobs differ by at most 1.7x. A p2p link is slow here when its fastest transfer of a kind
+    takes ``FLOOR_RATIO`` x its like link's and its fastest in nearly every iteration is slower
+    too; its excess is what the raised floor costs every transfer."""
+    # (p2p links only: a collective's shortest member time is its last arriver's, which on
+    # shared CPUs still waits for the others to be scheduled in its ring: compared so, the
+    # all-reduces of one DP pair were "slow" in a healthy TP2 x DP2 job and a PP2 x DP2 one)
+    pairs = per.filter(pl.col("pair") & pl.col("recurs") & (pl.col("what") == "p2p"))
+    per = per.with_columns(fastest=pl.lit(False))
+    if pairs.is_empty():
+        return per
+    keys = ["obs", "what", "inter", "bytes"]
+    floors = obs.group_by(keys + ["iteration"]).agg(low=pl.col("time_ns").min())
+    kinds = pairs.select(keys + ["size", "kind"]).unique()
+    floors = floors.join(kinds, on=keys).with_columns(
+        floor=pl.col("low").min().over(["obs", "what", "inter", "kind"]),
+        other=pl.col("low").sum().over(["what", "inter", "size", "kind", "iteration"]) - pl.col("low"),
+        others=pl.len().over(["what", "inter", "size", "kind", "iteration"]),
+    ).filter(pl.col("others") == 2)
+    floors = floors.with_columns(
+        other_floor=(pl.col("floor").sum().over(["what", "inter", "size", "kind", "iteration"]) - pl.col("floor")),
+    ).with_columns(
+        raised=(pl.col("floor") >= FLOOR_RATIO * pl.col("other_floor"))
+        & ((pl.col("low") > pl.col("other")).mean().over(["obs", "what", "inter", "kind"]) >= CONSISTENT),
+    )
+    raised = floors.filter(pl.col("raised")).select(
+        keys + ["iteration"], floor_ratio=pl.col("floor") / pl.col("other_floor"), lift=pl.col("floor") - pl.col("other_floor"))
+    if raised.is_empty():
+        return per
+    per = per.join(raised, on=keys + ["iteration"], how="left")
+    hit = pl.col("floor_ratio").is_not_null() & ~pl.col("slow")
+    return per.with_columns(
+        ratio=pl.when(hit).then(pl.col("floor_ratio")).otherwise(pl.col("ratio")),
+        excess_ns=pl.when(hit).then(pl.col("lift") * pl.col("n")).otherwise(pl.col("excess_ns")),
+        slow=pl.col("slow") | hit, fastest=hit,
+    ).drop("floor_ratio", "lift")
 
 
 _KIND = ["obs", "what", "inter", "kind"]
@@ -181,6 +234,7 @@ def _attribute(per: pl.DataFrame) -> list[LinkFinding]:
     by_obs = slow.group_by(["obs"]).agg(
         ratio=pl.col("ratio").median(), z=pl.col("z").max(), iterations=pl.col("iteration").unique().sort(),
         excess_ns=pl.col("excess_ns").sum() / iterations, inter=pl.col("inter").first(), transfers=pl.col("n").sum(),
+        fastest=pl.col("fastest").any(),
     ).filter(pl.col("transfers") >= 2).sort("ratio", descending=True)
     if by_obs.is_empty():
         return []
@@ -221,8 +275,11 @@ def _attribute(per: pl.DataFrame) -> list[LinkFinding]:
 
 
 def _obs(r: dict, whats: dict) -> dict:
-    return {"ranks": list(r["obs"]), "what": ", ".join(whats[tuple(r["obs"])]), "ratio": round(float(r["ratio"]), 3),
-            "iterations": [int(i) for i in r["iterations"] if i is not None and i >= 0]}
+    out = {"ranks": list(r["obs"]), "what": ", ".join(whats[tuple(r["obs"])]), "ratio": round(float(r["ratio"]), 3),
+           "iterations": [int(i) for i in r["iterations"] if i is not None and i >= 0]}
+    if r["fastest"]:
+        out["compared"] = "fastest transfers"     # ratio: of its fastest transfer to its like link's
+    return out
 
 
 def _median(values: list[float]) -> float:

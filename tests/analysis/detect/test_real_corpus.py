@@ -41,6 +41,8 @@ RIGHT_TODAY = [
     # 3. imbalance without a fault: a heavier last stage, heavy-tailed sequence lengths
     "gpt-pp2dp2-mapp-laststage3of4", "gpt-pp2dp2-prof-laststage2of3",
     "gpt-tp2dp2-mapp-seqlognorm0.8", "gpt-pp2dp2-mapp-seqlognorm0.8",
+    # heavier traffic on one pipeline link: its fastest transfer 7.2x its like link's
+    "gpt-pp2dp2-mapp-link1-3",
 ]
 
 
@@ -176,6 +178,13 @@ EXTRA_RIGHT_TODAY = [
     # each layer of one rank stretched 1.5x under mapp's capture: its spans lose 4-18x the time
     # its gaps do, slow compute ("slow host" before: its gaps stood out too)
     "gpt-pp2dp2-mapp-layer1.5x-r2-run2", "gpt-tp2pp2-mapp-layer1.5x-r3-run2",
+    # a 4 MB tensor more in every exchange of one pipeline link, under mapp's capture: its
+    # fastest transfers 14x and 8x its like link's, its typical ones within the steps' scatter
+    "gpt-pp2dp2-mapp-link1-3-run2", "gpt-tp2pp2-mapp-link0-2-run2",
+    # 20 ms of matmuls before each microbatch outside the model's spans: 80 ms more stalls a
+    # step, last at only 47% of 212 calls (most paced by the TP all-reduces), but keeping the
+    # others waiting in every step (none before)
+    "gpt-tp2dp2-mapp-beforemb20ms-r2-run2",
 ]
 
 
@@ -448,3 +457,27 @@ def test_on_cpus_a_rank_whose_ops_lose_far_more_than_its_gaps_is_slow_compute():
     assert (top.rank, top.kind) == (2, "slow_compute")     # was "slow_host"
     assert top.evidence["launch_gaps"]["flagged"]
     assert top.evidence["peers"]["excess_ms_per_iteration"] > 2 * top.evidence["launch_gaps"]["excess_ms_per_iteration"]
+
+
+def test_of_two_like_pipeline_links_on_shared_cpus_the_one_whose_fastest_transfer_is_slower_is_named():
+    # megatron-core PP2 x DP2 under mapp's capture, 4 processes on 2 cores: every pipeline
+    # exchange between ranks 1 and 3 also moves a 4 MB tensor. A transfer there waits for both
+    # ends to be scheduled, so the link's median per step (3.4x the other's) is within the steps'
+    # scatter; its fastest transfer, which no wait stretches, is 14x the like link's in every step
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-pp2dp2-mapp-link1-3-run2"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {1, 3})      # was no suspect
+    seen = top.evidence["bandwidth"]["observations"][0]
+    assert seen["compared"] == "fastest transfers" and seen["ratio"] > 2.0
+    assert seen["iterations"] == [2, 3, 4, 5]
+
+
+def test_a_host_that_stalls_and_keeps_its_peers_waiting_in_every_step_is_named_however_often_it_is_last():
+    # megatron-core TP2 x DP2 under mapp's capture on 2 cores, 20 ms of matmuls before each
+    # microbatch on rank 2, outside the model's spans: 80 ms more stalls a step. Most of its 212
+    # calls are TP all-reduces paced by the layers before them, where who is last is chance (47%)
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-tp2dp2-mapp-beforemb20ms-r2-run2"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_host")                        # was no suspect
+    assert top.evidence["lateness"]["share_last"] < top.evidence["lateness"]["expected_share"]
+    assert top.evidence["lateness"]["net_delay_ms"] > 0
