@@ -81,13 +81,15 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     lap("peers")
     lateness = collective_lateness(matching, traced)
     lap("lateness")
-    bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link)
+    on_cpus = _cpu_compute(bundle, events)
+    bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
+                               shared_cpus=on_cpus)
     lap("bandwidth")
     iteration_ns = _iteration_ns(iters, events)
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
     suspects, imbalance, victims, grid, below, overruled = combine(
         peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
-        iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=_cpu_compute(bundle, events))
+        iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=on_cpus)
     notes += paced_pairs(peers, lateness, suspects + below)
     notes += overruled
     if below:

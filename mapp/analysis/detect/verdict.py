@@ -100,12 +100,14 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             suspects.append(_late_suspect(row, None, peers, lateness, coords, iteration_ns,
                                           "stage 1 could not run: slow compute or slow host"))
     if bandwidth.ran:
-        # (a host under the threshold is no one's culprit: it explains no link either)
-        hosts = {s.rank: s for s in suspects if s.kind == "slow_host" and not s.slowdown < 1 + slowdown_threshold}
+        hosts = {s.rank: s for s in suspects if s.kind == "slow_host"}
         for f in bandwidth.findings:
             # A slow host launches its transfers late too; where a trace's p2p span starts before
             # the launch (MegatronApp's batched p2p), its links look slow for that reason alone.
-            late_launch = [hosts[r] for r in f.ranks if r in hosts] if f.kind != "slow_nic" else []
+            # Not a link whose fastest transfers are slower: a late launch makes the other side
+            # wait, it does not slow the transfer once both are there (``bandwidth._raised_floors``)
+            fastest = all(o.get("compared") == "fastest transfers" for o in f.observations)
+            late_launch = [hosts[r] for r in f.ranks if r in hosts] if f.kind != "slow_nic" and not fastest else []
             if late_launch:
                 late_launch[0].evidence.setdefault("slow_links_explained", []).extend(f.observations)
                 continue
@@ -142,23 +144,28 @@ def _above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_th
     pair 1.12-1.18x its peer at z 23-34, the other pair 1.03x and 1.18x; one layer 1.5x slower:
     the slowed rank 1.37-1.80x, every other 1.03-1.09x). Work counted, not timed, is no chance
     (``added_work``)."""
-    slowdowns = {r: float(v) for r, v in zip(peers.ranks["rank"].to_list(), peers.ranks["slowdown"].to_list())
-                 if v is not None and v == v}
     kept = []
     for s in suspects:
         own = s.evidence.get("peers", {}).get("slowdown")
-        others = {r: v for r, v in slowdowns.items() if r != s.rank}
-        beside = max(others, key=others.get) if others else None
         # (one under the threshold anyway is said to be below it, which says more)
         timed = (s.kind == "slow_compute" and own is not None and "added_work" not in s.evidence["peers"]
                  and s.slowdown >= 1 + slowdown_threshold)
-        if timed and beside is not None and own < others[beside] * (1 + slowdown_threshold):
+        beside = _slowest_other(peers, s.rank)
+        if timed and beside is not None and own < beside[1] * (1 + slowdown_threshold):
             overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs: rank "
-                             f"{beside} is {others[beside]:.2f}x its own peers, and a slow rank is slower than "
+                             f"{beside[0]} is {beside[1]:.2f}x its own peers, and a slow rank is slower than "
                              f"every other by the threshold, {1 + slowdown_threshold:g}x)")
         else:
             kept.append(s)
     return kept
+
+
+def _slowest_other(peers: PeerEvidence, rank: int) -> tuple[int, float] | None:
+    """The rank other than ``rank`` that stage 1 finds slowest against its own peers, and how
+    much slower, or None where there is no other."""
+    others = [(int(r), float(v)) for r, v in zip(peers.ranks["rank"].to_list(), peers.ranks["slowdown"].to_list())
+              if r != rank and v is not None and v == v]
+    return max(others, key=lambda o: o[1]) if others else None
 
 
 def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],
@@ -305,7 +312,11 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # (stage 2 "leans" when the rank is last far more often than chance and imposes more
     # waiting than it suffers; a flag of stage 1 in only some iterations lasts when it does)
     leans = late is not None and late["last_z"] > late_cut and late["net_ns"] > 0
-    joint = (not row["flagged"] and leans and (row["z"] or 0.0) > peers.z_crit / 2
+    # Not on shared CPUs, where the two are not independent: a process whose core is busier is
+    # slower at everything, its ops and its arrivals alike (megatron-core TP2 x PP2 under mapp's
+    # capture, 4 processes on 2 cores, no fault: rank 0's spans 1.19x its TP peer's at z 1.7,
+    # last at 63% of its calls at z 3.2)
+    joint = (not row["flagged"] and leans and (row["z"] or 0.0) > peers.z_crit / 2 and not shared_cpus
              and float(row["slowdown"]) - 1 >= peers.min_effect)
     if joint or (row["flagged"] and leans):
         row = {**row, "flagged": True, "lasting": True}
@@ -389,8 +400,16 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         host = True
     if not (row["flagged"] or host):
         return None
+    # On shared CPUs a rank slower than every other rank of the job by the threshold, in nearly
+    # every iteration, is no chance of two peers (``_above_shared_cpus``); where its gaps lose
+    # more than its ops, though, its host is the likelier cause (megatron-core TP2 x DP2 under
+    # the profiler, a 20 ms data-path sleep on rank 0: its ops 1.20x, its gaps 28.5 ms a step more)
+    beside = _slowest_other(peers, row["rank"]) if shared_cpus else None
+    alone = (beside is not None and not host and float(row["slowdown"]) >= beside[1] * (1 + slowdown_threshold)
+             and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
+             and (row["excess_ns"] or 0.0) > gap_excess)
     why = _overruled(row, peers, late, host=host, counted=counted, extra=extra, guessed=guessed,
-                     stalled=stalled, busy=busy)
+                     stalled=stalled, busy=busy, alone=alone)
     if why is not None:
         if overruled is not None and (host or float(row["slowdown"]) >= 1 + slowdown_threshold):
             overruled.append(_overruled_line(row, late, host, gap_excess, why))
@@ -456,7 +475,7 @@ def _stalled_iterations(peers: PeerEvidence, rank: int) -> list[int]:
 
 
 def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
-               guessed: bool, stalled: float, busy: float) -> str | None:
+               guessed: bool, stalled: float, busy: float, alone: bool = False) -> str | None:
     """Why a candidate of stage 1 is no suspect after all, or None: the gates below, each with
     the evidence that passes it. Most are stage 2 standing guard where stage 1's comparison is
     weak (``_stage2_agrees``: the rank makes others wait and is last no less often than chance).
@@ -464,7 +483,11 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     1. Where only two ranks can be compared, stage 2 must agree, for a host as for a GPU: a rank
        whose launch gaps look long but that waits on its peer more than it makes the peer wait
        is not what slows the job. Passed by its layers being slower than every other stage's
-       same layers while its stage partner's are not (``peers._layer_alone``), and by counted work.
+       same layers while its stage partner's are not (``peers._layer_alone``), by counted work,
+       and on shared CPUs by ``alone``: slower in nearly every iteration, and than every other
+       rank of the job by the threshold (megatron-core PP2 x DP2 under mapp's capture, each layer
+       of rank 1 stretched 1.2x: its spans 1.43x its DP peer's at z 4.8 in every step, every other
+       rank's at most ~1.05x its own; its one all-reduce a step, 4 in all, last in 2).
     2. One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
        last, whatever its speed); a stage's layers must instead be slower than another stage's
        same layers in most traced iterations, not in one noisy one.
@@ -508,7 +531,7 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,
-         bool(row.get("layer_alone")) or counted_work, "two-peer comparison: stage 2 does not agree"),
+         bool(row.get("layer_alone")) or counted_work or alone, "two-peer comparison: stage 2 does not agree"),
         (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= _iterations(peers),
          False, "one rank a stage: slower than the other stage's same layers in half the iterations or fewer"),
         (peers.mode == "program peers" and late is not None and not agrees,

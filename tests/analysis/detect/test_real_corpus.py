@@ -185,6 +185,13 @@ EXTRA_RIGHT_TODAY = [
     # step, last at only 47% of 212 calls (most paced by the TP all-reduces), but keeping the
     # others waiting in every step (none before)
     "gpt-tp2dp2-mapp-beforemb20ms-r2-run2",
+    # no fault: rank 0's spans 1.19x its TP peer's at z 1.7 and last at 63% of its calls; on
+    # shared cores both say the same thing (its core is busier), not two stages agreeing
+    "gpt-tp2pp2-mapp-healthy-s1",
+    # each layer of rank 1 stretched 1.2x: 1.43x its DP peer in every step, every other rank at
+    # most 1.02x its own, though its one all-reduce a step says nothing (was a slow pipeline
+    # link 0-2 by its medians, then no suspect)
+    "gpt-pp2dp2-mapp-layer1.2x-r1",
 ]
 
 
@@ -481,3 +488,22 @@ def test_a_host_that_stalls_and_keeps_its_peers_waiting_in_every_step_is_named_h
     assert (top.rank, top.kind) == (2, "slow_host")                        # was no suspect
     assert top.evidence["lateness"]["share_last"] < top.evidence["lateness"]["expected_share"]
     assert top.evidence["lateness"]["net_delay_ms"] > 0
+
+
+def test_on_shared_cpus_stage_1_at_half_the_cut_off_and_stage_2_are_not_two_stages_agreeing():
+    # megatron-core TP2 x PP2 under mapp's capture, 4 processes on 2 cores, no fault: rank 0's
+    # spans 1.19x its TP peer's at z 1.7 (the cut 3.2), and it is last at 63% of its 144 calls
+    # (z 3.2). On GPUs two stages leaning the same way name a rank; on shared cores a process
+    # whose core is busier is slower at both ("slow compute 0" before)
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-tp2pp2-mapp-healthy-s1"].directory), threshold=0.1)
+    assert verdict.suspects == []
+
+
+def test_on_shared_cpus_a_rank_slower_than_every_other_needs_no_stage_2_between_two_peers():
+    # megatron-core PP2 x DP2 under mapp's capture, each layer of rank 1 stretched 1.2x: its
+    # spans 1.43x its DP peer's in every step, and no other rank is above 1.02x its own peers.
+    # Its DP pair shares one all-reduce a step (4 traced), last in 2: stage 2 has nothing to say
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-pp2dp2-mapp-layer1.2x-r1"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
+    assert verdict.suspects[0].evidence["lateness"]["share_last"] <= 0.5
+    assert not any(s.kind == "slow_link" for s in verdict.suspects)      # p2p 0-2 by its medians, before
