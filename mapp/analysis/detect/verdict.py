@@ -487,7 +487,10 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
        and on shared CPUs by ``alone``: slower in nearly every iteration, and than every other
        rank of the job by the threshold (megatron-core PP2 x DP2 under mapp's capture, each layer
        of rank 1 stretched 1.2x: its spans 1.43x its DP peer's at z 4.8 in every step, every other
-       rank's at most ~1.05x its own; its one all-reduce a step, 4 in all, last in 2).
+       rank's at most ~1.05x its own; its one all-reduce a step, 4 in all, last in 2). A host is
+       passed by *holding up* its peers: stalls in nearly every iteration while keeping the others
+       waiting in nearly every one (TP2 x PP2, a 20 ms data-path sleep on rank 2: 80 ms more
+       stalls a step at z 97, net 78 ms a step imposed, last at 48% of its TP pair's calls).
     2. One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
        last, whatever its speed); a stage's layers must instead be slower than another stage's
        same layers in most traced iterations, not in one noisy one.
@@ -526,12 +529,14 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     # capture, 4 processes on 2 cores, 20 ms of matmuls before each microbatch outside the
     # model's spans: 80 ms more stalls a step at z 27, net 124 ms a step imposed, last at 47%
     # of 212 calls)
-    stalls = stalls or (bool(row["gap_flagged"]) and _keeps_waiting(late)
-                        and len(_stalled_iterations(peers, row["rank"])) >= CONSISTENT * _iterations(peers))
+    holds_up = (bool(row["gap_flagged"]) and _keeps_waiting(late)
+                and len(_stalled_iterations(peers, row["rank"])) >= CONSISTENT * _iterations(peers))
+    stalls = stalls or holds_up
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,
-         bool(row.get("layer_alone")) or counted_work or alone, "two-peer comparison: stage 2 does not agree"),
+         bool(row.get("layer_alone")) or counted_work or alone or (host and holds_up),
+         "two-peer comparison: stage 2 does not agree"),
         (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= _iterations(peers),
          False, "one rank a stage: slower than the other stage's same layers in half the iterations or fewer"),
         (peers.mode == "program peers" and late is not None and not agrees,

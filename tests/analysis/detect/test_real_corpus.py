@@ -192,6 +192,9 @@ EXTRA_RIGHT_TODAY = [
     # most 1.02x its own, though its one all-reduce a step says nothing (was a slow pipeline
     # link 0-2 by its medians, then no suspect)
     "gpt-pp2dp2-mapp-layer1.2x-r1",
+    # a 20 ms data-path sleep on rank 2 of TP2 x PP2: 80 ms more stalls a step at z 97, keeping
+    # the others waiting in every step, last at 48% of its TP pair's calls (none before)
+    "gpt-tp2pp2-mapp-hostsleep20ms-r2",
 ]
 
 
@@ -507,3 +510,15 @@ def test_on_shared_cpus_a_rank_slower_than_every_other_needs_no_stage_2_between_
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
     assert verdict.suspects[0].evidence["lateness"]["share_last"] <= 0.5
     assert not any(s.kind == "slow_link" for s in verdict.suspects)      # p2p 0-2 by its medians, before
+
+
+def test_a_host_holding_up_its_peers_in_every_step_passes_the_two_peer_gate():
+    # megatron-core TP2 x PP2 under mapp's capture on 2 cores: rank 2 sleeps 20 ms before each
+    # microbatch. Its TP pair's calls are paced by the layers between them, so it is last at 48%
+    # of them; but it stalls 80 ms a step more than its peer and the others wait on it, net, in
+    # every step
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-tp2pp2-mapp-hostsleep20ms-r2"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_host")                        # was no suspect
+    assert top.evidence["lateness"]["share_last"] < 0.5 < top.evidence["launch_gaps"]["z"]
+    assert top.iterations == [2, 3, 4, 5]
