@@ -164,8 +164,7 @@ def _evidence_line(s) -> str:
     b = e.get("bandwidth")
     if b:
         obs = b["observations"]
-        parts.append("; ".join(f"{o['what']} {'-'.join(map(str, o['ranks']))} {o['ratio']:.2f}x slower"
-                               + (f" ({o['compared']})" if o.get("compared") else "") for o in obs[:3])
+        parts.append("; ".join(_link_observation(o) for o in obs[:3])
                      + (f"; +{len(obs) - 3} more" if len(obs) > 3 else ""))
         if b.get("note"):
             parts.append(b["note"])
@@ -180,6 +179,13 @@ def _evidence_line(s) -> str:
     if e.get("note"):
         parts.append(e["note"])
     return "; ".join(parts)
+
+
+def _link_observation(o: dict) -> str:
+    link = f"{o['what']} {'-'.join(map(str, o['ranks']))}"
+    if o.get("compared") == "bytes moved":
+        return f"{link} moves {o['ratio']:.1f}x the bytes of its like links (transfers they do not make)"
+    return f"{link} {o['ratio']:.2f}x slower" + (f" ({o['compared']})" if o.get("compared") else "")
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -56,7 +56,9 @@ class BandwidthEvidence:
     ``inter`` (crosses nodes), ``time_ns``, ``bytes``, ``gbps``, ``ratio``, ``z``, ``slow``;
     ``pair`` (one of two of its kind: compared with the other), ``kind`` (its size, or -1 where
     the link's sizes never recur), ``recurs`` (its kind three times or more), ``fastest`` (a p2p
-    link judged by its fastest transfers: ``_raised_floors``)."""
+    link judged by its fastest transfers: ``_raised_floors``). A finding's observations say what
+    was compared where it was not like transfers' typical times: ``compared`` "fastest transfers"
+    or "bytes moved" (``_added_traffic``)."""
     findings: list[LinkFinding] = field(default_factory=list)
     z_crit: float = 0.0
 
@@ -94,6 +96,7 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     transfers are slow beyond (1 + ``link_threshold``) x like transfers (``Thresholds.link``).
     ``shared_cpus``: the ranks are CPU processes (gloo), where two like p2p links are compared
     by their fastest transfers only (``_raised_floors``)."""
+    added = _added_traffic(matching)
     obs = pl.concat([_p2p(matching), _collectives(matching)])
     obs = obs.filter(pl.col("time_ns") > 0)
     if obs.is_empty():
@@ -117,6 +120,8 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
         class_n=pl.len().over(cls),
     ).filter(pl.col("class_n") >= 2)
     if per.is_empty():
+        if added:       # (its like links' transfers all had an asynchronous side: counted, not timed)
+            return BandwidthEvidence(True, None, per, added, 0.0)
         return BandwidthEvidence(False, "every link or group is the only one of its kind: nothing to compare with")
     # Two of a kind (the two pipeline links of PP2 x DP2, the two TP groups of TP2 x DP2): the
     # median of two is their mean and halves the difference, and two values always sit one
@@ -165,7 +170,70 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
         per = per.with_columns(slow=pl.col("slow") & ~(pl.col("pair") & (pl.col("what") == "p2p")))
     per = _raised_floors(obs, per)
     findings = _attribute(per)
+    named = {f.ranks for f in findings}
+    findings += [f for f in added if f.ranks not in named]
     return BandwidthEvidence(True, None, per.sort("ratio", descending=True), findings, z_crit)
+
+
+def _added_traffic(matching) -> list[LinkFinding]:
+    """p2p links that carry more than their like links: transfers counted, not timed.
+
+    Links are *like* when they carry transfers of a size in common, as many per iteration (the
+    pipeline links of the DP replicas of PP2 x DP2). A link that in nearly every iteration
+    (``CONSISTENT``) also makes transfers of sizes no other link carries, more transfers than its
+    like links in all, moves work they do not: heavier traffic, visible where a trace records
+    every transfer's size (megatron-core PP2 x DP2 under the profiler, every pipeline exchange of
+    one link also moving a 4 MB tensor on a group of its own: 32x its like link's bytes). Links
+    that carry other sizes as often as their like links do (replicas of other sequence lengths)
+    are not counted. Its cost per iteration is the fastest of those transfers' times (a blocking
+    side's time spans the wait for the other end too) times their number; its ``slowdown`` is its
+    bytes per iteration over its like links' median."""
+    p = matching.p2p.filter(pl.col("bytes_match") & (pl.col("src") != pl.col("dst")) & pl.col("iteration").is_not_null())
+    if p.is_empty():
+        return []
+    p = p.select(
+        "bytes", "iteration",
+        lo=pl.min_horizontal("src", "dst"), hi=pl.max_horizontal("src", "dst"),
+        time_ns=pl.min_horizontal(
+            pl.when(~pl.col("send_async")).then(pl.col("send_end_ns") - pl.col("send_start_ns")),
+            pl.when(~pl.col("recv_async")).then(pl.col("recv_end_ns") - pl.col("recv_start_ns"))),
+    ).with_columns(link=pl.format("{}-{}", "lo", "hi"))
+    iterations = p["iteration"].n_unique()
+    counts = p.group_by("link", "bytes", "iteration").agg(n=pl.len())
+    links_of = counts.group_by("bytes").agg(links=pl.col("link").unique())
+    own = links_of.filter(pl.col("links").list.len() == 1)["bytes"].to_list()
+    owners = set(p.filter(pl.col("bytes").is_in(own))["link"].unique().to_list())
+    if not owners:
+        return []
+    per_link = p.group_by("link", "iteration").agg(n=pl.len(), b=pl.col("bytes").sum())
+    findings: list[LinkFinding] = []
+    seen: set[str] = set()
+    for size, links in links_of.filter(pl.col("links").list.len() >= 2).sort("bytes").iter_rows():
+        # like links: as many transfers of this size as each other in every iteration
+        same = counts.filter(pl.col("bytes") == size).group_by("iteration").agg(
+            alike=pl.col("n").n_unique() == 1, links=pl.col("link").n_unique())
+        if not (same["alike"].all() and (same["links"] == len(links)).all() and len(same) == iterations):
+            continue
+        for link in sorted((set(links) & owners) - seen):
+            mine = p.filter((pl.col("link") == link) & pl.col("bytes").is_in(own))
+            like = per_link.filter(pl.col("link").is_in([o for o in links if o != link])).group_by("iteration").agg(
+                n_like=pl.col("n").median(), b_like=pl.col("b").median())
+            both = per_link.filter(pl.col("link") == link).join(like, on="iteration")
+            more = both.filter(pl.col("n") > pl.col("n_like"))
+            if not len(both) or len(more) < CONSISTENT * iterations:
+                continue
+            seen.add(link)
+            fastest = mine.group_by("bytes").agg(t=pl.col("time_ns").min(), n=pl.len())
+            excess = float((fastest["t"].fill_null(0) * fastest["n"]).sum()) / iterations
+            ratio = float(both["b"].median()) / max(float(both["b_like"].median()), 1.0)
+            ranks = [int(r) for r in link.split("-")]
+            findings.append(LinkFinding(
+                kind="slow_link", ranks=tuple(ranks), slowdown=ratio, z=0.0, excess_ns=excess,
+                observations=[{"ranks": ranks, "what": "p2p", "ratio": round(ratio, 3),
+                               "iterations": sorted(int(i) for i in more["iteration"].to_list()),
+                               "compared": "bytes moved"}],
+            ))
+    return findings
 
 
 FLOOR_RATIO = 2.0

@@ -105,8 +105,9 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             # A slow host launches its transfers late too; where a trace's p2p span starts before
             # the launch (MegatronApp's batched p2p), its links look slow for that reason alone.
             # Not a link whose fastest transfers are slower: a late launch makes the other side
-            # wait, it does not slow the transfer once both are there (``bandwidth._raised_floors``)
-            fastest = all(o.get("compared") == "fastest transfers" for o in f.observations)
+            # wait, it does not slow the transfer once both are there (``bandwidth._raised_floors``);
+            # nor one that moves more than its like links (``bandwidth._added_traffic``)
+            fastest = all(o.get("compared") in ("fastest transfers", "bytes moved") for o in f.observations)
             late_launch = [hosts[r] for r in f.ranks if r in hosts] if f.kind != "slow_nic" and not fastest else []
             if late_launch:
                 late_launch[0].evidence.setdefault("slow_links_explained", []).extend(f.observations)

@@ -195,6 +195,9 @@ EXTRA_RIGHT_TODAY = [
     # a 20 ms data-path sleep on rank 2 of TP2 x PP2: 80 ms more stalls a step at z 97, keeping
     # the others waiting in every step, last at 48% of its TP pair's calls (none before)
     "gpt-tp2pp2-mapp-hostsleep20ms-r2",
+    # the same loaded pipeline link under the profiler: the extra tensor's transfers are
+    # recorded, on that link only (none before: its sends async, nothing timed to compare)
+    "gpt-pp2dp2-prof-link1-3",
 ]
 
 
@@ -522,3 +525,16 @@ def test_a_host_holding_up_its_peers_in_every_step_passes_the_two_peer_gate():
     assert (top.rank, top.kind) == (2, "slow_host")                        # was no suspect
     assert top.evidence["lateness"]["share_last"] < 0.5 < top.evidence["launch_gaps"]["z"]
     assert top.iterations == [2, 3, 4, 5]
+
+
+def test_a_pipeline_link_that_moves_transfers_its_like_link_does_not_is_named_by_its_bytes():
+    # megatron-core PP2 x DP2 under the profiler, 4 processes on 2 cores: every pipeline exchange
+    # between ranks 1 and 3 also moves a 4 MB tensor on a group of its own. The profiler records
+    # those transfers with their sizes: the link makes twice its like link's transfers in every
+    # step, 31.5x its bytes. Their sends are asynchronous, so no transfer is timed on both sides
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-pp2dp2-prof-link1-3"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {1, 3})      # was no suspect
+    seen = top.evidence["bandwidth"]["observations"][0]
+    assert seen["compared"] == "bytes moved" and seen["iterations"] == [2, 3, 4, 5]
+    assert 4_000_000 / 131_072 < seen["ratio"] < 4_000_000 / 131_072 + 2    # (4 MB + 128 KB) / 128 KB
