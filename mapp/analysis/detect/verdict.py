@@ -141,9 +141,9 @@ def _above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_th
     is also slower than every other rank of the job by the threshold: processes that share cores
     slow each other for as long as they run, so one of two peers doing the same work is slower
     than the other by chance, and the job's other peers show by how much (megatron-core PP2 x
-    DP2 under the profiler, 4 processes on 2 cores, no fault, 3 runs: in each, one rank of a DP
-    pair 1.12-1.18x its peer at z 23-34, the other pair 1.03x and 1.18x; one layer 1.5x slower:
-    the slowed rank 1.37-1.80x, every other 1.03-1.09x). Work counted, not timed, is no chance
+    DP2 under the profiler, 4 processes on 2 cores, no fault, 3 runs, two healthy and one with a
+    heavier last stage: in each, one rank of a DP pair 1.12-1.18x its peer at z 22-34, the other
+    pair 1.03-1.18x; one layer 1.5x slower: the slowed rank 1.37-1.80x, every other 1.03-1.09x). Work counted, not timed, is no chance
     (``added_work``)."""
     kept = []
     for s in suspects:
