@@ -251,7 +251,7 @@ def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame) -> pl.DataFrame:
     every pipeline exchange of one link: its median 3.4-6.1x the other's, yet within the
     steps' scatter). Waiting only adds, so a link's fastest transfer is what the link itself
     costs: an iteration's fastest on the loaded link took 1.8-46x the like link's (7 runs, 28
-    steps; 8-17x on 4 H100s), 2x or more in 27 of the 28 steps; on the two like links of 29
+    steps; 8-17x on 4 H200s), 2x or more in 27 of the 28 steps; on the two like links of 29
     healthy or otherwise faulty jobs, 2x or more in at most half the steps. A link is slow here when its
     fastest transfer of a kind takes ``FLOOR_RATIO`` x its like link's in nearly every iteration
     (``CONSISTENT``); its ratio is the median over the iterations, its excess what the raised

@@ -152,7 +152,7 @@ def _above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_th
         timed = (s.kind == "slow_compute" and own is not None and "added_work" not in s.evidence["peers"]
                  and s.slowdown >= 1 + slowdown_threshold)
         beside = _slowest_other(peers, s.rank)
-        if timed and beside is not None and own < beside[1] * (1 + slowdown_threshold):
+        if timed and beside is not None and not _stands_out(own, beside, slowdown_threshold):
             overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs: rank "
                              f"{beside[0]} is {beside[1]:.2f}x its own peers, and a slow rank is slower than "
                              f"every other by the threshold, {1 + slowdown_threshold:g}x)")
@@ -167,6 +167,12 @@ def _slowest_other(peers: PeerEvidence, rank: int) -> tuple[int, float] | None:
     others = [(int(r), float(v)) for r, v in zip(peers.ranks["rank"].to_list(), peers.ranks["slowdown"].to_list())
               if r != rank and v is not None and v == v]
     return max(others, key=lambda o: o[1]) if others else None
+
+
+def _stands_out(slowdown: float, beside: tuple[int, float] | None, slowdown_threshold: float) -> bool:
+    """A rank ``slowdown`` x its peers is slower than every other rank of the job (the slowest
+    of them ``beside``, from ``_slowest_other``) by the threshold; False where there is no other."""
+    return beside is not None and slowdown >= beside[1] * (1 + slowdown_threshold)
 
 
 def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],
@@ -406,7 +412,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # more than its ops, though, its host is the likelier cause (megatron-core TP2 x DP2 under
     # the profiler, a 20 ms data-path sleep on rank 0: its ops 1.20x, its gaps 28.5 ms a step more)
     beside = _slowest_other(peers, row["rank"]) if shared_cpus else None
-    alone = (beside is not None and not host and float(row["slowdown"]) >= beside[1] * (1 + slowdown_threshold)
+    alone = (not host and _stands_out(float(row["slowdown"]), beside, slowdown_threshold)
              and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
              and (row["excess_ns"] or 0.0) > gap_excess)
     why = _overruled(row, peers, late, host=host, counted=counted, extra=extra, guessed=guessed,
