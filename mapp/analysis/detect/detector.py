@@ -72,16 +72,16 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     # path: a rank's host then idles while its own (slow) GPU catches up, so idle gaps are no
     # evidence of a slow host there
     judge_gaps = not _synchronizing_tracer(bundle)
+    on_cpus = _cpu_compute(bundle, events)
     peers = compare_peers(events, info.ranks, info.sizes, slow_op=cuts.slowdown, min_effect=cuts.min_effect,
                           judge_gaps=judge_gaps, starts=iters.select("rank", "iteration", "ts_ns"),
-                          gpu_spans=_gpu_spans(bundle))
+                          gpu_spans=_gpu_spans(bundle), shared_cpus=on_cpus)
     if not judge_gaps:
         notes.append("launch gaps not judged: the MegatronApp tracer synchronizes the GPU inside the traced "
                      "path, so a slow GPU's own host idles too")
     lap("peers")
     lateness = collective_lateness(matching, traced)
     lap("lateness")
-    on_cpus = _cpu_compute(bundle, events)
     bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
                                shared_cpus=on_cpus)
     lap("bandwidth")

@@ -132,7 +132,8 @@ def _mode(sizes: dict[str, int] | None, iterations: int, programs: bool) -> tupl
 
 def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, int] | None, *,
                   slow_op: float, min_effect: float, judge_gaps: bool = True,
-                  starts: pl.DataFrame | None = None, gpu_spans: bool = False) -> PeerEvidence:
+                  starts: pl.DataFrame | None = None, gpu_spans: bool = False,
+                  shared_cpus: bool = False) -> PeerEvidence:
     """Run stage 1 (and the launch-gap and stage-balance checks) over ``events``.
 
     ``slow_op``: an op slower than (1 + this) x its peers counts as slow (``share_slow``,
@@ -146,6 +147,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     ``tp``, ``pp``, ``dp``. ``starts`` (``rank``, ``iteration``, ``ts_ns``): where each traced
     iteration began, when the trace marks it; idle time from there to a rank's first op counts
     as a launch gap (a stall at the start of the first traced iteration has nothing before it).
+    ``shared_cpus``: compute is timed on CPU processes sharing cores (``same_work``).
     ``gpu_spans``: the spans are timed on the GPU (CUDA events), where a host that launches
     slowly stretches them too (``idle.launch_bound`` tells it from a slow GPU) and a rank is
     flagged by its backward ops alone too (``_backward_judged``).
@@ -163,7 +165,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
         gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns"), group, coords, min_effect, starts)
-        found = compare_same_work(ops, gaps, coords, group, slow_op=slow_op, min_effect=min_effect)
+        found = compare_same_work(ops, gaps, coords, group, slow_op=slow_op, min_effect=min_effect,
+                                  shared_cpus=shared_cpus)
         if found is None:
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
         per, ranks, z_crit, pairs = found

@@ -12,7 +12,8 @@ Noise on oversubscribed CPUs (a process descheduled in the middle of an op) make
 take longer, by up to several times, and hits different calls of different ranks; the number
 of calls a rank makes of each kind is exact. So a rank's work per iteration is estimated as
 sum over kinds of (calls x typical call time), the typical time being a low quantile of the
-kind's call times (``QUICK``); its slowdown is that over its peers' median calls x typical
+kind's call times (``QUICK``; on CPUs sharing cores also its fastest call, and the rank's
+slowdown is the lesser of the two: ``_least_slowdown``); its slowdown is that over its peers' median calls x typical
 time, for the same kinds. A GPU 20% slower on everything reads 1.2; extra matmuls that double
 a third of the work read about 1.5. A fault lasts: a rank is flagged when the slowdown is
 beyond the scatter of healthy ranks and it is slower in nearly every iteration
@@ -85,9 +86,38 @@ def _child_time(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.
     return out, waits
 
 
+def _fastest(shared_cpus: bool) -> pl.Expr:
+    """A kind's second typical call (``_least_slowdown``): on CPU processes sharing cores its
+    fastest call; elsewhere the ``QUICK`` quantile again, so that the two agree."""
+    return pl.col("self_ns").min() if shared_cpus else pl.col("self_ns").quantile(QUICK)
+
+
+def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
+    """``per`` with each rank's ``own`` and ``peer`` work taken at whichever typical call makes
+    it the less slow over the iterations: each kind's ``QUICK`` quantile or its fastest call.
+
+    On CPU processes sharing cores a call's time depends on what the processes beside it do
+    at that moment, for as long as the job runs, and which process is unlucky is chance: one
+    whose core is busier is descheduled in a good share of its calls of every kind, and one
+    that finds a core to itself for a while has some calls far quicker than its peer ever does
+    (megatron-core PP2 x DP2 under the profiler, 4 processes on 2 cores, no fault, 4 runs: one
+    rank of a DP pair 1.16-1.57x its peer by each kind's quarter quantile and 1.03-1.09x by
+    its fastest call, in 3 of them; in the fourth 0.97x by the quantile, 1.22x by the fastest
+    call). A slow rank is slow by both. Calls are counted either way, so work a rank adds
+    counts whole (plain DDP, 1.5x the forward's matmuls on one rank: 1.14x and 1.19x)."""
+    ratio = per.group_by("rank").agg(
+        quantile=pl.col("own").median() / pl.col("peer").median(),
+        fastest=pl.col("own_fast").median() / pl.col("peer_fast").median())
+    per = per.join(ratio, on="rank").with_columns(fast=pl.col("fastest") < pl.col("quantile"))
+    return per.with_columns(
+        own=pl.when(pl.col("fast")).then(pl.col("own_fast")).otherwise(pl.col("own")),
+        peer=pl.when(pl.col("fast")).then(pl.col("peer_fast")).otherwise(pl.col("peer")),
+    ).drop("own_fast", "peer_fast", "quantile", "fastest", "fast")
+
+
 def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
-    """Per (rank, iteration): work of kinds none of its peers ran (``extra_own``, calls x
-    typical time, and ``extra_t``, measured), counted only where the rank also made more calls
+    """Per (rank, iteration): work of kinds none of its peers ran (``extra_own`` and
+    ``extra_fast``, calls x either typical time, and ``extra_t``, measured), counted only where the rank also made more calls
     of that op name than its peers did: work *added* to the same program (extra matmuls of a
     shape the model never uses), not work *replaced* by other shapes (a replica whose sequences
     were longer runs other shapes, with as many calls of each op as its peers: no fault).
@@ -111,28 +141,36 @@ def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     grid = grid.with_columns(surplus=(pl.col("calls") - pl.Series(others_median(gid, grid["calls"].to_numpy())))
                              .clip(lower_bound=0.0))
     lone = lone.group_by(["rank", *group, "name"]).agg(
-        lone_calls=pl.col("calls").sum(), lone_own=(pl.col("calls") * pl.col("q")).sum(), lone_t=pl.col("t").sum())
+        lone_calls=pl.col("calls").sum(), lone_own=(pl.col("calls") * pl.col("q")).sum(),
+        lone_fast=(pl.col("calls") * pl.col("fast")).sum(), lone_t=pl.col("t").sum())
     added = lone.join(grid.select("rank", *group, "name", "surplus"), on=["rank", *group, "name"]).with_columns(
         share=(pl.col("surplus") / pl.col("lone_calls")).clip(upper_bound=1.0)).filter(pl.col("share") > 0)
     if added.is_empty():
         return None
     return added.group_by(["rank", "iteration"]).agg(
-        extra_own=(pl.col("lone_own") * pl.col("share")).sum(), extra_t=(pl.col("lone_t") * pl.col("share")).sum())
+        extra_own=(pl.col("lone_own") * pl.col("share")).sum(),
+        extra_fast=(pl.col("lone_fast") * pl.col("share")).sum(), extra_t=(pl.col("lone_t") * pl.col("share")).sum())
 
 
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
-                      slow_op: float, min_effect: float) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
+                      slow_op: float, min_effect: float,
+                      shared_cpus: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
     """Stage 1 over ``ops`` (``rank``, ``iteration``, ``name``, ``shape``, ``self_ns``);
     ``gaps`` per (rank, iteration) from ``peers._gaps``. Returns the per (rank, iteration) and
     per-rank tables of ``peers.PeerEvidence``, the cut-off and whether some kind had two peers
-    only; None when no kind of work ran on two or more peers."""
+    only; None when no kind of work ran on two or more peers.
+
+    ``shared_cpus``: compute is timed on CPU processes that share cores; a rank's time on the
+    same work is then judged by each kind's fastest call (``_fastest``)."""
 
     kind = ["name", "shape"]
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
     peers = [c for c in group if c != "rank"]
     # per (rank, kind): the typical time of one call, from its quicker calls (being descheduled
     # only ever makes a call longer)
-    per_call = ops.group_by(["rank", *peers, *kind]).agg(q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64))
+    per_call = ops.group_by(["rank", *peers, *kind]).agg(
+        q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64),
+        fast=_fastest(shared_cpus).cast(pl.Float64))
     counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64),
                                                                       t=pl.col("self_ns").sum().cast(pl.Float64))
     work = counts.join(per_call, on=["rank", *peers, *kind])
@@ -147,19 +185,24 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # each rank against the median of the *others*: with four ranks a slow one would otherwise
     # pull the median of all four halfway to itself (and two peers compare with each other)
     gid = work["gid"].to_numpy()
+    peer_calls = others_median(gid, work["calls"].to_numpy())
     work = work.with_columns(
         own=pl.col("calls") * pl.col("q"),
-        peer=pl.Series(others_median(gid, work["calls"].to_numpy()) * others_median(gid, work["q"].to_numpy())),
+        peer=pl.Series(peer_calls * others_median(gid, work["q"].to_numpy())),
+        own_fast=pl.col("calls") * pl.col("fast"),
+        peer_fast=pl.Series(peer_calls * others_median(gid, work["fast"].to_numpy())),
     )
     per = work.group_by(["rank", "iteration"]).agg(
-        own=pl.col("own").sum(), peer=pl.col("peer").sum(), busy_ns=pl.col("t").sum(), n_ops=pl.len(),
+        pl.col("own", "peer", "own_fast", "peer_fast").sum(), busy_ns=pl.col("t").sum(), n_ops=pl.len(),
         share_slow=pl.col("t").filter(pl.col("own") > (1 + slow_op) * pl.col("peer")).sum() / pl.col("t").sum(),
     )
     if extra is not None:   # work no peer did: the rank's own, against nothing of the peers'
         per = per.join(extra, on=["rank", "iteration"], how="left").with_columns(
             own=pl.col("own") + pl.col("extra_own").fill_null(0.0),
+            own_fast=pl.col("own_fast") + pl.col("extra_fast").fill_null(0.0),
             busy_ns=pl.col("busy_ns") + pl.col("extra_t").fill_null(0.0),
-        ).drop("extra_own", "extra_t")
+        ).drop("extra_own", "extra_fast", "extra_t")
+    per = _least_slowdown(per)
     per = per.with_columns(effect=(pl.col("own") / pl.col("peer")).log())
     per = per.with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
     per = per.join(gaps, on=["rank", "iteration"], how="left")

@@ -334,7 +334,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # time at z 2.1, for another rank's host was 30 ms a step slower by chance, in short gaps;
     # rank 0 last at 60% of 600 collectives at z 4.7, net 126 ms a step)
     stalled = max(row.get("long_excess_ns") or 0.0, 0.0)
-    if (not host and leans and _keeps_waiting(late) and (row["gap_z"] or 0.0) > peers.z_crit / 2
+    # (not on CPUs where its ops lose far more time than its gaps: megatron-core TP2 x DP2
+    # under the profiler, each layer of rank 1 1.5x: its ops 54 ms more a step, stalls 10 ms)
+    if (not host and not on_cpu and leans and _keeps_waiting(late) and (row["gap_z"] or 0.0) > peers.z_crit / 2
             and stalled >= peers.min_effect * busy):
         stalls_in = _stalled_iterations(peers, row["rank"])
         if len(stalls_in) >= CONSISTENT * _iterations(peers):
@@ -373,8 +375,16 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # every iteration, at a real cost, does more work however its times scatter, provided it is
     # not the one kept waiting (last at the collectives no less often than chance)
     guessed = late is not None and bool(late.get("guessed"))
-    counted = (not row["flagged"] and adds_work(row, peers.min_effect)
-               and (late is None or guessed or late["share_last"] >= late["expected_share"]))
+    adds = (adds_work(row, peers.min_effect)
+            and (late is None or guessed or late["share_last"] >= late["expected_share"]))
+    counted = not row["flagged"] and adds
+    # On shared CPUs counted work is evidence for the gates also where stage 1 flagged the rank
+    # on its times, for stage 2's arrivals there are as noisy as those times (plain DDP, 1.5x the
+    # forward's matmuls on one of 4 processes on 2 cores: its compute 1.19x at z 12, last at 3
+    # of 5 all-reduces, yet waiting 16 ms more than it made the others wait). Not on GPUs, where
+    # a rank that waits on its peer is no culprit (2 H100s, FSDP, no fault: rank 1 calls some
+    # ops more often, 1.56x its peer's compute at z 6.7, and waits 3 ms net)
+    counted_work = counted or (adds and shared_cpus)
     if counted:
         row, extra = {**row, "flagged": True}, True
     imposes = leans or (peers.ranks.height == 2 and _keeps_waiting(late))
@@ -415,7 +425,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     alone = (not host and _stands_out(float(row["slowdown"]), beside, slowdown_threshold)
              and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
              and (row["excess_ns"] or 0.0) > gap_excess)
-    why = _overruled(row, peers, late, host=host, counted=counted, extra=extra, guessed=guessed,
+    why = _overruled(row, peers, late, host=host, counted=counted_work, extra=extra, guessed=guessed,
                      stalled=stalled, busy=busy, alone=alone)
     if why is not None:
         if overruled is not None and (host or float(row["slowdown"]) >= 1 + slowdown_threshold):

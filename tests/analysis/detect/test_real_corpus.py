@@ -198,6 +198,10 @@ EXTRA_RIGHT_TODAY = [
     # the same loaded pipeline link under the profiler: the extra tensor's transfers are
     # recorded, on that link only (none before: its sends async, nothing timed to compare)
     "gpt-pp2dp2-prof-link1-3",
+    # no fault: one rank of a DP pair 1.57x and 1.35x its peer by each kind's quarter quantile,
+    # ~1.03x by its fastest call (descheduled in many of its calls); and one 1.22x its peer by
+    # the fastest calls, 0.97x by the quantile. Judged by the lesser of the two, none is a suspect
+    "gpt-pp2dp2-prof-healthy-run3", "gpt-pp2dp2-prof-healthy-run4", "gpt-pp2dp2-prof-healthy-run5",
 ]
 
 
@@ -445,11 +449,12 @@ def test_on_shared_cpus_a_rank_no_slower_than_another_pairs_rank_is_not_a_suspec
     # 5./3. megatron-core PP2 x DP2 under the profiler, 4 processes on 2 cores, no fault: rank 1
     # computes 1.18x its DP peer at z 34 (every iteration), and rank 2, in the other DP pair,
     # 1.18x its own. Two processes doing the same work differ that much by which shares its
-    # core with a busier one, so neither is a GPU suspect ("slow compute 1" before)
+    # core with a busier one, so neither is a GPU suspect ("slow compute 1" before). (Judged by
+    # the lesser of two typical calls, rank 1 is 1.12x and rank 2 1.06x: still no suspect.)
     verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-pp2dp2-prof-healthy-run2"].directory), threshold=0.1)
     assert verdict.suspects == []
-    said = [n for n in verdict.notes if n.startswith("rank 1 computes 1.18x")]
-    assert len(said) == 1 and "on shared CPUs: rank 2 is 1.18x" in said[0]
+    said = [n for n in verdict.notes if n.startswith("rank 1 computes 1.1")]
+    assert len(said) == 1 and "on shared CPUs: rank 2 is 1.0" in said[0]
 
 
 def test_on_shared_cpus_a_rank_slower_than_every_other_by_the_threshold_is_named():
@@ -538,3 +543,27 @@ def test_a_pipeline_link_that_moves_transfers_its_like_link_does_not_is_named_by
     seen = top.evidence["bandwidth"]["observations"][0]
     assert seen["compared"] == "bytes moved" and seen["iterations"] == [2, 3, 4, 5]
     assert 4_000_000 / 131_072 < seen["ratio"] < 4_000_000 / 131_072 + 2    # (4 MB + 128 KB) / 128 KB
+
+
+@pytest.mark.parametrize("case_id", ["gpt-pp2dp2-prof-healthy-run3", "gpt-pp2dp2-prof-healthy-run4"])
+def test_on_shared_cpus_a_rank_descheduled_in_many_calls_is_not_slow_compute(case_id):
+    # megatron-core PP2 x DP2 under the profiler, 4 processes on 2 cores, no fault. One rank of a
+    # DP pair shares its core with a busier process for the whole run: many of its calls of
+    # each kind are descheduled midway (its 8 GEMMs of one shape total 139 ms, its peer's 38 ms),
+    # so by each kind's quarter quantile it computes 1.57x (run3) and 1.35x (run4) its peer in
+    # every step at z 60-90, and every other rank is within 1.04x of its own peers ("slow
+    # compute" before). By each kind's fastest call it is 1.04x and 1.09x.
+    verdict = detect_bundle(load_bundle(EXTRA_CASES[case_id].directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert not [n for n in verdict.notes if "computes 1.3" in n or "computes 1.5" in n]
+
+
+def test_on_shared_cpus_a_rank_whose_peer_had_a_core_to_itself_at_times_is_not_slow_compute():
+    # The other way round (megatron-core PP2 x DP2 under the profiler, no fault): rank 3 had a
+    # core to itself for a while: its fastest GEMM of one shape is 1.63x quicker than its own
+    # quarter quantile and 1.44x than rank 2's fastest, while their quarter quantiles match. By
+    # each kind's fastest call alone rank 2 computes 1.22x its peer at z 39; by the lesser of the
+    # two, 0.97x. (A guard: the quantile alone got this job right too.)
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-pp2dp2-prof-healthy-run5"].directory), threshold=0.1)
+    assert not [s for s in verdict.suspects if s.kind == "slow_compute"]
+    assert not [n for n in verdict.notes if "computes 1.2" in n]
