@@ -33,7 +33,7 @@ step in a test), the GEMMs that real jobs' extra matmuls call again are (6.5-11%
 slowed rank's kernel time on 2 and 4 GPUs)."""
 
 
-def added_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
+def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = False) -> pl.DataFrame | None:
     """Per rank: ``added``, its time over its peers' on the ops it *calls more often* than they
     do (per op name, every shape; calls x typical time), where it makes more calls of that name
     in nearly every traced iteration (``CONSISTENT``); ``added_excess_ns``, that time beyond
@@ -45,9 +45,20 @@ def added_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     A count of calls is exact, however noisy the clocks: a rank that runs 356 GEMMs of a shape
     where its peer runs 277 does 1.28x that work, while its other kernels, the same as its
     peer's, dilute its whole compute to 1.10x (a real 4-GPU job with extra GEMMs inside each
-    layer on one rank). A GPU slow on everything makes no more calls."""
+    layer on one rank). A GPU slow on everything makes no more calls.
+
+    ``shared_cpus``: compute timed on CPU processes sharing cores, where a call's time says more
+    of the processes beside it than of the work: each call is then costed at its peers' typical
+    time for that kind (its own where no peer ran it). (Plain DDP, 1.5x the forward's matmuls on
+    one of 4 processes on 2 cores: the rank's linear layers, duplicates included, took half its
+    peers' time a call, and 1.5x the calls read 0.73x.)"""
     if not peers:
         return None
+    if shared_cpus:
+        key = [*peers, "iteration", "name", "shape"]
+        work = work.filter(pl.col("n") >= 2).sort(key).pipe(lambda w: w.with_columns(q=pl.Series(others_median(
+            w.select(pl.struct(key).rank("dense")).to_series().to_numpy(), w["q"].to_numpy())))).vstack(
+            work.filter(pl.col("n") < 2))
     names = work.group_by(["rank", *peers, "iteration", "name"]).agg(calls=pl.col("calls").sum(),
                                                                      own=(pl.col("calls") * pl.col("q")).sum())
     # every rank of a peer group, in every iteration the group traced, with every name the
@@ -92,7 +103,7 @@ def does_extra_work(row: dict, min_effect: float) -> bool:
     return adds_work(row, min_effect) and row["added_excess_ns"] >= ADDED_SHARE * row["excess_ns"]
 
 
-def adds_work(row: dict, min_effect: float) -> bool:
+def adds_work(row: dict, min_effect: float, *, shared_cpus: bool = False) -> bool:
     """Whether the ops a rank calls more often than its peers, in nearly every iteration, make
     it slower by themselves: they are a real part of its work (``ADDED_PART``), it spends at
     least ``min_effect`` more on them than its peers do, relative to its compute and to their
@@ -100,10 +111,22 @@ def adds_work(row: dict, min_effect: float) -> bool:
     ask whether they explain most of that excess: the counts are exact where the times of 4
     processes sharing 2 cores are not (plain DDP, 1.5x the forward's matmuls on one rank, three
     runs: 1.06-1.16x its peers' compute at z 0.6-2.1, below the cut-off; 1.28-1.64x on the ops
-    it calls more often)."""
+    it calls more often).
+
+    ``shared_cpus``: compute timed on CPU processes sharing cores, where a rank's whole compute
+    may read as less than its peers' though it does more (plain DDP, 2.5x the forward's matmuls
+    on one of 4 processes on 2 cores with a fifth process busy beside them: 1.61x on the ops it
+    calls more often, 23 ms more a step, its whole compute 0.95x its peers' by their times, whose
+    own ranged 0.79-1.33x). There its counted work is not asked to show in its times, and is
+    weighed against its peers' work on the same kinds costed alike (``work_ns``: at their
+    typical calls, as ``added_work`` costs it), not against its measured busy time, which
+    descheduling stretches (1.5x the forward's matmuls: 7.4 ms more a step at the peers' typical
+    calls, 3.1% of its 240 ms busy, 6.1% of the peers' 121 ms of typical work)."""
     added, added_excess, base = row.get("added"), row.get("added_excess_ns"), row.get("added_base_ns")
     excess, busy = row.get("excess_ns") or 0.0, row.get("busy_ns") or 0.0
-    if added is None or added_excess is None or base is None or excess <= 0 or busy <= 0:
+    if shared_cpus and row.get("work_ns"):
+        busy = row["work_ns"]
+    if added is None or added_excess is None or base is None or (excess <= 0 and not shared_cpus) or busy <= 0:
         return False
     return added - 1 >= min_effect and added_excess >= min_effect * busy and base >= ADDED_PART * busy
 

@@ -73,6 +73,9 @@ class PeerEvidence:
     pairs: bool = False
     """Some ops had only two ranks to compare: a slower one could be either's noise, so a
     verdict needs stage 2 to agree (the slow rank also arrives last)."""
+    counted: bool = False
+    """Ops were compared per kind with their calls counted (``same_work``: profiler traces that
+    record shapes), so work a rank adds shows in its counts, not only in its times."""
 
 
 def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
@@ -173,7 +176,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         if not judge_gaps:
             ranks = ranks.with_columns(gap_flagged=pl.lit(False))
         stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
-        return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs)
+        return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs, counted=True)
     ops = leaf_ops(timed)
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)

@@ -177,7 +177,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     key = [*peers, "iteration", *kind]
     work = work.with_columns(n=pl.len().over(key))
     extra = _extra_work(work, peers)
-    added = added_work(work, peers)
+    added = added_work(work, peers, shared_cpus=shared_cpus)
     work = work.filter(pl.col("n") >= 2).with_columns(gid=pl.struct(key).rank("dense"))
     if work.is_empty():
         return None
@@ -193,7 +193,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         peer_fast=pl.Series(peer_calls * others_median(gid, work["fast"].to_numpy())),
     )
     per = work.group_by(["rank", "iteration"]).agg(
-        pl.col("own", "peer", "own_fast", "peer_fast").sum(), busy_ns=pl.col("t").sum(), n_ops=pl.len(),
+        pl.col("own", "peer", "own_fast", "peer_fast").sum(), work_ns=pl.col("peer").sum(),
+        busy_ns=pl.col("t").sum(), n_ops=pl.len(),
         share_slow=pl.col("t").filter(pl.col("own") > (1 + slow_op) * pl.col("peer")).sum() / pl.col("t").sum(),
     )
     if extra is not None:   # work no peer did: the rank's own, against nothing of the peers'
@@ -211,7 +212,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         scatter=(pl.col("effect") - pl.col("effect").median()).abs().median() * MAD_TO_SIGMA,
         consistent=(pl.col("effect").exp() - 1 >= min_effect).mean(),
         share_slow=pl.col("share_slow").median(), n_ops=pl.col("n_ops").sum(),
-        busy_ns=pl.col("busy_ns").median(),
+        busy_ns=pl.col("busy_ns").median(), work_ns=pl.col("work_ns").median(),
         gap_excess_ns=pl.col("gap_excess_ns").median(), gap_ns=pl.col("gap_ns").mean(),
         long_excess_ns=pl.col("long_excess_ns").median(),
         gap_consistent=(pl.col("gap_excess_ns") > 0).mean(),
@@ -239,7 +240,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
              "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", "added", "added_excess_ns",
-             "added_base_ns").sort("rank")
+             "added_base_ns", "work_ns").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),

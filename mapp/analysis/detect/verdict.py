@@ -373,10 +373,14 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         host = False
     # Calls are counted, not timed: a rank that calls ops more often than its peers in nearly
     # every iteration, at a real cost, does more work however its times scatter, provided it is
-    # not the one kept waiting (last at the collectives no less often than chance)
+    # not the one kept waiting (last at the collectives no less often than chance). On shared
+    # CPUs who is last is as much chance as the times are, and no healthy rank there was seen
+    # calling any op more often than its peers (FSDP, plain DDP, megatron-core; on 2 GPUs an FSDP
+    # rank did): plain DDP, 2.5x the forward's matmuls on one of 4 processes on 2 cores beside a
+    # fifth busy one, last at 1 of 5 all-reduces
     guessed = late is not None and bool(late.get("guessed"))
-    adds = (adds_work(row, peers.min_effect)
-            and (late is None or guessed or late["share_last"] >= late["expected_share"]))
+    adds = (adds_work(row, peers.min_effect, shared_cpus=shared_cpus)
+            and (late is None or guessed or shared_cpus or late["share_last"] >= late["expected_share"]))
     counted = not row["flagged"] and adds
     # On shared CPUs counted work is evidence for the gates also where stage 1 flagged the rank
     # on its times, for stage 2's arrivals there are as noisy as those times (plain DDP, 1.5x the
@@ -387,7 +391,16 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     counted_work = counted or (adds and shared_cpus)
     if counted:
         row, extra = {**row, "flagged": True}, True
-    imposes = leans or (peers.ranks.height == 2 and _keeps_waiting(late))
+    # (with more ranks, too, where its stalls alone are the threshold's share of its work in
+    # nearly every iteration: megatron-core TP2 x DP2 under the profiler, 4 processes on 2
+    # cores, two 20 ms sleeps a step on rank 0: 27 ms more stalls a step, 46% of its compute,
+    # net 182 ms imposed, last at 49% of its TP pair's calls, which the layers pace)
+    # (its idle time standing out by half the cut-off, as above: a stage-0 rank of PP2 x DP2
+    # waiting on a heavier last stage stalled 20 ms a step more than its DP peer, 23% of its
+    # compute, at z 1.1, net-imposing in 3 of 4 steps)
+    big_stalls = (stalled >= slowdown_threshold * busy and (row["gap_z"] or 0.0) > peers.z_crit / 2
+                  and len(_stalled_iterations(peers, row["rank"])) >= CONSISTENT * _iterations(peers))
+    imposes = leans or (_keeps_waiting(late) and (peers.ranks.height == 2 or big_stalls))
     if (peers.pairs and imposes and not host and not extra and stalled >= peers.min_effect * busy
             and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
         host = True
@@ -426,7 +439,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
              and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
              and (row["excess_ns"] or 0.0) > gap_excess)
     why = _overruled(row, peers, late, host=host, counted=counted_work, extra=extra, guessed=guessed,
-                     stalled=stalled, busy=busy, alone=alone)
+                     stalled=stalled, busy=busy, alone=alone, big_stalls=big_stalls)
     if why is not None:
         if overruled is not None and (host or float(row["slowdown"]) >= 1 + slowdown_threshold):
             overruled.append(_overruled_line(row, late, host, gap_excess, why))
@@ -492,7 +505,8 @@ def _stalled_iterations(peers: PeerEvidence, rank: int) -> list[int]:
 
 
 def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
-               guessed: bool, stalled: float, busy: float, alone: bool = False) -> str | None:
+               guessed: bool, stalled: float, busy: float, alone: bool = False,
+               big_stalls: bool = False) -> str | None:
     """Why a candidate of stage 1 is no suspect after all, or None: the gates below, each with
     the evidence that passes it. Most are stage 2 standing guard where stage 1's comparison is
     weak (``_stage2_agrees``: the rank makes others wait and is last no less often than chance).
@@ -507,7 +521,9 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
        rank's at most ~1.05x its own; its one all-reduce a step, 4 in all, last in 2). A host is
        passed by *holding up* its peers: stalls in nearly every iteration while keeping the others
        waiting in nearly every one (TP2 x PP2, a 20 ms data-path sleep on rank 2: 80 ms more
-       stalls a step at z 97, net 78 ms a step imposed, last at 48% of its TP pair's calls).
+       stalls a step at z 97, net 78 ms a step imposed, last at 48% of its TP pair's calls), its
+       idle time standing out or its stalls alone the threshold's share of its work
+       (``big_stalls``: TP2 x DP2 under the profiler, 27 ms more stalls a step at z 2.5, 46%).
     2. One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
        last, whatever its speed); a stage's layers must instead be slower than another stage's
        same layers in most traced iterations, not in one noisy one.
@@ -546,7 +562,7 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     # capture, 4 processes on 2 cores, 20 ms of matmuls before each microbatch outside the
     # model's spans: 80 ms more stalls a step at z 27, net 124 ms a step imposed, last at 47%
     # of 212 calls)
-    holds_up = (bool(row["gap_flagged"]) and _keeps_waiting(late)
+    holds_up = ((bool(row["gap_flagged"]) or big_stalls) and _keeps_waiting(late)
                 and len(_stalled_iterations(peers, row["rank"])) >= CONSISTENT * _iterations(peers))
     stalls = stalls or holds_up
     gates = (

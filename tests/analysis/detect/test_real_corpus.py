@@ -202,6 +202,15 @@ EXTRA_RIGHT_TODAY = [
     # ~1.03x by its fastest call (descheduled in many of its calls); and one 1.22x its peer by
     # the fastest calls, 0.97x by the quantile. Judged by the lesser of the two, none is a suspect
     "gpt-pp2dp2-prof-healthy-run3", "gpt-pp2dp2-prof-healthy-run4", "gpt-pp2dp2-prof-healthy-run5",
+    # plain DDP with a fifth process busy on the same 2 cores: the forward's matmuls 1.5x or 2.5x
+    # on one rank, named by its counted calls though its times and its arrivals say nothing
+    # (none before, but for -s1, which the work it adds, costed at its peers' typical calls,
+    # names only against their typical work, not against its own stretched busy time)
+    "ddp4-prof-fwd2.5x-r3-s1-busy", "ddp4-prof-fwd1.5x-r2-busy", "ddp4-prof-fwd1.5x-r2-s1-busy",
+    "ddp4-prof-fwd1.5x-r2-s2-busy",
+    # two 20 ms sleeps a step on rank 0 of TP2 x DP2: 27 ms more stalls a step, 46% of its
+    # compute, at z 2.5, keeping the others waiting in every step (none before)
+    "gpt-tp2dp2-prof-hostsleep20ms-r0-run2",
 ]
 
 
@@ -567,3 +576,41 @@ def test_on_shared_cpus_a_rank_whose_peer_had_a_core_to_itself_at_times_is_not_s
     verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-pp2dp2-prof-healthy-run5"].directory), threshold=0.1)
     assert not [s for s in verdict.suspects if s.kind == "slow_compute"]
     assert not [n for n in verdict.notes if "computes 1.2" in n]
+
+
+def test_on_shared_cpus_counted_work_names_a_rank_that_is_not_last():
+    # Plain DDP, 4 processes on 2 cores with a fifth busy beside them; rank 3 runs 2.5x the
+    # forward's matmuls. Its whole compute reads 0.95x its peers' (theirs 0.79-1.33x) and it is
+    # last at only 1 of 5 all-reduces; its calls of the linear layers' ops are 1.6x its peers' in
+    # every step. Counts are exact: it is named by them (no suspect before)
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["ddp4-prof-fwd2.5x-r3-s1-busy"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (3, "slow_compute")
+    assert top.evidence["lateness"]["share_last"] < top.evidence["lateness"]["expected_share"]
+    assert top.evidence["peers"]["slowdown"] < 1.0 < 1.1 < top.evidence["peers"]["added_work"]["slowdown"]
+
+
+def test_on_shared_cpus_added_calls_are_costed_at_the_peers_typical_call():
+    # Plain DDP beside a fifth busy process; rank 2 runs 1.5x the forward's matmuls. Its linear
+    # layers' calls, duplicates included, took half its peers' time a call, so 1.5x the calls
+    # read 0.73x at its own typical calls: no suspect. At its peers' typical calls, more work
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["ddp4-prof-fwd1.5x-r2-s2-busy"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_compute")
+    added = top.evidence["peers"]["added_work"]
+    assert added["excess_ms_per_iteration"] > 0.1 * added["peers_ms_per_iteration"]
+
+
+def test_a_host_whose_stalls_alone_are_a_tenth_of_its_work_holds_up_its_peers():
+    # megatron-core TP2 x DP2 under the profiler, 4 processes on 2 cores: rank 0 sleeps 20 ms
+    # before each of its 2 microbatches. Its idle time stands out at z 2.5 only (the cut 2.8),
+    # its TP pair's calls are paced by the layers (last at 49%), but it stalls 27 ms a step more
+    # than its peer, 46% of its compute, and the others wait on it, net, in 3 of 4 steps
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-tp2dp2-prof-hostsleep20ms-r0-run2"].directory),
+                            threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_host")                          # was no suspect
+    assert not top.evidence["launch_gaps"]["flagged"]
+    assert top.evidence["launch_gaps"]["excess_ms_per_iteration"] > 20
+    assert top.evidence["lateness"]["share_last"] < 0.5 < top.evidence["lateness"]["net_delay_ms"]
+
