@@ -32,6 +32,15 @@ __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "Combined", "combin
 _FAR_MORE = 2.0
 """On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""
 
+CONTENTION = 1.3
+"""On CPU processes sharing cores, where calls are counted (``PeerEvidence.counted``), the least
+slowdown by its times alone, or by its arrivals alone, that names a rank: which process shares
+its core with a busier one is chance, and lasts the whole run. Healthy megatron-core and plain
+DDP jobs on 4 processes on 2 cores, some beside a fifth busy process: a rank 1.11-1.15x its peers
+by the lesser typical call while slower than every other rank by the threshold, 1.12x by its
+arrivals alone. A fault adds work, which its counted calls show (``added_work``); slowed by
+times alone, 1.41-1.61x (extra matmuls of shapes the model never runs), 2.5-7.4x by arrivals."""
+
 
 def _margin(z: float | None, cut: float) -> float:
     if z is None or not z > cut or cut <= 0:
@@ -93,8 +102,9 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
         if shared_cpus:
             suspects = _above_shared_cpus(suspects, peers, slowdown_threshold, overruled)
         if peers.mode == "program peers" and lateness.ran:
-            suspects += _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns,
+            stand_ins = _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns,
                                        slowdown_threshold)
+            suspects += _late_above_contention(stand_ins, peers, overruled) if shared_cpus else stand_ins
     elif lateness.ran:
         for row in lateness.ranks.filter(pl.col("flagged")).iter_rows(named=True):
             suspects.append(_late_suspect(row, None, peers, lateness, coords, iteration_ns,
@@ -156,6 +166,27 @@ def _above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_th
             overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs: rank "
                              f"{beside[0]} is {beside[1]:.2f}x its own peers, and a slow rank is slower than "
                              f"every other by the threshold, {1 + slowdown_threshold:g}x)")
+        elif timed and peers.counted and own < CONTENTION:
+            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs, by its "
+                             f"times alone, under {CONTENTION:g}x: it calls no op more often than its peers)")
+        else:
+            kept.append(s)
+    return kept
+
+
+def _late_above_contention(suspects: list[Suspect], peers: PeerEvidence, overruled: list[str]) -> list[Suspect]:
+    """Stage 2's stand-ins for slow compute on shared CPUs where calls are counted: slower by its
+    arrivals alone than contention makes a healthy process (``CONTENTION``). (A host stands in
+    by its stalls, which contention does not make.)"""
+    if not peers.counted:
+        return suspects
+    kept = []
+    for s in suspects:
+        alone = s.kind == "slow_compute" and "added_work" not in s.evidence.get("peers", {})
+        if alone and s.slowdown == s.slowdown and s.slowdown < CONTENTION:
+            overruled.append(f"rank {s.rank} slows the iteration {s.slowdown:.2f}x by arriving last: not a suspect "
+                             f"(on shared CPUs, by its arrivals alone, under {CONTENTION:g}x: it calls no op more "
+                             "often than its peers)")
         else:
             kept.append(s)
     return kept
@@ -467,7 +498,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                         "flagged": bool(row["gap_flagged"])},
         "lateness": _late_evidence(late),
     }
-    if extra and not host:
+    # (on shared CPUs counted work is the evidence whether or not it explains most of the timed
+    # excess: ``_above_shared_cpus`` reads it)
+    if (extra or (adds and shared_cpus)) and not host:
         evidence["peers"]["added_work"] = added_evidence(row)
     if launch:
         evidence["launch_bound"] = {"why": row["launch_why"], "ops_spread": round(float(row["ops_spread"]), 3),

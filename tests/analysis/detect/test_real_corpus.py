@@ -211,6 +211,10 @@ EXTRA_RIGHT_TODAY = [
     # two 20 ms sleeps a step on rank 0 of TP2 x DP2: 27 ms more stalls a step, 46% of its
     # compute, at z 2.5, keeping the others waiting in every step (none before)
     "gpt-tp2dp2-prof-hostsleep20ms-r0-run2",
+    # no fault, beside a fifth busy process: one rank 1.11x and 1.15x its peers by its times
+    # alone (slower than every other rank by the threshold), and a plain DDP rank last at 4 of 5
+    # all-reduces, 1.12x by its arrivals: under what contention makes (slow compute before)
+    "gpt-pp2dp2-prof-healthy-s2-busy", "gpt-pp2dp2-prof-laststage2of3-s1-busy", "ddp4-prof-healthy-s1-busy",
 ]
 
 
@@ -613,4 +617,21 @@ def test_a_host_whose_stalls_alone_are_a_tenth_of_its_work_holds_up_its_peers():
     assert not top.evidence["launch_gaps"]["flagged"]
     assert top.evidence["launch_gaps"]["excess_ms_per_iteration"] > 20
     assert top.evidence["lateness"]["share_last"] < 0.5 < top.evidence["lateness"]["net_delay_ms"]
+
+
+@pytest.mark.parametrize(("case_id", "said"), [
+    ("gpt-pp2dp2-prof-healthy-s2-busy", "rank 1 computes 1.11x its peers: not a suspect (on shared CPUs, by its times alone"),
+    ("gpt-pp2dp2-prof-laststage2of3-s1-busy", "rank 3 computes 1.15x its peers: not a suspect (on shared CPUs, by its "
+                                              "times alone"),
+    ("ddp4-prof-healthy-s1-busy", "rank 0 slows the iteration 1.12x by arriving last: not a suspect (on shared CPUs"),
+])
+def test_on_shared_cpus_a_slowdown_by_times_or_arrivals_alone_must_pass_what_contention_makes(case_id, said):
+    # 4 processes on 2 cores with a fifth busy beside them, no fault: the rank that shares its
+    # core with a busier process is slower by its times (slower than every other rank by the
+    # threshold, too) or arrives last, for the whole run. Where calls are counted, a fault adds
+    # work that shows in them; by times or arrivals alone a rank must be slower than contention
+    # makes a healthy one (CONTENTION, 1.3x). "slow compute" before
+    verdict = detect_bundle(load_bundle(EXTRA_CASES[case_id].directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert [n for n in verdict.notes if n.startswith(said)]
 
