@@ -95,7 +95,7 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     """Run stage 3. ``hosts`` maps ``rank`` to ``host`` (null when unknown); a link's or group's
     transfers are slow beyond (1 + ``link_threshold``) x like transfers (``Thresholds.link``).
     ``shared_cpus``: the ranks are CPU processes (gloo), where two like p2p links are compared
-    by their fastest transfers only (``_raised_floors``)."""
+    by their fastest transfers only (``_raised_floors``) and two like groups not by their times."""
     added = _added_traffic(matching)
     obs = pl.concat([_p2p(matching), _collectives(matching)])
     obs = obs.filter(pl.col("time_ns") > 0)
@@ -166,8 +166,11 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     if shared_cpus:
         # their typical transfers are mostly waits for the other end to be scheduled (one of two
         # like pipeline links 2.9x slower by its medians in every step of a job whose only fault
-        # was rank 1's slower layers; its fastest transfers no slower than the other link's)
-        per = per.with_columns(slow=pl.col("slow") & ~(pl.col("pair") & (pl.col("what") == "p2p")))
+        # was rank 1's slower layers; its fastest transfers no slower than the other link's), and
+        # a gloo collective's time is its members' CPU time, which whoever shares their core
+        # stretches (TP2 x DP2, no fault, beside a fifth busy process: one TP group's all-reduces
+        # 4.3x the other's by their medians in 3 of 4 steps)
+        per = per.with_columns(slow=pl.col("slow") & ~pl.col("pair"))
     per = _raised_floors(obs, per)
     findings = _attribute(per)
     named = {f.ranks for f in findings}

@@ -28,32 +28,40 @@ the profiler: 50-500 us)."""
 
 def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
               min_effect: float, starts: pl.DataFrame | None = None,
-              stalled: pl.DataFrame | None = None) -> pl.DataFrame:
+              stalled: pl.DataFrame | None = None, recurring: bool = False) -> pl.DataFrame:
     """Idle time between a rank's consecutive leaf events (compute leaves, communication,
     optimizer), per iteration, compared with its peers'. A slow host launches every op late,
     which shows as such gaps; a slow GPU does not. ``leaves``: ``rank``, ``iteration``,
     ``ts_ns``, ``end_ns`` of the compute leaves; ``starts``: iteration starts, as zero-length
     marks on the timeline (the time before an iteration's first op is idle too); ``stalled``:
     ``rank``, ``iteration``, ``stall_ns`` from :func:`stalls`, host time inside step spans,
-    counted with the idle time."""
+    counted with the idle time. ``recurring``: stalls count only where they recur at one place
+    of the program (``_recurring``); ``leaves`` then carry each leaf's ``name``."""
     # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
     # waiting for peers too: without them a pipeline's first stage, idle on its GPU while a
     # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
     comm_kernel = ((pl.col("cat") == "other") & pl.col("lane").str.starts_with("stream:")
                    & pl.col("name").str.contains("(?i)" + COMM_KERNEL_PATTERN))
+    cols = ["rank", "iteration", "ts_ns", "end_ns"] + (["name"] if recurring else [])
     other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | comm_kernel)
                           & pl.col("iteration").is_not_null()).select(
-        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")
-    )
+        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "name"
+    ).select(cols)
+    leaves = leaves.select(cols)
     parts = [leaves, other.cast(leaves.schema)]
     if starts is not None and len(starts):
         marks = starts.join(leaves.select("rank", "iteration").unique(), on=["rank", "iteration"], how="semi")
-        parts.append(marks.select("rank", "iteration", "ts_ns", end_ns=pl.col("ts_ns")).cast(leaves.schema))
+        parts.append(marks.with_columns(end_ns=pl.col("ts_ns"), name=pl.lit("<start>")).select(cols)
+                     .cast(leaves.schema))
     tl = pl.concat(parts).sort(["rank", "ts_ns"])
     prev = pl.col("end_ns").cum_max().shift(1).over("rank")
     tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
+    stall = pl.col("gap") >= LONG_GAP_NS
+    if recurring:
+        tl = tl.with_columns(_recurring(tl).alias("recurring"))
+        stall = stall & pl.col("recurring")
     per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
-                                                 long_ns=pl.col("gap").filter(pl.col("gap") >= LONG_GAP_NS).sum(),
+                                                 long_ns=pl.col("gap").filter(stall).sum(),
                                                  span_ns=pl.col("end_ns").max() - pl.col("ts_ns").min())
     if stalled is not None and len(stalled):   # host time spent inside a coarse step span
         per = per.join(stalled, on=["rank", "iteration"], how="left").with_columns(
@@ -84,6 +92,22 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
         gap_flagged=pl.col("gap_z") > z_crit, gap_share=pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns")
     ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share", "long_excess_ns")
+
+
+def _recurring(tl: pl.DataFrame) -> pl.Series:
+    """Per gap of ``tl`` (``rank``, ``iteration``, ``name``, ``ts_ns``, ``gap``): whether the rank
+    stalls (``LONG_GAP_NS``) before the n-th call of that op in nearly every iteration
+    (``CONSISTENT``). A host that sleeps, waits on its data or runs work of its own does so at
+    one place of its program each step; a process descheduled on a shared core stalls wherever
+    it was (megatron-core TP2 x DP2 under the profiler, 4 processes on 2 cores beside a fifth:
+    a healthy rank's stalls 45 ms before one all-reduce in one step, 83 ms before another in the
+    next, 10 ms in the two after; a rank sleeping 20 ms before each microbatch: before the same
+    two ops in all four steps)."""
+    iterations = pl.col("iteration").n_unique().over("rank")
+    place = ["rank", "name", pl.int_range(pl.len()).over("rank", "iteration", "name", order_by="ts_ns").alias("nth")]
+    share = tl.with_columns(place[2]).select(
+        ((pl.col("gap") >= LONG_GAP_NS).sum().over("rank", "name", "nth") / iterations)).to_series()
+    return share >= CONSISTENT
 
 
 def _readers_wait(per: pl.DataFrame) -> pl.DataFrame:

@@ -167,7 +167,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         ops = self_times(timed)
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
-        gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns"), group, coords, min_effect, starts)
+        gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns", "name"), group, coords, min_effect,
+                         starts, recurring=shared_cpus)
         found = compare_same_work(ops, gaps, coords, group, slow_op=slow_op, min_effect=min_effect,
                                   shared_cpus=shared_cpus)
         if found is None:

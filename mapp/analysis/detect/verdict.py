@@ -341,7 +341,13 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # busier stretches its ops and the framework's time between them alike (the same job's
     # profiler trace, no fault: 6.4 ms more in ops, 4.6 ms more idle)
     on_cpu = shared_cpus and (row["excess_ns"] or 0.0) > _FAR_MORE * gap_excess
-    host = bool(row["gap_flagged"]) and gap_excess >= peers.min_effect * busy and not on_cpu
+    stalled = max(row.get("long_excess_ns") or 0.0, 0.0)
+    # On shared CPUs, where stage 1 counted calls, its stalls are those that recur at one place of
+    # its program (``idle._recurring``): a process descheduled midway idles wherever it was, and
+    # those gaps name no host (TP2 x DP2, no fault, beside a fifth busy process: a rank's gaps
+    # 26.6 ms a step more than its TP peer's at z 8.2, none of them recurring)
+    recurring = not (shared_cpus and peers.counted) or stalled >= peers.min_effect * busy
+    host = bool(row["gap_flagged"]) and gap_excess >= peers.min_effect * busy and not on_cpu and recurring
     corroborated = late is not None and late["net_z"] > late_cut and late["last_z"] > late_cut
     # Two independent stages that each lean the same way are evidence together: a rank whose
     # compute stands out by half the cut-off and that stage 2 finds keeping the others waiting
@@ -364,7 +370,6 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # 20 ms sleep before each of 4 microbatches on rank 0: 64 ms more stalls a step, yet its idle
     # time at z 2.1, for another rank's host was 30 ms a step slower by chance, in short gaps;
     # rank 0 last at 60% of 600 collectives at z 4.7, net 126 ms a step)
-    stalled = max(row.get("long_excess_ns") or 0.0, 0.0)
     # (not on CPUs where its ops lose far more time than its gaps: megatron-core TP2 x DP2
     # under the profiler, each layer of rank 1 1.5x: its ops 54 ms more a step, stalls 10 ms)
     if (not host and not on_cpu and leans and _keeps_waiting(late) and (row["gap_z"] or 0.0) > peers.z_crit / 2
