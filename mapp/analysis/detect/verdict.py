@@ -24,22 +24,12 @@ from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdi
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.shared_cpus import (FAR_MORE, above_shared_cpus, late_above_contention, slowest_other,
+                                               stands_out)
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 # (the findings' types are re-exported: ``verdict`` was their home before ``findings``)
 __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "Combined", "combine", "paced_pairs"]
-
-_FAR_MORE = 2.0
-"""On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""
-
-CONTENTION = 1.3
-"""On CPU processes sharing cores, where calls are counted (``PeerEvidence.counted``), the least
-slowdown by its times alone, or by its arrivals alone, that names a rank: which process shares
-its core with a busier one is chance, and lasts the whole run. Healthy megatron-core and plain
-DDP jobs on 4 processes on 2 cores, some beside a fifth busy process: a rank 1.11-1.15x its peers
-by the lesser typical call while slower than every other rank by the threshold, 1.12x by its
-arrivals alone. A fault adds work, which its counted calls show (``added_work``); slowed by
-times alone, 1.41-1.61x (extra matmuls of shapes the model never runs), 2.5-7.4x by arrivals."""
 
 
 def _margin(z: float | None, cut: float) -> float:
@@ -100,11 +90,11 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             if s is not None:
                 suspects.append(s)
         if shared_cpus:
-            suspects = _above_shared_cpus(suspects, peers, slowdown_threshold, overruled)
+            suspects = above_shared_cpus(suspects, peers, slowdown_threshold, overruled)
         if peers.mode == "program peers" and lateness.ran:
             stand_ins = _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns,
                                        slowdown_threshold)
-            suspects += _late_above_contention(stand_ins, peers, overruled) if shared_cpus else stand_ins
+            suspects += late_above_contention(stand_ins, peers, overruled) if shared_cpus else stand_ins
     elif lateness.ran:
         for row in lateness.ranks.filter(pl.col("flagged")).iter_rows(named=True):
             suspects.append(_late_suspect(row, None, peers, lateness, coords, iteration_ns,
@@ -143,67 +133,6 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     victims = _victims(lateness, suspects, layout)
     grid = _grid(layout, peers, lateness, flagged, set(victims))
     return Combined(suspects, imbalance, victims, grid, below, overruled)
-
-
-def _above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
-                       overruled: list[str]) -> list[Suspect]:
-    """Where compute is timed on CPUs, a rank timed slower than its peers is a suspect only if it
-    is also slower than every other rank of the job by the threshold: processes that share cores
-    slow each other for as long as they run, so one of two peers doing the same work is slower
-    than the other by chance, and the job's other peers show by how much (megatron-core PP2 x
-    DP2 under the profiler, 4 processes on 2 cores, no fault, 3 runs, two healthy and one with a
-    heavier last stage: in each, one rank of a DP pair 1.12-1.18x its peer at z 22-34, the other
-    pair 1.03-1.18x; one layer 1.5x slower: the slowed rank 1.37-1.80x, every other 1.03-1.09x). Work counted, not timed, is no chance
-    (``added_work``)."""
-    kept = []
-    for s in suspects:
-        own = s.evidence.get("peers", {}).get("slowdown")
-        # (one under the threshold anyway is said to be below it, which says more)
-        timed = (s.kind == "slow_compute" and own is not None and "added_work" not in s.evidence["peers"]
-                 and s.slowdown >= 1 + slowdown_threshold)
-        beside = _slowest_other(peers, s.rank)
-        if timed and beside is not None and not _stands_out(own, beside, slowdown_threshold):
-            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs: rank "
-                             f"{beside[0]} is {beside[1]:.2f}x its own peers, and a slow rank is slower than "
-                             f"every other by the threshold, {1 + slowdown_threshold:g}x)")
-        elif timed and peers.counted and own < CONTENTION:
-            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs, by its "
-                             f"times alone, under {CONTENTION:g}x: it calls no op more often than its peers)")
-        else:
-            kept.append(s)
-    return kept
-
-
-def _late_above_contention(suspects: list[Suspect], peers: PeerEvidence, overruled: list[str]) -> list[Suspect]:
-    """Stage 2's stand-ins for slow compute on shared CPUs where calls are counted: slower by its
-    arrivals alone than contention makes a healthy process (``CONTENTION``). (A host stands in
-    by its stalls, which contention does not make.)"""
-    if not peers.counted:
-        return suspects
-    kept = []
-    for s in suspects:
-        alone = s.kind == "slow_compute" and "added_work" not in s.evidence.get("peers", {})
-        if alone and s.slowdown == s.slowdown and s.slowdown < CONTENTION:
-            overruled.append(f"rank {s.rank} slows the iteration {s.slowdown:.2f}x by arriving last: not a suspect "
-                             f"(on shared CPUs, by its arrivals alone, under {CONTENTION:g}x: it calls no op more "
-                             "often than its peers)")
-        else:
-            kept.append(s)
-    return kept
-
-
-def _slowest_other(peers: PeerEvidence, rank: int) -> tuple[int, float] | None:
-    """The rank other than ``rank`` that stage 1 finds slowest against its own peers, and how
-    much slower, or None where there is no other."""
-    others = [(int(r), float(v)) for r, v in zip(peers.ranks["rank"].to_list(), peers.ranks["slowdown"].to_list())
-              if r != rank and v is not None and v == v]
-    return max(others, key=lambda o: o[1]) if others else None
-
-
-def _stands_out(slowdown: float, beside: tuple[int, float] | None, slowdown_threshold: float) -> bool:
-    """A rank ``slowdown`` x its peers is slower than every other rank of the job (the slowest
-    of them ``beside``, from ``_slowest_other``) by the threshold; False where there is no other."""
-    return beside is not None and slowdown >= beside[1] * (1 + slowdown_threshold)
 
 
 def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],
@@ -340,7 +269,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # in its spans a step, 6.2 ms more idle, gaps at z 4.5). A process whose core is merely
     # busier stretches its ops and the framework's time between them alike (the same job's
     # profiler trace, no fault: 6.4 ms more in ops, 4.6 ms more idle)
-    on_cpu = shared_cpus and (row["excess_ns"] or 0.0) > _FAR_MORE * gap_excess
+    on_cpu = shared_cpus and (row["excess_ns"] or 0.0) > FAR_MORE * gap_excess
     stalled = max(row.get("long_excess_ns") or 0.0, 0.0)
     # On shared CPUs, where stage 1 counted calls, its stalls are those that recur at one place of
     # its program (``idle._recurring``): a process descheduled midway idles wherever it was, and
@@ -467,11 +396,11 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     if not (row["flagged"] or host):
         return None
     # On shared CPUs a rank slower than every other rank of the job by the threshold, in nearly
-    # every iteration, is no chance of two peers (``_above_shared_cpus``); where its gaps lose
+    # every iteration, is no chance of two peers (``shared_cpus.above_shared_cpus``); where its gaps lose
     # more than its ops, though, its host is the likelier cause (megatron-core TP2 x DP2 under
     # the profiler, a 20 ms data-path sleep on rank 0: its ops 1.20x, its gaps 28.5 ms a step more)
-    beside = _slowest_other(peers, row["rank"]) if shared_cpus else None
-    alone = (not host and _stands_out(float(row["slowdown"]), beside, slowdown_threshold)
+    beside = slowest_other(peers, row["rank"]) if shared_cpus else None
+    alone = (not host and stands_out(float(row["slowdown"]), beside, slowdown_threshold)
              and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
              and (row["excess_ns"] or 0.0) > gap_excess)
     why = _overruled(row, peers, late, host=host, counted=counted_work, extra=extra, guessed=guessed,
@@ -504,7 +433,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         "lateness": _late_evidence(late),
     }
     # (on shared CPUs counted work is the evidence whether or not it explains most of the timed
-    # excess: ``_above_shared_cpus`` reads it)
+    # excess: ``shared_cpus.above_shared_cpus`` reads it)
     if (extra or (adds and shared_cpus)) and not host:
         evidence["peers"]["added_work"] = added_evidence(row)
     if launch:

@@ -1,0 +1,91 @@
+"""The verdict's rules for compute timed on CPU processes that share cores (gloo jobs).
+
+Processes that share cores slow each other for as long as they run, and which one is unlucky is
+chance: the one whose core is busier is descheduled in a good share of its calls and arrives last
+at many collectives, for the whole run. So where ``detector._cpu_compute`` says the ranks are such
+processes, a rank slower by its times or its arrivals alone must stand out beyond what that makes,
+and work a fault adds is judged by its counted calls (``added_work``). The rules that read one
+candidate's evidence live in ``verdict._compute_suspect`` (its ``shared_cpus`` switch); these are
+the ones that look across ranks.
+"""
+
+from __future__ import annotations
+
+from mapp.analysis.detect.findings import Suspect
+from mapp.analysis.detect.peers import PeerEvidence
+
+__all__ = ["FAR_MORE", "CONTENTION", "above_shared_cpus", "late_above_contention", "slowest_other", "stands_out"]
+
+FAR_MORE = 2.0
+"""On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""
+
+CONTENTION = 1.3
+"""On CPU processes sharing cores, where calls are counted (``PeerEvidence.counted``), the least
+slowdown by its times alone, or by its arrivals alone, that names a rank: which process shares
+its core with a busier one is chance, and lasts the whole run. Healthy megatron-core and plain
+DDP jobs on 4 processes on 2 cores, some beside a fifth busy process: a rank 1.11-1.15x its peers
+by the lesser typical call while slower than every other rank by the threshold, 1.12x by its
+arrivals alone. A fault adds work, which its counted calls show (``added_work``); slowed by
+times alone, 1.41-1.61x (extra matmuls of shapes the model never runs), 2.5-7.4x by arrivals."""
+
+
+def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
+                      overruled: list[str]) -> list[Suspect]:
+    """Where compute is timed on CPUs, a rank timed slower than its peers is a suspect only if it
+    is also slower than every other rank of the job by the threshold: processes that share cores
+    slow each other for as long as they run, so one of two peers doing the same work is slower
+    than the other by chance, and the job's other peers show by how much (megatron-core PP2 x
+    DP2 under the profiler, 4 processes on 2 cores, no fault, 3 runs, two healthy and one with a
+    heavier last stage: in each, one rank of a DP pair 1.12-1.18x its peer at z 22-34, the other
+    pair 1.03-1.18x; one layer 1.5x slower: the slowed rank 1.37-1.80x, every other 1.03-1.09x).
+    Where calls are counted, also faster than contention makes a healthy process (``CONTENTION``).
+    Work counted, not timed, is no chance (``added_work``)."""
+    kept = []
+    for s in suspects:
+        own = s.evidence.get("peers", {}).get("slowdown")
+        # (one under the threshold anyway is said to be below it, which says more)
+        timed = (s.kind == "slow_compute" and own is not None and "added_work" not in s.evidence["peers"]
+                 and s.slowdown >= 1 + slowdown_threshold)
+        beside = slowest_other(peers, s.rank)
+        if timed and beside is not None and not stands_out(own, beside, slowdown_threshold):
+            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs: rank "
+                             f"{beside[0]} is {beside[1]:.2f}x its own peers, and a slow rank is slower than "
+                             f"every other by the threshold, {1 + slowdown_threshold:g}x)")
+        elif timed and peers.counted and own < CONTENTION:
+            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs, by its "
+                             f"times alone, under {CONTENTION:g}x: it calls no op more often than its peers)")
+        else:
+            kept.append(s)
+    return kept
+
+
+def late_above_contention(suspects: list[Suspect], peers: PeerEvidence, overruled: list[str]) -> list[Suspect]:
+    """Stage 2's stand-ins for slow compute on shared CPUs where calls are counted: slower by its
+    arrivals alone than contention makes a healthy process (``CONTENTION``). (A host stands in
+    by its stalls, which contention does not make.)"""
+    if not peers.counted:
+        return suspects
+    kept = []
+    for s in suspects:
+        alone = s.kind == "slow_compute" and "added_work" not in s.evidence.get("peers", {})
+        if alone and s.slowdown == s.slowdown and s.slowdown < CONTENTION:
+            overruled.append(f"rank {s.rank} slows the iteration {s.slowdown:.2f}x by arriving last: not a suspect "
+                             f"(on shared CPUs, by its arrivals alone, under {CONTENTION:g}x: it calls no op more "
+                             "often than its peers)")
+        else:
+            kept.append(s)
+    return kept
+
+
+def slowest_other(peers: PeerEvidence, rank: int) -> tuple[int, float] | None:
+    """The rank other than ``rank`` that stage 1 finds slowest against its own peers, and how
+    much slower, or None where there is no other."""
+    others = [(int(r), float(v)) for r, v in zip(peers.ranks["rank"].to_list(), peers.ranks["slowdown"].to_list())
+              if r != rank and v is not None and v == v]
+    return max(others, key=lambda o: o[1]) if others else None
+
+
+def stands_out(slowdown: float, beside: tuple[int, float] | None, slowdown_threshold: float) -> bool:
+    """A rank ``slowdown`` x its peers is slower than every other rank of the job (the slowest
+    of them ``beside``, from ``slowest_other``) by the threshold; False where there is no other."""
+    return beside is not None and slowdown >= beside[1] * (1 + slowdown_threshold)
