@@ -48,17 +48,16 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     layer on one rank). A GPU slow on everything makes no more calls.
 
     ``shared_cpus``: compute timed on CPU processes sharing cores, where a call's time says more
-    of the processes beside it than of the work: each call is then costed at its peers' typical
-    time for that kind (its own where no peer ran it). (Plain DDP, 1.5x the forward's matmuls on
-    one of 4 processes on 2 cores: the rank's linear layers, duplicates included, took half its
-    peers' time a call, and 1.5x the calls read 0.73x.)"""
+    of the processes beside it than of the work: every rank's calls of a kind are then costed
+    at one price, the median of the ranks' typical times for it, and only the counts differ.
+    (Plain DDP, 1.5x the forward's matmuls on one of 4 processes on 2 cores: the rank's linear
+    layers, duplicates included, took half its peers' time a call, and 1.5x the calls read 0.73x
+    at its own; in another run its GEMMs took 1.5x theirs, and costed at the others' median with
+    its own among theirs, 6 calls against 4 read 1.01x over its added names.)"""
     if not peers:
         return None
     if shared_cpus:
-        key = [*peers, "iteration", "name", "shape"]
-        work = work.filter(pl.col("n") >= 2).sort(key).pipe(lambda w: w.with_columns(q=pl.Series(others_median(
-            w.select(pl.struct(key).rank("dense")).to_series().to_numpy(), w["q"].to_numpy())))).vstack(
-            work.filter(pl.col("n") < 2))
+        work = work.with_columns(q=pl.col("q").median().over([*peers, "iteration", "name", "shape"]))
     names = work.group_by(["rank", *peers, "iteration", "name"]).agg(calls=pl.col("calls").sum(),
                                                                      own=(pl.col("calls") * pl.col("q")).sum())
     # every rank of a peer group, in every iteration the group traced, with every name the
@@ -118,10 +117,10 @@ def adds_work(row: dict, min_effect: float, *, shared_cpus: bool = False) -> boo
     on one of 4 processes on 2 cores with a fifth process busy beside them: 1.61x on the ops it
     calls more often, 23 ms more a step, its whole compute 0.95x its peers' by their times, whose
     own ranged 0.79-1.33x). There its counted work is not asked to show in its times, and is
-    weighed against its peers' work on the same kinds costed alike (``work_ns``: at their
-    typical calls, as ``added_work`` costs it), not against its measured busy time, which
-    descheduling stretches (1.5x the forward's matmuls: 7.4 ms more a step at the peers' typical
-    calls, 3.1% of its 240 ms busy, 6.1% of the peers' 121 ms of typical work)."""
+    weighed against its peers' work on the same kinds at their typical calls (``work_ns``), not
+    against its measured busy time, which descheduling stretches (1.5x the forward's matmuls
+    beside a fifth busy process: its busy time 240 ms a step, its peers' typical work 121 ms;
+    its added calls 24.9 ms at ``added_work``'s one price)."""
     added, added_excess, base = row.get("added"), row.get("added_excess_ns"), row.get("added_base_ns")
     excess, busy = row.get("excess_ns") or 0.0, row.get("busy_ns") or 0.0
     if shared_cpus and row.get("work_ns"):

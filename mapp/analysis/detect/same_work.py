@@ -185,11 +185,11 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # one call descheduled midway is all there is (megatron-core TP2 x DP2, heavy-tailed
     # sequence lengths, most kinds called once: a rank's one GELU 9.1 ms where its TP peer's
     # took 1.0 ms). Its time is not compared there; its calls are still counted (above).
+    # (its work, and its peers' on it, still count in the rank's whole: ``busy_ns``, ``work_ns``)
     timed = (pl.col("total") >= _FEW_CALLS) if shared_cpus else pl.lit(True)
-    work = work.filter((pl.col("n") >= 2) & timed).with_columns(gid=pl.struct(key).rank("dense"))
-    if work.is_empty():
+    work = work.filter(pl.col("n") >= 2).with_columns(gid=pl.struct(key).rank("dense"))
+    if work.filter(timed).is_empty():
         return None
-    pairs = bool(work["n"].min() < 3)
     # each rank against the median of the *others*: with four ranks a slow one would otherwise
     # pull the median of all four halfway to itself (and two peers compare with each other)
     gid = work["gid"].to_numpy()
@@ -200,11 +200,13 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         own_fast=pl.col("calls") * pl.col("fast"),
         peer_fast=pl.Series(peer_calls * others_median(gid, work["fast"].to_numpy())),
     )
+    whole = work.group_by(["rank", "iteration"]).agg(work_ns=pl.col("peer").sum(), busy_ns=pl.col("t").sum())
+    work = work.filter(timed)
+    pairs = bool(work["n"].min() < 3)
     per = work.group_by(["rank", "iteration"]).agg(
-        pl.col("own", "peer", "own_fast", "peer_fast").sum(), work_ns=pl.col("peer").sum(),
-        busy_ns=pl.col("t").sum(), n_ops=pl.len(),
+        pl.col("own", "peer", "own_fast", "peer_fast").sum(), n_ops=pl.len(),
         share_slow=pl.col("t").filter(pl.col("own") > (1 + slow_op) * pl.col("peer")).sum() / pl.col("t").sum(),
-    )
+    ).join(whole, on=["rank", "iteration"], how="left")
     if extra is not None:   # work no peer did: the rank's own, against nothing of the peers'
         per = per.join(extra, on=["rank", "iteration"], how="left").with_columns(
             own=pl.col("own") + pl.col("extra_own").fill_null(0.0),

@@ -204,8 +204,8 @@ EXTRA_RIGHT_TODAY = [
     "gpt-pp2dp2-prof-healthy-run3", "gpt-pp2dp2-prof-healthy-run4", "gpt-pp2dp2-prof-healthy-run5",
     # plain DDP with a fifth process busy on the same 2 cores: the forward's matmuls 1.5x or 2.5x
     # on one rank, named by its counted calls though its times and its arrivals say nothing
-    # (none before, but for -s1, which the work it adds, costed at its peers' typical calls,
-    # names only against their typical work, not against its own stretched busy time)
+    # (none before but -s1, which was named at the session's start and lost to a pricing of
+    # added calls tried on the way: a guard)
     "ddp4-prof-fwd2.5x-r3-s1-busy", "ddp4-prof-fwd1.5x-r2-busy", "ddp4-prof-fwd1.5x-r2-s1-busy",
     "ddp4-prof-fwd1.5x-r2-s2-busy",
     # two 20 ms sleeps a step on rank 0 of TP2 x DP2: 27 ms more stalls a step, 46% of its
@@ -219,6 +219,9 @@ EXTRA_RIGHT_TODAY = [
     # before); heavy-tailed lengths, kinds called once, one of them descheduled ("slow
     # compute"); a rank's gaps 26.6 ms a step more than its TP peer's, none recurring ("slow host")
     "gpt-tp2dp2-prof-healthy-s1-busy", "gpt-tp2dp2-prof-seqlognorm0.8-busy", "gpt-tp2dp2-prof-healthy-busy",
+    # plain DDP, 1.5x the forward's matmuls, on a quiet machine: its GEMMs took 1.5x its peers'
+    # time a call; the calls it adds are costed at one price for every rank
+    "ddp4-prof-fwd1.5x-r2-run3",
 ]
 
 
@@ -598,10 +601,21 @@ def test_on_shared_cpus_counted_work_names_a_rank_that_is_not_last():
     assert top.evidence["peers"]["slowdown"] < 1.0 < 1.1 < top.evidence["peers"]["added_work"]["slowdown"]
 
 
-def test_on_shared_cpus_added_calls_are_costed_at_the_peers_typical_call():
+def test_on_shared_cpus_every_ranks_calls_of_a_kind_are_costed_at_one_price():
+    # Plain DDP, 1.5x the forward's matmuls on rank 2: 6 GEMM calls a step of one shape where
+    # its peers make 4, each 1.5x as long as theirs (its core busier). Costed at each rank's
+    # others' median, its own slow calls among its peers' prices, the 6 read as 1.01x the 4 over
+    # the names it calls more often; at one price for all, the counts alone decide (1.5x)
+    verdict = detect_bundle(load_bundle(EXTRA_CASES["ddp4-prof-fwd1.5x-r2-run3"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_compute")
+    assert top.evidence["peers"]["added_work"]["slowdown"] > 1.3
+
+
+def test_on_shared_cpus_added_calls_are_not_costed_at_the_ranks_own_typical_call():
     # Plain DDP beside a fifth busy process; rank 2 runs 1.5x the forward's matmuls. Its linear
     # layers' calls, duplicates included, took half its peers' time a call, so 1.5x the calls
-    # read 0.73x at its own typical calls: no suspect. At its peers' typical calls, more work
+    # read 0.73x at its own typical calls: no suspect. At one price for every rank, more work
     verdict = detect_bundle(load_bundle(EXTRA_CASES["ddp4-prof-fwd1.5x-r2-s2-busy"].directory), threshold=0.1)
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (2, "slow_compute")
