@@ -103,11 +103,10 @@ def _recurring(tl: pl.DataFrame) -> pl.Series:
     a healthy rank's stalls 45 ms before one all-reduce in one step, 83 ms before another in the
     next, 10 ms in the two after; a rank sleeping 20 ms before each microbatch: before the same
     two ops in all four steps)."""
-    iterations = pl.col("iteration").n_unique().over("rank")
-    place = ["rank", "name", pl.int_range(pl.len()).over("rank", "iteration", "name", order_by="ts_ns").alias("nth")]
-    share = tl.with_columns(place[2]).select(
-        ((pl.col("gap") >= LONG_GAP_NS).sum().over("rank", "name", "nth") / iterations)).to_series()
-    return share >= CONSISTENT
+    nth = pl.int_range(pl.len()).over("rank", "iteration", "name", order_by="ts_ns")
+    stalls = (pl.col("gap") >= LONG_GAP_NS).sum().over("rank", "name", "nth")
+    share = stalls / pl.col("iteration").n_unique().over("rank")
+    return tl.with_columns(nth=nth).select(share >= CONSISTENT).to_series()
 
 
 def _readers_wait(per: pl.DataFrame) -> pl.DataFrame:

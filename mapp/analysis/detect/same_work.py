@@ -12,9 +12,9 @@ Noise on oversubscribed CPUs (a process descheduled in the middle of an op) make
 take longer, by up to several times, and hits different calls of different ranks; the number
 of calls a rank makes of each kind is exact. So a rank's work per iteration is estimated as
 sum over kinds of (calls x typical call time), the typical time being a low quantile of the
-kind's call times (``QUICK``; on CPUs sharing cores also its fastest call, and the rank's
-slowdown is the lesser of the two: ``_least_slowdown``); its slowdown is that over its peers' median calls x typical
-time, for the same kinds. A GPU 20% slower on everything reads 1.2; extra matmuls that double
+kind's call times (``QUICK``); its slowdown is that over its peers' median calls x typical
+time, for the same kinds (on CPU processes sharing cores, the lesser of that and the same at
+each kind's fastest call: ``_least_slowdown``). A GPU 20% slower on everything reads 1.2; extra matmuls that double
 a third of the work read about 1.5. A fault lasts: a rank is flagged when the slowdown is
 beyond the scatter of healthy ranks and it is slower in nearly every iteration
 (``CONSISTENT``). Idle gaps (a slow host) are judged alike: the median excess over the
@@ -120,10 +120,11 @@ def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
 
 def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     """Per (rank, iteration): work of kinds none of its peers ran (``extra_own`` and
-    ``extra_fast``, calls x either typical time, and ``extra_t``, measured), counted only where the rank also made more calls
-    of that op name than its peers did: work *added* to the same program (extra matmuls of a
-    shape the model never uses), not work *replaced* by other shapes (a replica whose sequences
-    were longer runs other shapes, with as many calls of each op as its peers: no fault).
+    ``extra_fast``, calls x either typical time, and ``extra_t``, measured), counted only where
+    the rank also made more calls of that op name than its peers did: work *added* to the same
+    program (extra matmuls of a shape the model never uses), not work *replaced* by other shapes
+    (a replica whose sequences were longer runs other shapes, with as many calls of each op as
+    its peers: no fault).
 
     The surplus of calls of a name is the rank's count less the median of its peers' (0 for a
     peer that never ran that name); the kinds only the rank ran are counted up to that surplus."""
@@ -164,7 +165,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     only; None when no kind of work ran on two or more peers.
 
     ``shared_cpus``: compute is timed on CPU processes that share cores; a rank's time on the
-    same work is then judged by each kind's fastest call (``_fastest``)."""
+    same work is then the lesser of two estimates (``_least_slowdown``), kinds called under
+    ``_FEW_CALLS`` times are not timed, and the work it adds is counted at one price
+    (``added_work``)."""
 
     kind = ["name", "shape"]
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
