@@ -364,7 +364,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # waiting on a heavier last stage stalled 20 ms a step more than its DP peer, 23% of its
     # compute, at z 1.1, net-imposing in 3 of 4 steps)
     big_stalls = (stalled >= slowdown_threshold * busy and (row["gap_z"] or 0.0) > peers.z_crit / 2
-                  and len(_stalled_iterations(peers, row["rank"])) >= CONSISTENT * _iterations(peers))
+                  and _stalls_last(peers, row["rank"]))
     imposes = leans or (_keeps_waiting(late) and (peers.ranks.height == 2 or big_stalls))
     if (peers.pairs and imposes and not host and not extra and stalled >= peers.min_effect * busy
             and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
@@ -471,6 +471,11 @@ def _stalled_iterations(peers: PeerEvidence, rank: int) -> list[int]:
     return sorted(int(i) for i in mine["iteration"].to_list())
 
 
+def _stalls_last(peers: PeerEvidence, rank: int) -> bool:
+    """``rank`` stalled longer than its peers in nearly every iteration (``CONSISTENT``)."""
+    return len(_stalled_iterations(peers, rank)) >= CONSISTENT * _iterations(peers)
+
+
 def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
                guessed: bool, stalled: float, busy: float, alone: bool = False,
                big_stalls: bool = False) -> str | None:
@@ -530,7 +535,7 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     # model's spans: 80 ms more stalls a step at z 27, net 124 ms a step imposed, last at 47%
     # of 212 calls)
     holds_up = ((bool(row["gap_flagged"]) or big_stalls) and _keeps_waiting(late)
-                and len(_stalled_iterations(peers, row["rank"])) >= CONSISTENT * _iterations(peers))
+                and _stalls_last(peers, row["rank"]))
     stalls = stalls or holds_up
     gates = (
         # (applies, passed by, why)
