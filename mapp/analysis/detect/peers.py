@@ -216,13 +216,20 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         maybe = ranks.filter(~pl.col("flagged") & (pl.col("z") > z_crit / 2)
                              & (pl.col("slowdown") - 1 >= min_effect))["rank"]
         candidate = pl.col("rank").is_in(maybe.implode())
-        judged = per.with_columns(flagged=pl.col("flagged") | candidate)
+        # and a rank flagged only by its iterations judged together (``_judged_together``), none
+        # of which ``per`` records: 4 H200s, PP2 x DP2, lognormal lengths, no fault: a rank whose
+        # host paced its forward spans at ~2.2 ms whatever their length, its backward ops like
+        # its peer's, read 1.28x with no iteration flagged on its own (a rank with some flagged
+        # iterations keeps to those: a transient fault is judged where it was)
+        alone = per.filter(pl.col("flagged"))["rank"].unique()
+        together = pl.col("rank").is_in(ranks.filter(pl.col("flagged") & ~pl.col("rank").is_in(alone.implode()))["rank"].implode())
+        judged = per.with_columns(flagged=pl.col("flagged") | candidate | together)
         bound = launch_bound(ops, judged, min_effect).with_columns(
             launch_bound=pl.col("launch_bound") & (~candidate | (pl.col("peers_spread") > NOISE)),
             # its slowdown stays its own: only a flagged rank's is read off its backward ops
             ops_median=pl.when(candidate).then(None).otherwise(pl.col("ops_median")))
         ranks = ranks.join(bound, on="rank", how="left").with_columns(
-            pl.col("launch_bound").fill_null(False)).with_columns(
+            pl.col("launch_bound").fill_null(False), pl.col("gpu_alike").fill_null(False)).with_columns(
             slowdown=pl.when(~pl.col("launch_bound") & pl.col("ops_median").is_not_null())
             .then(pl.max_horizontal(pl.col("ops_median").exp(), pl.col("slowdown"))).otherwise(pl.col("slowdown")))
     pairs = _two_peers(ops)

@@ -14,6 +14,7 @@ ranked by estimated cost to the job, then confidence.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import polars as pl
@@ -84,9 +85,10 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     suspects: list[Suspect] = []
     overruled: list[str] = []
     if peers.mode != "skipped":
+        replica = _replica_waits(peers, late, coords)
         for row in peers.ranks.iter_rows(named=True):
             s = _compute_suspect(row, peers, late.get(row["rank"]), lateness.z_crit, coords, pfac, iteration_ns,
-                                 slowdown_threshold, overruled, shared_cpus)
+                                 slowdown_threshold, overruled, shared_cpus, row["rank"] in replica)
             if s is not None:
                 suspects.append(s)
         if shared_cpus:
@@ -254,9 +256,30 @@ def _keeps_waiting(late: dict | None) -> bool:
     return late is not None and late["net_ns"] > 0 and (late.get("net_lasting") or 0.0) >= CONSISTENT
 
 
+def _replica_waits(peers: PeerEvidence, late: dict, coords: dict) -> set[int]:
+    """The ranks of a pipeline whose stage 2 speaks through their replica: another stage of
+    the same replica (same dp and tp), not slower than its own peers, keeps its data-parallel
+    peers waiting in nearly every iteration and is last no less often than chance.
+
+    A slow stage makes the stages before and after it wait at their point-to-point transfers,
+    and they, not it, then reach their stage's all-reduce last: 4 H200s, megatron-core PP2 x
+    DP2 under the profiler, 1.5x the layers' FLOPs on rank 2 (stage 1 of replica 0): rank 0, its
+    stage 0, last at all 4 of its all-reduces, 184 ms net imposed, its compute 1.00x; rank 2 at
+    its own all-reduces last at 2 of 4, net 0.05 ms waited."""
+    if not coords or max((c["pp"] for c in coords.values()), default=0) < 1:
+        return set()
+    slow = {r["rank"] for r in peers.ranks.iter_rows(named=True) if r["flagged"] or r.get("gap_flagged")}
+    leaning = {r for r, row in late.items()
+               if r not in slow and _keeps_waiting(row) and _stage2_agrees(row)}
+    return {r for r, c in coords.items() if any(
+        p != r and coords[p]["dp"] == c["dp"] and coords[p]["tp"] == c["tp"] and coords[p]["pp"] != c["pp"]
+        for p in leaning if p in coords)}
+
+
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
                      pfac: float, iteration_ns: float | None, slowdown_threshold: float,
-                     overruled: list[str] | None = None, shared_cpus: bool = False) -> Suspect | None:
+                     overruled: list[str] | None = None, shared_cpus: bool = False,
+                     replica: bool = False) -> Suspect | None:
     busy = row["busy_ns"] or 0.0
     gap_excess = max(row["gap_excess_ns"] or 0.0, 0.0)
     # A slow host shows as idle launch gaps; they count when they are a real share of the
@@ -391,8 +414,17 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # gaps of 1 ms and more 1.7-2.1% of its work, its gaps at z 1.0-2.5; 20 ms of host work
         # before each microbatch: 63%; simulated slow hosts: gaps at z 78-360)
         if stalled < peers.min_effect * busy and not row["gap_flagged"]:
-            return None
-        host = True
+            # where its backward ops are slower alike and only its forward pass slower still, a
+            # host that neither stalls nor idles longer is no cause: its GPU is (4 H200s, TP2 x
+            # DP2, 1.2x the layers' FLOPs on rank 0: every backward op 1.15x its peer's, its
+            # forward ops 1.77x, its gaps at z 0.8; a simulated host 10x slower at launching
+            # stretched its backward ops alike too, but idled at z 78-360)
+            if not row.get("gpu_alike"):
+                return None
+            # at what its backward ops say: the forward pass adds its host's pace
+            launch, row = False, {**row, "slowdown": math.exp(float(row["ops_median"]))}
+        else:
+            host = True
     if not (row["flagged"] or host):
         return None
     # On shared CPUs a rank slower than every other rank of the job by the threshold, in nearly
@@ -404,7 +436,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
              and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
              and (row["excess_ns"] or 0.0) > gap_excess)
     why = _overruled(row, peers, late, host=host, counted=counted_work, extra=extra, guessed=guessed,
-                     stalled=stalled, busy=busy, alone=alone, big_stalls=big_stalls)
+                     stalled=stalled, busy=busy, alone=alone, big_stalls=big_stalls, replica=replica)
     if why is not None:
         if overruled is not None and (host or float(row["slowdown"]) >= 1 + slowdown_threshold):
             overruled.append(_overruled_line(row, late, host, gap_excess, why))
@@ -478,7 +510,7 @@ def _stalls_last(peers: PeerEvidence, rank: int) -> bool:
 
 def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
                guessed: bool, stalled: float, busy: float, alone: bool = False,
-               big_stalls: bool = False) -> str | None:
+               big_stalls: bool = False, replica: bool = False) -> str | None:
     """Why a candidate of stage 1 is no suspect after all, or None: the gates below, each with
     the evidence that passes it. Most are stage 2 standing guard where stage 1's comparison is
     weak (``_stage2_agrees``: the rank makes others wait and is last no less often than chance).
@@ -496,6 +528,8 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
        stalls a step at z 97, net 78 ms a step imposed, last at 48% of its TP pair's calls), its
        idle time standing out or its stalls alone the threshold's share of its work
        (``big_stalls``: TP2 x DP2 under the profiler, 27 ms more stalls a step at z 2.5, 46%).
+       In a pipeline a rank slower by its compute is passed by its replica too
+       (``_replica_waits``): another stage of it keeps its own peers waiting.
     2. One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
        last, whatever its speed); a stage's layers must instead be slower than another stage's
        same layers in most traced iterations, not in one noisy one.
@@ -540,7 +574,8 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,
-         bool(row.get("layer_alone")) or counted_work or alone or (host and holds_up),
+         bool(row.get("layer_alone")) or counted_work or alone or (host and holds_up)
+         or (replica and not host and bool(row["flagged"])),
          "two-peer comparison: stage 2 does not agree"),
         (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= _iterations(peers),
          False, "one rank a stage: slower than the other stage's same layers in half the iterations or fewer"),

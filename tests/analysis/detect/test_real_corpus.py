@@ -257,8 +257,16 @@ GPU4_MAPP_RIGHT_TODAY = [
     "gpt-tp2dp2-mapp-layer1.2x-r0-gpu",
     # one of two like pipeline links moving an extra tensor: compared with the other
     "gpt-pp2dp2-mapp-link1-3-gpu", "gpt-pp2dp2-mapp-link0-2-gpu", "gpt-tp2pp2-mapp-link0-2-gpu",
+    # 4 H200s (the three below): the same job again, its forward ops 1.77x, every backward op
+    # 1.15x, no idle time beyond its peers': a GPU, not a host (wrong at 834992d: none)
+    "gpt-tp2dp2-mapp-layer1.2x-r0-gpu-run2",
+    # TP2 x PP2, 1.5x the layers' FLOPs on rank 3: its layers' backward ops 1.16-1.23x, its
+    # output layer's as its peer's; alike within each kind of op (wrong at 834992d: none)
+    "gpt-tp2pp2-mapp-layer1.5x-r3-s1-gpu",
 ]
 GPU4_MAPP_HOST_PACED = "gpt-tp2dp2-mapp-seqlognorm0.8-gpu"
+# no fault, but its host paced one rank's forward spans 1.28x its peer's: no GPU (the test below)
+GPU4_MAPP_HOST_NAMED = "gpt-pp2dp2-mapp-seqlognorm0.5-gpu"
 
 
 @pytest.mark.parametrize("case_id", RIGHT_TODAY + GPU2_RIGHT_TODAY + EXTRA_RIGHT_TODAY + GPU4_RIGHT_TODAY
@@ -336,6 +344,33 @@ def test_a_rank_whose_host_paces_its_gpu_is_no_suspect(tmp_path, case_id):
     assert verdict.suspects == []
 
 
+def test_a_gpu_is_read_off_its_backward_ops_where_its_host_paces_its_forward_pass(tmp_path):
+    # 2. 4 H200s, megatron-core TP2 x DP2 under mapp's capture, 1.2x the layers' FLOPs on rank 0:
+    # its forward spans ran 1.77x its peer's (host-paced, the added matmuls launched from
+    # Python), its backward ops 1.15x, every one alike; no stalls, its gaps at z 0.8. The forward
+    # pass far slower than the backward made it "launch-bound" with no host to blame: no suspect.
+    case = GPU4_MAPP_CASES["gpt-tp2dp2-mapp-layer1.2x-r0-gpu-run2"]
+    shutil.copytree(case.directory, tmp_path / "job")
+    verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_compute")]
+    top = verdict.suspects[0]
+    # the GPU's slowdown (its backward ops'), not its host's pace over all its spans (1.21x)
+    assert 1.1 < top.slowdown < 1.2
+    assert not top.evidence["launch_gaps"]["flagged"]
+
+
+def test_a_rank_flagged_only_over_its_iterations_together_is_judged_by_its_backward_ops(tmp_path):
+    # 3. 4 H200s, PP2 x DP2, lognormal sequence lengths, no fault. Rank 1's host paced its
+    # forward spans at ~2.2 ms a layer whatever their length (its DP peer's: 1.2-1.4 ms); its
+    # backward ops matched its peer's. No single iteration stood out, their median did, and the
+    # launch-bound test, which looked only at flagged iterations, never saw it: "slow compute
+    # 1.28x". Not a GPU (its host, idling at z 5.6 between spans, is what a verdict may name).
+    case = GPU4_MAPP_CASES[GPU4_MAPP_HOST_NAMED]
+    shutil.copytree(case.directory, tmp_path / "job")
+    verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
+    assert not [s for s in verdict.suspects if s.kind == "slow_compute"]
+
+
 def test_of_two_like_links_the_one_slower_in_every_iteration_is_named(tmp_path):
     # PP2 x DP2 has two pipeline links, 0-2 and 1-3: two of a kind, whose median halves any
     # difference. Each is compared with the other, against how the difference varies by
@@ -352,7 +387,8 @@ def test_of_two_like_links_the_one_slower_in_every_iteration_is_named(tmp_path):
 def test_every_listed_case_is_in_the_corpus_with_its_files():
     assert set(RIGHT_TODAY) <= set(CASES) and set(GPU2_RIGHT_TODAY) <= set(GPU2_CASES)
     assert set(EXTRA_RIGHT_TODAY) == set(EXTRA_CASES) and set(GPU4_RIGHT_TODAY) == set(GPU4_CASES)
-    assert set(GPU4_MAPP_RIGHT_TODAY) == set(GPU4_MAPP_CASES) - {GPU4_MAPP_HOST_PACED, *GPU4_MAPP_PACED_RERUNS}
+    assert set(GPU4_MAPP_RIGHT_TODAY) == set(GPU4_MAPP_CASES) - {GPU4_MAPP_HOST_PACED, *GPU4_MAPP_PACED_RERUNS,
+                                                                  GPU4_MAPP_HOST_NAMED}
     for case in ([CASES[i] for i in RIGHT_TODAY] + [GPU2_CASES[i] for i in GPU2_RIGHT_TODAY]
                  + [EXTRA_CASES[i] for i in EXTRA_RIGHT_TODAY] + [GPU4_CASES[i] for i in GPU4_RIGHT_TODAY]
                  + [GPU4_MAPP_CASES[i] for i in GPU4_MAPP_RIGHT_TODAY]):

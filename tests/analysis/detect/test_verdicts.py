@@ -452,3 +452,31 @@ def test_shifting_one_clock_changes_no_verdict(rank6_slow, tmp_path):
     assert b.suspects[0].slowdown == pytest.approx(a.suspects[0].slowdown, rel=1e-3)
     assert b.victims == a.victims and _roles(b) == _roles(a)
     assert b.grid["share_last"].to_list() == pytest.approx(a.grid["share_last"].to_list(), abs=1e-9)
+
+
+def test_in_a_pipeline_a_stage_speaks_for_its_replica_at_stage_2():
+    # 4 H200s, megatron-core PP2 x DP2 under the profiler, 1.5x the layers' FLOPs on rank 2
+    # (stage 1 of replica 0), stage 2 as measured: rank 2 last at 2 of its 4 all-reduces,
+    # 0.05 ms net waited; rank 0 (stage 0 of the same replica, its compute 1.00x) last at all 4
+    # of its own, 184 ms net imposed, for it waited on rank 2's transfers. Rank 2 is passed by
+    # its replica; rank 3 (the other replica) is not, nor is rank 0 (it leans itself).
+    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.verdict import _replica_waits
+
+    coords = {0: {"tp": 0, "pp": 0, "dp": 0}, 1: {"tp": 0, "pp": 0, "dp": 1},
+              2: {"tp": 0, "pp": 1, "dp": 0}, 3: {"tp": 0, "pp": 1, "dp": 1}}
+    ranks = pl.DataFrame({"rank": [0, 1, 2, 3], "flagged": [False, False, True, False],
+                          "gap_flagged": [False, False, False, False]})
+    peers = PeerEvidence("stage peers", ranks=ranks, pairs=True)
+
+    def late(share, net_ms, lasting):
+        return {"share_last": share, "expected_share": 0.5, "net_ns": net_ms * 1e6, "net_lasting": lasting}
+
+    measured = {0: late(1.0, 184.3, 1.0), 1: late(0.5, -0.5, 0.5), 2: late(0.5, -0.05, 0.5), 3: late(0.0, -183.8, 0.0)}
+    assert _replica_waits(peers, measured, coords) == {2}
+    # the same stage 2 where the leaning rank's own compute is slow: it speaks for itself
+    flagged_too = peers.ranks.with_columns(flagged=pl.Series([True, False, True, False]))
+    assert _replica_waits(PeerEvidence("stage peers", ranks=flagged_too, pairs=True), measured, coords) == set()
+    # no pipeline: no replica to speak for
+    flat = {r: {**c, "pp": 0, "dp": r} for r, c in coords.items()}
+    assert _replica_waits(peers, measured, flat) == set()
