@@ -205,6 +205,14 @@ def _iterations(peers: PeerEvidence) -> int:
     return peers.rank_iterations["iteration"].n_unique()
 
 
+def _slower_iterations(peers: PeerEvidence, rank: int) -> list[int]:
+    """The iterations in which ``rank`` computed slower than its peers (its effect above 0)."""
+    per = peers.rank_iterations
+    if per.is_empty() or "effect" not in per.columns:
+        return []
+    return sorted(int(i) for i in per.filter((pl.col("rank") == rank) & (pl.col("effect") > 0))["iteration"].to_list())
+
+
 def paced_pairs(peers: PeerEvidence, lateness: LatenessEvidence, suspects: list[Suspect]) -> list[str]:
     """Notes for a job of two ranks in which one kept the other waiting in nearly every iteration
     yet is no suspect: its extra idle time was nearly all in short gaps (under ``idle.LONG_GAP_NS``),
@@ -322,7 +330,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     joint = (not row["flagged"] and (leans or pair_leans) and (row["z"] or 0.0) > peers.z_crit / 2
              and not shared_cpus and float(row["slowdown"]) - 1 >= peers.min_effect)
     if joint or (row["flagged"] and leans):
-        row = {**row, "flagged": True, "lasting": True}
+        # (named jointly, with no iteration flagged on its own: the iterations it computed slower in)
+        row = {**row, "flagged": True, "lasting": True,
+               "iterations": row["iterations"] or _slower_iterations(peers, row["rank"])}
     # And for a host: stalls (idle gaps of 1 ms and more) a real share of its work beyond its
     # peers', its idle time standing out by half the cut-off, in a rank that stage 2 finds
     # keeping the others waiting in nearly every iteration (4 H100s, megatron-core TP2 x DP2, a

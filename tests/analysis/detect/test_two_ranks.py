@@ -40,6 +40,8 @@ def test_of_two_the_rank_that_keeps_the_other_waiting_every_iteration_is_named_w
     verdict = detect_bundle(load_bundle(tmp_path), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
     assert verdict.suspects[0].slowdown > 1.1
+    # no iteration stood out alone: it is reported in those it computed slower in (both)
+    assert verdict.suspects[0].iterations == [0, 1]
 
 
 # (seed 2 is left out: its replica 1 draws longer sequences and reads 1.36x at z 2.0, "slow
