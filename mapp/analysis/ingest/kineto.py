@@ -23,7 +23,9 @@ What this reader keeps and how it maps it:
 * ``iteration``: ``ProfilerStep#N`` spans become ``cat="iteration"`` rows (lane "iteration")
   with iteration N; every other event gets the N of the step span containing its start, a GPU
   event that of its launching runtime call (by ``correlation``; null when the launch was not
-  recorded, i.e. before the profiling window); null outside any step.
+  recorded, i.e. before the profiling window); null outside any step. A trace with no step
+  spans (profiled without ``schedule``/``step()``) gets ``mapp:iteration#N`` spans from its
+  optimizer steps (``Optimizer.step#*`` annotations; ``_infer_steps``) and a warning says so.
 * communication, one canonical event per call so that nothing is counted twice:
   GPU events carrying ``Collective name`` if the rank has any; else CPU events carrying it
   (``record_param_comms`` and friends). ``gloo:*`` annotations are canonical unless the rank
@@ -140,7 +142,8 @@ _GROUP_LABELS = {
     "TENSOR_AND_CONTEXT_PARALLEL_GROUP": "tp_cp",
 }
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-_STEP = re.compile(r"ProfilerStep#(\d+)$")
+_STEP = re.compile(r"(?:ProfilerStep|mapp:iteration)#(\d+)$")
+_OPTIMIZER_STEP = "Optimizer.step#"
 _C10D_P2P = {"c10d::send": "send", "c10d::recv_": "recv", "c10d::recv_any_source_": "recv"}
 
 
@@ -198,6 +201,10 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
     world_size = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
 
     kept = _collect(raw)
+    inferred = _infer_steps(kept)
+    if inferred:
+        warn(f"{path}: no ProfilerStep spans (profiled without a schedule); {inferred} iterations "
+             f"taken from its optimizer steps ({_OPTIMIZER_STEP}*)")
     n = len(kept.name)
     ts_ns = (pl.Series(kept.ts, dtype=pl.Float64) * 1000.0).round(0).cast(pl.Int64) + base
     dur_ns = (pl.Series(kept.dur, dtype=pl.Float64) * 1000.0).round(0).cast(pl.Int64)
@@ -313,6 +320,32 @@ class _Kept:
         self.ts.append(ts)
         self.dur.append(dur)
         self.args.append(args)
+
+
+def _infer_steps(kept: _Kept) -> int:
+    """Where a trace has no ``ProfilerStep#N`` spans (a profiler used without ``schedule`` and
+    ``step()``), iteration spans ``mapp:iteration#N`` from its optimizer steps: PyTorch's
+    optimizers annotate each ``step()`` as ``Optimizer.step#<class>.step``, and a training step
+    ends with one. Iteration 0 runs from the first event on the host to the end of the first
+    optimizer step, iteration N from the end of step N-1 to the end of step N; what follows the
+    last is in no iteration (a step the profiler stopped inside). Nested optimizer steps (a
+    wrapper's around its inner optimizer's) count once. Returns how many it added (0 where the
+    trace has step spans or no optimizer step)."""
+    cpu = [i for i, c in enumerate(kept.cat) if c not in _GPU_CATS]
+    if not cpu or any(_STEP.match(kept.name[i]) for i in cpu):
+        return 0
+    opt = sorted((kept.ts[i], kept.ts[i] + kept.dur[i], kept.tid[i]) for i in cpu
+                 if kept.name[i].startswith(_OPTIMIZER_STEP) and kept.cat[i] == "user_annotation")
+    outer: list[tuple] = []
+    for start, end, tid in opt:
+        if outer and start < outer[-1][1]:      # inside the previous one
+            continue
+        outer.append((start, end, tid))
+    begin = min(kept.ts[i] for i in cpu)
+    for k, (_, end, tid) in enumerate(outer):
+        kept.add(f"mapp:iteration#{k}", "user_annotation", tid, begin, end - begin, {"mapp_inferred": _OPTIMIZER_STEP})
+        begin = end
+    return len(outer)
 
 
 def _collect(raw: list) -> _Kept:

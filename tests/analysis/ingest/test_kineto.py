@@ -7,6 +7,7 @@ tests/fixtures/kineto_nccl/README.md), not from the reader.
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 
@@ -302,3 +303,45 @@ def test_a_trace_whose_metadata_fills_the_head_is_still_found(tmp_path):
     bundle = load_bundle(tmp_path)
     assert sorted(bundle.ranks["rank"].to_list()) == [0, 1, 2, 3]
     assert bundle.events.height > 0
+
+
+# --- a trace profiled without a schedule: no ProfilerStep spans --------------------------------
+
+DDP4_GPU = FIXTURES.parent / "corpus" / "cases-gpu4" / "ddp4-prof-fwd2.5x-r3-gpu"
+
+
+def _without_steps(tmp_path):
+    out = []
+    for f in sorted(DDP4_GPU.glob("rank-*.json.gz")):
+        doc = json.loads(gzip.open(f).read())
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+        path = tmp_path / f.name.removesuffix(".gz")
+        path.write_bytes(orjson.dumps(doc))
+        out.append(path)
+    return out
+
+
+def test_without_step_spans_iterations_come_from_the_optimizer_steps(tmp_path):
+    # 4 H200s, plain DDP, 5 profiler steps (2-6), each ending in one SGD step. Profiled without a
+    # schedule the same trace has no ProfilerStep spans: every kernel was outside any iteration
+    # and stage 1 could not run. Each optimizer step now ends an iteration, and the iterations
+    # hold what the profiler's steps held.
+    with_steps, _ = _read(sorted(DDP4_GPU.glob("rank-*.json.gz")))
+    warnings: list[str] = []
+    events, _ = _read(_without_steps(tmp_path), warnings)
+    spans = events.filter(pl.col("cat") == "iteration")
+    assert spans.filter(pl.col("rank") == 0)["name"].sort().to_list() == [f"mapp:iteration#{k}" for k in range(5)]
+    assert len(warnings) == 4 and all("5 iterations taken from its optimizer steps" in w for w in warnings)
+
+    def per_step(ev, first):
+        calls = ev.filter((pl.col("cat") == "collective") & pl.col("iteration").is_not_null())
+        return calls.group_by("rank", it=pl.col("iteration") - first).len().sort("rank", "it")
+
+    assert per_step(events, 0).equals(per_step(with_steps, 2))
+    kernels = events.filter(pl.col("cat") == "compute")
+    assert kernels["iteration"].null_count() == with_steps.filter(pl.col("cat") == "compute")["iteration"].null_count()
+
+
+def test_step_spans_win_over_optimizer_steps(gloo):
+    events, _ = gloo
+    assert not events.filter(pl.col("name").str.starts_with("mapp:iteration")).height
