@@ -81,7 +81,7 @@ class DetectReport:
             cost = f"+{s.excess_ns / 1e6:,.2f} ms" if s.excess_ns else ""
             # an iteration "without" it is shown only where the estimate leaves one (a stall in a
             # few iterations costs those more than the median iteration lasts)
-            if s.without_ns and s.iteration_ns:
+            if s.excess_ns and s.without_ns and s.iteration_ns:
                 cost += f" ({s.iteration_ns / 1e6:,.2f} -> {s.without_ns / 1e6:,.2f})"
             table.add_row(str(i), Text(s.label(), style="mapp.suspect"), where, _KIND_LABEL.get(s.kind, s.kind),
                           f"{s.confidence:.2f}", "?" if s.slowdown != s.slowdown else f"{s.slowdown:.2f}x",

@@ -100,6 +100,8 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     obs = pl.concat([_p2p(matching), _collectives(matching)])
     obs = obs.filter(pl.col("time_ns") > 0)
     if obs.is_empty():
+        if added:       # (every transfer had an asynchronous side: counted, not timed)
+            return BandwidthEvidence(True, None, obs, added, 0.0)
         return BandwidthEvidence(False, "no matched p2p message or complete collective")
     host_of = dict(zip(hosts["rank"].to_list(), hosts["host"].to_list()))
     known_hosts = any(h is not None for h in host_of.values())
@@ -189,8 +191,9 @@ def _added_traffic(matching) -> list[LinkFinding]:
     one link also moving a 4 MB tensor on a group of its own: 32x its like link's bytes). Links
     that carry other sizes as often as their like links do (replicas of other sequence lengths)
     are not counted. Its cost per iteration is the fastest of those transfers' times (a blocking
-    side's time spans the wait for the other end too) times their number; its ``slowdown`` is its
-    bytes per iteration over its like links' median."""
+    side's time spans the wait for the other end too) times their number, unknown (0, the
+    observation's ``timed`` false) where every one was posted asynchronously; its ``slowdown`` is
+    its bytes per iteration over its like links' median."""
     p = matching.p2p.filter(pl.col("bytes_match") & (pl.col("src") != pl.col("dst")) & pl.col("iteration").is_not_null())
     if p.is_empty():
         return []
@@ -228,13 +231,16 @@ def _added_traffic(matching) -> list[LinkFinding]:
             seen.add(link)
             fastest = mine.group_by("bytes").agg(t=pl.col("time_ns").min(), n=pl.len())
             excess = float((fastest["t"].fill_null(0) * fastest["n"]).sum()) / iterations
+            # (every transfer posted asynchronously, as a GPU rank's batched p2p under the
+            # profiler: its cost is unknown, not nothing)
+            timed = fastest["t"].null_count() < len(fastest)
             ratio = float(both["b"].median()) / max(float(both["b_like"].median()), 1.0)
             ranks = [int(r) for r in link.split("-")]
             findings.append(LinkFinding(
                 kind="slow_link", ranks=tuple(ranks), slowdown=ratio, z=0.0, excess_ns=excess,
                 observations=[{"ranks": ranks, "what": "p2p", "ratio": round(ratio, 3),
                                "iterations": sorted(int(i) for i in more["iteration"].to_list()),
-                               "compared": "bytes moved"}],
+                               "compared": "bytes moved", "timed": timed}],
             ))
     return findings
 

@@ -600,3 +600,18 @@ def test_combine_pipeline_stages_are_not_compared_on_their_calls():
     # layers, imbalance): different programs, so calls are not compared across them.
     suspects = _combined(kernel_events(range(2), extra_gemms=lambda r: 2 if r == 0 else 0), {"tp": 1, "pp": 2, "dp": 1})
     assert all("added_work" not in s.evidence.get("peers", {}) and s.slowdown < 1 + CUTS.slowdown for s in suspects)
+
+
+def test_stage3_a_link_moving_sizes_its_like_link_does_not_is_named_though_no_transfer_is_timed():
+    # PP2 x DP2 on GPUs under the profiler: every pipeline exchange is posted asynchronously (a
+    # batched p2p's CPU records), so no transfer has a time. Both links move 4 x 16 MiB an
+    # iteration; link 1-3 also 4 x 512 MB (4 H200s: 31.5x its like link's bytes). Its extra
+    # bytes name it; its cost is unknown, not 0 ms, which the verdict must not weigh as nothing.
+    p2p = p2p_calls({(0, 2): 1.0, (1, 3): 1.0}, nbytes=16 << 20)
+    extra = p2p_calls({(1, 3): 1.0}, nbytes=512_000_000).with_columns(seq=pl.col("seq") + 100)
+    calls = pl.concat([p2p, extra]).with_columns(**{"async": pl.lit(True)})
+    bw = link_bandwidth(matched(p2p=calls, world=4), hosts(4), link_threshold=CUTS.link)
+    assert [(f.kind, f.ranks) for f in bw.findings] == [("slow_link", (1, 3))]
+    f = bw.findings[0]
+    assert f.slowdown == pytest.approx((4 * (16 << 20) + 4 * 512_000_000) / (4 * (16 << 20)))
+    assert f.observations[0]["compared"] == "bytes moved" and f.observations[0]["timed"] is False
