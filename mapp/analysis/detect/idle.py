@@ -174,7 +174,9 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
     """Per rank flagged by its compute: ``launch_bound``, True where its slowdown is not its
     GPU's but its host's, which cannot launch kernels as fast as the GPU runs them;
     ``launch_why`` says which rule decided, and ``ops_spread``, ``ops_median`` (log-ratios of
-    the ops judged) and ``peers_spread`` (the spread of the unflagged ranks' ops) by how much.
+    the ops judged; the spread within each op name) and ``peers_spread`` (the spread of the
+    unflagged ranks' ops) by how much; ``gpu_alike``, its backward ops slower alike whatever its
+    forward pass (bound only by that: the verdict reads it as a GPU where no idle time names a host).
     For spans timed on the GPU (CUDA events) only.
 
     Such a span lasts from the GPU reaching its first mark to reaching its last, and the GPU
@@ -242,8 +244,8 @@ _SPREAD = pl.col("r_within").quantile(0.75) - pl.col("r_within").quantile(0.25)
 
 
 def _by_name(ops: pl.DataFrame) -> pl.DataFrame:
-    """``r_within``: ``r_adj`` less its median over the rank-iteration's ops of one name: how far each op
-    strays from the ops of its own kind. A GPU slower by x stretches the kernels of one shape by x
+    """``r_within``: ``r_adj`` less its median over the rank-iteration's ops of one name: how far
+    each op strays from the ops of its own kind. A GPU slower by x stretches the kernels of one shape by x
     alike, but work added to some ops (a layer's matmuls) leaves others (the output layer's)
     as they were: 4 H200s, TP2 x PP2, extra matmuls in each layer of rank 3: its layers'
     backward ops 1.16-1.23x their peers' (the middle half), its output layer's 0.89-1.00x,
@@ -252,7 +254,8 @@ def _by_name(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _calm_spread(ops: pl.DataFrame, flagged: pl.DataFrame) -> float:
-    """The median spread of ``r_adj`` over the rank-iterations that are not flagged (0 if none)."""
+    """The median spread of ``r_adj`` (within each op name) over the rank-iterations that are not
+    flagged (0 if none)."""
     calm = _by_name(ops).join(flagged, on=["rank", "iteration"], how="anti").group_by("rank", "iteration").agg(s=_SPREAD)
     return float(calm["s"].median() or 0.0) if len(calm) else 0.0
 
