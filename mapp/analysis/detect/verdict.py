@@ -278,7 +278,8 @@ def _replica_waits(peers: PeerEvidence, late: dict, coords: dict) -> set[int]:
     DP2 under the profiler, 1.5x the layers' FLOPs on rank 2 (stage 1 of replica 0): rank 0, its
     stage 0, last at all 4 of its all-reduces, 184 ms net imposed, its compute 1.00x; rank 2 at
     its own all-reduces last at 2 of 4, net 0.05 ms waited."""
-    if not coords or max((c["pp"] for c in coords.values()), default=0) < 1:
+    if not coords or any(c.get(a) is None for c in coords.values() for a in ("tp", "pp", "dp")) \
+            or max(c["pp"] for c in coords.values()) < 1:
         return set()
     slow = {r["rank"] for r in peers.ranks.iter_rows(named=True) if r["flagged"] or r.get("gap_flagged")}
     leaning = {r for r, row in late.items()

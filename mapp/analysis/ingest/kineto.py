@@ -326,11 +326,13 @@ def _infer_steps(kept: _Kept) -> int:
     """Where a trace has no ``ProfilerStep#N`` spans (a profiler used without ``schedule`` and
     ``step()``), iteration spans ``mapp:iteration#N`` from its optimizer steps: PyTorch's
     optimizers annotate each ``step()`` as ``Optimizer.step#<class>.step``, and a training step
-    ends with one. Iteration 0 runs from the first event on the host to the end of the first
-    optimizer step, iteration N from the end of step N-1 to the end of step N; what follows the
-    last is in no iteration (a step the profiler stopped inside). Nested optimizer steps (a
-    wrapper's around its inner optimizer's) count once. Returns how many it added (0 where the
-    trace has step spans or no optimizer step)."""
+    ends with one. Iteration N runs from the end of the N-th optimizer step (counted from 0) to
+    the end of the next. What precedes the first is in no iteration: the profiler may have
+    started inside that step, on each rank at another point of it, and ranks compared on
+    different shares of a step would differ in their calls; what follows the last neither (a step
+    the profiler stopped inside). Nested optimizer steps (a wrapper's around its inner
+    optimizer's) count once. Returns how many it added (0 where the trace has step spans or
+    fewer than two optimizer steps)."""
     cpu = [i for i, c in enumerate(kept.cat) if c not in _GPU_CATS]
     if not cpu or any(_STEP.match(kept.name[i]) for i in cpu):
         return 0
@@ -341,11 +343,10 @@ def _infer_steps(kept: _Kept) -> int:
         if outer and start < outer[-1][1]:      # inside the previous one
             continue
         outer.append((start, end, tid))
-    begin = min(kept.ts[i] for i in cpu)
-    for k, (_, end, tid) in enumerate(outer):
+    for k in range(1, len(outer)):
+        begin, (_, end, tid) = outer[k - 1][1], outer[k]
         kept.add(f"mapp:iteration#{k}", "user_annotation", tid, begin, end - begin, {"mapp_inferred": _OPTIMIZER_STEP})
-        begin = end
-    return len(outer)
+    return max(len(outer) - 1, 0)
 
 
 def _collect(raw: list) -> _Kept:

@@ -324,22 +324,26 @@ def _without_steps(tmp_path):
 def test_without_step_spans_iterations_come_from_the_optimizer_steps(tmp_path):
     # 4 H200s, plain DDP, 5 profiler steps (2-6), each ending in one SGD step. Profiled without a
     # schedule the same trace has no ProfilerStep spans: every kernel was outside any iteration
-    # and stage 1 could not run. Each optimizer step now ends an iteration, and the iterations
-    # hold what the profiler's steps held.
+    # and stage 1 could not run. Each optimizer step now ends an iteration that began at the end
+    # of the one before (the first of the 5 only begins one), and the iterations hold what the
+    # profiler's steps 3-6 held.
     with_steps, _ = _read(sorted(DDP4_GPU.glob("rank-*.json.gz")))
     warnings: list[str] = []
     events, _ = _read(_without_steps(tmp_path), warnings)
     spans = events.filter(pl.col("cat") == "iteration")
-    assert spans.filter(pl.col("rank") == 0)["name"].sort().to_list() == [f"mapp:iteration#{k}" for k in range(5)]
-    assert len(warnings) == 4 and all("5 iterations taken from its optimizer steps" in w for w in warnings)
+    assert spans.filter(pl.col("rank") == 0)["name"].sort().to_list() == [f"mapp:iteration#{k}" for k in range(1, 5)]
+    assert len(warnings) == 4 and all("4 iterations taken from its optimizer steps" in w for w in warnings)
 
     def per_step(ev, first):
         calls = ev.filter((pl.col("cat") == "collective") & pl.col("iteration").is_not_null())
         return calls.group_by("rank", it=pl.col("iteration") - first).len().sort("rank", "it")
 
-    assert per_step(events, 0).equals(per_step(with_steps, 2))
-    kernels = events.filter(pl.col("cat") == "compute")
-    assert kernels["iteration"].null_count() == with_steps.filter(pl.col("cat") == "compute")["iteration"].null_count()
+    assert per_step(events, 1).equals(per_step(with_steps.filter(pl.col("iteration") >= 3), 3))
+
+    def gemms(ev, its):
+        return ev.filter((pl.col("cat") == "compute") & pl.col("iteration").is_in(its)).group_by("rank").len().sort("rank")
+
+    assert gemms(events, [1, 2, 3, 4]).equals(gemms(with_steps, [3, 4, 5, 6]))
 
 
 def test_step_spans_win_over_optimizer_steps(gloo):
