@@ -222,7 +222,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         # its peer's, read 1.28x with no iteration flagged on its own (a rank with some flagged
         # iterations keeps to those: a transient fault is judged where it was)
         alone = per.filter(pl.col("flagged"))["rank"].unique()
-        together = pl.col("rank").is_in(ranks.filter(pl.col("flagged") & ~pl.col("rank").is_in(alone.implode()))["rank"].implode())
+        only_together = ranks.filter(pl.col("flagged") & ~pl.col("rank").is_in(alone.implode()))["rank"]
+        together = pl.col("rank").is_in(only_together.implode())
         judged = per.with_columns(flagged=pl.col("flagged") | candidate | together)
         bound = launch_bound(ops, judged, min_effect).with_columns(
             launch_bound=pl.col("launch_bound") & (~candidate | (pl.col("peers_spread") > NOISE)),
