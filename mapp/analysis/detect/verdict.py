@@ -443,8 +443,10 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
             # stretched its backward ops alike too, but idled at z 78-360)
             if not row.get("gpu_alike"):
                 return None
-            # at what its backward ops say: the forward pass adds its host's pace
-            launch, row = False, {**row, "slowdown": math.exp(float(row["ops_median"]))}
+            # at what its backward ops say, its cost too: the forward pass adds its host's pace
+            gpu = math.exp(float(row["ops_median"]))
+            said = busy * (1 - 1 / max(gpu, 1.0))
+            launch, row = False, {**row, "slowdown": gpu, "excess_ns": min(max(row["excess_ns"] or 0.0, 0.0), said)}
         else:
             host = True
     if not (row["flagged"] or host):

@@ -336,8 +336,9 @@ def _infer_steps(kept: _Kept) -> int:
     cpu = [i for i, c in enumerate(kept.cat) if c not in _GPU_CATS]
     if not cpu or any(_STEP.match(kept.name[i]) for i in cpu):
         return 0
-    opt = sorted((kept.ts[i], kept.ts[i] + kept.dur[i], kept.tid[i]) for i in cpu
-                 if kept.name[i].startswith(_OPTIMIZER_STEP) and kept.cat[i] == "user_annotation")
+    opt = sorted(((kept.ts[i], kept.ts[i] + kept.dur[i], kept.tid[i]) for i in cpu
+                  if kept.name[i].startswith(_OPTIMIZER_STEP) and kept.cat[i] == "user_annotation"),
+                 key=lambda t: (t[0], t[1]))      # (a tid may be None or text: not compared)
     outer: list[tuple] = []
     for start, end, tid in opt:
         if outer and start < outer[-1][1]:      # inside the previous one

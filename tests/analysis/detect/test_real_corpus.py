@@ -354,9 +354,12 @@ def test_a_gpu_is_read_off_its_backward_ops_where_its_host_paces_its_forward_pas
     verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_compute")]
     top = verdict.suspects[0]
-    # the GPU's slowdown (its backward ops'), not its host's pace over all its spans (1.21x)
+    # the GPU's slowdown (its backward ops'), not its host's pace over all its spans (1.21x),
+    # and its cost at that slowdown (1.15x of its 181 ms of spans a step: 24 ms), not all that
+    # its spans lost beyond its peers' (47.4 ms a step, the host-paced forward pass included)
     assert 1.1 < top.slowdown < 1.2
     assert not top.evidence["launch_gaps"]["flagged"]
+    assert 20e6 < top.excess_ns < 30e6
 
 
 def test_a_rank_flagged_only_over_its_iterations_together_is_judged_by_its_backward_ops(tmp_path):
