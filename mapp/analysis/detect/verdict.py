@@ -209,6 +209,11 @@ def _iterations(peers: PeerEvidence) -> int:
     return peers.rank_iterations["iteration"].n_unique()
 
 
+def _excess_at(row: dict, busy: float, slowdown: float) -> float:
+    """The rank's excess time, no more than ``slowdown`` makes of its ``busy`` time."""
+    return min(max(row["excess_ns"] or 0.0, 0.0), busy * (1 - 1 / max(slowdown, 1.0)))
+
+
 def _slower_iterations(peers: PeerEvidence, rank: int) -> list[int]:
     """The iterations in which ``rank`` computed slower than its peers (its effect above 0)."""
     per = peers.rank_iterations
@@ -445,8 +450,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                 return None
             # at what its backward ops say, its cost too: the forward pass adds its host's pace
             gpu = math.exp(float(row["ops_median"]))
-            said = busy * (1 - 1 / max(gpu, 1.0))
-            launch, row = False, {**row, "slowdown": gpu, "excess_ns": min(max(row["excess_ns"] or 0.0, 0.0), said)}
+            launch, row = False, {**row, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}
         else:
             host = True
     if not (row["flagged"] or host):
@@ -472,8 +476,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
             gap_excess = 0.0    # idle time that does not last is no part of it
         # its spans' part no more than the median of its ops says: a few long ops make an
         # excess that median does not share (a simulated data reader's forward steps)
-        said = busy * (1 - 1 / max(float(row["slowdown"]), 1.0))
-        row = {**row, "excess_ns": min(max(row["excess_ns"] or 0.0, 0.0), said)}
+        row = {**row, "excess_ns": _excess_at(row, busy, float(row["slowdown"]))}
     excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
     added = None if host else added_slowdown(row, peers.min_effect, slowdown_threshold)
     if counted and float(row["slowdown"]) < 1 + slowdown_threshold:

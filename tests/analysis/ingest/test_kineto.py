@@ -347,5 +347,7 @@ def test_without_step_spans_iterations_come_from_the_optimizer_steps(tmp_path):
 
 
 def test_step_spans_win_over_optimizer_steps(gloo):
+    # the gloo fixture has both ProfilerStep spans and Optimizer.step#SGD.step annotations
     events, _ = gloo
+    assert events.filter(pl.col("name").str.starts_with("Optimizer.step#")).height
     assert not events.filter(pl.col("name").str.starts_with("mapp:iteration")).height
