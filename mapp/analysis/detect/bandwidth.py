@@ -292,7 +292,7 @@ def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame) -> pl.DataFrame:
     return per.with_columns(
         ratio=pl.when(hit).then(pl.col("floor_ratio")).otherwise(pl.col("ratio")),
         excess_ns=pl.when(hit).then(pl.col("lift") * pl.col("n")).otherwise(pl.col("excess_ns")),
-        slow=pl.col("slow") | hit, fastest=hit,
+        slow=pl.col("slow") | hit, fastest=pl.col("floor_ratio").is_not_null(),
     ).drop("floor_ratio", "lift")
 
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from mapp.analysis.detect.added_work import added_evidence, added_slowdown, adds_work, does_extra_work
-from mapp.analysis.detect.bandwidth import BandwidthEvidence
+from mapp.analysis.detect.bandwidth import FLOOR_RATIO, BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdict
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.layout import LayoutInfo
@@ -126,6 +126,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             if iteration_ns and f.excess_ns < LINK_COST * peers.min_effect * iteration_ns and not untimed:
                 continue
             suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))
+        suspects = _link_ends(suspects, overruled)
     suspects.sort(key=lambda s: (-s.excess_ns, -s.confidence))
     imbalance = _imbalance(peers, imbalance_threshold, layout)
     suspects = _heavy_replicas(suspects, peers, layout, imbalance)
@@ -624,6 +625,33 @@ def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> 
     if span <= excess or span <= 0:
         return float("inf") if excess > 0 else 1.0
     return span / (span - excess)
+
+
+def _link_ends(suspects: list[Suspect], overruled: list[str]) -> list[Suspect]:
+    """A rank at an end of a link whose own transfers are slow is that link's victim.
+
+    Traffic a link carries runs on its ends' GPUs: a stream that waits for the transfer holds
+    back the rank's next kernels, and a host that waits for it launches late. On 4 H200s, TP2 x
+    PP2, 512 MB more in every pipeline exchange of link 0-2: its fastest transfers 11x its like
+    link's, and rank 2 (an end) read as a slow host at 1.15x, costing more than the link by the
+    waits it imposed on its TP peer. A link's fastest transfers (``compared`` "fastest
+    transfers": the least of every iteration, ``bandwidth._raised_floors``) do not wait for a
+    late end, so they are the link's own; a rank slower than its peers by less than the link is
+    slower than its like link (``bandwidth.FLOOR_RATIO`` or more) is then the link's doing."""
+    links = [s for s in suspects if s.kind == "slow_link" and s.peer is not None and s.slowdown >= FLOOR_RATIO
+             and all(o.get("compared") == "fastest transfers" for o in s.evidence["bandwidth"]["observations"])]
+    out = []
+    for s in suspects:
+        link = next((lk for lk in links if s.kind in ("slow_compute", "slow_host") and s.rank in (lk.rank, lk.peer)
+                     and s.slowdown < lk.slowdown), None)
+        if link is None:
+            out.append(s)
+            continue
+        link.evidence.setdefault("ends_waiting", []).append(
+            {"rank": s.rank, "kind": s.kind, "slowdown": round(float(s.slowdown), 3)})
+        overruled.append(f"rank {s.rank} ({s.kind.replace('_', ' ')} {s.slowdown:.2f}x): an end of slow link "
+                         f"{link.rank}<->{link.peer}, whose fastest transfers are {link.slowdown:.1f}x its like link's")
+    return out
 
 
 def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: float | None) -> Suspect:

@@ -263,6 +263,9 @@ GPU4_MAPP_RIGHT_TODAY = [
     # TP2 x PP2, 1.5x the layers' FLOPs on rank 3: its layers' backward ops 1.16-1.23x, its
     # output layer's as its peer's; alike within each kind of op (wrong at 834992d: none)
     "gpt-tp2pp2-mapp-layer1.5x-r3-s1-gpu",
+    # 4 H200s again (2026-11-27, a held-out run): TP2 x PP2, 512 MB more per exchange on link
+    # 0-2, whose end rank 2 read as a slow host 1.15x as well (the test below)
+    "gpt-tp2pp2-mapp-link0-2-s2-gpu",
 ]
 GPU4_MAPP_HOST_PACED = "gpt-tp2dp2-mapp-seqlognorm0.8-gpu"
 # no fault, but its host paced one rank's forward spans 1.28x its peer's: no GPU (the test below)
@@ -385,6 +388,22 @@ def test_of_two_like_links_the_one_slower_in_every_iteration_is_named(tmp_path):
     assert (top.kind, {top.rank, top.peer}) == ("slow_link", {1, 3})
     assert top.slowdown > 4 and len(top.iterations) == 4
     assert len(verdict.suspects) == 1
+
+
+def test_a_rank_at_an_end_of_a_link_whose_own_transfers_are_slow_is_the_links_victim(tmp_path):
+    # 4 H200s, TP2 x PP2 under mapp's capture: every pipeline exchange on link 0-2 also moves
+    # 512 MB. Its fastest transfers took 11x its like link's (1-3) in every iteration; rank 2, an
+    # end of it, computed 1.23x its TP peer and launched late, and its peer waited for it at
+    # their all-reduces: "slow host 2" 1.15x, costlier than the link by those waits, ranked first
+    # (the link itself was set aside as that host's late launches). The link is the fault.
+    case = GPU4_MAPP_CASES["gpt-tp2pp2-mapp-link0-2-s2-gpu"]
+    shutil.copytree(case.directory, tmp_path / "job")
+    verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
+    assert [(s.kind, {s.rank, s.peer}) for s in verdict.suspects] == [("slow_link", {0, 2})]
+    top = verdict.suspects[0]
+    assert top.slowdown > 8
+    assert top.evidence["bandwidth"]["observations"][0]["compared"] == "fastest transfers"
+    assert [(e["rank"], e["kind"]) for e in top.evidence["ends_waiting"]] == [(2, "slow_host")]
 
 
 def test_every_listed_case_is_in_the_corpus_with_its_files():
