@@ -103,13 +103,26 @@ def test_a_host_that_paces_its_gpu_a_little_slower_is_no_stall():
 
 
 def test_a_candidate_that_stage_2_overrules_is_said_with_why():
-    # FSDP2 on 2 H100s, nothing injected: rank 1's kernels ran 1.56x rank 0's, but rank 1 waited
-    # for rank 0 more than it made rank 0 wait. No suspect; the note says what was set aside.
+    # megatron-core PP2 x DP2 under mapp's capture, 4 processes on 2 cores, a 20 ms sleep in
+    # rank 0's data path: rank 3's spans ran 1.27x its DP peer's, but rank 3 waited for its peer
+    # more than it made it wait. Rank 0 is named; the note says what was set aside, and why.
+    # (This test used FSDP2 on 2 H100s, no fault, rank 1 "1.56x": the GPU copy of each profiler
+    # step had hidden kernels from their steps; read right, its ranks compute alike.)
+    verdict = detect_bundle(load_bundle(CASES["gpt-pp2dp2-mapp-hostsleep20ms-r0"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_host")]
+    line = next(n for n in verdict.notes if n.startswith("rank 3 computes"))
+    assert "1.27x its peers" in line and "waiting" in line
+    assert line.endswith("not a suspect (two-peer comparison: stage 2 does not agree)")
+
+
+def test_a_healthy_fsdp_jobs_ranks_compute_alike_on_gpus():
+    # FSDP2 on 2 H100s, nothing injected: both ranks launch the same kernels every step, 15
+    # GEMMs of each kind. Read with each step's GPU copy first, rank 0 lost 10 GEMMs to no step
+    # and rank 1 3, and stage 1 found rank 1 at 1.56x (z 6.7), calling GEMMs 2.3x as often.
     verdict = detect_bundle(load_bundle(GPU2_CASES["fsdp2-prof-healthy-gpu2"].directory), threshold=0.1)
     assert verdict.suspects == []
-    line = next(n for n in verdict.notes if n.startswith("rank 1 computes"))
-    assert "1.56x its peers" in line and "waiting" in line
-    assert line.endswith("not a suspect (two-peer comparison: stage 2 does not agree)")
+    assert not [n for n in verdict.notes if "computes" in n or "below threshold" in n]
+    assert all(0.95 < s < 1.05 for s in verdict.grid["slowdown"].to_list())
 
 
 def _without_shapes(case_dir: Path, out: Path) -> Path:

@@ -346,6 +346,45 @@ def test_without_step_spans_iterations_come_from_the_optimizer_steps(tmp_path):
     assert gemms(events, [1, 2, 3, 4]).equals(gemms(with_steps, [3, 4, 5, 6]))
 
 
+FSDP2_GPU = FIXTURES.parent / "corpus" / "cases-gpu2" / "fsdp2-prof-healthy-gpu2"
+
+
+def _launch_steps(path: pathlib.Path) -> dict[int, int]:
+    """Per kernel correlation id, the host ProfilerStep#N whose span holds its launch: read
+    straight off the raw trace, independent of the reader."""
+    trace = json.loads(gzip.open(path).read())["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in trace
+             if e.get("cat") == "user_annotation" and e.get("name", "").startswith("ProfilerStep#")]
+    launches = {e["args"]["correlation"]: e["ts"] for e in trace if e.get("cat") == "cuda_runtime"}
+    out = {}
+    for e in trace:
+        corr = e.get("args", {}).get("correlation") if e.get("cat") == "kernel" else None
+        when = launches.get(corr)
+        for begin, end, n in steps:
+            if when is not None and begin <= when < end:
+                out[corr] = n
+    return out
+
+
+def test_gpu_work_belongs_to_the_host_step_that_launched_it_not_to_the_steps_gpu_copy():
+    # 2 H200s, FSDP, no fault: Kineto copies each ProfilerStep onto the GPU stream (24 ms of a
+    # 71 ms step), starting inside the host's span. Looked up first, it left every kernel
+    # launched after its end in no iteration: 10 of rank 0's GEMMs and 3 of rank 1's, which
+    # read as rank 1 calling GEMMs 2.3x as often as rank 0 (stage 1: "1.56x" on a healthy job)
+    events, _ = _read(sorted(FSDP2_GPU.glob("rank-*.json.gz")))
+    kernels = events.filter(pl.col("lane").str.starts_with("stream:") & (pl.col("cat") == "compute"))
+    for rank in (0, 1):
+        truth = _launch_steps(FSDP2_GPU / f"rank-{rank}.json.gz")
+        mine = kernels.filter(pl.col("rank") == rank).with_columns(
+            corr=pl.col("args").str.json_path_match("$.correlation").cast(pl.Int64))
+        got = dict(zip(mine["corr"].to_list(), mine["iteration"].to_list()))
+        assert {c: got[c] for c in truth if c in got} == {c: truth[c] for c in truth if c in got}
+        assert len([c for c in truth if c in got]) > 250
+    gemms = kernels.filter(pl.col("name").str.starts_with("sm80_xmma_gemm") & pl.col("iteration").is_not_null())
+    per = gemms.group_by("rank", "iteration").len().sort("rank", "iteration")
+    assert per["len"].n_unique() == 1       # the same program on both ranks: as many GEMMs a step
+
+
 def test_step_spans_win_over_optimizer_steps(gloo):
     # the gloo fixture has both ProfilerStep spans and Optimizer.step#SGD.step annotations
     events, _ = gloo
