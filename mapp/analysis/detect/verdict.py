@@ -391,9 +391,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # every iteration, at a real cost, does more work however its times scatter, provided it is
     # not the one kept waiting (last at the collectives no less often than chance). On shared
     # CPUs who is last is as much chance as the times are, and no healthy rank there was seen
-    # calling any op more often than its peers (FSDP, plain DDP, megatron-core; on 2 GPUs an FSDP
-    # rank did): plain DDP, 2.5x the forward's matmuls on one of 4 processes on 2 cores beside a
-    # fifth busy one, last at 1 of 5 all-reduces
+    # calling any op more often than its peers (FSDP, plain DDP, megatron-core): plain DDP, 2.5x
+    # the forward's matmuls on one of 4 processes on 2 cores beside a fifth busy one, last at 1
+    # of 5 all-reduces
     guessed = late is not None and bool(late.get("guessed"))
     adds = (adds_work(row, peers.min_effect, shared_cpus=shared_cpus)
             and (late is None or guessed or shared_cpus or late["share_last"] >= late["expected_share"]))
@@ -401,9 +401,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # On shared CPUs counted work is evidence for the gates also where stage 1 flagged the rank
     # on its times, for stage 2's arrivals there are as noisy as those times (plain DDP, 1.5x the
     # forward's matmuls on one of 4 processes on 2 cores: its compute 1.19x at z 12, last at 3
-    # of 5 all-reduces, yet waiting 16 ms more than it made the others wait). Not on GPUs, where
-    # a rank that waits on its peer is no culprit (2 H100s, FSDP, no fault: rank 1 calls some
-    # ops more often, 1.56x its peer's compute at z 6.7, and waits 3 ms net)
+    # of 5 all-reduces, yet waiting 16 ms more than it made the others wait). On GPUs a rank
+    # flagged on its times that does extra work passes the gates by it (``_overruled``)
     counted_work = counted or (adds and shared_cpus)
     if counted:
         row, extra = {**row, "flagged": True}, True
@@ -465,7 +464,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
              and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
              and (row["excess_ns"] or 0.0) > gap_excess)
     why = _overruled(row, peers, late, host=host, counted=counted_work, extra=extra, guessed=guessed,
-                     stalled=stalled, busy=busy, alone=alone, big_stalls=big_stalls, replica=replica)
+                     stalled=stalled, busy=busy, alone=alone, big_stalls=big_stalls, replica=replica,
+                     shared_cpus=shared_cpus)
     if why is not None:
         if overruled is not None and (host or float(row["slowdown"]) >= 1 + slowdown_threshold):
             overruled.append(_overruled_line(row, late, host, gap_excess, why))
@@ -538,7 +538,7 @@ def _stalls_last(peers: PeerEvidence, rank: int) -> bool:
 
 def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
                guessed: bool, stalled: float, busy: float, alone: bool = False,
-               big_stalls: bool = False, replica: bool = False) -> str | None:
+               big_stalls: bool = False, replica: bool = False, shared_cpus: bool = False) -> str | None:
     """Why a candidate of stage 1 is no suspect after all, or None: the gates below, each with
     the evidence that passes it. Most are stage 2 standing guard where stage 1's comparison is
     weak (``_stage2_agrees``: the rank makes others wait and is last no less often than chance).
@@ -573,7 +573,8 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     not veto work beyond its peers' (4 gloo ranks of TP2 x DP2 whose TP and DP calls could not be
     told apart, a rank with 1.5x the matmuls "last" in 20% of those; megatron-core TP2 x DP2,
     20 ms of matmuls before each microbatch, "last" in 36%); nor does one that finds the rank
-    keeping the others waiting in nearly every iteration, however often it is last.
+    keeping the others waiting in nearly every iteration, however often it is last; nor, on
+    GPUs, any stage 2 (a peer whose host paces the job keeps the rank doing more waiting).
 
     *Stalls* pass 3 and 4 where stage 2 has one collective a step to go on (plain DDP): idle
     gaps of 1 ms and more, longer than its peers' in nearly every iteration by a real share of
@@ -583,11 +584,16 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     (simulated host noise: stalls as long on ranks last only by chance).
     """
     agrees = _stage2_agrees(late)
-    # (where stage 2 is no guess, it must still find the rank making the others wait, in nearly
-    # every iteration, though not last more often than chance: a rank of megatron-core TP2 x PP2
-    # with extra matmuls in its layers, 4 shared cores, net 21 ms a step imposed in every step,
-    # last at 47% of its TP pair's calls; FSDP ranks that merely call some ops more often wait)
-    counted_work = counted or (extra and (guessed or _keeps_waiting(late)))
+    # (on shared CPUs, where stage 2 is no guess, it must still find the rank making the others
+    # wait, in nearly every iteration, though not last more often than chance: a rank of
+    # megatron-core TP2 x PP2 with extra matmuls in its layers, 4 shared cores, net 21 ms a step
+    # imposed in every step, last at 47% of its TP pair's calls. On GPUs extra work stands on
+    # its own: where a peer's host paces the job, the rank doing it waits all the same (2 H200s,
+    # megatron-core TP2 under the profiler, 1.5x the layers' FLOPs on rank 1: 3.2x the GEMM calls
+    # of its peer, 20 ms more a step, yet last at 7% of the all-reduces, its peer's GPU idling
+    # 163 ms a step more between launches). The one healthy GPU job seen calling ops more often,
+    # a 2-GPU FSDP one, was a misread of its profiler steps, mended in ``ingest.kineto``.)
+    counted_work = counted or (extra and (guessed or _keeps_waiting(late) or not shared_cpus))
     stalls = (bool(row["gap_flagged"]) and stalled >= peers.min_effect * busy and late is not None
               and late["instances"] <= _iterations(peers) and late["share_last"] >= late["expected_share"])
     # With many collectives a step, most are paced by whatever came before them, and who is last

@@ -70,6 +70,9 @@ GPU2_RIGHT_TODAY = [
     # one rank per pipeline stage under the profiler: its layout from pg_config, its layers
     # against the other stage's same layers (no layout before: two programs, no peer, no suspect)
     "gpt-pp2-prof-layer1.5x-r1-gpu2",
+    # 2. TP2 under the profiler (2 H200s), extra matmuls in rank 1's layers while its peer's host
+    # paces the job: the test below
+    "gpt-tp2-prof-layer1.5x-r1-gpu2",
 ]
 
 
@@ -113,6 +116,20 @@ def test_a_candidate_that_stage_2_overrules_is_said_with_why():
     line = next(n for n in verdict.notes if n.startswith("rank 3 computes"))
     assert "1.27x its peers" in line and "waiting" in line
     assert line.endswith("not a suspect (two-peer comparison: stage 2 does not agree)")
+
+
+def test_on_gpus_counted_extra_work_is_named_though_a_peers_host_keeps_the_rank_waiting():
+    # 2 H200s, megatron-core TP2 under the profiler, 1.5x the layers' FLOPs on rank 1: it
+    # launches 3.2x its peer's GEMM calls of one kind, 20 ms more a step. Rank 0's host paced the
+    # job (its GPU idle ~150 ms a step more, in gaps under 1 ms: no stall, not a suspect), so rank
+    # 1 was last at 2% of the all-reduces and waited. Stage 2 vetoed it: no suspect. Calls are
+    # counted, not timed; a rank doing more work is that work's cause however long it waits.
+    verdict = detect_bundle(load_bundle(GPU2_CASES["gpt-tp2-prof-layer1.5x-r1-gpu2"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
+    top = verdict.suspects[0]
+    assert top.evidence["lateness"]["share_last"] < 0.1
+    assert top.evidence["peers"]["added_work"]["slowdown"] > 2
+    assert top.iterations == [3, 4]
 
 
 def test_a_healthy_fsdp_jobs_ranks_compute_alike_on_gpus():
