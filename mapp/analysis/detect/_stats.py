@@ -7,7 +7,7 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
-__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "z_critical", "robust_scale", "others_median"]
+__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "z_critical", "robust_scale", "within_rank_scale", "others_median"]
 
 MAD_TO_SIGMA = 1.4826
 """MAD x this estimates the standard deviation of normally distributed data."""
@@ -34,6 +34,13 @@ def robust_scale(column: str | pl.Expr) -> pl.Expr:
     """MAD-based standard deviation of a column (expression)."""
     x = pl.col(column) if isinstance(column, str) else column
     return MAD_TO_SIGMA * (x - x.median()).abs().median()
+
+
+def within_rank_scale(column: str) -> pl.Expr:
+    """Robust scale of how much each rank's value varies from iteration to iteration: the noise
+    of a difference between two peers, whose excesses over their median mirror each other (so
+    their scatter across ranks is that difference itself, not noise)."""
+    return robust_scale(pl.col(column) - pl.col(column).median().over("rank"))
 
 
 def others_median(group: np.ndarray, value: np.ndarray) -> np.ndarray:

@@ -56,9 +56,11 @@ class BandwidthEvidence:
     ``inter`` (crosses nodes), ``time_ns``, ``bytes``, ``gbps``, ``ratio``, ``z``, ``slow``;
     ``pair`` (one of two of its kind: compared with the other), ``kind`` (its size, or -1 where
     the link's sizes never recur), ``recurs`` (its kind three times or more), ``fastest`` (a p2p
-    link judged by its fastest transfers: ``_raised_floors``). A finding's observations say what
-    was compared where it was not like transfers' typical times: ``compared`` "fastest transfers"
-    or "bytes moved" (``_added_traffic``)."""
+    link judged by its fastest transfers: ``_raised_floors``), ``floor_ratio`` (where its fastest
+    transfers took ``FLOOR_RATIO`` x its like link's or more in nearly every iteration: their
+    median ratio, else null). A finding's observations say what was compared where it was not
+    like transfers' typical times: ``compared`` "fastest transfers" or "bytes moved"
+    (``_added_traffic``); and ``fastest_ratio`` where its fastest transfers were raised too."""
     findings: list[LinkFinding] = field(default_factory=list)
     z_crit: float = 0.0
 
@@ -269,7 +271,7 @@ def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame) -> pl.DataFrame:
     # shared CPUs still waits for the others to be scheduled in its ring: compared so, the
     # all-reduces of one DP pair were "slow" in a healthy TP2 x DP2 job and a PP2 x DP2 one)
     pairs = per.filter(pl.col("pair") & pl.col("recurs") & (pl.col("what") == "p2p"))
-    per = per.with_columns(fastest=pl.lit(False))
+    per = per.with_columns(fastest=pl.lit(False), floor_ratio=pl.lit(None, pl.Float64))
     if pairs.is_empty():
         return per
     keys = ["obs", "what", "inter", "bytes"]
@@ -287,13 +289,15 @@ def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame) -> pl.DataFrame:
         keys + ["iteration", "floor_ratio"], lift=(pl.col("low") - pl.col("other")).clip(lower_bound=0))
     if raised.is_empty():
         return per
-    per = per.join(raised, on=keys + ["iteration"], how="left")
+    per = per.drop("floor_ratio").join(raised, on=keys + ["iteration"], how="left")
     hit = pl.col("floor_ratio").is_not_null() & ~pl.col("slow")
+    # (``floor_ratio`` stays, also where the medians were slow already: a link whose fastest
+    # transfers are raised is slow by itself, not by a late end: ``verdict`` reads it)
     return per.with_columns(
         ratio=pl.when(hit).then(pl.col("floor_ratio")).otherwise(pl.col("ratio")),
         excess_ns=pl.when(hit).then(pl.col("lift") * pl.col("n")).otherwise(pl.col("excess_ns")),
-        slow=pl.col("slow") | hit, fastest=pl.col("floor_ratio").is_not_null(),
-    ).drop("floor_ratio", "lift")
+        slow=pl.col("slow") | hit, fastest=hit,
+    ).drop("lift")
 
 
 _KIND = ["obs", "what", "inter", "kind"]
@@ -318,7 +322,7 @@ def _attribute(per: pl.DataFrame) -> list[LinkFinding]:
     by_obs = slow.group_by(["obs"]).agg(
         ratio=pl.col("ratio").median(), z=pl.col("z").max(), iterations=pl.col("iteration").unique().sort(),
         excess_ns=pl.col("excess_ns").sum() / iterations, inter=pl.col("inter").first(), transfers=pl.col("n").sum(),
-        fastest=pl.col("fastest").any(),
+        fastest=pl.col("fastest").any(), floor_ratio=pl.col("floor_ratio").median(),
     ).filter(pl.col("transfers") >= 2).sort("ratio", descending=True)
     if by_obs.is_empty():
         return []
@@ -363,6 +367,8 @@ def _obs(r: dict, whats: dict) -> dict:
            "iterations": [int(i) for i in r["iterations"] if i is not None and i >= 0]}
     if r["fastest"]:
         out["compared"] = "fastest transfers"     # ratio: of its fastest transfer to its like link's
+    if r["floor_ratio"] is not None:               # its fastest transfers were raised: by how much
+        out["fastest_ratio"] = round(float(r["floor_ratio"]), 3)
     return out
 
 

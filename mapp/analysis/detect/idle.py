@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, z_critical
+from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, within_rank_scale, z_critical
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
 
@@ -76,7 +76,7 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     if group != ["rank"] and per["n_peers"].min() == 2:
         # two peers: their excesses mirror each other, so the scatter across ranks is the
         # difference being tested; the noise is how much a rank's excess varies by itself
-        scale = per.select(robust_scale(pl.col("gap_excess_ns") - pl.col("gap_excess_ns").median().over("rank"))).item() or 0.0
+        scale = per.select(within_rank_scale("gap_excess_ns")).item() or 0.0
         # against the other, not the mean
         per = per.with_columns(gap_excess_ns=2 * pl.col("gap_excess_ns"), long_excess_ns=2 * pl.col("long_excess_ns"))
     else:

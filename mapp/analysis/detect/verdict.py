@@ -109,8 +109,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             # Not a link whose fastest transfers are slower: a late launch makes the other side
             # wait, it does not slow the transfer once both are there (``bandwidth._raised_floors``);
             # nor one that moves more than its like links (``bandwidth._added_traffic``)
-            fastest = all(o.get("compared") in ("fastest transfers", "bytes moved") for o in f.observations)
-            late_launch = [hosts[r] for r in f.ranks if r in hosts] if f.kind != "slow_nic" and not fastest else []
+            late_launch = [hosts[r] for r in f.ranks if r in hosts] if f.kind != "slow_nic" and not _own_slowness(f) else []
             if late_launch:
                 late_launch[0].evidence.setdefault("slow_links_explained", []).extend(f.observations)
                 continue
@@ -384,16 +383,21 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # its ops lose more time than its gaps do (megatron-core TP2 x DP2 on 4 shared cores, extra
     # matmuls in each layer of rank 1, its profiler trace without shapes: 79.7 ms more compute a
     # step, 11.7 ms more idle)
-    its_work = extra and (row["excess_ns"] or 0.0) > gap_excess
+    # Between two GPU ranks, where a host is named by stalls that stand out against their own
+    # steadiness (``same_work``), its stalls are that work's too whatever their size: it
+    # launches each extra call late (a pair of H100s, extra GEMMs in each layer of rank 1: 40 ms
+    # more idle a step, more than the GEMMs' own time)
+    its_work = extra and ((row["excess_ns"] or 0.0) > gap_excess or (peers.ranks.height == 2 and not shared_cpus))
     if its_work:
         host = False
     # Calls are counted, not timed: a rank that calls ops more often than its peers in nearly
-    # every iteration, at a real cost, does more work however its times scatter, provided it is
-    # not the one kept waiting (last at the collectives no less often than chance). On shared
-    # CPUs who is last is as much chance as the times are, and no healthy rank there was seen
-    # calling any op more often than its peers (FSDP, plain DDP, megatron-core): plain DDP, 2.5x
-    # the forward's matmuls on one of 4 processes on 2 cores beside a fifth busy one, last at 1
-    # of 5 all-reduces
+    # every iteration, at a real cost, does more work however its times scatter. One that stage
+    # 1 did not flag on its times is named so provided it is not the one kept waiting (last at
+    # the collectives no less often than chance; for one it flagged, see ``_overruled``). On
+    # shared CPUs who is last is as much chance as the times are, and no healthy rank there was
+    # seen calling any op more often than its peers (FSDP, plain DDP, megatron-core): plain DDP,
+    # 2.5x the forward's matmuls on one of 4 processes on 2 cores beside a fifth busy one, last
+    # at 1 of 5 all-reduces
     guessed = late is not None and bool(late.get("guessed"))
     adds = (adds_work(row, peers.min_effect, shared_cpus=shared_cpus)
             and (late is None or guessed or shared_cpus or late["share_last"] >= late["expected_share"]))
@@ -588,12 +592,13 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     # wait, in nearly every iteration, though not last more often than chance: a rank of
     # megatron-core TP2 x PP2 with extra matmuls in its layers, 4 shared cores, net 21 ms a step
     # imposed in every step, last at 47% of its TP pair's calls. On GPUs extra work stands on
-    # its own: where a peer's host paces the job, the rank doing it waits all the same (2 H200s,
-    # megatron-core TP2 under the profiler, 1.5x the layers' FLOPs on rank 1: 3.2x the GEMM calls
-    # of its peer, 20 ms more a step, yet last at 7% of the all-reduces, its peer's GPU idling
-    # 163 ms a step more between launches). The one healthy GPU job seen calling ops more often,
-    # a 2-GPU FSDP one, was a misread of its profiler steps, mended in ``ingest.kineto``.)
-    counted_work = counted or (extra and (guessed or _keeps_waiting(late) or not shared_cpus))
+    # its own, for a rank stage 1 flagged as slow compute: where a peer's host paces the job,
+    # the rank doing it waits all the same (2 H200s, megatron-core TP2 under the profiler, 1.5x
+    # the layers' FLOPs on rank 1: 3.2x the GEMM calls of its peer, 20 ms more a step, yet last
+    # at 2-7% of the all-reduces, its peer's GPU idling 149-163 ms a step more between launches,
+    # two runs). The one healthy GPU job seen calling ops more often, a 2-GPU FSDP one, was a
+    # misread of its profiler steps, mended in ``ingest.kineto``.)
+    counted_work = counted or (extra and (guessed or _keeps_waiting(late) or not (shared_cpus or host)))
     stalls = (bool(row["gap_flagged"]) and stalled >= peers.min_effect * busy and late is not None
               and late["instances"] <= _iterations(peers) and late["share_last"] >= late["expected_share"])
     # With many collectives a step, most are paced by whatever came before them, and who is last
@@ -633,30 +638,37 @@ def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> 
     return span / (span - excess)
 
 
+def _own_slowness(f) -> bool:
+    """A link finding whose every observation is slow by itself, whatever its ends do: its
+    fastest transfers raised above its like link's (``bandwidth._raised_floors``: waiting only
+    adds, so a late end does not raise them), or more bytes moved than its like links
+    (``bandwidth._added_traffic``)."""
+    return all(o.get("compared") == "bytes moved" or o.get("fastest_ratio") is not None for o in f.observations)
+
+
 def _link_ends(suspects: list[Suspect], overruled: list[str]) -> list[Suspect]:
-    """A rank at an end of a link whose own transfers are slow is that link's victim.
+    """A host at an end of a link whose own transfers are slow is that link's victim.
 
     Traffic a link carries runs on its ends' GPUs: a stream that waits for the transfer holds
-    back the rank's next kernels, and a host that waits for it launches late. On 4 H200s, TP2 x
-    PP2, 512 MB more in every pipeline exchange of link 0-2: its fastest transfers 11x its like
-    link's, and rank 2 (an end) read as a slow host at 1.15x, costing more than the link by the
-    waits it imposed on its TP peer. A link's fastest transfers (``compared`` "fastest
-    transfers": the least of every iteration, ``bandwidth._raised_floors``) do not wait for a
-    late end, so they are the link's own; a rank slower than its peers by less than the link is
-    slower than its like link (``bandwidth.FLOOR_RATIO`` or more) is then the link's doing."""
-    links = [s for s in suspects if s.kind == "slow_link" and s.peer is not None and s.slowdown >= FLOOR_RATIO
-             and all(o.get("compared") == "fastest transfers" for o in s.evidence["bandwidth"]["observations"])]
+    back the rank's next kernels, and its host launches them late. On 4 H200s, TP2 x PP2, 512 MB
+    more in every pipeline exchange of link 0-2: its fastest transfers 11-18x its like link's in
+    every iteration, and rank 2 (an end) launched late and kept its TP peer waiting: "slow host
+    2" at 1.15x, ranked first by those waits, the link set aside as its late launches. A link
+    slower by itself (``_own_slowness``) than ``bandwidth.FLOOR_RATIO`` x its like link explains
+    a slow host at its end. Not a slow GPU there: a transfer does not lengthen kernels."""
+    links = [s for s in suspects if s.kind == "slow_link" and s.peer is not None
+             and all((o.get("fastest_ratio") or 0.0) >= FLOOR_RATIO for o in s.evidence["bandwidth"]["observations"])]
     out = []
     for s in suspects:
-        link = next((lk for lk in links if s.kind in ("slow_compute", "slow_host") and s.rank in (lk.rank, lk.peer)
-                     and s.slowdown < lk.slowdown), None)
+        link = next((lk for lk in links if s.kind == "slow_host" and s.rank in (lk.rank, lk.peer)), None)
         if link is None:
             out.append(s)
             continue
+        ratio = min(o["fastest_ratio"] for o in link.evidence["bandwidth"]["observations"])
         link.evidence.setdefault("ends_waiting", []).append(
             {"rank": s.rank, "kind": s.kind, "slowdown": round(float(s.slowdown), 3)})
-        overruled.append(f"rank {s.rank} ({s.kind.replace('_', ' ')} {s.slowdown:.2f}x): an end of slow link "
-                         f"{link.rank}<->{link.peer}, whose fastest transfers are {link.slowdown:.1f}x its like link's")
+        overruled.append(f"rank {s.rank} (slow host {s.slowdown:.2f}x): an end of slow link {link.rank}<->{link.peer}, "
+                         f"whose fastest transfers took {ratio:.1f}x its like link's")
     return out
 
 

@@ -73,6 +73,8 @@ GPU2_RIGHT_TODAY = [
     # 2. TP2 under the profiler (2 H200s), extra matmuls in rank 1's layers while its peer's host
     # paces the job: the test below
     "gpt-tp2-prof-layer1.5x-r1-gpu2",
+    # 1. the FSDP2 host stall again (2 H200s, held-out run 9): the test below
+    "fsdp2-prof-datasleep20ms-r0-gpu2-run2",
 ]
 
 
@@ -130,6 +132,21 @@ def test_on_gpus_counted_extra_work_is_named_though_a_peers_host_keeps_the_rank_
     assert top.evidence["lateness"]["share_last"] < 0.1
     assert top.evidence["peers"]["added_work"]["slowdown"] > 2
     assert top.iterations == [3, 4]
+
+
+@pytest.mark.parametrize("case_id", ["fsdp2-prof-datasleep20ms-r0-gpu2", "fsdp2-prof-datasleep20ms-r0-gpu2-run2"])
+def test_between_two_ranks_a_host_that_stalls_in_every_step_stands_out_by_its_own_steadiness(case_id):
+    # FSDP2 on 2 GPUs, a 20 ms sleep in rank 0's data path: 20.4 ms more idle a step, in every
+    # step, all of it in stalls of 1 ms and more. Two ranks' idle excesses mirror each other, and
+    # measured against their scatter across the two every rank's z was 0.93, whatever the stall.
+    # Its prefetched all-gathers leave who is last to chance: rank 0 last at 36 of 72 in the first
+    # run (named, by stage 2 agreeing), 35 of 72 in the second (none). Its stalls stand out
+    # against how much they vary from step to step.
+    verdict = detect_bundle(load_bundle(GPU2_CASES[case_id].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_host")]
+    gaps = verdict.suspects[0].evidence["launch_gaps"]
+    assert gaps["flagged"] and gaps["z"] > 10
+    assert 19 < gaps["excess_ms_per_iteration"] < 22
 
 
 def test_a_healthy_fsdp_jobs_ranks_compute_alike_on_gpus():
@@ -432,7 +449,7 @@ def test_a_rank_at_an_end_of_a_link_whose_own_transfers_are_slow_is_the_links_vi
     assert [(s.kind, {s.rank, s.peer}) for s in verdict.suspects] == [("slow_link", {0, 2})]
     top = verdict.suspects[0]
     assert top.slowdown > 8
-    assert top.evidence["bandwidth"]["observations"][0]["compared"] == "fastest transfers"
+    assert top.evidence["bandwidth"]["observations"][0]["fastest_ratio"] > 8   # its own transfers, raised
     assert [(e["rank"], e["kind"]) for e in top.evidence["ends_waiting"]] == [(2, "slow_host")]
 
 

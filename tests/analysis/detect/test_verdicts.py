@@ -480,3 +480,27 @@ def test_in_a_pipeline_a_stage_speaks_for_its_replica_at_stage_2():
     # no pipeline: no replica to speak for
     flat = {r: {**c, "pp": 0, "dp": r} for r, c in coords.items()}
     assert _replica_waits(peers, measured, flat) == set()
+
+
+def test_only_a_host_at_an_end_of_a_link_slow_by_itself_is_that_links_victim():
+    # A link whose fastest transfers took 11x its like link's is slow by itself; its traffic
+    # holds back its ends' launches, so a slow host at an end is its doing, but a transfer does
+    # not lengthen kernels: a slow GPU at an end, or a host elsewhere, stays a suspect.
+    from mapp.analysis.detect.findings import Suspect
+    from mapp.analysis.detect.verdict import _link_ends
+
+    def link(ratio):
+        return Suspect(rank=0, kind="slow_link", confidence=0.9, slowdown=11.0, peer=2, excess_ns=13e6,
+                       evidence={"bandwidth": {"observations": [{"ranks": [0, 2], "what": "p2p", "ratio": 11.0,
+                                                                 "fastest_ratio": ratio}]}})
+
+    host = Suspect(rank=2, kind="slow_host", confidence=0.7, slowdown=1.15, excess_ns=26e6)
+    gpu = Suspect(rank=0, kind="slow_compute", confidence=0.7, slowdown=1.3, excess_ns=30e6)
+    elsewhere = Suspect(rank=3, kind="slow_host", confidence=0.7, slowdown=1.2, excess_ns=20e6)
+    notes: list[str] = []
+    kept = _link_ends([link(11.9), host, gpu, elsewhere], notes)
+    assert [(s.rank, s.kind) for s in kept] == [(0, "slow_link"), (0, "slow_compute"), (3, "slow_host")]
+    assert kept[0].evidence["ends_waiting"] == [{"rank": 2, "kind": "slow_host", "slowdown": 1.15}]
+    assert notes and notes[0].startswith("rank 2 (slow host 1.15x): an end of slow link 0<->2")
+    # slower by its medians only (its fastest transfers not raised): a late end may explain it
+    assert len(_link_ends([link(None), host], [])) == 2
