@@ -42,26 +42,36 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
     comm_kernel = ((pl.col("cat") == "other") & pl.col("lane").str.starts_with("stream:")
                    & pl.col("name").str.contains("(?i)" + COMM_KERNEL_PATTERN))
-    cols = ["rank", "iteration", "ts_ns", "end_ns"] + (["name"] if recurring else [])
+    cols = ["rank", "iteration", "ts_ns", "end_ns"] + (["name"] if recurring or "name" in leaves.columns else [])
     other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | comm_kernel)
                           & pl.col("iteration").is_not_null()).select(
         "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "name"
     ).select(cols)
-    leaves = leaves.select(cols)
+    leaves = leaves.select(cols).with_columns(compute=pl.lit(True))
+    cols = cols + ["compute"]
+    other = other.with_columns(compute=pl.lit(False)).select(cols)
     parts = [leaves, other.cast(leaves.schema)]
     if starts is not None and len(starts):
         marks = starts.join(leaves.select("rank", "iteration").unique(), on=["rank", "iteration"], how="semi")
-        parts.append(marks.with_columns(end_ns=pl.col("ts_ns"), name=pl.lit("<start>")).select(cols)
-                     .cast(leaves.schema))
+        parts.append(marks.with_columns(end_ns=pl.col("ts_ns"), name=pl.lit("<start>"), compute=pl.lit(False))
+                     .select(cols).cast(leaves.schema))
     tl = pl.concat(parts).sort(["rank", "ts_ns"])
     prev = pl.col("end_ns").cum_max().shift(1).over("rank")
     tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
     stall = pl.col("gap") >= LONG_GAP_NS
+    # a stall where the forward pass hands over to the backward: the next span a backward one,
+    # the compute span before it (collectives and transfers between them) a forward one
+    # (``verdict`` reads it)
+    last_compute = pl.when(pl.col("compute")).then(pl.col("name")).shift(1).forward_fill().over("rank")
+    handover = (stall & pl.col("name").str.ends_with(".backward") & last_compute.str.ends_with(".forward").fill_null(False)
+                if "name" in cols else pl.lit(False))
+    tl = tl.with_columns(handover=handover)
     if recurring:
         tl = tl.with_columns(_recurring(tl).alias("recurring"))
         stall = stall & pl.col("recurring")
     per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
                                                  long_ns=pl.col("gap").filter(stall).sum(),
+                                                 handover_ns=pl.col("gap").filter(pl.col("handover")).sum(),
                                                  span_ns=pl.col("end_ns").max() - pl.col("ts_ns").min())
     if stalled is not None and len(stalled):   # host time spent inside a coarse step span
         per = per.join(stalled, on=["rank", "iteration"], how="left").with_columns(
@@ -71,6 +81,8 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
     per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
                            long_excess_ns=(pl.col("long_ns") - pl.col("long_ns").median().over(g)).cast(pl.Float64),
+                           handover_excess_ns=(pl.col("handover_ns") - pl.col("handover_ns").median().over(g))
+                           .cast(pl.Float64),
                            n_peers=pl.len().over(g))
     per = _readers_wait(per)
     if group != ["rank"] and per["n_peers"].min() == 2:
@@ -78,7 +90,8 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
         # difference being tested; the noise is how much a rank's excess varies by itself
         scale = per.select(within_rank_scale("gap_excess_ns")).item() or 0.0
         # against the other, not the mean
-        per = per.with_columns(gap_excess_ns=2 * pl.col("gap_excess_ns"), long_excess_ns=2 * pl.col("long_excess_ns"))
+        per = per.with_columns(gap_excess_ns=2 * pl.col("gap_excess_ns"), long_excess_ns=2 * pl.col("long_excess_ns"),
+                               handover_excess_ns=2 * pl.col("handover_excess_ns"))
     else:
         scale = per.select(robust_scale("gap_excess_ns")).item() or 0.0
     # Trace timestamps are microseconds: each gap carries up to 1 us of rounding, which adds up
@@ -91,7 +104,8 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     # slow GPU by its idle time's z alone: ``_per_rank``)
     return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
         gap_flagged=pl.col("gap_z") > z_crit, gap_share=pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns")
-    ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share", "long_excess_ns")
+    ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share", "long_excess_ns",
+             "handover_excess_ns")
 
 
 def _recurring(tl: pl.DataFrame) -> pl.Series:

@@ -181,7 +181,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     ops = leaf_ops(timed)
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
-    leaves = ops.select("rank", "iteration", "ts_ns", "end_ns")
+    leaves = ops.select("rank", "iteration", "ts_ns", "end_ns", "name")
     if mode == "layer peers":
         ops = ops.filter(pl.any_horizontal(pl.col("name").str.starts_with(w) for w in _LAYER_SPANS))
         if ops.is_empty() or ops["rank"].n_unique() < 2:   # no layer spans: each rank against itself
@@ -537,6 +537,7 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_eff
         gap_idle=pl.col("gap_idle").fill_null(False).any(),
         gap_ns=pl.col("gap_ns").mean(),
         long_excess_ns=pl.col("long_excess_ns").mean(),
+        handover_excess_ns=pl.col("handover_excess_ns").mean() if "handover_excess_ns" in per.columns else pl.lit(0.0),
     ).sort("rank")
 
 

@@ -75,6 +75,8 @@ GPU2_RIGHT_TODAY = [
     "gpt-tp2-prof-layer1.5x-r1-gpu2",
     # 1. the FSDP2 host stall again (2 H200s, held-out run 9): the test below
     "fsdp2-prof-datasleep20ms-r0-gpu2-run2",
+    # extra matmuls in rank 1's layers again (2 H200s, held-out run 9): the test below
+    "gpt-tp2-mapp-layer1.5x-r1-gpu2-run2",
 ]
 
 
@@ -147,6 +149,17 @@ def test_between_two_ranks_a_host_that_stalls_in_every_step_stands_out_by_its_ow
     gaps = verdict.suspects[0].evidence["launch_gaps"]
     assert gaps["flagged"] and gaps["z"] > 10
     assert 19 < gaps["excess_ms_per_iteration"] < 22
+
+
+def test_stalls_only_where_the_forward_hands_over_to_the_backward_are_a_gpu_doing_more():
+    # 2 H200s, megatron-core TP2 under mapp's capture, 1.5x the layers' FLOPs on rank 1 (the
+    # added matmuls launched from Python): its backward ops 1.23x its peer's, alike; its host,
+    # launching the added forward work, falls behind its GPU and catches up where the backward
+    # starts: 7.9 ms more stalls a step, 98% of them before `output_layer.backward`. Read as
+    # "slow host 1" before (its idle time at z 17); a sleeping host stalls before the forward.
+    verdict = detect_bundle(load_bundle(GPU2_CASES["gpt-tp2-mapp-layer1.5x-r1-gpu2-run2"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
+    assert 1.2 < verdict.suspects[0].slowdown < 1.26
 
 
 def test_a_healthy_fsdp_jobs_ranks_compute_alike_on_gpus():
