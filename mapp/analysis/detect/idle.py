@@ -36,7 +36,9 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     marks on the timeline (the time before an iteration's first op is idle too); ``stalled``:
     ``rank``, ``iteration``, ``stall_ns`` from :func:`stalls`, host time inside step spans,
     counted with the idle time. ``recurring``: stalls count only where they recur at one place
-    of the program (``_recurring``); ``leaves`` then carry each leaf's ``name``."""
+    of the program (``_recurring``); ``leaves`` then carry each leaf's ``name``. Where they do,
+    ``handover_excess_ns`` is the excess of the stalls before a backward span whose compute span
+    before it was a forward one (0 without names)."""
     # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
     # waiting for peers too: without them a pipeline's first stage, idle on its GPU while a
     # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)

@@ -448,7 +448,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
             and backward is not None and math.isfinite(float(backward))
             and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
             and stalled >= peers.min_effect * busy and handover >= CONSISTENT * stalled):
-        gpu = math.exp(float(row["ops_median"]))
+        gpu = math.exp(float(backward))
         host, row = False, {**row, "launch_bound": False, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}
     launch = bool(row.get("launch_bound")) and row["flagged"]
     if launch:

@@ -450,7 +450,7 @@ def test_of_two_like_links_the_one_slower_in_every_iteration_is_named(tmp_path):
     assert len(verdict.suspects) == 1
 
 
-def test_a_rank_at_an_end_of_a_link_whose_own_transfers_are_slow_is_the_links_victim(tmp_path):
+def test_a_host_at_an_end_of_a_link_whose_own_transfers_are_slow_is_the_links_victim(tmp_path):
     # 4 H200s, TP2 x PP2 under mapp's capture: every pipeline exchange on link 0-2 also moves
     # 512 MB. Its fastest transfers took 11x its like link's (1-3) in every iteration; rank 2, an
     # end of it, computed 1.23x its TP peer and launched late, and its peer waited for it at
