@@ -417,7 +417,134 @@ def gpu2_set(seed: int = 1234) -> list[Case]:
     ]
 
 
-SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set}
+# --set vary on GPUs: another model shape than GPT_GPU (other GEMM shapes, a longer sequence,
+# a larger vocabulary), so that a held-out run differs from the tuned ones in its kernels too
+GPT_GPU_VARY = ["--layers", "8", "--hidden", "3072", "--heads", "24", "--seq", "3072", "--vocab", "50304",
+                "--micro-batch-size", "1", "--num-microbatches", "4", "--bf16"]
+VARY_SEED = 7
+
+
+def _plain(job: str, layout: str, seed: int, rank: int | None = None, factor: float | None = None,
+           sleep_ms: float | None = None, tag: str = "-v") -> Case:
+    """A plain DDP / FSDP2 (``job`` ddp4, fsdp4, ddp2, fsdp2) or DP x TP (tp2dp2) profiler job of ``vary_set``:
+    healthy, ``factor`` x the forward's matmuls on ``rank``, or a ``sleep_ms`` data-path sleep."""
+    script = "tp" if job == "tp2dp2" else "ddp"
+    base_args = [*(TP_ARGS if script == "tp" else DDP_ARGS), "--seed", str(seed)]
+    gpu = TP_GPU if script == "tp" else DDP_GPU
+    if job.startswith("fsdp"):
+        base_args.append("--fsdp")
+        gpu = [*DDP_GPU, "--fsdp"]
+    stem = "tp2dp2-plain" if script == "tp" else job
+    lay = LAYOUTS[layout]
+    w = JOB_WINDOW_SHORT if world_of(lay) == 2 else None
+    base = f"{stem}-prof-healthy{tag}"
+    if factor is not None:
+        return Case(f"{stem}-prof-fwd{factor:g}x-r{rank}{tag}", script, "kineto", lay, "fault",
+                    [*base_args, "--slow-rank", str(rank), "--slow-factor", str(factor)],
+                    [{"how": f"extra matmuls inside forward ({factor:g}x the forward's matmuls, same shapes, "
+                             "results discarded)", "rank": rank, "factor": factor}],
+                    _slow(rank, ["slow_compute"]), "matmuls", base, gpu, job_window=w)
+    if sleep_ms is not None:
+        return Case(f"{stem}-prof-datasleep{sleep_ms:g}ms-r{rank}{tag}", script, "kineto", lay, "fault",
+                    [*base_args, "--slow-rank", str(rank), "--slow-mode", "data-sleep", "--slow-ms", f"{sleep_ms:g}"],
+                    [{"how": f"host sleep in the data path (time.sleep({sleep_ms:g} ms) in the dataset before each "
+                             "batch, inside DataLoader.__next__)", "rank": rank, "sleep_ms": sleep_ms}],
+                    _slow(rank, ["slow_host"]), "host", base, gpu, job_window=w)
+    return Case(base, script, "kineto", lay, "healthy", base_args, gpu_args=gpu, job_window=w)
+
+
+def vary_set(seed: int = VARY_SEED) -> list[Case]:
+    """Held-out variations (``--set vary``, 4 ranks): the same jobs and injectors as the other
+    sets with values none of them uses (other slowdown factors, ranks, sleeps, links, sigmas, a
+    jittering before-microbatch load, another seed, and on GPUs another model shape). For scoring
+    the detector on jobs it was not tuned on: ids end in ``-v`` (``-v-gpu`` on GPUs)."""
+    tag = "-v"
+
+    def g(*a, gpu_model=GPT_GPU_VARY, **k):
+        case = gpt_case(*a, seed=seed, tag=tag, **k)
+        n = len(GPT_LAYOUT_ARGS[a[0]])   # gpu_args: layout, GPT_GPU, window and the variant's own
+        assert case.gpu_args[n:n + len(GPT_GPU)] == GPT_GPU
+        case.gpu_args[n:n + len(GPT_GPU)] = gpu_model
+        return case
+
+    jitter = g("pp2dp2", "kineto", "beforemb", rank=3, ms=30)
+    jitter.id = jitter.id.replace("beforemb30ms", "beforemb30ms-jitter")
+    jitter.args += ["--slow-jitter", "0.7"]
+    jitter.gpu_args += ["--slow-jitter", "0.7"]
+    jitter.injected[0]["jitter_sigma"] = 0.7
+    return [
+        _plain("ddp4", "dp4", seed),
+        _plain("ddp4", "dp4", seed, rank=0, factor=1.3),
+        _plain("ddp4", "dp4", seed, rank=3, sleep_ms=30),
+        _plain("fsdp4", "dp4", seed, rank=1, factor=2.0),
+        _plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.3),
+        # megatron-core, mapp capture
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=3, factor=1.3),
+        g("pp2dp2", "mapp-v1", "layer", rank=3, factor=1.5),
+        g("tp2pp2", "mapp-v1", "layer", rank=0, factor=1.3),
+        g("dp4", "mapp-v1", "layer", rank=1, factor=1.25),
+        g("tp2pp2", "mapp-v1", "beforemb", rank=3, ms=30),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=1, ms=30),
+        g("tp2pp2", "mapp-v1", "link", link=(1, 3)),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=2),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        # megatron-core, torch.profiler
+        g("pp2dp2", "kineto", "healthy"),
+        g("tp2dp2", "kineto", "layer", rank=2, factor=1.3),
+        g("pp2dp2", "kineto", "layer", rank=0, factor=1.5),
+        g("tp2pp2", "kineto", "layer", rank=1, factor=1.5),
+        jitter,
+        g("pp2dp2", "kineto", "hostsleep", rank=2, ms=30),
+        g("pp2dp2", "kineto", "link", link=(0, 2)),
+        g("tp2dp2", "kineto", "seqlognorm", sigma=1.0),
+    ]
+
+
+def vary2_set(seed: int = VARY_SEED) -> list[Case]:
+    """``vary_set`` for 2 ranks (``--set vary2``, a machine of 2 GPUs, like ``--set gpu2``): 5
+    iterations, 3 recorded; on GPUs GPT_GPU_VARY and GPU2_HOSTSLEEP_MS's sleep."""
+    tag = "-v"
+
+    def g(*a, **k):
+        case = gpt_case(*a, seed=seed, tag=tag, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT), **k)
+        n = len(GPT_LAYOUT_ARGS[a[0]])
+        assert case.gpu_args[n:n + len(GPT_GPU)] == GPT_GPU
+        case.gpu_args[n:n + len(GPT_GPU)] = GPT_GPU_VARY
+        return case
+
+    jitter = g("tp2", "kineto", "beforemb", rank=0, ms=30)
+    jitter.id = jitter.id.replace("beforemb30ms", "beforemb30ms-jitter")
+    jitter.args += ["--slow-jitter", "0.7"]
+    jitter.gpu_args += ["--slow-jitter", "0.7"]
+    jitter.injected[0]["jitter_sigma"] = 0.7
+    return [
+        _plain("ddp2", "dp2", seed, rank=0, factor=1.3),
+        _plain("ddp2", "dp2", seed, rank=1, sleep_ms=30),
+        _plain("fsdp2", "dp2", seed, rank=0, factor=2.0),
+        _plain("fsdp2", "dp2", seed),
+        # megatron-core, torch.profiler
+        g("tp2", "kineto", "layer", rank=0, factor=1.3),
+        g("dp2", "kineto", "layer", rank=0, factor=1.3),
+        g("pp2", "kineto", "layer", rank=0, factor=1.5),
+        jitter,
+        g("dp2", "kineto", "hostsleep", rank=1, ms=30, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("dp2", "kineto", "healthy"),
+        g("pp2", "kineto", "laststage", last_layers=2),
+        # megatron-core, mapp capture
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.3),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.3),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.5),
+        g("tp2", "mapp-v1", "hostsleep", rank=1, ms=30, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("pp2", "mapp-v1", "beforemb", rank=1, ms=30),
+        g("tp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        _plain("ddp2", "dp2", seed),
+    ]
+
+
+SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -924,7 +1051,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None,
                    help="directory of the set (default: tests/corpus/cases[-full][-gpu], cases-gpu2[-cpu])")
     p.add_argument("--set", default="small", choices=sorted(SETS),
-                   help="small (committed), full, or gpu2 (2 ranks, for a machine of 2 GPUs)")
+                   help="small (committed), full, gpu2 (2 ranks, for a machine of 2 GPUs), or vary (held-out "
+                        "variations: other factors, ranks, seeds and, on GPUs, model shape)")
     p.add_argument("--only", default=None, help="only the cases whose id contains this")
     device = p.add_mutually_exclusive_group()
     device.add_argument("--gpu", dest="device", action="store_const", const="gpu",
@@ -951,7 +1079,7 @@ def main(argv=None) -> int:
     nproc = args.nproc or worlds[0]
     if worlds != [nproc]:
         p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
-    gpu = (args.device or ("gpu" if args.set == "gpu2" else "cpu")) == "gpu"
+    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2") else "cpu")) == "gpu"
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
     cases = everything
     if args.only:
@@ -963,7 +1091,8 @@ def main(argv=None) -> int:
     if args.set == "gpu2":
         default = "cases-gpu2" + ("" if gpu else "-cpu")
     else:
-        default = {"small": "cases", "full": "cases-full"}[args.set] + ("-gpu" if gpu else "")
+        default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
+                   "vary2": "cases-vary2"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -1,0 +1,56 @@
+"""The case sets of ``make_corpus.py``: ids unique, held-out variations apart from the tuned sets.
+Cheap: nothing is run."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("make_corpus", HERE / "make_corpus.py")
+make_corpus = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("make_corpus", make_corpus)   # its dataclasses look their module up
+_spec.loader.exec_module(make_corpus)
+
+
+def _ids(cases):
+    return [c.id for c in cases]
+
+
+def test_every_set_has_unique_ids_of_one_world_size():
+    for name, build in make_corpus.SETS.items():
+        cases = build()
+        assert len(_ids(cases)) == len(set(_ids(cases))), name
+        assert len({make_corpus.world_of(c.layout) for c in cases}) == 1, name
+
+
+def test_the_variations_are_jobs_no_other_set_runs():
+    tuned = {i for name in ("small", "full", "gpu2") for i in _ids(make_corpus.SETS[name]())}
+    for name, world in (("vary", 4), ("vary2", 2)):
+        cases = make_corpus.SETS[name]()
+        assert all(c.id.endswith("-v") and c.id not in tuned for c in cases), name
+        assert {make_corpus.world_of(c.layout) for c in cases} == {world}
+        # every fault is injected on a rank of the job, and every class is there
+        assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+        assert all(c.slow_rank is None or 0 <= c.slow_rank < world for c in cases)
+
+
+def test_on_gpus_the_variations_run_another_model_shape():
+    for build in (make_corpus.vary_set, make_corpus.vary2_set):
+        for case in build():
+            args = make_corpus.job_args(case, gpu=True)
+            if case.job != "gpt":
+                continue
+            at = args.index("--hidden")
+            assert args[at + 1] == "3072" and args.count("--hidden") == 1, case.id
+            assert args[args.index("--seed") + 1] == str(make_corpus.VARY_SEED)
+    jitter = next(c for c in make_corpus.vary_set() if "jitter" in c.id)
+    assert jitter.gpu_args[-2:] == ["--slow-jitter", "0.7"] and jitter.args[-2:] == ["--slow-jitter", "0.7"]
+
+
+def test_list_prints_the_gpu_ids():
+    out = subprocess.run([sys.executable, str(HERE / "make_corpus.py"), "--set", "vary2", "--list"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == [c.id + "-gpu2" for c in make_corpus.vary2_set()]
