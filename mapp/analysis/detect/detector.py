@@ -47,7 +47,8 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         t = now
 
     scan = bundle.scan().filter(pl.col("ph") == "X")
-    events = scan.filter(pl.col("cat") != "iteration").select(_COLUMNS + _shape(bundle) + _tokens(bundle)).collect()
+    events = _launched_by(scan.filter(pl.col("cat") != "iteration").select(
+        _COLUMNS + _shape(bundle) + _tokens(bundle)).collect())
     iters = scan.filter(pl.col("cat") == "iteration").select("rank", "iteration", "ts_ns", "dur_ns").collect()
     lap("read")
     if analysis is None:
@@ -145,13 +146,39 @@ def _cpu_compute(bundle, events: pl.DataFrame) -> bool:
 
 def _shape(bundle) -> list[pl.Expr]:
     """A ``shape`` column where the format records one (profiler traces: a CPU op's input
-    dimensions, a kernel's grid and block), so that ops are compared on the same work."""
+    dimensions, a kernel's grid and block), so that ops are compared on the same work; and
+    ``external_id``, which ties a kernel to the CPU op that launched it (``_launched_by``)."""
     if "kineto" not in bundle.ranks["format"].to_list():
         return []
     args = pl.col("args")
     dims = args.str.json_path_match("$['Input Dims']")
     grid = pl.concat_str(args.str.json_path_match("$.grid"), args.str.json_path_match("$.block"), separator="x")
-    return [pl.when(pl.col("lane").str.starts_with("stream:")).then(grid).otherwise(dims).alias("shape")]
+    return [pl.when(pl.col("lane").str.starts_with("stream:")).then(grid).otherwise(dims).alias("shape"),
+            args.str.json_path_match("$['External id']").alias("external_id")]
+
+
+def _launched_by(events: pl.DataFrame) -> pl.DataFrame:
+    """A kernel's ``shape`` with the name and input dimensions of the CPU op that launched it
+    (the op of the same rank with the kernel's ``External id``), where the trace has them.
+
+    A kernel's grid and block alone do not say what it computed: cuBLASLt's persistent GEMM
+    kernels on Hopper launch one block per SM whatever the problem (2 H200s, megatron-core PP2,
+    hidden 3072: the same ``nvjet`` kernel and grid for a 3072 x 3072 x 3072 matmul at 218 us a
+    call and another GEMM at 74 us, 68 calls of one on a rank and 400 of the other on its peer),
+    so two ranks' calls of one kind were different work."""
+    if "external_id" not in events.columns:
+        return events
+    kernel = pl.col("lane").str.starts_with("stream:")
+    if not events.select(kernel.any()).item():   # a CPU-only trace (gloo): no kernel to tie
+        return events.drop("external_id")
+    launchers = events.filter(~kernel & pl.col("external_id").is_not_null() & pl.col("shape").is_not_null()).select(
+        "rank", "external_id", launcher=pl.concat_str("name", "shape", separator=" ")).unique(
+        ["rank", "external_id"], keep="first")
+    if launchers.is_empty():   # recorded without shapes
+        return events.drop("external_id")
+    return events.join(launchers, on=["rank", "external_id"], how="left", maintain_order="left").with_columns(
+        shape=pl.when(kernel & pl.col("launcher").is_not_null())
+        .then(pl.concat_str("shape", "launcher", separator=" <- ")).otherwise("shape")).drop("external_id", "launcher")
 
 
 def _tokens(bundle) -> list[pl.Expr]:

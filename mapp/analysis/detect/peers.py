@@ -162,7 +162,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     if mode == "skipped":
         return PeerEvidence(mode, reason, min_effect=min_effect)
     timed = events.filter(pl.col("iteration").is_not_null())
-    if "shape" in timed.columns and timed["shape"].null_count() == len(timed) and coords["pp"].null_count() == 0:
+    by_order = "shape" in timed.columns and timed["shape"].null_count() == len(timed) and coords["pp"].null_count() == 0
+    if by_order:
         timed = _nth_call(timed, coords)
     if "shape" in timed.columns and timed["shape"].null_count() < len(timed):
         ops = self_times(timed)
@@ -171,7 +172,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns", "name"), group, coords, min_effect,
                          starts, recurring=shared_cpus)
         found = compare_same_work(ops, gaps, coords, group, slow_op=slow_op, min_effect=min_effect,
-                                  shared_cpus=shared_cpus)
+                                  shared_cpus=shared_cpus, programs_differ=mode == "layer peers" and not by_order)
         if found is None:
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
         per, ranks, z_crit, pairs = found
@@ -183,6 +184,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
     leaves = ops.select("rank", "iteration", "ts_ns", "end_ns", "name")
+    stage_gaps = False
     if mode == "layer peers":
         ops = ops.filter(pl.any_horizontal(pl.col("name").str.starts_with(w) for w in _LAYER_SPANS))
         if ops.is_empty() or ops["rank"].n_unique() < 2:   # no layer spans: each rank against itself
@@ -193,8 +195,12 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
             ops = leaf_ops(timed)
         else:
             # different stages idle differently by the schedule's design (the first waits for
-            # gradients, the last for activations): their launch gaps are not the same thing
-            judge_gaps = False
+            # gradients, the last for activations), by a few percent of a step (2.5-5% on 2
+            # GPUs, PP2: healthy, a heavy last stage, a slow layer): their launch gaps count only
+            # where they are a real share of the rank's iteration, whatever its compute says.
+            # Work outside the model before each microbatch leaves its rank idle far beyond
+            # that (30 ms of matmuls a microbatch on the last stage: 135 ms a step, 34%).
+            stage_gaps = True
     ops, seqlen = _fit(ops, coords, group, key, min_effect=min_effect, slow_op=slow_op)
     per = _rank_iterations(ops, min_effect, use_spread=True)
     z_crit = z_critical(len(per))
@@ -202,6 +208,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                    how="left")
     if not judge_gaps:
         per = per.with_columns(gap_flagged=pl.lit(False))
+    elif stage_gaps:
+        per = per.with_columns(gap_flagged=pl.col("gap_flagged") & pl.col("gap_share"))
     if gpu_spans:
         per = _backward_judged(ops, per, min_effect)
     ranks = _per_rank(per, z_crit, judge_gaps, min_effect)

@@ -1,8 +1,9 @@
 """Stage 1 for traces that record what each op worked on (profiler traces): time on the same work.
 
 A PyTorch profiler trace numbers no microbatch or layer, but it records each CPU op's input
-shapes and each kernel's grid and block. So the work is compared per *kind*: per (iteration,
-op name, shape), the time a rank spent on it against its peers' median for the same kind.
+shapes and each kernel's grid and block (and, by its External id, the op that launched it:
+``detector._launched_by``). So the work is compared per *kind*: per (iteration, op name,
+shape), the time a rank spent on it against its peers' median for the same kind.
 A rank whose GPU is slow takes longer on every kind; a rank that does extra work of a kind
 (more matmuls of one shape) spends more time on it; a replica that got longer sequences has
 other shapes, which its peers never ran, so it is not compared on them at all (imbalance in
@@ -157,9 +158,24 @@ def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
         extra_fast=(pl.col("lone_fast") * pl.col("share")).sum(), extra_t=(pl.col("lone_t") * pl.col("share")).sum())
 
 
+def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray) -> np.ndarray:
+    """Per row of ``work``, how many times its rank's program runs its peers' programs, where
+    they differ (one rank per pipeline stage), in that iteration: the median over the kinds it
+    shares with them of its calls over their median's (``peer_calls``).
+
+    Stages split the layers as the job was set up, not always evenly; a stage of 3x the layers
+    calls every kind of a layer 3x as often, each call as fast (2 H200s, megatron-core PP2 under
+    the profiler, 6 layers on the last stage and 2 on the first: its work counted against its
+    peer's read 3.05x, a slow GPU). Work added to a layer (extra matmuls) calls a few kinds more
+    often and leaves the median where the program puts it."""
+    ratio = pl.Series(work["calls"].to_numpy() / np.maximum(peer_calls, 1e-9))
+    return work.select("rank", "iteration").with_columns(r=ratio).with_columns(
+        scale=pl.col("r").median().over("rank", "iteration"))["scale"].to_numpy()
+
+
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
-                      slow_op: float, min_effect: float,
-                      shared_cpus: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
+                      slow_op: float, min_effect: float, shared_cpus: bool = False,
+                      programs_differ: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
     """Stage 1 over ``ops`` (``rank``, ``iteration``, ``name``, ``shape``, ``self_ns``);
     ``gaps`` per (rank, iteration) from ``peers._gaps``. Returns the per (rank, iteration) and
     per-rank tables of ``peers.PeerEvidence``, the cut-off and whether some kind had two peers
@@ -168,7 +184,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     ``shared_cpus``: compute is timed on CPU processes that share cores; a rank's time on the
     same work is then the lesser of two estimates (``_least_slowdown``), kinds called under
     ``_FEW_CALLS`` times are not timed, and the work it adds is counted at one price
-    (``added_work``)."""
+    (``added_work``). ``programs_differ``: the ranks compared run different programs (one rank
+    per pipeline stage) and their kinds are shapes, whose calls are counted."""
 
     kind = ["name", "shape"]
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
@@ -183,7 +200,12 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     work = counts.join(per_call, on=["rank", *peers, *kind])
     key = [*peers, "iteration", *kind]
     work = work.with_columns(n=pl.len().over(key))
-    extra = _extra_work(work, peers)
+    # Ranks of different programs (one rank per pipeline stage), their calls of each kind
+    # counted: work only one of them does is its program (the embedding, the loss, the output
+    # layer's GEMMs), not work added, and a program's calls are compared at its scale
+    # (``_program_scale``). (Kinds that are the n-th call of an op, ``peers._nth_call``, pair the
+    # calls one to one: no scale, and a rank's calls beyond its peer's are work it added.)
+    extra = None if programs_differ else _extra_work(work, peers)
     added = added_work(work, peers, shared_cpus=shared_cpus)
     # On shared CPUs a kind a rank calls once or twice in the whole trace has no typical call:
     # one call descheduled midway is all there is (megatron-core TP2 x DP2, heavy-tailed
@@ -198,6 +220,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # pull the median of all four halfway to itself (and two peers compare with each other)
     gid = work["gid"].to_numpy()
     peer_calls = others_median(gid, work["calls"].to_numpy())
+    if programs_differ:
+        peer_calls = peer_calls * _program_scale(work, peer_calls)
     work = work.with_columns(
         own=pl.col("calls") * pl.col("q"),
         peer=pl.Series(peer_calls * others_median(gid, work["q"].to_numpy())),

@@ -615,3 +615,36 @@ def test_stage3_a_link_moving_sizes_its_like_link_does_not_is_named_though_no_tr
     f = bw.findings[0]
     assert f.slowdown == pytest.approx((4 * (16 << 20) + 4 * 512_000_000) / (4 * (16 << 20)))
     assert f.observations[0]["compared"] == "bytes moved" and f.observations[0]["timed"] is False
+
+
+def test_a_kernel_is_the_work_of_the_op_that_launched_it():
+    # cuBLASLt's persistent GEMM kernels on Hopper launch one block per SM whatever the problem:
+    # on 2 H200s one nvjet kernel and grid ran a 3072^3 matmul at 218 us and another GEMM at
+    # 74 us, so by grid and block alone two ranks' calls of "one kind" were different work.
+    # A kernel's shape is also the name and input dims of the CPU op with its External id.
+    from mapp.analysis.detect.detector import _launched_by
+
+    gemm, grid = "nvjet_sm90_tst_192x192_64x3_2x1_v_bz_coopA_NNT", "[2, 66, 1]x[384, 1, 1]"
+    rows = [
+        # rank, name, lane, shape, external_id
+        (0, "aten::mm", "cpu:1", "[[3072, 3072], [3072, 3072]]", "10"),
+        (0, gemm, "stream:7", grid, "10"),
+        (0, "aten::mm", "cpu:1", "[[3072, 9216], [9216, 3072]]", "11"),
+        (0, gemm, "stream:7", grid, "11"),
+        (0, gemm, "stream:7", grid, None),             # launched before the profiling window
+        (1, gemm, "stream:7", grid, "10"),             # rank 1's id 10 is another rank's op
+        (1, "aten::mm", "cpu:1", "[[3072, 3072], [3072, 3072]]", "10"),
+    ]
+    ev = pl.DataFrame(rows, schema=["rank", "name", "lane", "shape", "external_id"], orient="row")
+    out = _launched_by(ev)
+    assert "external_id" not in out.columns and out["name"].to_list() == ev["name"].to_list()
+    assert out["shape"].to_list() == [
+        "[[3072, 3072], [3072, 3072]]",
+        f"{grid} <- aten::mm [[3072, 3072], [3072, 3072]]",
+        "[[3072, 9216], [9216, 3072]]",
+        f"{grid} <- aten::mm [[3072, 9216], [9216, 3072]]",
+        grid,
+        f"{grid} <- aten::mm [[3072, 3072], [3072, 3072]]",
+        "[[3072, 3072], [3072, 3072]]",
+    ]
+
