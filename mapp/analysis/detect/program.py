@@ -11,9 +11,13 @@ traces nor ``--layout`` say who does the same work, it is read off the work itse
   messages: p2p partners are different pipeline stages, whatever their ops look like.
 
 - and, where the traces record the members of their collectives' process groups, peers must
-  share one of them (a world, DP or unlabelled group): ranks that never communicate together
-  are different jobs or different parts of one. (A rank with no call of a known group is
-  not held apart: gloo calls get their group only where their timing shows it.)
+  be joined by them, directly or through other ranks (a world, DP, TP or unlabelled group):
+  ranks that never communicate with each other, even by way of others, are different jobs. (A
+  rank with no call of a known group is not held apart: gloo calls get their group only where
+  their timing shows it, and some groups of a job may go unseen. Plain TP x DP over gloo, 4
+  processes on 2 cores: the calls showed groups {0,1}, {0,2} and {1,3} but not the TP group
+  {2,3}; asked to share a group with every peer, ranks 2 and 3 each stood alone, and rank 3,
+  1.45x on its matmuls, had no peer to be slower than.)
 """
 
 from __future__ import annotations
@@ -58,22 +62,32 @@ def program_groups(ops: pl.DataFrame, p2p_pairs: set[tuple[int, int]], ranks: li
     return frame, what
 
 
-def _together(groups: list[frozenset[int]]) -> dict[int, set[int]] | None:
-    """Each rank's fellow members over all known groups, or None when no group is known."""
+def _together(groups: list[frozenset[int]]) -> dict[int, int] | None:
+    """Each rank's part of the job: the ranks the known groups join, directly or through
+    others, share one (the smallest rank among them). None when no group is known."""
     if not groups:
         return None
-    out: dict[int, set[int]] = {}
+    part: dict[int, int] = {}
+
+    def find(r: int) -> int:
+        while part.setdefault(r, r) != r:
+            part[r] = part[part[r]]
+            r = part[r]
+        return r
+
     for g in groups:
-        for r in g:
-            out.setdefault(r, set()).update(g)
-    return out
+        members = sorted(g)
+        for r in members[1:]:
+            a, b = find(members[0]), find(r)
+            part[max(a, b)] = min(a, b)
+    return {r: find(r) for r in part}
 
 
-def _may_pair(a: int, b: int, p2p_pairs: set[tuple[int, int]], together: dict[int, set[int]] | None) -> bool:
+def _may_pair(a: int, b: int, p2p_pairs: set[tuple[int, int]], together: dict[int, int] | None) -> bool:
     if (a, b) in p2p_pairs or (b, a) in p2p_pairs:
         return False
     # a rank none of whose calls is known to have run on a group is not known to be apart
-    return together is None or a not in together or b not in together or b in together[a]
+    return together is None or a not in together or b not in together or together[a] == together[b]
 
 
 def _jaccard(a: frozenset, b: frozenset) -> float:

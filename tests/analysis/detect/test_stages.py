@@ -648,3 +648,20 @@ def test_a_kernel_is_the_work_of_the_op_that_launched_it():
         "[[3072, 3072], [3072, 3072]]",
     ]
 
+
+def test_ranks_joined_by_their_groups_through_others_run_one_program():
+    # Plain TP x DP over gloo (4 processes on 2 cores): gloo names no group, and the calls'
+    # timing showed {0,1}, {0,2} and {1,3} but not the TP group {2,3}. Asked to share a group
+    # with every peer, ranks 2 and 3 each stood alone (groups of 2, 1 and 1), and rank 3, whose
+    # matmuls ran 1.45x, had no peer to be slower than. Joined through others, they are one job.
+    from mapp.analysis.detect.program import program_groups
+
+    ops = pl.DataFrame({"rank": [0, 1, 2, 3], "name": ["aten::mm"] * 4, "shape": ["[[64,256],[256,256]]"] * 4})
+    seen = [frozenset({0, 1}), frozenset({0, 2}), frozenset({1, 3})]
+    programs, what = program_groups(ops, set(), [0, 1, 2, 3], seen)
+    assert programs["program"].n_unique() == 1 and what.endswith("all 4 compared")
+    # two jobs that never communicate, even through others, stay apart; p2p partners too
+    programs, _ = program_groups(ops, set(), [0, 1, 2, 3], [frozenset({0, 1}), frozenset({2, 3})])
+    assert programs.sort("rank")["program"].to_list() == [0, 0, 1, 1]
+    programs, _ = program_groups(ops, {(0, 2), (1, 3)}, [0, 1, 2, 3], seen + [frozenset({2, 3})])
+    assert programs.sort("rank")["program"].to_list() == [0, 0, 1, 1]
