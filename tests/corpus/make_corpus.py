@@ -453,25 +453,33 @@ def _plain(job: str, layout: str, seed: int, rank: int | None = None, factor: fl
     return Case(base, script, "kineto", lay, "healthy", base_args, gpu_args=gpu, job_window=w)
 
 
+def _vary_gpt(layout: str, fmt: str, variant: str, *, seed: int, **k) -> Case:
+    """A megatron-core case of the variations: ``gpt_case`` with ids ending in ``-v`` and, on
+    GPUs, GPT_GPU_VARY's model shape in place of GPT_GPU's."""
+    case = gpt_case(layout, fmt, variant, seed=seed, tag="-v", **k)
+    n = len(GPT_LAYOUT_ARGS[layout])   # gpu_args: layout, GPT_GPU, window and the variant's own
+    assert case.gpu_args[n:n + len(GPT_GPU)] == GPT_GPU
+    case.gpu_args[n:n + len(GPT_GPU)] = GPT_GPU_VARY
+    return case
+
+
+def _jittering(case: Case, sigma: float = 0.7) -> Case:
+    """A before-microbatch case whose load varies per microbatch (``--slow-jitter``)."""
+    case.id = case.id.replace("ms-r", "ms-jitter-r", 1)
+    case.args += ["--slow-jitter", f"{sigma:g}"]
+    case.gpu_args += ["--slow-jitter", f"{sigma:g}"]
+    case.injected[0]["jitter_sigma"] = sigma
+    return case
+
+
 def vary_set(seed: int = VARY_SEED) -> list[Case]:
     """Held-out variations (``--set vary``, 4 ranks): the same jobs and injectors as the other
     sets with values none of them uses (other slowdown factors, ranks, sleeps, links, sigmas, a
     jittering before-microbatch load, another seed, and on GPUs another model shape). For scoring
     the detector on jobs it was not tuned on: ids end in ``-v`` (``-v-gpu`` on GPUs)."""
-    tag = "-v"
+    def g(*a, **k):
+        return _vary_gpt(*a, seed=seed, **k)
 
-    def g(*a, gpu_model=GPT_GPU_VARY, **k):
-        case = gpt_case(*a, seed=seed, tag=tag, **k)
-        n = len(GPT_LAYOUT_ARGS[a[0]])   # gpu_args: layout, GPT_GPU, window and the variant's own
-        assert case.gpu_args[n:n + len(GPT_GPU)] == GPT_GPU
-        case.gpu_args[n:n + len(GPT_GPU)] = gpu_model
-        return case
-
-    jitter = g("pp2dp2", "kineto", "beforemb", rank=3, ms=30)
-    jitter.id = jitter.id.replace("beforemb30ms", "beforemb30ms-jitter")
-    jitter.args += ["--slow-jitter", "0.7"]
-    jitter.gpu_args += ["--slow-jitter", "0.7"]
-    jitter.injected[0]["jitter_sigma"] = 0.7
     return [
         _plain("ddp4", "dp4", seed),
         _plain("ddp4", "dp4", seed, rank=0, factor=1.3),
@@ -495,7 +503,7 @@ def vary_set(seed: int = VARY_SEED) -> list[Case]:
         g("tp2dp2", "kineto", "layer", rank=2, factor=1.3),
         g("pp2dp2", "kineto", "layer", rank=0, factor=1.5),
         g("tp2pp2", "kineto", "layer", rank=1, factor=1.5),
-        jitter,
+        _jittering(g("pp2dp2", "kineto", "beforemb", rank=3, ms=30)),
         g("pp2dp2", "kineto", "hostsleep", rank=2, ms=30),
         g("pp2dp2", "kineto", "link", link=(0, 2)),
         g("tp2dp2", "kineto", "seqlognorm", sigma=1.0),
@@ -505,20 +513,9 @@ def vary_set(seed: int = VARY_SEED) -> list[Case]:
 def vary2_set(seed: int = VARY_SEED) -> list[Case]:
     """``vary_set`` for 2 ranks (``--set vary2``, a machine of 2 GPUs, like ``--set gpu2``): 5
     iterations, 3 recorded; on GPUs GPT_GPU_VARY and GPU2_HOSTSLEEP_MS's sleep."""
-    tag = "-v"
-
     def g(*a, **k):
-        case = gpt_case(*a, seed=seed, tag=tag, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT), **k)
-        n = len(GPT_LAYOUT_ARGS[a[0]])
-        assert case.gpu_args[n:n + len(GPT_GPU)] == GPT_GPU
-        case.gpu_args[n:n + len(GPT_GPU)] = GPT_GPU_VARY
-        return case
+        return _vary_gpt(*a, seed=seed, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT), **k)
 
-    jitter = g("tp2", "kineto", "beforemb", rank=0, ms=30)
-    jitter.id = jitter.id.replace("beforemb30ms", "beforemb30ms-jitter")
-    jitter.args += ["--slow-jitter", "0.7"]
-    jitter.gpu_args += ["--slow-jitter", "0.7"]
-    jitter.injected[0]["jitter_sigma"] = 0.7
     return [
         _plain("ddp2", "dp2", seed, rank=0, factor=1.3),
         _plain("ddp2", "dp2", seed, rank=1, sleep_ms=30),
@@ -528,7 +525,7 @@ def vary2_set(seed: int = VARY_SEED) -> list[Case]:
         g("tp2", "kineto", "layer", rank=0, factor=1.3),
         g("dp2", "kineto", "layer", rank=0, factor=1.3),
         g("pp2", "kineto", "layer", rank=0, factor=1.5),
-        jitter,
+        _jittering(g("tp2", "kineto", "beforemb", rank=0, ms=30)),
         g("dp2", "kineto", "hostsleep", rank=1, ms=30, gpu_ms=GPU2_HOSTSLEEP_MS),
         g("dp2", "kineto", "healthy"),
         g("pp2", "kineto", "laststage", last_layers=2),
