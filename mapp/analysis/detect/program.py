@@ -5,7 +5,8 @@ every member of the world group runs the same program on different data. So when
 traces nor ``--layout`` say who does the same work, it is read off the work itself:
 
 - each rank's *program* is the set of its compute ops, by name and shape where the trace
-  records shapes (a profiler's ``Input Dims``, a kernel's grid and block);
+  records shapes (a profiler's ``Input Dims``, a kernel's grid and block and the op that
+  launched it);
 - ranks whose programs are nearly the same set (Jaccard similarity >= ``SAME_PROGRAM``; extra
   or slower work on one rank adds few new kinds of op) are peers, unless they exchange p2p
   messages: p2p partners are different pipeline stages, whatever their ops look like.

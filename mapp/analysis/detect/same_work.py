@@ -158,19 +158,26 @@ def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
         extra_fast=(pl.col("lone_fast") * pl.col("share")).sum(), extra_t=(pl.col("lone_t") * pl.col("share")).sum())
 
 
-def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray) -> np.ndarray:
+def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarray) -> np.ndarray:
     """Per row of ``work``, how many times its rank's program runs its peers' programs, where
     they differ (one rank per pipeline stage), in that iteration: the median over the kinds it
-    shares with them of its calls over their median's (``peer_calls``).
+    shares with them of its calls over their median's (``peer_calls``), each kind weighted by
+    its peers' time on it (``peer_ns``), so that a few kinds called once a microbatch do not
+    outvote the layers' work however many kinds a layer has.
 
     Stages split the layers as the job was set up, not always evenly; a stage of 3x the layers
     calls every kind of a layer 3x as often, each call as fast (2 H200s, megatron-core PP2 under
     the profiler, 6 layers on the last stage and 2 on the first: its work counted against its
     peer's read 3.05x, a slow GPU). Work added to a layer (extra matmuls) calls a few kinds more
     often and leaves the median where the program puts it."""
-    ratio = pl.Series(work["calls"].to_numpy() / np.maximum(peer_calls, 1e-9))
-    return work.select("rank", "iteration").with_columns(r=ratio).with_columns(
-        scale=pl.col("r").median().over("rank", "iteration"))["scale"].to_numpy()
+    frame = work.select("rank", "iteration").with_columns(
+        r=pl.Series(work["calls"].to_numpy() / np.maximum(peer_calls, 1e-9)), w=pl.Series(peer_ns),
+        row=pl.int_range(pl.len()))
+    g = ["rank", "iteration"]
+    scale = (frame.sort([*g, "r"]).with_columns(
+        past=pl.col("w").cum_sum().over(g) / pl.col("w").sum().over(g))
+        .filter(pl.col("past") >= 0.5).group_by(g).agg(scale=pl.col("r").first()))
+    return frame.join(scale, on=g, how="left").sort("row")["scale"].fill_null(1.0).to_numpy()
 
 
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
@@ -206,6 +213,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # (``_program_scale``). (Kinds that are the n-th call of an op, ``peers._nth_call``, pair the
     # calls one to one: no scale, and a rank's calls beyond its peer's are work it added.)
     extra = None if programs_differ else _extra_work(work, peers)
+    # (their time is still the stage's: ``busy_ns`` weighs stages against each other)
+    own_program = (work.filter(pl.col("n") == 1).group_by("rank", "iteration").agg(own_program_ns=pl.col("t").sum())
+                   if programs_differ else None)
     added = added_work(work, peers, shared_cpus=shared_cpus)
     # On shared CPUs a kind a rank calls once or twice in the whole trace has no typical call:
     # one call descheduled midway is all there is (megatron-core TP2 x DP2, heavy-tailed
@@ -221,7 +231,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     gid = work["gid"].to_numpy()
     peer_calls = others_median(gid, work["calls"].to_numpy())
     if programs_differ:
-        peer_calls = peer_calls * _program_scale(work, peer_calls)
+        peer_calls = peer_calls * _program_scale(work, peer_calls, peer_calls * others_median(gid, work["q"].to_numpy()))
     work = work.with_columns(
         own=pl.col("calls") * pl.col("q"),
         peer=pl.Series(peer_calls * others_median(gid, work["q"].to_numpy())),
@@ -241,6 +251,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
             own_fast=pl.col("own_fast") + pl.col("extra_fast").fill_null(0.0),
             busy_ns=pl.col("busy_ns") + pl.col("extra_t").fill_null(0.0),
         ).drop("extra_own", "extra_fast", "extra_t")
+    if own_program is not None:
+        per = per.join(own_program, on=["rank", "iteration"], how="left").with_columns(
+            busy_ns=pl.col("busy_ns") + pl.col("own_program_ns").fill_null(0.0)).drop("own_program_ns")
     per = _least_slowdown(per)
     per = per.with_columns(effect=(pl.col("own") / pl.col("peer")).log())
     per = per.with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
@@ -287,8 +300,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         flagged=(pl.col("z") > z_crit) & (pl.col("effect").exp() - 1 >= min_effect) & (pl.col("consistent") >= CONSISTENT),
         gap_flagged=(pl.col("gap_z") > z_crit) & (pl.col("gap_consistent") >= CONSISTENT)
         # (and, between two, stalls that are a real share of its work: a steady 4.6 ms a step,
-        # 2.8%, beside a host pacing its GPU 163 ms a step more in short gaps, is no stall)
-        & (pl.lit(not two) | (pl.col(idle) >= min_effect * pl.col("busy_ns"))),
+        # 2.8%, beside a host pacing its GPU 163 ms a step more in short gaps, is no stall; and
+        # between pipeline stages, which idle differently by the schedule's design: ``peers``)
+        & (pl.lit(not (two or programs_differ)) | (pl.col(idle) >= min_effect * pl.col("busy_ns"))),
     ).with_columns(
         slowdown=pl.col("effect").exp(),
         iterations=pl.when(pl.col("flagged")).then(pl.col("slow_its")).when(pl.col("gap_flagged"))

@@ -665,3 +665,29 @@ def test_ranks_joined_by_their_groups_through_others_run_one_program():
     assert programs.sort("rank")["program"].to_list() == [0, 0, 1, 1]
     programs, _ = program_groups(ops, {(0, 2), (1, 3)}, [0, 1, 2, 3], seen + [frozenset({2, 3})])
     assert programs.sort("rank")["program"].to_list() == [0, 0, 1, 1]
+
+
+def test_one_rank_per_stage_calls_are_compared_at_the_scale_of_its_layers_work():
+    # pp=2, one rank a stage, profiler-like kernels: 4 kinds a layer (1 ms each), 2 layers on
+    # stage 0 and 6 on stage 1, and 6 small kinds once a step on both (0.1 ms: loss, optimizer).
+    # Every call as fast on both. Most kinds are the small ones, called as often: an unweighted
+    # median of the kinds' count ratios says 1 and stage 1 read 2.9x, a slow GPU. Weighted by
+    # the time spent on them, the layers' 3x is its program's scale: no slower work, imbalance.
+    sizes = {"tp": 1, "pp": 2, "dp": 1}
+    rows = []
+    for rank, layers in ((0, 2), (1, 6)):
+        t = 0
+        for it in range(3):
+            calls = [(f"layer_kernel_{k}", MS) for _ in range(layers) for k in range(4)]
+            calls += [(f"step_kernel_{k}", MS // 10) for k in range(6)]
+            for name, dur in calls:
+                t += 20 * US
+                rows.append(dict(rank=rank, name=name, cat="compute", lane="stream:7", ts_ns=t, dur_ns=dur,
+                                 iteration=it, shape="[132,1,1]x[384,1,1]"))
+                t += dur
+            t += 5 * MS
+    ev = frame(rows, [*_STAGE1, "shape"])
+    peers = compare_peers(ev, coords(sizes), sizes, **PEERS)
+    # (the step's kinds, as many on both, are priced at the layers' scale too: 0.95x and 1.05x)
+    assert all(0.9 < s < 1.1 for s in peers.ranks["slowdown"].to_list())
+    assert all(s.slowdown < 1 + CUTS.slowdown for s in _combined(ev, sizes))
