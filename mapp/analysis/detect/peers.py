@@ -196,10 +196,12 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         else:
             # different stages idle differently by the schedule's design (the first waits for
             # gradients, the last for activations), by a few percent of a step (2.5-5% on 2
-            # GPUs, PP2: healthy, a heavy last stage, a slow layer): their launch gaps count only
-            # where they are a real share of the rank's iteration, whatever its compute says.
+            # GPUs, PP2: healthy, a heavy last stage, a slow layer): an iteration's launch gaps
+            # are flagged only where they are a real share of it, whatever its compute says.
             # Work outside the model before each microbatch leaves its rank idle far beyond
             # that (30 ms of matmuls a microbatch on the last stage: 135 ms a step, 34%).
+            # (Iterations judged together, ``idle.lasting_gaps``, are not held to the share;
+            # the verdict names a host only for gaps of at least ``min_effect`` of its work.)
             stage_gaps = True
     ops, seqlen = _fit(ops, coords, group, key, min_effect=min_effect, slow_op=slow_op)
     per = _rank_iterations(ops, min_effect, use_spread=True)

@@ -230,11 +230,12 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # pull the median of all four halfway to itself (and two peers compare with each other)
     gid = work["gid"].to_numpy()
     peer_calls = others_median(gid, work["calls"].to_numpy())
+    peer_q = others_median(gid, work["q"].to_numpy())
     if programs_differ:
-        peer_calls = peer_calls * _program_scale(work, peer_calls, peer_calls * others_median(gid, work["q"].to_numpy()))
+        peer_calls = peer_calls * _program_scale(work, peer_calls, peer_calls * peer_q)
     work = work.with_columns(
         own=pl.col("calls") * pl.col("q"),
-        peer=pl.Series(peer_calls * others_median(gid, work["q"].to_numpy())),
+        peer=pl.Series(peer_calls * peer_q),
         own_fast=pl.col("calls") * pl.col("fast"),
         peer_fast=pl.Series(peer_calls * others_median(gid, work["fast"].to_numpy())),
     )
