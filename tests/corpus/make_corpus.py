@@ -1096,7 +1096,7 @@ def main(argv=None) -> int:
         print(table(json.loads(manifest_path.read_text()), out_dir))
         return 0
     if gpu and (have := gpu_count()) < nproc:
-        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set == "gpu2" else ""))
+        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set in ("gpu2", "vary2") else ""))
     timeout = args.timeout or (150.0 if gpu else 300.0)
     # a SIGTERM (``timeout`` around this script) ends the running job's ranks too (see launch)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
