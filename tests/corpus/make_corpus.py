@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -16,7 +16,9 @@ Sets: ``--set small`` (the default) is the committed corpus, written to ``tests/
 ``--set full`` adds repeats with other seeds and more variants (default out:
 ``tests/corpus/cases-full``, not committed); ``--set gpu2`` is a set of 2-rank jobs (plain DDP,
 megatron-core DP2, TP2, PP2) for a machine of 2 GPUs, 5 iterations of which 3 are recorded
-(default out: ``tests/corpus/cases-gpu2``).
+(default out: ``tests/corpus/cases-gpu2``). Held out (for scoring, not tuning): ``--set vary`` /
+``--set vary2`` (other values of the same jobs), ``--set pp4`` (4 pipeline stages, 4 ranks) and
+``--set wide`` (8 ranks), see ``vary_set``, ``pp4_set``, ``wide_set``.
 
 Device: ``--gpu`` runs a set with NCCL, one process per GPU, with GPU-sized models and extra GPU
 kernels as the injected work (ids end in ``-gpu``, or ``-gpu2`` for ``--set gpu2``; default out
@@ -98,11 +100,15 @@ GPU2_HOSTSLEEP_MS = 100.0
 LAYOUTS = {"tp2dp2": {"tp": 2, "pp": 1, "dp": 2}, "pp2dp2": {"tp": 1, "pp": 2, "dp": 2},
            "tp2pp2": {"tp": 2, "pp": 2, "dp": 1}, "dp4": {"tp": 1, "pp": 1, "dp": 4},
            "dp2": {"tp": 1, "pp": 1, "dp": 2}, "tp2": {"tp": 2, "pp": 1, "dp": 1},
-           "pp2": {"tp": 1, "pp": 2, "dp": 1}}
+           "pp2": {"tp": 1, "pp": 2, "dp": 1}, "pp4": {"tp": 1, "pp": 4, "dp": 1},
+           "pp4dp2": {"tp": 1, "pp": 4, "dp": 2}, "pp2dp4": {"tp": 1, "pp": 2, "dp": 4},
+           "tp2pp2dp2": {"tp": 2, "pp": 2, "dp": 2}, "dp8": {"tp": 1, "pp": 1, "dp": 8}}
 GPT_LAYOUT_ARGS = {"tp2dp2": ["--tp", "2", "--pp", "1"], "pp2dp2": ["--tp", "1", "--pp", "2"],
                    "tp2pp2": ["--tp", "2", "--pp", "2"], "dp4": ["--tp", "1", "--pp", "1"],
                    "dp2": ["--tp", "1", "--pp", "1"], "tp2": ["--tp", "2", "--pp", "1"],
-                   "pp2": ["--tp", "1", "--pp", "2"]}
+                   "pp2": ["--tp", "1", "--pp", "2"], "pp4": ["--tp", "1", "--pp", "4"],
+                   "pp4dp2": ["--tp", "1", "--pp", "4"], "pp2dp4": ["--tp", "1", "--pp", "2"],
+                   "tp2pp2dp2": ["--tp", "2", "--pp", "2"], "dp8": ["--tp", "1", "--pp", "1"]}
 
 
 def world_of(layout: dict) -> int:
@@ -285,13 +291,16 @@ def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "
                     how(link_bytes), _link(src, dst), "link", base,
                     gpu + ["--link-slow", f"{src},{dst}", "--link-extra-bytes", str(gpu_bytes)], how(gpu_bytes))
     if variant == "laststage":
-        n = last_layers + 1   # the first stage keeps one layer
+        pp = lay["pp"]
+        n = last_layers + pp - 1   # every other stage keeps one layer
         args[args.index("--layers") + 1] = str(n)
         extra = ["--last-stage-layers", str(last_layers)]
         name = f"laststage{last_layers}of{n}" if numbered else "laststage"
-        # on GPUs: GPT_GPU's 8 layers, 6 on the last stage and 2 on the first (every layout here has 2 stages)
+        # on GPUs: GPT_GPU's 8 layers, 6 on the last stage and 2 on the first of 2 stages; of 4
+        # stages, 5 on the last and 1 on each other
+        gpu_last = "6" if pp == 2 else str(8 - (pp - 1))
         return Case(f"gpt-{layout}-{short}-{name}" + tag, "gpt", fmt, lay, "imbalance",
-                    args + extra, [], {"suspect": None}, "stages", base, gpu + ["--last-stage-layers", "6"])
+                    args + extra, [], {"suspect": None}, "stages", base, gpu + ["--last-stage-layers", gpu_last])
     if variant == "seqlognorm":
         extra = ["--seq-lognormal", f"{sigma:g}", "--seq", "256", "--hidden", "256"]
         name = f"seqlognorm{sigma:g}" if numbered else "seqlognorm"
@@ -541,7 +550,68 @@ def vary2_set(seed: int = VARY_SEED) -> list[Case]:
     ]
 
 
-SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set}
+DEEP_SEED = 11
+
+
+def pp4_set(seed: int = DEEP_SEED) -> list[Case]:
+    """Held-out depth (``--set pp4``, 4 ranks): megatron-core with 4 pipeline stages, which no
+    other set runs (a 1F1B schedule whose warm-up differs on every stage, three links, a last
+    stage of 5 of 8 layers on GPUs). Ids end in ``-d``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-d", **k)
+
+    return [
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "layer", rank=2, factor=1.3),
+        g("pp4", "mapp-v1", "layer", rank=0, factor=1.5),
+        g("pp4", "mapp-v1", "beforemb", rank=1, ms=20),
+        g("pp4", "mapp-v1", "hostsleep", rank=3, ms=20, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("pp4", "mapp-v1", "link", link=(1, 2)),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=0.8),
+        g("pp4", "kineto", "healthy"),
+        g("pp4", "kineto", "layer", rank=1, factor=1.5),
+        g("pp4", "kineto", "layer", rank=3, factor=1.3),
+        _jittering(g("pp4", "kineto", "beforemb", rank=2, ms=20)),
+        g("pp4", "kineto", "hostsleep", rank=0, ms=20, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("pp4", "kineto", "link", link=(2, 3)),
+        g("pp4", "kineto", "laststage", last_layers=2),
+    ]
+
+
+def wide_set(seed: int = DEEP_SEED) -> list[Case]:
+    """Held-out width (``--set wide``, 8 ranks): PP4 x DP2, PP2 x DP4, TP2 x PP2 x DP2 and plain
+    DDP / FSDP2 over 8 ranks, none of which another set runs. Made on CPU (gloo; a machine of 8
+    GPUs runs it with ``--gpu``). Ids end in ``-w``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-w", **k)
+
+    return [
+        _plain("ddp8", "dp8", seed, tag="-w"),
+        _plain("ddp8", "dp8", seed, rank=5, factor=1.5, tag="-w"),
+        _plain("ddp8", "dp8", seed, rank=2, sleep_ms=30, tag="-w"),
+        _plain("fsdp8", "dp8", seed, rank=6, factor=2.0, tag="-w"),
+        # megatron-core, mapp capture
+        g("pp4dp2", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "layer", rank=5, factor=1.5),
+        g("pp4dp2", "mapp-v1", "hostsleep", rank=2, ms=30),
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=0.8),
+        g("pp2dp4", "mapp-v1", "layer", rank=3, factor=1.3),
+        g("tp2pp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2dp2", "mapp-v1", "layer", rank=6, factor=1.5),
+        g("tp2pp2dp2", "mapp-v1", "link", link=(1, 5)),
+        # megatron-core, torch.profiler
+        g("pp4dp2", "kineto", "healthy"),
+        g("pp4dp2", "kineto", "layer", rank=6, factor=1.5),
+        g("pp4dp2", "kineto", "laststage", last_layers=2),
+        g("pp2dp4", "kineto", "beforemb", rank=4, ms=30),
+        g("tp2pp2dp2", "kineto", "layer", rank=1, factor=1.5),
+    ]
+
+
+SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
+        "pp4": pp4_set, "wide": wide_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1048,8 +1118,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None,
                    help="directory of the set (default: tests/corpus/cases[-full][-gpu], cases-gpu2[-cpu])")
     p.add_argument("--set", default="small", choices=sorted(SETS),
-                   help="small (committed), full, gpu2 (2 ranks, for a machine of 2 GPUs), or vary (held-out "
-                        "variations: other factors, ranks, seeds and, on GPUs, model shape)")
+                   help="small (committed), full, gpu2 (2 ranks, for a machine of 2 GPUs), vary / vary2 (held-out "
+                        "variations: other factors, ranks, seeds and, on GPUs, model shape), pp4 (held-out: 4 "
+                        "pipeline stages) or wide (held-out: 8 ranks)")
     p.add_argument("--only", default=None, help="only the cases whose id contains this")
     device = p.add_mutually_exclusive_group()
     device.add_argument("--gpu", dest="device", action="store_const", const="gpu",
@@ -1059,7 +1130,8 @@ def main(argv=None) -> int:
                         help="gloo on CPU, CPU-sized models; the default of --set small/full (with --set gpu2: "
                              "a smoke test of that set, ids without -gpu2, default out cases-gpu2-cpu)")
     p.add_argument("--nproc", type=int, default=None,
-                   help="processes per job: the set's world size (4; 2 for --set gpu2), which is also the default")
+                   help="processes per job: the set's world size (4; 2 for gpu2 and vary2, 8 for wide), which is also "
+                        "the default")
     p.add_argument("--no-gzip", action="store_true", help="write profiler traces as plain rank-<r>.json")
     p.add_argument("--keep-weak", action="store_true", help="keep fault cases whose effect measured < 10%%")
     p.add_argument("--timeout", type=float, default=None, help="seconds per case (default: 300 on CPU, 150 on GPUs)")
@@ -1089,7 +1161,7 @@ def main(argv=None) -> int:
         default = "cases-gpu2" + ("" if gpu else "-cpu")
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
-                   "vary2": "cases-vary2"}[args.set] + ("-gpu" if gpu else "")
+                   "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

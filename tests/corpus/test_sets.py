@@ -54,3 +54,25 @@ def test_list_prints_the_gpu_ids():
     out = subprocess.run([sys.executable, str(HERE / "make_corpus.py"), "--set", "vary2", "--list"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == [c.id + "-gpu2" for c in make_corpus.vary2_set()]
+
+
+def test_the_deep_and_wide_sets_run_layouts_no_tuned_set_runs():
+    tuned = {i for name in ("small", "full", "gpu2") for i in _ids(make_corpus.SETS[name]())}
+    tuned_layouts = {tuple(sorted(c.layout.items())) for name in ("small", "full", "gpu2", "vary", "vary2")
+                     for c in make_corpus.SETS[name]()}
+    for name, world, tail in (("pp4", 4, "-d"), ("wide", 8, "-w")):
+        cases = make_corpus.SETS[name]()
+        assert all(c.id.endswith(tail) and c.id not in tuned for c in cases), name
+        assert {make_corpus.world_of(c.layout) for c in cases} == {world}
+        assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+        assert all(c.slow_rank is None or 0 <= c.slow_rank < world for c in cases)
+        gpt = [c for c in cases if c.job == "gpt"]
+        assert not {tuple(sorted(c.layout.items())) for c in gpt} & tuned_layouts, name
+
+
+def test_a_heavier_last_stage_of_four_keeps_one_layer_on_every_other_stage():
+    case = next(c for c in make_corpus.pp4_set() if c.id == "gpt-pp4-mapp-laststage3of6-d")
+    args = make_corpus.job_args(case, gpu=False)
+    assert args[args.index("--layers") + 1] == "6" and args[args.index("--last-stage-layers") + 1] == "3"
+    gpu = make_corpus.job_args(case, gpu=True)
+    assert gpu[gpu.index("--layers") + 1] == "8" and gpu[gpu.index("--last-stage-layers") + 1] == "5"

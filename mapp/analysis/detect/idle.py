@@ -28,7 +28,8 @@ the profiler: 50-500 us)."""
 
 def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
               min_effect: float, starts: pl.DataFrame | None = None,
-              stalled: pl.DataFrame | None = None, recurring: bool = False) -> pl.DataFrame:
+              stalled: pl.DataFrame | None = None, recurring: bool = False,
+              loss_stage: bool = False) -> pl.DataFrame:
     """Idle time between a rank's consecutive leaf events (compute leaves, communication,
     optimizer), per iteration, compared with its peers'. A slow host launches every op late,
     which shows as such gaps; a slow GPU does not. ``leaves``: ``rank``, ``iteration``,
@@ -38,7 +39,9 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     counted with the idle time. ``recurring``: stalls count only where they recur at one place
     of the program (``_recurring``); ``leaves`` then carry each leaf's ``name``. Where they do,
     ``handover_excess_ns`` is the excess of the stalls before a backward span whose compute span
-    before it was a forward one (0 without names)."""
+    before it was a forward one (0 without names). ``loss_stage``: stages are compared with each
+    other (one rank per stage), so the last stage's hand-over stalls, where it computes the loss
+    outside the traced spans, are its program's, not idle time (``_loss_stage``)."""
     # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
     # waiting for peers too: without them a pipeline's first stage, idle on its GPU while a
     # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
@@ -80,6 +83,8 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
             gap_ns=pl.col("gap_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64),
             long_ns=pl.col("long_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
     per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
+    if loss_stage:
+        per = _loss_stage(per)
     g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
     per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
                            long_excess_ns=(pl.col("long_ns") - pl.col("long_ns").median().over(g)).cast(pl.Float64),
@@ -108,6 +113,22 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
         gap_flagged=pl.col("gap_z") > z_crit, gap_share=pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns")
     ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share", "long_excess_ns",
              "handover_excess_ns")
+
+
+def _loss_stage(per: pl.DataFrame) -> pl.DataFrame:
+    """The last pipeline stage's hand-over stalls taken out of its idle time. Between its last
+    forward span and its first backward one it runs the loss (cross-entropy over the vocabulary,
+    the start of autograd), which no layer span records; the other stages spend that time in a
+    transfer. Compared with its own stage peers this cancels out; compared across stages it
+    made a healthy last stage a slow host (megatron-core PP4 under mapp's capture, 4 processes
+    on 2 cores: 10.9-15.8 ms of stalls a step, all of it at the hand-over). Work in the data path
+    or before a microbatch stalls before a forward span, not there."""
+    last = pl.col("pp") == pl.col("pp").max()
+    return per.with_columns(
+        gap_ns=pl.when(last).then(pl.col("gap_ns") - pl.col("handover_ns")).otherwise(pl.col("gap_ns")),
+        long_ns=pl.when(last).then(pl.col("long_ns") - pl.col("handover_ns")).otherwise(pl.col("long_ns")),
+        handover_ns=pl.when(last).then(0).otherwise(pl.col("handover_ns")),
+    )
 
 
 def _recurring(tl: pl.DataFrame) -> pl.Series:

@@ -206,8 +206,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     ops, seqlen = _fit(ops, coords, group, key, min_effect=min_effect, slow_op=slow_op)
     per = _rank_iterations(ops, min_effect, use_spread=True)
     z_crit = z_critical(len(per))
-    per = per.join(idle_gaps(events, leaves, group, coords, min_effect, starts, stalls(ops)), on=["rank", "iteration"],
-                   how="left")
+    per = per.join(idle_gaps(events, leaves, group, coords, min_effect, starts, stalls(ops), loss_stage=stage_gaps),
+                   on=["rank", "iteration"], how="left")
     if not judge_gaps:
         per = per.with_columns(gap_flagged=pl.lit(False))
     elif stage_gaps:

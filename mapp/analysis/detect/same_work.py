@@ -180,6 +180,15 @@ def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarr
     return frame.join(scale, on=g, how="left").sort("row")["scale"].fill_null(1.0).to_numpy()
 
 
+def _middle_stages(coords: pl.DataFrame) -> list[int]:
+    """Ranks of the pipeline stages between the first and the last."""
+    pp = coords.filter(pl.col("pp").is_not_null())
+    if pp.is_empty():
+        return []
+    lo, hi = pp["pp"].min(), pp["pp"].max()
+    return pp.filter((pl.col("pp") > lo) & (pl.col("pp") < hi))["rank"].to_list()
+
+
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
                       slow_op: float, min_effect: float, shared_cpus: bool = False,
                       programs_differ: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
@@ -212,10 +221,19 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # layer's GEMMs), not work added, and a program's calls are compared at its scale
     # (``_program_scale``). (Kinds that are the n-th call of an op, ``peers._nth_call``, pair the
     # calls one to one: no scale, and a rank's calls beyond its peer's are work it added.)
-    extra = None if programs_differ else _extra_work(work, peers)
-    # (their time is still the stage's: ``busy_ns`` weighs stages against each other)
-    own_program = (work.filter(pl.col("n") == 1).group_by("rank", "iteration").agg(own_program_ns=pl.col("t").sum())
-                   if programs_differ else None)
+    # Only the first stage (the embedding) and the last (the output layer, the loss) have work
+    # of their own: a stage between them runs layers only, so what it alone runs is added
+    # (megatron-core PP4 under the profiler, 4 processes on 2 cores: 1.5x the layers' matmuls
+    # on stage 1, of a shape no stage runs, read as stage 1's program, no suspect).
+    extra = _extra_work(work, peers)
+    own_program = None
+    if programs_differ:
+        middle = _middle_stages(coords)
+        if extra is not None:
+            extra = extra.filter(pl.col("rank").is_in(middle))
+        # (their time is still the stage's: ``busy_ns`` weighs stages against each other)
+        own_program = (work.filter((pl.col("n") == 1) & ~pl.col("rank").is_in(middle))
+                       .group_by("rank", "iteration").agg(own_program_ns=pl.col("t").sum()))
     added = added_work(work, peers, shared_cpus=shared_cpus)
     # On shared CPUs a kind a rank calls once or twice in the whole trace has no typical call:
     # one call descheduled midway is all there is (megatron-core TP2 x DP2, heavy-tailed

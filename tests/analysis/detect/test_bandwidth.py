@@ -1,0 +1,42 @@
+"""Stage 3's comparison of like p2p links by their fastest transfers (``bandwidth._raised_floors``)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from mapp.analysis.detect.bandwidth import _raised_floors
+
+LINKS = [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def _frames(lows: dict[tuple, list[int]], waits: int = 3_000_000):
+    """Four like pipeline links, 4 iterations, 8 transfers each: ``lows`` gives a link's fastest
+    transfer per iteration (ns); its other transfers wait ``waits`` more, as on shared CPUs."""
+    obs, per = [], []
+    for link in LINKS:
+        for it in range(4):
+            low = lows.get(tuple(link), [100_000] * 4)[it]
+            times = [low] + [low + waits * (k % 3) for k in range(1, 8)]
+            obs += [{"obs": link, "what": "p2p", "inter": False, "bytes": 16384, "iteration": it, "time_ns": t}
+                    for t in times]
+            per.append({"obs": link, "what": "p2p", "inter": False, "bytes": 16384, "iteration": it,
+                        "time_ns": float(sorted(times)[4]), "n": 8, "size": 2, "kind": 16384, "pair": False,
+                        "recurs": True, "slow": False, "ratio": 1.0, "excess_ns": 0.0})
+    schema = {"obs": pl.List(pl.Int32), "iteration": pl.Int32}
+    return pl.DataFrame(obs).cast(schema), pl.DataFrame(per).cast(schema)
+
+
+def test_of_more_than_two_like_links_one_whose_fastest_transfers_are_raised_is_slow():
+    # the loaded link's fastest transfer is 10x the others' in every iteration; its medians,
+    # like everyone's, are mostly waits
+    obs, per = _frames({(1, 5): [1_000_000] * 4})
+    out = _raised_floors(obs, per)
+    slow = out.filter(pl.col("slow"))
+    assert sorted(set(map(tuple, slow["obs"].to_list()))) == [(1, 5)]
+    assert slow["iteration"].to_list() == [0, 1, 2, 3]
+    assert slow["fastest"].all() and slow["ratio"].min() > 9
+
+
+def test_a_link_raised_in_one_iteration_only_is_not():
+    obs, per = _frames({(1, 5): [1_000_000, 100_000, 100_000, 100_000]})
+    assert not _raised_floors(obs, per)["slow"].any()
