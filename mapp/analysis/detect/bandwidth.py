@@ -176,7 +176,7 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
         # 4.3x the other's by their medians in 3 of 4 steps)
         per = per.with_columns(slow=pl.col("slow") & ~pl.col("pair"))
     per = _raised_floors(obs, per)
-    findings = _attribute(per)
+    findings = _attribute(per, shared_cpus)
     named = {f.ranks for f in findings}
     findings += [f for f in added if f.ranks not in named]
     return BandwidthEvidence(True, None, per.sort("ratio", descending=True), findings, z_crit)
@@ -317,13 +317,16 @@ _PAIR_FLOOR = 0.02
 """Log-ratio below which two like links' difference is timing noise, however steady."""
 
 
-def _attribute(per: pl.DataFrame) -> list[LinkFinding]:
+def _attribute(per: pl.DataFrame, shared_cpus: bool) -> list[LinkFinding]:
     iterations = max(per["iteration"].n_unique(), 1)
     # a link whose transfers of a kind recur is slow only when it is slow in nearly every
-    # iteration: a single odd iteration says little (one of a pair, judged on how their
-    # difference varies; and one of three like pipeline links, megatron-core PP4, 4 processes
-    # on 2 cores, no fault: a link 4.7-5.1x the others' in one step of four, twice)
-    lasting = (pl.col("slow").mean().over(_KIND) >= CONSISTENT) | ~pl.col("recurs")
+    # iteration where one odd iteration says little: one of a pair, judged on how their
+    # difference varies, and any link where processes share CPUs (three like pipeline links,
+    # megatron-core PP4, 4 processes on 2 cores, no fault: a link 4.7-5.1x the others' in one
+    # step of four, twice). Elsewhere a link slow in some steps only is a transient fault (the
+    # suite's "transient" class: a 4x link in 2 of 4 iterations)
+    lasting = ((pl.col("slow").mean().over(_KIND) >= CONSISTENT) | ~pl.col("recurs")
+               | ~(pl.col("pair") | pl.lit(shared_cpus)))
     slow = per.filter(pl.col("slow") & lasting)
     if slow.is_empty():
         return []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.bandwidth import _raised_floors
+from mapp.analysis.detect.bandwidth import _attribute, _raised_floors
 
 LINKS = [[0, 4], [1, 5], [2, 6], [3, 7]]
 
@@ -40,3 +40,16 @@ def test_of_more_than_two_like_links_one_whose_fastest_transfers_are_raised_is_s
 def test_a_link_raised_in_one_iteration_only_is_not():
     obs, per = _frames({(1, 5): [1_000_000, 100_000, 100_000, 100_000]})
     assert not _raised_floors(obs, per)["slow"].any()
+
+
+def test_a_link_slow_in_some_steps_is_transient_on_gpus_and_noise_on_shared_cpus():
+    # four like links, link 1-5 slow (4x) in two iterations of four: a transient fault where
+    # transfer times are the links' own, one process descheduled where processes share cores
+    # (megatron-core PP4, 4 processes on 2 cores, no fault: one link 5x in one step of four)
+    obs, per = _frames({})
+    slow = (pl.col("obs") == pl.lit([1, 5], pl.List(pl.Int32))) & pl.col("iteration").is_in([1, 2])
+    per = per.with_columns(slow=slow, ratio=pl.when(slow).then(4.0).otherwise(1.0), z=pl.lit(5.0),
+                           excess_ns=pl.when(slow).then(1e6).otherwise(0.0), fastest=pl.lit(False),
+                           floor_ratio=pl.lit(None, pl.Float64))
+    assert [(f.kind, f.ranks) for f in _attribute(per, shared_cpus=False)] == [("slow_link", (1, 5))]
+    assert _attribute(per, shared_cpus=True) == []

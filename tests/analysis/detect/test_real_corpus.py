@@ -866,3 +866,6 @@ def test_work_only_a_middle_stage_runs_is_work_it_added():
     verdict = detect_bundle(load_bundle(DEEP_CASES["gpt-pp4-prof-layer1.5x-r1-d"].directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(1, "slow_compute")]
     assert verdict.suspects[0].slowdown > 1.3
+    # its stage reads heavier for it (1.36x the lightest): the imbalance line says whose slowness that is
+    stage = next(i for i in verdict.imbalance if i.kind == "stage" and i.evidence["stage"] == 1)
+    assert stage.evidence["suspects"] == [1] and "rank 1 there is a slow-compute suspect" in stage.message

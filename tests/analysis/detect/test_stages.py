@@ -691,3 +691,27 @@ def test_one_rank_per_stage_calls_are_compared_at_the_scale_of_its_layers_work()
     # (the step's kinds, as many on both, are priced at the layers' scale too: 0.95x and 1.05x)
     assert all(0.9 < s < 1.1 for s in peers.ranks["slowdown"].to_list())
     assert all(s.slowdown < 1 + CUTS.slowdown for s in _combined(ev, sizes))
+
+
+def test_work_a_rank_adds_in_every_iteration_is_slower_however_much_it_varies():
+    # DP4, profiler-like kernels with shapes: ten 1 ms GEMMs a step on every rank, and rank 2
+    # runs 3, 8, 2 and 9 more of another shape in its four steps (work before each microbatch
+    # whose amount is drawn per microbatch): 1.2x to 1.9x its peers in every step. Judged by
+    # how much its slowdown scatters (z 2.4) it was no suspect; slower in every step, it is.
+    sizes = {"tp": 1, "pp": 1, "dp": 4}
+    rows = []
+    for rank in range(4):
+        t = 0
+        for it, extra in enumerate((3, 8, 2, 9)):
+            calls = [("[64,512]x[512,2048]", MS)] * 10 + ([("[64,512]x[512,1024]", MS)] * extra if rank == 2 else [])
+            for shape, dur in calls:
+                t += 20 * US
+                rows.append(dict(rank=rank, name="gemm", cat="compute", lane="stream:7", ts_ns=t, dur_ns=dur,
+                                 iteration=it, shape=shape))
+                t += dur
+            t += 5 * MS
+    ev = frame(rows, [*_STAGE1, "shape"])
+    peers = compare_peers(ev, coords(sizes), sizes, **PEERS)
+    slow = peers.ranks.filter(pl.col("flagged"))
+    assert slow["rank"].to_list() == [2] and slow["slowdown"].item() > 1.3
+    assert [(s.rank, s.kind) for s in _combined(ev, sizes)] == [(2, "slow_compute")]

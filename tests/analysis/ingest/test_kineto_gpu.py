@@ -100,7 +100,8 @@ def test_megatron_batched_p2p_on_nccl_is_read_from_the_cpu_records(tmp_path):
     # records each send and receive on the CPU (record_param_comms, peer as a global rank in
     # Dst/Src Rank and as a group rank in "Rank") but launches one coalesced SendRecv kernel
     # without comm args, so the reader once kept no p2p at all. Each CPU record is the call,
-    # timed by its post (async): 16 messages each way between the stages of each pipeline.
+    # timed by its post (async): 4 messages each way a step between the stages of each pipeline
+    # (the case keeps 3 steps).
     from mapp.analysis.graph import match_bundle
 
     case = Path(__file__).resolve().parents[2] / "corpus" / "cases-gpu4" / "gpt-pp2dp2-prof-layer1.5x-r2-gpu"
@@ -108,11 +109,11 @@ def test_megatron_batched_p2p_on_nccl_is_read_from_the_cpu_records(tmp_path):
     bundle = load_bundle(tmp_path / "job")
     calls = bundle.scan().filter(pl.col("cat") == "p2p").select("rank", "name", "peer", "args").collect()
     assert sorted(calls.group_by("rank", "name", "peer").len().rows()) == [
-        (0, "recv", 2, 16), (0, "send", 2, 16), (1, "recv", 3, 16), (1, "send", 3, 16),
-        (2, "recv", 0, 16), (2, "send", 0, 16), (3, "recv", 1, 16), (3, "send", 1, 16)]
+        (0, "recv", 2, 12), (0, "send", 2, 12), (1, "recv", 3, 12), (1, "send", 3, 12),
+        (2, "recv", 0, 12), (2, "send", 0, 12), (3, "recv", 1, 12), (3, "send", 1, 12)]
     assert (calls["args"].str.json_path_match("$.async") == "true").all()
     pairs = match_bundle(bundle).p2p
-    assert sorted(pairs.group_by("src", "dst").len().rows()) == [(0, 2, 16), (1, 3, 16), (2, 0, 16), (3, 1, 16)]
+    assert sorted(pairs.group_by("src", "dst").len().rows()) == [(0, 2, 12), (1, 3, 12), (2, 0, 12), (3, 1, 12)]
     assert pairs["send_async"].all() and pairs["recv_async"].all()
     # the 1-rank TP group's all-reduces (no kernel: NCCL skips them) stay copies, not collectives
     groups = bundle.scan().filter(pl.col("cat") == "collective").select(pl.col("group_ranks").list.len()).collect()
