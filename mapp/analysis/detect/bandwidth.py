@@ -175,7 +175,7 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
         # stretches (TP2 x DP2, no fault, beside a fifth busy process: one TP group's all-reduces
         # 4.3x the other's by their medians in 3 of 4 steps)
         per = per.with_columns(slow=pl.col("slow") & ~pl.col("pair"))
-    per = _raised_floors(obs, per)
+    per = _raised_floors(obs, per, shared_cpus)
     findings = _attribute(per, shared_cpus)
     named = {f.ranks for f in findings}
     findings += [f for f in added if f.ranks not in named]
@@ -252,7 +252,7 @@ FLOOR_RATIO = 2.0
 other's is slower in that iteration."""
 
 
-def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame) -> pl.DataFrame:
+def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame, shared_cpus: bool = False) -> pl.DataFrame:
     """Like p2p links compared by their fastest transfers, beside their typical ones.
 
     Where processes share CPUs, a transfer waits for both ends to be scheduled, and a link's
@@ -272,9 +272,11 @@ def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame) -> pl.DataFrame:
     # shared CPUs still waits for the others to be scheduled in its ring: compared so, the
     # all-reduces of one DP pair were "slow" in a healthy TP2 x DP2 job and a PP2 x DP2 one)
     # (Of more than two like links, as the four pipeline links of TP2 x PP2 x DP2, each is
-    # compared with the median of the others' fastest: a link moving 4 MB more per exchange, 8
-    # processes on 2 cores, had medians 0.9-13x the others' and its fastest 10-21x in every step.)
-    likes = per.filter(pl.col("recurs") & (pl.col("what") == "p2p"))
+    # compared with the median of the others' fastest where processes share CPUs: a link moving
+    # 4 MB more per exchange, 8 processes on 2 cores, had medians 0.9-13x the others' and its
+    # fastest 10-21x in every step. Elsewhere their medians are no waits, and like links of
+    # different hardware in one node, NVLink and PCIe, would differ in every step.)
+    likes = per.filter(pl.col("recurs") & (pl.col("what") == "p2p") & (pl.col("pair") | pl.lit(shared_cpus)))
     per = per.with_columns(fastest=pl.lit(False), floor_ratio=pl.lit(None, pl.Float64))
     if likes.is_empty():
         return per

@@ -84,7 +84,7 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
             long_ns=pl.col("long_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
     per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
     if loss_stage:
-        per = _loss_stage(per)
+        per = _loss_stage(per, coords["pp"].max())
     g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
     per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
                            long_excess_ns=(pl.col("long_ns") - pl.col("long_ns").median().over(g)).cast(pl.Float64),
@@ -115,15 +115,18 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
              "handover_excess_ns")
 
 
-def _loss_stage(per: pl.DataFrame) -> pl.DataFrame:
+def _loss_stage(per: pl.DataFrame, last_stage: int | None) -> pl.DataFrame:
     """The last pipeline stage's hand-over stalls taken out of its idle time. Between its last
     forward span and its first backward one it runs the loss (cross-entropy over the vocabulary,
     the start of autograd), which no layer span records; the other stages spend that time in a
     transfer. Compared with its own stage peers this cancels out; compared across stages it
     made a healthy last stage a slow host (megatron-core PP4 under mapp's capture, 4 processes
     on 2 cores: 10.9-15.8 ms of stalls a step, all of it at the hand-over). Work in the data path
-    or before a microbatch stalls before a forward span, not there."""
-    last = pl.col("pp") == pl.col("pp").max()
+    or before a microbatch stalls before a forward span, not there. ``last_stage``: the layout's
+    (not the last stage among the ranks traced: without its trace no stage's stalls are taken)."""
+    if last_stage is None:
+        return per
+    last = pl.col("pp") == last_stage
     return per.with_columns(
         gap_ns=pl.when(last).then(pl.col("gap_ns") - pl.col("handover_ns")).otherwise(pl.col("gap_ns")),
         long_ns=pl.when(last).then(pl.col("long_ns") - pl.col("handover_ns")).otherwise(pl.col("long_ns")),

@@ -120,7 +120,8 @@ def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
     ).drop("own_fast", "peer_fast", "quantile", "fastest", "fast")
 
 
-def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
+def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | None = None,
+                others: pl.DataFrame | None = None) -> pl.DataFrame | None:
     """Per (rank, iteration): work of kinds none of its peers ran (``extra_own`` and
     ``extra_fast``, calls x either typical time, and ``extra_t``, measured), counted only where
     the rank also made more calls of that op name than its peers did: work *added* to the same
@@ -129,14 +130,19 @@ def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     its peers: no fault).
 
     The surplus of calls of a name is the rank's count less the median of its peers' (0 for a
-    peer that never ran that name); the kinds only the rank ran are counted up to that surplus."""
+    peer that never ran that name); the kinds only the rank ran are counted up to that surplus.
+    ``scales`` (``rank``, ``iteration``, ``scale``): where programs differ, the peers' median is
+    taken at the rank's scale (``_program_scale``: a stage of twice the layers makes twice the
+    calls of every op, its optimizer's of shapes its own). ``others``: every rank's work, of
+    which ``work`` holds the ranks judged (default: ``work``)."""
     lone = work.filter(pl.col("n") == 1)
     if lone.is_empty():
         return None
+    others = work if others is None else others
     group = [*peers, "iteration"]
-    calls = work.group_by(["rank", *group, "name"]).agg(calls=pl.col("calls").sum())
+    calls = others.group_by(["rank", *group, "name"]).agg(calls=pl.col("calls").sum())
     # every rank of the group in that iteration, with 0 calls of a name it never ran
-    ranks = work.select("rank", *group).unique()
+    ranks = others.select("rank", *group).unique()
     names = calls.select(*group, "name").unique()
     grid = ranks.join(names, on=group).join(calls, on=["rank", *group, "name"], how="left").with_columns(
         pl.col("calls").fill_null(0.0)).sort([*group, "name", "calls"])
@@ -144,8 +150,11 @@ def _extra_work(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     if grid.is_empty():
         return None
     gid = grid.select(pl.struct(*group, "name").rank("dense")).to_series().to_numpy()
-    grid = grid.with_columns(surplus=(pl.col("calls") - pl.Series(others_median(gid, grid["calls"].to_numpy())))
-                             .clip(lower_bound=0.0))
+    grid = grid.with_columns(median=pl.Series(others_median(gid, grid["calls"].to_numpy())))
+    if scales is not None:
+        grid = grid.join(scales, on=["rank", "iteration"], how="left").with_columns(
+            median=pl.col("median") * pl.col("scale").fill_null(1.0))
+    grid = grid.with_columns(surplus=(pl.col("calls") - pl.col("median")).clip(lower_bound=0.0))
     lone = lone.group_by(["rank", *group, "name"]).agg(
         lone_calls=pl.col("calls").sum(), lone_own=(pl.col("calls") * pl.col("q")).sum(),
         lone_fast=(pl.col("calls") * pl.col("fast")).sum(), lone_t=pl.col("t").sum())
@@ -225,37 +234,39 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # of their own: a stage between them runs layers only, so what it alone runs is added
     # (megatron-core PP4 under the profiler, 4 processes on 2 cores: 1.5x the layers' matmuls
     # on stage 1, of a shape no stage runs, read as stage 1's program, no suspect).
-    extra = _extra_work(work, peers)
-    own_program = None
-    if programs_differ:
-        middle = _middle_stages(coords)
-        if extra is not None:
-            extra = extra.filter(pl.col("rank").is_in(middle))
-        # (their time is still the stage's: ``busy_ns`` weighs stages against each other)
-        own_program = (work.filter((pl.col("n") == 1) & ~pl.col("rank").is_in(middle))
-                       .group_by("rank", "iteration").agg(own_program_ns=pl.col("t").sum()))
-    added = added_work(work, peers, shared_cpus=shared_cpus)
     # On shared CPUs a kind a rank calls once or twice in the whole trace has no typical call:
     # one call descheduled midway is all there is (megatron-core TP2 x DP2, heavy-tailed
     # sequence lengths, most kinds called once: a rank's one GELU 9.1 ms where its TP peer's
-    # took 1.0 ms). Its time is not compared there; its calls are still counted (above).
+    # took 1.0 ms). Its time is not compared there; its calls are still counted (below).
     # (its work, and its peers' on it, still count in the rank's whole: ``busy_ns``, ``work_ns``)
     timed = (pl.col("total") >= _FEW_CALLS) if shared_cpus else pl.lit(True)
-    work = work.filter(pl.col("n") >= 2).with_columns(gid=pl.struct(key).rank("dense"))
-    if work.filter(timed).is_empty():
+    shared = work.filter(pl.col("n") >= 2).with_columns(gid=pl.struct(key).rank("dense"))
+    if shared.filter(timed).is_empty():
         return None
     # each rank against the median of the *others*: with four ranks a slow one would otherwise
     # pull the median of all four halfway to itself (and two peers compare with each other)
-    gid = work["gid"].to_numpy()
-    peer_calls = others_median(gid, work["calls"].to_numpy())
-    peer_q = others_median(gid, work["q"].to_numpy())
+    gid = shared["gid"].to_numpy()
+    peer_calls = others_median(gid, shared["calls"].to_numpy())
+    peer_q = others_median(gid, shared["q"].to_numpy())
+    scale = _program_scale(shared, peer_calls, peer_calls * peer_q) if programs_differ else None
+    own_program = None
     if programs_differ:
-        peer_calls = peer_calls * _program_scale(work, peer_calls, peer_calls * peer_q)
-    work = work.with_columns(
+        middle = _middle_stages(coords)
+        # (a stage of more layers makes more calls of every op: its surplus is over its scale)
+        scales = shared.select("rank", "iteration").with_columns(scale=pl.Series(scale)).unique(["rank", "iteration"])
+        extra = _extra_work(work.filter(pl.col("rank").is_in(middle)), peers, scales, others=work)
+        # (their time is still the stage's: ``busy_ns`` weighs stages against each other)
+        own_program = (work.filter((pl.col("n") == 1) & ~pl.col("rank").is_in(middle))
+                       .group_by("rank", "iteration").agg(own_program_ns=pl.col("t").sum()))
+        peer_calls = peer_calls * scale
+    else:
+        extra = _extra_work(work, peers)
+    added = added_work(work, peers, shared_cpus=shared_cpus)
+    work = shared.with_columns(
         own=pl.col("calls") * pl.col("q"),
         peer=pl.Series(peer_calls * peer_q),
         own_fast=pl.col("calls") * pl.col("fast"),
-        peer_fast=pl.Series(peer_calls * others_median(gid, work["fast"].to_numpy())),
+        peer_fast=pl.Series(peer_calls * others_median(gid, shared["fast"].to_numpy())),
     )
     whole = work.group_by(["rank", "iteration"]).agg(work_ns=pl.col("peer").sum(), busy_ns=pl.col("t").sum())
     work = work.filter(timed)
@@ -317,7 +328,10 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # whose amount varies per microbatch scatters its iterations widely (megatron-core PP4 under
     # the profiler, 4 processes on 2 cores, matmuls before each microbatch drawn lognormal: 1.2x to
     # 1.9x its peers, in every step, at z 2.4 by the scatter). There its slowest iteration is
-    # what is tested, against the ranks' scatter.
+    # what is tested, against the ranks' scatter (with two peers of a kind, none: the timers'
+    # floor). Counted work hardly varies on a healthy rank (each kind's typical call is one for
+    # the whole trace; only its calls move), and it must still be slower by ``min_effect`` in
+    # nearly every iteration (``consistent``).
     lowest = pl.col("low") / max(spread, _FLOOR)
     ranks = ranks.with_columns(
         z=pl.when(pl.col("n_it") >= 3).then(pl.max_horizontal(pl.col("effect") / pl.col("se"), lowest))

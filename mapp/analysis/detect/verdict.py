@@ -749,10 +749,10 @@ def _suspects_stages(imbalance: list[Imbalance], suspects: list[Suspect], layout
     for item in imbalance:
         ours = members.get(item.evidence.get("stage")) if item.kind == "stage" else None
         if ours and set(ours) <= slow:
-            who = ", ".join(map(str, ours))
+            who = (f"rank {ours[0]} there is a slow-compute suspect: its" if len(ours) == 1 else
+                   f"ranks {', '.join(map(str, ours))} there are slow-compute suspects: their")
             item = Imbalance(kind=item.kind, evidence={**item.evidence, "suspects": ours},
-                             message=item.message + f"; rank {who} there is a slow-compute suspect: its own "
-                                                    "slowness weighs the stage too")
+                             message=item.message + f"; {who} own slowness weighs the stage too")
         out.append(item)
     return out
 

@@ -715,3 +715,31 @@ def test_work_a_rank_adds_in_every_iteration_is_slower_however_much_it_varies():
     slow = peers.ranks.filter(pl.col("flagged"))
     assert slow["rank"].to_list() == [2] and slow["slowdown"].item() > 1.3
     assert [(s.rank, s.kind) for s in _combined(ev, sizes)] == [(2, "slow_compute")]
+
+
+def test_a_middle_stage_of_more_layers_adds_no_work_by_its_own_optimizer_shapes():
+    # PP3, one rank a stage, nothing slower: the middle stage holds 8 layers and the others 2
+    # (the first and last lighter for the embedding and the loss). Each stage's optimizer runs
+    # its multi-tensor kernel in a grid of its own (its parameters), more often the more layers
+    # it holds. Those calls are a shape no other stage runs and more calls of that op than the
+    # others make: counted as work the middle stage added, it read 1.19x, a slow GPU. Taken at
+    # its program's scale (4x the layers: 4x the calls), they add nothing.
+    sizes = {"tp": 1, "pp": 3, "dp": 1}
+    rows = []
+    for rank, layers in ((0, 2), (1, 8), (2, 2)):
+        t = 0
+        for it in range(4):
+            calls = [(f"layer_kernel_{k}", "[132,1,1]x[384,1,1]", MS) for _ in range(4 * layers) for k in range(4)]
+            calls += [("embedding_kernel", "[64,1,1]x[128,1,1]", MS // 2)] * 4 if rank == 0 else []
+            calls += [("xent_kernel", "[64,1,1]x[128,1,1]", MS)] * 4 if rank == 2 else []
+            calls += [("multi_tensor_apply_kernel", f"[{40 * layers + rank},1,1]x[512,1,1]", 4 * MS // 10)] * (10 * layers + 2)
+            for name, shape, dur in calls:
+                t += 20 * US
+                rows.append(dict(rank=rank, name=name, cat="compute", lane="stream:7", ts_ns=t, dur_ns=dur,
+                                 iteration=it, shape=shape))
+                t += dur
+            t += 5 * MS
+    ev = frame(rows, [*_STAGE1, "shape"])
+    peers = compare_peers(ev, coords(sizes), sizes, **PEERS)
+    assert not peers.ranks["flagged"].any()
+    assert _combined(ev, sizes) == []
