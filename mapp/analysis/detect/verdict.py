@@ -5,7 +5,8 @@ its self time beats its peers'), a slow host (idle launch gaps on its timeline),
 NIC (stage 3). Stage 2 corroborates (a culprit arrives last and makes others wait) and stands
 in for stage 1 when no layout is known. Ranks that only wait are *victims*, never suspects.
 Whatever slows every peer of a stage alike (a heavier last stage) or every rank of a replica
-alike on some microbatches (long sequences) is *imbalance*: reported, never a faulty GPU.
+alike on some microbatches (long sequences) is *imbalance*: reported, never a faulty GPU
+(``imbalance``).
 
 Confidence: 0.5 for passing a stage's outlier test at all, up to +0.3 as its z-score clears
 the cut-off (1 - cut/z), up to +0.19 when a second, independent stage agrees. Suspects are
@@ -22,6 +23,7 @@ import polars as pl
 from mapp.analysis.detect.added_work import added_evidence, added_slowdown, adds_work, does_extra_work
 from mapp.analysis.detect.bandwidth import FLOOR_RATIO, BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdict
+from mapp.analysis.detect.imbalance import heavy_replicas, suspects_stages, workload_imbalance
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
@@ -127,15 +129,15 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))
         suspects = _link_ends(suspects, overruled)
     suspects.sort(key=lambda s: (-s.excess_ns, -s.confidence))
-    imbalance = _imbalance(peers, imbalance_threshold, layout)
-    suspects = _heavy_replicas(suspects, peers, layout, imbalance)
+    imbalance = workload_imbalance(peers, imbalance_threshold, layout)
+    suspects = heavy_replicas(suspects, peers, layout, imbalance)
     # a rank slower in one iteration of several, and not by far, is noise, not a fault
     suspects = [s for s in suspects if s.evidence.pop("lasting", True)]
     # ``--threshold``: a suspect is slower than (1 + t) x its peers; those under it are no one's
     # culprit, so they make no victims and no mark in the grid either
     below = [s for s in suspects if s.slowdown == s.slowdown and s.slowdown < 1 + slowdown_threshold]
     suspects = [s for s in suspects if s not in below]
-    imbalance = _suspects_stages(imbalance, suspects, layout)
+    imbalance = suspects_stages(imbalance, suspects, layout)
     flagged = {s.rank for s in suspects} | {s.peer for s in suspects if s.peer is not None}
     victims = _victims(lateness, suspects, layout)
     grid = _grid(layout, peers, lateness, flagged, set(victims))
@@ -709,84 +711,6 @@ def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: f
                    confidence=min(0.99, 0.5 + 0.3 * c1 + 0.19 * c2) * (0.8 if group else 1.0),
                    slowdown=f.slowdown, iterations=iterations, excess_ns=f.excess_ns, iteration_ns=iteration_ns,
                    evidence=evidence)
-
-
-def _imbalance(peers: PeerEvidence, imbalance_threshold: float, layout: LayoutInfo) -> list[Imbalance]:
-    out: list[Imbalance] = []
-    if peers.stages is not None:
-        one_rank = (layout.sizes is not None and layout.sizes["tp"] * layout.sizes["dp"] == 1
-                    and peers.mode != "layer peers")
-        for row in peers.stages.filter(pl.col("ratio") > 1 + imbalance_threshold).iter_rows(named=True):
-            message = (f"pipeline stage {row['pp']} computes {row['ratio']:.2f}x the lightest stage "
-                       "(more layers, or the loss/embedding): the other stages wait on it")
-            if one_rank:
-                message += "; with one rank per stage a slow GPU there would look the same"
-            out.append(Imbalance(kind="stage", message=message,
-                                 evidence={"stage": row["pp"], "ratio": round(row["ratio"], 3),
-                                           "compute_ms_per_iteration": round(row["compute_ns"] / 1e6, 4)}))
-    # Statistically clear but under a percent is not worth a line (it still gets discounted).
-    if peers.seqlen is not None and peers.seqlen["relative_spread"] >= 0.01:
-        out.append(Imbalance(
-            kind="sequence_length",
-            message=(f"compute varies by about +/-{peers.seqlen['relative_spread']:.0%} between microbatches, alike on "
-                     "every rank of a replica: uneven sequence lengths (discounted when judging GPUs)"),
-            evidence=dict(peers.seqlen),
-        ))
-    return out
-
-
-def _suspects_stages(imbalance: list[Imbalance], suspects: list[Suspect], layout: LayoutInfo) -> list[Imbalance]:
-    """A heavier stage whose every rank is a slow-compute suspect says so: what a slow rank adds
-    weighs its stage too, and with one rank per stage that may be all of the imbalance
-    (megatron-core PP4 under the profiler, matmuls before each microbatch on stage 2: the stage
-    "1.94x the lightest" and its rank slow compute 1.68x, in two lines that did not meet)."""
-    slow = {s.rank for s in suspects if s.kind == "slow_compute"}
-    if not slow:
-        return imbalance
-    ranks = layout.ranks.group_by("pp").agg(pl.col("rank"))
-    members = {pp: sorted(rs) for pp, rs in ranks.iter_rows()}
-    out = []
-    for item in imbalance:
-        ours = members.get(item.evidence.get("stage")) if item.kind == "stage" else None
-        if ours and set(ours) <= slow:
-            who = (f"rank {ours[0]} there is a slow-compute suspect: its" if len(ours) == 1 else
-                   f"ranks {', '.join(map(str, ours))} there are slow-compute suspects: their")
-            item = Imbalance(kind=item.kind, evidence={**item.evidence, "suspects": ours},
-                             message=item.message + f"; {who} own slowness weighs the stage too")
-        out.append(item)
-    return out
-
-
-# Slowdowns this close (as ratios) count as "alike" for a whole replica.
-_ALIKE = 1.03
-
-
-def _heavy_replicas(suspects: list[Suspect], peers: PeerEvidence, layout: LayoutInfo,
-                    imbalance: list[Imbalance]) -> list[Suspect]:
-    """With uneven sequence lengths, a replica can draw longer sequences on average: then every
-    rank of that replica is slower alike, which is data, not a GPU (a replica of one or two
-    ranks cannot tell its own average from a fault otherwise). A slow GPU slows its own
-    compute only (its TP and PP peers wait, which is not compute), so a whole replica slower
-    by the same factor is read as data even when the microbatch-to-microbatch spread was too
-    small to be measured; slowdowns that differ are left as suspects (two faulty GPUs)."""
-    if layout.sizes is None:
-        return suspects
-    size = layout.sizes["tp"] * layout.sizes["pp"]
-    compute = [s for s in suspects if s.kind == "slow_compute" and s.coords]
-    by_replica: dict[int, list[Suspect]] = {}
-    for s in compute:
-        by_replica.setdefault(s.coords["dp"], []).append(s)
-    drop: set[int] = set()
-    for dp, members in by_replica.items():
-        slowdowns = [s.slowdown for s in members]
-        alike = max(slowdowns) <= _ALIKE * min(slowdowns)
-        if size >= 2 and len(members) == size and (peers.seqlen is not None or alike):
-            drop |= {s.rank for s in members}
-            factor = sum(s.slowdown for s in members) / len(members)
-            imbalance.append(Imbalance(kind="sequence_length", message=(
-                f"replica dp{dp} got longer sequences: all its {size} ranks computed {factor:.2f}x alike"),
-                evidence={"replica": dp, "ratio": round(factor, 3), "ranks": sorted(s.rank for s in members)}))
-    return [s for s in suspects if not (s.kind == "slow_compute" and s.rank in drop)]
 
 
 def _victims(lateness: LatenessEvidence, suspects: list[Suspect], layout: LayoutInfo) -> list[int]:
