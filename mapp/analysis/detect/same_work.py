@@ -225,15 +225,6 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     work = counts.join(per_call, on=["rank", *peers, *kind])
     key = [*peers, "iteration", *kind]
     work = work.with_columns(n=pl.len().over(key))
-    # Ranks of different programs (one rank per pipeline stage), their calls of each kind
-    # counted: work only one of them does is its program (the embedding, the loss, the output
-    # layer's GEMMs), not work added, and a program's calls are compared at its scale
-    # (``_program_scale``). (Kinds that are the n-th call of an op, ``peers._nth_call``, pair the
-    # calls one to one: no scale, and a rank's calls beyond its peer's are work it added.)
-    # Only the first stage (the embedding) and the last (the output layer, the loss) have work
-    # of their own: a stage between them runs layers only, so what it alone runs is added
-    # (megatron-core PP4 under the profiler, 4 processes on 2 cores: 1.5x the layers' matmuls
-    # on stage 1, of a shape no stage runs, read as stage 1's program, no suspect).
     # On shared CPUs a kind a rank calls once or twice in the whole trace has no typical call:
     # one call descheduled midway is all there is (megatron-core TP2 x DP2, heavy-tailed
     # sequence lengths, most kinds called once: a rank's one GELU 9.1 ms where its TP peer's
@@ -250,6 +241,15 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     peer_q = others_median(gid, shared["q"].to_numpy())
     scale = _program_scale(shared, peer_calls, peer_calls * peer_q) if programs_differ else None
     own_program = None
+    # Ranks of different programs (one rank per pipeline stage), their calls of each kind
+    # counted: work only one of them does is its program (the embedding, the loss, the output
+    # layer's GEMMs), not work added, and a program's calls are compared at its scale
+    # (``_program_scale``). (Kinds that are the n-th call of an op, ``peers._nth_call``, pair the
+    # calls one to one: no scale, and a rank's calls beyond its peer's are work it added.)
+    # Only the first stage (the embedding) and the last (the output layer, the loss) have work
+    # of their own: a stage between them runs layers only, so what it alone runs is added
+    # (megatron-core PP4 under the profiler, 4 processes on 2 cores: 1.5x the layers' matmuls
+    # on stage 1, of a shape no stage runs, read as stage 1's program, no suspect).
     if programs_differ:
         middle = _middle_stages(coords)
         # (a stage of more layers makes more calls of every op: its surplus is over its scale)
