@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -18,7 +18,8 @@ Sets: ``--set small`` (the default) is the committed corpus, written to ``tests/
 megatron-core DP2, TP2, PP2) for a machine of 2 GPUs, 5 iterations of which 3 are recorded
 (default out: ``tests/corpus/cases-gpu2``). Held out (for scoring, not tuning): ``--set vary`` /
 ``--set vary2`` (other values of the same jobs), ``--set pp4`` (4 pipeline stages, 4 ranks) and
-``--set wide`` (8 ranks), see ``vary_set``, ``pp4_set``, ``wide_set``.
+``--set wide`` (8 ranks), ``--set sched`` (interleaved 1F1B, overlapped gradient reduction), see
+``vary_set``, ``pp4_set``, ``wide_set``, ``sched_set``.
 
 Device: ``--gpu`` runs a set with NCCL, one process per GPU, with GPU-sized models and extra GPU
 kernels as the injected work (ids end in ``-gpu``, or ``-gpu2`` for ``--set gpu2``; default out
@@ -610,8 +611,70 @@ def wide_set(seed: int = DEEP_SEED) -> list[Case]:
     ]
 
 
+SCHED_SEED = 23
+
+
+def _scheduled(case: Case, vpp: int | None = None, overlap: bool = False) -> Case:
+    """``case`` under another schedule: ``vpp`` model chunks per rank (interleaved 1F1B) and/or
+    the data-parallel gradient reduction overlapped with the backward (``--overlap-grad-reduce``,
+    bucketed and asynchronous). The id names the schedule after the layout."""
+    layout = next(k for k, v in LAYOUTS.items() if v == case.layout and case.id.startswith(f"gpt-{k}-"))
+    names = ([f"vpp{vpp}"] if vpp else []) + (["ogr"] if overlap else [])
+    case.id = case.id.replace(f"gpt-{layout}-", f"gpt-{layout}-{'-'.join(names)}-", 1)
+    if case.baseline:
+        case.baseline = case.baseline.replace(f"gpt-{layout}-", f"gpt-{layout}-{'-'.join(names)}-", 1)
+    flags = (["--vpp", str(vpp)] if vpp else []) + (["--overlap-grad-reduce"] if overlap else [])
+    if vpp:
+        # each rank holds ``vpp`` chunks of at least one layer; interleaving wants the
+        # microbatches a multiple of the stages
+        pp = case.layout["pp"]
+        at = case.args.index("--layers") + 1
+        case.args[at] = str(max(int(case.args[at]), pp * vpp))
+        at = case.args.index("--num-microbatches") + 1
+        case.args[at] = str(max(int(case.args[at]), pp))
+    case.args += flags
+    case.gpu_args += flags
+    return case
+
+
+def sched_set(seed: int = SCHED_SEED) -> list[Case]:
+    """Held-out schedules (``--set sched``, 4 ranks): megatron-core's interleaved 1F1B (2 model
+    chunks per rank) and the DP gradient all-reduce overlapped with the backward, which no other
+    set runs. Ids end in ``-s``. (Of interleaved PP4 the heavier link is 2-3: on link 1-2 the
+    injector's extra exchange, made after megatron-core's batch rather than inside it, pairs
+    differently on its two ends and the job hangs.)"""
+    def g(layout, fmt, variant, vpp=None, overlap=False, **k):
+        return _scheduled(gpt_case(layout, fmt, variant, seed=seed, tag="-s", **k), vpp, overlap)
+
+    return [
+        # interleaved 1F1B
+        g("pp2dp2", "mapp-v1", "healthy", vpp=2),
+        g("pp2dp2", "mapp-v1", "layer", vpp=2, rank=1, factor=1.4),
+        g("pp2dp2", "mapp-v1", "hostsleep", vpp=2, rank=2, ms=25, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("pp2dp2", "mapp-v1", "link", vpp=2, link=(1, 3)),
+        g("pp4", "mapp-v1", "layer", vpp=2, rank=2, factor=1.5),
+        g("pp4", "mapp-v1", "healthy", vpp=2),
+        g("pp2dp2", "kineto", "healthy", vpp=2),
+        g("pp2dp2", "kineto", "layer", vpp=2, rank=3, factor=1.4),
+        g("pp2dp2", "kineto", "beforemb", vpp=2, rank=0, ms=25),
+        g("pp4", "kineto", "layer", vpp=2, rank=1, factor=1.5),
+        g("pp4", "mapp-v1", "link", vpp=2, link=(2, 3)),
+        g("pp4", "kineto", "link", vpp=2, link=(2, 3)),
+        g("pp2dp2", "mapp-v1", "seqlognorm", vpp=2, sigma=0.9),
+        # the gradient all-reduce overlapped with the backward
+        g("tp2dp2", "mapp-v1", "healthy", overlap=True),
+        g("tp2dp2", "mapp-v1", "layer", overlap=True, rank=2, factor=1.35),
+        g("dp4", "mapp-v1", "beforemb", overlap=True, rank=1, ms=25),
+        g("pp2dp2", "mapp-v1", "layer", vpp=2, overlap=True, rank=0, factor=1.5),
+        g("dp4", "kineto", "healthy", overlap=True),
+        g("dp4", "kineto", "layer", overlap=True, rank=3, factor=1.4),
+        g("tp2dp2", "kineto", "hostsleep", overlap=True, rank=1, ms=25, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("pp2dp2", "kineto", "seqlognorm", overlap=True, sigma=0.9),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
-        "pp4": pp4_set, "wide": wide_set}
+        "pp4": pp4_set, "wide": wide_set, "sched": sched_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -996,12 +1059,37 @@ def launch(case: Case, cid: str, gpu: bool, nproc: int, timeout: float) -> Launc
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the process group of a job started with ``start_new_session`` (torchrun and its workers)."""
+    """SIGKILL a job started with ``start_new_session``: torchrun's process group and every
+    process below it. (torchrun starts its workers in sessions of their own: killing its group
+    alone left a hung job's ranks running, holding the output pipes, so that waiting for the
+    job never ended.)"""
+    for pid in [*_descendants(proc.pid), proc.pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     proc.communicate()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux: from ``/proc/<pid>/stat``)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def collect(run: Launched, out_dir: Path, gpu: bool, nproc: int, use_gzip: bool) -> dict:
@@ -1161,7 +1249,8 @@ def main(argv=None) -> int:
         default = "cases-gpu2" + ("" if gpu else "-cpu")
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
-                   "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide"}[args.set] + ("-gpu" if gpu else "")
+                   "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
+                   "sched": "cases-sched"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -76,3 +76,19 @@ def test_a_heavier_last_stage_of_four_keeps_one_layer_on_every_other_stage():
     assert args[args.index("--layers") + 1] == "6" and args[args.index("--last-stage-layers") + 1] == "3"
     gpu = make_corpus.job_args(case, gpu=True)
     assert gpu[gpu.index("--layers") + 1] == "8" and gpu[gpu.index("--last-stage-layers") + 1] == "5"
+
+
+def test_the_schedules_set_runs_only_schedules_no_other_set_runs():
+    others = [c for name, build in make_corpus.SETS.items() if name != "sched" for c in build()]
+    assert not any("--vpp" in c.args or "--overlap-grad-reduce" in c.args for c in others)
+    cases = make_corpus.sched_set()
+    assert all(c.id.endswith("-s") for c in cases) and {make_corpus.world_of(c.layout) for c in cases} == {4}
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    for case in cases:
+        for args in (case.args, make_corpus.job_args(case, gpu=True)):
+            assert "--vpp" in args or "--overlap-grad-reduce" in args, case.id
+    # interleaving: every rank holds two chunks of at least one layer, microbatches a multiple of the stages
+    case = next(c for c in cases if c.id == "gpt-pp4-vpp2-prof-layer1.5x-r1-s")
+    args = make_corpus.job_args(case, gpu=False)
+    assert args[args.index("--vpp") + 1] == "2" and int(args[args.index("--layers") + 1]) >= 8
+    assert int(args[args.index("--num-microbatches") + 1]) % 4 == 0
