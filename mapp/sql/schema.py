@@ -26,7 +26,7 @@ import pyarrow.dataset as ds
 from mapp import __version__
 from mapp.analysis.align.clock import sql_mapping
 from mapp.analysis.graph.schema import COLLECTIVES, MEMBERS, P2P, MatchingTable
-from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
+from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN, COMM_WAIT_NAMES
 
 __all__ = ["TABLES", "Table", "SchemaInfo", "build_schema", "describe", "bundle_fingerprint", "markdown_tables",
            "SCHEMA_VERSION"]
@@ -361,15 +361,18 @@ def _build_window_pieces(con: duckdb.DuckDBPyConnection) -> None:
     iteration markers) as (rank, cat, iteration, s, e) on the clock of ``iteration_windows``,
     cut at window boundaries so that each piece lies inside one iteration's window. GPU
     communication kernels that no comm event stands for (``COMM_KERNEL_PATTERN``: megatron's
-    coalesced NCCL SendRecv) get ``cat`` ``comm_kernel``: communication, as HTA counts them."""
+    coalesced NCCL SendRecv) get ``cat`` ``comm_kernel``: communication, as HTA counts them; a
+    host's waits for overlapped DP communication (``COMM_WAIT_NAMES``) get ``comm_wait``."""
     pattern = "'" + COMM_KERNEL_PATTERN.replace("'", "''") + "'"
+    waits = ", ".join("'" + n.replace("'", "''") + "'" for n in COMM_WAIT_NAMES)
     con.execute(f"""
         CREATE VIEW _window_pieces AS
         WITH win AS (SELECT rank, iteration, start_ns AS w0, end_ns AS w1 FROM iteration_windows),
         ev AS (
             SELECT e.rank,
                    CASE WHEN e.cat = 'other' AND e.lane LIKE 'stream:%' AND regexp_matches(e.name, {pattern}, 'i')
-                        THEN 'comm_kernel' ELSE e.cat END AS cat,
+                        THEN 'comm_kernel'
+                        WHEN e.cat = 'other' AND e.name IN ({waits}) THEN 'comm_wait' ELSE e.cat END AS cat,
                    CASE WHEN b.aligned THEN e.ts_aligned_ns ELSE e.ts_ns END AS s,
                    CASE WHEN b.aligned THEN e.end_aligned_ns ELSE e.end_ns END AS e
             FROM events e, (SELECT aligned FROM bundle) b
@@ -399,7 +402,7 @@ _COVERAGE = {
     "_rank_coverage": """
         WITH flagged AS (
             SELECT rank, iteration, s, e,
-                   cat IN ('compute', 'optimizer') AS is_compute, cat IN ('collective', 'p2p', 'comm_kernel') AS is_comm
+                   cat IN ('compute', 'optimizer') AS is_compute, cat IN ('collective', 'p2p', 'comm_kernel', 'comm_wait') AS is_comm
             FROM _window_pieces
         ),
         reach AS (

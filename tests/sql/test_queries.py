@@ -157,3 +157,25 @@ def test_rank_breakdown_counts_the_coalesced_nccl_p2p_kernels_as_communication()
         assert rows[rank]["comm_ns"] >= ns, (rank, rows[rank]["comm_ns"], ns)
         assert rows[rank]["compute_ns"] + rows[rank]["exposed_comm_ns"] + rows[rank]["other_ns"] + rows[rank]["idle_ns"] \
             == rows[rank]["window_ns"]
+
+
+def test_rank_breakdown_counts_the_wait_for_overlapped_gradient_reduction_as_communication():
+    # A real 4-GPU DP4 job with overlap_grad_reduce, rank 1 slowed before each microbatch: its
+    # peers spend ~100 ms a step in grad_sync_wait (the all-reduce itself only launches), which
+    # rank_breakdown had as "other" time; it is waiting for peers, exposed communication
+    from pathlib import Path
+
+    from mapp.sql.database import open_database
+
+    case = Path(__file__).resolve().parents[1] / "corpus" / "cases-sched" / "gpt-dp4-ogr-mapp-beforemb25ms-r1-s-gpu"
+    db = open_database(case)
+    try:
+        waits = {r["rank"]: r["ns"] for r in db.query(
+            "SELECT rank, sum(dur_ns)::BIGINT AS ns FROM events WHERE name = 'grad_sync_wait' GROUP BY 1").dicts()}
+        rows = {r["rank"]: r for r in run(db, "rank_breakdown")}
+    finally:
+        db.close()
+    for rank in (0, 2, 3):
+        assert rows[rank]["exposed_comm_ns"] >= 0.9 * waits[rank] and rows[rank]["exposed_comm_frac"] > 0.15, rank
+        assert rows[rank]["other_ns"] == 0
+    assert rows[1]["exposed_comm_frac"] < 0.05

@@ -59,7 +59,8 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     if shared_cpus:
         work = work.with_columns(q=pl.col("q").median().over([*peers, "iteration", "name", "shape"]))
     names = work.group_by(["rank", *peers, "iteration", "name"]).agg(calls=pl.col("calls").sum(),
-                                                                     own=(pl.col("calls") * pl.col("q")).sum())
+                                                                     own=(pl.col("calls") * pl.col("q")).sum(),
+                                                                     top=pl.col("q").max())
     # every rank of a peer group, in every iteration the group traced, with every name the
     # group ever called (0 calls where it made none): a name called in one step only (a log
     # line) is then "more" in that step alone
@@ -67,7 +68,7 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
             .join(work.select(*peers, "iteration").unique(), on=peers)
             .join(names.select(*peers, "name").unique(), on=peers)
             .join(names, on=["rank", *peers, "iteration", "name"], how="left")
-            .with_columns(pl.col("calls", "own").fill_null(0.0)))
+            .with_columns(pl.col("calls", "own", "top").fill_null(0.0)))
     key = [*peers, "iteration", "name"]
     grid = grid.with_columns(size=pl.len().over(key)).filter(pl.col("size") >= 2)
     if grid.is_empty():
@@ -77,8 +78,17 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     grid = grid.with_columns(peer_calls=pl.Series(others_median(gid, grid["calls"].to_numpy())),
                              peer_own=pl.Series(others_median(gid, grid["own"].to_numpy())))
     more = grid.with_columns(more=pl.col("calls") > pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
-        more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median())
+        more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median(),
+        calls=pl.col("calls").median(), peer_calls=pl.col("peer_calls").median(), top=pl.col("top").median())
     more = more.filter((pl.col("more") >= CONSISTENT) & (pl.col("peer") > 0))
+    # What the rank adds on a name is at most its surplus calls, each at its dearest kind of
+    # call of that name: time beyond that is calls of other shapes, which the data sets (a
+    # replica that drew longer sequences copies longer tensors), not work added. (The last
+    # stage of one replica, PP2 x DP2 under the profiler, lognormal lengths, no fault: one more
+    # ``aten::copy_`` a step than its peer, its loss print, 60 calls to 59, and 1.0 ms more on
+    # them, which read as 1.87x added work.)
+    surplus = (pl.col("calls") - pl.col("peer_calls")).clip(lower_bound=0) * pl.col("top")
+    more = more.with_columns(own=pl.min_horizontal("own", pl.col("peer") + surplus))
     if more.is_empty():
         return None
     return more.group_by("rank").agg(own=pl.col("own").sum(), peer=pl.col("peer").sum()).select(
@@ -120,11 +130,15 @@ def adds_work(row: dict, min_effect: float, *, shared_cpus: bool = False) -> boo
     weighed against its peers' work on the same kinds at their typical calls (``work_ns``), not
     against its measured busy time, which descheduling stretches (1.5x the forward's matmuls
     beside a fifth busy process: its busy time 240 ms a step, its peers' typical work 121 ms;
-    its added calls 24.9 ms at ``added_work``'s one price)."""
+    its added calls 24.9 ms at ``added_work``'s one price). Either way, where it is more, against
+    all its own work at its typical calls, kinds no peer ran included (``all_work_ns``): where
+    replicas drew other sequence lengths the kinds they share are a sliver of their work."""
     added, added_excess, base = row.get("added"), row.get("added_excess_ns"), row.get("added_base_ns")
     excess, busy = row.get("excess_ns") or 0.0, row.get("busy_ns") or 0.0
     if shared_cpus and row.get("work_ns"):
         busy = row["work_ns"]
+    # against all its work, not only the kinds a peer ran too (``same_work``'s ``all_work_ns``)
+    busy = max(busy, row.get("all_work_ns") or 0.0)
     if added is None or added_excess is None or base is None or (excess <= 0 and not shared_cpus) or busy <= 0:
         return False
     return added - 1 >= min_effect and added_excess >= min_effect * busy and base >= ADDED_PART * busy

@@ -70,15 +70,72 @@ def _p2p(matching) -> pl.DataFrame:
     # async send's span is its post (not the transfer), and the blocking receive it pairs with
     # spans the wait for the sender (MegaDPP's, from when the rank was free for the task, while
     # the sender still computed), so neither side's duration is a transfer time.
-    p = matching.p2p.filter(
-        pl.col("bytes_match") & (pl.col("src") != pl.col("dst")) & ~pl.col("send_async") & ~pl.col("recv_async")
-    )
+    every = matching.p2p.filter(pl.col("src") != pl.col("dst"))
+    p = every.filter(pl.col("bytes_match") & ~pl.col("send_async") & ~pl.col("recv_async"))
+    p = p.with_columns(batched=pl.col("pair_id").is_in(_batched_with_others(every)["pair_id"].implode()))
     return p.select(
         obs=pl.concat_list(pl.min_horizontal("src", "dst"), pl.max_horizontal("src", "dst")).cast(pl.List(pl.Int32)),
         what=pl.lit("p2p"), iteration=pl.col("iteration"), bytes=pl.col("bytes"),
         time_ns=pl.min_horizontal(pl.col("send_end_ns") - pl.col("send_start_ns"),
                                   pl.col("recv_end_ns") - pl.col("recv_start_ns")),
+        batched="batched",
     )
+
+
+def _batched_with_others(p: pl.DataFrame) -> pl.DataFrame:
+    """The ``pair_id`` of messages one of whose sides ran in one batch with a transfer to or from
+    another peer (its span overlapping that one's on the same rank): such a span is the batch's,
+    which ends when its slowest transfer does, and so waits on another link (see
+    ``link_bandwidth``). (Batches of one peer's two directions, as 1F1B's
+    send-forward-receive-backward, are not: both are the one link's.)"""
+    sides = pl.concat([
+        p.select("pair_id", rank="src", peer="dst", start="send_start_ns", end="send_end_ns"),
+        p.select("pair_id", rank="dst", peer="src", start="recv_start_ns", end="recv_end_ns"),
+    ]).sort("rank", "start")
+    batch = (pl.col("start") >= pl.col("end").cum_max().shift(1).over("rank")).fill_null(True).cast(pl.Int32).cum_sum().over("rank")
+    sides = sides.with_columns(batch=batch).with_columns(mixed=pl.col("peer").n_unique().over("rank", "batch") > 1)
+    return sides.filter(pl.col("mixed")).select("pair_id").unique()
+
+
+def _batched_links(obs: pl.DataFrame, per: pl.DataFrame, link_threshold: float) -> pl.DataFrame:
+    """Links timed by batches with another link's transfers (``batched``), judged by their
+    fastest transfer in each iteration beside their typical ones: slow by their typical
+    transfers only where the fastest is slower than its like links' too (by ``link_threshold``),
+    and slow where the fastest takes ``FLOOR_RATIO`` x theirs; not where a slower batched link
+    at one of their ranks explains them.
+
+    A batch ends when its slowest transfer does, so a batched link's typical time includes the
+    waits of the links it is batched with. Interleaved 1F1B batches a stage's receive from the
+    previous stage with its send to the next: of four like pipeline links of a healthy PP4 job
+    (4 H200s), link 1-2 read 1.47x the others by its medians in 3 steps of 4, its fastest
+    transfers 0.94-0.97x theirs. With a 512 MB tensor more on every exchange of link 2-3, that
+    link's medians read 1.3-1.4x, within the waits' scatter, its fastest transfers 12x; the link
+    batched with it at rank 3 (0-3) read 6.6x by its fastest: the slower link at a shared rank
+    is the one."""
+    if not per["batched"].any():
+        return per
+    cls = ["what", "inter", "bytes", "iteration"]
+    lows = (obs.filter(pl.col("what") == "p2p").group_by(["obs", *cls]).agg(low=pl.col("time_ns").min())
+            .with_columns(k=pl.len().over(cls)).filter(pl.col("k") >= 2).drop("k"))
+    # each link's fastest transfer against the median of its like links' fastest, per iteration
+    others = (lows.join(lows.select(*cls, o2="obs", l2="low"), on=cls).filter(pl.col("obs") != pl.col("o2"))
+              .group_by(["obs", *cls]).agg(other=pl.col("l2").median()))
+    floors = lows.join(others, on=["obs", *cls]).select("obs", *cls, "low", "other",
+                                                        floor=pl.col("low") / pl.col("other"))
+    per = per.join(floors, on=["obs", *cls], how="left")
+    batched = pl.col("batched") & pl.col("floor").is_not_null()
+    hit = batched & (pl.col("floor") >= FLOOR_RATIO) & ~pl.col("slow")
+    per = per.with_columns(
+        slow=(pl.col("slow") & (~batched | (pl.col("floor") >= 1 + link_threshold))) | hit,
+        ratio=pl.when(hit).then(pl.col("floor")).otherwise(pl.col("ratio")),
+        excess_ns=pl.when(hit).then((pl.col("low") - pl.col("other")) * pl.col("n")).otherwise(pl.col("excess_ns")),
+        fastest=pl.col("fastest") | hit,
+        floor_ratio=pl.when(batched & (pl.col("floor") >= FLOOR_RATIO)).then(pl.col("floor")).otherwise(pl.col("floor_ratio")),
+    ).drop("floor", "low", "other").with_row_index("_row")
+    slow = per.filter(pl.col("slow") & pl.col("batched")).select("_row", "iteration", "ratio", rank="obs").explode("rank")
+    top = slow.group_by("iteration", "rank").agg(top=pl.col("ratio").max())
+    explained = slow.join(top, on=["iteration", "rank"]).filter(pl.col("top") > pl.col("ratio"))["_row"].unique()
+    return per.with_columns(slow=pl.col("slow") & ~pl.col("_row").is_in(explained.implode())).drop("_row")
 
 
 def _collectives(matching) -> pl.DataFrame:
@@ -89,7 +146,7 @@ def _collectives(matching) -> pl.DataFrame:
     return inst.join(t, on="instance_id").select(
         obs=pl.col("group_ranks").cast(pl.List(pl.Int32)),
         what=pl.format("{}/{}", pl.col("op"), pl.col("group").fill_null("group")),
-        iteration=pl.col("iteration"), bytes=pl.col("bytes"), time_ns=pl.col("time_ns"),
+        iteration=pl.col("iteration"), bytes=pl.col("bytes"), time_ns=pl.col("time_ns"), batched=pl.lit(False),
     )
 
 
@@ -116,7 +173,7 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     )
     obs = obs.join(keys, on="obs", how="left").with_columns(pl.col("iteration").fill_null(-1))
     per = obs.group_by(["obs", "what", "inter", "bytes", "iteration"]).agg(
-        time_ns=pl.col("time_ns").median(), n=pl.len()
+        time_ns=pl.col("time_ns").median(), n=pl.len(), batched=pl.col("batched").mean() >= 0.5,
     ).with_columns(size=pl.col("obs").list.len())
     cls = ["what", "inter", "bytes", "size", "iteration"]
     per = per.with_columns(
@@ -176,6 +233,7 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
         # 4.3x the other's by their medians in 3 of 4 steps)
         per = per.with_columns(slow=pl.col("slow") & ~pl.col("pair"))
     per = _raised_floors(obs, per, shared_cpus)
+    per = _batched_links(obs, per, link_threshold)
     findings = _attribute(per, shared_cpus)
     named = {f.ranks for f in findings}
     findings += [f for f in added if f.ranks not in named]
@@ -216,12 +274,16 @@ def _added_traffic(matching) -> list[LinkFinding]:
     per_link = p.group_by("link", "iteration").agg(n=pl.len(), b=pl.col("bytes").sum())
     findings: list[LinkFinding] = []
     seen: set[str] = set()
-    for size, links in links_of.filter(pl.col("links").list.len() >= 2).sort("bytes").iter_rows():
-        # like links: as many transfers of this size as each other in every iteration
-        same = counts.filter(pl.col("bytes") == size).group_by("iteration").agg(
-            alike=pl.col("n").n_unique() == 1, links=pl.col("link").n_unique())
-        if not (same["alike"].all() and (same["links"] == len(links)).all() and len(same) == iterations):
-            continue
+    # like links: those that carry as many transfers of a size as each other in every iteration.
+    # (Not every link of that size need be: interleaved 1F1B hands each microbatch over the last
+    # stage's link back to the first once per model chunk but over every other link twice.)
+    signatures = (counts.filter(pl.col("bytes").is_in(links_of.filter(pl.col("links").list.len() >= 2)["bytes"].implode()))
+                  .sort("iteration").group_by("bytes", "link")
+                  .agg(its=pl.len(), sig=pl.col("n").cast(pl.String).str.join(","))
+                  .filter(pl.col("its") == iterations)
+                  .group_by("bytes", "sig").agg(links=pl.col("link").sort())
+                  .filter(pl.col("links").list.len() >= 2).sort("bytes", "sig"))
+    for _, _, links in signatures.iter_rows():
         for link in sorted((set(links) & owners) - seen):
             mine = p.filter((pl.col("link") == link) & pl.col("bytes").is_in(own))
             like = per_link.filter(pl.col("link").is_in([o for o in links if o != link])).group_by("iteration").agg(

@@ -15,7 +15,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, within_rank_scale, z_critical
 from mapp.analysis.detect.thresholds import CONSISTENT
-from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN
+from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN, COMM_WAIT_NAMES
 
 __all__ = ["idle_gaps", "stalls", "lasting_gaps", "launch_bound", "BACKWARD", "STALL", "STEADY"]
 
@@ -47,8 +47,12 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
     comm_kernel = ((pl.col("cat") == "other") & pl.col("lane").str.starts_with("stream:")
                    & pl.col("name").str.contains("(?i)" + COMM_KERNEL_PATTERN))
+    # and so is a host's wait for overlapped DP communication (4 GPUs, DP4 with
+    # overlap_grad_reduce: the peers of a rank slow before each microbatch waited ~100 ms a step
+    # in grad_sync_wait, as much as its own extra time, and nobody's idle time stood out)
+    waiting = comm_kernel | ((pl.col("cat") == "other") & pl.col("name").is_in(COMM_WAIT_NAMES))
     cols = ["rank", "iteration", "ts_ns", "end_ns"] + (["name"] if recurring or "name" in leaves.columns else [])
-    other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | comm_kernel)
+    other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | waiting)
                           & pl.col("iteration").is_not_null()).select(
         "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "name"
     ).select(cols)

@@ -231,6 +231,13 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # took 1.0 ms). Its time is not compared there; its calls are still counted (below).
     # (its work, and its peers' on it, still count in the rank's whole: ``busy_ns``, ``work_ns``)
     timed = (pl.col("total") >= _FEW_CALLS) if shared_cpus else pl.lit(True)
+    # all the rank's work, every kind at its typical call, shared with a peer or not: what work
+    # it adds is weighed against (``added_work.adds_work``). Where replicas drew other sequence
+    # lengths, the kinds two peers share are a sliver of it (CPU gloo, PP2 x DP2, lognormal
+    # lengths: 2.6 ms of a last stage's ~40 ms a step). Untimed kinds too: there most kinds are
+    # called once or twice. (A descheduled single call overstates it, which only makes counted
+    # work harder to name, never a healthy rank a suspect.)
+    all_work = work.group_by("rank", "iteration").agg(all_work_ns=(pl.col("calls") * pl.col("q")).sum())
     shared = work.filter(pl.col("n") >= 2).with_columns(gid=pl.struct(key).rank("dense"))
     if shared.filter(timed).is_empty():
         return None
@@ -268,7 +275,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         own_fast=pl.col("calls") * pl.col("fast"),
         peer_fast=pl.Series(peer_calls * others_median(gid, shared["fast"].to_numpy())),
     )
-    whole = work.group_by(["rank", "iteration"]).agg(work_ns=pl.col("peer").sum(), busy_ns=pl.col("t").sum())
+    whole = work.group_by(["rank", "iteration"]).agg(work_ns=pl.col("peer").sum(), busy_ns=pl.col("t").sum()).join(
+        all_work, on=["rank", "iteration"], how="left")
     work = work.filter(timed)
     pairs = bool(work["n"].min() < 3)
     per = work.group_by(["rank", "iteration"]).agg(
@@ -306,7 +314,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         scatter=(pl.col("effect") - pl.col("effect").median()).abs().median() * MAD_TO_SIGMA,
         consistent=(pl.col("effect").exp() - 1 >= min_effect).mean(),
         share_slow=pl.col("share_slow").median(), n_ops=pl.col("n_ops").sum(),
-        busy_ns=pl.col("busy_ns").median(), work_ns=pl.col("work_ns").median(),
+        busy_ns=pl.col("busy_ns").median(), work_ns=pl.col("work_ns").median(), all_work_ns=pl.col("all_work_ns").median(),
         gap_excess_ns=pl.col("gap_excess_ns").median(), gap_ns=pl.col("gap_ns").mean(),
         long_excess_ns=pl.col("long_excess_ns").median(),
         gap_consistent=(pl.col(idle) > 0).mean(),
@@ -350,7 +358,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
              "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", "added", "added_excess_ns",
-             "added_base_ns", "work_ns").sort("rank")
+             "added_base_ns", "work_ns", "all_work_ns").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),

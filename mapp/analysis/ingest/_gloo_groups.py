@@ -9,10 +9,12 @@ order. Both questions below are answered across the ranks read together.
 on* (the c10d op's third input). A call on rank ``r`` with group-local peer ``l``: each group
 ``G`` of ``r`` proposes the global rank ``p = G[l]``; a proposal stands when ``p`` is traced,
 ``G`` is one of ``p``'s groups too, and ``p`` made calls of the other direction whose
-group-local peer is ``r``'s place in ``G`` (the two sides agree). One standing peer is the
-answer. Where none stands (the peer's trace is absent, or holds no answering calls) the
-proposals must name one rank whatever the group. Anything else (no group fits, or two fit)
-leaves the peer null, and a note says so. Finally every resolved send ``a -> b`` is checked
+group-local peer is ``r``'s place in ``G``, of the same size where any of that size does (the
+two sides agree). One standing peer is the answer. Where two stand, the one on a group that
+``r``'s calls of that size were shown to run on (calls that one group alone explains) is. Where
+none stands (the peer's trace is absent, or holds no answering calls) the proposals must name
+one rank whatever the group. Anything else (no group fits, or two fit) leaves the peer null,
+and a note says so. Finally every resolved send ``a -> b`` is checked
 against ``b``'s resolved receives from ``a`` (and the reverse), and a note names any pair whose
 two sides disagree.
 
@@ -56,17 +58,56 @@ def _peers(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
     calls = events.filter(pl.col(LOCAL).is_not_null())
     if calls.is_empty():
         return events.drop(LOCAL)
-    keys = calls.group_by("rank", "name", LOCAL).len().rows()
-    present = {(r, name, local) for r, name, local, _ in keys}
+    # calls of one size are answered by calls of that size (a message's two sides record it)
+    calls = calls.with_columns(_size=pl.col("bytes").fill_null(-1))
+    keys = calls.group_by("rank", "name", LOCAL, "_size").len().rows()
+    sizes: dict[tuple, set] = {}     # (rank, name, local) -> the sizes of its calls
+    for r, name, local, size, _ in keys:
+        sizes.setdefault((r, name, local), set()).add(size)
     members = {r: {tuple(g) for g in gs} for r, gs in groups.items()}
     mapping, notes = [], []
-    for rank, name, local, count in sorted(keys):
-        proposals = {}
+    # per call site (rank, name, local): each proposed peer with the groups, and the sizes on each,
+    # on which the other side answers (its place in the group named back). Worked out once per
+    # site: a site's sizes (one per microbatch where lengths vary) only pick among them
+    answers = {}
+    for rank, name, local in sizes:
+        proposals: dict[int, list] = {}
+        back: dict[int, list] = {}
         for g in groups.get(rank, []):
+            g = tuple(g)
             if rank in g and 0 <= local < len(g) and g[local] != rank:
-                proposals.setdefault(g[local], []).append(g)
-        standing = {p for p, gs in proposals.items() if p in groups and any(
-            (p, _OTHER[name], g.index(rank)) in present and tuple(g) in members[p] for g in gs)}
+                p = g[local]
+                proposals.setdefault(p, []).append(g)
+                if p in groups and g in members[p]:
+                    back.setdefault(p, []).append((g, sizes.get((p, _OTHER[name], g.index(rank)), set())))
+        answers[rank, name, local] = proposals, back
+    found = {}
+    for rank, name, local, size, count in sorted(keys):
+        proposals, back = answers[rank, name, local]
+        # each standing peer with the groups on which the other side answers with calls of this
+        # size; where none does, as before sizes were asked: of any size
+        sized = {p: [g for g, got in gs if size in got] for p, gs in back.items()}
+        anysize = {p: [g for g, got in gs if got] for p, gs in back.items()}
+        standing = {p: gs for p, gs in sized.items() if gs} or {p: gs for p, gs in anysize.items() if gs}
+        found[rank, name, local, size, count] = proposals, standing
+    # the groups a rank's p2p calls were shown to run on: those of its calls that one group alone
+    # explains, per size (else of any size). Where two groups fit a call, the one its other calls
+    # ran on is taken (interleaved PP4 under gloo: stage 0's receives from group-local peer 1 fit
+    # rank 1 on the pipeline group and rank 3 on the embedding group [0, 3]; its receives from
+    # local peer 3, the last stage handing a microbatch back, fit the pipeline group only)
+    shown: dict[tuple, set] = {}
+    for (rank, _, _, size, _), (_, standing) in found.items():
+        # (one group by its members: a world group and a pipeline group of the same ranks are one)
+        if len(standing) == 1 and len(gs := set(next(iter(standing.values())))) == 1:
+            shown.setdefault((rank, size), set()).update(gs)
+            shown.setdefault((rank, None), set()).update(gs)
+    unresolved: dict[tuple, list] = {}
+    for (rank, name, local, size, count), (proposals, standing) in found.items():
+        if len(standing) > 1:
+            ran_on = shown.get((rank, size)) or shown.get((rank, None), set())
+            used = {p: gs for p, gs in standing.items() if set(gs) & ran_on}
+            standing = used if len(used) == 1 else standing
+        standing = set(standing)
         peer = None
         if len(standing) == 1:
             peer = standing.pop()
@@ -76,18 +117,21 @@ def _peers(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
             fits = ", ".join(f"{list(gs[0])} -> {p}" for p, gs in sorted(proposals.items())) or "none"
             why = ("no process group of the rank has a member there whose calls answer them" if not standing
                    else f"{len(standing)} process groups fit")
-            notes.append(f"rank {rank}: {count} gloo {name} call(s) name group-local peer {local}, and the trace "
-                         f"does not say which process group they ran on; {why} (groups -> peer: {fits}); "
-                         "left without a peer (unmatched)")
-        mapping.append((rank, name, local, peer))
+            unresolved.setdefault((rank, name, local), [0, why, fits])[0] += count
+        mapping.append((rank, name, local, size, peer))
+    for (rank, name, local), (count, why, fits) in unresolved.items():   # one note per call site, all sizes
+        notes.append(f"rank {rank}: {count} gloo {name} call(s) name group-local peer {local}, and the trace "
+                     f"does not say which process group they ran on; {why} (groups -> peer: {fits}); "
+                     "left without a peer (unmatched)")
     resolved = pl.DataFrame(mapping, schema={"rank": pl.Int32(), "name": pl.String(), LOCAL: pl.Int32(),
-                                             "_resolved": pl.Int32()}, orient="row")
+                                             "_size": pl.Int64(), "_resolved": pl.Int32()}, orient="row")
     out = (
-        events.join(resolved, on=["rank", "name", LOCAL], how="left", maintain_order="left")
+        events.with_columns(_size=pl.col("bytes").fill_null(-1).cast(pl.Int64))
+        .join(resolved, on=["rank", "name", LOCAL, "_size"], how="left", maintain_order="left")
         .with_columns(peer=pl.when(pl.col(LOCAL).is_not_null()).then(pl.col("_resolved")).otherwise(pl.col("peer")))
-        .drop(LOCAL, "_resolved")
+        .drop(LOCAL, "_resolved", "_size")
     )
-    notes += _disagreements(resolved.drop_nulls("_resolved"), set(groups))
+    notes += _disagreements(resolved.drop_nulls("_resolved").drop("_size"), set(groups))
     for note in notes:
         warn(note)
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-__all__ = ["EVENTS_SCHEMA", "EVENTS_ARROW_SCHEMA", "to_arrow_events", "RANKS_SCHEMA", "COORDS", "ARG_COLUMNS", "COMM_KERNEL_PATTERN",
+__all__ = ["EVENTS_SCHEMA", "EVENTS_ARROW_SCHEMA", "to_arrow_events", "RANKS_SCHEMA", "COORDS", "ARG_COLUMNS", "COMM_KERNEL_PATTERN", "COMM_WAIT_NAMES",
            "BUILD_KEY", "empty_events", "conform"]
 
 COORDS = ("tp", "pp", "dp", "cp", "ep")
@@ -83,6 +83,12 @@ BUILD_KEY = "mapp_build"
 # whole exchange) stay ``cat="other"``, but their time is communication and waiting, not work
 # and not idle: a regular expression, matched case-insensitively from the name's start.
 COMM_KERNEL_PATTERN = r"^(nccl|rccl|ncclDevKernel|ncclKernel)"
+
+# mapp capture's host waits for overlapped data-parallel communication (``megatron_hooks.ddp``:
+# ``finish_grad_sync`` / ``finish_param_sync``), ``cat="other"``. With ``overlap_grad_reduce``
+# the ``grad_reduce`` event only launches the all-reduce; a rank whose peers are late waits
+# here instead, so this time is waiting for peers, not host work and not idle.
+COMM_WAIT_NAMES = ("grad_sync_wait", "param_sync_wait")
 
 
 def empty_events() -> pl.DataFrame:

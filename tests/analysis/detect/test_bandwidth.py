@@ -1,10 +1,14 @@
-"""Stage 3's comparison of like p2p links by their fastest transfers (``bandwidth._raised_floors``)."""
+"""Stage 3's comparison of like p2p links by their fastest transfers (``bandwidth._raised_floors``),
+the transfers it cannot time alone (``_batched_with_others``) and the links that move more than
+their like links (``_added_traffic``)."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.bandwidth import _attribute, _raised_floors
+from types import SimpleNamespace
+
+from mapp.analysis.detect.bandwidth import _added_traffic, _attribute, _batched_with_others, _raised_floors
 
 LINKS = [[0, 4], [1, 5], [2, 6], [3, 7]]
 
@@ -21,7 +25,7 @@ def _frames(lows: dict[tuple, list[int]], waits: int = 3_000_000):
                     for t in times]
             per.append({"obs": link, "what": "p2p", "inter": False, "bytes": 16384, "iteration": it,
                         "time_ns": float(sorted(times)[4]), "n": 8, "size": 2, "kind": 16384, "pair": False,
-                        "recurs": True, "slow": False, "ratio": 1.0, "excess_ns": 0.0})
+                        "recurs": True, "slow": False, "ratio": 1.0, "excess_ns": 0.0, "batched": False})
     schema = {"obs": pl.List(pl.Int32), "iteration": pl.Int32}
     return pl.DataFrame(obs).cast(schema), pl.DataFrame(per).cast(schema)
 
@@ -55,3 +59,48 @@ def test_a_link_slow_in_some_steps_is_transient_on_gpus_and_noise_on_shared_cpus
                            floor_ratio=pl.lit(None, pl.Float64))
     assert [(f.kind, f.ranks) for f in _attribute(per, shared_cpus=False)] == [("slow_link", (1, 5))]
     assert _attribute(per, shared_cpus=True) == []
+
+
+def _p2p(rows):
+    """A matching's p2p table from (src, dst, send_start, send_end, recv_start, recv_end[, bytes, iteration])."""
+    out = []
+    for i, r in enumerate(rows):
+        src, dst, s0, s1, r0, r1, *rest = r
+        size, it = rest if rest else (16 << 20, 0)
+        out.append({"pair_id": i, "src": src, "dst": dst, "bytes": size, "iteration": it, "send_start_ns": s0,
+                    "send_end_ns": s1, "recv_start_ns": r0, "recv_end_ns": r1, "bytes_match": True,
+                    "send_async": False, "recv_async": False})
+    return pl.DataFrame(out).cast({"src": pl.Int32, "dst": pl.Int32, "iteration": pl.Int32})
+
+
+def test_a_transfer_batched_with_another_peers_is_not_timed_alone_one_with_the_same_peers_is():
+    p = _p2p([
+        # stage 1 of interleaved 1F1B: its receive from 0 and its send to 2 in one batch
+        (0, 1, 0, 500, 0, 900),        # 0 -> 1, rank 1's side in the batch below
+        (1, 2, 3, 903, 10, 600),       # 1 -> 2, rank 1's side spans the batch
+        # later, 1F1B's send-forward-receive-backward: two directions of one link, one batch
+        (1, 2, 2000, 2300, 2000, 2300),
+        (2, 1, 2001, 2301, 2002, 2302),
+        # and a lone transfer
+        (2, 3, 5000, 5100, 5000, 5100),
+    ])
+    assert sorted(_batched_with_others(p)["pair_id"].to_list()) == [0, 1]
+
+
+def test_like_links_are_those_that_carry_as_many_transfers_of_a_size_not_every_link_of_it():
+    # interleaved PP4: links 0-1, 1-2, 2-3 carry 2 activations a step each way, the last stage's
+    # link back to the first one; link 2-3 also moves a 512 MB tensor on every exchange
+    act, extra = 16 << 20, 512_000_000
+    rows = []
+    for it in range(4):
+        t = it * 10_000
+        for a, b in [(0, 1), (1, 2), (2, 3)]:
+            rows += [(a, b, t, t + 10, t, t + 10, act, it), (b, a, t + 20, t + 30, t + 20, t + 30, act, it)] * 2
+        rows += [(3, 0, t + 40, t + 50, t + 40, t + 50, act, it), (0, 3, t + 60, t + 70, t + 60, t + 70, act, it)]
+        rows += [(2, 3, t + 80, t + 90, t + 80, t + 90, extra, it), (3, 2, t + 91, t + 99, t + 91, t + 99, extra, it)] * 2
+    found = _added_traffic(SimpleNamespace(p2p=_p2p(rows)))
+    assert [(f.kind, f.ranks) for f in found] == [("slow_link", (2, 3))]
+    assert found[0].slowdown > 30 and found[0].observations[0]["compared"] == "bytes moved"
+    # without the extra tensor nothing moves more than its like links
+    plain = [r for r in rows if r[6] == act]
+    assert _added_traffic(SimpleNamespace(p2p=_p2p(plain))) == []

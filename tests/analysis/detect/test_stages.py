@@ -743,3 +743,15 @@ def test_a_middle_stage_of_more_layers_adds_no_work_by_its_own_optimizer_shapes(
     peers = compare_peers(ev, coords(sizes), sizes, **PEERS)
     assert not peers.ranks["flagged"].any()
     assert _combined(ev, sizes) == []
+
+
+def test_stage3_a_batched_link_slower_by_its_fastest_transfers_too_is_named_and_its_batch_partners_are_not():
+    # A chain 0-1-2-3-4 whose middle ranks receive from one neighbour and send to the other in
+    # one batch (interleaved 1F1B): every span of rank 1 and 2 overlaps one to another peer.
+    # Link 1-2 moves its messages 1.5x slower, each of them, so its fastest transfer is 1.5x too;
+    # the links batched with it at ranks 1 and 2 are not slower themselves
+    links = {(0, 1): 1.0, (1, 2): 1.5, (2, 3): 1.0, (3, 4): 1.0}
+    bw = link_bandwidth(matched(p2p=p2p_calls(links, iterations=4), world=5), hosts(5), link_threshold=CUTS.link)
+    assert bw.observations.filter(pl.col("obs") == [1, 2])["batched"].all()
+    assert [(f.kind, f.ranks) for f in bw.findings] == [("slow_link", (1, 2))]
+    assert bw.findings[0].slowdown == pytest.approx(1.5, rel=1e-6)

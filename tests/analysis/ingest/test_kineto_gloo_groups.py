@@ -98,6 +98,35 @@ def test_the_side_that_answers_decides_and_untraced_peers_take_the_one_proposal(
     assert out["peer"].to_list() == [3]
 
 
+def test_of_two_groups_that_fit_the_one_the_ranks_calls_of_that_size_ran_on_is_taken():
+    # Interleaved PP4 under gloo: the pipeline group (0,1,2,3), the embedding group (0,3), and a
+    # group (2,3) of its own for a 4 MB tensor more on every exchange of link 2-3. Stage 0
+    # receives the last stage's hand-back (local 3: the pipeline group alone) and stage 1's
+    # gradients (local 1: rank 1 on the pipeline group or rank 3 on the embedding group, whose
+    # rank 3 also receives from local 0); stage 2 sends activations to local 3 and local 1 on
+    # the pipeline group and the 4 MB tensor to local 1 on (2,3)
+    act, big = 131072, 4_000_000
+    groups = {0: [(0, 1, 2, 3), (0, 3)], 1: [(0, 1, 2, 3)], 2: [(0, 1, 2, 3), (2, 3)],
+              3: [(0, 1, 2, 3), (0, 3), (2, 3)]}
+
+    def call(rank, name, local, size):
+        return {**_p2p(rank, name, local), "bytes": size}
+
+    events = _events([call(0, "recv", 3, act), call(3, "send", 0, act),      # 3 -> 0, the hand-back
+                      call(0, "recv", 1, act), call(1, "send", 0, act),      # 1 -> 0, gradients
+                      call(3, "recv", 0, act), call(0, "send", 3, act),      # 0 -> 3, the hand-back's gradients
+                      call(2, "send", 3, act), call(3, "recv", 2, act),      # 2 -> 3, activations
+                      call(2, "send", 1, act), call(1, "recv", 2, act),      # 2 -> 1, gradients
+                      call(2, "send", 1, big), call(3, "recv", 0, big)])     # 2 -> 3 on (2,3), the extra tensor
+    notes: list[str] = []
+    out = _gloo_groups.resolve(events, groups, notes.append)
+    assert out.select("rank", "name", "peer", "bytes").rows() == [
+        (0, "recv", 3, act), (3, "send", 0, act), (0, "recv", 1, act), (1, "send", 0, act),
+        (3, "recv", 0, act), (0, "send", 3, act), (2, "send", 3, act), (3, "recv", 2, act),
+        (2, "send", 1, act), (1, "recv", 2, act), (2, "send", 3, big), (3, "recv", 2, big)]
+    assert not [n for n in notes if "left without a peer" in n or "disagree" in n], notes
+
+
 def test_sides_that_disagree_are_named():
     # rank 0 sends to rank 1 (the only proposal), but rank 1's receive resolves elsewhere
     groups = {0: [(0, 1)], 1: [(1, 2)]}
