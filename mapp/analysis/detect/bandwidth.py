@@ -131,11 +131,25 @@ def _batched_links(obs: pl.DataFrame, per: pl.DataFrame, link_threshold: float) 
         excess_ns=pl.when(hit).then((pl.col("low") - pl.col("other")) * pl.col("n")).otherwise(pl.col("excess_ns")),
         fastest=pl.col("fastest") | hit,
         floor_ratio=pl.when(batched & (pl.col("floor") >= FLOOR_RATIO)).then(pl.col("floor")).otherwise(pl.col("floor_ratio")),
-    ).drop("floor", "low", "other").with_row_index("_row")
-    slow = per.filter(pl.col("slow") & pl.col("batched")).select("_row", "iteration", "ratio", rank="obs").explode("rank")
-    top = slow.group_by("iteration", "rank").agg(top=pl.col("ratio").max())
-    explained = slow.join(top, on=["iteration", "rank"]).filter(pl.col("top") > pl.col("ratio"))["_row"].unique()
-    return per.with_columns(slow=pl.col("slow") & ~pl.col("_row").is_in(explained.implode())).drop("_row")
+    ).drop("low", "other").with_row_index("_row")
+    # explained: another slow batched link at one of its ranks, in that iteration, whose fastest
+    # transfers are EXPLAINS x as slow as its own (by the fastest transfers, which every batched
+    # row has, not by ``ratio``, which is the medians' where those were slow already). Not where
+    # they are alike: a rank whose own hardware is slow slows both its links alike (a NIC).
+    slow = (per.filter(pl.col("slow") & batched)
+            .select("_row", "iteration", "floor", link=pl.col("obs").cast(pl.List(pl.String)).list.join("-"),
+                    rank="obs").explode("rank"))
+    explained = (slow.join(slow.select("iteration", "rank", other_link="link", other_floor="floor"), on=["iteration", "rank"])
+                 .filter((pl.col("other_link") != pl.col("link")) & (pl.col("other_floor") >= EXPLAINS * pl.col("floor")))
+                 ["_row"].unique())
+    return per.with_columns(slow=pl.col("slow") & ~pl.col("_row").is_in(explained.implode())).drop("_row", "floor")
+
+
+EXPLAINS = 1.25
+"""Of two slow batched links at one rank, one whose fastest transfers take this many times the
+other's explains the other (``_batched_links``): a link moving 512 MB more per exchange took
+1.46-2.2x the fastest transfers of the link batched with it (interleaved PP4, 4 H200s); a rank
+whose own hardware is slow slows both its links alike."""
 
 
 def _collectives(matching) -> pl.DataFrame:

@@ -8,7 +8,7 @@ import polars as pl
 
 from types import SimpleNamespace
 
-from mapp.analysis.detect.bandwidth import _added_traffic, _attribute, _batched_with_others, _raised_floors
+from mapp.analysis.detect.bandwidth import _added_traffic, _attribute, _batched_links, _batched_with_others, _raised_floors
 
 LINKS = [[0, 4], [1, 5], [2, 6], [3, 7]]
 
@@ -104,3 +104,39 @@ def test_like_links_are_those_that_carry_as_many_transfers_of_a_size_not_every_l
     # without the extra tensor nothing moves more than its like links
     plain = [r for r in rows if r[6] == act]
     assert _added_traffic(SimpleNamespace(p2p=_p2p(plain))) == []
+
+
+def _batched(spec):
+    """Batched like links over 4 iterations, 8 transfers each: (link, fastest ns, slow by medians,
+    ratio by medians); the others wait 3x the fastest."""
+    obs, per = [], []
+    for link, low, slow, ratio in spec:
+        for it in range(4):
+            times = [low] + [3 * low] * 7
+            obs += [{"obs": link, "what": "p2p", "inter": False, "bytes": 1000, "iteration": it, "time_ns": t}
+                    for t in times]
+            per.append({"obs": link, "what": "p2p", "inter": False, "bytes": 1000, "iteration": it,
+                        "time_ns": float(3 * low), "n": 8, "slow": slow, "ratio": ratio, "excess_ns": 0.0,
+                        "fastest": False, "floor_ratio": None, "batched": True})
+    schema = {"obs": pl.List(pl.Int32), "iteration": pl.Int32, "floor_ratio": pl.Float64}
+    return pl.DataFrame(obs).cast({"obs": pl.List(pl.Int32), "iteration": pl.Int32}), pl.DataFrame(per).cast(schema)
+
+
+def _slow_links(out):
+    return sorted({tuple(o) for o in out.filter(pl.col("slow"))["obs"].to_list()})
+
+
+def test_of_two_slow_batched_links_at_a_rank_the_one_far_slower_by_its_fastest_transfers_is_the_one():
+    # link 2-3 is slow by its medians (1.5x) and its fastest transfers are 12x; link 0-3, batched
+    # with it at rank 3, reads 6.6x by its fastest only: 2-3 is the link, whatever the medians say
+    obs, per = _batched([([0, 1], 100, False, 1.0), ([1, 2], 100, False, 1.0),
+                         ([2, 3], 1200, True, 1.5), ([0, 3], 660, False, 1.0)])
+    assert _slow_links(_batched_links(obs, per, 0.1)) == [(2, 3)]
+    # a rank slow at both its links alike (its own hardware) explains neither by the other
+    obs, per = _batched([([0, 1], 100, False, 1.0), ([1, 2], 410, False, 1.0),
+                         ([2, 3], 400, False, 1.0), ([0, 3], 100, False, 1.0)])
+    assert _slow_links(_batched_links(obs, per, 0.1)) == [(1, 2), (2, 3)]
+    # a link slow by its medians whose fastest transfers are as quick as its like links' is not
+    obs, per = _batched([([0, 1], 100, False, 1.0), ([1, 2], 100, True, 1.47),
+                         ([2, 3], 100, False, 1.0), ([0, 3], 100, False, 1.0)])
+    assert _slow_links(_batched_links(obs, per, 0.1)) == []
