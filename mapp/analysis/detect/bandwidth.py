@@ -115,13 +115,8 @@ def _batched_links(obs: pl.DataFrame, per: pl.DataFrame, link_threshold: float) 
     if not per["batched"].any():
         return per
     cls = ["what", "inter", "bytes", "iteration"]
-    lows = (obs.filter(pl.col("what") == "p2p").group_by(["obs", *cls]).agg(low=pl.col("time_ns").min())
-            .with_columns(k=pl.len().over(cls)).filter(pl.col("k") >= 2).drop("k"))
-    # each link's fastest transfer against the median of its like links' fastest, per iteration
-    others = (lows.join(lows.select(*cls, o2="obs", l2="low"), on=cls).filter(pl.col("obs") != pl.col("o2"))
-              .group_by(["obs", *cls]).agg(other=pl.col("l2").median()))
-    floors = lows.join(others, on=["obs", *cls]).select("obs", *cls, "low", "other",
-                                                        floor=pl.col("low") / pl.col("other"))
+    lows = obs.filter(pl.col("what") == "p2p").group_by(["obs", *cls]).agg(low=pl.col("time_ns").min())
+    floors = _against_likes(lows, cls).select("obs", *cls, "low", "other", floor=pl.col("low") / pl.col("other"))
     per = per.join(floors, on=["obs", *cls], how="left")
     batched = pl.col("batched") & pl.col("floor").is_not_null()
     hit = batched & (pl.col("floor") >= FLOOR_RATIO) & ~pl.col("slow")
@@ -359,16 +354,10 @@ def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame, shared_cpus: bool = Fal
     keys = ["obs", "what", "inter", "bytes"]
     step = ["what", "inter", "size", "kind", "iteration"]
     link = ["obs", "what", "inter", "kind"]
-    floors = (obs.group_by(keys + ["iteration"]).agg(low=pl.col("time_ns").min())
-              .join(likes.select(keys + ["iteration", "size", "kind"]), on=keys + ["iteration"])
-              .filter(pl.len().over(step) >= 2))
+    floors = _against_likes(obs.group_by(keys + ["iteration"]).agg(low=pl.col("time_ns").min())
+                            .join(likes.select(keys + ["iteration", "size", "kind"]), on=keys + ["iteration"]), step)
     if floors.is_empty():
         return per
-    others = (floors.select(step + ["obs", "low"])
-              .join(floors.select(step + [pl.col("obs").alias("o2"), pl.col("low").alias("l2")]), on=step)
-              .filter(pl.col("obs") != pl.col("o2"))
-              .group_by(step + ["obs"]).agg(other=pl.col("l2").median()))
-    floors = floors.join(others, on=step + ["obs"])
     floors = floors.with_columns(step_ratio=pl.col("low") / pl.col("other")).with_columns(
         raised=(pl.col("step_ratio") >= FLOOR_RATIO).mean().over(link) >= CONSISTENT,
         floor_ratio=pl.col("step_ratio").median().over(link),
@@ -386,6 +375,16 @@ def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame, shared_cpus: bool = Fal
         excess_ns=pl.when(hit).then(pl.col("lift") * pl.col("n")).otherwise(pl.col("excess_ns")),
         slow=pl.col("slow") | hit, fastest=hit,
     ).drop("lift")
+
+
+def _against_likes(lows: pl.DataFrame, step: list[str]) -> pl.DataFrame:
+    """``lows`` (a link's fastest transfer ``low`` per ``obs`` and ``step``) with ``other``, the
+    median of the other like links' ``low`` in the same step; links alone in their step are
+    left out."""
+    lows = lows.filter(pl.len().over(step) >= 2)
+    others = (lows.select(*step, "obs", "low").join(lows.select(*step, o2="obs", l2="low"), on=step)
+              .filter(pl.col("obs") != pl.col("o2")).group_by(["obs", *step]).agg(other=pl.col("l2").median()))
+    return lows.join(others, on=["obs", *step])
 
 
 _KIND = ["obs", "what", "inter", "kind"]
