@@ -76,6 +76,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--num-microbatches", type=int, default=4)
     p.add_argument("--bf16", action="store_true", help="bf16 weights and activations (GPU)")
     p.add_argument("--overlap-grad-reduce", action="store_true")
+    p.add_argument("--distributed-optimizer", action="store_true",
+                   help="shard the optimizer state over DP (gradients reduce-scattered, parameters all-gathered; GPU)")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="all-gather the next step's parameters during the forward (needs --distributed-optimizer "
+                        "and --overlap-grad-reduce)")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="split the layer norms and dropouts over TP along the sequence (needs --tp > 1)")
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     p.add_argument("--clip-grad", type=float, default=1.0, help="gradient clipping norm (0: none)")
     p.add_argument("--slow-rank", type=int, default=None, help="rank to slow down (fault injector)")
@@ -168,6 +175,7 @@ def gpt_config(args, device, tp: int | None = None):
         pipeline_dtype=dtype,
         bf16=args.bf16,
         params_dtype=dtype,
+        sequence_parallel=args.sequence_parallel,
         attention_dropout=0.0,
         hidden_dropout=0.0,
         use_cpu_initialization=device.type == "cpu",
@@ -176,15 +184,43 @@ def gpt_config(args, device, tp: int | None = None):
     )
 
 
+class SequenceParallelLayerNorm(torch.nn.LayerNorm):
+    """torch's LayerNorm for a sequence-parallel layer: megatron-core's local spec refuses
+    ``sequence_parallel`` (its torch norm asserts; production jobs use Transformer Engine's). Each
+    TP rank normalises its own slice of the sequence with the same weights, so the weights'
+    gradients are partial sums over TP; ``sequence_parallel`` on a parameter tells
+    megatron-core's ``finalize_model_grads`` to all-reduce them over TP, as it does TE's."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-5, **_):
+        super().__init__(hidden_size, eps=eps)
+        for p in self.parameters():
+            p.sequence_parallel = True
+
+
+def layer_spec(cfg, vp: int | None = None):
+    """The local layer spec; with sequence parallelism, the whole block's spec with
+    :class:`SequenceParallelLayerNorm` for every norm."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,
+                                                             get_num_layers_to_build)
+
+    spec = get_gpt_layer_local_spec()
+    if not cfg.sequence_parallel:
+        return spec
+    spec.submodules.input_layernorm = SequenceParallelLayerNorm
+    spec.submodules.pre_mlp_layernorm = SequenceParallelLayerNorm
+    return TransformerBlockSubmodules(layer_specs=[spec] * get_num_layers_to_build(cfg, vp_stage=vp),
+                                      layer_norm=SequenceParallelLayerNorm)
+
+
 def gpt_module(args, cfg, device, vp: int | None = None):
     """This rank's GPT stage (model chunk ``vp``), bf16-wrapped with ``--bf16``; no DDP."""
     from megatron.core import parallel_state as ps
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
 
     chunk = GPTModel(
         config=cfg,
-        transformer_layer_spec=get_gpt_layer_local_spec(),
+        transformer_layer_spec=layer_spec(cfg, vp),
         vocab_size=args.vocab,
         max_sequence_length=args.seq,
         pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
@@ -206,7 +242,8 @@ def build_model(args, device):
     for vp_stage in range(args.vpp or 1):
         chunk = gpt_module(args, cfg, device, vp_stage if args.vpp else None)
         ddp_cfg = DistributedDataParallelConfig(
-            overlap_grad_reduce=args.overlap_grad_reduce, use_distributed_optimizer=False
+            overlap_grad_reduce=args.overlap_grad_reduce, use_distributed_optimizer=args.distributed_optimizer,
+            overlap_param_gather=args.overlap_param_gather,
         )
         chunk = DistributedDataParallel(
             config=cfg, ddp_config=ddp_cfg, module=chunk,
@@ -620,6 +657,12 @@ def main(argv=None) -> None:
         raise SystemExit("--fbd-forward-tp and --fbd-placement need --fbd")
     if args.slow_jitter and (args.slow_jitter < 0 or args.slow_mode != "before-microbatch"):
         raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch")
+    if args.overlap_param_gather and not (args.distributed_optimizer and args.overlap_grad_reduce):
+        raise SystemExit("--overlap-param-gather needs --distributed-optimizer and --overlap-grad-reduce")
+    if args.sequence_parallel and args.tp < 2:
+        raise SystemExit("--sequence-parallel needs --tp 2 or more")
+    if args.distributed_optimizer and not torch.cuda.is_available():
+        raise SystemExit("--distributed-optimizer needs a GPU (megatron-core's distributed optimizer takes CUDA tensors only)")
     device = init_distributed(args)
     if args.bf16 and device.type == "cpu":
         raise SystemExit("--bf16 needs a GPU (megatron-core's bf16 optimizer takes CUDA tensors only)")
@@ -657,7 +700,8 @@ def main(argv=None) -> None:
     if args.link_slow:
         install_link_slow(args, rank, device, injected)
     opt = get_megatron_optimizer(
-        OptimizerConfig(optimizer=args.optimizer, lr=1e-4, bf16=args.bf16, use_distributed_optimizer=False,
+        OptimizerConfig(optimizer=args.optimizer, lr=1e-4, bf16=args.bf16,
+                        use_distributed_optimizer=args.distributed_optimizer,
                         clip_grad=args.clip_grad),
         chunks,
     )

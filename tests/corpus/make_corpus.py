@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -18,8 +18,9 @@ Sets: ``--set small`` (the default) is the committed corpus, written to ``tests/
 megatron-core DP2, TP2, PP2) for a machine of 2 GPUs, 5 iterations of which 3 are recorded
 (default out: ``tests/corpus/cases-gpu2``). Held out (for scoring, not tuning): ``--set vary`` /
 ``--set vary2`` (other values of the same jobs), ``--set pp4`` (4 pipeline stages, 4 ranks) and
-``--set wide`` (8 ranks), ``--set sched`` (interleaved 1F1B, overlapped gradient reduction), see
-``vary_set``, ``pp4_set``, ``wide_set``, ``sched_set``.
+``--set wide`` (8 ranks), ``--set sched`` (interleaved 1F1B, overlapped gradient reduction),
+``--set prod`` (GPUs only: distributed optimizer, sequence parallelism), see ``vary_set``,
+``pp4_set``, ``wide_set``, ``sched_set``, ``prod_set``.
 
 Device: ``--gpu`` runs a set with NCCL, one process per GPU, with GPU-sized models and extra GPU
 kernels as the injected work (ids end in ``-gpu``, or ``-gpu2`` for ``--set gpu2``; default out
@@ -673,8 +674,68 @@ def sched_set(seed: int = SCHED_SEED) -> list[Case]:
     ]
 
 
+PROD_SEED = 29
+
+
+def _production(case: Case, sp: bool = False, overlap: bool = True, vpp: int | None = None) -> Case:
+    """``case`` with the settings of a production megatron-core job: the distributed optimizer
+    (gradients reduce-scattered over DP, updated parameters all-gathered), with ``overlap`` the
+    reduce-scatter overlapped with the backward and the all-gather with the next forward
+    (``--overlap-grad-reduce --overlap-param-gather``), with ``sp`` sequence parallelism (TP's
+    all-reduces become all-gathers and reduce-scatters), with ``vpp`` interleaved 1F1B."""
+    layout = next(k for k, v in LAYOUTS.items() if v == case.layout and case.id.startswith(f"gpt-{k}-"))
+    names = ["dopt"] + (["sp"] if sp else []) + (["opg"] if overlap else []) + ([f"vpp{vpp}"] if vpp else [])
+    head = f"gpt-{layout}-{'-'.join(names)}-"
+    case.id = case.id.replace(f"gpt-{layout}-", head, 1)
+    if case.baseline:
+        case.baseline = case.baseline.replace(f"gpt-{layout}-", head, 1)
+    flags = (["--distributed-optimizer"] + (["--sequence-parallel"] if sp else [])
+             + (["--overlap-grad-reduce", "--overlap-param-gather"] if overlap else [])
+             + (["--vpp", str(vpp)] if vpp else []))
+    if vpp:
+        at = case.gpu_args.index("--num-microbatches") + 1
+        case.gpu_args[at] = str(max(int(case.gpu_args[at]), case.layout["pp"]))
+    case.args += flags
+    case.gpu_args += flags
+    return case
+
+
+def prod_set(seed: int = PROD_SEED) -> list[Case]:
+    """Held-out production settings (``--set prod``, 4 ranks, GPUs only: megatron-core's
+    distributed optimizer takes CUDA tensors): the distributed optimizer, its reduce-scatter and
+    all-gather overlapped with the backward and the forward, sequence parallelism on TP, bf16.
+    No other set runs them. Ids end in ``-p``."""
+    def g(layout, fmt, variant, sp=False, overlap=True, vpp=None, **k):
+        return _production(gpt_case(layout, fmt, variant, seed=seed, tag="-p", **k), sp, overlap, vpp)
+
+    return [
+        # mapp capture
+        g("dp4", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "beforemb", rank=1, ms=25),
+        g("dp4", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("tp2dp2", "mapp-v1", "healthy", sp=True),
+        g("tp2dp2", "mapp-v1", "layer", sp=True, rank=2, factor=1.4),
+        g("tp2dp2", "mapp-v1", "hostsleep", sp=True, rank=1, ms=25, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.5),
+        g("pp2dp2", "mapp-v1", "link", link=(0, 2)),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("tp2pp2", "mapp-v1", "layer", sp=True, overlap=False, rank=3, factor=1.5),
+        # torch.profiler
+        g("dp4", "kineto", "healthy"),
+        g("dp4", "kineto", "layer", rank=2, factor=1.4),
+        g("tp2dp2", "kineto", "healthy", sp=True),
+        g("tp2dp2", "kineto", "layer", sp=True, rank=0, factor=1.5),
+        g("pp2dp2", "kineto", "beforemb", rank=3, ms=25),
+        g("pp2dp2", "kineto", "seqlognorm", sigma=0.9),
+        g("pp2dp2", "kineto", "layer", vpp=2, rank=2, factor=1.5),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
-        "pp4": pp4_set, "wide": wide_set, "sched": sched_set}
+        "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
+        "prod": prod_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1236,7 +1297,9 @@ def main(argv=None) -> int:
     nproc = args.nproc or worlds[0]
     if worlds != [nproc]:
         p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
-    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2") else "cpu")) == "gpu"
+    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "prod") else "cpu")) == "gpu"
+    if args.set == "prod" and not gpu:
+        p.error("--set prod runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
     cases = everything
     if args.only:
@@ -1250,7 +1313,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:
