@@ -12,6 +12,9 @@ the equality: an async send's end is its post, not the delivery (MegaDPP's sends
 overlapped p2p), so such a pair is never an equal anchor. The bound still holds while the
 receive is blocking (its end is when the data was in hand), so the pair is an after anchor;
 an async receive's end is its post, which may come before the send, so it bounds nothing.
+A collective that a member only launched (``launch_only``: megatron-core's overlapped gradient
+reduce-scatter and parameter all-gather) is no anchor either: each member leaves its launch at
+once, whenever the others come.
 
 Only complete instances (every member once, one op, one size) of a group whose members are
 known (``group_ranks``; a call that names neither group nor members is matched across every rank
@@ -43,6 +46,7 @@ def anchors_from(matching, *, p2p_weight: float = 1.0) -> Anchors:
     """Anchors from a :class:`~mapp.analysis.graph.Matching`."""
     complete = matching.collectives.filter(
         pl.col("complete") & (pl.col("n_members") > 1) & pl.col("group_ranks").is_not_null()
+        & ~pl.col("launch_only")
     ).select("instance_id")
     members = (
         matching.members.join(complete, on="instance_id", how="semi")

@@ -230,12 +230,15 @@ def solve(
     first_event_ns: dict[int, int],
     *,
     last_event_ns: dict[int, int] | None = None,
+    wall_base_ns: dict[int, int] | None = None,
     options: AlignOptions | None = None,
 ) -> ClockModel:
     """Solve every rank's offset and drift from ``anchors``.
 
     ``first_event_ns`` lists the ranks to align (with each one's first raw timestamp);
-    ``last_event_ns`` is only used to place constant shifts mid-trace.
+    ``last_event_ns`` is only used to place constant shifts mid-trace; ``wall_base_ns``: each
+    rank's wall-clock time at its raw time 0, where known, to place the groups of ranks that no
+    anchor links to the reference's (``_by_wall_clock``).
 
     The steps: fit the equality anchors robustly (``_fit_equalities``); where there are
     send/recv bounds, place components they alone link and enforce them (``_respect_order``);
@@ -258,6 +261,7 @@ def solve(
                         index, t0, True)
         violations, notes = _respect_order(fit, eq, after, ranks, options)
     notes += _drop_non_finite(fit, ranks)
+    notes += _by_wall_clock(fit, ranks, wall_base_ns or {})
     fit.order = [c for c in fit.order if (fit.labels == c).any()]
     notes += _unlinked_notes(eq, fit.w, fit.linked, fit.labels, fit.order, ranks, reference)
     return _clock_model(fit, eq, ranks, t0, last_event_ns, reference, violations, notes)
@@ -367,6 +371,36 @@ def _drop_non_finite(fit: _Fit, ranks: list[int]) -> list[str]:
         fit.labels[k] = int(fit.labels.max()) + 1
         fit.order.append(int(fit.labels[k]))
         notes.append(f"rank {ranks[k]}: its clock could not be solved; left on its own clock")
+    return notes
+
+
+def _by_wall_clock(fit: _Fit, ranks: list[int], base: dict[int, int]) -> list[str]:
+    """Place each group of ranks that no anchor links to the reference's by the wall clock its
+    traces started on: a rank's raw time t is wall time ``base + t``. Left on its own clock,
+    such a group is off by whatever its traces' starts differ (seconds: each rank's tracer
+    starts when its process gets there), and every arrival order across groups is noise (4
+    H200s, megatron-core DP4 with the distributed optimizer, every collective only launched:
+    a rank 25-80 ms late at every step looked early). Exact up to the two clock reads on one
+    host; across hosts as close as their clocks are kept (NTP: about a millisecond).
+    Updates ``fit``; returns the notes."""
+    ref = fit.ref
+    if len(fit.order) < 2 or ranks[ref] not in base:
+        return []
+    notes = []
+    for c in fit.order[1:]:
+        members = np.flatnonzero(fit.labels == c)
+        if not len(members):
+            continue
+        fixed = int(members.min())   # the rank its group's clock is (``_fixed``)
+        if ranks[fixed] not in base:
+            continue
+        fit.a[members] += float(base[ranks[fixed]] - base[ranks[ref]])
+        fit.labels[members] = fit.labels[ref]
+        names = [ranks[m] for m in members]
+        label = f"rank {names[0]}" if len(names) == 1 else f"ranks {rank_list(names)}"
+        notes.append(f"{label}: no anchor links {'it' if len(names) == 1 else 'them'} to rank {ranks[ref]}'s "
+                     "group; placed by the wall clock the traces started on (exact on one host, across hosts "
+                     "as close as their clocks are kept)")
     return notes
 
 
@@ -539,5 +573,9 @@ def align_bundle(bundle, matching=None, *, options: AlignOptions | None = None) 
     last = dict(zip(span["rank"].to_list(), span["t1_ns"].to_list()))
     for rank in bundle.ranks["rank"].to_list():
         first.setdefault(rank, 0)
-    return solve(anchors_from(matching, p2p_weight=options.p2p_weight), first, last_event_ns=last, options=options)
+    wall = {}
+    if "clock_base_unix_ns" in bundle.ranks.columns:
+        wall = {r: b for r, b in bundle.ranks.select("rank", "clock_base_unix_ns").iter_rows() if b is not None}
+    return solve(anchors_from(matching, p2p_weight=options.p2p_weight), first, last_event_ns=last,
+                 wall_base_ns=wall, options=options)
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import polars as pl
 
-COLLECTIVE_COLUMNS = ["rank", "name", "lane", "ts_ns", "dur_ns", "iteration", "group", "group_ranks", "seq", "bytes"]
+from mapp.analysis.ingest.schema import LAUNCH_NAMES
+
+COLLECTIVE_COLUMNS = ["rank", "name", "lane", "ts_ns", "dur_ns", "iteration", "group", "group_ranks", "seq", "bytes",
+                      "async"]
 P2P_COLUMNS = ["rank", "name", "lane", "ts_ns", "dur_ns", "iteration", "peer", "seq", "bytes", "async", "expect"]
 _BASE = P2P_COLUMNS[:-2]
 
@@ -17,8 +20,21 @@ def comm_calls(paths: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def collective_events(scan: pl.LazyFrame) -> pl.LazyFrame:
-    """Timed collective calls, one row per call on one rank."""
-    return scan.filter((pl.col("cat") == "collective") & (pl.col("ph") == "X")).select(COLLECTIVE_COLUMNS)
+    """Timed collective calls, one row per call on one rank. ``async``: the call only launches
+    the operation (megatron-core's overlapped gradient reduction and parameter gather as the
+    capture records them: ``LAUNCH_NAMES`` with ``"async": true`` in ``args``), so its end is not
+    the operation's. (Another asynchronous collective's span lasts until its handle's wait.)"""
+    return scan.filter((pl.col("cat") == "collective") & (pl.col("ph") == "X")).select(
+        *COLLECTIVE_COLUMNS[:-1], (_is_async() & pl.col("name").is_in(LAUNCH_NAMES)).alias("async"))
+
+
+def _is_async() -> pl.Expr:
+    """``args`` says ``"async": true``; only the ``args`` that mention it are parsed."""
+    mentions = pl.col("args").str.contains('"async"', literal=True).fill_null(False)
+    return (
+        pl.when(mentions).then(pl.col("args").str.json_path_match("$.async") == "true")
+        .otherwise(pl.lit(False)).fill_null(False).alias("async")
+    )
 
 
 def p2p_events(scan: pl.LazyFrame) -> pl.DataFrame:
@@ -29,11 +45,7 @@ def p2p_events(scan: pl.LazyFrame) -> pl.DataFrame:
     ``args`` that mention ``async`` are parsed for it, and all of them only when a call lacks a
     ``seq``."""
     p2p = scan.filter((pl.col("cat") == "p2p") & (pl.col("ph") == "X"))
-    mentions = pl.col("args").str.contains('"async"', literal=True).fill_null(False)
-    is_async = (
-        pl.when(mentions).then(pl.col("args").str.json_path_match("$.async") == "true")
-        .otherwise(pl.lit(False)).fill_null(False).alias("async")
-    )
+    is_async = _is_async()
     calls = p2p.select(*_BASE, is_async).collect()
     if calls["seq"].null_count() == 0:
         return calls.with_columns(pl.lit(None, pl.String).alias("expect"))

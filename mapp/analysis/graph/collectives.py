@@ -41,6 +41,8 @@ def match_collectives(
     """
     if calls.is_empty():
         return COLLECTIVES.empty(), MEMBERS.empty(), []
+    if "async" not in calls.columns:
+        calls = calls.with_columns(pl.lit(False).alias("async"))
     calls = calls.with_columns(gkey=pl.struct("group", "group_ranks").hash(), by_order=pl.col("seq").is_null(),
                                no_group=pl.col("group").is_null() & pl.col("group_ranks").is_null())
     groups = _group_table(calls)
@@ -81,6 +83,7 @@ def match_collectives(
             pl.len().alias("n_calls"),
             pl.col("name").n_unique().alias("n_ops"),
             pl.col("bytes").drop_nulls().n_unique().alias("n_sizes"),
+            pl.col("async").fill_null(False).any().alias("launch_only"),
         )
         .join(groups.select("group_id", "group", "group_ranks"), on="group_id", how="left")
         .with_columns(n_expected=pl.col("group_ranks").list.len().cast(pl.Int32))
@@ -101,7 +104,7 @@ def match_collectives(
     )
     instances = instances.select(
         "instance_id", "op", "group", "group_ranks", "seq", "by_order", "iteration", "bytes",
-        pl.col("n_members").cast(pl.Int32), "n_expected", "complete",
+        pl.col("n_members").cast(pl.Int32), "n_expected", "complete", "launch_only",
     )
     return instances, members, findings
 

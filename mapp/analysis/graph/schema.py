@@ -84,6 +84,10 @@ COLLECTIVES = MatchingTable(
         ("n_members", _I32, "ranks that logged it"),
         ("n_expected", _I32, "group size"),
         ("complete", _BOOL, "every member logged it once, with one op and one size"),
+        ("launch_only", _BOOL, "a member's call only launched it (the capture's grad_reduce / param_gather with "
+                               "args async: true, overlapped data-parallel communication): its members do not "
+                               "leave it together, and the wait for it is logged apart (grad_sync_wait, "
+                               "param_sync_wait)"),
     ),
     timing=_cols(
         ("arrival_spread_ns", _I64, "last arrival - first arrival (member starts)"),

@@ -120,6 +120,17 @@ def read_header(path: Path) -> dict:
     )
 
 
+def _clock_base(anchor) -> int | None:
+    """The wall-clock time at trace time 0 from the ``clock_anchor`` (``unix_ns`` read when the
+    trace's clock read ``trace_us``), or None where it is missing or malformed."""
+    if not isinstance(anchor, dict):
+        return None
+    unix, at = anchor.get("unix_ns"), anchor.get("trace_us", 0.0)
+    if not isinstance(unix, int) or isinstance(unix, bool) or not isinstance(at, (int, float)):
+        return None
+    return unix - round(at * 1000)
+
+
 def _rank_row(path: Path, header: dict) -> dict:
     layout = header.get("layout") or {}
     coords = header.get("coords") or {}
@@ -129,6 +140,7 @@ def _rank_row(path: Path, header: dict) -> dict:
         "host": header.get("host"),
         "device": header.get("device"),
         "clock": header.get("clock"),
+        "clock_base_unix_ns": _clock_base(header.get("clock_anchor")),
         "run_id": header.get("run_id"),
         "format": NAME,
         "src_file": str(path),

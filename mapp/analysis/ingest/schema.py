@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-__all__ = ["EVENTS_SCHEMA", "EVENTS_ARROW_SCHEMA", "to_arrow_events", "RANKS_SCHEMA", "COORDS", "ARG_COLUMNS", "COMM_KERNEL_PATTERN", "COMM_WAIT_NAMES",
+__all__ = ["EVENTS_SCHEMA", "EVENTS_ARROW_SCHEMA", "to_arrow_events", "RANKS_SCHEMA", "COORDS", "ARG_COLUMNS", "COMM_KERNEL_PATTERN", "COMM_WAIT_NAMES", "LAUNCH_NAMES",
            "BUILD_KEY", "empty_events", "conform"]
 
 COORDS = ("tp", "pp", "dp", "cp", "ep")
@@ -68,6 +68,9 @@ RANKS_SCHEMA: dict[str, pl.DataType] = {
     "host": pl.String(),
     "device": pl.String(),
     "clock": pl.String(),
+    # wall-clock time (unix ns) at the rank's raw time 0, where the trace says (mapp v1's
+    # ``clock_anchor``): places ranks that no collective or message links (``align.solve``)
+    "clock_base_unix_ns": pl.Int64(),
     "run_id": pl.String(),
     "format": pl.String(),
     "src_file": pl.String(),
@@ -89,6 +92,12 @@ COMM_KERNEL_PATTERN = r"^(nccl|rccl|ncclDevKernel|ncclKernel)"
 # the ``grad_reduce`` event only launches the all-reduce; a rank whose peers are late waits
 # here instead, so this time is waiting for peers, not host work and not idle.
 COMM_WAIT_NAMES = ("grad_sync_wait", "param_sync_wait")
+
+# The capture's events for that overlapped communication: with ``async`` in their args the span
+# is only the launch (the wait is one of ``COMM_WAIT_NAMES``). Not so other asynchronous
+# collectives (``megatron_hooks.collectives``: a span from the launch until the handle's
+# ``wait()`` returns).
+LAUNCH_NAMES = ("grad_reduce", "param_gather")
 
 
 def empty_events() -> pl.DataFrame:

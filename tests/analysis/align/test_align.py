@@ -80,6 +80,42 @@ def test_disconnected_ranks_are_reported(tmp_path):
     assert data["components"] == [[0, 1], [2, 3]]
 
 
+def test_ranks_no_anchor_links_are_placed_by_the_wall_clock_their_traces_started_on(tmp_path):
+    # each rank's tracer starts when its process gets there: raw times differ by seconds, and
+    # mapp's capture records the wall clock at raw time 0 (clock_anchor)
+    job = Job(tp=2, pp=1, dp=2, offsets_us={1: 250.0, 2: 1_500_000.0, 3: 2_000_000.0}, wall_ns=1_790_000_000_000_000_000)
+    for k in range(3):
+        job.collective("all_reduce", "tp", [0, 1], arrive=100.0 * k, end=100.0 * k + 40)
+        job.collective("all_reduce", "tp", [2, 3], arrive=100.0 * k, end=100.0 * k + 40)
+    bundle = load_bundle(job.write(tmp_path))
+    assert bundle.ranks.sort("rank")["clock_base_unix_ns"].to_list() == [
+        1_790_000_000_000_000_000 - o for o in (0, 250_000, 1_500_000_000, 2_000_000_000)]
+    clock = align_bundle(bundle)
+    assert clock.connected and clock.unaligned == []
+    errors = event_errors_us(bundle, clock, job.offsets_us, job.drift_ppm)
+    assert errors.max() < 0.01
+    assert clock.notes == ["ranks 2,3: no anchor links them to rank 0's group; placed by the wall clock the traces "
+                           "started on (exact on one host, across hosts as close as their clocks are kept)"]
+
+
+def test_collectives_only_launched_are_no_anchors(tmp_path):
+    # megatron-core's overlapped gradient reduce-scatter: each member leaves its launch at once,
+    # whenever the others come (args async: true); their ends say nothing of the clocks
+    job = Job(tp=1, pp=1, dp=2, offsets_us={1: 700.0})
+    for k in range(4):
+        job.collective("grad_reduce", "dp", [0, 1], arrive={0: 100.0 * k, 1: 100.0 * k + 30}, end=100.0 * k + 1)
+    for events in job.events.values():
+        for e in events:
+            e["args"]["async"] = True
+            e["dur"] = 1.0
+    bundle = load_bundle(job.write(tmp_path))
+    matching = match_bundle(bundle)
+    assert matching.collectives["launch_only"].to_list() == [True] * 4
+    assert anchors_from(matching).equal.is_empty()
+    clock = align_bundle(bundle, matching)
+    assert clock.unaligned == [1]
+
+
 def test_reference_rank_option(tmp_path):
     job = pipeline_job(tp=2, pp=2, dp=1, steps=8, seed=1)
     bundle = load_bundle(job.write(tmp_path))

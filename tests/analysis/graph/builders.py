@@ -32,6 +32,7 @@ class Job:
     jitter_us: float = 0.0
     seed: int = 0
     with_seq: bool = True
+    wall_ns: int | None = None    # the wall clock at true time 0: each file's clock_anchor says its own
     events: dict[int, list[dict]] = field(default_factory=dict)
     _seq: dict[tuple, int] = field(default_factory=dict)
 
@@ -109,7 +110,12 @@ class Job:
         layout = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": 1, "ep": 1}
         for rank, events in self.events.items():
             lines = [trace_format.HEADER]
-            meta = trace_format.metadata_events(rank, self.world, layout, coords_of(rank, self.tp, self.pp, self.dp))
+            extra = {}
+            if self.wall_ns is not None:   # raw time 0 is true time -offset (ignoring drift)
+                extra["clock_anchor"] = {"unix_ns": self.wall_ns - round(self.offsets_us.get(rank, 0.0) * 1000),
+                                         "trace_us": 0.0, "source": "perf_counter_ns"}
+            meta = trace_format.metadata_events(rank, self.world, layout, coords_of(rank, self.tp, self.pp, self.dp),
+                                                **extra)
             lines += [trace_format.encode_event(e) for e in meta]
             lines += [trace_format.encode_event(e) for e in sorted(events, key=lambda e: e["ts"])]
             (directory / trace_format.file_name(rank)).write_text("".join(lines))
