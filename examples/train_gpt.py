@@ -275,6 +275,8 @@ def batches(args, device, replica: int = 0, delay_s: float = 0.0, injected=None)
         if args.seq_lognormal is not None:
             z = torch.randn((), generator=lengths).item()
             seq = min(args.seq, max(8, round(args.seq / 4 * math.exp(args.seq_lognormal * z))))
+            if args.sequence_parallel:   # each TP rank takes an equal slice of the sequence
+                seq -= seq % args.tp
         if delay_s:
             t0 = time.perf_counter()
             time.sleep(delay_s)

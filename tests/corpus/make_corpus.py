@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -19,8 +19,8 @@ megatron-core DP2, TP2, PP2) for a machine of 2 GPUs, 5 iterations of which 3 ar
 (default out: ``tests/corpus/cases-gpu2``). Held out (for scoring, not tuning): ``--set vary`` /
 ``--set vary2`` (other values of the same jobs), ``--set pp4`` (4 pipeline stages, 4 ranks) and
 ``--set wide`` (8 ranks), ``--set sched`` (interleaved 1F1B, overlapped gradient reduction),
-``--set prod`` (GPUs only: distributed optimizer, sequence parallelism), see ``vary_set``,
-``pp4_set``, ``wide_set``, ``sched_set``, ``prod_set``.
+``--set prod`` / ``--set prodv`` (GPUs only: distributed optimizer, sequence parallelism), see
+``vary_set``, ``pp4_set``, ``wide_set``, ``sched_set``, ``prod_set``, ``prodv_set``.
 
 Device: ``--gpu`` runs a set with NCCL, one process per GPU, with GPU-sized models and extra GPU
 kernels as the injected work (ids end in ``-gpu``, or ``-gpu2`` for ``--set gpu2``; default out
@@ -733,9 +733,37 @@ def prod_set(seed: int = PROD_SEED) -> list[Case]:
     ]
 
 
+PRODV_SEED = 31
+
+
+def prodv_set(seed: int = PRODV_SEED) -> list[Case]:
+    """Variations of ``--set prod`` (``--set prodv``, 4 GPUs): the same settings with other
+    faults, ranks and layouts' combinations, seed 31, made after the detector was changed on
+    ``prod``'s jobs, to score it on jobs it was not changed on. Ids end in ``-pv``."""
+    def g(layout, fmt, variant, sp=False, overlap=True, vpp=None, **k):
+        return _production(gpt_case(layout, fmt, variant, seed=seed, tag="-pv", **k), sp, overlap, vpp)
+
+    return [
+        g("dp4", "mapp-v1", "hostsleep", rank=2, ms=25, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("dp4", "kineto", "beforemb", rank=3, ms=25),
+        g("tp2dp2", "mapp-v1", "beforemb", sp=True, rank=3, ms=25),
+        g("tp2dp2", "kineto", "hostsleep", sp=True, rank=1, ms=25, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("tp2dp2", "kineto", "seqlognorm", sp=True, sigma=0.9),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=2, ms=25),
+        g("pp2dp2", "kineto", "link", link=(1, 3)),
+        g("pp2dp2", "kineto", "healthy"),
+        g("pp2dp2", "kineto", "laststage", last_layers=3),
+        g("pp2dp2", "mapp-v1", "layer", vpp=2, rank=3, factor=1.6),
+        g("tp2pp2", "mapp-v1", "healthy", sp=True, overlap=False),
+        g("tp2pp2", "kineto", "layer", sp=True, overlap=False, rank=1, factor=1.6),
+        g("pp2dp2", "mapp-v1", "healthy", vpp=2),
+        g("dp4", "mapp-v1", "layer", rank=0, factor=1.6),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
-        "prod": prod_set}
+        "prod": prod_set, "prodv": prodv_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1297,9 +1325,9 @@ def main(argv=None) -> int:
     nproc = args.nproc or worlds[0]
     if worlds != [nproc]:
         p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
-    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "prod") else "cpu")) == "gpu"
-    if args.set == "prod" and not gpu:
-        p.error("--set prod runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
+    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "prod", "prodv") else "cpu")) == "gpu"
+    if args.set in ("prod", "prodv") and not gpu:
+        p.error(f"--set {args.set} runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
     cases = everything
     if args.only:
@@ -1313,7 +1341,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

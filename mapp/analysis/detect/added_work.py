@@ -18,8 +18,31 @@ import polars as pl
 from mapp.analysis.detect._stats import others_median
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["ADDED_SHARE", "ADDED_PART", "added_work", "with_added", "does_extra_work", "adds_work",
+__all__ = ["ADDED_SHARE", "ADDED_PART", "added_work", "op_calls", "with_added", "does_extra_work", "adds_work",
            "added_slowdown", "added_evidence"]
+
+
+def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Per ``keys`` and ``op``: the calls a rank made of each op (``calls``), its time on them at
+    their typical calls (``own``: calls x ``q``) and its dearest call (``top``).
+
+    ``work`` has a row per kind (``name``, ``shape``) with ``calls`` and ``q``. A kernel launched
+    by a CPU op (``shape`` ends in ``<- op [dims]``: ``detector._launched_by``) is a call of that
+    op: a library picks a kernel for each problem size, so kernel names stand for shapes, not for
+    work (4 H200s, megatron-core PP2 x DP2, lognormal lengths, no fault: one replica's GEMMs ran
+    as ``nvjet ... 128x256`` kernels that its peer never called, the peer's as others, as many
+    ``aten::mm`` calls on each). The calls of one launching op and its dims are those of the
+    kernel it launched most often (a split-K GEMM launches a reduction kernel beside its own),
+    its cost all its kernels' time. Elsewhere (CPU ops) an op is its name."""
+    launcher = pl.col("shape").str.extract(r" <- (.+)$", 1)
+    rows = work.with_columns(op=pl.coalesce(launcher.str.extract(r"^(\S+)", 1), pl.col("name")),
+                             call=pl.coalesce(launcher, pl.concat_str(pl.col("name"), pl.col("shape").fill_null(""),
+                                                                      separator=" ")))
+    per_call = rows.group_by([*keys, "op", "call"]).agg(calls=pl.col("calls").max(),
+                                                        own=(pl.col("calls") * pl.col("q")).sum())
+    return per_call.group_by([*keys, "op"]).agg(
+        pl.col("calls").sum(), pl.col("own").sum(),
+        top=(pl.col("own") / pl.col("calls").clip(lower_bound=1e-9)).max())
 
 
 ADDED_SHARE = 0.5
@@ -35,7 +58,7 @@ slowed rank's kernel time on 2 and 4 GPUs)."""
 
 def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = False) -> pl.DataFrame | None:
     """Per rank: ``added``, its time over its peers' on the ops it *calls more often* than they
-    do (per op name, every shape; calls x typical time), where it makes more calls of that name
+    do (per op, every shape: ``op_calls``; calls x typical time), where it makes more calls of that op
     in nearly every traced iteration (``CONSISTENT``); ``added_excess_ns``, that time beyond
     the peers' per iteration, and ``added_base_ns``, the peers' time on those names. None where
     no rank calls any op more often than its peers, or where ranks are compared across
@@ -58,9 +81,7 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
         return None
     if shared_cpus:
         work = work.with_columns(q=pl.col("q").median().over([*peers, "iteration", "name", "shape"]))
-    names = work.group_by(["rank", *peers, "iteration", "name"]).agg(calls=pl.col("calls").sum(),
-                                                                     own=(pl.col("calls") * pl.col("q")).sum(),
-                                                                     top=pl.col("q").max())
+    names = op_calls(work, ["rank", *peers, "iteration"]).rename({"op": "name"})
     # every rank of a peer group, in every iteration the group traced, with every name the
     # group ever called (0 calls where it made none): a name called in one step only (a log
     # line) is then "more" in that step alone

@@ -97,12 +97,42 @@ def _batched_with_others(p: pl.DataFrame) -> pl.DataFrame:
     return sides.filter(pl.col("mixed")).select("pair_id").unique()
 
 
-def _batched_links(obs: pl.DataFrame, per: pl.DataFrame, link_threshold: float) -> pl.DataFrame:
+_FLOOR_CLASS = ["what", "inter", "bytes", "iteration"]
+
+
+def _with_floors(obs: pl.DataFrame, per: pl.DataFrame) -> pl.DataFrame:
+    """``per`` with each link's or group's fastest transfer of a size in an iteration (``low``),
+    the median of its like links' (``other``) and their ratio (``floor``); null where it has no
+    like link in that step."""
+    lows = obs.group_by(["obs", *_FLOOR_CLASS]).agg(low=pl.col("time_ns").min())
+    floors = _against_likes(lows, _FLOOR_CLASS).select("obs", *_FLOOR_CLASS, "low", "other",
+                                                      floor=pl.col("low") / pl.col("other"))
+    return per.join(floors, on=["obs", *_FLOOR_CLASS], how="left")
+
+
+def _fastest_too(per: pl.DataFrame, link_threshold: float) -> pl.DataFrame:
+    """A link or group slow by its typical transfers is slow only where its fastest transfer of
+    the kind is slower than its like links' too (by ``link_threshold``). Waiting only adds: what
+    a link itself costs shows in its fastest transfer, and its typical one also holds the waits
+    of whatever its ends did before (on a GPU, a host-timed transfer waits for the kernels
+    queued ahead of it on its stream, and a kernel shares the GPU with the others running).
+    Of two like pipeline links of a healthy PP2 x DP2 job with the distributed optimizer (4
+    H200s, mapp's capture), link 0-2 read 2.1-3.0x link 1-3 by its medians, its fastest
+    transfers 0.97x; with 512 MB more on every exchange of link 0-2, its fastest took 8x. Of
+    two TP groups of TP2 x DP2 with sequence parallelism, the healthy pair's all-gathers read
+    2.8x the other's by their medians (its DP peers' slower layers kept its reduce-scatters
+    waiting beside them), their fastest 1.01x. A link slow by its raised floors (``fastest``)
+    already is by them."""
+    judged = pl.col("floor").is_not_null() & ~pl.col("fastest")
+    return per.with_columns(slow=pl.col("slow") & (~judged | (pl.col("floor") >= 1 + link_threshold)))
+
+
+def _batched_links(per: pl.DataFrame) -> pl.DataFrame:
     """Links timed by batches with another link's transfers (``batched``), judged by their
-    fastest transfer in each iteration beside their typical ones: slow by their typical
-    transfers only where the fastest is slower than its like links' too (by ``link_threshold``),
-    and slow where the fastest takes ``FLOOR_RATIO`` x theirs; not where a slower batched link
-    at one of their ranks explains them.
+    fastest transfer in each iteration (``_with_floors``) beside their typical ones: slow where
+    the fastest takes ``FLOOR_RATIO`` x their like links'; not where a slower batched link at
+    one of their ranks explains them. (Slow by their typical transfers only where the fastest
+    is slower too: ``_fastest_too``.)
 
     A batch ends when its slowest transfer does, so a batched link's typical time includes the
     waits of the links it is batched with. Interleaved 1F1B batches a stage's receive from the
@@ -114,19 +144,15 @@ def _batched_links(obs: pl.DataFrame, per: pl.DataFrame, link_threshold: float) 
     is the one."""
     if not per["batched"].any():
         return per
-    cls = ["what", "inter", "bytes", "iteration"]
-    lows = obs.filter(pl.col("what") == "p2p").group_by(["obs", *cls]).agg(low=pl.col("time_ns").min())
-    floors = _against_likes(lows, cls).select("obs", *cls, "low", "other", floor=pl.col("low") / pl.col("other"))
-    per = per.join(floors, on=["obs", *cls], how="left")
     batched = pl.col("batched") & pl.col("floor").is_not_null()
     hit = batched & (pl.col("floor") >= FLOOR_RATIO) & ~pl.col("slow")
     per = per.with_columns(
-        slow=(pl.col("slow") & (~batched | (pl.col("floor") >= 1 + link_threshold))) | hit,
+        slow=pl.col("slow") | hit,
         ratio=pl.when(hit).then(pl.col("floor")).otherwise(pl.col("ratio")),
         excess_ns=pl.when(hit).then((pl.col("low") - pl.col("other")) * pl.col("n")).otherwise(pl.col("excess_ns")),
         fastest=pl.col("fastest") | hit,
         floor_ratio=pl.when(batched & (pl.col("floor") >= FLOOR_RATIO)).then(pl.col("floor")).otherwise(pl.col("floor_ratio")),
-    ).drop("low", "other").with_row_index("_row")
+    ).with_row_index("_row")
     # explained: another slow batched link at one of its ranks, in that iteration, whose fastest
     # transfers are EXPLAINS x as slow as its own (by the fastest transfers, which every batched
     # row has, not by ``ratio``, which is the medians' where those were slow already). Not where
@@ -137,7 +163,7 @@ def _batched_links(obs: pl.DataFrame, per: pl.DataFrame, link_threshold: float) 
     explained = (slow.join(slow.select("iteration", "rank", other_link="link", other_floor="floor"), on=["iteration", "rank"])
                  .filter((pl.col("other_link") != pl.col("link")) & (pl.col("other_floor") >= EXPLAINS * pl.col("floor")))
                  ["_row"].unique())
-    return per.with_columns(slow=pl.col("slow") & ~pl.col("_row").is_in(explained.implode())).drop("_row", "floor")
+    return per.with_columns(slow=pl.col("slow") & ~pl.col("_row").is_in(explained.implode())).drop("_row")
 
 
 EXPLAINS = 1.25
@@ -242,7 +268,8 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
         # 4.3x the other's by their medians in 3 of 4 steps)
         per = per.with_columns(slow=pl.col("slow") & ~pl.col("pair"))
     per = _raised_floors(obs, per, shared_cpus)
-    per = _batched_links(obs, per, link_threshold)
+    per = _fastest_too(_with_floors(obs, per), link_threshold)
+    per = _batched_links(per).drop("low", "other", "floor")
     findings = _attribute(per, shared_cpus)
     named = {f.ranks for f in findings}
     findings += [f for f in added if f.ranks not in named]

@@ -29,7 +29,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, within_rank_scale,
                                          z_critical)
-from mapp.analysis.detect.added_work import added_work, with_added
+from mapp.analysis.detect.added_work import added_work, op_calls, with_added
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["self_times", "compare_same_work"]
@@ -124,7 +124,7 @@ def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | Non
                 others: pl.DataFrame | None = None) -> pl.DataFrame | None:
     """Per (rank, iteration): work of kinds none of its peers ran (``extra_own`` and
     ``extra_fast``, calls x either typical time, and ``extra_t``, measured), counted only where
-    the rank also made more calls of that op name than its peers did: work *added* to the same
+    the rank also made more calls of that op than its peers did (``added_work.op_calls``): work *added* to the same
     program (extra matmuls of a shape the model never uses), not work *replaced* by other shapes
     (a replica whose sequences were longer runs other shapes, with as many calls of each op as
     its peers: no fault).
@@ -140,7 +140,7 @@ def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | Non
         return None
     others = work if others is None else others
     group = [*peers, "iteration"]
-    calls = others.group_by(["rank", *group, "name"]).agg(calls=pl.col("calls").sum())
+    calls = op_calls(others, ["rank", *group]).select("rank", *group, "calls", name="op")
     # every rank of the group in that iteration, with 0 calls of a name it never ran
     ranks = others.select("rank", *group).unique()
     names = calls.select(*group, "name").unique()
@@ -155,7 +155,7 @@ def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | Non
         grid = grid.join(scales, on=["rank", "iteration"], how="left").with_columns(
             median=pl.col("median") * pl.col("scale").fill_null(1.0))
     grid = grid.with_columns(surplus=(pl.col("calls") - pl.col("median")).clip(lower_bound=0.0))
-    lone = lone.group_by(["rank", *group, "name"]).agg(
+    lone = lone.with_columns(name=_op_of()).group_by(["rank", *group, "name"]).agg(
         lone_calls=pl.col("calls").sum(), lone_own=(pl.col("calls") * pl.col("q")).sum(),
         lone_fast=(pl.col("calls") * pl.col("fast")).sum(), lone_t=pl.col("t").sum())
     added = lone.join(grid.select("rank", *group, "name", "surplus"), on=["rank", *group, "name"]).with_columns(
@@ -165,6 +165,12 @@ def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | Non
     return added.group_by(["rank", "iteration"]).agg(
         extra_own=(pl.col("lone_own") * pl.col("share")).sum(),
         extra_fast=(pl.col("lone_fast") * pl.col("share")).sum(), extra_t=(pl.col("lone_t") * pl.col("share")).sum())
+
+
+def _op_of() -> pl.Expr:
+    """A kind's op, as ``added_work.op_calls`` counts it: the CPU op that launched a kernel, else
+    the kind's name."""
+    return pl.coalesce(pl.col("shape").str.extract(r" <- (\S+)", 1), pl.col("name"))
 
 
 def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarray) -> np.ndarray:
@@ -284,9 +290,19 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         share_slow=pl.col("t").filter(pl.col("own") > (1 + slow_op) * pl.col("peer")).sum() / pl.col("t").sum(),
     ).join(whole, on=["rank", "iteration"], how="left")
     if extra is not None:   # work no peer did: the rank's own, against nothing of the peers'
+        # Added to its work on the kinds it shares, as a share of all its work (kinds no peer
+        # ran included, ``all_work_ns``): where replicas drew other sequence lengths the kinds
+        # they share are a sliver of it, and the few ops a rank calls more often by design
+        # would read as many times that sliver (4 H200s, PP2 x DP2, the distributed optimizer,
+        # lognormal lengths, no fault: one rank's optimizer shard held more parameters, 37 more
+        # norm and copy kernels a step, 3.4 ms against 7 ms of shared kinds: "1.47x"). Where it
+        # shares every kind, the same as adding it.
+        extra_own, extra_fast = pl.col("extra_own").fill_null(0.0), pl.col("extra_fast").fill_null(0.0)
+        base = pl.max_horizontal(pl.col("all_work_ns") - extra_own, pl.col("own"))
+        base_fast = pl.max_horizontal(pl.col("all_work_ns") - extra_own, pl.col("own_fast"))
         per = per.join(extra, on=["rank", "iteration"], how="left").with_columns(
-            own=pl.col("own") + pl.col("extra_own").fill_null(0.0),
-            own_fast=pl.col("own_fast") + pl.col("extra_fast").fill_null(0.0),
+            own=pl.col("own") * (1 + extra_own / base),
+            own_fast=pl.col("own_fast") * (1 + extra_fast / base_fast),
             busy_ns=pl.col("busy_ns") + pl.col("extra_t").fill_null(0.0),
         ).drop("extra_own", "extra_fast", "extra_t")
     if own_program is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.added_work import added_work
+from mapp.analysis.detect.added_work import added_work, op_calls
 
 
 def _work(rows):
@@ -36,3 +36,21 @@ def test_one_more_call_of_a_name_adds_one_call_not_the_names_other_shapes():
     assert added["rank"] == 1
     assert added["added_excess_ns"] <= 26e3 + 1e-3          # one call at its dearest kind
     assert added["added"] < 1.05                            # not (59 x 26 + 6) / (59 x 10) = 2.6x
+
+
+def test_kernels_are_calls_of_the_op_that_launched_them():
+    # two replicas of other sequence lengths on GPUs: cuBLAS picks a GEMM kernel per problem
+    # size, so each rank's aten::mm calls run as kernels the other never launches, and one
+    # rank's shape takes a split-K kernel with a reduction beside it. As many aten::mm calls on
+    # each: no work added
+    work = _work([(0, "nvjet_128x256_NNN", "[132,1,1]x[384,1,1] <- aten::mm [[3072,4096],[4096,4096]]", 16, 300.0),
+                  (0, "nvjet_128x176_splitK_NNT", "[132,1,1]x[384,1,1] <- aten::mm [[512,4096],[4096,4096]]", 16, 60.0),
+                  (0, "splitKreduce_kernel", "[64,1,1]x[256,1,1] <- aten::mm [[512,4096],[4096,4096]]", 16, 5.0),
+                  (1, "nvjet_128x216_coopA_NNT", "[132,1,1]x[384,1,1] <- aten::mm [[1800,4096],[4096,4096]]", 32, 180.0)])
+    assert added_work(work, ["pp"]) is None
+    calls = op_calls(work.filter(pl.col("iteration") == 0), ["rank"]).sort("rank")
+    assert calls.select("rank", "op", "calls").rows() == [(0, "aten::mm", 32.0), (1, "aten::mm", 32.0)]
+    # extra matmuls are more aten::mm calls (of a shape, its one kernel: more calls of it)
+    more = work.with_columns(calls=pl.when(pl.col("rank") == 1).then(40.0).otherwise(pl.col("calls")))
+    added = added_work(more, ["pp"]).row(0, named=True)
+    assert added["rank"] == 1 and added["added"] > 1.05

@@ -8,7 +8,8 @@ import polars as pl
 
 from types import SimpleNamespace
 
-from mapp.analysis.detect.bandwidth import _added_traffic, _attribute, _batched_links, _batched_with_others, _raised_floors
+from mapp.analysis.detect.bandwidth import (_added_traffic, _attribute, _batched_links, _batched_with_others,
+                                            _fastest_too, _raised_floors, _with_floors)
 
 LINKS = [[0, 4], [1, 5], [2, 6], [3, 7]]
 
@@ -106,9 +107,9 @@ def test_like_links_are_those_that_carry_as_many_transfers_of_a_size_not_every_l
     assert _added_traffic(SimpleNamespace(p2p=_p2p(plain))) == []
 
 
-def _batched(spec):
-    """Batched like links over 4 iterations, 8 transfers each: (link, fastest ns, slow by medians,
-    ratio by medians); the others wait 3x the fastest."""
+def _batched(spec, batched: bool = True):
+    """Batched (or not) like links over 4 iterations, 8 transfers each: (link, fastest ns, slow
+    by medians, ratio by medians); the others wait 3x the fastest."""
     obs, per = [], []
     for link, low, slow, ratio in spec:
         for it in range(4):
@@ -117,7 +118,7 @@ def _batched(spec):
                     for t in times]
             per.append({"obs": link, "what": "p2p", "inter": False, "bytes": 1000, "iteration": it,
                         "time_ns": float(3 * low), "n": 8, "slow": slow, "ratio": ratio, "excess_ns": 0.0,
-                        "fastest": False, "floor_ratio": None, "batched": True})
+                        "fastest": False, "floor_ratio": None, "batched": batched})
     schema = {"obs": pl.List(pl.Int32), "iteration": pl.Int32, "floor_ratio": pl.Float64}
     return pl.DataFrame(obs).cast({"obs": pl.List(pl.Int32), "iteration": pl.Int32}), pl.DataFrame(per).cast(schema)
 
@@ -126,17 +127,35 @@ def _slow_links(out):
     return sorted({tuple(o) for o in out.filter(pl.col("slow"))["obs"].to_list()})
 
 
+def _judged(obs, per, link_threshold=0.1):
+    """What ``link_bandwidth`` does with p2p links after ``_raised_floors``."""
+    return _batched_links(_fastest_too(_with_floors(obs, per), link_threshold))
+
+
 def test_of_two_slow_batched_links_at_a_rank_the_one_far_slower_by_its_fastest_transfers_is_the_one():
     # link 2-3 is slow by its medians (1.5x) and its fastest transfers are 12x; link 0-3, batched
     # with it at rank 3, reads 6.6x by its fastest only: 2-3 is the link, whatever the medians say
     obs, per = _batched([([0, 1], 100, False, 1.0), ([1, 2], 100, False, 1.0),
                          ([2, 3], 1200, True, 1.5), ([0, 3], 660, False, 1.0)])
-    assert _slow_links(_batched_links(obs, per, 0.1)) == [(2, 3)]
+    assert _slow_links(_judged(obs, per)) == [(2, 3)]
     # a rank slow at both its links alike (its own hardware) explains neither by the other
     obs, per = _batched([([0, 1], 100, False, 1.0), ([1, 2], 410, False, 1.0),
                          ([2, 3], 400, False, 1.0), ([0, 3], 100, False, 1.0)])
-    assert _slow_links(_batched_links(obs, per, 0.1)) == [(1, 2), (2, 3)]
+    assert _slow_links(_judged(obs, per)) == [(1, 2), (2, 3)]
     # a link slow by its medians whose fastest transfers are as quick as its like links' is not
     obs, per = _batched([([0, 1], 100, False, 1.0), ([1, 2], 100, True, 1.47),
                          ([2, 3], 100, False, 1.0), ([0, 3], 100, False, 1.0)])
-    assert _slow_links(_batched_links(obs, per, 0.1)) == []
+    assert _slow_links(_judged(obs, per)) == []
+
+
+def test_a_link_slow_by_its_typical_transfers_only_is_not_slow():
+    # two like pipeline links, not batched (PP2 x DP2, 4 H200s, no fault): link 0-2's medians
+    # 2-3x link 1-3's (host-timed transfers that waited for queued kernels), its fastest alike
+    obs, per = _batched([([0, 2], 170, True, 2.5), ([1, 3], 172, False, 1.0)], batched=False)
+    assert _slow_links(_judged(obs, per)) == []
+    # 512 MB more on every exchange of link 0-2: its fastest transfers 8x too
+    obs, per = _batched([([0, 2], 1400, True, 10.0), ([1, 3], 172, False, 1.0)], batched=False)
+    assert _slow_links(_judged(obs, per)) == [(0, 2)]
+    # slower by its fastest by less than the threshold: not a slow link by its medians either
+    obs, per = _batched([([0, 2], 180, True, 2.5), ([1, 3], 172, False, 1.0)], batched=False)
+    assert _slow_links(_judged(obs, per)) == []

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mapp.analysis.align import align_bundle
 from mapp.analysis.detect import detect_bundle
 from mapp.analysis.ingest import load_bundle
 from mapp.bench.real import load_corpus, run_case
@@ -136,7 +137,9 @@ def test_on_gpus_counted_extra_work_is_named_though_a_peers_host_keeps_the_rank_
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
     top = verdict.suspects[0]
     assert top.evidence["lateness"]["share_last"] < 0.1
-    assert top.evidence["peers"]["added_work"]["slowdown"] > 2
+    # its matmuls (aten::mm, whatever GEMM kernels cuBLAS picked for each shape) against its
+    # peer's: about the 1.5x injected (3.2x on the one kernel kind its extra calls ran as)
+    assert 1.25 < top.evidence["peers"]["added_work"]["slowdown"] < 1.75
     assert top.iterations == [3, 4]
 
 
@@ -409,13 +412,15 @@ def test_extra_gemms_are_compared_with_the_same_gemms_and_counted(tmp_path):
     # --threshold 0.1, named only by the calls it made more often (356 of one kernel an
     # iteration against 277, at 1.79x their time). A kernel is now the work of the op that
     # launched it (the matmul's input dims): its GEMMs are compared with the same GEMMs, its
-    # whole compute reads 1.15x and the kinds it calls more often 2.3x their time on its peer.
+    # whole compute reads 1.15x, and the ops it calls more often (its matmuls, aten::mm, counted
+    # as the op's calls whichever kernels ran them: ``added_work.op_calls``) about the 1.5x
+    # injected (2.3x on the kinds of kernel its extra calls ran as).
     shutil.copytree(GPU4_CASES[GPU4_VICTIM].directory, tmp_path / "job")
     verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (2, "slow_compute")
     assert 1.1 < top.evidence["peers"]["slowdown"] < 1.2 and round(top.slowdown, 3) == top.evidence["peers"]["slowdown"]
-    assert top.evidence["peers"]["added_work"]["slowdown"] > 2
+    assert 1.25 < top.evidence["peers"]["added_work"]["slowdown"] < 1.75
     assert len(verdict.suspects) == 1
 
 
@@ -910,4 +915,32 @@ def test_work_a_replica_adds_is_weighed_against_all_its_work_not_the_sliver_shar
     # 1.87x "added work" against 2.6 ms of shared work, of ~40 ms: "slow compute 3" before
     case = SCHED_CASES["gpt-pp2dp2-ogr-prof-seqlognorm0.9-s"]
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
+
+
+# Production settings (held-out `make_corpus.py --set prod`, 4 H200s): the distributed optimizer
+# with its reduce-scatter and all-gather overlapped (`--overlap-grad-reduce
+# --overlap-param-gather`), which no rule was tuned on. Each case was wrong at eac485a.
+PROD_CASES = {c.id: c for c in load_corpus(CORPUS.parent / "cases-prod")}
+
+
+def test_ranks_whose_collectives_were_only_launched_are_aligned_by_the_wall_clock():
+    # DP4: every data-parallel collective is only launched (the waits are grad_sync_wait and
+    # param_sync_wait), so no collective's ends tie the clocks; they had been aligned by those
+    # launches anyway, rank 1 25-80 ms early at every step, and its 100 ms a step of matmuls
+    # before its microbatches (its peers waiting on it) read as no suspect. (Trimmed to 2 steps.)
+    bundle = load_bundle(PROD_CASES["gpt-dp4-dopt-opg-mapp-beforemb25ms-r1-p-gpu"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (1, "slow_host")
+    assert top.excess_ns > 80e6
+    clock = align_bundle(bundle)
+    assert clock.unaligned == [] and any("wall clock" in note for note in clock.notes)
+
+
+def test_a_link_slow_by_its_typical_transfers_alone_is_no_slow_link():
+    # PP2 x DP2, no fault: link 0-2's host-timed transfers read 2.1-3.0x link 1-3's by their
+    # medians (they waited for kernels queued ahead of them), their fastest 0.97x its: "slow
+    # link 0<->2" before
+    verdict = detect_bundle(load_bundle(PROD_CASES["gpt-pp2dp2-dopt-opg-mapp-healthy-p-gpu"].directory), threshold=0.1)
     assert verdict.suspects == []
