@@ -16,6 +16,7 @@ from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
 from mapp.analysis.detect.findings import StageStatus, Verdict
 from mapp.analysis.detect.verdict import combine, paced_pairs
+from mapp.analysis.ingest.schema import COMM_WAIT_NAMES
 
 __all__ = ["detect_bundle"]
 
@@ -81,7 +82,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         notes.append("launch gaps not judged: the MegatronApp tracer synchronizes the GPU inside the traced "
                      "path, so a slow GPU's own host idles too")
     lap("peers")
-    lateness = collective_lateness(matching, traced)
+    lateness = collective_lateness(matching, traced, _comm_waits(events, analysis.clock))
     lap("lateness")
     bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
                                shared_cpus=on_cpus)
@@ -155,6 +156,15 @@ def _shape(bundle) -> list[pl.Expr]:
     grid = pl.concat_str(args.str.json_path_match("$.grid"), args.str.json_path_match("$.block"), separator="x")
     return [pl.when(pl.col("lane").str.starts_with("stream:")).then(grid).otherwise(dims).alias("shape"),
             args.str.json_path_match("$['External id']").alias("external_id")]
+
+
+def _comm_waits(events: pl.DataFrame, clock) -> pl.DataFrame | None:
+    """The spans in which ranks waited for communication they had only launched
+    (``COMM_WAIT_NAMES``), their starts on the reference clock: stage 2 weighs them."""
+    waits = events.filter(pl.col("name").is_in(COMM_WAIT_NAMES)).select("rank", "iteration", "ts_ns", "dur_ns")
+    if waits.is_empty() or clock is None:
+        return None
+    return clock.apply(waits).select("rank", "iteration", "dur_ns", start="ts_aligned_ns")
 
 
 def _launched_by(events: pl.DataFrame) -> pl.DataFrame:

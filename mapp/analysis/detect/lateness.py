@@ -37,8 +37,11 @@ class LatenessEvidence:
     z_crit: float = 0.0
 
 
-def collective_lateness(matching, traced: list[int]) -> LatenessEvidence:
-    """Run stage 2 on an aligned :class:`~mapp.analysis.graph.Matching`."""
+def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None = None) -> LatenessEvidence:
+    """Run stage 2 on an aligned :class:`~mapp.analysis.graph.Matching`. ``waits`` (``rank``,
+    ``start`` on the reference clock, ``dur_ns``): the spans in which ranks waited for
+    communication they had only launched (``ingest.schema.COMM_WAIT_NAMES``), see
+    ``_launched_waits``."""
     if not matching.aligned:
         return LatenessEvidence(False, "clocks could not be aligned")
     inst = matching.collectives.filter(pl.col("complete") & (pl.col("n_members") >= 2))
@@ -48,14 +51,18 @@ def collective_lateness(matching, traced: list[int]) -> LatenessEvidence:
         "instance_id", "n_members",
         kind=pl.col("group").fill_null(pl.format("g{}", pl.col("n_members"))),
         guess=pl.col("group").is_null() & pl.col("group_ranks").is_null(),
+        launched=pl.col("launch_only") if "launch_only" in inst.columns else pl.lit(False),
     )
     m = matching.members.join(kinds, on="instance_id").select(
-        "instance_id", "rank", "kind", "n_members", "guess", start=pl.col("start_aligned_ns")
+        "instance_id", "rank", "kind", "n_members", "guess", "launched", start=pl.col("start_aligned_ns")
     )
+    # (at a collective a member only launched nobody waits: it returns at once, and the wait
+    # comes later, in a span of its own: ``_launched_waits``. Who launched last still counts.)
     m = m.with_columns(
         last=pl.col("start").max().over("instance_id"),
         is_last=pl.col("start") == pl.col("start").max().over("instance_id"),
-    ).with_columns(waited=(pl.col("last") - pl.col("start")).cast(pl.Float64))
+    ).with_columns(waited=pl.when(pl.col("launched")).then(0.0)
+                   .otherwise((pl.col("last") - pl.col("start")).cast(pl.Float64)))
     # ties (identical starts) would make several ranks "last"; keep the lowest rank only
     m = m.with_columns(
         is_last=pl.col("is_last") & (pl.col("rank") == pl.col("rank").filter(pl.col("is_last")).min().over("instance_id"))
@@ -64,22 +71,30 @@ def collective_lateness(matching, traced: list[int]) -> LatenessEvidence:
         blame=pl.col("waited").sum(), who=pl.col("rank").filter(pl.col("is_last")).first(),
         n=pl.col("n_members").first(),
     )
-    per_blame = blame.group_by("who").agg(
-        blame_ns=pl.col("blame").sum(), imposed_ns=(pl.col("blame") / (pl.col("n") - 1)).sum()
-    ).rename({"who": "rank"})
+    later = _launched_waits(m, blame, waits)
+    per_blame = pl.concat([
+        blame.select("who", "blame", imposed=pl.col("blame") / (pl.col("n") - 1)),
+        later.select("who", blame="dur", imposed=pl.col("dur") / (pl.col("n") - 1)),
+    ]).group_by("who").agg(blame_ns=pl.col("blame").sum(), imposed_ns=pl.col("imposed").sum()).rename({"who": "rank"})
     per = m.group_by("rank").agg(
         instances=pl.len(), guessed=pl.col("guess").any(), last=pl.col("is_last").sum(),
         expected=(1.0 / pl.col("n_members")).sum(), waited_ns=pl.col("waited").sum(),
-    )
+    ).join(later.group_by("rank").agg(later_ns=pl.col("dur").sum()), on="rank", how="left").with_columns(
+        waited_ns=pl.col("waited_ns") + pl.col("later_ns").fill_null(0.0)).drop("later_ns")
     # per iteration, the waiting a rank imposed (where last) less the waiting it suffered: a
     # culprit between two ranks imposes more in every iteration, even where most collectives
     # are paced by something else (FSDP's prefetched all-gathers: a 20 ms host stall on one of
     # two ranks made it last at 1 or 2 of 24 a step, and its peer waited 24 ms a step there)
     it_of = inst.select("instance_id", "iteration")
-    lasting = m.join(it_of, on="instance_id").join(
+    net = m.join(it_of, on="instance_id").join(
         blame.select("instance_id", "who", "blame", "n"), on="instance_id").with_columns(
         net=pl.when(pl.col("rank") == pl.col("who")).then(pl.col("blame") / (pl.col("n") - 1)).otherwise(0.0)
-        - pl.col("waited")).group_by("rank", "iteration").agg(net=pl.col("net").sum()).group_by("rank").agg(
+        - pl.col("waited")).select("rank", "iteration", "net")
+    if len(later):   # a wait for launched communication: the waiter's loss, the last launcher's doing
+        net = pl.concat([net, later.select("rank", "iteration", net=-pl.col("dur")),
+                         later.select(pl.col("who").alias("rank"), "iteration",
+                                      net=pl.col("dur") / (pl.col("n") - 1))], how="vertical_relaxed")
+    lasting = net.group_by("rank", "iteration").agg(net=pl.col("net").sum()).group_by("rank").agg(
         net_lasting=(pl.col("net") > 0).mean())
     per_kind = (
         m.group_by(["rank", "kind"]).agg(share=pl.col("is_last").mean())
@@ -105,3 +120,34 @@ def collective_lateness(matching, traced: list[int]) -> LatenessEvidence:
         flagged=(pl.col("net_z") > z_crit) & (pl.col("last_z") > z_crit)
     ).drop("v", "expected").sort("rank")
     return LatenessEvidence(True, None, per, z_crit)
+
+
+def _launched_waits(m: pl.DataFrame, blame: pl.DataFrame, waits: pl.DataFrame | None) -> pl.DataFrame:
+    """Each wait for launched communication (``rank``, ``start``, ``dur_ns``) with the collective
+    it waited for: the last the rank had launched before it (``who`` launched it last, among
+    ``n`` members; its ``iteration``). A rank's wait where it launched last itself is for the
+    transfer, no one else's doing, and is left out.
+
+    megatron-core's overlapped gradient reduce-scatter and parameter all-gather return at once;
+    a rank waits for them at ``finish_grad_sync`` / ``finish_param_sync`` (``grad_sync_wait``,
+    ``param_sync_wait``), until every member has launched them. Timed at the launches, the skew
+    of a late rank counted once per bucket (4 H200s, DP4 with the distributed optimizer, 25 ms
+    of matmuls before each of rank 1's microbatches: "others waited 11,145 ms" over 2 steps,
+    where its peers waited ~100 ms a step)."""
+    empty = pl.DataFrame(schema={"rank": pl.Int32, "iteration": pl.Int32, "dur": pl.Float64,
+                                 "who": pl.Int32, "n": pl.Int32})
+    launched = m.filter(pl.col("launched"))
+    if waits is None or waits.is_empty() or launched.is_empty():
+        return empty
+    launches = (launched.join(blame.select("instance_id", "who"), on="instance_id")
+                .select(pl.col("rank").cast(pl.Int32), pl.col("start").cast(pl.Int64), "who",
+                        n=pl.col("n_members").cast(pl.Int32))
+                .sort("start"))
+    w = (waits.select(pl.col("rank").cast(pl.Int32), pl.col("start").cast(pl.Int64), "iteration",
+                      dur=pl.col("dur_ns").cast(pl.Float64))
+         .drop_nulls("start").sort("start"))
+    # (both sorted by start: with ``by`` polars cannot check it)
+    found = w.join_asof(launches, on="start", by="rank", strategy="backward", check_sortedness=False)
+    found = found.filter(pl.col("who").is_not_null() & (pl.col("who") != pl.col("rank")) & (pl.col("dur") > 0))
+    return found.select(pl.col("rank").cast(pl.Int32), pl.col("iteration").cast(pl.Int32), "dur",
+                        pl.col("who").cast(pl.Int32), pl.col("n").cast(pl.Int32))

@@ -934,6 +934,10 @@ def test_ranks_whose_collectives_were_only_launched_are_aligned_by_the_wall_cloc
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (1, "slow_host")
     assert top.excess_ns > 80e6
+    # its 3 peers waited ~100 ms a step for it, in their grad_sync_wait and param_sync_wait
+    # spans, not at each launch: timed there the skew counted once per bucket, "11,145 ms"
+    late = top.evidence["lateness"]
+    assert 3 * 2 * 60 < late["blame_ms"] < 3 * 2 * 130 and late["share_last"] == 1.0
     clock = align_bundle(bundle)
     assert clock.unaligned == [] and any("wall clock" in note for note in clock.notes)
 
