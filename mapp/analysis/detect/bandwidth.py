@@ -407,13 +407,18 @@ def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame, shared_cpus: bool = Fal
 def _against_likes(lows: pl.DataFrame, step: list[str]) -> pl.DataFrame:
     """``lows`` (a link's fastest transfer ``low`` per ``obs`` and ``step``) with ``other``, the
     median of the other like links' ``low`` in the same step; links alone in their step are
-    left out. (Not by joining each link with its like ones: 128 like TP groups of 1,024 ranks
-    made 16,384 rows a step and a third of a second.)"""
-    lows = lows.filter(pl.len().over(step) >= 2)
-    if lows.is_empty():
-        return lows.with_columns(other=pl.lit(None, pl.Float64))
+    left out. Where each link has one row a step (nearly always) by ``others_median``: joining
+    each link with its like ones made 16,384 rows a step of 128 like TP groups of 1,024 ranks,
+    a third of a second. (A link with rows of several sizes in a step, where sizes never
+    recur, is joined: its own other rows are no like link's.)"""
+    lows = lows.drop_nulls(step).with_columns(_link=pl.col("obs").hash())
+    lows = lows.filter(pl.col("_link").n_unique().over(step) >= 2)
+    if lows.is_empty() or lows.select((pl.len().over([*step, "_link"]) > 1).any()).item():
+        others = (lows.select(*step, "_link", "low").join(lows.select(*step, o2="_link", l2="low"), on=step)
+                  .filter(pl.col("_link") != pl.col("o2")).group_by(["_link", *step]).agg(other=pl.col("l2").median()))
+        return lows.join(others, on=["_link", *step]).drop("_link")
     gid = lows.select(pl.struct(step).rank("dense")).to_series().to_numpy()
-    return lows.with_columns(other=pl.Series(others_median(gid, lows["low"].to_numpy())))
+    return lows.with_columns(other=pl.Series(others_median(gid, lows["low"].to_numpy()))).drop("_link")
 
 
 _KIND = ["obs", "what", "inter", "kind"]

@@ -161,10 +161,10 @@ def _shape(bundle) -> list[pl.Expr]:
 def _comm_waits(events: pl.DataFrame, clock) -> pl.DataFrame | None:
     """The spans in which ranks waited for communication they had only launched
     (``COMM_WAIT_NAMES``), their starts on the reference clock: stage 2 weighs them."""
-    waits = events.filter(pl.col("name").is_in(COMM_WAIT_NAMES)).select("rank", "iteration", "ts_ns", "dur_ns")
+    waits = events.filter(pl.col("name").is_in(COMM_WAIT_NAMES)).select("rank", "name", "iteration", "ts_ns", "dur_ns")
     if waits.is_empty() or clock is None:
         return None
-    return clock.apply(waits).select("rank", "iteration", "dur_ns", start="ts_aligned_ns")
+    return clock.apply(waits).select("rank", "name", "iteration", "dur_ns", start="ts_aligned_ns")
 
 
 def _launched_by(events: pl.DataFrame) -> pl.DataFrame:

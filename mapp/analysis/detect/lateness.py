@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from mapp.analysis.detect._stats import robust_scale, z_critical
+from mapp.analysis.ingest.schema import COMM_WAIT_NAMES, LAUNCH_NAMES
 
 __all__ = ["LatenessEvidence", "collective_lateness"]
 
@@ -39,7 +40,7 @@ class LatenessEvidence:
 
 def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None = None) -> LatenessEvidence:
     """Run stage 2 on an aligned :class:`~mapp.analysis.graph.Matching`. ``waits`` (``rank``,
-    ``start`` on the reference clock, ``dur_ns``): the spans in which ranks waited for
+    ``name``, ``start`` on the reference clock, ``dur_ns``, ``iteration``): the spans in which ranks waited for
     communication they had only launched (``ingest.schema.COMM_WAIT_NAMES``), see
     ``_launched_waits``."""
     if not matching.aligned:
@@ -54,7 +55,7 @@ def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None 
         launched=pl.col("launch_only") if "launch_only" in inst.columns else pl.lit(False),
     )
     m = matching.members.join(kinds, on="instance_id").select(
-        "instance_id", "rank", "kind", "n_members", "guess", "launched", start=pl.col("start_aligned_ns")
+        "instance_id", "rank", "op", "kind", "n_members", "guess", "launched", start=pl.col("start_aligned_ns")
     )
     # (at a collective a member only launched nobody waits: it returns at once, and the wait
     # comes later, in a span of its own: ``_launched_waits``. Who launched last still counts.)
@@ -69,7 +70,7 @@ def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None 
     )
     blame = m.group_by("instance_id").agg(
         blame=pl.col("waited").sum(), who=pl.col("rank").filter(pl.col("is_last")).first(),
-        n=pl.col("n_members").first(),
+        n=pl.col("n_members").first(), op=pl.col("op").first(),
     )
     later = _launched_waits(m, blame, waits)
     per_blame = pl.concat([
@@ -123,10 +124,13 @@ def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None 
 
 
 def _launched_waits(m: pl.DataFrame, blame: pl.DataFrame, waits: pl.DataFrame | None) -> pl.DataFrame:
-    """Each wait for launched communication (``rank``, ``start``, ``dur_ns``) with the collective
-    it waited for: the last the rank had launched before it (``who`` launched it last, among
-    ``n`` members; its ``iteration``). A rank's wait where it launched last itself is for the
-    transfer, no one else's doing, and is left out.
+    """Each wait for launched communication (``rank``, ``name``, ``start``, ``dur_ns``) with the
+    collective it waited for: the last of its kind (``LAUNCH_NAMES``, in the order of
+    ``COMM_WAIT_NAMES``) that the rank had launched before the wait ended (``finish_param_sync``
+    launches the first bucket's gather inside its own wait). ``who`` launched it last, among
+    ``n`` members; ``dur`` is what the rank waited for that: its wait, at most the time from its
+    own launch to the last one (the rest is the transfer, no one's doing). A rank's wait for a
+    collective it launched last itself is left out.
 
     megatron-core's overlapped gradient reduce-scatter and parameter all-gather return at once;
     a rank waits for them at ``finish_grad_sync`` / ``finish_param_sync`` (``grad_sync_wait``,
@@ -139,15 +143,20 @@ def _launched_waits(m: pl.DataFrame, blame: pl.DataFrame, waits: pl.DataFrame | 
     launched = m.filter(pl.col("launched"))
     if waits is None or waits.is_empty() or launched.is_empty():
         return empty
-    launches = (launched.join(blame.select("instance_id", "who"), on="instance_id")
-                .select(pl.col("rank").cast(pl.Int32), pl.col("start").cast(pl.Int64), "who",
+    kind_of = dict(zip(COMM_WAIT_NAMES, LAUNCH_NAMES))
+    launches = (launched.join(blame.select("instance_id", "who", "op"), on="instance_id")
+                .select(pl.col("rank").cast(pl.Int32), pl.col("op").alias("kind"), pl.col("start").cast(pl.Int64),
+                        own=pl.col("start").cast(pl.Float64), last=pl.col("last").cast(pl.Float64), who="who",
                         n=pl.col("n_members").cast(pl.Int32))
                 .sort("start"))
-    w = (waits.select(pl.col("rank").cast(pl.Int32), pl.col("start").cast(pl.Int64), "iteration",
-                      dur=pl.col("dur_ns").cast(pl.Float64))
+    w = (waits.filter(pl.col("name").is_in(list(kind_of)))
+         .select(pl.col("rank").cast(pl.Int32), pl.col("name").replace_strict(kind_of).alias("kind"),
+                 (pl.col("start") + pl.col("dur_ns")).cast(pl.Int64).alias("start"), "iteration",
+                 dur=pl.col("dur_ns").cast(pl.Float64))
          .drop_nulls("start").sort("start"))
-    # (both sorted by start: with ``by`` polars cannot check it)
-    found = w.join_asof(launches, on="start", by="rank", strategy="backward", check_sortedness=False)
-    found = found.filter(pl.col("who").is_not_null() & (pl.col("who") != pl.col("rank")) & (pl.col("dur") > 0))
-    return found.select(pl.col("rank").cast(pl.Int32), pl.col("iteration").cast(pl.Int32), "dur",
-                        pl.col("who").cast(pl.Int32), pl.col("n").cast(pl.Int32))
+    # (both sorted by start, here the wait's end: with ``by`` polars cannot check it)
+    found = w.join_asof(launches, on="start", by=["rank", "kind"], strategy="backward", check_sortedness=False)
+    found = found.filter(pl.col("who").is_not_null() & (pl.col("who") != pl.col("rank")))
+    found = found.with_columns(dur=pl.min_horizontal("dur", (pl.col("last") - pl.col("own")).clip(lower_bound=0.0)))
+    return found.filter(pl.col("dur") > 0).select(pl.col("rank").cast(pl.Int32), pl.col("iteration").cast(pl.Int32),
+                                                  "dur", pl.col("who").cast(pl.Int32), pl.col("n").cast(pl.Int32))

@@ -155,9 +155,12 @@ def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | Non
         grid = grid.join(scales, on=["rank", "iteration"], how="left").with_columns(
             median=pl.col("median") * pl.col("scale").fill_null(1.0))
     grid = grid.with_columns(surplus=(pl.col("calls") - pl.col("median")).clip(lower_bound=0.0))
+    # (its calls counted as the peers' are: a launching op's, not its kernels', ``op_calls``)
+    lone_calls = op_calls(lone, ["rank", *group]).select("rank", *group, name="op", lone_calls="calls")
     lone = lone.with_columns(name=_op_of()).group_by(["rank", *group, "name"]).agg(
-        lone_calls=pl.col("calls").sum(), lone_own=(pl.col("calls") * pl.col("q")).sum(),
-        lone_fast=(pl.col("calls") * pl.col("fast")).sum(), lone_t=pl.col("t").sum())
+        lone_own=(pl.col("calls") * pl.col("q")).sum(),
+        lone_fast=(pl.col("calls") * pl.col("fast")).sum(), lone_t=pl.col("t").sum()).join(
+        lone_calls, on=["rank", *group, "name"])
     added = lone.join(grid.select("rank", *group, "name", "surplus"), on=["rank", *group, "name"]).with_columns(
         share=(pl.col("surplus") / pl.col("lone_calls")).clip(upper_bound=1.0)).filter(pl.col("share") > 0)
     if added.is_empty():

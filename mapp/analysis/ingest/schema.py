@@ -94,9 +94,10 @@ COMM_KERNEL_PATTERN = r"^(nccl|rccl|ncclDevKernel|ncclKernel)"
 COMM_WAIT_NAMES = ("grad_sync_wait", "param_sync_wait")
 
 # The capture's events for that overlapped communication: with ``async`` in their args the span
-# is only the launch (the wait is one of ``COMM_WAIT_NAMES``). Not so other asynchronous
-# collectives (``megatron_hooks.collectives``: a span from the launch until the handle's
-# ``wait()`` returns).
+# is only the launch; each wait above is for the launches of one of these, in this order
+# (``grad_sync_wait`` for ``grad_reduce``, ``param_sync_wait`` for ``param_gather``). Not so other
+# asynchronous collectives (``megatron_hooks.collectives``: a span from the launch until the
+# handle's ``wait()`` returns).
 LAUNCH_NAMES = ("grad_reduce", "param_gather")
 
 

@@ -159,3 +159,23 @@ def test_a_link_slow_by_its_typical_transfers_only_is_not_slow():
     # slower by its fastest by less than the threshold: not a slow link by its medians either
     obs, per = _batched([([0, 2], 180, True, 2.5), ([1, 3], 172, False, 1.0)], batched=False)
     assert _slow_links(_judged(obs, per)) == []
+
+
+def test_a_links_fastest_is_against_its_like_links_only():
+    from mapp.analysis.detect.bandwidth import _against_likes
+
+    step = ["what", "iteration"]
+
+    def lows(rows):
+        return pl.DataFrame([{"obs": o, "what": "p2p", "iteration": 0, "low": float(v)} for o, v in rows]).cast(
+            {"obs": pl.List(pl.Int32), "iteration": pl.Int32})
+
+    # one row a link: each against the median of the others
+    out = _against_likes(lows([([0, 1], 10), ([1, 2], 20), ([2, 3], 60)]), step).sort("low")
+    assert out["other"].to_list() == [40.0, 35.0, 15.0]
+    # a link with rows of two sizes in the step (sizes that never recur): its own other row is
+    # no like link of it
+    out = _against_likes(lows([([0, 1], 100), ([0, 1], 4_000_000), ([1, 2], 10), ([1, 2], 1000)]), step)
+    assert sorted(out["other"].to_list()) == [505.0, 505.0, 2_000_050.0, 2_000_050.0]
+    # a link alone in its step has nothing to be compared with
+    assert _against_likes(lows([([0, 1], 100), ([0, 1], 200)]), step).is_empty()
