@@ -6,7 +6,10 @@ did not wait; a message with an asynchronous side has no such time and is left o
 collective the shortest member duration (the last arriver's, which did not wait). No clock
 alignment is needed for either. Each link (a p2p pair) and each group (a collective's members)
 gets the median effective time per iteration; it is compared with its class (same kind, op,
-size, member count, and whether it crosses nodes) as a ratio.
+size, member count, and whether it crosses nodes) as a ratio. Slow by that median only where its
+fastest transfer of the size in that iteration is slower than its like links' too (``_fastest_too``:
+waiting only adds, so a late end raises the median, not the fastest); where processes share CPUs
+two like p2p links are compared by their fastest transfers alone (``_raised_floors``).
 
 Attribution: a *slow NIC* makes every inter-node link and group of one rank slow while the
 same links of its neighbours are fine; a *slow link* makes one pair slow (a p2p pair, or a

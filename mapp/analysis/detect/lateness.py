@@ -8,6 +8,11 @@ collective of another group (a TP peer of a slow GPU is late at its DP reduce-sc
 it waited inside TP). Per rank, the *net delay* (mean wait imposed per instance where it was
 last, summed, minus the waiting it suffered) separates the two: positive for a culprit, near
 zero or negative for its victims.
+
+A collective a rank only launched (``collectives.launch_only``: megatron-core's overlapped
+gradient reduce-scatter and parameter all-gather) keeps no one waiting at the call; who launched
+it last still counts as last, and the waiting is that of the spans in which the others waited for
+it (``grad_sync_wait``, ``param_sync_wait``: ``_launched_waits``), in ``waited_ns`` and ``blame_ns``.
 """
 
 from __future__ import annotations
