@@ -90,5 +90,7 @@ if __name__ == "__main__":
         main()
     except MappError as e:     # what the CLI would print
         print(f"{type(e).__name__}: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
+        # (not sys.exit: finalization with gloo's threads alive can abort the process,
+        # "terminate called without an active exception", seen once in a loaded test run)
+        exit_now(e.exit_code)
     exit_now()
