@@ -717,6 +717,41 @@ def test_work_a_rank_adds_in_every_iteration_is_slower_however_much_it_varies():
     assert [(s.rank, s.kind) for s in _combined(ev, sizes)] == [(2, "slow_compute")]
 
 
+def _replicas(extra_copies: int) -> pl.DataFrame:
+    """DP2 profiler-like ops, two replicas of other sequence lengths: per step 2 norms of one
+    shape on both (all they share), 40 GEMMs of a shape of each replica's own, and copies of
+    shapes of their own: 2 on rank 1, 2 + ``extra_copies`` on rank 0. Every call 1 ms."""
+    rows = []
+    for rank in range(2):
+        t = 0
+        for it in range(4):
+            own = "[4096,512]" if rank == 0 else "[1800,512]"
+            calls = ([("norm", "[512]")] * 2 + [("gemm", own + "x[512,512]")] * 40
+                     + [("copy", own)] * (2 + (extra_copies if rank == 0 else 0)))
+            for name, shape in calls:
+                t += 20 * US
+                rows.append(dict(rank=rank, name=name, cat="compute", lane="stream:7", ts_ns=t, dur_ns=MS,
+                                 iteration=it, shape=shape))
+                t += MS
+            t += 5 * MS
+    return frame(rows, [*_STAGE1, "shape"])
+
+
+def test_work_no_peer_ran_is_added_as_a_share_of_all_the_ranks_work():
+    # Replicas share only the 2 norms a step (2 ms of ~44 ms). One copy more on rank 0 (the
+    # distributed optimizer's shard of more tensors) is 1 ms of its 45: read against the
+    # shared 2 ms it was "1.5x"; against all its work, 1.02x: no suspect
+    sizes = {"tp": 1, "pp": 1, "dp": 2}
+    peers = compare_peers(_replicas(1), coords(sizes), sizes, **PEERS)
+    row = peers.ranks.filter(pl.col("rank") == 0).row(0, named=True)
+    assert row["slowdown"] < 1.05
+    assert _combined(_replicas(1), sizes) == []
+    # twenty copies more (20 ms of 64) are work added all the same
+    peers = compare_peers(_replicas(20), coords(sizes), sizes, **PEERS)
+    row = peers.ranks.filter(pl.col("rank") == 0).row(0, named=True)
+    assert row["slowdown"] > 1.3
+
+
 def test_a_middle_stage_of_more_layers_adds_no_work_by_its_own_optimizer_shapes():
     # PP3, one rank a stage, nothing slower: the middle stage holds 8 layers and the others 2
     # (the first and last lighter for the embedding and the loss). Each stage's optimizer runs
