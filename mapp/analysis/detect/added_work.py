@@ -18,7 +18,7 @@ import polars as pl
 from mapp.analysis.detect._stats import others_median
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["ADDED_SHARE", "ADDED_PART", "added_work", "op_calls", "with_added", "does_extra_work", "adds_work",
+__all__ = ["ADDED_SHARE", "ADDED_PART", "added_work", "op_calls", "op_of", "with_added", "does_extra_work", "adds_work",
            "added_slowdown", "added_evidence"]
 
 
@@ -35,7 +35,7 @@ def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     kernel it launched most often (a split-K GEMM launches a reduction kernel beside its own),
     its cost all its kernels' time. Elsewhere (CPU ops) an op is its name."""
     launcher = pl.col("shape").str.extract(r" <- (.+)$", 1)
-    rows = work.with_columns(op=pl.coalesce(launcher.str.extract(r"^(\S+)", 1), pl.col("name")),
+    rows = work.with_columns(op=op_of(),
                              call=pl.coalesce(launcher, pl.concat_str(pl.col("name"), pl.col("shape").fill_null(""),
                                                                       separator=" ")))
     per_call = rows.group_by([*keys, "op", "call"]).agg(calls=pl.col("calls").max(),
@@ -43,6 +43,12 @@ def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return per_call.group_by([*keys, "op"]).agg(
         pl.col("calls").sum(), pl.col("own").sum(),
         top=(pl.col("own") / pl.col("calls").clip(lower_bound=1e-9)).max())
+
+
+def op_of() -> pl.Expr:
+    """A kind's op, as :func:`op_calls` counts it: the CPU op that launched a kernel (its
+    ``shape``'s ``<- op [dims]``), else the kind's name."""
+    return pl.coalesce(pl.col("shape").str.extract(r" <- (\S+)", 1), pl.col("name"))
 
 
 ADDED_SHARE = 0.5

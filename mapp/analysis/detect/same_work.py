@@ -29,7 +29,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, within_rank_scale,
                                          z_critical)
-from mapp.analysis.detect.added_work import added_work, op_calls, with_added
+from mapp.analysis.detect.added_work import added_work, op_calls, op_of, with_added
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["self_times", "compare_same_work"]
@@ -157,7 +157,7 @@ def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | Non
     grid = grid.with_columns(surplus=(pl.col("calls") - pl.col("median")).clip(lower_bound=0.0))
     # (its calls counted as the peers' are: a launching op's, not its kernels', ``op_calls``)
     lone_calls = op_calls(lone, ["rank", *group]).select("rank", *group, name="op", lone_calls="calls")
-    lone = lone.with_columns(name=_op_of()).group_by(["rank", *group, "name"]).agg(
+    lone = lone.with_columns(name=op_of()).group_by(["rank", *group, "name"]).agg(
         lone_own=(pl.col("calls") * pl.col("q")).sum(),
         lone_fast=(pl.col("calls") * pl.col("fast")).sum(), lone_t=pl.col("t").sum()).join(
         lone_calls, on=["rank", *group, "name"])
@@ -168,12 +168,6 @@ def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | Non
     return added.group_by(["rank", "iteration"]).agg(
         extra_own=(pl.col("lone_own") * pl.col("share")).sum(),
         extra_fast=(pl.col("lone_fast") * pl.col("share")).sum(), extra_t=(pl.col("lone_t") * pl.col("share")).sum())
-
-
-def _op_of() -> pl.Expr:
-    """A kind's op, as ``added_work.op_calls`` counts it: the CPU op that launched a kernel, else
-    the kind's name."""
-    return pl.coalesce(pl.col("shape").str.extract(r" <- (\S+)", 1), pl.col("name"))
 
 
 def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarray) -> np.ndarray:
