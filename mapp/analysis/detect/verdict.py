@@ -423,8 +423,13 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     big_stalls = (stalled >= slowdown_threshold * busy and (row["gap_z"] or 0.0) > peers.z_crit / 2
                   and _stalls_last(peers, row["rank"]))
     imposes = leans or (_keeps_waiting(late) and (peers.ranks.height == 2 or big_stalls))
+    # Its stalls must be most of its extra idle time too: a host that sleeps or waits stalls,
+    # one that paces its GPU more slowly idles in short gaps all over (4 H100s, TP2 x PP2 under
+    # the profiler, 1.6x the layers' FLOPs on rank 1: rank 2, a stage behind, idled 58 ms a step
+    # more than its TP peer, 3.5 ms of it in stalls; the injected sleeps: nearly all)
     if (peers.pairs and imposes and not host and not extra and stalled >= peers.min_effect * busy
-            and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)):
+            and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)
+            and 2 * stalled >= gap_excess):
         host = True
     # A rank that is a suspect by its compute (or with stage 2) and idles longer than its peers
     # in nearly every iteration by the z of its idle time is a slow host that also launches late
@@ -463,7 +468,22 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # mapp's capture, no fault, twice: one rank's spans 1.23x and 1.48x its TP peer's, its
         # gaps of 1 ms and more 1.7-2.1% of its work, its gaps at z 1.0-2.5; 20 ms of host work
         # before each microbatch: 63%; simulated slow hosts: gaps at z 78-360)
-        if stalled < peers.min_effect * busy and not row["gap_flagged"]:
+        # Where its backward ops are not slower alike, idle gaps that stand out by their z but are
+        # a sliver of its work name no host: they are its host pacing the forward pass, as healthy
+        # ranks differ by (4 H100s, PP2 x DP2 under mapp's capture, lognormal lengths per replica,
+        # no fault: a stage-0 rank's spans 1.28x its peer's, backward ops unevenly, its gaps
+        # 2.5 ms a step more at z 5.8, 1.4% of its work). Where they are slower alike, its gaps
+        # are what tells its host from its GPU whatever their share (simulated hosts 10x slower
+        # at launching: backward ops 1.1-1.45x alike, gaps 1.7-2.7% of their work at z 200-570).
+        idles = row["gap_flagged"] and (gap_excess >= peers.min_effect * busy or bool(row.get("gpu_alike")))
+        # and stalls only where its forward pass hands over to the backward are its forward
+        # pass's host pacing (see above), whatever its backward ops say (4 H100s, TP2 x PP2 under
+        # mapp's capture, no fault: the last stage's TP rank 1 spans 1.20x, backward ops 1.11x
+        # unevenly, gaps 6.9 ms a step more, every stall of them at the hand-over); its idle
+        # time then names a host only where the rest of it, beside the hand-over, outweighs that
+        if stalled >= peers.min_effect * busy and handover >= CONSISTENT * stalled:
+            stalled, idles = 0.0, idles and gap_excess > 2 * handover
+        if stalled < peers.min_effect * busy and not idles:
             # where its backward ops are slower alike and only its forward pass slower still, a
             # host that neither stalls nor idles longer is no cause: its GPU is (4 H200s, TP2 x
             # DP2, 1.2x the layers' FLOPs on rank 0: every backward op 1.15x its peer's, its
@@ -473,7 +493,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                 return None
             # at what its backward ops say, its cost too: the forward pass adds its host's pace
             gpu = math.exp(float(row["ops_median"]))
-            launch, row = False, {**row, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}
+            launch, host, row = False, False, {**row, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}
         else:
             host = True
     if not (row["flagged"] or host):

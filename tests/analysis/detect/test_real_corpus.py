@@ -361,7 +361,7 @@ GPU4_MAPP_RIGHT_TODAY = [
     "gpt-tp2pp2-mapp-link0-2-s2-gpu",
 ]
 GPU4_MAPP_HOST_PACED = "gpt-tp2dp2-mapp-seqlognorm0.8-gpu"
-# no fault, but its host paced one rank's forward spans 1.28x its peer's: no GPU (the test below)
+# no fault, but its host paced one rank's forward spans 1.28x its peer's: no suspect (the test below)
 GPU4_MAPP_HOST_NAMED = "gpt-pp2dp2-mapp-seqlognorm0.5-gpu"
 
 
@@ -467,11 +467,12 @@ def test_a_rank_flagged_only_over_its_iterations_together_is_judged_by_its_backw
     # forward spans at ~2.2 ms a layer whatever their length (its DP peer's: 1.2-1.4 ms); its
     # backward ops matched its peer's. No single iteration stood out, their median did, and the
     # launch-bound test, which looked only at flagged iterations, never saw it: "slow compute
-    # 1.28x". Not a GPU (its host, idling at z 5.6 between spans, is what a verdict may name).
+    # 1.28x". Not a GPU; nor a host: its gaps stand out at z 5.8 but are 2.5 ms a step more
+    # than its peer's, 1.4% of its work ("slow host 1" 1.20x at 224c423).
     case = GPU4_MAPP_CASES[GPU4_MAPP_HOST_NAMED]
     shutil.copytree(case.directory, tmp_path / "job")
     verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
-    assert not [s for s in verdict.suspects if s.kind == "slow_compute"]
+    assert verdict.suspects == []
 
 
 def test_of_two_like_links_the_one_slower_in_every_iteration_is_named(tmp_path):
@@ -500,7 +501,10 @@ def test_a_host_at_an_end_of_a_link_whose_own_transfers_are_slow_is_the_links_vi
     top = verdict.suspects[0]
     assert top.slowdown > 8
     assert top.evidence["bandwidth"]["observations"][0]["fastest_ratio"] > 8   # its own transfers, raised
-    assert [(e["rank"], e["kind"]) for e in top.evidence["ends_waiting"]] == [(2, "slow_host")]
+    # and rank 2 is no host at all: 92% of its stalls beyond its peer's are where its forward
+    # passes hand over to the backward (its host pacing its forward pass; until 224c423 a "slow
+    # host" kept only as the link's victim, ``ends_waiting``)
+    assert "ends_waiting" not in top.evidence
 
 
 def test_every_listed_case_is_in_the_corpus_with_its_files():
@@ -947,4 +951,15 @@ def test_a_link_slow_by_its_typical_transfers_alone_is_no_slow_link():
     # medians (they waited for kernels queued ahead of them), their fastest 0.97x its: "slow
     # link 0<->2" before
     verdict = detect_bundle(load_bundle(PROD_CASES["gpt-pp2dp2-dopt-opg-mapp-healthy-p-gpu"].directory), threshold=0.1)
+    assert verdict.suspects == []
+
+
+def test_stalls_only_where_the_forward_hands_over_to_the_backward_name_no_host():
+    # 4 H100s, TP2 x PP2 with sequence parallelism, no fault (held-out `--set prodv`). The last
+    # stage's TP rank 1 paces its GPU more slowly: its spans 1.20x its TP peer's, its backward
+    # ops 1.11x but unevenly (a spread of 0.07 in log-ratio, its peers' 0.005), its gaps 6.9 ms a
+    # step more, every stall of 1 ms and more of them where its forward pass hands over to the
+    # backward. A host that sleeps or waits stalls before its forward passes; this is its forward
+    # pass's launching falling behind and catching up. Before: "slow host 3" 1.12x.
+    verdict = detect_bundle(load_bundle(PROD_CASES["gpt-tp2pp2-dopt-sp-mapp-healthy-pv-gpu"].directory), threshold=0.1)
     assert verdict.suspects == []
