@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -19,8 +19,8 @@ megatron-core DP2, TP2, PP2) for a machine of 2 GPUs, 5 iterations of which 3 ar
 (default out: ``tests/corpus/cases-gpu2``). Held out (for scoring, not tuning): ``--set vary`` /
 ``--set vary2`` (other values of the same jobs), ``--set pp4`` (4 pipeline stages, 4 ranks) and
 ``--set wide`` (8 ranks), ``--set sched`` (interleaved 1F1B, overlapped gradient reduction),
-``--set prod`` / ``--set prodv`` (GPUs only: distributed optimizer, sequence parallelism), see
-``vary_set``, ``pp4_set``, ``wide_set``, ``sched_set``, ``prod_set``, ``prodv_set``.
+``--set prod`` / ``--set prodv`` / ``--set prodw`` (GPUs only: distributed optimizer, sequence parallelism), see
+``vary_set``, ``pp4_set``, ``wide_set``, ``sched_set``, ``prod_set``, ``prodv_set``, ``prodw_set``.
 
 Device: ``--gpu`` runs a set with NCCL, one process per GPU, with GPU-sized models and extra GPU
 kernels as the injected work (ids end in ``-gpu``, or ``-gpu2`` for ``--set gpu2``; default out
@@ -761,9 +761,40 @@ def prodv_set(seed: int = PRODV_SEED) -> list[Case]:
     ]
 
 
+PRODW_SEED = 37
+
+
+def prodw_set(seed: int = PRODW_SEED) -> list[Case]:
+    """More jobs of ``--set prod``'s settings (``--set prodw``, 4 GPUs, seed 37), made after the
+    detector was changed on ``prod``'s and ``prodv``'s: TP pairs with no fault above all (where
+    one TP rank's host pacing its GPU was named a slow host), beside faults of every kind on
+    ranks and layouts neither set used. Ids end in ``-pw``."""
+    def g(layout, fmt, variant, sp=False, overlap=True, vpp=None, **k):
+        return _production(gpt_case(layout, fmt, variant, seed=seed, tag="-pw", **k), sp, overlap, vpp)
+
+    return [
+        g("tp2dp2", "mapp-v1", "healthy", sp=True, overlap=False),
+        g("tp2pp2", "mapp-v1", "healthy", sp=True, overlap=False, vpp=2),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sp=True, sigma=0.9),
+        g("tp2pp2", "mapp-v1", "laststage", sp=True, overlap=False, last_layers=3),
+        g("tp2dp2", "mapp-v1", "hostsleep", sp=True, rank=2, ms=25, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("tp2pp2", "mapp-v1", "beforemb", sp=True, overlap=False, rank=0, ms=25),
+        g("pp2dp2", "mapp-v1", "layer", rank=3, factor=1.6),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("tp2dp2", "kineto", "healthy", sp=True, overlap=False),
+        g("tp2pp2", "kineto", "healthy", sp=True, overlap=False),
+        g("tp2pp2", "kineto", "seqlognorm", sp=True, overlap=False, sigma=0.9),
+        g("dp4", "kineto", "hostsleep", rank=1, ms=25, gpu_ms=GPU2_HOSTSLEEP_MS),
+        g("pp2dp2", "kineto", "layer", rank=0, factor=1.5),
+        g("tp2dp2", "kineto", "beforemb", sp=True, rank=2, ms=25),
+        g("pp2dp2", "kineto", "link", link=(0, 2)),
+        g("dp4", "kineto", "healthy", overlap=False),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
-        "prod": prod_set, "prodv": prodv_set}
+        "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1325,8 +1356,8 @@ def main(argv=None) -> int:
     nproc = args.nproc or worlds[0]
     if worlds != [nproc]:
         p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
-    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "prod", "prodv") else "cpu")) == "gpu"
-    if args.set in ("prod", "prodv") and not gpu:
+    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "prod", "prodv", "prodw") else "cpu")) == "gpu"
+    if args.set in ("prod", "prodv", "prodw") and not gpu:
         p.error(f"--set {args.set} runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
     cases = everything
@@ -1341,7 +1372,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -79,7 +79,7 @@ def test_a_heavier_last_stage_of_four_keeps_one_layer_on_every_other_stage():
 
 
 def test_the_schedules_set_runs_only_schedules_no_other_set_runs():
-    others = [c for name, build in make_corpus.SETS.items() if name not in ("sched", "prod", "prodv") for c in build()]
+    others = [c for name, build in make_corpus.SETS.items() if name not in ("sched", "prod", "prodv", "prodw") for c in build()]
     assert not any("--vpp" in c.args or "--overlap-grad-reduce" in c.args for c in others)
     cases = make_corpus.sched_set()
     assert all(c.id.endswith("-s") for c in cases) and {make_corpus.world_of(c.layout) for c in cases} == {4}
@@ -95,16 +95,19 @@ def test_the_schedules_set_runs_only_schedules_no_other_set_runs():
 
 
 def test_the_production_set_runs_the_distributed_optimizer_on_gpus_only():
-    others = [c for name, build in make_corpus.SETS.items() if name not in ("prod", "prodv") for c in build()]
+    others = [c for name, build in make_corpus.SETS.items() if name not in ("prod", "prodv", "prodw") for c in build()]
     assert not any(f in c.args for c in others
                    for f in ("--distributed-optimizer", "--sequence-parallel", "--overlap-param-gather"))
-    prod, prodv = make_corpus.prod_set(), make_corpus.prodv_set()
+    prod, prodv, prodw = make_corpus.prod_set(), make_corpus.prodv_set(), make_corpus.prodw_set()
     assert all(c.id.endswith("-p") for c in prod) and all(c.id.endswith("-pv") for c in prodv)
-    assert not {c.id[:-2] for c in prod} & {c.id[:-3] for c in prodv}   # the variations are other jobs
-    for cases in (prod, prodv):
+    assert all(c.id.endswith("-pw") for c in prodw)
+    # the variations are other jobs
+    assert not {c.id[:-2] for c in prod} & {c.id[:-3] for c in prodv}
+    assert not ({c.id[:-2] for c in prod} | {c.id[:-3] for c in prodv}) & {c.id[:-3] for c in prodw}
+    for cases in (prod, prodv, prodw):
         assert {make_corpus.world_of(c.layout) for c in cases} == {4}
         assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
-    for case in prod + prodv:
+    for case in prod + prodv + prodw:
         args = make_corpus.job_args(case, gpu=True)
         assert "--distributed-optimizer" in args and "--bf16" in args, case.id
         assert ("--sequence-parallel" in args) == (case.layout["tp"] > 1), case.id
