@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -104,13 +104,15 @@ LAYOUTS = {"tp2dp2": {"tp": 2, "pp": 1, "dp": 2}, "pp2dp2": {"tp": 1, "pp": 2, "
            "dp2": {"tp": 1, "pp": 1, "dp": 2}, "tp2": {"tp": 2, "pp": 1, "dp": 1},
            "pp2": {"tp": 1, "pp": 2, "dp": 1}, "pp4": {"tp": 1, "pp": 4, "dp": 1},
            "pp4dp2": {"tp": 1, "pp": 4, "dp": 2}, "pp2dp4": {"tp": 1, "pp": 2, "dp": 4},
-           "tp2pp2dp2": {"tp": 2, "pp": 2, "dp": 2}, "dp8": {"tp": 1, "pp": 1, "dp": 8}}
+           "tp2pp2dp2": {"tp": 2, "pp": 2, "dp": 2}, "dp8": {"tp": 1, "pp": 1, "dp": 8},
+           "pp2dp32": {"tp": 1, "pp": 2, "dp": 32}}
 GPT_LAYOUT_ARGS = {"tp2dp2": ["--tp", "2", "--pp", "1"], "pp2dp2": ["--tp", "1", "--pp", "2"],
                    "tp2pp2": ["--tp", "2", "--pp", "2"], "dp4": ["--tp", "1", "--pp", "1"],
                    "dp2": ["--tp", "1", "--pp", "1"], "tp2": ["--tp", "2", "--pp", "1"],
                    "pp2": ["--tp", "1", "--pp", "2"], "pp4": ["--tp", "1", "--pp", "4"],
                    "pp4dp2": ["--tp", "1", "--pp", "4"], "pp2dp4": ["--tp", "1", "--pp", "2"],
-                   "tp2pp2dp2": ["--tp", "2", "--pp", "2"], "dp8": ["--tp", "1", "--pp", "1"]}
+                   "tp2pp2dp2": ["--tp", "2", "--pp", "2"], "dp8": ["--tp", "1", "--pp", "1"],
+                   "pp2dp32": ["--tp", "1", "--pp", "2"]}
 
 
 def world_of(layout: dict) -> int:
@@ -792,9 +794,33 @@ def prodw_set(seed: int = PRODW_SEED) -> list[Case]:
     ]
 
 
+SCALE_SEED = 41
+
+
+def scale_set(seed: int = SCALE_SEED) -> list[Case]:
+    """Held-out scale (``--set scale``, 64 ranks): megatron-core PP2 x DP32 on CPU (gloo, one
+    process per core of a 64-core machine), the job of issue 13's class 3 (heavy-tailed
+    sequence lengths per replica named 52 GPU suspects) and faults at that width, which only
+    the simulator had reached. Ids end in ``-x``. Megatron's rank order: stage ``r // 32``,
+    replica ``r % 32``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-x", **k)
+
+    return [
+        g("pp2dp32", "mapp-v1", "healthy"),
+        g("pp2dp32", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp32", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp32", "mapp-v1", "layer", rank=37, factor=1.5),
+        g("pp2dp32", "mapp-v1", "hostsleep", rank=20, ms=30),
+        g("pp2dp32", "kineto", "seqlognorm", sigma=0.9),
+        g("pp2dp32", "kineto", "layer", rank=5, factor=1.5),
+        g("pp2dp32", "kineto", "healthy"),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
-        "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set}
+        "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1372,7 +1398,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:
