@@ -151,9 +151,14 @@ def _evidence_line(s) -> str:
                          f"(+{p['added_work']['excess_ms_per_iteration']:.2f} ms/it)")
     lb = e.get("launch_bound")
     if lb and s.kind == "slow_host":
-        parts.append(f"{lb.get('why') or 'its ops slower unevenly'} (log-ratio spread {lb['ops_spread']:.2f} around "
-                     f"{lb['ops_median']:.2f}, its peers' {lb.get('peers_spread', 0.0):.2f}): its GPU waits for its host's "
-                     "launches")
+        # (a number the ops could not give, none of their ratios known, is left out)
+        spread = [f"log-ratio spread {lb['ops_spread']:.2f}" if lb.get("ops_spread") is not None else None,
+                  f"around {lb['ops_median']:.2f}" if lb.get("ops_median") is not None else None,
+                  f"its peers' {lb['peers_spread']:.2f}" if lb.get("peers_spread") is not None else None]
+        said = " ".join(x for x in spread[:2] if x)
+        said = ", ".join(x for x in (said, spread[2]) if x)
+        parts.append(f"{lb.get('why') or 'its ops slower unevenly'}" + (f" ({said})" if said else "")
+                     + ": its GPU waits for its host's launches")
     g = e.get("launch_gaps")
     if g and s.kind == "slow_host":
         parts.append(f"launch gaps +{g['excess_ms_per_iteration']:.2f} ms/it (z {g['z']:.1f})")

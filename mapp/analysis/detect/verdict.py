@@ -540,9 +540,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     if (extra or (adds and shared_cpus)) and not host:
         evidence["peers"]["added_work"] = added_evidence(row)
     if launch:
-        evidence["launch_bound"] = {"why": row["launch_why"], "ops_spread": round(float(row["ops_spread"]), 3),
-                                    "ops_median": round(float(row["ops_median"]), 3),
-                                    "peers_spread": round(float(row["peers_spread"]), 3)}
+        evidence["launch_bound"] = {"why": row["launch_why"], **{
+            k: None if row.get(k) is None else round(float(row[k]), 3) for k in ("ops_spread", "ops_median", "peers_spread")}}
     return Suspect(
         rank=row["rank"], kind="slow_host" if host else "slow_compute", coords=coords.get(row["rank"]),
         confidence=min(0.99, 0.5 + 0.3 * c1 + 0.19 * c2), slowdown=slowdown,
