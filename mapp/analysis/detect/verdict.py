@@ -24,6 +24,7 @@ from mapp.analysis.detect.added_work import added_evidence, added_slowdown, adds
 from mapp.analysis.detect.bandwidth import FLOOR_RATIO, BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdict
 from mapp.analysis.detect.imbalance import heavy_replicas, suspects_stages, workload_imbalance
+from mapp.analysis.detect.idle import NOISE
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
@@ -483,6 +484,16 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # time then names a host only where the rest of it, beside the hand-over, outweighs that
         if stalled >= peers.min_effect * busy and handover >= CONSISTENT * stalled:
             stalled, idles = 0.0, idles and gap_excess > 2 * handover
+        # Where every rank's spans are host-paced (their ops scatter beyond ``idle.NOISE``), a
+        # rank's longer spans are its host's pace, by which two healthy hosts differ by far more
+        # than a threshold, and they judge no GPU: its host is named only by idle time (stalls,
+        # or gaps) of the threshold's share of its work (2 H100s, TP2 under mapp's capture,
+        # lognormal lengths, no fault: rank 1's spans 1.69x its peer's at z 2.1, its idle time
+        # 3.6% of its work: "slow host 1" 1.35x; injected sleeps and work before each microbatch
+        # on launch-bound ranks stalled 36-215% of their work; a simulated host 20x slower at
+        # launching idled 10.6%)
+        if (row.get("peers_spread") or 0.0) > NOISE and max(stalled, gap_excess) < slowdown_threshold * busy:
+            return None
         if stalled < peers.min_effect * busy and not idles:
             # where its backward ops are slower alike and only its forward pass slower still, a
             # host that neither stalls nor idles longer is no cause: its GPU is (4 H200s, TP2 x

@@ -979,3 +979,14 @@ def test_a_launch_bound_rank_whose_ops_give_no_median_ratio_is_reported_without_
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     verdict = json.loads((tmp_path / "verdict.json").read_text())
     assert "suspects" in verdict and "traced ranks" in proc.stdout
+
+
+def test_where_every_ranks_spans_are_host_paced_a_host_is_named_only_by_idle_time_of_the_thresholds_share():
+    # The job above: both ranks' spans host-paced (their backward ops scatter by 0.77-0.88 in
+    # log-ratio), rank 1's 1.69x rank 0's at z 2.1, last at 82% of their collectives, its idle
+    # time beyond its peer's 3.6% of its work (3.5% in stalls of 1 ms and more). Two healthy
+    # hosts pace their GPUs differently by far more than a threshold; a host that sleeps or waits
+    # idles (the injected faults on launch-bound ranks: 36-215% of their work). Before: "slow
+    # host 1" 1.35x.
+    verdict = detect_bundle(load_bundle(GPU2_CASES["gpt-tp2-mapp-seqlognorm1-v-gpu2"].directory), threshold=0.1)
+    assert verdict.suspects == []
