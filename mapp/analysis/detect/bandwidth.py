@@ -436,6 +436,19 @@ CHANCE = 0.05
 where that is at least this likely for some one of them, at the rate its like links were slow."""
 
 
+_NO_KIND = -2
+"""``_by_chance``'s key for a null ``kind`` (sizes are >= 0, and -1 means every size)."""
+
+
+def _binomial_tail(k: int, m: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(m, p), 0 < p < 1, summed in logs: a long trace has a link's
+    rows by the thousand, where C(m, j) overflows a float."""
+    log_p, log_q = math.log(p), math.log1p(-p)
+    head = math.lgamma(m + 1)
+    return min(1.0, sum(math.exp(head - math.lgamma(j + 1) - math.lgamma(m - j + 1) + j * log_p + (m - j) * log_q)
+                        for j in range(k, m + 1)))
+
+
 def _by_chance(per: pl.DataFrame) -> pl.DataFrame:
     """``chance``: the link's transfers of that kind were slow in as many iterations as the
     rate of its like links' (same op, size and reach; three or more links) makes likely for
@@ -446,8 +459,12 @@ def _by_chance(per: pl.DataFrame) -> pl.DataFrame:
     slow in 20 of 128 group-steps, 16 groups at least once, one in 3 of 4 steps at 4.8-10x).
     A faulty link is slow where its like links are not, and passes whatever its count; the rate
     is of the like links slow in fewer than ``CONSISTENT`` of their iterations."""
-    like = ["what", "inter", "kind", "size"]
-    links = per.group_by(*_KIND, "size").agg(k=pl.col("slow").sum(), m=pl.len())
+    # (a collective whose instances recorded no size has a null kind: a key of its own here, so
+    # that its rows group and join back like any other's)
+    keyed = per.with_columns(_kind=pl.col("kind").fill_null(_NO_KIND))
+    key = ["obs", "what", "inter", "_kind", "size"]
+    like = ["what", "inter", "_kind", "size"]
+    links = keyed.group_by(*key).agg(k=pl.col("slow").sum(), m=pl.len())
     # the rate of like links slow now and then: links slow in most iterations are left out of
     # it, for several faulty links of one class must not excuse each other (a NIC's links)
     now_and_then = pl.col("k") < CONSISTENT * pl.col("m")
@@ -458,15 +475,12 @@ def _by_chance(per: pl.DataFrame) -> pl.DataFrame:
     own_m = pl.when(now_and_then).then(pl.col("m")).otherwise(0)
     rate = (pl.col("total_k") - own_k) / (pl.col("total_m") - own_m)
     links = links.with_columns(p=pl.when(pl.col("total_m") > own_m).then(rate).otherwise(0.0))
-
-    def tail(r: dict) -> bool:
-        k, m, p = int(r["k"]), int(r["m"]), float(r["p"])
-        return r["n_links"] * sum(math.comb(m, j) * p ** j * (1 - p) ** (m - j) for j in range(k, m + 1)) >= CHANCE
-
     candidates = links.filter((pl.col("k") > 0) & (pl.col("p") > 0) & (pl.col("n_links") >= 3))
-    by_chance = candidates.filter(pl.Series([tail(r) for r in candidates.iter_rows(named=True)], dtype=pl.Boolean))
-    return per.join(by_chance.select(*_KIND, "size").with_columns(chance=pl.lit(True)), on=[*_KIND, "size"],
-                    how="left").with_columns(pl.col("chance").fill_null(False))
+    by_chance = candidates.filter(pl.Series(
+        [r["n_links"] * _binomial_tail(int(r["k"]), int(r["m"]), float(r["p"])) >= CHANCE
+         for r in candidates.iter_rows(named=True)], dtype=pl.Boolean))
+    return keyed.join(by_chance.select(*key).with_columns(chance=pl.lit(True)), on=key, how="left").with_columns(
+        pl.col("chance").fill_null(False)).drop("_kind")
 
 
 def _attribute(per: pl.DataFrame, shared_cpus: bool) -> list[LinkFinding]:

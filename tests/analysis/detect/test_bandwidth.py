@@ -4,11 +4,13 @@ their like links (``_added_traffic``)."""
 
 from __future__ import annotations
 
-import polars as pl
-
 from types import SimpleNamespace
 
+import polars as pl
+import pytest
+
 from mapp.analysis.detect.bandwidth import (_added_traffic, _attribute, _batched_links, _batched_with_others,
+                                            _binomial_tail, _by_chance,
                                             _fastest_too, _raised_floors, _with_floors)
 
 LINKS = [[0, 4], [1, 5], [2, 6], [3, 7]]
@@ -179,3 +181,25 @@ def test_a_links_fastest_is_against_its_like_links_only():
     assert sorted(out["other"].to_list()) == [505.0, 505.0, 2_000_050.0, 2_000_050.0]
     # a link alone in its step has nothing to be compared with
     assert _against_likes(lows([([0, 1], 100), ([0, 1], 200)]), step).is_empty()
+
+
+def test_the_binomial_tail_is_exact_on_few_iterations_and_finite_on_thousands():
+    assert _binomial_tail(3, 4, 0.137) == pytest.approx(4 * 0.137 ** 3 * 0.863 + 0.137 ** 4)
+    assert _binomial_tail(0, 10, 0.3) == pytest.approx(1.0)
+    # a link's rows by the thousand, where C(1100, j) overflows a float: 11 slow expected, so 5
+    # or more is nearly certain (an OverflowError stopped stage 3 before)
+    assert 0.95 < _binomial_tail(5, 1100, 0.01) <= 1.0
+
+
+@pytest.mark.parametrize("kind", [1024, None])
+def test_like_links_of_a_collective_that_recorded_no_size_are_judged_by_chance_too(kind):
+    # 4 like groups over 4 iterations, each slow in 2 of them: any one so slow is what chance
+    # makes likely. A collective whose instances recorded no size has a null kind; its rows
+    # were left out of the judgement (the join dropped null keys) and stayed "not by chance".
+    rows = [dict(obs=[2 * g, 2 * g + 1], what="all_reduce/dp", inter=False, kind=kind, size=2, iteration=it,
+                 slow=it in ((0, 1), (1, 2), (2, 3), (3, 0))[g]) for g in range(4) for it in range(4)]
+    per = pl.DataFrame(rows, schema={"obs": pl.List(pl.Int32), "what": pl.String, "inter": pl.Boolean,
+                                     "kind": pl.Int64, "size": pl.UInt32, "iteration": pl.Int32, "slow": pl.Boolean})
+    out = _by_chance(per)
+    assert out.height == per.height and out["chance"].all()
+    assert out["kind"].to_list() == per["kind"].to_list()
