@@ -464,7 +464,11 @@ def _by_chance(per: pl.DataFrame) -> pl.DataFrame:
     keyed = per.with_columns(_kind=pl.col("kind").fill_null(_NO_KIND))
     key = ["obs", "what", "inter", "_kind", "size"]
     like = ["what", "inter", "_kind", "size"]
-    links = keyed.group_by(*key).agg(k=pl.col("slow").sum(), m=pl.len())
+    # a link whose fastest transfers were raised above its like links' in nearly every iteration
+    # (``_raised_floors``: waiting only adds) is slow by itself, which no rate of like links
+    # slow by their typical transfers excuses
+    raised = pl.col("floor_ratio").is_not_null().any() if "floor_ratio" in per.columns else pl.lit(False)
+    links = keyed.group_by(*key).agg(k=pl.col("slow").sum(), m=pl.len(), raised=raised)
     # the rate of like links slow now and then: links slow in most iterations are left out of
     # it, for several faulty links of one class must not excuse each other (a NIC's links)
     now_and_then = pl.col("k") < CONSISTENT * pl.col("m")
@@ -475,7 +479,7 @@ def _by_chance(per: pl.DataFrame) -> pl.DataFrame:
     own_m = pl.when(now_and_then).then(pl.col("m")).otherwise(0)
     rate = (pl.col("total_k") - own_k) / (pl.col("total_m") - own_m)
     links = links.with_columns(p=pl.when(pl.col("total_m") > own_m).then(rate).otherwise(0.0))
-    candidates = links.filter((pl.col("k") > 0) & (pl.col("p") > 0) & (pl.col("n_links") >= 3))
+    candidates = links.filter((pl.col("k") > 0) & (pl.col("p") > 0) & (pl.col("n_links") >= 3) & ~pl.col("raised"))
     by_chance = candidates.filter(pl.Series(
         [r["n_links"] * _binomial_tail(int(r["k"]), int(r["m"]), float(r["p"])) >= CHANCE
          for r in candidates.iter_rows(named=True)], dtype=pl.Boolean))

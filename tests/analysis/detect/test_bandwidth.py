@@ -203,3 +203,17 @@ def test_like_links_of_a_collective_that_recorded_no_size_are_judged_by_chance_t
     out = _by_chance(per)
     assert out.height == per.height and out["chance"].all()
     assert out["kind"].to_list() == per["kind"].to_list()
+
+
+def test_a_link_whose_fastest_transfers_were_raised_is_not_excused_as_chance():
+    # The four like groups above, each slow in 2 of 4 iterations by their typical transfers:
+    # chance. One whose fastest transfers took 3x its like links' in every iteration
+    # (``_raised_floors``) is slow by itself: its like links' rate does not excuse it.
+    rows = [dict(obs=[2 * g, 2 * g + 1], what="p2p", inter=False, kind=1024, size=2, iteration=it,
+                 slow=it in ((0, 1), (1, 2), (2, 3), (3, 0))[g], floor_ratio=3.0 if g == 0 else None)
+            for g in range(4) for it in range(4)]
+    per = pl.DataFrame(rows, schema={"obs": pl.List(pl.Int32), "what": pl.String, "inter": pl.Boolean,
+                                     "kind": pl.Int64, "size": pl.UInt32, "iteration": pl.Int32, "slow": pl.Boolean,
+                                     "floor_ratio": pl.Float64})
+    chance = {tuple(obs): c for obs, c in _by_chance(per).group_by("obs").agg(pl.col("chance").all()).iter_rows()}
+    assert chance == {(0, 1): False, (2, 3): True, (4, 5): True, (6, 7): True}
