@@ -1,4 +1,5 @@
-"""Robust statistics shared by the stages: median/MAD scales and the multiple-testing cut-off."""
+"""Robust statistics shared by the stages: median/MAD scales, the multiple-testing cut-off and the
+binomial tail."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
-__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "z_critical", "robust_scale", "within_rank_scale", "others_median"]
+__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "z_critical", "robust_scale", "within_rank_scale", "others_median",
+           "binomial_tail"]
 
 MAD_TO_SIGMA = 1.4826
 """MAD x this estimates the standard deviation of normally distributed data."""
@@ -61,3 +63,12 @@ def others_median(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     out = np.empty(len(g))
     out[order] = (others_at(lo) + others_at(hi)) / 2
     return out
+
+
+def binomial_tail(k: np.ndarray, m: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """P(X >= k) for X ~ Binomial(m, p), elementwise (scipy's survival function, finite for
+    counts by the thousand, where C(m, j) overflows a float)."""
+    from scipy.stats import binom   # (scipy.stats takes about a second to import: only when needed)
+
+    # (signed: unsigned counts of 0 would wrap round at k - 1)
+    return binom.sf(np.asarray(k, dtype=np.int64) - 1, np.asarray(m, dtype=np.int64), np.asarray(p, dtype=np.float64))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from mapp.analysis.detect._stats import others_median, robust_scale, z_critical
+from mapp.analysis.detect._stats import binomial_tail, others_median, robust_scale, z_critical
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["BandwidthEvidence", "LinkFinding", "link_bandwidth"]
@@ -440,15 +440,6 @@ _NO_KIND = -2
 """``_by_chance``'s key for a null ``kind`` (sizes are >= 0, and -1 means every size)."""
 
 
-def _binomial_tail(k: int, m: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(m, p), 0 < p < 1, summed in logs: a long trace has a link's
-    rows by the thousand, where C(m, j) overflows a float."""
-    log_p, log_q = math.log(p), math.log1p(-p)
-    head = math.lgamma(m + 1)
-    return min(1.0, sum(math.exp(head - math.lgamma(j + 1) - math.lgamma(m - j + 1) + j * log_p + (m - j) * log_q)
-                        for j in range(k, m + 1)))
-
-
 def _by_chance(per: pl.DataFrame) -> pl.DataFrame:
     """``chance``: the link's transfers of that kind were slow in as many iterations as the
     rate of its like links' (same op, size and reach; three or more links) makes likely for
@@ -480,9 +471,10 @@ def _by_chance(per: pl.DataFrame) -> pl.DataFrame:
     rate = (pl.col("total_k") - own_k) / (pl.col("total_m") - own_m)
     links = links.with_columns(p=pl.when(pl.col("total_m") > own_m).then(rate).otherwise(0.0))
     candidates = links.filter((pl.col("k") > 0) & (pl.col("p") > 0) & (pl.col("n_links") >= 3) & ~pl.col("raised"))
-    by_chance = candidates.filter(pl.Series(
-        [r["n_links"] * _binomial_tail(int(r["k"]), int(r["m"]), float(r["p"])) >= CHANCE
-         for r in candidates.iter_rows(named=True)], dtype=pl.Boolean))
+    if candidates.is_empty():
+        return per.with_columns(chance=pl.lit(False))
+    tail = binomial_tail(candidates["k"].to_numpy(), candidates["m"].to_numpy(), candidates["p"].to_numpy())
+    by_chance = candidates.filter(pl.Series(candidates["n_links"].to_numpy() * tail >= CHANCE, dtype=pl.Boolean))
     return keyed.join(by_chance.select(*key).with_columns(chance=pl.lit(True)), on=key, how="left").with_columns(
         pl.col("chance").fill_null(False)).drop("_kind")
 

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
+from mapp.analysis.detect._stats import binomial_tail as _binomial_tail
 from mapp.analysis.detect.bandwidth import (_added_traffic, _attribute, _batched_links, _batched_with_others,
-                                            _binomial_tail, _by_chance,
-                                            _fastest_too, _raised_floors, _with_floors)
+                                            _by_chance, _fastest_too, _raised_floors, _with_floors)
 
 LINKS = [[0, 4], [1, 5], [2, 6], [3, 7]]
 
