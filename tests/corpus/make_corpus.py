@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -19,7 +19,8 @@ megatron-core DP2, TP2, PP2) for a machine of 2 GPUs, 5 iterations of which 3 ar
 (default out: ``tests/corpus/cases-gpu2``). Held out (for scoring, not tuning): ``--set vary`` /
 ``--set vary2`` (other values of the same jobs), ``--set pp4`` (4 pipeline stages, 4 ranks) and
 ``--set wide`` (8 ranks), ``--set sched`` (interleaved 1F1B, overlapped gradient reduction),
-``--set prod`` / ``--set prodv`` / ``--set prodw`` (GPUs only: distributed optimizer, sequence parallelism), see
+``--set prod`` / ``--set prodv`` / ``--set prodw`` (GPUs only: distributed optimizer, sequence parallelism),
+``--set fresh`` / ``--set fresh2`` (every 4-rank layout again, a third and a fourth GPU model shape), see
 ``vary_set``, ``pp4_set``, ``wide_set``, ``sched_set``, ``prod_set``, ``prodv_set``, ``prodw_set``.
 
 Device: ``--gpu`` runs a set with NCCL, one process per GPU, with GPU-sized models and extra GPU
@@ -818,9 +819,101 @@ def scale_set(seed: int = SCALE_SEED) -> list[Case]:
     ]
 
 
+FRESH_SEED = 43
+# --set fresh on GPUs: a third model shape (other GEMM shapes again) and twice the microbatches,
+# so that a pipeline's steady state, not its warm-up, is most of a step
+GPT_GPU_FRESH = ["--layers", "8", "--hidden", "2560", "--heads", "20", "--seq", "2048", "--vocab", "51200",
+                 "--micro-batch-size", "1", "--num-microbatches", "8", "--bf16"]
+
+
+def _reshaped(case: Case, shape: list[str]) -> Case:
+    """``case`` with ``shape`` in place of GPT_GPU's model shape on GPUs."""
+    n = len(GPT_LAYOUT_ARGS[next(k for k, v in LAYOUTS.items() if v == case.layout and f"-{k}-" in f"-{case.id}")])
+    assert case.gpu_args[n:n + len(GPT_GPU)] == GPT_GPU, case.id
+    case.gpu_args[n:n + len(GPT_GPU)] = shape
+    return case
+
+
+def fresh_set(seed: int = FRESH_SEED) -> list[Case]:
+    """Held out again (``--set fresh``, 4 ranks, seed 43), made after session 23's changes: every
+    layout of 4 ranks with values no other set uses (slowdowns 1.2-2x, 15 ms before-microbatch
+    work, 40 ms host sleeps on GPUs, sigma 1.1, other ranks and links) and on GPUs a third model
+    shape with 8 microbatches. Ids end in ``-f``."""
+    def g(layout, fmt, variant, **k):
+        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f", **k), GPT_GPU_FRESH)
+
+    return [
+        _plain("ddp4", "dp4", seed, tag="-f"),
+        _plain("ddp4", "dp4", seed, rank=1, factor=1.4, tag="-f"),
+        _plain("fsdp4", "dp4", seed, rank=2, sleep_ms=40, tag="-f"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=0, factor=1.8, tag="-f"),
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=1, factor=1.2),
+        g("pp2dp2", "mapp-v1", "layer", rank=2, factor=1.35),
+        g("tp2pp2", "mapp-v1", "layer", rank=2, factor=1.8),
+        g("pp4", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=0, ms=15),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=0, ms=15, gpu_ms=40),
+        g("pp4", "mapp-v1", "link", link=(2, 3)),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=1.1),
+        # megatron-core, torch.profiler
+        g("tp2dp2", "kineto", "healthy"),
+        g("pp4", "kineto", "healthy"),
+        g("dp4", "kineto", "layer", rank=0, factor=1.3),
+        g("pp2dp2", "kineto", "layer", rank=1, factor=2.0),
+        g("tp2pp2", "kineto", "beforemb", rank=3, ms=15),
+        g("pp4", "kineto", "hostsleep", rank=1, ms=15, gpu_ms=40),
+        g("pp2dp2", "kineto", "link", link=(1, 3)),
+        g("pp2dp2", "kineto", "laststage", last_layers=3),
+        g("dp4", "kineto", "seqlognorm", sigma=1.1),
+    ]
+
+
+FRESH2_SEED = 47
+# --set fresh2 on GPUs: a fourth model shape (wider, shorter sequences, 2 sequences a microbatch)
+GPT_GPU_FRESH2 = ["--layers", "8", "--hidden", "3584", "--heads", "28", "--seq", "1024", "--vocab", "32768",
+                  "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh2_set(seed: int = FRESH2_SEED) -> list[Case]:
+    """Held out after ``--set fresh``'s changes (``--set fresh2``, 4 ranks, seed 47): every
+    4-rank layout again with other values (slowdowns 1.25-2x, 20 ms before-microbatch work, 60 ms
+    host sleeps on GPUs, other ranks and links) and on GPUs a fourth model shape. Ids end in
+    ``-f2``."""
+    def g(layout, fmt, variant, **k):
+        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f2", **k), GPT_GPU_FRESH2)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=2, factor=2.0, tag="-f2"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.5, tag="-f2"),
+        _plain("fsdp4", "dp4", seed, tag="-f2"),
+        # megatron-core, mapp capture
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=2, factor=1.5),
+        g("pp2dp2", "mapp-v1", "layer", rank=3, factor=1.25),
+        g("pp4", "mapp-v1", "layer", rank=1, factor=1.6),
+        g("tp2pp2", "mapp-v1", "beforemb", rank=1, ms=20),
+        g("dp4", "mapp-v1", "hostsleep", rank=2, ms=20, gpu_ms=60),
+        g("tp2pp2", "mapp-v1", "link", link=(0, 2)),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        # megatron-core, torch.profiler
+        g("pp2dp2", "kineto", "healthy"),
+        g("tp2pp2", "kineto", "layer", rank=0, factor=1.5),
+        g("pp4", "kineto", "layer", rank=2, factor=1.5),
+        g("dp4", "kineto", "beforemb", rank=3, ms=20),
+        g("tp2dp2", "kineto", "hostsleep", rank=3, ms=20, gpu_ms=60),
+        g("tp2pp2", "kineto", "seqlognorm", sigma=1.0),
+        g("pp4", "kineto", "link", link=(1, 2)),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
-        "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set}
+        "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1398,7 +1491,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

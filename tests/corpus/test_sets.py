@@ -115,3 +115,18 @@ def test_the_production_set_runs_the_distributed_optimizer_on_gpus_only():
     proc = subprocess.run([sys.executable, str(HERE / "make_corpus.py"), "--set", "prod", "--cpu", "--list"],
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "GPUs only" in proc.stderr
+
+
+def test_the_fresh_set_runs_every_layout_of_four_with_a_third_model_shape():
+    cases = make_corpus.fresh_set()
+    tuned = {i for name in ("small", "full", "gpu2", "vary", "pp4", "sched", "prod") for i in _ids(make_corpus.SETS[name]())}
+    assert all(c.id.endswith("-f") and c.id not in tuned for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    gpt = [c for c in cases if c.job == "gpt"]
+    assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
+        "dp4", "tp2dp2", "pp2dp2", "tp2pp2", "pp4"}
+    for case in gpt:
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--hidden") + 1] == "2560" and args.count("--hidden") == 1, case.id
+        assert args[args.index("--num-microbatches") + 1] == "8", case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH_SEED)
