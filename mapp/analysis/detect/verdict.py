@@ -129,7 +129,12 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                 continue
             suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))
         suspects = _link_ends(suspects, overruled)
-    suspects.sort(key=lambda s: (-s.excess_ns, -s.confidence))
+    # most costly first over the traced iterations: a rank far slower in one iteration of four
+    # costs the job less than one slower by less in all four (4 H200s, megatron-core TP2 x DP2
+    # under mapp's capture, 1.2x the layers' FLOPs on rank 1: its TP peer 1.70x in the first
+    # traced iteration alone, 104 ms; rank 1 1.56x in all four, 68 ms each)
+    traced = _iterations(peers) if peers.mode != "skipped" else 0
+    suspects.sort(key=lambda s: (-_spread_cost(s, traced), -s.confidence))
     imbalance = workload_imbalance(peers, imbalance_threshold, layout)
     suspects = heavy_replicas(suspects, peers, layout, imbalance)
     # a rank slower in one iteration of several, and not by far, is noise, not a fault
@@ -205,6 +210,13 @@ def _late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: La
         confidence=0.5 + 0.3 * _margin(row["net_z"], lateness.z_crit),
         slowdown=slowdown, excess_ns=excess, iteration_ns=iteration_ns, evidence=evidence,
     )
+
+
+def _spread_cost(s: Suspect, traced: int) -> float:
+    """What ``s`` costs the job per traced iteration: its cost in the iterations it was slow in,
+    times their share of the ``traced`` ones (all of them where either is unknown)."""
+    n = len(s.iterations)
+    return s.excess_ns * (min(n / traced, 1.0) if traced and n else 1.0)
 
 
 def _iterations(peers: PeerEvidence) -> int:
@@ -391,7 +403,13 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # steadiness (``same_work``), its stalls are that work's too whatever their size: it
     # launches each extra call late (a pair of H100s, extra GEMMs in each layer of rank 1: 40 ms
     # more idle a step, more than the GEMMs' own time)
-    its_work = extra and ((row["excess_ns"] or 0.0) > gap_excess or (peers.ranks.height == 2 and not shared_cpus))
+    # With more GPU ranks too, where its extra idle time is no stalls but short gaps all over, as
+    # launching more kernels makes it (4 H200s, megatron-core DP4 under the profiler, 1.3x the
+    # layers' FLOPs on rank 0: 1.28x on the GEMMs it calls more often, 26 ms more a step, its
+    # gaps 75 ms more a step at z 4.6, none of it in gaps of 1 ms or more); a host that sleeps
+    # or waits stalls
+    launches = not shared_cpus and (peers.ranks.height == 2 or stalled < peers.min_effect * busy)
+    its_work = extra and ((row["excess_ns"] or 0.0) > gap_excess or launches)
     if its_work:
         host = False
     # Calls are counted, not timed: a rank that calls ops more often than its peers in nearly
@@ -451,12 +469,18 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # before `output_layer.backward`; 2 H200s, TP2, the same on rank 1: 1.23x, 7.9 ms, 98%).
     # Data-path sleeps and work before each microbatch stall before the forward (5% or less at
     # the hand-over); simulated slow hosts stall nowhere, their gaps short and everywhere.
+    # Nor, wherever they are, stalls under the threshold's share of its work beside backward ops
+    # slower alike: a host that slows its rank by the threshold stalls at least that much (4
+    # H200s, TP2 x DP2 under mapp's capture, 1.5x the layers' FLOPs on rank 2: backward ops
+    # 1.39x alike, 8.7 ms more stalls a step, 3.4% of its work, 70% of them at the hand-over;
+    # injected sleeps and work before each microbatch stalled 36-215% of their ranks' work)
     handover = max(row.get("handover_excess_ns") or 0.0, 0.0)
     backward = row.get("ops_median")
     if (row["flagged"] and (host or row.get("launch_bound")) and row.get("gpu_alike") and not shared_cpus
             and backward is not None and math.isfinite(float(backward))
             and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
-            and stalled >= peers.min_effect * busy and handover >= CONSISTENT * stalled):
+            and stalled >= peers.min_effect * busy
+            and (handover >= CONSISTENT * stalled or stalled < slowdown_threshold * busy)):
         gpu = math.exp(float(backward))
         host, row = False, {**row, "launch_bound": False, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}
     launch = bool(row.get("launch_bound")) and row["flagged"]
@@ -659,6 +683,13 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     holds_up = ((bool(row["gap_flagged"]) or big_stalls) and _keeps_waiting(late)
                 and _stalls_last(peers, row["rank"]))
     stalls = stalls or holds_up
+    # One rank a stage: stage 2 cannot stand guard (gate 2), for a host either, whose few
+    # collectives a step the pipeline's order decides; stalls in nearly every iteration, a real
+    # share of its work, do (4 H200s, megatron-core PP4 under the profiler, a 40 ms data-path
+    # sleep before each microbatch on rank 1: 325 ms more stalls a step at z 18.6, last at none
+    # of its collectives, for the first stage finishes every step last)
+    if peers.mode == "layer peers" and not stalls and stalled >= peers.min_effect * busy:
+        stalls = len(_stalled_iterations(peers, row["rank"])) >= CONSISTENT * _iterations(peers)
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,

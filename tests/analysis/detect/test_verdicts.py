@@ -541,3 +541,40 @@ def test_a_rank_idling_in_short_gaps_beyond_its_stalls_is_no_slow_host():
     # the same rank with most of its extra idle time in stalls: a host that sleeps or waits
     s = judged({**row, "long_excess_ns": 50.0 * ms})
     assert (s.rank, s.kind) == (2, "slow_host")
+
+
+def test_a_gpu_rank_idling_in_short_gaps_beside_work_it_adds_is_slow_compute():
+    # 4 H200s, megatron-core DP4 under the profiler, 1.3x the layers' FLOPs on rank 0 (held-out
+    # `make_corpus.py --set fresh`), stage 1 as measured for rank 0: its GEMMs, called more often
+    # than its peers', 1.28x their time (26 ms more a step), its GPU idle 75 ms a step more at z
+    # 4.6, none of it in gaps of 1 ms or more: the host launching the work it adds. Its GPU does
+    # that work: slow compute (before: "slow host 0", the right rank of the wrong kind).
+    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.verdict import _compute_suspect
+
+    ms = 1e6
+    row = {"rank": 0, "slowdown": 1.083, "z": 15.96, "share_slow": 0.089, "n_ops": 580, "flagged": True,
+           "iterations": [2, 3, 4, 5], "excess_ns": 26.63 * ms, "busy_ns": 347.28 * ms, "gap_ns": 189.02 * ms,
+           "gap_excess_ns": 74.76 * ms, "gap_z": 4.61, "gap_flagged": True, "long_excess_ns": -0.64 * ms,
+           "added": 1.28, "added_excess_ns": 26.48 * ms, "added_base_ns": 94.52 * ms, "work_ns": 317.87 * ms,
+           "all_work_ns": 344.27 * ms}
+    late = {"rank": 0, "instances": 4, "guessed": False, "last": 4, "waited_ns": 0.0, "blame_ns": 1427.2 * ms,
+            "imposed_ns": 475.7 * ms, "share_last_dp_cp": 1.0, "net_lasting": 1.0, "share_last": 1.0,
+            "expected_share": 0.25, "last_z": 3.46, "net_ns": 475.7 * ms, "net_z": 17.28, "flagged": True}
+    coords = {r: {"tp": 0, "pp": 0, "dp": r} for r in range(4)}
+    ranks = pl.DataFrame({"rank": [0, 1, 2, 3], "flagged": [True, False, False, False],
+                          "gap_flagged": [True, False, False, False]})
+    per = pl.DataFrame({"rank": [0] * 4, "iteration": [2, 3, 4, 5], "flagged": [True] * 4,
+                        "busy_ns": [347.6 * ms, 347.2 * ms, 347.2 * ms, 347.4 * ms],
+                        "gap_excess_ns": [63.5 * ms, 90.9 * ms, 73.9 * ms, 75.6 * ms]})
+    peers = PeerEvidence("dp peers", None, per, ranks, z_crit=2.81, min_effect=0.1 / 3, pairs=False, counted=True)
+
+    def judged(r):
+        return _compute_suspect(r, peers, late, 2.81, coords, 1.0, 551.7 * ms, 0.1)
+
+    s = judged(row)
+    assert (s.rank, s.kind) == (0, "slow_compute")
+    assert s.slowdown == pytest.approx(1.28, abs=0.01)     # the work it adds, at its peers' price
+    # the same rank with most of its extra idle time in stalls: a host that sleeps or waits
+    s = judged({**row, "long_excess_ns": 70.0 * ms})
+    assert (s.rank, s.kind) == (0, "slow_host")
