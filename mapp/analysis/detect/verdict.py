@@ -485,52 +485,11 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         host, row = False, {**row, "launch_bound": False, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}
     launch = bool(row.get("launch_bound")) and row["flagged"]
     if launch:
-        if len(row["iterations"] or []) < CONSISTENT * _iterations(peers):
+        judged = _launch_bound(row, peers, stalled=stalled, handover=handover, gap_excess=gap_excess, busy=busy,
+                               slowdown_threshold=slowdown_threshold)
+        if judged is None:
             return None
-        # and only where it stalls or its launch gaps between spans are longer too (a slow host
-        # is slow everywhere): two healthy processes pace their GPUs' launches inside spans
-        # differently by far more than a threshold (4 H100s, megatron-core TP2 x DP2 under
-        # mapp's capture, no fault, twice: one rank's spans 1.23x and 1.48x its TP peer's, its
-        # gaps of 1 ms and more 1.7-2.1% of its work, its gaps at z 1.0-2.5; 20 ms of host work
-        # before each microbatch: 63%; simulated slow hosts: gaps at z 78-360)
-        # Where its backward ops are not slower alike, idle gaps that stand out by their z but are
-        # a sliver of its work name no host: they are its host pacing the forward pass, as healthy
-        # ranks differ by (4 H100s, PP2 x DP2 under mapp's capture, lognormal lengths per replica,
-        # no fault: a stage-0 rank's spans 1.28x its peer's, backward ops unevenly, its gaps
-        # 2.5 ms a step more at z 5.8, 1.4% of its work). Where they are slower alike, its gaps
-        # are what tells its host from its GPU whatever their share (simulated hosts 10x slower
-        # at launching: backward ops 1.1-1.45x alike, gaps 1.7-2.7% of their work at z 200-570).
-        idles = row["gap_flagged"] and (gap_excess >= peers.min_effect * busy or bool(row.get("gpu_alike")))
-        # and stalls only where its forward pass hands over to the backward are its forward
-        # pass's host pacing (see above), whatever its backward ops say (4 H100s, TP2 x PP2 under
-        # mapp's capture, no fault: the last stage's TP rank 1 spans 1.20x, backward ops 1.11x
-        # unevenly, gaps 6.9 ms a step more, every stall of them at the hand-over); its idle
-        # time then names a host only where the rest of it, beside the hand-over, outweighs that
-        if stalled >= peers.min_effect * busy and handover >= CONSISTENT * stalled:
-            stalled, idles = 0.0, idles and gap_excess > 2 * handover
-        # Where every rank's spans are host-paced (their ops scatter beyond ``idle.NOISE``), a
-        # rank's longer spans are its host's pace, by which two healthy hosts differ by far more
-        # than a threshold, and they judge no GPU: its host is named only by idle time (stalls,
-        # or gaps) of the threshold's share of its work (2 H100s, TP2 under mapp's capture,
-        # lognormal lengths, no fault: rank 1's spans 1.69x its peer's at z 2.1, its idle time
-        # 3.6% of its work: "slow host 1" 1.35x; injected sleeps and work before each microbatch
-        # on launch-bound ranks stalled 36-215% of their work; a simulated host 20x slower at
-        # launching idled 10.6%)
-        if (row.get("peers_spread") or 0.0) > NOISE and max(stalled, gap_excess) < slowdown_threshold * busy:
-            return None
-        if stalled < peers.min_effect * busy and not idles:
-            # where its backward ops are slower alike and only its forward pass slower still, a
-            # host that neither stalls nor idles longer is no cause: its GPU is (4 H200s, TP2 x
-            # DP2, 1.2x the layers' FLOPs on rank 0: every backward op 1.15x its peer's, its
-            # forward ops 1.77x, its gaps at z 0.8; a simulated host 10x slower at launching
-            # stretched its backward ops alike too, but idled at z 78-360)
-            if not row.get("gpu_alike"):
-                return None
-            # at what its backward ops say, its cost too: the forward pass adds its host's pace
-            gpu = math.exp(float(row["ops_median"]))
-            launch, host, row = False, False, {**row, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}
-        else:
-            host = True
+        row, launch, host, stalled = judged
     if not (row["flagged"] or host):
         return None
     # On shared CPUs a rank slower than every other rank of the job by the threshold, in nearly
@@ -583,6 +542,59 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         iterations=[int(i) for i in row["iterations"]], excess_ns=excess, iteration_ns=iteration_ns,
         evidence=evidence,
     )
+
+
+def _launch_bound(row: dict, peers: PeerEvidence, *, stalled: float, handover: float, gap_excess: float,
+                  busy: float, slowdown_threshold: float) -> tuple[dict, bool, bool, float] | None:
+    """A rank flagged by its compute whose slowdown ``idle.launch_bound`` finds its host's: None
+    where that names no suspect, else (row, launch-bound, host, stalls): a slow host, or, where its
+    backward ops are slower alike and its host neither stalls nor idles longer, its GPU at what
+    those ops say. ``stalled``: its extra stalls a step, returned as the verdict then counts them."""
+    if len(row["iterations"] or []) < CONSISTENT * _iterations(peers):
+        return None
+    # Such a rank is a slow host only where it stalls or its launch gaps between spans are longer
+    # too (a slow host is slow everywhere): two healthy processes pace their GPUs' launches inside spans
+    # differently by far more than a threshold (4 H100s, megatron-core TP2 x DP2 under
+    # mapp's capture, no fault, twice: one rank's spans 1.23x and 1.48x its TP peer's, its
+    # gaps of 1 ms and more 1.7-2.1% of its work, its gaps at z 1.0-2.5; 20 ms of host work
+    # before each microbatch: 63%; simulated slow hosts: gaps at z 78-360)
+    # Where its backward ops are not slower alike, idle gaps that stand out by their z but are
+    # a sliver of its work name no host: they are its host pacing the forward pass, as healthy
+    # ranks differ by (4 H100s, PP2 x DP2 under mapp's capture, lognormal lengths per replica,
+    # no fault: a stage-0 rank's spans 1.28x its peer's, backward ops unevenly, its gaps
+    # 2.5 ms a step more at z 5.8, 1.4% of its work). Where they are slower alike, its gaps
+    # are what tells its host from its GPU whatever their share (simulated hosts 10x slower
+    # at launching: backward ops 1.1-1.45x alike, gaps 1.7-2.7% of their work at z 200-570).
+    idles = row["gap_flagged"] and (gap_excess >= peers.min_effect * busy or bool(row.get("gpu_alike")))
+    # and stalls only where its forward pass hands over to the backward are its forward
+    # pass's host pacing (see above), whatever its backward ops say (4 H100s, TP2 x PP2 under
+    # mapp's capture, no fault: the last stage's TP rank 1 spans 1.20x, backward ops 1.11x
+    # unevenly, gaps 6.9 ms a step more, every stall of them at the hand-over); its idle
+    # time then names a host only where the rest of it, beside the hand-over, outweighs that
+    if stalled >= peers.min_effect * busy and handover >= CONSISTENT * stalled:
+        stalled, idles = 0.0, idles and gap_excess > 2 * handover
+    # Where every rank's spans are host-paced (their ops scatter beyond ``idle.NOISE``), a
+    # rank's longer spans are its host's pace, by which two healthy hosts differ by far more
+    # than a threshold, and they judge no GPU: its host is named only by idle time (stalls,
+    # or gaps) of the threshold's share of its work (2 H100s, TP2 under mapp's capture,
+    # lognormal lengths, no fault: rank 1's spans 1.69x its peer's at z 2.1, its idle time
+    # 3.6% of its work: "slow host 1" 1.35x; injected sleeps and work before each microbatch
+    # on launch-bound ranks stalled 36-215% of their work; a simulated host 20x slower at
+    # launching idled 10.6%)
+    if (row.get("peers_spread") or 0.0) > NOISE and max(stalled, gap_excess) < slowdown_threshold * busy:
+        return None
+    if stalled < peers.min_effect * busy and not idles:
+        # where its backward ops are slower alike and only its forward pass slower still, a
+        # host that neither stalls nor idles longer is no cause: its GPU is (4 H200s, TP2 x
+        # DP2, 1.2x the layers' FLOPs on rank 0: every backward op 1.15x its peer's, its
+        # forward ops 1.77x, its gaps at z 0.8; a simulated host 10x slower at launching
+        # stretched its backward ops alike too, but idled at z 78-360)
+        if not row.get("gpu_alike"):
+            return None
+        # at what its backward ops say, its cost too: the forward pass adds its host's pace
+        gpu = math.exp(float(row["ops_median"]))
+        return {**row, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}, False, False, stalled
+    return row, True, True, stalled
 
 
 def _overruled_line(row: dict, late: dict | None, host: bool, gap_excess: float, why: str) -> str:
