@@ -470,10 +470,14 @@ def _plain(job: str, layout: str, seed: int, rank: int | None = None, factor: fl
 def _vary_gpt(layout: str, fmt: str, variant: str, *, seed: int, **k) -> Case:
     """A megatron-core case of the variations: ``gpt_case`` with ids ending in ``-v`` and, on
     GPUs, GPT_GPU_VARY's model shape in place of GPT_GPU's."""
-    case = gpt_case(layout, fmt, variant, seed=seed, tag="-v", **k)
+    return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-v", **k), layout, GPT_GPU_VARY)
+
+
+def _reshaped(case: Case, layout: str, shape: list[str]) -> Case:
+    """``case`` (of ``layout``) with ``shape`` in place of GPT_GPU's model shape on GPUs."""
     n = len(GPT_LAYOUT_ARGS[layout])   # gpu_args: layout, GPT_GPU, window and the variant's own
-    assert case.gpu_args[n:n + len(GPT_GPU)] == GPT_GPU
-    case.gpu_args[n:n + len(GPT_GPU)] = GPT_GPU_VARY
+    assert case.gpu_args[n:n + len(GPT_GPU)] == GPT_GPU, case.id
+    case.gpu_args[n:n + len(GPT_GPU)] = shape
     return case
 
 
@@ -826,21 +830,13 @@ GPT_GPU_FRESH = ["--layers", "8", "--hidden", "2560", "--heads", "20", "--seq", 
                  "--micro-batch-size", "1", "--num-microbatches", "8", "--bf16"]
 
 
-def _reshaped(case: Case, shape: list[str]) -> Case:
-    """``case`` with ``shape`` in place of GPT_GPU's model shape on GPUs."""
-    n = len(GPT_LAYOUT_ARGS[next(k for k, v in LAYOUTS.items() if v == case.layout and f"-{k}-" in f"-{case.id}")])
-    assert case.gpu_args[n:n + len(GPT_GPU)] == GPT_GPU, case.id
-    case.gpu_args[n:n + len(GPT_GPU)] = shape
-    return case
-
-
 def fresh_set(seed: int = FRESH_SEED) -> list[Case]:
     """Held out again (``--set fresh``, 4 ranks, seed 43), made after session 23's changes: every
     layout of 4 ranks with values no other set uses (slowdowns 1.2-2x, 15 ms before-microbatch
     work, 40 ms host sleeps on GPUs, sigma 1.1, other ranks and links) and on GPUs a third model
     shape with 8 microbatches. Ids end in ``-f``."""
     def g(layout, fmt, variant, **k):
-        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f", **k), GPT_GPU_FRESH)
+        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f", **k), layout, GPT_GPU_FRESH)
 
     return [
         _plain("ddp4", "dp4", seed, tag="-f"),
@@ -884,7 +880,7 @@ def fresh2_set(seed: int = FRESH2_SEED) -> list[Case]:
     host sleeps on GPUs, other ranks and links) and on GPUs a fourth model shape. Ids end in
     ``-f2``."""
     def g(layout, fmt, variant, **k):
-        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f2", **k), GPT_GPU_FRESH2)
+        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f2", **k), layout, GPT_GPU_FRESH2)
 
     return [
         _plain("ddp4", "dp4", seed, rank=2, factor=2.0, tag="-f2"),
