@@ -44,6 +44,7 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
     cores comes and goes (megatron-core DP4 under mapp's capture, 4 processes on 12 logical CPUs
     of a 64-CPU machine beside 3 other such jobs, no fault: one rank 1.45x its peers at z 8.7 in
     2 of 4 steps). Work counted, not timed, is no chance (``added_work``)."""
+    traced = peers.rank_iterations["iteration"].n_unique() if not peers.rank_iterations.is_empty() else 0
     kept = []
     for s in suspects:
         own = s.evidence.get("peers", {}).get("slowdown")
@@ -51,7 +52,6 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
         timed = (s.kind == "slow_compute" and own is not None and "added_work" not in s.evidence["peers"]
                  and s.slowdown >= 1 + slowdown_threshold)
         beside = slowest_other(peers, s.rank)
-        traced = peers.rank_iterations["iteration"].n_unique() if not peers.rank_iterations.is_empty() else 0
         if timed and traced and len(s.iterations) < CONSISTENT * traced:
             overruled.append(f"rank {s.rank} computes {own:.2f}x its peers in {len(s.iterations)} of {traced} "
                              "iterations: not a suspect (on shared CPUs, slower by its times alone in some "

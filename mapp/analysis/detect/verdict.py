@@ -485,8 +485,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         host, row = False, {**row, "launch_bound": False, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}
     launch = bool(row.get("launch_bound")) and row["flagged"]
     if launch:
-        judged = _launch_bound(row, peers, stalled=stalled, handover=handover, gap_excess=gap_excess, busy=busy,
-                               slowdown_threshold=slowdown_threshold)
+        judged = _launch_bound_verdict(row, peers, stalled=stalled, handover=handover, gap_excess=gap_excess,
+                                       busy=busy, slowdown_threshold=slowdown_threshold)
         if judged is None:
             return None
         row, launch, host, stalled = judged
@@ -544,8 +544,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     )
 
 
-def _launch_bound(row: dict, peers: PeerEvidence, *, stalled: float, handover: float, gap_excess: float,
-                  busy: float, slowdown_threshold: float) -> tuple[dict, bool, bool, float] | None:
+def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, handover: float, gap_excess: float,
+                          busy: float, slowdown_threshold: float) -> tuple[dict, bool, bool, float] | None:
     """A rank flagged by its compute whose slowdown ``idle.launch_bound`` finds its host's: None
     where that names no suspect, else (row, launch-bound, host, stalls): a slow host, or, where its
     backward ops are slower alike and its host neither stalls nor idles longer, its GPU at what
