@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -907,9 +907,52 @@ def fresh2_set(seed: int = FRESH2_SEED) -> list[Case]:
     ]
 
 
+FRESH3_SEED = 53
+# --set fresh3 on GPUs: a fifth model shape (head dim 128 at hidden 4608, sequence 1536, a larger
+# vocabulary) with 6 microbatches a step
+GPT_GPU_FRESH3 = ["--layers", "8", "--hidden", "4608", "--heads", "36", "--seq", "1536", "--vocab", "65536",
+                  "--micro-batch-size", "1", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh3_set(seed: int = FRESH3_SEED) -> list[Case]:
+    """Held out after ``--set fresh2``'s changes, on 2 ranks (``--set fresh3``, a machine of 2 GPUs
+    like ``--set vary2``, seed 53): plain DDP / FSDP2 and megatron-core DP2, TP2, PP2 with values no
+    other set uses (slowdowns 1.25-1.8x, 25 ms before-microbatch work, 45 ms data sleeps, 80 ms host
+    sleeps on GPUs, lognormal sigma 1.2, a last stage of 4 layers) and on GPUs a fifth model shape.
+    5 iterations, 3 recorded. Ids end in ``-f3`` (``-f3-gpu2``)."""
+    def g(layout, fmt, variant, **k):
+        case = gpt_case(layout, fmt, variant, seed=seed, tag="-f3", windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT), **k)
+        return _reshaped(case, layout, GPT_GPU_FRESH3)
+
+    return [
+        _plain("ddp2", "dp2", seed, tag="-f3"),
+        _plain("ddp2", "dp2", seed, rank=1, factor=1.6, tag="-f3"),
+        _plain("fsdp2", "dp2", seed, rank=1, sleep_ms=45, tag="-f3"),
+        _plain("fsdp2", "dp2", seed, rank=0, factor=1.3, tag="-f3"),
+        # megatron-core, mapp capture
+        g("dp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.8),
+        g("dp2", "mapp-v1", "beforemb", rank=0, ms=25),
+        g("pp2", "mapp-v1", "hostsleep", rank=1, ms=25, gpu_ms=80),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=1.2),
+        g("pp2", "mapp-v1", "laststage", last_layers=4),
+        # megatron-core, torch.profiler
+        g("tp2", "kineto", "healthy"),
+        g("dp2", "kineto", "layer", rank=1, factor=1.6),
+        g("tp2", "kineto", "layer", rank=0, factor=1.25),
+        g("pp2", "kineto", "beforemb", rank=0, ms=25),
+        g("tp2", "kineto", "hostsleep", rank=0, ms=25, gpu_ms=80),
+        g("dp2", "kineto", "seqlognorm", sigma=1.2),
+        g("pp2", "kineto", "laststage", last_layers=4),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
-        "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set}
+        "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
+        "fresh3": fresh3_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1471,7 +1514,7 @@ def main(argv=None) -> int:
     nproc = args.nproc or worlds[0]
     if worlds != [nproc]:
         p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
-    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "prod", "prodv", "prodw") else "cpu")) == "gpu"
+    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "fresh3", "prod", "prodv", "prodw") else "cpu")) == "gpu"
     if args.set in ("prod", "prodv", "prodw") and not gpu:
         p.error(f"--set {args.set} runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
@@ -1487,14 +1530,14 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:
         print(table(json.loads(manifest_path.read_text()), out_dir))
         return 0
     if gpu and (have := gpu_count()) < nproc:
-        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set in ("gpu2", "vary2") else ""))
+        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set in ("gpu2", "vary2", "fresh3") else ""))
     timeout = args.timeout or (150.0 if gpu else 300.0)
     # a SIGTERM (``timeout`` around this script) ends the running job's ranks too (see launch)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

@@ -130,3 +130,22 @@ def test_the_fresh_set_runs_every_layout_of_four_with_a_third_model_shape():
         assert args[args.index("--hidden") + 1] == "2560" and args.count("--hidden") == 1, case.id
         assert args[args.index("--num-microbatches") + 1] == "8", case.id
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH_SEED)
+
+
+def test_the_fresh3_set_runs_every_layout_of_two_with_a_fifth_model_shape():
+    cases = make_corpus.fresh3_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh3" for i in _ids(build())}
+    assert all(c.id.endswith("-f3") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    assert {make_corpus.world_of(c.layout) for c in cases} == {2}
+    gpt = [c for c in cases if c.job == "gpt"]
+    assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {"dp2", "tp2", "pp2"}
+    for case in gpt:
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--hidden") + 1] == "4608" and args.count("--hidden") == 1, case.id
+        assert args[args.index("--iterations") + 1] == "5", case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH3_SEED)
+    # a 2-rank set runs on GPUs by default, as --set vary2 does
+    out = subprocess.run([sys.executable, str(HERE / "make_corpus.py"), "--set", "fresh3", "--list"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == [c.id + "-gpu2" for c in cases]
