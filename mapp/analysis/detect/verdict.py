@@ -565,7 +565,13 @@ def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, han
     # 2.5 ms a step more at z 5.8, 1.4% of its work). Where they are slower alike, its gaps
     # are what tells its host from its GPU whatever their share (simulated hosts 10x slower
     # at launching: backward ops 1.1-1.45x alike, gaps 1.7-2.7% of their work at z 200-570).
-    idles = row["gap_flagged"] and (gap_excess >= peers.min_effect * busy or bool(row.get("gpu_alike")))
+    # A host slow enough to stretch backward ops alike (autograd launches them far faster than
+    # kernels run) is slower by far more at everything it does: its gaps grow by more than its
+    # backward ops do. Gaps that grow by no more are the GPU's work queued behind (2 H200s,
+    # megatron-core TP2, 1.4x the layers' FLOPs on rank 1: backward ops 1.27x alike, gaps 1.29x
+    # its peer's at z 38, 1.9% of its work; simulated hosts 3-20x slower: gaps 2.9x and more)
+    idles = row["gap_flagged"] and (gap_excess >= peers.min_effect * busy
+                                    or (bool(row.get("gpu_alike")) and _gaps_outgrow(row, gap_excess)))
     # and stalls only where its forward pass hands over to the backward are its forward
     # pass's host pacing (see above), whatever its backward ops say (4 H100s, TP2 x PP2 under
     # mapp's capture, no fault: the last stage's TP rank 1 spans 1.20x, backward ops 1.11x
@@ -595,6 +601,32 @@ def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, han
         gpu = math.exp(float(row["ops_median"]))
         return {**row, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}, False, False, stalled
     return row, True, True, stalled
+
+
+LIGHT = 0.5
+"""One rank a stage: a stage whose work, slower layers and all, is under this share of another
+stage's waits on that one most of a step, and its slower layers are no cause of the job's pace.
+On CPUs such a stage's layers run slower, their cores idle between them (megatron-core PP2 on
+gloo, one layer on stage 0 and four on stage 1, no fault: stage 0's layer 1.62x stage 1's at
+z 17.6, its work 39% of stage 1's; on 2 H200s the same job's 1.02x). A rank slowed by a fault is
+never that far below another stage: its slowness makes it the heavier."""
+
+
+def _light_stage(row: dict, peers: PeerEvidence) -> int | None:
+    """The stage whose work ``row``'s rank does under ``LIGHT`` of, or None."""
+    if peers.stages is None or peers.stages.is_empty():
+        return None
+    heaviest = peers.stages.sort("compute_ns").row(-1, named=True)
+    return int(heaviest["pp"]) if float(row["busy_ns"] or 0.0) < LIGHT * float(heaviest["compute_ns"]) else None
+
+
+def _gaps_outgrow(row: dict, gap_excess: float) -> bool:
+    """The rank's idle gaps grew, over its peers', by more than twice what its backward ops did
+    (log-ratios), as the forward pass must to name a host (``idle.launch_bound``)."""
+    base = float(row.get("gap_ns") or 0.0) - gap_excess
+    if base <= 0:
+        return True
+    return math.log1p(gap_excess / base) > 2 * max(float(row.get("ops_median") or 0.0), 0.0)
 
 
 def _overruled_line(row: dict, late: dict | None, host: bool, gap_excess: float, why: str) -> str:
@@ -656,6 +688,8 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
        by stalls (below).
     4. Idle gaps stretch on any busy host by chance: a host named for its gaps alone must also
        keep the others waiting. Passed by stalls.
+    5. One rank a stage: slower layers on a stage doing under ``LIGHT`` of another stage's work
+       are not what the pipeline waits on. Not passed.
 
     *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
     stage 2 that matched calls of no known group by their order on every rank is one and does
@@ -702,6 +736,7 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
     # of its collectives, for the first stage finishes every step last)
     if peers.mode == "layer peers" and not stalls and stalled >= peers.min_effect * busy:
         stalls = len(_stalled_iterations(peers, row["rank"])) >= CONSISTENT * _iterations(peers)
+    light = _light_stage(row, peers) if peers.mode == "layer peers" and not host else None
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,
@@ -714,6 +749,7 @@ def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool,
          counted_work or stalls, "peers by program: stage 2 does not agree"),
         (host and not row["flagged"] and late is not None and not agrees,
          stalls, "idle gaps alone: stage 2 does not agree"),
+        (light is not None, False, f"its stage computes under {LIGHT:.0%} of stage {light}'s work: the pipeline waits on that one"),
     )
     return next((why for applies, passed, why in gates if applies and not passed), None)
 

@@ -1054,3 +1054,23 @@ def test_a_tp_rank_pacing_its_forward_pass_with_its_backward_ops_unchanged_is_he
     # fourth ("slow link 0<->2" once the rank was mended)
     verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-tp2pp2-mapp-healthy-f-gpu-run2"].directory), threshold=0.1)
     assert verdict.suspects == []
+
+
+def test_a_tp_rank_with_backward_ops_slower_alike_and_gaps_grown_alike_is_a_slow_gpu():
+    # 2 H200s, TP2 under mapp's capture, 1.4x the layers' FLOPs on rank 1 (`--set fresh3`, made
+    # after the rules above): backward ops 1.27x alike, forward ops ~2x unevenly, gaps 1.29x its
+    # peer's at z 38 ("slow host 1" before: the forward pass read as a host's)
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-tp2-mapp-layer1.4x-r1-f3-gpu2"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (1, "slow_compute")
+    assert 1.2 < top.slowdown < 1.4
+    assert len(verdict.suspects) == 1
+
+
+def test_a_light_pipeline_stage_waiting_on_a_heavy_one_is_imbalance_not_a_gpu():
+    # PP2 on gloo (2 processes on 8 CPUs), one layer on stage 0 and four on stage 1, no fault:
+    # stage 0's layer 1.62x stage 1's at z 17.6 in every step, on cores idling most of a step
+    # ("slow compute 0" before: a GPU verdict on an imbalance job)
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-mapp-laststage4of5-f3"].directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert [(i.kind, i.evidence["stage"]) for i in verdict.imbalance] == [("stage", 1)]

@@ -578,3 +578,82 @@ def test_a_gpu_rank_idling_in_short_gaps_beside_work_it_adds_is_slow_compute():
     # the same rank with most of its extra idle time in stalls: a host that sleeps or waits
     s = judged({**row, "long_excess_ns": 70.0 * ms})
     assert (s.rank, s.kind) == (0, "slow_host")
+
+
+def test_backward_ops_slower_alike_beside_gaps_grown_alike_are_a_slow_gpu():
+    # 2 H200s, megatron-core TP2 under mapp's capture, 1.4x the layers' FLOPs on rank 1
+    # (held-out `make_corpus.py --set fresh3`), stage 1 as measured for rank 1: its backward ops
+    # 1.27x its peer's alike (spread 0.004), its forward ops ~2x unevenly (TP collectives inside
+    # host-paced spans), its gaps 1.29x its peer's at z 38, 1.9% of its work. A host slow enough
+    # to stretch backward ops alike is slower by far more at everything: gaps grown no more than
+    # those ops are its GPU's (before: "slow host 1" 1.19x, the right rank of the wrong kind)
+    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.verdict import _compute_suspect
+
+    ms = 1e6
+    row = {"rank": 1, "lasting": True, "slowdown": 1.272, "z": 284.7, "share_slow": 0.80, "n_ops": 342,
+           "flagged": True, "iterations": [2, 3, 4], "excess_ns": 69.85 * ms, "busy_ns": 257.9 * ms,
+           "gap_excess_ns": 4.94 * ms, "gap_z": 38.4, "gap_flagged": True, "gap_idle": True, "gap_ns": 22.17 * ms,
+           "long_excess_ns": 5.79 * ms, "handover_excess_ns": 5.48 * ms, "ops_spread": 0.0039,
+           "ops_median": 0.2405, "peers_spread": 0.0, "launch_bound": True,
+           "launch_why": "its forward ops far slower than its backward ones", "gpu_alike": True}
+    late = {"rank": 1, "instances": 666, "guessed": False, "last": 535, "waited_ns": 32.0 * ms,
+            "blame_ns": 256.6 * ms, "imposed_ns": 256.6 * ms, "share_last_tp": 0.80, "net_lasting": 1.0,
+            "share_last": 0.80, "expected_share": 0.5, "last_z": 15.65, "net_ns": 224.6 * ms, "net_z": 0.67,
+            "flagged": False}
+    coords = {0: {"tp": 0, "pp": 0, "dp": 0}, 1: {"tp": 1, "pp": 0, "dp": 0}}
+    ranks = pl.DataFrame({"rank": [0, 1], "flagged": [False, True], "gap_flagged": [False, True]})
+    per = pl.DataFrame({"rank": [1] * 3, "iteration": [2, 3, 4], "flagged": [True] * 3,
+                        "busy_ns": [262.3 * ms, 265.3 * ms, 246.1 * ms],
+                        "gap_excess_ns": [7.27 * ms, 7.54 * ms, 0.01 * ms],
+                        "long_excess_ns": [8.04 * ms, 9.29 * ms, 0.05 * ms]})
+    peers = PeerEvidence("stage peers", None, per, ranks, z_crit=2.94, min_effect=0.1 / 3, pairs=True)
+
+    def judged(r):
+        return _compute_suspect(r, peers, late, 2.58, coords, 1.0, 378.7 * ms, 0.1)
+
+    s = judged(row)
+    assert (s.rank, s.kind) == (1, "slow_compute")
+    assert s.slowdown == pytest.approx(1.27, abs=0.01)     # what its backward ops say
+    # the same rank whose gaps grew 3x its peer's, still under the threshold's share of its work:
+    # a host slower at everything it does
+    s = judged({**row, "gap_ns": 12.0 * ms, "gap_excess_ns": 8.0 * ms})
+    assert (s.rank, s.kind) == (1, "slow_host")
+
+
+def test_slower_layers_on_a_stage_doing_under_half_the_heaviest_stages_work_are_no_gpu():
+    # 16 CPUs, megatron-core PP2 under mapp's capture, one layer on stage 0 and four on stage 1
+    # (held-out `make_corpus.py --set fresh3 --cpu`), no fault, stage 1 as measured for rank 0:
+    # its one layer 1.62x stage 1's at z 17.6 in every step, its work 10.2 ms a step to stage 1's
+    # 25.8 ms. A stage waiting most of a step runs its layers on idled cores, and is not what the
+    # pipeline waits on (before: "slow compute 0" 1.62x, a GPU verdict on an imbalance job)
+    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.verdict import _compute_suspect
+
+    ms = 1e6
+    row = {"rank": 0, "lasting": True, "slowdown": 1.623, "z": 17.60, "share_slow": 0.96, "n_ops": 24,
+           "flagged": True, "iterations": [2, 3, 4], "excess_ns": 3.71 * ms, "busy_ns": 10.19 * ms,
+           "gap_excess_ns": 0.93 * ms, "gap_z": 11.6, "gap_flagged": True, "gap_idle": True, "gap_ns": 3.87 * ms,
+           "long_excess_ns": -0.49 * ms, "handover_excess_ns": 0.0, "layer_alone": False}
+    coords = {0: {"tp": 0, "pp": 0, "dp": 0}, 1: {"tp": 0, "pp": 1, "dp": 0}}
+    ranks = pl.DataFrame({"rank": [0, 1], "flagged": [True, False], "gap_flagged": [True, False],
+                          "slowdown": [1.623, 1.0]})
+    per = pl.DataFrame({"rank": [0] * 3, "iteration": [2, 3, 4], "flagged": [True] * 3,
+                        "busy_ns": [8.22 * ms, 10.80 * ms, 11.55 * ms],
+                        "gap_excess_ns": [0.85 * ms, 0.70 * ms, 1.23 * ms], "long_excess_ns": [0.0, -1.48 * ms, 0.0]})
+
+    def judged(stage1_ms):
+        stages = pl.DataFrame({"pp": [0, 1], "compute_ns": [10.8 * ms, stage1_ms * ms]})
+        peers = PeerEvidence("layer peers", None, per, ranks, z_crit=2.94, min_effect=0.1 / 3, stages=stages,
+                             pairs=True)
+        overruled = []
+        return (_compute_suspect(row, peers, None, 0.0, coords, 1.25, 41.9 * ms, 0.1, overruled, shared_cpus=True),
+                overruled)
+
+    s, overruled = judged(25.77)
+    assert s is None
+    assert "under 50% of stage 1's work" in overruled[0]
+    # the same layers beside a stage 1 of 18 ms: rank 0's stage does 57% of its work, and its
+    # slower layers stay a suspect as before
+    s, _ = judged(18.0)
+    assert (s.rank, s.kind) == (0, "slow_compute")
