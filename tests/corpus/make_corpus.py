@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -949,10 +949,51 @@ def fresh3_set(seed: int = FRESH3_SEED) -> list[Case]:
     ]
 
 
+FRESH4_SEED = 59
+# --set fresh4 on GPUs: a sixth model shape (narrow and long: hidden 2048, sequence 4096, attention
+# a larger share of a layer's time)
+GPT_GPU_FRESH4 = ["--layers", "8", "--hidden", "2048", "--heads", "16", "--seq", "4096", "--vocab", "50304",
+                  "--micro-batch-size", "1", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh4_set(seed: int = FRESH4_SEED) -> list[Case]:
+    """Held out after ``--set fresh3``'s changes (``--set fresh4``, 4 ranks, seed 59): every 4-rank
+    layout again with values no other set uses (slowdowns 1.3-1.9x, 18 ms before-microbatch work,
+    12 ms host sleeps, 50 ms on GPUs, 35 ms data sleeps, sigma 0.95, other ranks and links) and on
+    GPUs a sixth model shape. Ids end in ``-f4``."""
+    def g(layout, fmt, variant, **k):
+        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f4", **k), layout, GPT_GPU_FRESH4)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=3, factor=1.45, tag="-f4"),
+        _plain("fsdp4", "dp4", seed, rank=0, sleep_ms=35, tag="-f4"),
+        _plain("tp2dp2", "tp2dp2", seed, tag="-f4"),
+        # megatron-core, mapp capture
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=3, factor=1.45),
+        g("tp2pp2", "mapp-v1", "layer", rank=0, factor=1.7),
+        g("pp4", "mapp-v1", "layer", rank=2, factor=1.9),
+        g("dp4", "mapp-v1", "beforemb", rank=1, ms=18),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=3, ms=12, gpu_ms=50),
+        g("pp2dp2", "mapp-v1", "link", link=(0, 2)),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.95),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=3),
+        # megatron-core, torch.profiler
+        g("dp4", "kineto", "healthy"),
+        g("tp2dp2", "kineto", "layer", rank=2, factor=1.3),
+        g("pp4", "kineto", "beforemb", rank=3, ms=18),
+        g("tp2pp2", "kineto", "hostsleep", rank=1, ms=12, gpu_ms=50),
+        g("pp4", "kineto", "layer", rank=0, factor=1.7),
+        g("tp2dp2", "kineto", "seqlognorm", sigma=0.95),
+        g("pp4", "kineto", "laststage", last_layers=3),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
-        "fresh3": fresh3_set}
+        "fresh3": fresh3_set, "fresh4": fresh4_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1530,7 +1571,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

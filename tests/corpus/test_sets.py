@@ -149,3 +149,17 @@ def test_the_fresh3_set_runs_every_layout_of_two_with_a_fifth_model_shape():
     out = subprocess.run([sys.executable, str(HERE / "make_corpus.py"), "--set", "fresh3", "--list"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == [c.id + "-gpu2" for c in cases]
+
+
+def test_the_fresh4_set_runs_every_layout_of_four_with_a_sixth_model_shape():
+    cases = make_corpus.fresh4_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh4" for i in _ids(build())}
+    assert all(c.id.endswith("-f4") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    gpt = [c for c in cases if c.job == "gpt"]
+    assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
+        "dp4", "tp2dp2", "pp2dp2", "tp2pp2", "pp4"}
+    for case in gpt:
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--seq") + 1] == "4096" and args.count("--seq") == 1, case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH4_SEED)
