@@ -1074,3 +1074,15 @@ def test_a_light_pipeline_stage_waiting_on_a_heavy_one_is_imbalance_not_a_gpu():
     verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-mapp-laststage4of5-f3"].directory), threshold=0.1)
     assert verdict.suspects == []
     assert [(i.kind, i.evidence["stage"]) for i in verdict.imbalance] == [("stage", 1)]
+
+
+def test_on_shared_cpus_a_rank_slower_in_every_step_stands_out_beside_one_slower_in_one():
+    # PP2 x DP2 under mapp's capture, 4 processes on 12 logical CPUs of a 64-CPU machine beside
+    # other jobs (`--set vary`), each layer of rank 3 1.5x: rank 3 1.44x its DP peer in all four
+    # steps, rank 1 1.42x its own in one step and about its peer's in the others. Set beside
+    # rank 1's worst step rank 3 did not stand out ("no suspect" before); beside its typical one
+    # it does
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2dp2-mapp-layer1.5x-r3-v"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (3, "slow_compute") and top.iterations == [2, 3, 4, 5]
+    assert len(verdict.suspects) == 1
