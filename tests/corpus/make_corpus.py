@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -990,10 +990,51 @@ def fresh4_set(seed: int = FRESH4_SEED) -> list[Case]:
     ]
 
 
+FRESH5_SEED = 61
+# --set fresh5 on GPUs: a seventh model shape (wide and short: hidden 5120, sequence 1024, 2
+# sequences a microbatch, 4 microbatches)
+GPT_GPU_FRESH5 = ["--layers", "8", "--hidden", "5120", "--heads", "40", "--seq", "1024", "--vocab", "32000",
+                  "--micro-batch-size", "2", "--num-microbatches", "4", "--bf16"]
+
+
+def fresh5_set(seed: int = FRESH5_SEED) -> list[Case]:
+    """Held out after ``--set fresh3``'s changes on 2 ranks (``--set fresh5``, a machine of 2 GPUs
+    like ``--set fresh3``, seed 61): plain DDP / FSDP2 and megatron-core DP2, TP2, PP2 with values
+    no other set uses (slowdowns 1.35-2.2x, 12 ms before-microbatch work, 15 ms host sleeps, 70 ms
+    on GPUs, 25 ms data sleeps, sigma 0.85, a last stage of 5 layers) and on GPUs a seventh model
+    shape. 5 iterations, 3 recorded. Ids end in ``-f5`` (``-f5-gpu2``)."""
+    def g(layout, fmt, variant, **k):
+        case = gpt_case(layout, fmt, variant, seed=seed, tag="-f5", windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT), **k)
+        return _reshaped(case, layout, GPT_GPU_FRESH5)
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=0, factor=2.2, tag="-f5"),
+        _plain("fsdp2", "dp2", seed, tag="-f5"),
+        _plain("ddp2", "dp2", seed, rank=1, sleep_ms=25, tag="-f5"),
+        # megatron-core, mapp capture
+        g("tp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.35),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.5),
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=12),
+        g("dp2", "mapp-v1", "hostsleep", rank=1, ms=15, gpu_ms=70),
+        g("pp2", "mapp-v1", "seqlognorm", sigma=0.85),
+        g("pp2", "mapp-v1", "laststage", last_layers=5),
+        # megatron-core, torch.profiler
+        g("pp2", "kineto", "healthy"),
+        g("dp2", "kineto", "healthy"),
+        g("tp2", "kineto", "layer", rank=1, factor=1.5),
+        g("pp2", "kineto", "layer", rank=0, factor=1.35),
+        g("dp2", "kineto", "beforemb", rank=0, ms=12),
+        g("pp2", "kineto", "hostsleep", rank=0, ms=15, gpu_ms=70),
+        g("tp2", "kineto", "seqlognorm", sigma=0.85),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
-        "fresh3": fresh3_set, "fresh4": fresh4_set}
+        "fresh3": fresh3_set, "fresh4": fresh4_set,
+        "fresh5": fresh5_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1555,7 +1596,7 @@ def main(argv=None) -> int:
     nproc = args.nproc or worlds[0]
     if worlds != [nproc]:
         p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
-    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "fresh3", "prod", "prodv", "prodw") else "cpu")) == "gpu"
+    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "prod", "prodv", "prodw") else "cpu")) == "gpu"
     if args.set in ("prod", "prodv", "prodw") and not gpu:
         p.error(f"--set {args.set} runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
@@ -1571,14 +1612,14 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:
         print(table(json.loads(manifest_path.read_text()), out_dir))
         return 0
     if gpu and (have := gpu_count()) < nproc:
-        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set in ("gpu2", "vary2", "fresh3") else ""))
+        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set in ("gpu2", "vary2", "fresh3", "fresh5") else ""))
     timeout = args.timeout or (150.0 if gpu else 300.0)
     # a SIGTERM (``timeout`` around this script) ends the running job's ranks too (see launch)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

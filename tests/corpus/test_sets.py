@@ -163,3 +163,15 @@ def test_the_fresh4_set_runs_every_layout_of_four_with_a_sixth_model_shape():
         args = make_corpus.job_args(case, gpu=True)
         assert args[args.index("--seq") + 1] == "4096" and args.count("--seq") == 1, case.id
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH4_SEED)
+
+
+def test_the_fresh5_set_runs_every_layout_of_two_with_a_seventh_model_shape():
+    cases = make_corpus.fresh5_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh5" for i in _ids(build())}
+    assert all(c.id.endswith("-f5") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    assert {make_corpus.world_of(c.layout) for c in cases} == {2}
+    for case in (c for c in cases if c.job == "gpt"):
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--hidden") + 1] == "5120" and args.count("--hidden") == 1, case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH5_SEED)

@@ -497,8 +497,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # more than its ops, though, its host is the likelier cause (megatron-core TP2 x DP2 under
     # the profiler, a 20 ms data-path sleep on rank 0: its ops 1.20x, its gaps 28.5 ms a step more)
     beside = slowest_other(peers, row["rank"]) if shared_cpus else None
-    alone = (not host and stands_out(typical_slowdown(peers, row["rank"], float(row["slowdown"])), beside,
-                                     slowdown_threshold)
+    alone = (not host and beside is not None
+             and stands_out(typical_slowdown(peers, row["rank"], float(row["slowdown"])), beside, slowdown_threshold)
              and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
              and (row["excess_ns"] or 0.0) > gap_excess)
     why = _overruled(row, peers, late, host=host, counted=counted_work, extra=extra, guessed=guessed,
