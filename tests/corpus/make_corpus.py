@@ -481,6 +481,15 @@ def _reshaped(case: Case, layout: str, shape: list[str]) -> Case:
     return case
 
 
+def _held_out_gpt(seed: int, tag: str, shape: list[str], windows: tuple[list[str], list[str]] | None = None):
+    """The megatron-core case maker of a held-out set (``--set fresh`` ...): ``gpt_case`` with the
+    set's seed, id tag and iteration windows, and on GPUs the set's model shape."""
+    def g(layout: str, fmt: str, variant: str, **k) -> Case:
+        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag=tag, windows=windows, **k), layout, shape)
+
+    return g
+
+
 def _jittering(case: Case, sigma: float = 0.7) -> Case:
     """A before-microbatch case whose load varies per microbatch (``--slow-jitter``)."""
     case.id = case.id.replace("ms-r", "ms-jitter-r", 1)
@@ -835,8 +844,7 @@ def fresh_set(seed: int = FRESH_SEED) -> list[Case]:
     layout of 4 ranks with values no other set uses (slowdowns 1.2-2x, 15 ms before-microbatch
     work, 40 ms host sleeps on GPUs, sigma 1.1, other ranks and links) and on GPUs a third model
     shape with 8 microbatches. Ids end in ``-f``."""
-    def g(layout, fmt, variant, **k):
-        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f", **k), layout, GPT_GPU_FRESH)
+    g = _held_out_gpt(seed, "-f", GPT_GPU_FRESH)
 
     return [
         _plain("ddp4", "dp4", seed, tag="-f"),
@@ -879,8 +887,7 @@ def fresh2_set(seed: int = FRESH2_SEED) -> list[Case]:
     4-rank layout again with other values (slowdowns 1.25-2x, 20 ms before-microbatch work, 60 ms
     host sleeps on GPUs, other ranks and links) and on GPUs a fourth model shape. Ids end in
     ``-f2``."""
-    def g(layout, fmt, variant, **k):
-        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f2", **k), layout, GPT_GPU_FRESH2)
+    g = _held_out_gpt(seed, "-f2", GPT_GPU_FRESH2)
 
     return [
         _plain("ddp4", "dp4", seed, rank=2, factor=2.0, tag="-f2"),
@@ -920,9 +927,7 @@ def fresh3_set(seed: int = FRESH3_SEED) -> list[Case]:
     other set uses (slowdowns 1.25-1.8x, 25 ms before-microbatch work, 45 ms data sleeps, 80 ms host
     sleeps on GPUs, lognormal sigma 1.2, a last stage of 4 layers) and on GPUs a fifth model shape.
     5 iterations, 3 recorded. Ids end in ``-f3`` (``-f3-gpu2``)."""
-    def g(layout, fmt, variant, **k):
-        case = gpt_case(layout, fmt, variant, seed=seed, tag="-f3", windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT), **k)
-        return _reshaped(case, layout, GPT_GPU_FRESH3)
+    g = _held_out_gpt(seed, "-f3", GPT_GPU_FRESH3, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
 
     return [
         _plain("ddp2", "dp2", seed, tag="-f3"),
@@ -961,8 +966,7 @@ def fresh4_set(seed: int = FRESH4_SEED) -> list[Case]:
     layout again with values no other set uses (slowdowns 1.3-1.9x, 18 ms before-microbatch work,
     12 ms host sleeps, 50 ms on GPUs, 35 ms data sleeps, sigma 0.95, other ranks and links) and on
     GPUs a sixth model shape. Ids end in ``-f4``."""
-    def g(layout, fmt, variant, **k):
-        return _reshaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f4", **k), layout, GPT_GPU_FRESH4)
+    g = _held_out_gpt(seed, "-f4", GPT_GPU_FRESH4)
 
     return [
         _plain("ddp4", "dp4", seed, rank=3, factor=1.45, tag="-f4"),
@@ -1003,9 +1007,7 @@ def fresh5_set(seed: int = FRESH5_SEED) -> list[Case]:
     no other set uses (slowdowns 1.35-2.2x, 12 ms before-microbatch work, 15 ms host sleeps, 70 ms
     on GPUs, 25 ms data sleeps, sigma 0.85, a last stage of 5 layers) and on GPUs a seventh model
     shape. 5 iterations, 3 recorded. Ids end in ``-f5`` (``-f5-gpu2``)."""
-    def g(layout, fmt, variant, **k):
-        case = gpt_case(layout, fmt, variant, seed=seed, tag="-f5", windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT), **k)
-        return _reshaped(case, layout, GPT_GPU_FRESH5)
+    g = _held_out_gpt(seed, "-f5", GPT_GPU_FRESH5, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
 
     return [
         _plain("ddp2", "dp2", seed, rank=0, factor=2.2, tag="-f5"),
