@@ -310,6 +310,11 @@ def _replica_waits(peers: PeerEvidence, late: dict, coords: dict) -> set[int]:
         for p in leaning if p in coords)}
 
 
+STALLS_SHARE = 0.5
+"""Between two GPU ranks, the least share of a rank's extra idle time in stalls (gaps of
+``idle.LONG_GAP_NS`` or more) for that idle time alone to name its host."""
+
+
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
                      pfac: float, iteration_ns: float | None, slowdown_threshold: float,
                      overruled: list[str] | None = None, shared_cpus: bool = False,
@@ -333,7 +338,16 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # those gaps name no host (TP2 x DP2, no fault, beside a fifth busy process: a rank's gaps
     # 26.6 ms a step more than its TP peer's at z 8.2, none of them recurring)
     recurring = not (shared_cpus and peers.counted) or stalled >= peers.min_effect * busy
-    host = bool(row["gap_flagged"]) and gap_excess >= peers.min_effect * busy and not on_cpu and recurring
+    # Between two GPU ranks, idle time alone names a host where most of it is stalls: a host that
+    # sleeps or waits stalls, while two healthy hosts pacing their GPUs' launches differ by more
+    # than any threshold in short gaps all over (2 H200s, megatron-core TP2 under the profiler:
+    # no fault, one rank's GPU idling 329 ms a step more, 6% of it in stalls, the step 595 ms
+    # where three reruns took 460-504; lognormal lengths, 121 ms, 17%; injected sleeps and work
+    # before each microbatch: 68-106%)
+    paced = (not shared_cpus and peers.ranks.height == 2 and not row["flagged"]
+             and stalled < STALLS_SHARE * gap_excess)
+    host = (bool(row["gap_flagged"]) and gap_excess >= peers.min_effect * busy and not on_cpu and recurring
+            and not paced)
     corroborated = late is not None and late["net_z"] > late_cut and late["last_z"] > late_cut
     # Two independent stages that each lean the same way are evidence together: a rank whose
     # compute stands out by half the cut-off and that stage 2 finds keeping the others waiting
@@ -367,8 +381,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # rank 0 last at 60% of 600 collectives at z 4.7, net 126 ms a step)
     # (not on CPUs where its ops lose far more time than its gaps: megatron-core TP2 x DP2
     # under the profiler, each layer of rank 1 1.5x: its ops 54 ms more a step, stalls 10 ms)
-    if (not host and not on_cpu and leans and _keeps_waiting(late) and (row["gap_z"] or 0.0) > peers.z_crit / 2
-            and stalled >= peers.min_effect * busy):
+    if (not host and not on_cpu and not paced and leans and _keeps_waiting(late)
+            and (row["gap_z"] or 0.0) > peers.z_crit / 2 and stalled >= peers.min_effect * busy):
         stalls_in = _stalled_iterations(peers, row["rank"])
         if len(stalls_in) >= CONSISTENT * _iterations(peers):
             host = True

@@ -657,3 +657,38 @@ def test_slower_layers_on_a_stage_doing_under_half_the_heaviest_stages_work_are_
     # slower layers stay a suspect as before
     s, _ = judged(18.0)
     assert (s.rank, s.kind) == (0, "slow_compute")
+
+
+def test_between_two_gpu_ranks_idle_time_mostly_in_short_gaps_names_no_host():
+    # 2 H200s, megatron-core TP2 under the profiler, lognormal sequence lengths, no fault
+    # (held-out `make_corpus.py --set fresh5`), stage 1 as measured for rank 1: its GPU idle 121 ms
+    # a step more than its peer's at z 6.9, 20 ms of it in stalls (gaps of 1 ms and more), last at
+    # 81% of the TP all-reduces. Two healthy hosts pacing their GPUs differ so in short gaps all
+    # over; a host that sleeps or waits stalls (before: "slow host 1" 1.56x on an imbalance job)
+    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.verdict import _compute_suspect
+
+    ms = 1e6
+    row = {"rank": 1, "slowdown": 0.998, "z": -0.38, "share_slow": 0.003, "n_ops": 1273, "flagged": False,
+           "iterations": [2, 3, 4], "excess_ns": -0.19 * ms, "busy_ns": 98.41 * ms, "gap_excess_ns": 121.37 * ms,
+           "gap_z": 6.91, "gap_flagged": True, "gap_ns": 279.97 * ms, "long_excess_ns": 20.48 * ms, "added": 1.001,
+           "added_excess_ns": 0.001 * ms, "added_base_ns": 0.74 * ms, "work_ns": 97.43 * ms, "all_work_ns": 97.25 * ms}
+    late = {"rank": 1, "instances": 447, "guessed": False, "last": 364, "waited_ns": 25.5 * ms,
+            "blame_ns": 389.5 * ms, "imposed_ns": 389.5 * ms, "share_last_tp": 0.815, "net_lasting": 1.0,
+            "share_last": 0.814, "expected_share": 0.5, "last_z": 13.29, "net_ns": 364.0 * ms, "net_z": 0.67,
+            "flagged": False}
+    coords = {0: {"tp": 0, "pp": 0, "dp": 0}, 1: {"tp": 1, "pp": 0, "dp": 0}}
+    ranks = pl.DataFrame({"rank": [0, 1], "flagged": [False, False], "gap_flagged": [False, True],
+                          "slowdown": [1.004, 0.998]})
+    per = pl.DataFrame({"rank": [1] * 3, "iteration": [2, 3, 4], "flagged": [False] * 3,
+                        "busy_ns": [86.7 * ms, 100.9 * ms, 98.4 * ms],
+                        "gap_excess_ns": [121.4 * ms, 97.0 * ms, 139.4 * ms]})
+    peers = PeerEvidence("stage peers", None, per, ranks, z_crit=2.58, min_effect=0.1 / 3, pairs=True, counted=True)
+
+    def judged(r):
+        return _compute_suspect(r, peers, late, 2.58, coords, 1.0, 337.5 * ms, 0.1)
+
+    assert judged(row) is None
+    # the same rank with most of its extra idle time in stalls: a host that sleeps or waits
+    s = judged({**row, "long_excess_ns": 110.0 * ms})
+    assert (s.rank, s.kind) == (1, "slow_host")
