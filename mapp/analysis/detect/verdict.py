@@ -23,6 +23,8 @@ import polars as pl
 from mapp.analysis.detect.added_work import added_evidence, added_slowdown, adds_work, does_extra_work
 from mapp.analysis.detect.bandwidth import FLOOR_RATIO, BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdict
+from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled_why, stage2_agrees,
+                                        stalled_iterations, stalls_last, traced_iterations)
 from mapp.analysis.detect.imbalance import heavy_replicas, suspects_stages, workload_imbalance
 from mapp.analysis.detect.idle import NOISE
 from mapp.analysis.detect.lateness import LatenessEvidence
@@ -68,7 +70,7 @@ class Combined(NamedTuple):
     below: list[Suspect]
     """Would-be suspects slower than their peers by less than the threshold."""
     overruled: list[str]
-    """One line per candidate of stage 1 that a gate of ``_overruled`` set aside, and why."""
+    """One line per candidate of stage 1 that a gate of ``gates.overruled_why`` set aside, and why."""
 
 
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
@@ -133,7 +135,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     # costs the job less than one slower by less in all four (4 H200s, megatron-core TP2 x DP2
     # under mapp's capture, 1.2x the layers' FLOPs on rank 1: its TP peer 1.70x in the first
     # traced iteration alone, 104 ms; rank 1 1.56x in all four, 68 ms each)
-    traced = _iterations(peers) if peers.mode != "skipped" else 0
+    traced = traced_iterations(peers) if peers.mode != "skipped" else 0
     suspects.sort(key=lambda s: (-_spread_cost(s, traced), -s.confidence))
     imbalance = workload_imbalance(peers, imbalance_threshold, layout)
     suspects = heavy_replicas(suspects, peers, layout, imbalance)
@@ -190,7 +192,7 @@ def _late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: La
     slowdown that of the iteration; where that stays under ``slowdown_threshold`` and the rank
     calls ops more often than its peers, theirs: ``added_work.added_slowdown``). A slow host where stage
     1's launch gaps account for more of it than its ops do, unless it does extra work."""
-    excess = max(row["net_ns"], 0.0) / max(_iterations(peers), 1)
+    excess = max(row["net_ns"], 0.0) / max(traced_iterations(peers), 1)
     gap = max((own or {}).get("gap_excess_ns") or 0.0, 0.0)
     extra = own is not None and does_extra_work(own, peers.min_effect)
     host = own is not None and not extra and gap > max((own.get("excess_ns") or 0.0), 0.0)
@@ -219,12 +221,6 @@ def _spread_cost(s: Suspect, traced: int) -> float:
     return s.excess_ns * (min(n / traced, 1.0) if traced and n else 1.0)
 
 
-def _iterations(peers: PeerEvidence) -> int:
-    if peers.rank_iterations.is_empty():
-        return 1
-    return peers.rank_iterations["iteration"].n_unique()
-
-
 def _excess_at(row: dict, busy: float, slowdown: float) -> float:
     """The rank's excess time, no more than ``slowdown`` makes of its ``busy`` time."""
     return min(max(row["excess_ns"] or 0.0, 0.0), busy * (1 - 1 / max(slowdown, 1.0)))
@@ -250,13 +246,13 @@ def paced_pairs(peers: PeerEvidence, lateness: LatenessEvidence, suspects: list[
     out = []
     for row in peers.ranks.iter_rows(named=True):
         rank, own = row["rank"], late.get(row["rank"])
-        if rank in named or not _keeps_waiting(own):
+        if rank in named or not keeps_waiting(own):
             continue
         busy = row["busy_ns"] or 0.0
         gap = max(row["gap_excess_ns"] or 0.0, 0.0)
         if gap < peers.min_effect * busy or max(row.get("long_excess_ns") or 0.0, 0.0) >= peers.min_effect * busy:
             continue
-        waited = own["net_ns"] / max(_iterations(peers), 1) / 1e6
+        waited = own["net_ns"] / max(traced_iterations(peers), 1) / 1e6
         out.append(f"rank {rank} kept its peer waiting {waited:.1f} ms an iteration; it idled {gap / 1e6:.1f} ms "
                    "more between its ops, nearly all in gaps under 1 ms: a host pacing its work more slowly, as two "
                    "healthy processes can differ, with no stall and no slower work: not a suspect")
@@ -275,20 +271,6 @@ def _late_evidence(row: dict | None) -> dict | None:
     return out
 
 
-def _stage2_agrees(late: dict | None) -> bool:
-    """Stage 2 does not contradict a rank that stage 1 finds slow: it is last at least as often
-    as chance and makes the others wait more than it waits for them. (With a handful of
-    collectives per iteration, being last "more than chance" cannot be shown; a victim, which
-    waits, is still told apart.)"""
-    return late is not None and late["net_ns"] > 0 and late["share_last"] >= late["expected_share"]
-
-
-def _keeps_waiting(late: dict | None) -> bool:
-    """Stage 2 finds the rank making the others wait more than it waits for them, in nearly
-    every iteration (``CONSISTENT``), however often it is last."""
-    return late is not None and late["net_ns"] > 0 and (late.get("net_lasting") or 0.0) >= CONSISTENT
-
-
 def _replica_waits(peers: PeerEvidence, late: dict, coords: dict) -> set[int]:
     """The ranks of a pipeline whose stage 2 speaks through their replica: another stage of
     the same replica (same dp and tp), not slower than its own peers, keeps its data-parallel
@@ -304,7 +286,7 @@ def _replica_waits(peers: PeerEvidence, late: dict, coords: dict) -> set[int]:
         return set()
     slow = {r["rank"] for r in peers.ranks.iter_rows(named=True) if r["flagged"] or r.get("gap_flagged")}
     leaning = {r for r, row in late.items()
-               if r not in slow and _keeps_waiting(row) and _stage2_agrees(row)}
+               if r not in slow and keeps_waiting(row) and stage2_agrees(row)}
     return {r for r, c in coords.items() if any(
         p != r and coords[p]["dp"] == c["dp"] and coords[p]["tp"] == c["tp"] and coords[p]["pp"] != c["pp"]
         for p in leaning if p in coords)}
@@ -365,7 +347,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # last "far more often than chance" cannot be shown (simulated DP2, a 1.3x GPU on lengths
     # varying per microbatch: last at all 4 all-reduces, last_z 2.0, 75 ms net a step imposed;
     # its compute 1.21x at z 1.5, the data's scatter hiding it from stage 1 alone)
-    pair_leans = (peers.ranks.height == 2 and _keeps_waiting(late)
+    pair_leans = (peers.ranks.height == 2 and keeps_waiting(late)
                   and late["share_last"] >= late["expected_share"])
     joint = (not row["flagged"] and (leans or pair_leans) and (row["z"] or 0.0) > peers.z_crit / 2
              and not shared_cpus and float(row["slowdown"]) - 1 >= peers.min_effect)
@@ -381,10 +363,10 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # rank 0 last at 60% of 600 collectives at z 4.7, net 126 ms a step)
     # (not on CPUs where its ops lose far more time than its gaps: megatron-core TP2 x DP2
     # under the profiler, each layer of rank 1 1.5x: its ops 54 ms more a step, stalls 10 ms)
-    if (not host and not on_cpu and not paced and leans and _keeps_waiting(late)
+    if (not host and not on_cpu and not paced and leans and keeps_waiting(late)
             and (row["gap_z"] or 0.0) > peers.z_crit / 2 and stalled >= peers.min_effect * busy):
-        stalls_in = _stalled_iterations(peers, row["rank"])
-        if len(stalls_in) >= CONSISTENT * _iterations(peers):
+        stalls_in = stalled_iterations(peers, row["rank"])
+        if len(stalls_in) >= CONSISTENT * traced_iterations(peers):
             host = True
             row = {**row, "iterations": stalls_in}
     # Between two ranks a z-score of idle time says nothing (two values always sit one spread
@@ -429,7 +411,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # Calls are counted, not timed: a rank that calls ops more often than its peers in nearly
     # every iteration, at a real cost, does more work however its times scatter. One that stage
     # 1 did not flag on its times is named so provided it is not the one kept waiting (last at
-    # the collectives no less often than chance; for one it flagged, see ``_overruled``). On
+    # the collectives no less often than chance; for one it flagged, see ``gates.overruled_why``). On
     # shared CPUs who is last is as much chance as the times are, and no healthy rank there was
     # seen calling any op more often than its peers (FSDP, plain DDP, megatron-core): plain DDP,
     # 2.5x the forward's matmuls on one of 4 processes on 2 cores beside a fifth busy one, last
@@ -442,7 +424,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # on its times, for stage 2's arrivals there are as noisy as those times (plain DDP, 1.5x the
     # forward's matmuls on one of 4 processes on 2 cores: its compute 1.19x at z 12, last at 3
     # of 5 all-reduces, yet waiting 16 ms more than it made the others wait). On GPUs a rank
-    # flagged on its times that does extra work passes the gates by it (``_overruled``)
+    # flagged on its times that does extra work passes the gates by it (``gates.overruled_why``)
     counted_work = counted or (adds and shared_cpus)
     if counted:
         row, extra = {**row, "flagged": True}, True
@@ -454,8 +436,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # waiting on a heavier last stage stalled 20 ms a step more than its DP peer, 23% of its
     # compute, at z 1.1, net-imposing in 3 of 4 steps)
     big_stalls = (stalled >= slowdown_threshold * busy and (row["gap_z"] or 0.0) > peers.z_crit / 2
-                  and _stalls_last(peers, row["rank"]))
-    imposes = leans or (_keeps_waiting(late) and (peers.ranks.height == 2 or big_stalls))
+                  and stalls_last(peers, row["rank"]))
+    imposes = leans or (keeps_waiting(late) and (peers.ranks.height == 2 or big_stalls))
     # Its stalls must be most of its extra idle time too: a host that sleeps or waits stalls,
     # one that paces its GPU more slowly idles in short gaps all over (4 H100s, TP2 x PP2 under
     # the profiler, 1.6x the layers' FLOPs on rank 1: rank 2, a stage behind, idled 58 ms a step
@@ -492,7 +474,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     backward = row.get("ops_median")
     if (row["flagged"] and (host or row.get("launch_bound")) and row.get("gpu_alike") and not shared_cpus
             and backward is not None and math.isfinite(float(backward))
-            and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
+            and len(row["iterations"] or []) >= CONSISTENT * traced_iterations(peers)
             and stalled >= peers.min_effect * busy
             and (handover >= CONSISTENT * stalled or stalled < slowdown_threshold * busy)):
         gpu = math.exp(float(backward))
@@ -513,14 +495,14 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     beside = slowest_other(peers, row["rank"]) if shared_cpus else None
     alone = (not host and beside is not None
              and stands_out(typical_slowdown(peers, row["rank"], float(row["slowdown"])), beside, slowdown_threshold)
-             and len(row["iterations"] or []) >= CONSISTENT * _iterations(peers)
+             and len(row["iterations"] or []) >= CONSISTENT * traced_iterations(peers)
              and (row["excess_ns"] or 0.0) > gap_excess)
-    why = _overruled(row, peers, late, host=host, counted=counted_work, extra=extra, guessed=guessed,
+    why = overruled_why(row, peers, late, host=host, counted=counted_work, extra=extra, guessed=guessed,
                      stalled=stalled, busy=busy, alone=alone, big_stalls=big_stalls, replica=replica,
                      shared_cpus=shared_cpus)
     if why is not None:
         if overruled is not None and (host or float(row["slowdown"]) >= 1 + slowdown_threshold):
-            overruled.append(_overruled_line(row, late, host, gap_excess, why))
+            overruled.append(overruled_line(row, late, host, gap_excess, why))
         return None
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
@@ -565,7 +547,7 @@ def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, han
     where that names no suspect, else (row, launch-bound, host, stalls): a slow host, or, where its
     backward ops are slower alike and its host neither stalls nor idles longer, its GPU at what
     those ops say. ``stalled``: its extra stalls a step, returned as the verdict then counts them."""
-    if len(row["iterations"] or []) < CONSISTENT * _iterations(peers):
+    if len(row["iterations"] or []) < CONSISTENT * traced_iterations(peers):
         return None
     # Such a rank is a slow host only where it stalls or its launch gaps between spans are longer
     # too (a slow host is slow everywhere): two healthy processes pace their GPUs' launches inside spans
@@ -618,23 +600,6 @@ def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, han
     return row, True, True, stalled
 
 
-LIGHT = 0.5
-"""One rank a stage: a stage whose work, slower layers and all, is under this share of another
-stage's waits on that one most of a step, and its slower layers are no cause of the job's pace.
-On CPUs such a stage's layers run slower, their cores idle between them (megatron-core PP2 on
-gloo, one layer on stage 0 and four on stage 1, no fault: stage 0's layer 1.62x stage 1's at
-z 17.6, its work 39% of stage 1's; on 2 H200s the same job's 1.02x). A rank slowed by a fault is
-never that far below another stage: its slowness makes it the heavier."""
-
-
-def _light_stage(row: dict, peers: PeerEvidence) -> int | None:
-    """The stage whose work ``row``'s rank does under ``LIGHT`` of, or None."""
-    if peers.stages is None or peers.stages.is_empty():
-        return None
-    heaviest = peers.stages.sort("compute_ns").row(-1, named=True)
-    return int(heaviest["pp"]) if float(row["busy_ns"] or 0.0) < LIGHT * float(heaviest["compute_ns"]) else None
-
-
 def _gaps_outgrow(row: dict, gap_excess: float) -> bool:
     """The rank's idle gaps grew, over its peers', by more than twice what its backward ops did
     (log-ratios), as the forward pass must to name a host (``idle.launch_bound``)."""
@@ -642,131 +607,6 @@ def _gaps_outgrow(row: dict, gap_excess: float) -> bool:
     if base <= 0:
         return True
     return math.log1p(gap_excess / base) > 2 * max(float(row.get("ops_median") or 0.0), 0.0)
-
-
-def _overruled_line(row: dict, late: dict | None, host: bool, gap_excess: float, why: str) -> str:
-    """What a candidate that a gate set aside had going for it, and the gate (for the notes)."""
-    seen = (f"idles {gap_excess / 1e6:.1f} ms an iteration more than its peers (z {float(row['gap_z'] or 0.0):.1f})"
-            if host else f"computes {float(row['slowdown']):.2f}x its peers (z {float(row['z']):.1f})")
-    waits = ""
-    if late is not None:
-        waits = (f"; last at {late['share_last']:.0%} of its collectives (chance {late['expected_share']:.0%}), "
-                 f"{'making the others wait' if late['net_ns'] > 0 else 'waiting'} "
-                 f"{abs(late['net_ns']) / 1e6:.1f} ms net")
-    return f"rank {row['rank']} {seen}{waits}: not a suspect ({why})"
-
-
-def _stalled_iterations(peers: PeerEvidence, rank: int) -> list[int]:
-    """The iterations in which ``rank`` stalled (idle gaps of 1 ms and more; where the
-    comparison kept no such count, idled) longer than its peers by ``min_effect`` of its work."""
-    per = peers.rank_iterations
-    idle = "long_excess_ns" if "long_excess_ns" in per.columns else "gap_excess_ns"
-    if per.is_empty() or idle not in per.columns:
-        return []
-    mine = per.filter((pl.col("rank") == rank) & (pl.col(idle) >= peers.min_effect * pl.col("busy_ns")))
-    return sorted(int(i) for i in mine["iteration"].to_list())
-
-
-def _stalls_last(peers: PeerEvidence, rank: int) -> bool:
-    """``rank`` stalled longer than its peers in nearly every iteration (``CONSISTENT``)."""
-    return len(_stalled_iterations(peers, rank)) >= CONSISTENT * _iterations(peers)
-
-
-def _overruled(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
-               guessed: bool, stalled: float, busy: float, alone: bool = False,
-               big_stalls: bool = False, replica: bool = False, shared_cpus: bool = False) -> str | None:
-    """Why a candidate of stage 1 is no suspect after all, or None: the gates below, each with
-    the evidence that passes it. Most are stage 2 standing guard where stage 1's comparison is
-    weak (``_stage2_agrees``: the rank makes others wait and is last no less often than chance).
-
-    1. Where only two ranks can be compared, stage 2 must agree, for a host as for a GPU: a rank
-       whose launch gaps look long but that waits on its peer more than it makes the peer wait
-       is not what slows the job. Passed by its layers being slower than every other stage's
-       same layers while its stage partner's are not (``peers._layer_alone``), by counted work,
-       and on shared CPUs by ``alone``: slower in nearly every iteration, and than every other
-       rank of the job by the threshold (megatron-core PP2 x DP2 under mapp's capture, each layer
-       of rank 1 stretched 1.2x: its spans 1.43x its DP peer's at z 4.8 in every step, every other
-       rank's at most ~1.05x its own; its one all-reduce a step, 4 in all, last in 2). A host is
-       passed by *holding up* its peers: stalls in nearly every iteration while keeping the others
-       waiting in nearly every one (TP2 x PP2, a 20 ms data-path sleep on rank 2: 80 ms more
-       stalls a step at z 97, net 78 ms a step imposed, last at 48% of its TP pair's calls), its
-       idle time standing out or its stalls alone the threshold's share of its work
-       (``big_stalls``: TP2 x DP2 under the profiler, 27 ms more stalls a step at z 2.5, 46%).
-       In a pipeline a rank slower by its compute is passed by its replica too
-       (``_replica_waits``): another stage of it keeps its own peers waiting.
-    2. One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
-       last, whatever its speed); a stage's layers must instead be slower than another stage's
-       same layers in most traced iterations, not in one noisy one.
-    3. Peers found by their program (no layout) are a guess at who does the same work, and on
-       shared CPUs every rank's ops and gaps stretch by chance: a rank is what slows the job
-       only if it also keeps the others waiting at their collectives. Passed by counted work and
-       by stalls (below).
-    4. Idle gaps stretch on any busy host by chance: a host named for its gaps alone must also
-       keep the others waiting. Passed by stalls.
-    5. One rank a stage: slower layers on a stage doing under ``LIGHT`` of another stage's work
-       are not what the pipeline waits on. Not passed.
-
-    *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
-    stage 2 that matched calls of no known group by their order on every rank is one and does
-    not veto work beyond its peers' (4 gloo ranks of TP2 x DP2 whose TP and DP calls could not be
-    told apart, a rank with 1.5x the matmuls "last" in 20% of those; megatron-core TP2 x DP2,
-    20 ms of matmuls before each microbatch, "last" in 36%); nor does one that finds the rank
-    keeping the others waiting in nearly every iteration, however often it is last; nor, on
-    GPUs, any stage 2 (a peer whose host paces the job keeps the rank doing more waiting).
-
-    *Stalls* pass 3 and 4 where stage 2 has one collective a step to go on (plain DDP): idle
-    gaps of 1 ms and more, longer than its peers' in nearly every iteration by a real share of
-    its work, and last no less often than chance (a 20 ms data-path sleep on one of 4 ranks
-    sharing 2 cores, 5 all-reduces: its peers, their cores freed while it slept, waited less
-    than it did in one run of three). With many collectives a step, stage 2 keeps its say
-    (simulated host noise: stalls as long on ranks last only by chance).
-    """
-    agrees = _stage2_agrees(late)
-    # (on shared CPUs, where stage 2 is no guess, it must still find the rank making the others
-    # wait, in nearly every iteration, though not last more often than chance: a rank of
-    # megatron-core TP2 x PP2 with extra matmuls in its layers, 4 shared cores, net 21 ms a step
-    # imposed in every step, last at 47% of its TP pair's calls. On GPUs extra work stands on
-    # its own, for a rank stage 1 flagged as slow compute: where a peer's host paces the job,
-    # the rank doing it waits all the same (2 H200s, megatron-core TP2 under the profiler, 1.5x
-    # the layers' FLOPs on rank 1: 3.2x the GEMM calls of its peer, 20 ms more a step, yet last
-    # at 2-7% of the all-reduces, its peer's GPU idling 149-163 ms a step more between launches,
-    # two runs). The one healthy GPU job seen calling ops more often, a 2-GPU FSDP one, was a
-    # misread of its profiler steps, mended in ``ingest.kineto``.)
-    counted_work = counted or (extra and (guessed or _keeps_waiting(late) or not (shared_cpus or host)))
-    stalls = (bool(row["gap_flagged"]) and stalled >= peers.min_effect * busy and late is not None
-              and late["instances"] <= _iterations(peers) and late["share_last"] >= late["expected_share"])
-    # With many collectives a step, most are paced by whatever came before them, and who is last
-    # at those is chance; a rank that stalls in nearly every iteration and keeps the others
-    # waiting in nearly every one is what they wait for (megatron-core TP2 x DP2 under mapp's
-    # capture, 4 processes on 2 cores, 20 ms of matmuls before each microbatch outside the
-    # model's spans: 80 ms more stalls a step at z 27, net 124 ms a step imposed, last at 47%
-    # of 212 calls)
-    holds_up = ((bool(row["gap_flagged"]) or big_stalls) and _keeps_waiting(late)
-                and _stalls_last(peers, row["rank"]))
-    stalls = stalls or holds_up
-    # One rank a stage: stage 2 cannot stand guard (gate 2), for a host either, whose few
-    # collectives a step the pipeline's order decides; stalls in nearly every iteration, a real
-    # share of its work, do (4 H200s, megatron-core PP4 under the profiler, a 40 ms data-path
-    # sleep before each microbatch on rank 1: 325 ms more stalls a step at z 18.6, last at none
-    # of its collectives, for the first stage finishes every step last)
-    if peers.mode == "layer peers" and not stalls and stalled >= peers.min_effect * busy:
-        stalls = len(_stalled_iterations(peers, row["rank"])) >= CONSISTENT * _iterations(peers)
-    light = _light_stage(row, peers) if peers.mode == "layer peers" and not host else None
-    gates = (
-        # (applies, passed by, why)
-        (peers.pairs and peers.mode != "layer peers" and not agrees,
-         bool(row.get("layer_alone")) or counted_work or alone or (host and holds_up)
-         or (replica and not host and bool(row["flagged"])),
-         "two-peer comparison: stage 2 does not agree"),
-        (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= _iterations(peers),
-         False, "one rank a stage: slower than the other stage's same layers in half the iterations or fewer"),
-        (peers.mode == "program peers" and late is not None and not agrees,
-         counted_work or stalls, "peers by program: stage 2 does not agree"),
-        (host and not row["flagged"] and late is not None and not agrees,
-         stalls, "idle gaps alone: stage 2 does not agree"),
-        (light is not None, False, f"its stage computes under {LIGHT:.0%} of stage {light}'s work: the pipeline waits on that one"),
-    )
-    return next((why for applies, passed, why in gates if applies and not passed), None)
 
 
 def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> float:

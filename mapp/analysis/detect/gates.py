@@ -1,0 +1,176 @@
+"""The gates a candidate of stage 1 must pass to be a suspect (``overruled_why``), and the
+reading of stage 2's evidence they share with ``verdict``: whether stage 2 agrees with stage 1,
+whether a rank keeps the others waiting, in how many traced iterations it stalled."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.thresholds import CONSISTENT
+
+__all__ = ["LIGHT", "keeps_waiting", "light_stage", "overruled_line", "overruled_why", "stage2_agrees",
+           "stalled_iterations", "stalls_last", "traced_iterations"]
+
+
+def traced_iterations(peers: PeerEvidence) -> int:
+    """How many iterations stage 1 compared (1 where none)."""
+    if peers.rank_iterations.is_empty():
+        return 1
+    return peers.rank_iterations["iteration"].n_unique()
+
+
+def stage2_agrees(late: dict | None) -> bool:
+    """Stage 2 does not contradict a rank that stage 1 finds slow: it is last at least as often
+    as chance and makes the others wait more than it waits for them. (With a handful of
+    collectives per iteration, being last "more than chance" cannot be shown; a victim, which
+    waits, is still told apart.)"""
+    return late is not None and late["net_ns"] > 0 and late["share_last"] >= late["expected_share"]
+
+
+def keeps_waiting(late: dict | None) -> bool:
+    """Stage 2 finds the rank making the others wait more than it waits for them, in nearly
+    every iteration (``CONSISTENT``), however often it is last."""
+    return late is not None and late["net_ns"] > 0 and (late.get("net_lasting") or 0.0) >= CONSISTENT
+
+
+LIGHT = 0.5
+"""One rank a stage: a stage whose work, slower layers and all, is under this share of another
+stage's waits on that one most of a step, and its slower layers are no cause of the job's pace.
+On CPUs such a stage's layers run slower, their cores idle between them (megatron-core PP2 on
+gloo, one layer on stage 0 and four on stage 1, no fault: stage 0's layer 1.62x stage 1's at
+z 17.6, its work 39% of stage 1's; on 2 H200s the same job's 1.02x). A rank slowed by a fault is
+never that far below another stage: its slowness makes it the heavier."""
+
+
+def light_stage(row: dict, peers: PeerEvidence) -> int | None:
+    """The stage whose work ``row``'s rank does under ``LIGHT`` of, or None."""
+    if peers.stages is None or peers.stages.is_empty():
+        return None
+    heaviest = peers.stages.sort("compute_ns").row(-1, named=True)
+    return int(heaviest["pp"]) if float(row["busy_ns"] or 0.0) < LIGHT * float(heaviest["compute_ns"]) else None
+
+
+def overruled_line(row: dict, late: dict | None, host: bool, gap_excess: float, why: str) -> str:
+    """What a candidate that a gate set aside had going for it, and the gate (for the notes)."""
+    seen = (f"idles {gap_excess / 1e6:.1f} ms an iteration more than its peers (z {float(row['gap_z'] or 0.0):.1f})"
+            if host else f"computes {float(row['slowdown']):.2f}x its peers (z {float(row['z']):.1f})")
+    waits = ""
+    if late is not None:
+        waits = (f"; last at {late['share_last']:.0%} of its collectives (chance {late['expected_share']:.0%}), "
+                 f"{'making the others wait' if late['net_ns'] > 0 else 'waiting'} "
+                 f"{abs(late['net_ns']) / 1e6:.1f} ms net")
+    return f"rank {row['rank']} {seen}{waits}: not a suspect ({why})"
+
+
+def stalled_iterations(peers: PeerEvidence, rank: int) -> list[int]:
+    """The iterations in which ``rank`` stalled (idle gaps of 1 ms and more; where the
+    comparison kept no such count, idled) longer than its peers by ``min_effect`` of its work."""
+    per = peers.rank_iterations
+    idle = "long_excess_ns" if "long_excess_ns" in per.columns else "gap_excess_ns"
+    if per.is_empty() or idle not in per.columns:
+        return []
+    mine = per.filter((pl.col("rank") == rank) & (pl.col(idle) >= peers.min_effect * pl.col("busy_ns")))
+    return sorted(int(i) for i in mine["iteration"].to_list())
+
+
+def stalls_last(peers: PeerEvidence, rank: int) -> bool:
+    """``rank`` stalled longer than its peers in nearly every iteration (``CONSISTENT``)."""
+    return len(stalled_iterations(peers, rank)) >= CONSISTENT * traced_iterations(peers)
+
+
+def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
+               guessed: bool, stalled: float, busy: float, alone: bool = False,
+               big_stalls: bool = False, replica: bool = False, shared_cpus: bool = False) -> str | None:
+    """Why a candidate of stage 1 is no suspect after all, or None: the gates below, each with
+    the evidence that passes it. Most are stage 2 standing guard where stage 1's comparison is
+    weak (``stage2_agrees``: the rank makes others wait and is last no less often than chance).
+
+    1. Where only two ranks can be compared, stage 2 must agree, for a host as for a GPU: a rank
+       whose launch gaps look long but that waits on its peer more than it makes the peer wait
+       is not what slows the job. Passed by its layers being slower than every other stage's
+       same layers while its stage partner's are not (``peers._layer_alone``), by counted work,
+       and on shared CPUs by ``alone``: slower in nearly every iteration, and than every other
+       rank of the job by the threshold (megatron-core PP2 x DP2 under mapp's capture, each layer
+       of rank 1 stretched 1.2x: its spans 1.43x its DP peer's at z 4.8 in every step, every other
+       rank's at most ~1.05x its own; its one all-reduce a step, 4 in all, last in 2). A host is
+       passed by *holding up* its peers: stalls in nearly every iteration while keeping the others
+       waiting in nearly every one (TP2 x PP2, a 20 ms data-path sleep on rank 2: 80 ms more
+       stalls a step at z 97, net 78 ms a step imposed, last at 48% of its TP pair's calls), its
+       idle time standing out or its stalls alone the threshold's share of its work
+       (``big_stalls``: TP2 x DP2 under the profiler, 27 ms more stalls a step at z 2.5, 46%).
+       In a pipeline a rank slower by its compute is passed by its replica too
+       (``verdict._replica_waits``): another stage of it keeps its own peers waiting.
+    2. One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
+       last, whatever its speed); a stage's layers must instead be slower than another stage's
+       same layers in most traced iterations, not in one noisy one.
+    3. Peers found by their program (no layout) are a guess at who does the same work, and on
+       shared CPUs every rank's ops and gaps stretch by chance: a rank is what slows the job
+       only if it also keeps the others waiting at their collectives. Passed by counted work and
+       by stalls (below).
+    4. Idle gaps stretch on any busy host by chance: a host named for its gaps alone must also
+       keep the others waiting. Passed by stalls.
+    5. One rank a stage: slower layers on a stage doing under ``LIGHT`` of another stage's work
+       are not what the pipeline waits on. Not passed.
+
+    *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
+    stage 2 that matched calls of no known group by their order on every rank is one and does
+    not veto work beyond its peers' (4 gloo ranks of TP2 x DP2 whose TP and DP calls could not be
+    told apart, a rank with 1.5x the matmuls "last" in 20% of those; megatron-core TP2 x DP2,
+    20 ms of matmuls before each microbatch, "last" in 36%); nor does one that finds the rank
+    keeping the others waiting in nearly every iteration, however often it is last; nor, on
+    GPUs, any stage 2 (a peer whose host paces the job keeps the rank doing more waiting).
+
+    *Stalls* pass 3 and 4 where stage 2 has one collective a step to go on (plain DDP): idle
+    gaps of 1 ms and more, longer than its peers' in nearly every iteration by a real share of
+    its work, and last no less often than chance (a 20 ms data-path sleep on one of 4 ranks
+    sharing 2 cores, 5 all-reduces: its peers, their cores freed while it slept, waited less
+    than it did in one run of three). With many collectives a step, stage 2 keeps its say
+    (simulated host noise: stalls as long on ranks last only by chance).
+    """
+    agrees = stage2_agrees(late)
+    # (on shared CPUs, where stage 2 is no guess, it must still find the rank making the others
+    # wait, in nearly every iteration, though not last more often than chance: a rank of
+    # megatron-core TP2 x PP2 with extra matmuls in its layers, 4 shared cores, net 21 ms a step
+    # imposed in every step, last at 47% of its TP pair's calls. On GPUs extra work stands on
+    # its own, for a rank stage 1 flagged as slow compute: where a peer's host paces the job,
+    # the rank doing it waits all the same (2 H200s, megatron-core TP2 under the profiler, 1.5x
+    # the layers' FLOPs on rank 1: 3.2x the GEMM calls of its peer, 20 ms more a step, yet last
+    # at 2-7% of the all-reduces, its peer's GPU idling 149-163 ms a step more between launches,
+    # two runs). The one healthy GPU job seen calling ops more often, a 2-GPU FSDP one, was a
+    # misread of its profiler steps, mended in ``ingest.kineto``.)
+    counted_work = counted or (extra and (guessed or keeps_waiting(late) or not (shared_cpus or host)))
+    stalls = (bool(row["gap_flagged"]) and stalled >= peers.min_effect * busy and late is not None
+              and late["instances"] <= traced_iterations(peers) and late["share_last"] >= late["expected_share"])
+    # With many collectives a step, most are paced by whatever came before them, and who is last
+    # at those is chance; a rank that stalls in nearly every iteration and keeps the others
+    # waiting in nearly every one is what they wait for (megatron-core TP2 x DP2 under mapp's
+    # capture, 4 processes on 2 cores, 20 ms of matmuls before each microbatch outside the
+    # model's spans: 80 ms more stalls a step at z 27, net 124 ms a step imposed, last at 47%
+    # of 212 calls)
+    holds_up = ((bool(row["gap_flagged"]) or big_stalls) and keeps_waiting(late)
+                and stalls_last(peers, row["rank"]))
+    stalls = stalls or holds_up
+    # One rank a stage: stage 2 cannot stand guard (gate 2), for a host either, whose few
+    # collectives a step the pipeline's order decides; stalls in nearly every iteration, a real
+    # share of its work, do (4 H200s, megatron-core PP4 under the profiler, a 40 ms data-path
+    # sleep before each microbatch on rank 1: 325 ms more stalls a step at z 18.6, last at none
+    # of its collectives, for the first stage finishes every step last)
+    if peers.mode == "layer peers" and not stalls and stalled >= peers.min_effect * busy:
+        stalls = len(stalled_iterations(peers, row["rank"])) >= CONSISTENT * traced_iterations(peers)
+    light = light_stage(row, peers) if peers.mode == "layer peers" and not host else None
+    gates = (
+        # (applies, passed by, why)
+        (peers.pairs and peers.mode != "layer peers" and not agrees,
+         bool(row.get("layer_alone")) or counted_work or alone or (host and holds_up)
+         or (replica and not host and bool(row["flagged"])),
+         "two-peer comparison: stage 2 does not agree"),
+        (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= traced_iterations(peers),
+         False, "one rank a stage: slower than the other stage's same layers in half the iterations or fewer"),
+        (peers.mode == "program peers" and late is not None and not agrees,
+         counted_work or stalls, "peers by program: stage 2 does not agree"),
+        (host and not row["flagged"] and late is not None and not agrees,
+         stalls, "idle gaps alone: stage 2 does not agree"),
+        (light is not None, False, f"its stage computes under {LIGHT:.0%} of stage {light}'s work: the pipeline waits on that one"),
+    )
+    return next((why for applies, passed, why in gates if applies and not passed), None)
