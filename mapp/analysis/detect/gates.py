@@ -39,8 +39,9 @@ LIGHT = 0.5
 stage's waits on that one most of a step, and its slower layers are no cause of the job's pace.
 On CPUs such a stage's layers run slower, their cores idle between them (megatron-core PP2 on
 gloo, one layer on stage 0 and four on stage 1, no fault: stage 0's layer 1.62x stage 1's at
-z 17.6, its work 39% of stage 1's; on 2 H200s the same job's 1.02x). A rank slowed by a fault is
-never that far below another stage: its slowness makes it the heavier."""
+z 17.6, its work 39% of stage 1's; on 2 H200s the same job's 1.02x). The stages of the ranks slowed
+by injected faults did 0.92-1.0 of the heaviest stage's work (their slowness adds to it); the light
+stages of imbalance jobs 0.2-0.54."""
 
 
 def light_stage(row: dict, peers: PeerEvidence) -> int | None:

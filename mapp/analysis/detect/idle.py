@@ -254,7 +254,7 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
         s=_SPREAD, m=pl.col("r_adj").median()).group_by("rank").agg(
         ops_spread=pl.col("s").median(), ops_median=pl.col("m").median())
     floor = float(np.log1p(min_effect))
-    unchanged = pl.col("ops_median") < floor
+    unchanged = no_slower(min_effect)
     # twice the noise: a slow GPU's ops are no steadier than a healthy one's, and a 5% GPU
     # among ops that scatter by 2% must not be taken for its host by chance
     uneven = pl.col("ops_spread") > STEADY * pl.col("ops_median") + 2 * noise
@@ -281,6 +281,12 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
     return out.with_columns(peers_spread=pl.lit(noise), launch_bound=bound, launch_why=why,
                             gpu_alike=alike).select(
         "rank", "ops_spread", "ops_median", "peers_spread", "launch_bound", "launch_why", "gpu_alike")
+
+
+def no_slower(min_effect: float) -> pl.Expr:
+    """A rank's judged ops (``ops_median``, their median log-ratio to its peers') no slower than
+    its peers' by ``min_effect``: no GPU of its is slow."""
+    return pl.col("ops_median") < float(np.log1p(min_effect))
 
 
 _SPREAD = pl.col("r_within").quantile(0.75) - pl.col("r_within").quantile(0.25)

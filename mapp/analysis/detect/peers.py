@@ -25,13 +25,12 @@ stage is imbalance, not a fault).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
-from mapp.analysis.detect.idle import BACKWARD, NOISE, idle_gaps, lasting_gaps, launch_bound, stalls
+from mapp.analysis.detect.idle import BACKWARD, NOISE, idle_gaps, lasting_gaps, launch_bound, no_slower, stalls
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.thresholds import CONSISTENT
@@ -242,7 +241,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         # launches later waits less in them and is last there for the same reason its spans are
         # longer (4 H200s, megatron-core TP2 x PP2 under mapp's capture, no fault: rank 1's spans
         # 1.26x its TP peer's at z 1.9, backward ops 0.97x, forward 2.2x, last at 63%)
-        unchanged = pl.col("ops_median") < math.log1p(min_effect)
+        unchanged = no_slower(min_effect)
         bound = launch_bound(ops, judged, min_effect).with_columns(
             launch_bound=pl.col("launch_bound") & (~candidate | (pl.col("peers_spread") > NOISE) | unchanged),
             # its slowdown stays its own: only a flagged rank's is read off its backward ops
