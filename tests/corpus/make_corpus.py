@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1032,11 +1032,91 @@ def fresh5_set(seed: int = FRESH5_SEED) -> list[Case]:
     ]
 
 
+FRESH6_SEED = 67
+# --set fresh6 on GPUs: an eighth model shape (hidden 3072, sequence 2048, a 128k vocabulary as in
+# recent production models) with 8 microbatches a step
+GPT_GPU_FRESH6 = ["--layers", "8", "--hidden", "3072", "--heads", "24", "--seq", "2048", "--vocab", "128256",
+                  "--micro-batch-size", "1", "--num-microbatches", "8", "--bf16"]
+
+
+def fresh6_set(seed: int = FRESH6_SEED) -> list[Case]:
+    """Held out after ``--set fresh5``'s changes on 2 ranks (``--set fresh6``, a machine of 2 GPUs
+    like ``--set fresh3``, seed 67): plain DDP / FSDP2 and megatron-core DP2, TP2, PP2 with values
+    no other set uses (slowdowns 1.2-2.0x, 20 ms before-microbatch work, 20 ms host sleeps, 60 ms
+    on GPUs, 40 ms data sleeps, sigma 1.1, a last stage of 3 layers, a heavier PP2 link) and on
+    GPUs an eighth model shape. 5 iterations, 3 recorded. Ids end in ``-f6`` (``-f6-gpu2``)."""
+    g = _held_out_gpt(seed, "-f6", GPT_GPU_FRESH6, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, tag="-f6"),
+        _plain("ddp2", "dp2", seed, rank=0, factor=1.45, tag="-f6"),
+        _plain("fsdp2", "dp2", seed, rank=1, factor=1.7, tag="-f6"),
+        _plain("fsdp2", "dp2", seed, rank=0, sleep_ms=40, tag="-f6"),
+        # megatron-core, mapp capture
+        g("tp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.7),
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.45),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.55),
+        g("pp2", "mapp-v1", "beforemb", rank=0, ms=20),
+        g("tp2", "mapp-v1", "hostsleep", rank=1, ms=20, gpu_ms=60),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=1.1),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        # megatron-core, torch.profiler
+        g("pp2", "kineto", "healthy"),
+        g("tp2", "kineto", "layer", rank=1, factor=2.0),
+        g("dp2", "kineto", "layer", rank=0, factor=1.2),
+        g("tp2", "kineto", "beforemb", rank=0, ms=20),
+        g("dp2", "kineto", "hostsleep", rank=0, ms=20, gpu_ms=60),
+        g("pp2", "kineto", "seqlognorm", sigma=1.1),
+        g("pp2", "kineto", "link", link=(0, 1)),
+    ]
+
+
+FRESH7_SEED = 71
+# --set fresh7 on GPUs: a ninth model shape (hidden 2816, sequence 2560, 8 microbatches)
+GPT_GPU_FRESH7 = ["--layers", "8", "--hidden", "2816", "--heads", "22", "--seq", "2560", "--vocab", "50304",
+                  "--micro-batch-size", "1", "--num-microbatches", "8", "--bf16"]
+
+
+def fresh7_set(seed: int = FRESH7_SEED) -> list[Case]:
+    """Held out after ``--set fresh5``'s changes (``--set fresh7``, 4 ranks, seed 71): every 4-rank
+    layout with values no other set uses (slowdowns 1.35-1.6x, 22 ms before-microbatch work, 16 ms
+    host sleeps, 55 ms on GPUs, 25 ms data sleeps, sigma 1.05, a last stage of 2 layers, other ranks
+    and links) and on GPUs a ninth model shape. Ids end in ``-f7``."""
+    g = _held_out_gpt(seed, "-f7", GPT_GPU_FRESH7)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=1, factor=1.6, tag="-f7"),
+        _plain("fsdp4", "dp4", seed, tag="-f7"),
+        _plain("ddp4", "dp4", seed, rank=2, sleep_ms=25, tag="-f7"),
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "layer", rank=2, factor=1.6),
+        g("tp2pp2", "mapp-v1", "layer", rank=3, factor=1.5),
+        g("pp4", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("tp2dp2", "mapp-v1", "beforemb", rank=0, ms=22),
+        g("dp4", "mapp-v1", "hostsleep", rank=2, ms=16, gpu_ms=55),
+        g("tp2pp2", "mapp-v1", "link", link=(1, 3)),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.05),
+        g("pp4", "mapp-v1", "laststage", last_layers=2),
+        # megatron-core, torch.profiler
+        g("tp2pp2", "kineto", "healthy"),
+        g("pp2dp2", "kineto", "layer", rank=1, factor=1.55),
+        g("dp4", "kineto", "layer", rank=3, factor=1.35),
+        g("tp2pp2", "kineto", "beforemb", rank=2, ms=22),
+        g("pp4", "kineto", "hostsleep", rank=2, ms=16, gpu_ms=55),
+        g("pp2dp2", "kineto", "link", link=(1, 3)),
+        g("dp4", "kineto", "seqlognorm", sigma=1.05),
+        g("tp2pp2", "kineto", "laststage", last_layers=2),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
-        "fresh5": fresh5_set}
+        "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1598,7 +1678,7 @@ def main(argv=None) -> int:
     nproc = args.nproc or worlds[0]
     if worlds != [nproc]:
         p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
-    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "prod", "prodv", "prodw") else "cpu")) == "gpu"
+    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "fresh6", "prod", "prodv", "prodw") else "cpu")) == "gpu"
     if args.set in ("prod", "prodv", "prodw") and not gpu:
         p.error(f"--set {args.set} runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
@@ -1614,14 +1694,14 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:
         print(table(json.loads(manifest_path.read_text()), out_dir))
         return 0
     if gpu and (have := gpu_count()) < nproc:
-        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set in ("gpu2", "vary2", "fresh3", "fresh5") else ""))
+        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "fresh6") else ""))
     timeout = args.timeout or (150.0 if gpu else 300.0)
     # a SIGTERM (``timeout`` around this script) ends the running job's ranks too (see launch)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

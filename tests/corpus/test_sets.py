@@ -175,3 +175,32 @@ def test_the_fresh5_set_runs_every_layout_of_two_with_a_seventh_model_shape():
         args = make_corpus.job_args(case, gpu=True)
         assert args[args.index("--hidden") + 1] == "5120" and args.count("--hidden") == 1, case.id
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH5_SEED)
+
+
+def test_the_fresh6_set_runs_every_layout_of_two_with_an_eighth_model_shape():
+    cases = make_corpus.fresh6_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh6" for i in _ids(build())}
+    assert all(c.id.endswith("-f6") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    assert {make_corpus.world_of(c.layout) for c in cases} == {2}
+    assert any(c.part == "link" for c in cases)
+    for case in (c for c in cases if c.job == "gpt"):
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--vocab") + 1] == "128256" and args.count("--vocab") == 1, case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH6_SEED)
+
+
+def test_the_fresh7_set_runs_every_layout_of_four_with_a_ninth_model_shape():
+    cases = make_corpus.fresh7_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh7" for i in _ids(build())}
+    assert all(c.id.endswith("-f7") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    gpt = [c for c in cases if c.job == "gpt"]
+    assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
+        "dp4", "tp2dp2", "pp2dp2", "tp2pp2", "pp4"}
+    shapes = {tuple(getattr(make_corpus, n)) for n in dir(make_corpus) if n.startswith("GPT_GPU")}
+    assert len(shapes) == len([n for n in dir(make_corpus) if n.startswith("GPT_GPU")])   # every shape its own
+    for case in gpt:
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--hidden") + 1] == "2816" and args.count("--hidden") == 1, case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH7_SEED)
