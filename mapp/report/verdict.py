@@ -146,6 +146,9 @@ def _evidence_line(s) -> str:
     if p and s.kind in ("slow_compute", "slow_host"):
         beyond = ">" if p["z"] > p["cut"] else "<="    # a host's compute need not stand out
         parts.append(f"compute {p['slowdown']:.2f}x {p['mode']} (z {p['z']:.1f} {beyond} {p['cut']:.1f})")
+        if p.get("fastest_ops") is not None:
+            parts.append(f"its fastest spans of a kind, where its GPU and not its host sets the pace, "
+                         f"{p['fastest_ops']:.2f}x its peers' alike in every iteration")
         if p.get("added_work") and s.kind == "slow_compute":
             parts.append(f"the ops it calls more often than its peers {p['added_work']['slowdown']:.2f}x their time "
                          f"(+{p['added_work']['excess_ms_per_iteration']:.2f} ms/it)")

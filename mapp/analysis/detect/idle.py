@@ -219,8 +219,9 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
     GPU's but its host's, which cannot launch kernels as fast as the GPU runs them;
     ``launch_why`` says which rule decided, and ``ops_spread``, ``ops_median`` (log-ratios of
     the ops judged; the spread within each op name) and ``peers_spread`` (the spread of the
-    unflagged ranks' ops) by how much; ``gpu_alike``, its backward ops slower alike whatever its
-    forward pass (bound only by that: the verdict reads it as a GPU where no idle time names a host).
+    unflagged ranks' ops) by how much; ``ops_floor``, what its fastest ops say (``_floor``);
+    ``gpu_alike``, its backward ops slower alike whatever its forward pass (bound only by that:
+    the verdict reads it as a GPU where no idle time names a host).
     For spans timed on the GPU (CUDA events) only.
 
     Such a span lasts from the GPU reaching its first mark to reaching its last, and the GPU
@@ -240,7 +241,7 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
     if flagged.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, "ops_spread": pl.Float64, "ops_median": pl.Float64,
                                     "peers_spread": pl.Float64, "launch_bound": pl.Boolean, "launch_why": pl.String,
-                                    "gpu_alike": pl.Boolean})
+                                    "gpu_alike": pl.Boolean, "ops_floor": pl.Float64})
     has_backward = ops.select(BACKWARD.any()).item()
     judged = ops.filter(BACKWARD) if has_backward else ops
     # every rank's ops scatter a little (kernel timing, data the fit did not take out): that
@@ -278,9 +279,66 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
         ahead = (pl.col("fwd_median") - pl.col("ops_median") > pl.max_horizontal("ops_median", pl.lit(floor)))
         why = why.when(ahead.fill_null(False)).then(pl.lit("its forward ops far slower than its backward ones"))
         bound = bound | ahead.fill_null(False)
+    out = out.join(_floor(judged, flagged), on="rank", how="left")
     return out.with_columns(peers_spread=pl.lit(noise), launch_bound=bound, launch_why=why,
                             gpu_alike=alike).select(
-        "rank", "ops_spread", "ops_median", "peers_spread", "launch_bound", "launch_why", "gpu_alike")
+        "rank", "ops_spread", "ops_median", "peers_spread", "launch_bound", "launch_why", "gpu_alike", "ops_floor")
+
+
+FLOOR_STEADY = 0.05
+"""A GPU runs kernels of one shape at one speed, within a few percent, step after step: a rank's
+floor (``_floor``) says how fast its GPU is only where it moves between its flagged iterations
+by no more than this log-ratio. Measured on slowed GPUs: 0.3-1%; on healthy ranks whose hosts
+paced every span: 21-26%."""
+
+
+def _floor(judged: pl.DataFrame, flagged: pl.DataFrame) -> pl.DataFrame:
+    """Per flagged rank, ``ops_floor``: the log-ratio to its peers' at which its most frequent
+    judged op (a layer's backward) runs when its GPU, not its host, sets the pace; None where no
+    such floor holds steady (``FLOOR_STEADY``) over its flagged iterations.
+
+    A host that paces spans stretches some of them, by however late it was; in the rest the
+    GPU sets the pace, and a slow GPU is slower there too, by its own factor, the same in every
+    step. Two readings of that pace, each per iteration: the fastest tenth of its ratios to its
+    peers' same op (2 H200s, megatron-core TP2 under mapp's capture, 1.45x the layers' FLOPs on
+    rank 0, its host launching the extra work: 1.18x in each of three steps, 2.1x in the
+    median); and its fastest run of each layer's op against its stage peers' fastest run of the
+    same op, on as many tokens, which the peer's own host pacing does not blur (4 H200s, TP2 x
+    PP2, 1.8x the FLOPs on rank 2: 1.27x in each of four steps, while its ratios scattered
+    0.75-1.56x). A host that paces every span moves both from step to step (4 H100s, TP2 x DP2,
+    lognormal lengths, no fault, two runs: one rank's fastest runs 2.1-2.7x its TP peer's,
+    the fastest tenth of its ratios 1.0-1.2x in healthy pairs). The lower steady reading is
+    taken."""
+    empty = pl.DataFrame(schema={"rank": pl.Int32, "ops_floor": pl.Float64})
+    if judged.is_empty():
+        return empty
+    top = judged.group_by("name").len().sort(["len", "name"], descending=[True, False])["name"][0]
+    ops = judged.filter(pl.col("name") == top).join(flagged, on=["rank", "iteration"], how="semi")
+    tenth = ops.group_by("rank", "iteration").agg(f=pl.col("r_adj").quantile(0.1))
+    readings = [tenth]
+    if {"self_ns", "pp"} <= set(judged.columns):
+        readings.append(_fastest_runs(judged.filter(pl.col("name") == top), flagged))
+    steady = []
+    for per in readings:
+        steady.append(per.group_by("rank").agg(f=pl.col("f").median(), moved=pl.col("f").max() - pl.col("f").min())
+                      .filter(pl.col("moved") <= FLOOR_STEADY).select("rank", "f"))
+    both = pl.concat(steady)
+    if both.is_empty():
+        return empty
+    return both.group_by("rank").agg(ops_floor=pl.col("f").min())
+
+
+def _fastest_runs(ops: pl.DataFrame, flagged: pl.DataFrame) -> pl.DataFrame:
+    """Per flagged (rank, iteration): ``f``, the median over its layers of its fastest run of an
+    op (over the iteration's microbatches) against its stage peers' fastest run of the same op
+    on as many tokens (their median), log-ratio."""
+    key = ["pp", "iteration", "name", "layer", "chunk"] + (["tokens"] if "tokens" in ops.columns else [])
+    fastest = ops.group_by("rank", *key).agg(lmin=pl.col("self_ns").min().cast(pl.Float64).log())
+    pairs = fastest.join(fastest.select(*key, peer="rank", peer_lmin="lmin"), on=key, nulls_equal=True).filter(
+        pl.col("rank") != pl.col("peer"))
+    by_op = pairs.group_by("rank", *key).agg(d=pl.col("lmin").first() - pl.col("peer_lmin").median())
+    return by_op.join(flagged, on=["rank", "iteration"], how="semi").group_by("rank", "iteration").agg(
+        f=pl.col("d").median())
 
 
 def no_slower(min_effect: float) -> pl.Expr:

@@ -438,6 +438,18 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     big_stalls = (stalled >= slowdown_threshold * busy and (row["gap_z"] or 0.0) > peers.z_crit / 2
                   and stalls_last(peers, row["rank"]))
     imposes = leans or (keeps_waiting(late) and (peers.ranks.height == 2 or big_stalls))
+    # One rank a stage, such stalls name a host where stage 2 has nothing against it, also where
+    # its idle time as a whole does not stand out: the stages downstream of it wait in their
+    # transfers, not in gaps, and on shared cores every rank's gaps scatter by tens of ms (PP4
+    # under the profiler, 4 processes on 2 cores, a 16 ms data-path sleep before each
+    # microbatch on rank 2: 36 ms more stalls a step, 45% of its work, more than its peers' in
+    # every step; its idle time at z 2.3, the cut-off 2.8; "no suspect" before). Its stalls are
+    # then what it costs, not its idle time, into which the others' scatter (32 ms injected a
+    # step; stalls 36 ms more than its peers', idle time 22 ms)
+    if (not host and not on_cpu and peers.mode == "layer peers" and big_stalls
+            and (late is None or stage2_agrees(late))):
+        host, gap_excess = True, max(gap_excess, stalled)
+        row = {**row, "iterations": stalled_iterations(peers, row["rank"])}
     # Its stalls must be most of its extra idle time too: a host that sleeps or waits stalls,
     # one that paces its GPU more slowly idles in short gaps all over (4 H100s, TP2 x PP2 under
     # the profiler, 1.6x the layers' FLOPs on rank 1: rank 2, a stage behind, idled 58 ms a step
@@ -530,6 +542,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # excess: ``shared_cpus.above_shared_cpus`` reads it)
     if (extra or (adds and shared_cpus)) and not host:
         evidence["peers"]["added_work"] = added_evidence(row)
+    if row.get("by_floor"):
+        evidence["peers"]["fastest_ops"] = round(math.exp(float(row["ops_floor"])), 3)
     if launch:
         evidence["launch_bound"] = {"why": row["launch_why"], **{
             k: None if row.get(k) is None else round(float(row[k]), 3) for k in ("ops_spread", "ops_median", "peers_spread")}}
@@ -584,20 +598,45 @@ def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, han
     # 3.6% of its work: "slow host 1" 1.35x; injected sleeps and work before each microbatch
     # on launch-bound ranks stalled 36-215% of their work; a simulated host 20x slower at
     # launching idled 10.6%)
+    # Unless the fastest of its spans of a kind, where its GPU and not its host sets the pace,
+    # are slower by the threshold in nearly every iteration (``idle._floor``), beside a host
+    # that neither stalls nor idles longer: its GPU is slow at that floor (2 H200s, megatron-core
+    # TP2 under mapp's capture, 1.45x the layers' FLOPs on rank 0: the fastest tenth of its
+    # layers' backward spans 1.18x its peer's in every step, its spans host-paced at 2.1x in
+    # the median, 2.5 ms a step more in gaps, 0.8% of its work; "no suspect" before)
+    floor = _raised_floor(row, slowdown_threshold)
     if (row.get("peers_spread") or 0.0) > NOISE and max(stalled, gap_excess) < slowdown_threshold * busy:
-        return None
+        if floor is None or stalled >= peers.min_effect * busy or idles:
+            return None
+        return {**row, "slowdown": floor, "excess_ns": _excess_at(row, busy, floor), "by_floor": True}, False, False, stalled
     if stalled < peers.min_effect * busy and not idles:
         # where its backward ops are slower alike and only its forward pass slower still, a
         # host that neither stalls nor idles longer is no cause: its GPU is (4 H200s, TP2 x
         # DP2, 1.2x the layers' FLOPs on rank 0: every backward op 1.15x its peer's, its
         # forward ops 1.77x, its gaps at z 0.8; a simulated host 10x slower at launching
         # stretched its backward ops alike too, but idled at z 78-360)
-        if not row.get("gpu_alike"):
+        # at what its backward ops say, its cost too: the forward pass adds its host's pace.
+        # Where they are slower unevenly, at their steady floor, if raised by the threshold: a
+        # host that stretches some of them leaves the GPU's pace in the rest (4 H200s, TP2 x
+        # PP2 under mapp's capture, 1.8x the layers' FLOPs on rank 2: its fastest runs 1.27x its
+        # TP peer's in each of four steps, its ratios 0.75-1.56x, 8 ms more stalls a step, all
+        # where its forward pass hands over to the backward; "no suspect" before)
+        if row.get("gpu_alike"):
+            gpu = math.exp(float(row["ops_median"]))
+            return {**row, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}, False, False, stalled
+        if floor is None:
             return None
-        # at what its backward ops say, its cost too: the forward pass adds its host's pace
-        gpu = math.exp(float(row["ops_median"]))
-        return {**row, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}, False, False, stalled
+        return {**row, "slowdown": floor, "excess_ns": _excess_at(row, busy, floor), "by_floor": True}, False, False, stalled
     return row, True, True, stalled
+
+
+def _raised_floor(row: dict, slowdown_threshold: float) -> float | None:
+    """The slowdown its ops' steady floor says its GPU has (``idle._floor``), where that is the
+    threshold or more; else None."""
+    floor = row.get("ops_floor")
+    if floor is None or not math.isfinite(float(floor)) or math.expm1(float(floor)) < slowdown_threshold:
+        return None
+    return math.exp(float(floor))
 
 
 def _gaps_outgrow(row: dict, gap_excess: float) -> bool:

@@ -1086,3 +1086,42 @@ def test_on_shared_cpus_a_rank_slower_in_every_step_stands_out_beside_one_slower
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (3, "slow_compute") and top.iterations == [2, 3, 4, 5]
     assert len(verdict.suspects) == 1
+
+
+def test_where_spans_scatter_like_host_paced_ones_the_fastest_of_a_kind_say_how_fast_the_gpu_is():
+    # 2 H200s, TP2 under mapp's capture, 1.45x the layers' FLOPs on rank 0, its host launching
+    # the extra work (`--set fresh6`, made after the rules above): its layers' backward spans
+    # 2.1x its peer's in the median but 1.18x in their fastest tenth, in every step; both ranks'
+    # spans scatter like host-paced ones, as two ranks' must (each is the other's mirror); last at
+    # 63% of the TP collectives, 107 ms a step imposed. "No suspect" before: host-paced spans
+    # judged no GPU
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-tp2-mapp-layer1.45x-r0-f6-gpu2"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_compute") and top.iterations == [2, 3, 4]
+    assert 1.1 < top.slowdown < 1.45
+    assert len(verdict.suspects) == 1
+
+
+def test_one_rank_a_stage_whose_stalls_stand_out_in_every_step_is_a_slow_host_on_shared_cores():
+    # PP4 under the profiler, 4 processes on 2 cores, a 16 ms data-path sleep before each of 2
+    # microbatches on rank 2 (`--set fresh7` on this machine): 36 ms more stalls a step than its
+    # peers, in all four steps, before the same op; its idle time 22 ms more at z 2.3, under the
+    # cut-off, the others' gaps scattering by tens of ms. "No suspect" before
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp4-prof-hostsleep16ms-r2-f7"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_host") and top.iterations == [2, 3, 4, 5]
+    assert len(verdict.suspects) == 1
+
+
+def test_backward_ops_slower_unevenly_are_a_slow_gpu_at_their_fastest_runs_steady_floor():
+    # 4 H200s, TP2 x PP2 under mapp's capture, 1.8x the layers' FLOPs on rank 2 (`--set fresh`):
+    # its backward ops' ratios to its TP peer's 0.75-1.56x (its peer's host pacing some of its
+    # own), so "slower unevenly", a host's pattern; but its fastest run of each layer's backward
+    # 1.27x its peer's fastest in each of four steps, 8 ms more stalls a step, all where its
+    # forward pass hands over to the backward, last at 80% of the TP collectives. "No suspect"
+    # before
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-tp2pp2-mapp-layer1.8x-r2-f-gpu"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_compute") and top.iterations == [2, 3, 4, 5]
+    assert 1.2 < top.slowdown < 1.35
+    assert len(verdict.suspects) == 1

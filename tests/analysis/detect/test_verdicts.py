@@ -692,3 +692,82 @@ def test_between_two_gpu_ranks_idle_time_mostly_in_short_gaps_names_no_host():
     # the same rank with most of its extra idle time in stalls: a host that sleeps or waits
     s = judged({**row, "long_excess_ns": 110.0 * ms})
     assert (s.rank, s.kind) == (1, "slow_host")
+
+
+def test_one_rank_a_stage_stalls_a_real_share_of_its_work_in_every_step_name_its_host():
+    # PP4 under the profiler, 4 processes on 2 cores, a 16 ms data-path sleep before each of 2
+    # microbatches on rank 2 (held-out `make_corpus.py --set fresh7`), stage 1 as measured for
+    # rank 2: 36 ms more stalls a step than its peers, 45% of its work, more than theirs in all
+    # four steps, at one place of its program; its idle time 22 ms more at z 2.3, under the
+    # cut-off 2.8, for the others' gaps scatter by tens of ms on shared cores. Stage 2 has no
+    # reading of it. Before: no suspect
+    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.verdict import _compute_suspect
+
+    ms = 1e6
+    row = {"rank": 2, "slowdown": 0.927, "z": -15.13, "share_slow": 0.137, "n_ops": 1076, "flagged": False,
+           "iterations": [], "excess_ns": -6.35 * ms, "busy_ns": 80.75 * ms, "gap_excess_ns": 22.24 * ms,
+           "gap_z": 2.30, "gap_flagged": False, "gap_ns": 57.0 * ms, "long_excess_ns": 36.32 * ms, "added": None,
+           "added_excess_ns": None, "added_base_ns": None, "work_ns": 62.82 * ms, "all_work_ns": 58.24 * ms}
+    coords = {r: {"tp": 0, "pp": r, "dp": 0} for r in range(4)}
+    ranks = pl.DataFrame({"rank": [0, 1, 2, 3], "flagged": [False] * 4, "gap_flagged": [False] * 4,
+                          "slowdown": [0.974, 1.006, 0.927, 1.025]})
+
+    def judged(gap_excess_ms):
+        per = pl.DataFrame({"rank": [2] * 4, "iteration": [2, 3, 4, 5], "flagged": [False] * 4,
+                            "busy_ns": [85.7 * ms, 75.8 * ms, 73.6 * ms, 88.0 * ms],
+                            "gap_excess_ns": [g * ms for g in gap_excess_ms]})
+        peers = PeerEvidence("layer peers", None, per, ranks, z_crit=2.81, min_effect=0.1 / 3, pairs=True,
+                             counted=True)
+        return _compute_suspect(row, peers, None, 0.0, coords, 1.0, 272.6 * ms, 0.1, [], shared_cpus=True)
+
+    s = judged([16.5, 27.9, 8.9, 71.4])
+    assert (s.rank, s.kind) == (2, "slow_host") and s.iterations == [2, 3, 4, 5]
+    assert 1.1 < s.slowdown < 1.2                          # 32 ms injected in a 261 ms step
+    # the same stalls in two steps of four: a hiccup, not a host
+    assert judged([16.5, 0.5, 0.9, 71.4]) is None
+
+
+def test_the_fastest_tenth_of_a_kind_is_a_floor_only_where_it_holds_from_step_to_step():
+    # idle._floor: per flagged rank, the fastest tenth of its most frequent judged op against its
+    # peers', met in nearly every flagged iteration; none where it moves as a host's pacing does
+    import math
+
+    from mapp.analysis.detect.idle import _floor
+
+    def ops(rank, floors):   # 20 calls of a layer's backward per iteration: 4 at the floor, the rest 2x
+        return [{"rank": rank, "iteration": it, "name": "layer.backward", "r_adj": math.log(f if i < 4 else 2.0)}
+                for it, f in enumerate(floors, start=2) for i in range(20)]
+
+    judged = pl.DataFrame(ops(0, [1.18, 1.18, 1.19]) + ops(1, [1.4, 2.0, 1.6])
+                          + [{"rank": 0, "iteration": 2, "name": "output_layer.backward", "r_adj": 0.0}])
+    flagged = pl.DataFrame({"rank": [0] * 3 + [1] * 3, "iteration": [2, 3, 4] * 2})
+    got = {r["rank"]: r["ops_floor"] for r in _floor(judged, flagged).iter_rows(named=True)}
+    assert math.exp(got[0]) == pytest.approx(1.18, abs=0.005)
+    assert got.get(1) is None
+
+
+def test_a_gpus_pace_is_its_fastest_runs_against_its_peers_fastest_runs_of_the_same_op():
+    # idle._floor's second reading: host pacing on either rank stretches some runs, never the
+    # fastest; rank 0's GPU 1.27x slower, both hosts stretching a different half of the runs
+    # by 1.2-2x each step: the ratios scatter, the fastest runs hold 1.27x
+    import math
+
+    from mapp.analysis.detect.idle import _floor
+
+    rows = []
+    for it in (2, 3, 4):
+        for mb in range(8):
+            for layer in range(4):
+                for rank, gpu in ((0, 1.27), (1, 1.0)):
+                    stretched = (mb + rank + it) % 2 == 0
+                    t = 1e6 * gpu * ((1.2 + 0.1 * (mb % 8)) if stretched else 1.0)
+                    rows.append({"rank": rank, "pp": 0, "iteration": it, "microbatch": mb, "layer": layer,
+                                 "chunk": 0, "name": "layer.backward", "self_ns": int(t), "r_adj": 0.0})
+    judged = pl.DataFrame(rows)
+    pair = judged.with_columns(other=pl.col("self_ns").cast(pl.Float64).log().sum().over(
+        "iteration", "microbatch", "layer") - pl.col("self_ns").cast(pl.Float64).log())
+    judged = pair.with_columns(r_adj=pl.col("self_ns").cast(pl.Float64).log() - pl.col("other")).drop("other")
+    flagged = pl.DataFrame({"rank": [0] * 3, "iteration": [2, 3, 4]})
+    got = {r["rank"]: r["ops_floor"] for r in _floor(judged, flagged).iter_rows(named=True)}
+    assert math.exp(got[0]) == pytest.approx(1.27, abs=0.01)
