@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1112,11 +1112,52 @@ def fresh7_set(seed: int = FRESH7_SEED) -> list[Case]:
     ]
 
 
+FRESH8_SEED = 73
+# --set fresh8 on GPUs: a tenth model shape (hidden 4096, sequence 1024, 4 sequences a microbatch)
+GPT_GPU_FRESH8 = ["--layers", "8", "--hidden", "4096", "--heads", "32", "--seq", "1024", "--vocab", "50304",
+                  "--micro-batch-size", "4", "--num-microbatches", "4", "--bf16"]
+
+
+def fresh8_set(seed: int = FRESH8_SEED) -> list[Case]:
+    """Held out after ``--set fresh6``'s changes on 2 ranks (``--set fresh8``, a machine of 2 GPUs
+    like ``--set fresh3``, seed 73): plain DDP / FSDP2 and megatron-core DP2, TP2, PP2 with values
+    no other set uses (slowdowns 1.3-1.9x, 15 ms before-microbatch work, 30 ms host sleeps, 90 ms
+    on GPUs, 30 ms data sleeps, sigma 1.3 and 0.9, a last stage of 2 layers), healthy TP2 jobs
+    under both captures, and on GPUs a tenth model shape. 5 iterations, 3 recorded. Ids end in
+    ``-f8`` (``-f8-gpu2``)."""
+    g = _held_out_gpt(seed, "-f8", GPT_GPU_FRESH8, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=1, factor=1.5, tag="-f8"),
+        _plain("fsdp2", "dp2", seed, tag="-f8"),
+        _plain("ddp2", "dp2", seed, rank=0, sleep_ms=30, tag="-f8"),
+        # megatron-core, mapp capture
+        g("tp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "layer", rank=1, factor=1.3),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=1.3),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.65),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.5),
+        g("tp2", "mapp-v1", "beforemb", rank=0, ms=15),
+        g("dp2", "mapp-v1", "hostsleep", rank=1, ms=30, gpu_ms=90),
+        g("pp2", "mapp-v1", "laststage", last_layers=2),
+        # megatron-core, torch.profiler
+        g("tp2", "kineto", "healthy"),
+        g("tp2", "kineto", "layer", rank=0, factor=1.9),
+        g("dp2", "kineto", "layer", rank=1, factor=1.5),
+        g("pp2", "kineto", "beforemb", rank=1, ms=15),
+        g("tp2", "kineto", "hostsleep", rank=1, ms=30, gpu_ms=90),
+        g("dp2", "kineto", "seqlognorm", sigma=0.9),
+        g("pp2", "kineto", "layer", rank=1, factor=1.65),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
-        "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set}
+        "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
+        "fresh8": fresh8_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1678,7 +1719,7 @@ def main(argv=None) -> int:
     nproc = args.nproc or worlds[0]
     if worlds != [nproc]:
         p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
-    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "fresh6", "prod", "prodv", "prodw") else "cpu")) == "gpu"
+    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "fresh6", "fresh8", "prod", "prodv", "prodw") else "cpu")) == "gpu"
     if args.set in ("prod", "prodv", "prodw") and not gpu:
         p.error(f"--set {args.set} runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
@@ -1694,14 +1735,14 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:
         print(table(json.loads(manifest_path.read_text()), out_dir))
         return 0
     if gpu and (have := gpu_count()) < nproc:
-        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "fresh6") else ""))
+        p.error(f"{nproc} GPUs needed, {have} found" + (" (--cpu runs this set on CPU)" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "fresh6", "fresh8") else ""))
     timeout = args.timeout or (150.0 if gpu else 300.0)
     # a SIGTERM (``timeout`` around this script) ends the running job's ranks too (see launch)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

@@ -204,3 +204,15 @@ def test_the_fresh7_set_runs_every_layout_of_four_with_a_ninth_model_shape():
         args = make_corpus.job_args(case, gpu=True)
         assert args[args.index("--hidden") + 1] == "2816" and args.count("--hidden") == 1, case.id
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH7_SEED)
+
+
+def test_the_fresh8_set_runs_every_layout_of_two_with_a_tenth_model_shape():
+    cases = make_corpus.fresh8_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh8" for i in _ids(build())}
+    assert all(c.id.endswith("-f8") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    assert {make_corpus.world_of(c.layout) for c in cases} == {2}
+    for case in (c for c in cases if c.job == "gpt"):
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--micro-batch-size") + 1] == "4" and args.count("--micro-batch-size") == 1, case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH8_SEED)
