@@ -445,11 +445,15 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # microbatch on rank 2: 36 ms more stalls a step, 45% of its work, more than its peers' in
     # every step; its idle time at z 2.3, the cut-off 2.8; "no suspect" before). Its stalls are
     # then what it costs, not its idle time, into which the others' scatter (32 ms injected a
-    # step; stalls 36 ms more than its peers', idle time 22 ms)
-    if (not host and not on_cpu and peers.mode == "layer peers" and big_stalls
+    # step; stalls 36 ms more than its peers', idle time 22 ms). So too on shared cores with
+    # peers of its own, where stage 2 agrees without keeping the others waiting in nearly every
+    # step, the rank's own work before each microbatch slowing its peers' cores too (DP4 under
+    # mapp's capture, 4 processes on 2 cores, 18 ms of matmuls before each microbatch on rank 1:
+    # 34 ms more stalls a step, all four steps, idle time at z 2.6, net-imposing in 2 of 4)
+    if (not host and not on_cpu and (peers.mode == "layer peers" or shared_cpus) and big_stalls
             and (late is None or stage2_agrees(late))):
         host, gap_excess = True, max(gap_excess, stalled)
-        row = {**row, "iterations": stalled_iterations(peers, row["rank"])}
+        row = {**row, "iterations": stalled_iterations(peers, row["rank"]), "lasting": True}
     # Its stalls must be most of its extra idle time too: a host that sleeps or waits stalls,
     # one that paces its GPU more slowly idles in short gaps all over (4 H100s, TP2 x PP2 under
     # the profiler, 1.6x the layers' FLOPs on rank 1: rank 2, a stage behind, idled 58 ms a step
