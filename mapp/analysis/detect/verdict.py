@@ -612,7 +612,7 @@ def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, han
     if (row.get("peers_spread") or 0.0) > NOISE and max(stalled, gap_excess) < slowdown_threshold * busy:
         if floor is None or stalled >= peers.min_effect * busy or idles:
             return None
-        return {**row, "slowdown": floor, "excess_ns": _excess_at(row, busy, floor), "by_floor": True}, False, False, stalled
+        return _its_gpu(row, busy, floor, by_floor=True), False, False, stalled
     if stalled < peers.min_effect * busy and not idles:
         # where its backward ops are slower alike and only its forward pass slower still, a
         # host that neither stalls nor idles longer is no cause: its GPU is (4 H200s, TP2 x
@@ -626,12 +626,17 @@ def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, han
         # TP peer's in each of four steps, its ratios 0.75-1.56x, 8 ms more stalls a step, all
         # where its forward pass hands over to the backward; "no suspect" before)
         if row.get("gpu_alike"):
-            gpu = math.exp(float(row["ops_median"]))
-            return {**row, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu)}, False, False, stalled
+            return _its_gpu(row, busy, math.exp(float(row["ops_median"]))), False, False, stalled
         if floor is None:
             return None
-        return {**row, "slowdown": floor, "excess_ns": _excess_at(row, busy, floor), "by_floor": True}, False, False, stalled
+        return _its_gpu(row, busy, floor, by_floor=True), False, False, stalled
     return row, True, True, stalled
+
+
+def _its_gpu(row: dict, busy: float, gpu: float, *, by_floor: bool = False) -> dict:
+    """``row`` read as a slow GPU at ``gpu``, its cost at that slowdown (the rest of its spans'
+    excess is its host's pace); ``by_floor``: read off its ops' steady floor (``idle._floor``)."""
+    return {**row, "slowdown": gpu, "excess_ns": _excess_at(row, busy, gpu), "by_floor": by_floor}
 
 
 def _raised_floor(row: dict, slowdown_threshold: float) -> float | None:
