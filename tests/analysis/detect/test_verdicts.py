@@ -730,7 +730,8 @@ def test_one_rank_a_stage_stalls_a_real_share_of_its_work_in_every_step_name_its
 
 def test_the_fastest_tenth_of_a_kind_is_a_floor_only_where_it_holds_from_step_to_step():
     # idle._floor: per flagged rank, the fastest tenth of its most frequent judged op against its
-    # peers', met in nearly every flagged iteration; none where it moves as a host's pacing does
+    # peers', where it holds within 5% over its flagged iterations; none where it moves as a host's
+    # pacing does
     import math
 
     from mapp.analysis.detect.idle import _floor
@@ -750,7 +751,7 @@ def test_the_fastest_tenth_of_a_kind_is_a_floor_only_where_it_holds_from_step_to
 def test_a_gpus_pace_is_its_fastest_runs_against_its_peers_fastest_runs_of_the_same_op():
     # idle._floor's second reading: host pacing on either rank stretches some runs, never the
     # fastest; rank 0's GPU 1.27x slower, both hosts stretching a different half of the runs
-    # by 1.2-2x each step: the ratios scatter, the fastest runs hold 1.27x
+    # by 1.2-1.9x each step: the ratios scatter, the fastest runs hold 1.27x
     import math
 
     from mapp.analysis.detect.idle import _floor
