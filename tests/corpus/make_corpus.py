@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1152,12 +1152,53 @@ def fresh8_set(seed: int = FRESH8_SEED) -> list[Case]:
     ]
 
 
+FRESH9_SEED = 79
+# --set fresh9 on GPUs: an eleventh model shape (hidden 3328, 26 heads, sequence 1792, 2 sequences a
+# microbatch, 6 microbatches a step)
+GPT_GPU_FRESH9 = ["--layers", "8", "--hidden", "3328", "--heads", "26", "--seq", "1792", "--vocab", "49152",
+                  "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh9_set(seed: int = FRESH9_SEED) -> list[Case]:
+    """Held out after ``--set fresh8`` (``--set fresh9``, 4 ranks, seed 79, made for a machine of 4
+    GPUs and for CPUs): every 4-rank layout with values no other set uses (slowdowns 1.25-1.75x,
+    26 ms before-microbatch work, 18 ms host sleeps, 65 ms on GPUs, 35 ms data sleeps, sigma 0.95,
+    healthy PP4 and TP2 x DP2 under mapp's capture, a heavier link in PP4 and TP2 x PP2) and on GPUs
+    an eleventh model shape. Ids end in ``-f9``."""
+    g = _held_out_gpt(seed, "-f9", GPT_GPU_FRESH9)
+
+    return [
+        _plain("ddp4", "dp4", seed, tag="-f9"),
+        _plain("fsdp4", "dp4", seed, rank=3, factor=1.45, tag="-f9"),
+        _plain("ddp4", "dp4", seed, rank=0, sleep_ms=35, tag="-f9"),
+        # megatron-core, mapp capture
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "layer", rank=0, factor=1.3),
+        g("tp2dp2", "mapp-v1", "layer", rank=1, factor=1.55),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=3, ms=26),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=1, ms=18, gpu_ms=65),
+        g("pp4", "mapp-v1", "link", link=(2, 3)),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.95),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        # megatron-core, torch.profiler
+        g("dp4", "kineto", "healthy"),
+        g("pp4", "kineto", "layer", rank=3, factor=1.75),
+        g("tp2dp2", "kineto", "layer", rank=2, factor=1.25),
+        g("pp2dp2", "kineto", "hostsleep", rank=0, ms=18, gpu_ms=65),
+        g("dp4", "kineto", "beforemb", rank=1, ms=26),
+        g("tp2pp2", "kineto", "link", link=(0, 2)),
+        g("pp4", "kineto", "seqlognorm", sigma=0.95),
+        g("tp2pp2", "kineto", "laststage", last_layers=3),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
-        "fresh8": fresh8_set}
+        "fresh8": fresh8_set, "fresh9": fresh9_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1735,7 +1776,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

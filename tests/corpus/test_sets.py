@@ -216,3 +216,18 @@ def test_the_fresh8_set_runs_every_layout_of_two_with_a_tenth_model_shape():
         args = make_corpus.job_args(case, gpu=True)
         assert args[args.index("--micro-batch-size") + 1] == "4" and args.count("--micro-batch-size") == 1, case.id
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH8_SEED)
+
+
+def test_the_fresh9_set_runs_every_layout_of_four_with_an_eleventh_model_shape():
+    cases = make_corpus.fresh9_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh9" for i in _ids(build())}
+    assert all(c.id.endswith("-f9") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    gpt = [c for c in cases if c.job == "gpt"]
+    assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
+        "dp4", "tp2dp2", "pp2dp2", "tp2pp2", "pp4"}
+    assert {c.id for c in gpt if c.cls == "healthy"} >= {"gpt-pp4-mapp-healthy-f9", "gpt-tp2dp2-mapp-healthy-f9"}
+    for case in gpt:
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--hidden") + 1] == "3328" and args.count("--hidden") == 1, case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH9_SEED)
