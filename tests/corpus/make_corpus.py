@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1193,12 +1193,51 @@ def fresh9_set(seed: int = FRESH9_SEED) -> list[Case]:
     ]
 
 
+FRESH10_SEED = 83
+# --set fresh10 on GPUs: a twelfth model shape (hidden 2304, 18 heads, sequence 3584, 4 microbatches)
+GPT_GPU_FRESH10 = ["--layers", "8", "--hidden", "2304", "--heads", "18", "--seq", "3584", "--vocab", "65024",
+                   "--micro-batch-size", "1", "--num-microbatches", "4", "--bf16"]
+
+
+def fresh10_set(seed: int = FRESH10_SEED) -> list[Case]:
+    """Held out after the twenty-seventh session's changes (``--set fresh10``, 4 ranks, seed 83,
+    for a machine of 4 GPUs and for CPUs): every 4-rank layout with values no other set uses
+    (slowdowns 1.3-1.85x, 24 ms before-microbatch work, 22 ms host sleeps, 75 ms on GPUs, 28 ms
+    data sleeps, sigma 1.15; PP4 under the profiler slowed on its first, a middle and its last
+    stage; heavier links in TP2 x PP2 and PP4; healthy PP4 under both captures) and on GPUs a
+    twelfth model shape. Ids end in ``-f10``."""
+    g = _held_out_gpt(seed, "-f10", GPT_GPU_FRESH10)
+
+    return [
+        # megatron-core, torch.profiler
+        g("pp4", "kineto", "healthy"),
+        g("pp4", "kineto", "layer", rank=0, factor=1.6),
+        g("pp4", "kineto", "layer", rank=2, factor=1.45),
+        g("pp4", "kineto", "layer", rank=3, factor=1.35),
+        g("pp4", "kineto", "beforemb", rank=3, ms=24),
+        g("tp2pp2", "kineto", "link", link=(1, 3)),
+        g("pp2dp2", "kineto", "laststage", last_layers=3),
+        g("tp2dp2", "kineto", "layer", rank=3, factor=1.3),
+        # megatron-core, mapp capture
+        g("tp2pp2", "mapp-v1", "link", link=(0, 2)),
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "layer", rank=3, factor=1.85),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=2, ms=22, gpu_ms=75),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=1.15),
+        g("dp4", "mapp-v1", "layer", rank=2, factor=1.4),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        _plain("ddp4", "dp4", seed, rank=1, sleep_ms=28, tag="-f10"),
+        _plain("fsdp4", "dp4", seed, rank=2, factor=1.55, tag="-f10"),
+        _plain("ddp4", "dp4", seed, tag="-f10"),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
-        "fresh8": fresh8_set, "fresh9": fresh9_set}
+        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1776,7 +1815,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

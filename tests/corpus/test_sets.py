@@ -231,3 +231,16 @@ def test_the_fresh9_set_runs_every_layout_of_four_with_an_eleventh_model_shape()
         args = make_corpus.job_args(case, gpu=True)
         assert args[args.index("--hidden") + 1] == "3328" and args.count("--hidden") == 1, case.id
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH9_SEED)
+
+
+def test_the_fresh10_set_slows_every_kind_of_pipeline_stage_with_a_twelfth_model_shape():
+    cases = make_corpus.fresh10_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh10" for i in _ids(build())}
+    assert all(c.id.endswith("-f10") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    pp4_prof = {c.expect["suspect"]["rank"] for c in cases if c.id.startswith("gpt-pp4-prof-layer")}
+    assert pp4_prof == {0, 2, 3}   # the first stage, a middle one and the last
+    for case in (c for c in cases if c.job == "gpt"):
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--seq") + 1] == "3584" and args.count("--seq") == 1, case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH10_SEED)
