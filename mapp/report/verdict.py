@@ -164,7 +164,12 @@ def _evidence_line(s) -> str:
                      + ": its GPU waits for its host's launches")
     g = e.get("launch_gaps")
     if g and s.kind == "slow_host":
-        parts.append(f"launch gaps +{g['excess_ms_per_iteration']:.2f} ms/it (z {g['z']:.1f})")
+        # (a host named by its stalls is costed by them, whose z its idle time's is not:
+        # ``verdict._compute_suspect``)
+        if g.get("by") == "stalls":
+            parts.append(f"stalls (idle gaps of 1 ms and more) +{g['excess_ms_per_iteration']:.2f} ms/it over its peers'")
+        else:
+            parts.append(f"launch gaps +{g['excess_ms_per_iteration']:.2f} ms/it (z {g['z']:.1f})")
     late = e.get("lateness")
     if late:
         parts.append(f"last in {late['share_last']:.0%} of collectives (chance {late['expected_share']:.0%}), "

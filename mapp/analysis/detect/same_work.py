@@ -123,7 +123,8 @@ def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
 def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | None = None,
                 others: pl.DataFrame | None = None) -> pl.DataFrame | None:
     """Per (rank, iteration): work of kinds none of its peers ran (``extra_own`` and
-    ``extra_fast``, calls x either typical time, and ``extra_t``, measured), counted only where
+    ``extra_fast``, calls x either typical time, and ``extra_t``, measured; ``extra_base``, the
+    peers' median time on the ops it was counted on, at the rank's scale), counted only where
     the rank also made more calls of that op than its peers did (``added_work.op_calls``): work *added* to the same
     program (extra matmuls of a shape the model never uses), not work *replaced* by other shapes
     (a replica whose sequences were longer runs other shapes, with as many calls of each op as
@@ -140,20 +141,22 @@ def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | Non
         return None
     others = work if others is None else others
     group = [*peers, "iteration"]
-    calls = op_calls(others, ["rank", *group]).select("rank", *group, "calls", name="op")
+    calls = op_calls(others, ["rank", *group]).select("rank", *group, "calls", "own", name="op")
     # every rank of the group in that iteration, with 0 calls of a name it never ran
     ranks = others.select("rank", *group).unique()
     names = calls.select(*group, "name").unique()
     grid = ranks.join(names, on=group).join(calls, on=["rank", *group, "name"], how="left").with_columns(
-        pl.col("calls").fill_null(0.0)).sort([*group, "name", "calls"])
+        pl.col("calls", "own").fill_null(0.0)).sort([*group, "name", "calls"])
     grid = grid.with_columns(size=pl.len().over([*group, "name"])).filter(pl.col("size") >= 2)
     if grid.is_empty():
         return None
     gid = grid.select(pl.struct(*group, "name").rank("dense")).to_series().to_numpy()
-    grid = grid.with_columns(median=pl.Series(others_median(gid, grid["calls"].to_numpy())))
+    grid = grid.with_columns(median=pl.Series(others_median(gid, grid["calls"].to_numpy())),
+                             peer_own=pl.Series(others_median(gid, grid["own"].to_numpy())))
     if scales is not None:
         grid = grid.join(scales, on=["rank", "iteration"], how="left").with_columns(
-            median=pl.col("median") * pl.col("scale").fill_null(1.0))
+            median=pl.col("median") * pl.col("scale").fill_null(1.0),
+            peer_own=pl.col("peer_own") * pl.col("scale").fill_null(1.0))
     grid = grid.with_columns(surplus=(pl.col("calls") - pl.col("median")).clip(lower_bound=0.0))
     # (its calls counted as the peers' are: a launching op's, not its kernels', ``op_calls``)
     lone_calls = op_calls(lone, ["rank", *group]).select("rank", *group, name="op", lone_calls="calls")
@@ -161,13 +164,35 @@ def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | Non
         lone_own=(pl.col("calls") * pl.col("q")).sum(),
         lone_fast=(pl.col("calls") * pl.col("fast")).sum(), lone_t=pl.col("t").sum()).join(
         lone_calls, on=["rank", *group, "name"])
-    added = lone.join(grid.select("rank", *group, "name", "surplus"), on=["rank", *group, "name"]).with_columns(
+    added = lone.join(grid.select("rank", *group, "name", "surplus", "peer_own"),
+                      on=["rank", *group, "name"]).with_columns(
         share=(pl.col("surplus") / pl.col("lone_calls")).clip(upper_bound=1.0)).filter(pl.col("share") > 0)
     if added.is_empty():
         return None
     return added.group_by(["rank", "iteration"]).agg(
         extra_own=(pl.col("lone_own") * pl.col("share")).sum(),
-        extra_fast=(pl.col("lone_fast") * pl.col("share")).sum(), extra_t=(pl.col("lone_t") * pl.col("share")).sum())
+        extra_fast=(pl.col("lone_fast") * pl.col("share")).sum(), extra_t=(pl.col("lone_t") * pl.col("share")).sum(),
+        extra_base=pl.col("peer_own").sum())
+
+
+def _added_alone(extra: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame | None:
+    """``added_work``'s columns where ranks run different programs (one rank per pipeline stage),
+    from the work a rank alone does and counts as added (``_extra_work``): its time on the ops it
+    calls more often, over its peers' on those ops, in nearly every traced iteration (``CONSISTENT``).
+
+    ``added_work`` compares calls of ops between peers of one program and has none there; yet the
+    calls are as exact (PP4 under the profiler, 4 processes on 2 cores, 1.5x the layers' matmuls
+    on stage 2: 40.5 ``aten::mm`` calls a step of a shape no stage runs, 24 ms; its whole compute
+    1.26x by times alone, under what contention makes, "it calls no op more often than its peers":
+    no suspect)."""
+    traced = work.group_by("rank").agg(n_it=pl.col("iteration").n_unique())
+    per = (extra.filter(pl.col("extra_base") > 0).group_by("rank")
+           .agg(n=pl.len(), own=pl.col("extra_own").median(), base=pl.col("extra_base").median())
+           .join(traced, on="rank").filter(pl.col("n") >= CONSISTENT * pl.col("n_it")))
+    if per.is_empty():
+        return None
+    return per.select("rank", added=(pl.col("base") + pl.col("own")) / pl.col("base"),
+                      added_excess_ns=pl.col("own"), added_base_ns=pl.col("base"))
 
 
 def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarray) -> np.ndarray:
@@ -190,6 +215,34 @@ def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarr
         past=pl.col("w").cum_sum().over(g) / pl.col("w").sum().over(g))
         .filter(pl.col("past") >= 0.5).group_by(g).agg(scale=pl.col("r").first()))
     return frame.join(scale, on=g, how="left").sort("row")["scale"].fill_null(1.0).to_numpy()
+
+
+OFTEN = 2.0
+"""How many times as often as any kind of the same op that it shares with a peer an end stage's
+own kind must be called to be work added to its layers, not its program (``_layers_often``)."""
+
+
+def _layers_often(work: pl.DataFrame) -> pl.Expr:
+    """Per row of ``work``: a kind of one rank alone (``n`` 1) called more than ``OFTEN`` x as often
+    in the iteration as the rank's most-called kind of the same op that a peer runs too.
+
+    What the first and the last pipeline stage alone run is their program, called once a
+    microbatch or a step: the embedding, the output layer, the loss, their parameters' updates.
+    Their layers' kinds, which every stage runs, are called as often at least: once a layer and
+    microbatch. Work added inside the layers is called many times a layer instead (megatron-core
+    PP4 under the profiler, 4 processes on 8 and on 2 CPUs, 1.75x the layers' matmuls on the last
+    stage: 47.5 ``aten::mm`` calls a step of a shape no stage runs, 43.5 ms, where its most-called
+    shared ``aten::mm`` kind and its output layer's are called 2-4 times; read as its program, it
+    was no suspect).
+
+    Only kinds that are calls of an op, not kernels (``shape`` without ``<- op``): a library
+    launches one op's kernels in chunks, as many as its tensors need (4 H200s, PP4 under the
+    profiler: the first stage's optimizer launched 20-40 ``multi_tensor_apply`` kernels a step
+    over the embedding's parameters, other stages' a handful)."""
+    op = op_of()
+    shared_max = pl.when(pl.col("n") >= 2).then(pl.col("calls")).max().over(["rank", "iteration", op])
+    a_call = ~pl.col("shape").fill_null("").str.contains(" <- ", literal=True)
+    return (pl.col("n") == 1) & a_call & (pl.col("calls") > OFTEN * shared_max.fill_null(float("inf")))
 
 
 def _middle_stages(coords: pl.DataFrame) -> list[int]:
@@ -264,14 +317,16 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         middle = _middle_stages(coords)
         # (a stage of more layers makes more calls of every op: its surplus is over its scale)
         scales = shared.select("rank", "iteration").with_columns(scale=pl.Series(scale)).unique(["rank", "iteration"])
-        extra = _extra_work(work.filter(pl.col("rank").is_in(middle)), peers, scales, others=work)
+        program = (pl.col("n") == 1) & ~pl.col("rank").is_in(middle) & ~_layers_often(work)
+        extra = _extra_work(work.filter(~program), peers, scales, others=work)
         # (their time is still the stage's: ``busy_ns`` weighs stages against each other)
-        own_program = (work.filter((pl.col("n") == 1) & ~pl.col("rank").is_in(middle))
-                       .group_by("rank", "iteration").agg(own_program_ns=pl.col("t").sum()))
+        own_program = (work.filter(program).group_by("rank", "iteration").agg(own_program_ns=pl.col("t").sum()))
         peer_calls = peer_calls * scale
     else:
         extra = _extra_work(work, peers)
     added = added_work(work, peers, shared_cpus=shared_cpus)
+    if added is None and programs_differ and extra is not None:
+        added = _added_alone(extra, work)
     work = shared.with_columns(
         own=pl.col("calls") * pl.col("q"),
         peer=pl.Series(peer_calls * peer_q),

@@ -130,7 +130,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             if iteration_ns and f.excess_ns < LINK_COST * peers.min_effect * iteration_ns and not untimed:
                 continue
             suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))
-        suspects = _link_ends(suspects, overruled)
+        suspects = _link_ends(suspects, overruled, coords)
     # most costly first over the traced iterations: a rank far slower in one iteration of four
     # costs the job less than one slower by less in all four (4 H200s, megatron-core TP2 x DP2
     # under mapp's capture, 1.2x the layers' FLOPs on rank 1: its TP peer 1.70x in the first
@@ -452,8 +452,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # 34 ms more stalls a step, all four steps, idle time at z 2.6, net-imposing in 2 of 4)
     if (not host and not on_cpu and (peers.mode == "layer peers" or shared_cpus) and big_stalls
             and (late is None or stage2_agrees(late))):
+        row = {**row, "iterations": stalled_iterations(peers, row["rank"]), "lasting": True,
+               "by_stalls": stalled > gap_excess}
         host, gap_excess = True, max(gap_excess, stalled)
-        row = {**row, "iterations": stalled_iterations(peers, row["rank"]), "lasting": True}
     # Its stalls must be most of its extra idle time too: a host that sleeps or waits stalls,
     # one that paces its GPU more slowly idles in short gaps all over (4 H100s, TP2 x PP2 under
     # the profiler, 1.6x the layers' FLOPs on rank 1: rank 2, a stage behind, idled 58 ms a step
@@ -539,7 +540,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                   "cut": round(peers.z_crit, 2), "share_slow_ops": round(float(row["share_slow"]), 3),
                   "ops": int(row["n_ops"]), "excess_ms_per_iteration": round((row["excess_ns"] or 0.0) / 1e6, 4)},
         "launch_gaps": {"excess_ms_per_iteration": round(gap_excess / 1e6, 4), "z": round(float(row["gap_z"] or 0.0), 2),
-                        "flagged": bool(row["gap_flagged"])},
+                        "flagged": bool(row["gap_flagged"])} | ({"by": "stalls"} if row.get("by_stalls") else {}),
         "lateness": _late_evidence(late),
     }
     # (on shared CPUs counted work is the evidence whether or not it explains most of the timed
@@ -677,7 +678,7 @@ def _own_slowness(f) -> bool:
     return all(o.get("compared") == "bytes moved" or o.get("fastest_ratio") is not None for o in f.observations)
 
 
-def _link_ends(suspects: list[Suspect], overruled: list[str]) -> list[Suspect]:
+def _link_ends(suspects: list[Suspect], overruled: list[str], coords: dict | None = None) -> list[Suspect]:
     """A host at an end of a link whose own transfers are slow is that link's victim.
 
     Traffic a link carries runs on its ends' GPUs: a stream that waits for the transfer holds
@@ -686,21 +687,39 @@ def _link_ends(suspects: list[Suspect], overruled: list[str]) -> list[Suspect]:
     every iteration, and rank 2 (an end) launched late and kept its TP peer waiting: "slow host
     2" at 1.15x, ranked first by those waits, the link set aside as its late launches. A link
     slower by itself (``_own_slowness``) than ``bandwidth.FLOOR_RATIO`` x its like link explains
-    a slow host at its end. Not a slow GPU there: a transfer does not lengthen kernels."""
+    a slow host at its end. Not a slow GPU there: a transfer does not lengthen kernels.
+
+    An end's TP peers too (``coords`` given): their collectives wait for the end's held-back
+    stream, and a host that synchronizes after its pipeline exchange (megatron-core's batched
+    p2p) stalls with it. On 4 H200s, TP2 x PP2 under mapp's capture, 512 MB more in every
+    exchange of link 1-3 (13.5x): rank 0, rank 1's TP peer, "slow host" 1.13x, ranked above the
+    link by 33 ms of launch gaps while last in 43% of its collectives (chance 50%)."""
     links = [s for s in suspects if s.kind == "slow_link" and s.peer is not None
              and all((o.get("fastest_ratio") or 0.0) >= FLOOR_RATIO for o in s.evidence["bandwidth"]["observations"])]
     out = []
     for s in suspects:
         link = next((lk for lk in links if s.kind == "slow_host" and s.rank in (lk.rank, lk.peer)), None)
+        peer_of = None
+        if link is None and s.kind == "slow_host" and coords:
+            link, peer_of = next(((lk, e) for lk in links for e in (lk.rank, lk.peer) if _tp_peers(coords, s.rank, e)),
+                                 (None, None))
         if link is None:
             out.append(s)
             continue
         ratio = min(o["fastest_ratio"] for o in link.evidence["bandwidth"]["observations"])
         link.evidence.setdefault("ends_waiting", []).append(
-            {"rank": s.rank, "kind": s.kind, "slowdown": round(float(s.slowdown), 3)})
-        overruled.append(f"rank {s.rank} (slow host {s.slowdown:.2f}x): an end of slow link {link.rank}<->{link.peer}, "
+            {"rank": s.rank, "kind": s.kind, "slowdown": round(float(s.slowdown), 3)}
+            | ({"tp_peer_of": peer_of} if peer_of is not None else {}))
+        where = "an end" if peer_of is None else f"the TP peer of rank {peer_of}, an end,"
+        overruled.append(f"rank {s.rank} (slow host {s.slowdown:.2f}x): {where} of slow link {link.rank}<->{link.peer}, "
                          f"whose fastest transfers took {ratio:.1f}x its like link's")
     return out
+
+
+def _tp_peers(coords: dict, a: int, b: int) -> bool:
+    """Two ranks of one tensor-parallel group: the same stage of the same replica."""
+    ca, cb = coords.get(a), coords.get(b)
+    return a != b and ca is not None and cb is not None and (ca["pp"], ca["dp"]) == (cb["pp"], cb["dp"])
 
 
 def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: float | None) -> Suspect:

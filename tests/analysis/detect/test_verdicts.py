@@ -506,6 +506,50 @@ def test_only_a_host_at_an_end_of_a_link_slow_by_itself_is_that_links_victim():
     assert len(_link_ends([link(None), host], [])) == 2
 
 
+def test_an_end_stages_own_op_called_far_more_often_than_its_layers_is_work_added_to_them():
+    # The last stage's own aten::mm (its output layer) called twice a step, as often as its
+    # layers' kinds; one called 47 times a step is work added inside its layers. Kernels are
+    # not counted so: a library launches one op's kernels in chunks (the optimizer's
+    # multi_tensor_apply over the first stage's embedding: 40 a step).
+    import polars as pl
+    from mapp.analysis.detect.same_work import _layers_often
+
+    rows = [  # rank, iteration, name, shape, calls, n (ranks running the kind)
+        (3, 1, "aten::mm", "[[64,512],[512,512]]", 4.0, 4),
+        (3, 1, "aten::mm", "[[256,64],[64,512]]", 2.0, 1),
+        (3, 1, "aten::mm", "[[64,512],[512,1024]]", 47.0, 1),
+        (3, 1, "aten::cross_entropy", "[[64,512]]", 2.0, 1),
+        (0, 1, "multi_tensor_apply_kernel", "[1,1,1] <- aten::_foreach_mul_ [[1024]]", 8.0, 4),
+        (0, 1, "multi_tensor_apply_kernel", "[1,1,1] <- aten::_foreach_mul_ [[3299840]]", 40.0, 1),
+    ]
+    work = pl.DataFrame(rows, schema=["rank", "iteration", "name", "shape", "calls", "n"], orient="row")
+    often = work.with_columns(often=_layers_often(work))["often"].to_list()
+    assert often == [False, False, True, False, False, False]
+
+
+def test_a_host_in_a_tp_group_with_an_end_of_a_link_slow_by_itself_is_that_links_victim():
+    # TP2 x PP2: ranks 0, 1 are stage 0's TP group, 2, 3 stage 1's; link 0<->2. An end's TP
+    # peers wait in their collectives on its held-back stream; a host elsewhere is its own.
+    from mapp.analysis.detect.findings import Suspect
+    from mapp.analysis.detect.verdict import _link_ends
+
+    coords = {r: {"tp": r % 2, "pp": r // 2, "dp": 0} for r in range(4)}
+    link = Suspect(rank=0, kind="slow_link", confidence=0.98, slowdown=13.0, peer=2, excess_ns=26e6,
+                   evidence={"bandwidth": {"observations": [{"ranks": [0, 2], "what": "p2p", "ratio": 13.0,
+                                                             "fastest_ratio": 12.0}]}})
+    peer_host = Suspect(rank=3, kind="slow_host", confidence=0.76, slowdown=1.13, excess_ns=33e6)
+    peer_gpu = Suspect(rank=1, kind="slow_compute", confidence=0.7, slowdown=1.3, excess_ns=30e6)
+    notes: list[str] = []
+    kept = _link_ends([peer_host, link, peer_gpu], notes, coords)
+    assert [(s.rank, s.kind) for s in kept] == [(0, "slow_link"), (1, "slow_compute")]
+    assert kept[0].evidence["ends_waiting"] == [{"rank": 3, "kind": "slow_host", "slowdown": 1.13, "tp_peer_of": 2}]
+    assert notes == ["rank 3 (slow host 1.13x): the TP peer of rank 2, an end, of slow link 0<->2, "
+                     "whose fastest transfers took 12.0x its like link's"]
+    # another replica's rank of the same stage is no TP peer
+    apart = {**coords, 3: {"tp": 1, "pp": 1, "dp": 1}}
+    assert len(_link_ends([peer_host, link], [], apart)) == 2
+
+
 def test_a_rank_idling_in_short_gaps_beyond_its_stalls_is_no_slow_host():
     # 4 H100s, megatron-core TP2 x PP2 with sequence parallelism under the profiler, 1.6x the
     # layers' FLOPs on rank 1 (held-out `make_corpus.py --set prodv`), stage 1 as measured for
