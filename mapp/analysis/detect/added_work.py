@@ -62,7 +62,8 @@ step in a test), the GEMMs that real jobs' extra matmuls call again are (6.5-11%
 slowed rank's kernel time on 2 and 4 GPUs)."""
 
 
-def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = False) -> pl.DataFrame | None:
+def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = False,
+               scales: pl.DataFrame | None = None, often: float = 1.0) -> pl.DataFrame | None:
     """Per rank: ``added``, its time over its peers' on the ops it *calls more often* than they
     do (per op, every shape: ``op_calls``; calls x typical time), where it makes more calls of that op
     in nearly every traced iteration (``CONSISTENT``); ``added_excess_ns``, that time beyond
@@ -82,7 +83,17 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     (Plain DDP, 1.5x the forward's matmuls on one of 4 processes on 2 cores: the rank's linear
     layers, duplicates included, took half its peers' time a call, and 1.5x the calls read 0.73x
     at its own; in another run its GEMMs took 1.5x theirs, and costed at the others' median with
-    its own among theirs, 6 calls against 4 read 1.01x over its added names.)"""
+    its own among theirs, 6 calls against 4 read 1.01x over its added names.)
+
+    ``scales`` (``rank``, ``iteration``, ``scale``): ranks of different programs (one rank per
+    pipeline stage, ``peers`` then one group of all), whose peers' calls and time are taken at
+    the rank's scale (``same_work._program_scale``: a stage of more layers calls every layer's
+    kind more often); ``work`` then holds only kinds two or more ranks run, for what a stage alone
+    runs is its program or counted apart (``same_work._extra_work``). ``often``: an op counts as
+    called more often only beyond this many times its peers' calls (there ``same_work.OFTEN``: an
+    end stage's own GEMMs share shapes with its layers' where the vocabulary is the hidden size,
+    and call those up to twice as often, 4 H200s and CPUs alike, PP4 under the profiler, no fault;
+    work added inside the layers, 16x on 4 H200s)."""
     if not peers:
         return None
     if shared_cpus:
@@ -104,7 +115,10 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     gid = grid.select(pl.struct(*key).rank("dense")).to_series().to_numpy()
     grid = grid.with_columns(peer_calls=pl.Series(others_median(gid, grid["calls"].to_numpy())),
                              peer_own=pl.Series(others_median(gid, grid["own"].to_numpy())))
-    more = grid.with_columns(more=pl.col("calls") > pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
+    if scales is not None:
+        grid = grid.join(scales, on=["rank", "iteration"], how="left").with_columns(
+            pl.col("peer_calls", "peer_own") * pl.col("scale").fill_null(1.0)).drop("scale")
+    more = grid.with_columns(more=pl.col("calls") > often * pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
         more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median(),
         calls=pl.col("calls").median(), peer_calls=pl.col("peer_calls").median(), top=pl.col("top").median())
     more = more.filter((pl.col("more") >= CONSISTENT) & (pl.col("peer") > 0))

@@ -195,6 +195,17 @@ def _added_alone(extra: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame | None
                       added_excess_ns=pl.col("own"), added_base_ns=pl.col("base"))
 
 
+def _added_sum(a: pl.DataFrame | None, b: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Two readings of ``added_work``'s columns over different kinds, summed per rank."""
+    parts = [x for x in (a, b) if x is not None]
+    if not parts:
+        return None
+    both = pl.concat([x.select("rank", "added_excess_ns", "added_base_ns") for x in parts])
+    return both.group_by("rank").agg(pl.col("added_excess_ns", "added_base_ns").sum()).select(
+        "rank", added=(pl.col("added_base_ns") + pl.col("added_excess_ns")) / pl.col("added_base_ns"),
+        added_excess_ns="added_excess_ns", added_base_ns="added_base_ns")
+
+
 def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarray) -> np.ndarray:
     """Per row of ``work``, how many times its rank's program runs its peers' programs, where
     they differ (one rank per pipeline stage), in that iteration: the median over the kinds it
@@ -324,9 +335,14 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         peer_calls = peer_calls * scale
     else:
         extra = _extra_work(work, peers)
-    added = added_work(work, peers, shared_cpus=shared_cpus)
-    if added is None and programs_differ and extra is not None:
-        added = _added_alone(extra, work)
+    if programs_differ:
+        # one group of all, each rank's peers taken at its scale, on the kinds two or more run;
+        # and the work a rank alone does, counted as added
+        added = _added_sum(added_work(shared.with_columns(job=pl.lit(0)), ["job"], shared_cpus=shared_cpus,
+                                      scales=scales, often=OFTEN),
+                           None if extra is None else _added_alone(extra, work))
+    else:
+        added = added_work(work, peers, shared_cpus=shared_cpus)
     work = shared.with_columns(
         own=pl.col("calls") * pl.col("q"),
         peer=pl.Series(peer_calls * peer_q),

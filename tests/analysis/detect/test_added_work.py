@@ -54,3 +54,27 @@ def test_kernels_are_calls_of_the_op_that_launched_them():
     more = work.with_columns(calls=pl.when(pl.col("rank") == 1).then(40.0).otherwise(pl.col("calls")))
     added = added_work(more, ["pp"]).row(0, named=True)
     assert added["rank"] == 1 and added["added"] > 1.05
+
+
+def test_stages_of_different_programs_are_compared_at_their_scale():
+    # one rank a pipeline stage, all ranks one group: the last stage runs 3 layers to the
+    # others' 1 (scale 3), calling every layer kind 3x as often, and no more; a stage that calls
+    # its layers' GEMM 16x as often as its peers at its scale adds work
+    def job(last_calls):
+        rows = [(r, "aten::mm", "[[3584,2304],[2304,2304]]", 8 * (3 if r == 3 else 1), 50.0) for r in range(3)]
+        rows += [(3, "aten::mm", "[[3584,2304],[2304,2304]]", last_calls, 50.0)]
+        rows += [(r, "aten::add", "[[3584,2304]]", 12 * (3 if r == 3 else 1), 10.0) for r in range(4)]
+        return _work(rows).with_columns(job=pl.lit(0))
+
+    scales = pl.DataFrame({"rank": [0, 1, 2, 3] * 3, "iteration": [i for i in range(3) for _ in range(4)],
+                           "scale": [1.0, 1.0, 1.0, 3.0] * 3}).cast({"rank": pl.Int32, "iteration": pl.Int32})
+    assert added_work(job(24), ["job"], scales=scales) is None        # 3 layers' worth: its program
+    added = added_work(job(128), ["job"], scales=scales).row(0, named=True)
+    assert added["rank"] == 3 and abs(added["added"] - 128 / 24) < 1e-9
+    assert abs(added["added_excess_ns"] - (128 - 24) * 50e3) < 1e-3
+    # without the scale the heavier stage would read as adding work on every kind
+    assert added_work(job(24), ["job"]) is not None
+    # an end stage's own GEMMs sharing its layers' shape call it up to twice as often: with
+    # ``often`` 2, only beyond that is work added
+    assert added_work(job(40), ["job"], scales=scales, often=2.0) is None
+    assert added_work(job(128), ["job"], scales=scales, often=2.0) is not None

@@ -1183,3 +1183,16 @@ def test_work_a_middle_stage_alone_calls_is_counted_work_on_shared_cpus():
     assert top.evidence["peers"]["added_work"]["slowdown"] > 1.5
     assert 20 < top.evidence["peers"]["added_work"]["excess_ms_per_iteration"] < 30
     assert len(verdict.suspects) == 1
+
+
+def test_one_rank_a_stage_calling_its_layers_gemm_far_more_often_adds_work_on_gpus():
+    # 4 H200s, PP4 under the profiler, 1.35x the layers' FLOPs on the last stage (`--set
+    # fresh10`, made after the rules above): its layers' (3584 x 2304) x (2304 x 2304) GEMM
+    # launched 128 times a step to its peers' 8, 6 ms of 200; its kernels as a whole 1.08x the
+    # other stages', below the threshold, as calls were compared only between ranks of one
+    # program. "No suspect" before; now its aten::mm calls 1.43x its peers' time on them
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp4-prof-layer1.35x-r3-f10-gpu"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (3, "slow_compute") and top.iterations == [2, 3, 4, 5]
+    assert 1.25 < top.slowdown < 1.6
+    assert len(verdict.suspects) == 1
