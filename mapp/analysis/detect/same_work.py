@@ -229,8 +229,11 @@ def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarr
 
 
 OFTEN = 2.0
-"""How many times as often as any kind of the same op that it shares with a peer an end stage's
-own kind must be called to be work added to its layers, not its program (``_layers_often``)."""
+"""One rank a stage, how many times as often a rank must call what it runs beside its layers to
+have added work to them: a kind only an end stage runs, over the rank's most-called kind of the
+same op that a peer runs too (``_layers_often``); an op over its peers' calls at the rank's scale
+(``added_work``'s ``often``). An end stage's own program is called once a microbatch or a step,
+and shares its layers' shapes at most twice over."""
 
 
 def _layers_often(work: pl.DataFrame) -> pl.Expr:
