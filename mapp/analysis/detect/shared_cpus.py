@@ -19,7 +19,7 @@ from mapp.analysis.detect.findings import Suspect
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["FAR_MORE", "CONTENTION", "above_shared_cpus", "late_above_contention", "slowest_other", "stands_out", "typical_slowdown"]
+__all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "above_shared_cpus", "late_above_contention", "slowest_other", "stands_out", "typical_slowdown"]
 
 FAR_MORE = 2.0
 """On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""
@@ -34,8 +34,17 @@ arrivals alone. A fault adds work, which its counted calls show (``added_work``)
 times alone, 1.41-1.61x (extra matmuls of shapes the model never runs), 2.5-7.4x by arrivals."""
 
 
+LAST_STAGE = 1.6
+"""``CONTENTION`` for the last pipeline stage where each stage is one rank (``peers`` in "layer
+peers" mode): on CPU processes sharing cores it is timed slower than the other stages on the same
+kinds in healthy and lognormal jobs alike, whichever machine (megatron-core under the profiler:
+PP2 1.23-1.54x in five jobs on 2 cores and on 8 CPUs of a 64-CPU machine; PP4 1.14-1.45x in three),
+its calls slower even while no other rank runs, the cause not known. Work a fault adds to it is
+counted (``same_work._layers_often``, ``_added_alone``), not judged by this."""
+
+
 def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
-                      overruled: list[str]) -> list[Suspect]:
+                      overruled: list[str], last_stage: frozenset[int] = frozenset()) -> list[Suspect]:
     """Where compute is timed on CPUs, a rank timed slower than its peers is a suspect only if it
     is also slower than every other rank of the job by the threshold: processes that share cores
     slow each other for as long as they run, so one of two peers doing the same work is slower
@@ -48,7 +57,8 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
     And slower in nearly every traced iteration (``CONSISTENT``): another process's burst on its
     cores comes and goes (megatron-core DP4 under mapp's capture, 4 processes on 12 logical CPUs
     of a 64-CPU machine beside 3 other such jobs, no fault: one rank 1.45x its peers at z 8.7 in
-    2 of 4 steps). Work counted, not timed, is no chance (``added_work``)."""
+    2 of 4 steps). Work counted, not timed, is no chance (``added_work``). ``last_stage``: the
+    ranks held to ``LAST_STAGE`` instead of ``CONTENTION``."""
     traced = peers.rank_iterations["iteration"].n_unique() if not peers.rank_iterations.is_empty() else 0
     kept = []
     for s in suspects:
@@ -67,9 +77,10 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
                              f"iteration): not a suspect (on shared CPUs: rank {beside[0]} is {beside[1]:.2f}x its "
                              f"own peers in its typical iteration, and a slow rank is slower than every other by "
                              f"the threshold, {1 + slowdown_threshold:g}x)")
-        elif timed and peers.counted and own < CONTENTION:
+        elif timed and peers.counted and own < (bar := LAST_STAGE if s.rank in last_stage else CONTENTION):
+            where = " (the last stage, which shared CPUs time slower than the others)" if s.rank in last_stage else ""
             overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs, by its "
-                             f"times alone, under {CONTENTION:g}x: it calls no op more often than its peers)")
+                             f"times alone, under {bar:g}x{where}: it calls no op more often than its peers)")
         else:
             kept.append(s)
     return kept

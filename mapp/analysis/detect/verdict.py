@@ -97,7 +97,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             if s is not None:
                 suspects.append(s)
         if shared_cpus:
-            suspects = above_shared_cpus(suspects, peers, slowdown_threshold, overruled)
+            suspects = above_shared_cpus(suspects, peers, slowdown_threshold, overruled,
+                                         _last_stage(layout) if peers.mode == "layer peers" else frozenset())
         if peers.mode == "program peers" and lateness.ran:
             stand_ins = _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns,
                                        slowdown_threshold)
@@ -714,6 +715,14 @@ def _link_ends(suspects: list[Suspect], overruled: list[str], coords: dict | Non
         overruled.append(f"rank {s.rank} (slow host {s.slowdown:.2f}x): {where} of slow link {link.rank}<->{link.peer}, "
                          f"whose fastest transfers took {ratio:.1f}x its like link's")
     return out
+
+
+def _last_stage(layout: LayoutInfo) -> frozenset[int]:
+    """The ranks of the last pipeline stage (none where the layout has no stages)."""
+    pp = layout.ranks.filter(pl.col("pp").is_not_null())
+    if pp.is_empty():
+        return frozenset()
+    return frozenset(pp.filter(pl.col("pp") == pp["pp"].max())["rank"].to_list())
 
 
 def _tp_peers(coords: dict, a: int, b: int) -> bool:
