@@ -37,8 +37,9 @@ times alone, 1.41-1.61x (extra matmuls of shapes the model never runs), 2.5-7.4x
 LAST_STAGE = 1.6
 """``CONTENTION`` for the last pipeline stage where each stage is one rank (``peers`` in "layer
 peers" mode): on CPU processes sharing cores it is timed slower than the other stages on the same
-kinds in healthy and lognormal jobs alike, whichever machine (megatron-core under the profiler:
-PP2 1.23-1.54x in five jobs on 2 cores and on 8 CPUs of a 64-CPU machine; PP4 1.14-1.45x in three),
+kinds in jobs with no fault (healthy, lognormal lengths, a heavier last stage), whichever machine
+(megatron-core under the profiler: PP2 1.23-1.54x in five jobs on 2 cores and on 8 CPUs of a
+64-CPU machine; PP4 1.14-1.45x in three),
 its calls slower even while no other rank runs, the cause not known. Work a fault adds to it is
 counted (``same_work._layers_often``, ``_added_alone``), not judged by this."""
 
