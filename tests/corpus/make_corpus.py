@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1232,12 +1232,52 @@ def fresh10_set(seed: int = FRESH10_SEED) -> list[Case]:
     ]
 
 
+FRESH11_SEED = 89
+# --set fresh11 on GPUs: a thirteenth model shape (hidden 2816, 22 heads, sequence 2560, 8 microbatches)
+GPT_GPU_FRESH11 = ["--layers", "8", "--hidden", "2816", "--heads", "22", "--seq", "2560", "--vocab", "40960",
+                   "--micro-batch-size", "1", "--num-microbatches", "8", "--bf16"]
+
+
+def fresh11_set(seed: int = FRESH11_SEED) -> list[Case]:
+    """Held out after the twenty-seventh session (``--set fresh11``, 4 ranks, seed 89, for a
+    machine of 4 GPUs and for CPUs): every 4-rank layout with values no other set uses (slowdowns
+    1.22-2.2x, 19 ms before-microbatch work, 27 ms host sleeps, 85 ms on GPUs, 24 ms data sleeps,
+    sigma 1.25; PP4 slowed on a middle stage under mapp's capture and its first by a host sleep;
+    a heavier first link of PP4) and on GPUs a thirteenth model shape. Ids end in ``-f11``."""
+    g = _held_out_gpt(seed, "-f11", GPT_GPU_FRESH11)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=2, factor=1.35, tag="-f11"),
+        _plain("fsdp4", "dp4", seed, rank=0, sleep_ms=24, tag="-f11"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=1, factor=1.6, tag="-f11"),
+        _plain("fsdp4", "dp4", seed, tag="-f11"),
+        # megatron-core, mapp capture
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "layer", rank=1, factor=1.62),
+        g("pp2dp2", "mapp-v1", "layer", rank=2, factor=1.38),
+        g("dp4", "mapp-v1", "beforemb", rank=0, ms=19),
+        g("pp4", "mapp-v1", "hostsleep", rank=0, ms=27, gpu_ms=85),
+        g("tp2pp2", "mapp-v1", "seqlognorm", sigma=1.25),
+        g("pp4", "mapp-v1", "link", link=(0, 1)),
+        g("tp2pp2", "mapp-v1", "layer", rank=3, factor=1.7),
+        # megatron-core, torch.profiler
+        g("pp2dp2", "kineto", "healthy"),
+        g("tp2pp2", "kineto", "layer", rank=0, factor=1.22),
+        g("dp4", "kineto", "layer", rank=3, factor=2.2),
+        g("pp4", "kineto", "beforemb", rank=2, ms=19),
+        g("tp2dp2", "kineto", "hostsleep", rank=3, ms=27, gpu_ms=85),
+        g("pp4", "kineto", "laststage", last_layers=3),
+        g("pp2dp2", "kineto", "seqlognorm", sigma=1.25),
+        g("pp2dp2", "kineto", "link", link=(0, 2)),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
-        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set}
+        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1815,7 +1855,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

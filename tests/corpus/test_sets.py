@@ -244,3 +244,17 @@ def test_the_fresh10_set_slows_every_kind_of_pipeline_stage_with_a_twelfth_model
         args = make_corpus.job_args(case, gpu=True)
         assert args[args.index("--seq") + 1] == "3584" and args.count("--seq") == 1, case.id
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH10_SEED)
+
+
+def test_the_fresh11_set_holds_every_4_rank_layout_out_with_a_thirteenth_model_shape():
+    cases = make_corpus.fresh11_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh11" for i in _ids(build())}
+    assert all(c.id.endswith("-f11") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    gpt = [c for c in cases if c.job == "gpt"]
+    assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
+        "dp4", "tp2dp2", "pp2dp2", "tp2pp2", "pp4"}
+    for case in gpt:
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--hidden") + 1] == "2816" and args.count("--hidden") == 1, case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH11_SEED)
