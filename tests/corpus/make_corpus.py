@@ -1737,9 +1737,15 @@ def run_case(case: Case, out_dir: Path, gpu: bool, nproc: int, use_gzip: bool, t
     return collect(launch(case, cid or case.id, gpu, nproc, timeout), out_dir, gpu, nproc, use_gzip)
 
 
+def _cpus_text() -> str:
+    """The CPUs the jobs run on: those this process may use (``taskset``), of how many."""
+    mine, machine = len(os.sched_getaffinity(0)), os.cpu_count()
+    return f"{machine} cores" if mine == machine else f"{mine} CPUs (taskset) of a {machine}-CPU machine"
+
+
 def source_text(case: Case, gpu: bool, nproc: int) -> str:
     where = (f"GPU NCCL, torchrun {nproc} processes on {nproc} GPUs" if gpu
-             else f"CPU gloo, torchrun {nproc} processes on {os.cpu_count()} cores")
+             else f"CPU gloo, torchrun {nproc} processes on {_cpus_text()}")
     what = {"ddp": "plain DDP MLP", "tp": "plain torch DP x TP MLP (dist.new_group, no descriptions)",
             "gpt": "megatron-core GPT (examples/train_gpt.py)"}[case.job]
     tracer = "torch.profiler" if case.fmt == "kineto" else "mapp capture (layer granularity)"

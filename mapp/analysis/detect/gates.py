@@ -9,7 +9,7 @@ import polars as pl
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["LIGHT", "keeps_waiting", "light_stage", "overruled_line", "overruled_why", "stage2_agrees",
+__all__ = ["LIGHT", "holds_up_at_one_point", "keeps_waiting", "light_stage", "overruled_line", "overruled_why", "stage2_agrees",
            "stalled_iterations", "stalls_last", "traced_iterations"]
 
 
@@ -32,6 +32,13 @@ def keeps_waiting(late: dict | None) -> bool:
     """Stage 2 finds the rank making the others wait more than it waits for them, in nearly
     every iteration (``CONSISTENT``), however often it is last."""
     return late is not None and late["net_ns"] > 0 and (late.get("net_lasting") or 0.0) >= CONSISTENT
+
+
+def holds_up_at_one_point(late: dict | None, stalled: float) -> bool:
+    """Stage 2 finds the rank last at one point of its program in nearly every iteration,
+    keeping the others waiting there for at least half of what it stalls more than they do
+    (``lateness._recurring``): where its stalls go, however its waits elsewhere net out."""
+    return late is not None and stalled > 0 and float(late.get("recurring_ns") or 0.0) >= 0.5 * stalled
 
 
 LIGHT = 0.5
@@ -149,7 +156,10 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     # capture, 4 processes on 2 cores, 20 ms of matmuls before each microbatch outside the
     # model's spans: 80 ms more stalls a step at z 27, net 124 ms a step imposed, last at 47%
     # of 212 calls)
-    holds_up = ((bool(row["gap_flagged"]) or big_stalls) and keeps_waiting(late)
+    # (or that keeps them waiting where it stalls, at one point of every iteration, however
+    # its waits elsewhere on shared cores net out: ``holds_up_at_one_point``)
+    holds_up = ((bool(row["gap_flagged"]) or big_stalls)
+                and (keeps_waiting(late) or holds_up_at_one_point(late, stalled))
                 and stalls_last(peers, row["rank"]))
     stalls = stalls or holds_up
     # One rank a stage: stage 2 cannot stand guard (gate 2), for a host either, whose few

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from mapp.analysis.detect._stats import robust_scale, z_critical
+from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.ingest.schema import COMM_WAIT_NAMES, LAUNCH_NAMES
 
 __all__ = ["LatenessEvidence", "collective_lateness"]
@@ -37,6 +38,8 @@ class LatenessEvidence:
     """Per rank: ``instances``, ``last``, ``share_last``, ``expected_share``, ``last_z``
     (binomial z of being last that often), ``blame_ns``, ``waited_ns``, ``net_ns``, ``net_z``,
     ``net_lasting`` (share of iterations in which it imposed more waiting than it suffered),
+    ``recurring_ns`` (the waiting it imposed an iteration at one point of its program where it is
+    last in nearly every iteration: ``_recurring``),
     ``flagged``, ``guessed`` (some of its instances are calls of no known group, matched by call
     order across every rank that made them: a guess where ranks call one op on several groups,
     as gloo traces of TP x DP do), and per group kind ``share_last_<group>``."""
@@ -102,14 +105,15 @@ def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None 
                                       net=pl.col("dur") / (pl.col("n") - 1))], how="vertical_relaxed")
     lasting = net.group_by("rank", "iteration").agg(net=pl.col("net").sum()).group_by("rank").agg(
         net_lasting=(pl.col("net") > 0).mean())
+    recurring = _recurring(m.join(it_of, on="instance_id"), blame)
     per_kind = (
         m.group_by(["rank", "kind"]).agg(share=pl.col("is_last").mean())
         .with_columns(pl.format("share_last_{}", pl.col("kind")).alias("kind"))
         .pivot(on="kind", index="rank", values="share")
     )
     per = per.join(per_blame, on="rank", how="left").join(per_kind, on="rank", how="left").join(
-        lasting, on="rank", how="left").with_columns(
-        pl.col("blame_ns", "imposed_ns").fill_null(0.0)
+        lasting, on="rank", how="left").join(recurring, on="rank", how="left").with_columns(
+        pl.col("blame_ns", "imposed_ns", "recurring_ns").fill_null(0.0)
     )
     # Binomial z of the number of times last: expected sum of 1/n, variance sum p(1-p).
     var = m.group_by("rank").agg(v=((1.0 / pl.col("n_members")) * (1 - 1.0 / pl.col("n_members"))).sum())
@@ -126,6 +130,28 @@ def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None 
         flagged=(pl.col("net_z") > z_crit) & (pl.col("last_z") > z_crit)
     ).drop("v", "expected").sort("rank")
     return LatenessEvidence(True, None, per, z_crit)
+
+
+def _recurring(m: pl.DataFrame, blame: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, ``recurring_ns``: at the point of its iterations (its k-th collective) where it is
+    last in nearly every iteration (``CONSISTENT``), the waiting it imposed there on each other
+    member, an iteration (0 where it is last at no such point).
+
+    A host that stalls at one point of its program (a data-path sleep before the step) keeps the
+    others waiting at the collective after it, in every iteration, however often chance makes it
+    last elsewhere: 4 gloo processes of FSDP on 2 CPUs, a 24 ms data-path sleep on rank 0, 12
+    collectives a step: last at the step's first all-gather in every step, the others waiting
+    20-27 ms there, yet last at 23% of all its collectives and only 5 ms a step ahead net, its
+    waits elsewhere (the cores it shares) cancelling the rest. Where chance decides, no rank is
+    last at one point in nearly every iteration with a real wait."""
+    at = m.with_columns(at=pl.col("start").rank("ordinal").over("rank", "iteration"))
+    its = at.group_by("rank").agg(n_it=pl.col("iteration").n_unique())
+    last = at.filter(pl.col("is_last")).join(
+        blame.select("instance_id", imposed=pl.col("blame") / (pl.col("n") - 1)), on="instance_id")
+    points = last.group_by("rank", "at").agg(times=pl.col("iteration").n_unique(), imposed=pl.col("imposed").sum())
+    return (points.join(its, on="rank")
+            .filter(pl.col("times") >= CONSISTENT * pl.col("n_it"))
+            .group_by("rank").agg(recurring_ns=(pl.col("imposed") / pl.col("n_it")).max()))
 
 
 def _launched_waits(m: pl.DataFrame, blame: pl.DataFrame, waits: pl.DataFrame | None) -> pl.DataFrame:

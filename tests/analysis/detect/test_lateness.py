@@ -1,10 +1,11 @@
-"""Stage 2's waits for communication a rank only launched (``lateness._launched_waits``)."""
+"""Stage 2's waits for communication a rank only launched (``lateness._launched_waits``) and the
+waiting a rank imposes at one point of every iteration (``lateness._recurring``)."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.lateness import _launched_waits
+from mapp.analysis.detect.lateness import _launched_waits, _recurring
 
 
 def _launches(rows):
@@ -37,3 +38,31 @@ def test_a_gather_launched_inside_its_own_wait_is_what_the_wait_is_for():
     m, blame = _launches([(0, "param_gather", 0, 5.0), (0, "param_gather", 1, 25.0)])
     out = _launched_waits(m, blame, _waits([(0, "param_sync_wait", 4.0, 30.0)]))
     assert out.select("rank", "who", "dur").rows() == [(0, 1, 20e6)]
+
+
+def _members(rows):
+    """Members of 3-rank collectives: (iteration, instance, {rank: start ms}); the last to start
+    is last and the others wait for it."""
+    out = []
+    for it, i, starts in rows:
+        last = max(starts.values())
+        out += [{"instance_id": i, "iteration": it, "rank": r, "start": int(t * 1e6), "is_last": t == last}
+                for r, t in starts.items()]
+    m = pl.DataFrame(out).with_columns(pl.col("rank").cast(pl.Int32))
+    blame = m.group_by("instance_id").agg(
+        blame=(pl.col("start").max() - pl.col("start")).sum().cast(pl.Float64),
+        n=pl.len(), who=pl.col("rank").filter(pl.col("is_last")).first())
+    return m, blame
+
+
+def test_a_rank_last_at_the_same_point_of_every_iteration_imposes_recurring_waits():
+    # rank 0 arrives 20 ms late at each iteration's first collective; who is last at the second
+    # is chance (rank 1, then 2, then 1): rank 0's 20 ms an iteration recur, nobody else's do
+    rows = []
+    for it, chance in ((0, 1), (1, 2), (2, 1)):
+        rows.append((it, 2 * it, {0: 20.0, 1: 0.0, 2: 0.0}))
+        rows.append((it, 2 * it + 1, {0: 30.0, 1: 30.0, 2: 30.0} | {chance: 33.0}))
+    m, blame = _members(rows)
+    out = dict(_recurring(m, blame).select("rank", "recurring_ns").rows())
+    assert out[0] == 20e6
+    assert 1 not in out and 2 not in out   # rank 1 last at the second in 2 of 3 iterations: under CONSISTENT

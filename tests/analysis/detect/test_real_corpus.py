@@ -1206,3 +1206,15 @@ def test_on_shared_cpus_the_last_stage_timed_slower_alone_is_no_slow_gpu():
     verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp4-prof-seqlognorm0.95-f9"].directory), threshold=0.1)
     assert verdict.suspects == []
     assert any(n.startswith("rank 3 computes 1.4") and "the last stage" in n for n in verdict.notes)
+
+
+def test_a_host_keeping_the_others_waiting_at_one_point_of_every_step_is_named():
+    # FSDP on 4 gloo processes sharing 2 CPUs, a 24 ms data-path sleep on rank 0 before each
+    # batch (`--set fresh11`): 26.8 ms more idle a step at z 10.9, last at the step's first
+    # all-gather in every step (the others waiting 20-27 ms there), but last at 23% of its 60
+    # collectives (chance 25%) and only 5 ms a step ahead net, its waits at the others on the
+    # shared cores cancelling the rest. "No suspect" before
+    verdict = detect_bundle(load_bundle(FRESH_CASES["fsdp4-prof-datasleep24ms-r0-f11"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_host") and top.iterations == [2, 3, 4, 5, 6]
+    assert len(verdict.suspects) == 1
