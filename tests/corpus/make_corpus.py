@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1272,12 +1272,51 @@ def fresh11_set(seed: int = FRESH11_SEED) -> list[Case]:
     ]
 
 
+FRESH12_SEED = 97
+# --set fresh12 on GPUs: a fourteenth model shape (hidden 3584, 28 heads, sequence 1280, 2 sequences
+# a microbatch, 6 microbatches)
+GPT_GPU_FRESH12 = ["--layers", "8", "--hidden", "3584", "--heads", "28", "--seq", "1280", "--vocab", "57344",
+                   "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh12_set(seed: int = FRESH12_SEED) -> list[Case]:
+    """Held out after the twenty-eighth session's first change (``--set fresh12``, 2 ranks, seed 97,
+    for a machine of 2 GPUs and for CPUs): plain DDP / FSDP2 and megatron-core DP2, TP2, PP2 with
+    values no other set uses (slowdowns 1.27-1.8x, 21 ms before-microbatch work, 23 ms host
+    sleeps, 70 ms on GPUs, 33 ms data sleeps, sigma 1.05), healthy jobs of every layout, and on
+    GPUs a fourteenth model shape. 5 iterations, 3 recorded. Ids end in ``-f12``."""
+    g = _held_out_gpt(seed, "-f12", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=0, factor=1.42, tag="-f12"),
+        _plain("fsdp2", "dp2", seed, rank=1, sleep_ms=33, tag="-f12"),
+        _plain("ddp2", "dp2", seed, tag="-f12"),
+        _plain("fsdp2", "dp2", seed, rank=0, factor=1.7, tag="-f12"),
+        # megatron-core, mapp capture
+        g("tp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.33),
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.58),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.45),
+        g("dp2", "mapp-v1", "beforemb", rank=0, ms=21),
+        g("tp2", "mapp-v1", "hostsleep", rank=1, ms=23, gpu_ms=70),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        # megatron-core, torch.profiler
+        g("dp2", "kineto", "healthy"),
+        g("tp2", "kineto", "layer", rank=1, factor=1.27),
+        g("pp2", "kineto", "layer", rank=0, factor=1.8),
+        g("dp2", "kineto", "hostsleep", rank=0, ms=23, gpu_ms=70),
+        g("tp2", "kineto", "seqlognorm", sigma=1.05),
+        g("pp2", "kineto", "beforemb", rank=1, ms=21),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
-        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set}
+        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1861,7 +1900,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -258,3 +258,18 @@ def test_the_fresh11_set_holds_every_4_rank_layout_out_with_a_thirteenth_model_s
         args = make_corpus.job_args(case, gpu=True)
         assert args[args.index("--hidden") + 1] == "2816" and args.count("--hidden") == 1, case.id
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH11_SEED)
+
+
+def test_the_fresh12_set_holds_every_2_rank_layout_out_with_a_fourteenth_model_shape():
+    cases = make_corpus.fresh12_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh12" for i in _ids(build())}
+    assert all(c.id.endswith("-f12") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    gpt = [c for c in cases if c.job == "gpt"]
+    assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {"dp2", "tp2", "pp2"}
+    assert {k for c in gpt if c.cls == "healthy" for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
+        "dp2", "tp2", "pp2"}
+    for case in gpt:
+        args = make_corpus.job_args(case, gpu=True)
+        assert args[args.index("--hidden") + 1] == "3584" and args.count("--hidden") == 1, case.id
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH12_SEED)
