@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1311,12 +1311,46 @@ def fresh12_set(seed: int = FRESH12_SEED) -> list[Case]:
     ]
 
 
+FRESH13_SEED = 101
+
+
+def fresh13_set(seed: int = FRESH13_SEED) -> list[Case]:
+    """Held out after the twenty-eighth session's second change (``--set fresh13``, 8 ranks, seed
+    101, for CPUs; a machine of 8 GPUs runs it with ``--gpu``): PP4 x DP2, PP2 x DP4, TP2 x PP2 x
+    DP2 and plain DDP / FSDP2 over 8 ranks with values no other set uses (slowdowns 1.35-1.6x,
+    23 ms before-microbatch work, 21 ms host sleeps, 26 ms data sleeps, sigma 1.2), the heavier
+    last stage of issue 13's 8-rank job under both captures, and healthy jobs. Ids end in ``-f13``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f13", **k)
+
+    return [
+        _plain("ddp8", "dp8", seed, rank=6, factor=1.4, tag="-f13"),
+        _plain("fsdp8", "dp8", seed, rank=3, sleep_ms=26, tag="-f13"),
+        # megatron-core, mapp capture
+        g("pp4dp2", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp2", "mapp-v1", "layer", rank=5, factor=1.55),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=1.2),
+        g("pp2dp4", "mapp-v1", "beforemb", rank=2, ms=23),
+        g("tp2pp2dp2", "mapp-v1", "hostsleep", rank=4, ms=21),
+        g("tp2pp2dp2", "mapp-v1", "link", link=(2, 6)),
+        # megatron-core, torch.profiler
+        g("pp4dp2", "kineto", "healthy"),
+        g("pp4dp2", "kineto", "laststage", last_layers=3),
+        g("pp2dp4", "kineto", "layer", rank=6, factor=1.45),
+        g("tp2pp2dp2", "kineto", "layer", rank=3, factor=1.6),
+        g("pp2dp4", "kineto", "seqlognorm", sigma=1.2),
+        g("tp2pp2dp2", "kineto", "healthy"),
+        g("pp4dp2", "kineto", "layer", rank=1, factor=1.35),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
-        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set}
+        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1900,7 +1934,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -273,3 +273,16 @@ def test_the_fresh12_set_holds_every_2_rank_layout_out_with_a_fourteenth_model_s
         args = make_corpus.job_args(case, gpu=True)
         assert args[args.index("--hidden") + 1] == "3584" and args.count("--hidden") == 1, case.id
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH12_SEED)
+
+
+def test_the_fresh13_set_holds_8_rank_layouts_out_with_issue_13s_heavier_last_stage():
+    cases = make_corpus.fresh13_set()
+    others = {i for name, build in make_corpus.SETS.items() if name != "fresh13" for i in _ids(build())}
+    assert all(c.id.endswith("-f13") and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    assert all(make_corpus.world_of(c.layout) == 8 for c in cases)
+    heavier = {c.fmt for c in cases if c.id.startswith("gpt-pp4dp2-") and c.cls == "imbalance"}
+    assert heavier == {"mapp-v1", "kineto"}   # issue 13's 8-rank PP4 x DP2 job, under both captures
+    for case in (c for c in cases if c.job == "gpt"):
+        args = make_corpus.job_args(case, gpu=False)
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH13_SEED)
