@@ -174,6 +174,9 @@ def _evidence_line(s) -> str:
     if late:
         parts.append(f"last in {late['share_last']:.0%} of collectives (chance {late['expected_share']:.0%}), "
                      f"others waited {late['blame_ms']:.2f} ms")
+        if late.get("recurring_ms"):
+            parts.append(f"last at one point of nearly every iteration, each other member waiting "
+                         f"{late['recurring_ms']:.2f} ms/it there")
     b = e.get("bandwidth")
     if b:
         obs = b["observations"]

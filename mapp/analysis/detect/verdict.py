@@ -269,6 +269,10 @@ def _late_evidence(row: dict | None) -> dict | None:
     for k, v in row.items():
         if k.startswith("share_last_") and v is not None:
             out[k] = round(v, 3)
+    # last at one point of nearly every iteration (``lateness._recurring``), where it says
+    # something: a millisecond an iteration or more
+    if (row.get("recurring_ns") or 0.0) >= 1e6:
+        out["recurring_ms"] = round(row["recurring_ns"] / 1e6, 3)
     return out
 
 

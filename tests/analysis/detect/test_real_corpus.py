@@ -1218,6 +1218,11 @@ def test_a_host_keeping_the_others_waiting_at_one_point_of_every_step_is_named()
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (0, "slow_host") and top.iterations == [2, 3, 4, 5, 6]
     assert len(verdict.suspects) == 1
+    # and says where it held them up: the step's first all-gather, 20-27 ms each
+    assert 18 < top.evidence["lateness"]["recurring_ms"] < 27
+    buf = io.StringIO()
+    Console(file=buf, width=250, color_system=None).print(DetectReport(verdict))
+    assert "last at one point of nearly every iteration, each other member waiting 2" in buf.getvalue()
 
 
 def test_a_host_stalling_in_every_step_and_holding_the_others_up_lasts_though_its_idle_time_stood_out_once():
