@@ -141,7 +141,11 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     imbalance = workload_imbalance(peers, imbalance_threshold, layout)
     suspects = heavy_replicas(suspects, peers, layout, imbalance)
     # a rank slower in one iteration of several, and not by far, is noise, not a fault
-    suspects = [s for s in suspects if s.evidence.pop("lasting", True)]
+    passing = [s for s in suspects if not s.evidence.pop("lasting", True)]
+    overruled += [f"rank {s.rank} ({s.kind.replace('_', ' ')}) {s.slowdown:.2f}x in iteration(s) "
+                  f"{', '.join(map(str, s.iterations))} of {traced}: not a suspect (slower in some iterations only, "
+                  "and not by far: noise, not a fault)" for s in passing]
+    suspects = [s for s in suspects if s not in passing]
     # ``--threshold``: a suspect is slower than (1 + t) x its peers; those under it are no one's
     # culprit, so they make no victims and no mark in the grid either
     below = [s for s in suspects if s.slowdown == s.slowdown and s.slowdown < 1 + slowdown_threshold]
@@ -510,7 +514,10 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     if launch:
         judged = _launch_bound_verdict(row, peers, stalled=stalled, handover=handover, gap_excess=gap_excess,
                                        busy=busy, slowdown_threshold=slowdown_threshold)
-        if judged is None:
+        if isinstance(judged, str):
+            if overruled is not None and float(row["slowdown"]) >= 1 + slowdown_threshold:
+                overruled.append(f"rank {row['rank']} computes {float(row['slowdown']):.2f}x its peers "
+                                 f"(z {float(row['z']):.1f}): not a suspect ({judged})")
             return None
         row, launch, host, stalled = judged
     if not (row["flagged"] or host):
@@ -571,13 +578,16 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
 
 
 def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, handover: float, gap_excess: float,
-                          busy: float, slowdown_threshold: float) -> tuple[dict, bool, bool, float] | None:
-    """A rank flagged by its compute whose slowdown ``idle.launch_bound`` finds its host's: None
-    where that names no suspect, else (row, launch-bound, host, stalls): a slow host, or, where its
-    backward ops are slower alike and its host neither stalls nor idles longer, its GPU at what
-    those ops say. ``stalled``: its extra stalls a step, returned as the verdict then counts them."""
+                          busy: float, slowdown_threshold: float) -> tuple[dict, bool, bool, float] | str:
+    """A rank flagged by its compute whose slowdown ``idle.launch_bound`` finds its host's: why
+    that names no suspect (for the notes), else (row, launch-bound, host, stalls): a slow host,
+    or, where its backward ops are slower alike and its host neither stalls nor idles longer,
+    its GPU at what those ops say. ``stalled``: its extra stalls a step, returned as the verdict
+    then counts them."""
+    paced = "its spans paced by its host's launches"
     if len(row["iterations"] or []) < CONSISTENT * traced_iterations(peers):
-        return None
+        return (f"{paced}, slower in {len(row['iterations'] or [])} of {traced_iterations(peers)} "
+                "traced iterations only")
     # Such a rank is a slow host only where it stalls or its launch gaps between spans are longer
     # too (a slow host is slow everywhere): two healthy processes pace their GPUs' launches inside spans
     # differently by far more than a threshold (4 H100s, megatron-core TP2 x DP2 under
@@ -622,7 +632,9 @@ def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, han
     floor = _raised_floor(row, slowdown_threshold)
     if (row.get("peers_spread") or 0.0) > NOISE and max(stalled, gap_excess) < slowdown_threshold * busy:
         if floor is None or stalled >= peers.min_effect * busy or idles:
-            return None
+            return (f"{paced}, as every rank's are: its extra idle time under {slowdown_threshold:.0%} of its "
+                    "work, and its fastest spans not slower by the threshold beside a host that neither "
+                    "stalls nor idles longer")
         return _its_gpu(row, busy, floor, by_floor=True), False, False, stalled
     if stalled < peers.min_effect * busy and not idles:
         # where its backward ops are slower alike and only its forward pass slower still, a
@@ -639,7 +651,8 @@ def _launch_bound_verdict(row: dict, peers: PeerEvidence, *, stalled: float, han
         if row.get("gpu_alike"):
             return _its_gpu(row, busy, math.exp(float(row["ops_median"]))), False, False, stalled
         if floor is None:
-            return None
+            return (f"{paced}, its ops slower unevenly; its host neither stalls nor idles longer, and its "
+                    "fastest spans are not slower by the threshold")
         return _its_gpu(row, busy, floor, by_floor=True), False, False, stalled
     return row, True, True, stalled
 

@@ -1235,3 +1235,15 @@ def test_a_host_stalling_in_every_step_and_holding_the_others_up_lasts_though_it
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (0, "slow_host") and top.iterations == [2, 3, 4, 5]
     assert len(verdict.suspects) == 1
+
+
+def test_a_rank_stage_1_flags_far_beyond_the_cut_off_is_a_suspect_or_the_notes_say_why_not():
+    # 2 H200s (beside another 2-GPU job), TP2 under mapp's capture, 1.58x the layers' FLOPs on
+    # rank 0 (`--set fresh12`): its spans 1.27x its peer's at z 42 in 2 of 3 steps, host-paced;
+    # in the third its peer was as slow (the machine's other job). It was dropped with no word
+    # before: "no suspect", and nothing said of a rank 1.27x its peer
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-tp2-mapp-layer1.58x-r0-f12-gpu2"].directory), threshold=0.1)
+    named = [s for s in verdict.suspects if s.rank == 0]
+    said = [n for n in verdict.notes if n.startswith("rank 0 computes 1.2") and "not a suspect (" in n]
+    assert named or said
+    assert not named or named[0].kind == "slow_compute"
