@@ -19,6 +19,16 @@ def _ids(cases):
     return [c.id for c in cases]
 
 
+def _held_out(name: str, tag: str) -> list:
+    """The cases of held-out set ``name``, checked for what every held-out set must be: ids
+    ending in ``tag`` that no other set uses, and healthy, fault and imbalance jobs alike."""
+    cases = make_corpus.SETS[name]()
+    others = {i for other, build in make_corpus.SETS.items() if other != name for i in _ids(build())}
+    assert all(c.id.endswith(tag) and c.id not in others for c in cases)
+    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    return cases
+
+
 def test_every_set_has_unique_ids_of_one_world_size():
     for name, build in make_corpus.SETS.items():
         cases = build()
@@ -133,10 +143,7 @@ def test_the_fresh_set_runs_every_layout_of_four_with_a_third_model_shape():
 
 
 def test_the_fresh3_set_runs_every_layout_of_two_with_a_fifth_model_shape():
-    cases = make_corpus.fresh3_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh3" for i in _ids(build())}
-    assert all(c.id.endswith("-f3") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh3", "-f3")
     assert {make_corpus.world_of(c.layout) for c in cases} == {2}
     gpt = [c for c in cases if c.job == "gpt"]
     assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {"dp2", "tp2", "pp2"}
@@ -152,10 +159,7 @@ def test_the_fresh3_set_runs_every_layout_of_two_with_a_fifth_model_shape():
 
 
 def test_the_fresh4_set_runs_every_layout_of_four_with_a_sixth_model_shape():
-    cases = make_corpus.fresh4_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh4" for i in _ids(build())}
-    assert all(c.id.endswith("-f4") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh4", "-f4")
     gpt = [c for c in cases if c.job == "gpt"]
     assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
         "dp4", "tp2dp2", "pp2dp2", "tp2pp2", "pp4"}
@@ -166,10 +170,7 @@ def test_the_fresh4_set_runs_every_layout_of_four_with_a_sixth_model_shape():
 
 
 def test_the_fresh5_set_runs_every_layout_of_two_with_a_seventh_model_shape():
-    cases = make_corpus.fresh5_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh5" for i in _ids(build())}
-    assert all(c.id.endswith("-f5") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh5", "-f5")
     assert {make_corpus.world_of(c.layout) for c in cases} == {2}
     for case in (c for c in cases if c.job == "gpt"):
         args = make_corpus.job_args(case, gpu=True)
@@ -178,10 +179,7 @@ def test_the_fresh5_set_runs_every_layout_of_two_with_a_seventh_model_shape():
 
 
 def test_the_fresh6_set_runs_every_layout_of_two_with_an_eighth_model_shape():
-    cases = make_corpus.fresh6_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh6" for i in _ids(build())}
-    assert all(c.id.endswith("-f6") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh6", "-f6")
     assert {make_corpus.world_of(c.layout) for c in cases} == {2}
     assert any(c.part == "link" for c in cases)
     for case in (c for c in cases if c.job == "gpt"):
@@ -191,10 +189,7 @@ def test_the_fresh6_set_runs_every_layout_of_two_with_an_eighth_model_shape():
 
 
 def test_the_fresh7_set_runs_every_layout_of_four_with_a_ninth_model_shape():
-    cases = make_corpus.fresh7_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh7" for i in _ids(build())}
-    assert all(c.id.endswith("-f7") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh7", "-f7")
     gpt = [c for c in cases if c.job == "gpt"]
     assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
         "dp4", "tp2dp2", "pp2dp2", "tp2pp2", "pp4"}
@@ -207,10 +202,7 @@ def test_the_fresh7_set_runs_every_layout_of_four_with_a_ninth_model_shape():
 
 
 def test_the_fresh8_set_runs_every_layout_of_two_with_a_tenth_model_shape():
-    cases = make_corpus.fresh8_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh8" for i in _ids(build())}
-    assert all(c.id.endswith("-f8") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh8", "-f8")
     assert {make_corpus.world_of(c.layout) for c in cases} == {2}
     for case in (c for c in cases if c.job == "gpt"):
         args = make_corpus.job_args(case, gpu=True)
@@ -219,10 +211,7 @@ def test_the_fresh8_set_runs_every_layout_of_two_with_a_tenth_model_shape():
 
 
 def test_the_fresh9_set_runs_every_layout_of_four_with_an_eleventh_model_shape():
-    cases = make_corpus.fresh9_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh9" for i in _ids(build())}
-    assert all(c.id.endswith("-f9") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh9", "-f9")
     gpt = [c for c in cases if c.job == "gpt"]
     assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
         "dp4", "tp2dp2", "pp2dp2", "tp2pp2", "pp4"}
@@ -234,10 +223,7 @@ def test_the_fresh9_set_runs_every_layout_of_four_with_an_eleventh_model_shape()
 
 
 def test_the_fresh10_set_slows_every_kind_of_pipeline_stage_with_a_twelfth_model_shape():
-    cases = make_corpus.fresh10_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh10" for i in _ids(build())}
-    assert all(c.id.endswith("-f10") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh10", "-f10")
     pp4_prof = {c.expect["suspect"]["rank"] for c in cases if c.id.startswith("gpt-pp4-prof-layer")}
     assert pp4_prof == {0, 2, 3}   # the first stage, a middle one and the last
     for case in (c for c in cases if c.job == "gpt"):
@@ -247,10 +233,7 @@ def test_the_fresh10_set_slows_every_kind_of_pipeline_stage_with_a_twelfth_model
 
 
 def test_the_fresh11_set_holds_every_4_rank_layout_out_with_a_thirteenth_model_shape():
-    cases = make_corpus.fresh11_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh11" for i in _ids(build())}
-    assert all(c.id.endswith("-f11") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh11", "-f11")
     gpt = [c for c in cases if c.job == "gpt"]
     assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
         "dp4", "tp2dp2", "pp2dp2", "tp2pp2", "pp4"}
@@ -261,10 +244,7 @@ def test_the_fresh11_set_holds_every_4_rank_layout_out_with_a_thirteenth_model_s
 
 
 def test_the_fresh12_set_holds_every_2_rank_layout_out_with_a_fourteenth_model_shape():
-    cases = make_corpus.fresh12_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh12" for i in _ids(build())}
-    assert all(c.id.endswith("-f12") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh12", "-f12")
     gpt = [c for c in cases if c.job == "gpt"]
     assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {"dp2", "tp2", "pp2"}
     assert {k for c in gpt if c.cls == "healthy" for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
@@ -276,10 +256,7 @@ def test_the_fresh12_set_holds_every_2_rank_layout_out_with_a_fourteenth_model_s
 
 
 def test_the_fresh13_set_holds_8_rank_layouts_out_with_issue_13s_heavier_last_stage():
-    cases = make_corpus.fresh13_set()
-    others = {i for name, build in make_corpus.SETS.items() if name != "fresh13" for i in _ids(build())}
-    assert all(c.id.endswith("-f13") and c.id not in others for c in cases)
-    assert {c.cls for c in cases} == {"healthy", "fault", "imbalance"}
+    cases = _held_out("fresh13", "-f13")
     assert all(make_corpus.world_of(c.layout) == 8 for c in cases)
     heavier = {c.fmt for c in cases if c.id.startswith("gpt-pp4dp2-") and c.cls == "imbalance"}
     assert heavier == {"mapp-v1", "kineto"}   # issue 13's 8-rank PP4 x DP2 job, under both captures
