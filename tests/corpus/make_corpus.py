@@ -1283,8 +1283,9 @@ def fresh12_set(seed: int = FRESH12_SEED) -> list[Case]:
     """Held out after the twenty-eighth session's first change (``--set fresh12``, 2 ranks, seed 97,
     for a machine of 2 GPUs and for CPUs): plain DDP / FSDP2 and megatron-core DP2, TP2, PP2 with
     values no other set uses (slowdowns 1.27-1.8x, 21 ms before-microbatch work, 23 ms host
-    sleeps, 70 ms on GPUs, 33 ms data sleeps, sigma 1.05), healthy jobs of every layout, and on
-    GPUs a fourteenth model shape. 5 iterations, 3 recorded. Ids end in ``-f12``."""
+    sleeps, 70 ms on GPUs, 33 ms data sleeps, sigma 1.05), healthy jobs of every layout, TP2 with
+    work before each of rank 1's microbatches under both captures (issue 13's class 2; added after
+    the rest was first run), and on GPUs a fourteenth model shape. 5 iterations, 3 recorded. Ids end in ``-f12``."""
     g = _held_out_gpt(seed, "-f12", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
 
     return [
@@ -1308,6 +1309,9 @@ def fresh12_set(seed: int = FRESH12_SEED) -> list[Case]:
         g("dp2", "kineto", "hostsleep", rank=0, ms=23, gpu_ms=70),
         g("tp2", "kineto", "seqlognorm", sigma=1.05),
         g("pp2", "kineto", "beforemb", rank=1, ms=21),
+        # issue 13's class 2 job: TP2, extra work before each of rank 1's microbatches
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=21),
+        g("tp2", "kineto", "beforemb", rank=1, ms=21),
     ]
 
 
