@@ -7,7 +7,7 @@
 3. effective bandwidth (``bandwidth``): p2p links and collective transfers once all are ready;
 
 and combines them (``verdict``; where the ranks are CPU processes sharing cores, also
-``shared_cpus``) into ranked suspects, workload imbalance and victims (``findings``: the types
+``shared_cpus``; where a rank's spans are its host's pace, ``host_paced``) into ranked suspects, workload imbalance and victims (``findings``: the types
 it reports). The
 cut-offs it applies are named in ``thresholds.Thresholds``; ``threshold`` sets them all.
 ``mapp.report.DetectReport(verdict)`` renders it; ``mapp.bench.suite`` measures accuracy on simulated faults.
