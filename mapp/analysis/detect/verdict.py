@@ -25,9 +25,9 @@ from mapp.analysis.detect.bandwidth import FLOOR_RATIO, BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdict
 from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled_why, stage2_agrees,
                                         stalled_iterations, stalls_last, traced_iterations)
+from mapp.analysis.detect.host_paced import excess_at, launch_bound_verdict
 from mapp.analysis.detect.imbalance import heavy_replicas, suspects_stages, workload_imbalance
 from mapp.analysis.detect.lateness import LatenessEvidence
-from mapp.analysis.detect.host_paced import excess_at, launch_bound_verdict
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.shared_cpus import (FAR_MORE, above_shared_cpus, late_above_contention, slowest_other,
@@ -142,9 +142,9 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     suspects = heavy_replicas(suspects, peers, layout, imbalance)
     # a rank slower in one iteration of several, and not by far, is noise, not a fault
     passing = [s for s in suspects if not s.evidence.pop("lasting", True)]
-    overruled += [f"rank {s.rank} ({s.kind.replace('_', ' ')}) {s.slowdown:.2f}x in iteration(s) "
-                  f"{', '.join(map(str, s.iterations))} of {traced}: not a suspect (slower in some iterations only, "
-                  "and not by far: noise, not a fault)" for s in passing]
+    overruled += [f"rank {s.rank} ({s.kind.replace('_', ' ')}) {s.slowdown:.2f}x in {len(s.iterations)} of "
+                  f"{traced} traced iterations: not a suspect (slower in some iterations only, and not by far: "
+                  "noise, not a fault)" for s in passing]
     suspects = [s for s in suspects if s not in passing]
     # ``--threshold``: a suspect is slower than (1 + t) x its peers; those under it are no one's
     # culprit, so they make no victims and no mark in the grid either
@@ -508,7 +508,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     launch = bool(row.get("launch_bound")) and row["flagged"]
     if launch:
         judged = launch_bound_verdict(row, peers, stalled=stalled, handover=handover, gap_excess=gap_excess,
-                                       busy=busy, slowdown_threshold=slowdown_threshold)
+                                      busy=busy, slowdown_threshold=slowdown_threshold)
         if isinstance(judged, str):
             if overruled is not None and float(row["slowdown"]) >= 1 + slowdown_threshold:
                 overruled.append(f"rank {row['rank']} computes {float(row['slowdown']):.2f}x its peers "
