@@ -263,3 +263,12 @@ def test_the_fresh13_set_holds_8_rank_layouts_out_with_issue_13s_heavier_last_st
     for case in (c for c in cases if c.job == "gpt"):
         args = make_corpus.job_args(case, gpu=False)
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH13_SEED)
+
+
+def test_a_cpu_jobs_source_names_the_cpus_taskset_gave_it(monkeypatch):
+    case = make_corpus.fresh11_set()[0]
+    monkeypatch.setattr(make_corpus.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(make_corpus.os, "sched_getaffinity", lambda pid: {16, 17})
+    assert "4 processes on 2 CPUs (taskset) of a 64-CPU machine" in make_corpus.source_text(case, False, 4)
+    monkeypatch.setattr(make_corpus.os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert "4 processes on 64 cores" in make_corpus.source_text(case, False, 4)
