@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1349,12 +1349,95 @@ def fresh13_set(seed: int = FRESH13_SEED) -> list[Case]:
     ]
 
 
+FRESH14_SEED = 107
+# --set fresh14 on GPUs: a fifteenth model shape (hidden 3072, 24 heads, sequence 1792, 6 microbatches)
+GPT_GPU_FRESH14 = ["--layers", "8", "--hidden", "3072", "--heads", "24", "--seq", "1792", "--vocab", "49152",
+                   "--micro-batch-size", "1", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh14_set(seed: int = FRESH14_SEED) -> list[Case]:
+    """Held out at the start of the twenty-ninth session (``--set fresh14``, 4 ranks, seed 107, for
+    CPUs and for a machine of 4 GPUs): issue 13's 4-process gloo classes (plain DDP with one rank
+    doing more forward work or sleeping in its data path, DP2 x TP2 from process groups) and
+    every 4-rank megatron-core layout under both captures with values no other set uses
+    (slowdowns 1.25-1.95x, 26 ms before-microbatch work, 25 ms host sleeps, 80 ms on GPUs, 31 ms
+    data sleeps, sigma 1.1), a heavier last stage and healthy jobs, and on GPUs a fifteenth
+    model shape. Ids end in ``-f14``."""
+    g = _held_out_gpt(seed, "-f14", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=1, factor=1.52, tag="-f14"),
+        _plain("ddp4", "dp4", seed, rank=3, sleep_ms=31, tag="-f14"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=2, factor=1.75, tag="-f14"),
+        _plain("tp2dp2", "tp2dp2", seed, tag="-f14"),
+        _plain("fsdp4", "dp4", seed, rank=3, factor=1.48, tag="-f14"),
+        # megatron-core, mapp capture
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=2, factor=1.66),
+        g("pp4", "mapp-v1", "layer", rank=2, factor=1.52),
+        g("tp2pp2", "mapp-v1", "beforemb", rank=1, ms=26),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=3, ms=25, gpu_ms=80),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=1.1),
+        g("tp2pp2", "mapp-v1", "link", link=(1, 3)),
+        # megatron-core, torch.profiler
+        g("tp2dp2", "kineto", "healthy"),
+        g("pp4", "kineto", "layer", rank=1, factor=1.25),
+        g("pp2dp2", "kineto", "layer", rank=1, factor=1.95),
+        g("dp4", "kineto", "beforemb", rank=2, ms=26),
+        g("tp2pp2", "kineto", "hostsleep", rank=0, ms=25, gpu_ms=80),
+        g("pp4", "kineto", "seqlognorm", sigma=1.1),
+        g("tp2pp2", "kineto", "laststage", last_layers=3),
+        g("pp2dp2", "kineto", "link", link=(1, 3)),
+    ]
+
+
+FRESH15_SEED = 109
+
+
+def fresh15_set(seed: int = FRESH15_SEED) -> list[Case]:
+    """Held out after the twenty-ninth session's first changes (``--set fresh15``, 4 ranks, seed
+    109, for CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s):
+    issue 13's 4-process gloo classes again (plain DDP and FSDP with more forward work or a
+    data-path sleep on one rank, DP2 x TP2 from process groups, healthy jobs)
+    and megatron-core under both captures with values no other set uses (slowdowns
+    1.28-2.05x, 28 ms before-microbatch work, 19 ms host sleeps, 90 ms on GPUs, 22 and 37 ms
+    data sleeps, sigma 0.9), two heavier last stages and healthy jobs. Ids end in ``-f15``."""
+    g = _held_out_gpt(seed, "-f15", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=0, factor=1.65, tag="-f15"),
+        _plain("ddp4", "dp4", seed, rank=2, sleep_ms=22, tag="-f15"),
+        _plain("ddp4", "dp4", seed, tag="-f15"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=3, factor=2.05, tag="-f15"),
+        _plain("fsdp4", "dp4", seed, rank=1, sleep_ms=37, tag="-f15"),
+        _plain("tp2dp2", "tp2dp2", seed, tag="-f15"),
+        _plain("fsdp4", "dp4", seed, rank=3, factor=1.58, tag="-f15"),
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "layer", rank=0, factor=1.44),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=1, ms=28),
+        g("pp4", "mapp-v1", "hostsleep", rank=2, ms=19, gpu_ms=90),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4", "mapp-v1", "laststage", last_layers=4),
+        g("pp2dp2", "mapp-v1", "link", link=(0, 2)),
+        # megatron-core, torch.profiler
+        g("pp2dp2", "kineto", "healthy"),
+        g("tp2dp2", "kineto", "layer", rank=0, factor=1.28),
+        g("dp4", "kineto", "hostsleep", rank=1, ms=19, gpu_ms=90),
+        g("tp2pp2", "kineto", "beforemb", rank=3, ms=28),
+        g("pp4", "kineto", "layer", rank=3, factor=1.72),
+        g("pp2dp2", "kineto", "laststage", last_layers=4),
+        g("tp2pp2", "kineto", "link", link=(0, 2)),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
-        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set}
+        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set, "fresh14": fresh14_set, "fresh15": fresh15_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -1938,7 +2021,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

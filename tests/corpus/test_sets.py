@@ -265,6 +265,42 @@ def test_the_fresh13_set_holds_8_rank_layouts_out_with_issue_13s_heavier_last_st
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH13_SEED)
 
 
+def test_the_fresh14_and_fresh15_sets_hold_issue_13s_gloo_classes_and_every_4_rank_layout_out():
+    for name, tag, seed in (("fresh14", "-f14", make_corpus.FRESH14_SEED), ("fresh15", "-f15", make_corpus.FRESH15_SEED)):
+        cases = _held_out(name, tag)
+        assert all(make_corpus.world_of(c.layout) == 4 for c in cases)
+        # issue 13's 4-process gloo jobs: plain DDP (more forward work, a data-path sleep) and
+        # DP2 x TP2 from process groups
+        plain = {c.id.split("-prof-")[0] + "-" + (c.injected[0]["how"].split()[0] if c.injected else "healthy")
+                 for c in cases if c.job != "gpt"}
+        assert {"ddp4-extra", "ddp4-host", "tp2dp2-plain-extra", "tp2dp2-plain-healthy"} <= plain, name
+        gpt = [c for c in cases if c.job == "gpt"]
+        assert {k for c in gpt for k, v in make_corpus.LAYOUTS.items() if v == c.layout} == {
+            "dp4", "tp2dp2", "pp2dp2", "tp2pp2", "pp4"}
+        for case in gpt:
+            args = make_corpus.job_args(case, gpu=True)
+            assert args[args.index("--hidden") + 1] == "3072" and args.count("--hidden") == 1, case.id
+            assert args[args.index("--seed") + 1] == str(seed)
+
+
+def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
+    # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
+    # link without one (TP2 x DP2's ranks 1 and 3, first put in ``fresh14``) carries none, and
+    # its job is healthy under a fault's label
+    for name, build in make_corpus.SETS.items():
+        for case in build():
+            for injected in case.injected:
+                if "ranks" not in injected:
+                    continue
+                lay = case.layout
+
+                def place(r):   # megatron-core's rank order: tp fastest, then dp, then pp
+                    return r % lay["tp"], (r // lay["tp"]) % lay["dp"], r // (lay["tp"] * lay["dp"])
+
+                (ta, da, pa), (tb, db, pb) = (place(r) for r in injected["ranks"])
+                assert (ta, da) == (tb, db) and abs(pa - pb) == 1, (name, case.id)
+
+
 def test_a_cpu_jobs_source_names_the_cpus_taskset_gave_it(monkeypatch):
     case = make_corpus.fresh11_set()[0]
     monkeypatch.setattr(make_corpus.os, "cpu_count", lambda: 64)

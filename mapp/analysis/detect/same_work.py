@@ -210,16 +210,23 @@ def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarr
     """Per row of ``work``, how many times its rank's program runs its peers' programs, where
     they differ (one rank per pipeline stage), in that iteration: the median over the kinds it
     shares with them of its calls over their median's (``peer_calls``), each kind weighted by
-    its peers' time on it (``peer_ns``), so that a few kinds called once a microbatch do not
-    outvote the layers' work however many kinds a layer has.
+    the lesser of its peers' time on it (``peer_ns``) and the rank's own (its calls x typical
+    call), so that a few kinds called once a microbatch do not outvote the layers' work however
+    many kinds a layer has, and work a peer added to one kind does not outweigh the rest of
+    the program (2 processes on 2 CPUs, megatron-core PP2 under the profiler, 21 ms of matmuls
+    before each of the last stage's microbatches, of the shape of its MLP's first GEMM: 9.75x
+    the first stage's calls of it and 44 ms a step, more than half its peer-time weight; the
+    first stage read as a tenth of the last and as calling everything else 10x too often,
+    "slow compute" 4.97x beside the real one).
 
     Stages split the layers as the job was set up, not always evenly; a stage of 3x the layers
     calls every kind of a layer 3x as often, each call as fast (2 H200s, megatron-core PP2 under
     the profiler, 6 layers on the last stage and 2 on the first: its work counted against its
     peer's read 3.05x, a slow GPU). Work added to a layer (extra matmuls) calls a few kinds more
     often and leaves the median where the program puts it."""
+    own_ns = work["calls"].to_numpy() * work["q"].to_numpy()
     frame = work.select("rank", "iteration").with_columns(
-        r=pl.Series(work["calls"].to_numpy() / np.maximum(peer_calls, 1e-9)), w=pl.Series(peer_ns),
+        r=pl.Series(work["calls"].to_numpy() / np.maximum(peer_calls, 1e-9)), w=pl.Series(np.minimum(peer_ns, own_ns)),
         row=pl.int_range(pl.len()))
     g = ["rank", "iteration"]
     scale = (frame.sort([*g, "r"]).with_columns(

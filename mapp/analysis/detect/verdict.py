@@ -592,6 +592,12 @@ def _own_slowness(f) -> bool:
     return all(o.get("compared") == "bytes moved" or o.get("fastest_ratio") is not None for o in f.observations)
 
 
+LINK_EXPLAINS = 4.0
+"""A slow link explains a slow host at its end (or an end's TP peer) only where the host's
+excess time is at most this many times the link's: waiting on a link costs an end about what
+the link loses (real link faults, GPUs and CPUs: the host's excess 0.5-2.2x the link's)."""
+
+
 def _link_ends(suspects: list[Suspect], overruled: list[str], coords: dict | None = None) -> list[Suspect]:
     """A host at an end of a link whose own transfers are slow is that link's victim.
 
@@ -607,7 +613,14 @@ def _link_ends(suspects: list[Suspect], overruled: list[str], coords: dict | Non
     stream, and a host that synchronizes after its pipeline exchange (megatron-core's batched
     p2p) stalls with it. On 4 H200s, TP2 x PP2 under mapp's capture, 512 MB more in every
     exchange of link 1-3 (13.5x): rank 0, rank 1's TP peer, "slow host" 1.13x, ranked above the
-    link by 33 ms of launch gaps while last in 43% of its collectives (chance 50%)."""
+    link by 33 ms of launch gaps while last in 43% of its collectives (chance 50%).
+
+    Not a host whose stalls cost far more than the link's slowness could make it wait
+    (``LINK_EXPLAINS``): that host holds its job up by itself, and on CPU processes sharing
+    cores its busy process slows the transfers of those beside it, which is what raised the
+    link (megatron-core TP2 x PP2 under mapp's capture, 4 processes on 2 CPUs, 26 ms of work
+    before each of rank 1's microbatches: link 0-2 3.8x its like link's by its fastest
+    transfers, +4 ms a step, rank 1 a host stalling 128 ms a step)."""
     links = [s for s in suspects if s.kind == "slow_link" and s.peer is not None
              and all((o.get("fastest_ratio") or 0.0) >= FLOOR_RATIO for o in s.evidence["bandwidth"]["observations"])]
     out = []
@@ -617,7 +630,7 @@ def _link_ends(suspects: list[Suspect], overruled: list[str], coords: dict | Non
         if link is None and s.kind == "slow_host" and coords:
             link, peer_of = next(((lk, e) for lk in links for e in (lk.rank, lk.peer) if _tp_peers(coords, s.rank, e)),
                                  (None, None))
-        if link is None:
+        if link is None or s.excess_ns > LINK_EXPLAINS * link.excess_ns:
             out.append(s)
             continue
         ratio = min(o["fastest_ratio"] for o in link.evidence["bandwidth"]["observations"])

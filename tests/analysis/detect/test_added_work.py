@@ -78,3 +78,27 @@ def test_stages_of_different_programs_are_compared_at_their_scale():
     # ``often`` 2, only beyond that is work added
     assert added_work(job(40), ["job"], scales=scales, often=2.0) is None
     assert added_work(job(128), ["job"], scales=scales, often=2.0) is not None
+
+
+def test_work_a_peer_added_to_one_kind_does_not_set_another_stages_scale():
+    # PP2, one rank a stage, each running one layer: the last stage (rank 1) also runs extra
+    # matmuls of its MLP's first GEMM's shape before each microbatch, 39 calls a step to the
+    # first stage's 4, 44 ms a step. Weighted by that peer's time alone the kind outweighed the
+    # rest of the layer, and the first stage read as a tenth of the last.
+    import numpy as np
+    from mapp.analysis.detect.same_work import _program_scale
+
+    kinds = [("aten::mm", "[[64,512],[512,2048]]", {0: (4, 1.4e6), 1: (39, 1.13e6)}),
+             ("aten::mm", "[[64,2048],[2048,512]]", {0: (4, 0.95e6), 1: (4, 1.1e6)}),
+             ("aten::mm", "[[512,64],[64,2048]]", {0: (2, 1.5e6), 1: (2, 1.4e6)}),
+             ("aten::add_", "[[2048,512],[2048,512],[]]", {0: (4, 0.55e6), 1: (4, 0.6e6)})]
+    rows = [{"rank": r, "iteration": 3, "name": n, "shape": s, "calls": float(by[r][0]), "q": by[r][1]}
+            for n, s, by in kinds for r in (0, 1)]
+    work = pl.DataFrame(rows).cast({"rank": pl.Int32, "iteration": pl.Int32})
+    other = {0: 1, 1: 0}   # each rank's peer is the other
+    peer = [next(x for x in rows if x["rank"] == other[row["rank"]] and x["shape"] == row["shape"]) for row in rows]
+    peer_calls = np.array([p["calls"] for p in peer])
+    peer_ns = peer_calls * np.array([p["q"] for p in peer])
+    scale = dict(zip(work["rank"].to_list(), _program_scale(work, peer_calls, peer_ns)))
+    assert scale[0] == 1.0      # the first stage runs the same layer: not a tenth of the last
+    assert scale[1] == 1.0

@@ -1247,3 +1247,25 @@ def test_a_rank_stage_1_flags_far_beyond_the_cut_off_is_a_suspect_or_the_notes_s
     said = [n for n in verdict.notes if n.startswith("rank 0 computes 1.2") and "not a suspect (" in n]
     assert named or said
     assert not named or named[0].kind == "slow_compute"
+
+
+def test_a_host_stalling_far_beyond_what_a_link_beside_it_loses_is_no_victim_of_that_link():
+    # TP2 x PP2 under mapp's capture, 4 processes on 2 of a 16-CPU machine's CPUs, 26 ms of
+    # matmuls before each of rank 1's microbatches (`--set fresh14`): rank 1 a host stalling
+    # 128 ms a step; its busy process slowed the transfers beside it, link 0-2 3.8x its like
+    # link's by its fastest transfers, +4 ms a step. "Slow link 0<->2" before, rank 1 set aside
+    # as the victim of the link at the end of which its TP peer sits
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-tp2pp2-mapp-beforemb26ms-r1-f14"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (1, "slow_host") and top.slowdown > 1.5
+    assert not any("of slow link" in n for n in verdict.notes)
+
+
+def test_work_a_stage_adds_to_one_of_its_layers_kinds_does_not_make_the_other_stage_a_suspect():
+    # PP2 under the profiler, 2 processes on 2 of a 16-CPU machine's CPUs, 21 ms of matmuls
+    # before each of rank 1's microbatches, of its MLP's first GEMM's shape (`--set fresh12`):
+    # that kind, 9.75x the first stage's calls, set the first stage's scale at a tenth of the
+    # last's, and rank 0 read as calling everything 10x too often: "slow compute 0" 4.97x,
+    # second to the right one
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-prof-beforemb21ms-r1-f12"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]

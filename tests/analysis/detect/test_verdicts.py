@@ -550,6 +550,28 @@ def test_a_host_in_a_tp_group_with_an_end_of_a_link_slow_by_itself_is_that_links
     assert len(_link_ends([peer_host, link], [], apart)) == 2
 
 
+def test_a_host_stalling_far_beyond_what_a_link_loses_is_no_victim_of_it():
+    # TP2 x PP2 on 4 processes sharing 2 CPUs, 26 ms of work before each of rank 1's
+    # microbatches: its busy process slowed the transfers beside it, link 0<->2 3.8x its like
+    # link's by its fastest transfers (+4 ms a step), while rank 1, the TP peer of an end, stalled
+    # 128 ms a step. Waiting on a link costs an end about what the link loses, not 32 times it.
+    from mapp.analysis.detect.findings import Suspect
+    from mapp.analysis.detect.verdict import _link_ends
+
+    coords = {r: {"tp": r % 2, "pp": r // 2, "dp": 0} for r in range(4)}
+    link = Suspect(rank=0, kind="slow_link", confidence=0.69, slowdown=3.77, peer=2, excess_ns=3.98e6,
+                   evidence={"bandwidth": {"observations": [{"ranks": [0, 2], "what": "p2p", "ratio": 3.77,
+                                                             "fastest_ratio": 3.77}]}})
+    host = Suspect(rank=1, kind="slow_host", confidence=0.78, slowdown=1.67, excess_ns=128.37e6)
+    notes: list[str] = []
+    kept = _link_ends([host, link], notes, coords)
+    assert [(s.rank, s.kind) for s in kept] == [(1, "slow_host"), (0, "slow_link")]
+    assert notes == [] and "ends_waiting" not in link.evidence
+    # a host stalling about as long as the link loses stays its victim (2.2x: the most measured)
+    near = Suspect(rank=1, kind="slow_host", confidence=0.78, slowdown=1.09, excess_ns=2.2 * 3.98e6)
+    assert [(s.rank, s.kind) for s in _link_ends([near, link], [], coords)] == [(0, "slow_link")]
+
+
 def test_a_rank_idling_in_short_gaps_beyond_its_stalls_is_no_slow_host():
     # 4 H100s, megatron-core TP2 x PP2 with sequence parallelism under the profiler, 1.6x the
     # layers' FLOPs on rank 1 (held-out `make_corpus.py --set prodv`), stage 1 as measured for
