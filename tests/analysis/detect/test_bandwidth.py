@@ -51,6 +51,27 @@ def test_a_link_raised_in_one_iteration_only_is_not():
     assert not _raised_floors(obs, per, shared_cpus=True)["slow"].any()
 
 
+def test_on_shared_cpus_a_link_whose_fastest_transfer_over_the_run_is_raised_is_slow():
+    # PP2 x DP2 on 4 processes sharing 2 CPUs, a 4 MB tensor more in every exchange of link 0-4
+    # (here): its fastest transfer 1.1-2.2 ms a step, the like link's 0.26-2.5 ms, its ends at
+    # times both descheduled through a whole step: 2x or more in one step of four only. Over the
+    # run the like link's ends were free together once (0.26 ms), the loaded link never under 1.1.
+    ms = 1_000_000
+    obs, per = _frames({(0, 4): [int(1.5 * ms), int(2.2 * ms), int(1.2 * ms), int(1.1 * ms)],
+                        (1, 5): [int(0.26 * ms), int(1.8 * ms), int(0.8 * ms), int(2.5 * ms)]})
+    pair = pl.col("obs").list.get(0) <= 1
+    obs, per = obs.filter(pair), per.filter(pair).with_columns(pair=pl.lit(True))
+    out = _raised_floors(obs, per, shared_cpus=True)
+    slow = out.filter(pl.col("slow"))
+    assert set(map(tuple, slow["obs"].to_list())) == {(0, 4)} and slow["iteration"].to_list() == [0, 1, 2, 3]
+    assert slow["fastest"].all() and abs(slow["floor_ratio"][0] - 1.1 / 0.26) < 1e-6
+    # two healthy like links whose fastest transfers scatter so, each lowest in some steps: neither
+    obs, per = _frames({(0, 4): [int(0.3 * ms), int(1.0 * ms), int(0.5 * ms), int(0.7 * ms)],
+                        (1, 5): [int(0.6 * ms), int(0.4 * ms), int(1.2 * ms), int(0.2 * ms)]})
+    obs, per = obs.filter(pair), per.filter(pair).with_columns(pair=pl.lit(True))
+    assert not _raised_floors(obs, per, shared_cpus=True)["slow"].any()
+
+
 def test_a_link_slow_in_some_steps_is_transient_on_gpus_and_noise_on_shared_cpus():
     # four like links, link 1-5 slow (4x) in two iterations of four: a transient fault where
     # transfer times are the links' own, one process descheduled where processes share cores

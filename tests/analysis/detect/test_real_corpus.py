@@ -1269,3 +1269,15 @@ def test_work_a_stage_adds_to_one_of_its_layers_kinds_does_not_make_the_other_st
     # second to the right one
     verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-prof-beforemb21ms-r1-f12"].directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
+
+
+def test_on_shared_cpus_a_link_whose_fastest_transfer_over_the_run_is_raised_is_a_slow_link():
+    # PP2 x DP2 under mapp's capture, 4 processes on 2 of a 16-CPU machine's CPUs, a 4 MB tensor
+    # more in every exchange of link 0-2 (`--set fresh15`): its fastest transfer 1.1-2.2 ms a
+    # step, the like link's 0.26-2.5 ms (both ends at times descheduled through a whole step),
+    # 2x or more in one step of four. "Slow host 2" before, an end of the link
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2dp2-mapp-link0-2-f15"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {0, 2})
+    assert [o["compared"] for o in top.evidence["bandwidth"]["observations"]] == ["fastest transfers"]
+    assert 4 < top.slowdown < 5
