@@ -572,6 +572,25 @@ def test_a_host_stalling_far_beyond_what_a_link_loses_is_no_victim_of_it():
     assert [(s.rank, s.kind) for s in _link_ends([near, link], [], coords)] == [(0, "slow_link")]
 
 
+def test_on_shared_cpus_a_link_beside_a_host_costing_far_more_is_that_hosts_doing():
+    # PP2 x DP2 on 4 processes sharing 2 CPUs, 28 ms of matmuls before each of rank 1's
+    # microbatches: link 0<->2 (neither end rank 1) 5.4x its like link's, +10 ms a step, beside
+    # rank 1's host at +134 ms. A link costing about what a host at its end loses stays.
+    from mapp.analysis.detect.findings import Suspect
+    from mapp.analysis.detect.verdict import _links_beside_a_busy_host
+
+    link = Suspect(rank=0, kind="slow_link", confidence=0.69, slowdown=5.43, peer=2, excess_ns=10.39e6)
+    host = Suspect(rank=1, kind="slow_host", confidence=0.77, slowdown=2.34, excess_ns=134.02e6)
+    gpu = Suspect(rank=3, kind="slow_compute", confidence=0.7, slowdown=1.5, excess_ns=200e6)
+    notes: list[str] = []
+    assert _links_beside_a_busy_host([host, link, gpu], notes) == [host, gpu]
+    assert notes == ["link 0<->2 (slow link 5.43x, +10.39 ms/it): not a suspect (on shared CPUs, beside rank 1's "
+                     "slow host, +134.02 ms/it: a busy process slows the transfers of those sharing its cores)"]
+    near = Suspect(rank=2, kind="slow_host", confidence=0.7, slowdown=1.09, excess_ns=20.27e6)
+    heavy = Suspect(rank=1, kind="slow_link", confidence=0.9, slowdown=4.2, peer=3, excess_ns=9.06e6)
+    assert _links_beside_a_busy_host([heavy, near], []) == [heavy, near]
+
+
 def test_a_rank_idling_in_short_gaps_beyond_its_stalls_is_no_slow_host():
     # 4 H100s, megatron-core TP2 x PP2 with sequence parallelism under the profiler, 1.6x the
     # layers' FLOPs on rank 1 (held-out `make_corpus.py --set prodv`), stage 1 as measured for
