@@ -19,7 +19,7 @@ from mapp.analysis.detect.findings import Suspect
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "above_shared_cpus", "late_above_contention", "slowest_other", "stands_out", "typical_slowdown"]
+__all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "ONE_RANK_A_STAGE", "above_shared_cpus", "late_above_contention", "slowest_other", "stands_out", "typical_slowdown"]
 
 FAR_MORE = 2.0
 """On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""
@@ -44,6 +44,16 @@ its calls slower even while no other rank runs, the cause not known. Work a faul
 counted (``same_work._layers_often``, ``_added_alone``), not judged by this."""
 
 
+ONE_RANK_A_STAGE = 1.55
+"""``CONTENTION`` for ranks compared with layer peers (one rank a pipeline stage) where calls are
+not counted (mapp's capture): one process's layers timed against another process's, which
+contention on the shared cores slows or spares for the whole run, and no count to tell work from
+time. Megatron-core PP2 under mapp's capture, 2 processes on 2 CPUs of a 16- and a 64-CPU
+machine, no fault: the first stage's layers 1.46x the last's in a healthy job, the last stage's
+1.21x the first's with the heavier last stage; layer faults made by sleeps (1.45-1.85x) in PP2
+and PP4 jobs on 2 to 4 CPUs read 1.68-2.07x (13 jobs)."""
+
+
 def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
                       overruled: list[str], last_stage: frozenset[int] = frozenset()) -> list[Suspect]:
     """Where compute is timed on CPUs, a rank timed slower than its peers is a suspect only if it
@@ -54,7 +64,8 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
     heavier last stage: in each, one rank of a DP pair 1.12-1.18x its peer at z 22-34, the other
     pair 1.03-1.18x; one layer 1.5x slower: the slowed rank 1.37-1.80x, every other 1.03-1.09x),
     each rank in its typical traced iteration (``typical_slowdown``, ``slowest_other``).
-    Where calls are counted, also faster than contention makes a healthy process (``CONTENTION``).
+    Where calls are counted, also faster than contention makes a healthy process (``CONTENTION``);
+    where they are not and each stage is one rank (layer peers), than ``ONE_RANK_A_STAGE``.
     And slower in nearly every traced iteration (``CONSISTENT``): another process's burst on its
     cores comes and goes (megatron-core DP4 under mapp's capture, 4 processes on 12 logical CPUs
     of a 64-CPU machine beside 3 other such jobs, no fault: one rank 1.45x its peers at z 8.7 in
@@ -82,6 +93,10 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
             where = " (the last stage, which shared CPUs time slower than the others)" if s.rank in last_stage else ""
             overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs, by its "
                              f"times alone, under {bar:g}x{where}: it calls no op more often than its peers)")
+        elif timed and not peers.counted and peers.mode == "layer peers" and own < ONE_RANK_A_STAGE:
+            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs, one rank "
+                             f"a stage timed against the other stages' layers, under {ONE_RANK_A_STAGE:g}x: which "
+                             "process contention slows is chance, and no call is counted)")
         else:
             kept.append(s)
     return kept

@@ -1282,3 +1282,16 @@ def test_on_shared_cpus_a_link_whose_fastest_transfer_over_the_run_is_raised_is_
     assert (top.kind, {top.rank, top.peer}) == ("slow_link", {0, 2})
     assert [o["compared"] for o in top.evidence["bandwidth"]["observations"]] == ["fastest transfers"]
     assert 4 < top.slowdown < 5
+
+
+@pytest.mark.parametrize("case_id, rank, slower", [("gpt-pp2-mapp-healthy-f12", 0, "1.46"),
+                                                    ("gpt-pp2-mapp-laststage3of4-f12", 1, "1.21")])
+def test_on_shared_cpus_one_rank_a_stage_timed_slower_alone_is_no_slow_gpu(case_id, rank, slower):
+    # PP2 under mapp's capture, 2 processes on 2 CPUs of a 16-CPU machine (healthy) and of a
+    # 64-CPU machine (a heavier last stage), no fault (`--set fresh12`): one process's layers
+    # timed slower than the other's for the whole run, the first stage's in one job, the last
+    # stage's in the other, and no call counted. "Slow compute" before: GPU verdicts on a healthy
+    # and an imbalance trace
+    verdict = detect_bundle(load_bundle(FRESH_CASES[case_id].directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert any(n.startswith(f"rank {rank} computes {slower}x") and "one rank a stage" in n for n in verdict.notes)
