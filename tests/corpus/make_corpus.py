@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1432,12 +1432,50 @@ def fresh15_set(seed: int = FRESH15_SEED) -> list[Case]:
     ]
 
 
+FRESH16_SEED = 113
+
+
+def fresh16_set(seed: int = FRESH16_SEED) -> list[Case]:
+    """Held out after the twenty-ninth session's changes (``--set fresh16``, 4 ranks, seed 113,
+    for CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s): issue
+    13's 4-process gloo classes and megatron-core under both captures with values no other set
+    uses (slowdowns 1.36-1.9x, 17 ms before-microbatch work, 29 ms host sleeps, 95 ms on GPUs,
+    27 and 40 ms data sleeps, sigma 1.3), heavier last stages and healthy jobs. Ids end in ``-f16``."""
+    g = _held_out_gpt(seed, "-f16", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=3, factor=1.36, tag="-f16"),
+        _plain("ddp4", "dp4", seed, rank=0, sleep_ms=40, tag="-f16"),
+        _plain("fsdp4", "dp4", seed, rank=2, sleep_ms=27, tag="-f16"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=0, factor=1.9, tag="-f16"),
+        _plain("fsdp4", "dp4", seed, tag="-f16"),
+        # megatron-core, mapp capture
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "layer", rank=0, factor=1.78),
+        g("dp4", "mapp-v1", "beforemb", rank=3, ms=17),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=3, ms=29, gpu_ms=95),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.3),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4", "mapp-v1", "link", link=(1, 2)),
+        g("pp4", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        g("dp4", "kineto", "healthy"),
+        g("tp2pp2", "kineto", "layer", rank=2, factor=1.5),
+        g("pp2dp2", "kineto", "beforemb", rank=0, ms=17),
+        g("pp4", "kineto", "hostsleep", rank=3, ms=29, gpu_ms=95),
+        g("tp2dp2", "kineto", "layer", rank=1, factor=1.42),
+        g("pp4", "kineto", "laststage", last_layers=4),
+        g("tp2pp2", "kineto", "seqlognorm", sigma=1.3),
+        g("pp4", "kineto", "link", link=(0, 1)),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
-        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set, "fresh14": fresh14_set, "fresh15": fresh15_set}
+        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set, "fresh14": fresh14_set, "fresh15": fresh15_set, "fresh16": fresh16_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2021,7 +2059,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:
