@@ -487,7 +487,7 @@ def test_only_a_host_at_an_end_of_a_link_slow_by_itself_is_that_links_victim():
     # holds back its ends' launches, so a slow host at an end is its doing, but a transfer does
     # not lengthen kernels: a slow GPU at an end, or a host elsewhere, stays a suspect.
     from mapp.analysis.detect.findings import Suspect
-    from mapp.analysis.detect.verdict import _link_ends
+    from mapp.analysis.detect.link_ends import link_ends
 
     def link(ratio):
         return Suspect(rank=0, kind="slow_link", confidence=0.9, slowdown=11.0, peer=2, excess_ns=13e6,
@@ -498,12 +498,12 @@ def test_only_a_host_at_an_end_of_a_link_slow_by_itself_is_that_links_victim():
     gpu = Suspect(rank=0, kind="slow_compute", confidence=0.7, slowdown=1.3, excess_ns=30e6)
     elsewhere = Suspect(rank=3, kind="slow_host", confidence=0.7, slowdown=1.2, excess_ns=20e6)
     notes: list[str] = []
-    kept = _link_ends([link(11.9), host, gpu, elsewhere], notes)
+    kept = link_ends([link(11.9), host, gpu, elsewhere], notes)
     assert [(s.rank, s.kind) for s in kept] == [(0, "slow_link"), (0, "slow_compute"), (3, "slow_host")]
     assert kept[0].evidence["ends_waiting"] == [{"rank": 2, "kind": "slow_host", "slowdown": 1.15}]
     assert notes and notes[0].startswith("rank 2 (slow host 1.15x): an end of slow link 0<->2")
     # slower by its medians only (its fastest transfers not raised): a late end may explain it
-    assert len(_link_ends([link(None), host], [])) == 2
+    assert len(link_ends([link(None), host], [])) == 2
 
 
 def test_an_end_stages_own_op_called_far_more_often_than_its_layers_is_work_added_to_them():
@@ -531,7 +531,7 @@ def test_a_host_in_a_tp_group_with_an_end_of_a_link_slow_by_itself_is_that_links
     # TP2 x PP2: ranks 0, 1 are stage 0's TP group, 2, 3 stage 1's; link 0<->2. An end's TP
     # peers wait in their collectives on its held-back stream; a host elsewhere is its own.
     from mapp.analysis.detect.findings import Suspect
-    from mapp.analysis.detect.verdict import _link_ends
+    from mapp.analysis.detect.link_ends import link_ends
 
     coords = {r: {"tp": r % 2, "pp": r // 2, "dp": 0} for r in range(4)}
     link = Suspect(rank=0, kind="slow_link", confidence=0.98, slowdown=13.0, peer=2, excess_ns=26e6,
@@ -540,14 +540,14 @@ def test_a_host_in_a_tp_group_with_an_end_of_a_link_slow_by_itself_is_that_links
     peer_host = Suspect(rank=3, kind="slow_host", confidence=0.76, slowdown=1.13, excess_ns=33e6)
     peer_gpu = Suspect(rank=1, kind="slow_compute", confidence=0.7, slowdown=1.3, excess_ns=30e6)
     notes: list[str] = []
-    kept = _link_ends([peer_host, link, peer_gpu], notes, coords)
+    kept = link_ends([peer_host, link, peer_gpu], notes, coords)
     assert [(s.rank, s.kind) for s in kept] == [(0, "slow_link"), (1, "slow_compute")]
     assert kept[0].evidence["ends_waiting"] == [{"rank": 3, "kind": "slow_host", "slowdown": 1.13, "tp_peer_of": 2}]
     assert notes == ["rank 3 (slow host 1.13x): the TP peer of rank 2, an end, of slow link 0<->2, "
                      "whose fastest transfers took 12.0x its like link's"]
     # another replica's rank of the same stage is no TP peer
     apart = {**coords, 3: {"tp": 1, "pp": 1, "dp": 1}}
-    assert len(_link_ends([peer_host, link], [], apart)) == 2
+    assert len(link_ends([peer_host, link], [], apart)) == 2
 
 
 def test_a_host_stalling_far_beyond_what_a_link_loses_is_no_victim_of_it():
@@ -556,7 +556,7 @@ def test_a_host_stalling_far_beyond_what_a_link_loses_is_no_victim_of_it():
     # link's by its fastest transfers (+4 ms a step), while rank 1, the TP peer of an end, stalled
     # 128 ms a step. Waiting on a link costs an end about what the link loses, not 32 times it.
     from mapp.analysis.detect.findings import Suspect
-    from mapp.analysis.detect.verdict import _link_ends
+    from mapp.analysis.detect.link_ends import link_ends
 
     coords = {r: {"tp": r % 2, "pp": r // 2, "dp": 0} for r in range(4)}
     link = Suspect(rank=0, kind="slow_link", confidence=0.69, slowdown=3.77, peer=2, excess_ns=3.98e6,
@@ -564,12 +564,12 @@ def test_a_host_stalling_far_beyond_what_a_link_loses_is_no_victim_of_it():
                                                              "fastest_ratio": 3.77}]}})
     host = Suspect(rank=1, kind="slow_host", confidence=0.78, slowdown=1.67, excess_ns=128.37e6)
     notes: list[str] = []
-    kept = _link_ends([host, link], notes, coords)
+    kept = link_ends([host, link], notes, coords)
     assert [(s.rank, s.kind) for s in kept] == [(1, "slow_host"), (0, "slow_link")]
     assert notes == [] and "ends_waiting" not in link.evidence
     # a host stalling about as long as the link loses stays its victim (2.2x: the most measured)
     near = Suspect(rank=1, kind="slow_host", confidence=0.78, slowdown=1.09, excess_ns=2.2 * 3.98e6)
-    assert [(s.rank, s.kind) for s in _link_ends([near, link], [], coords)] == [(0, "slow_link")]
+    assert [(s.rank, s.kind) for s in link_ends([near, link], [], coords)] == [(0, "slow_link")]
 
 
 def test_on_shared_cpus_a_link_beside_a_host_costing_far_more_is_that_hosts_doing():
@@ -577,18 +577,18 @@ def test_on_shared_cpus_a_link_beside_a_host_costing_far_more_is_that_hosts_doin
     # microbatches: link 0<->2 (neither end rank 1) 5.4x its like link's, +10 ms a step, beside
     # rank 1's host at +134 ms. A link costing about what a host at its end loses stays.
     from mapp.analysis.detect.findings import Suspect
-    from mapp.analysis.detect.verdict import _links_beside_a_busy_host
+    from mapp.analysis.detect.link_ends import links_beside_a_busy_host
 
     link = Suspect(rank=0, kind="slow_link", confidence=0.69, slowdown=5.43, peer=2, excess_ns=10.39e6)
     host = Suspect(rank=1, kind="slow_host", confidence=0.77, slowdown=2.34, excess_ns=134.02e6)
     gpu = Suspect(rank=3, kind="slow_compute", confidence=0.7, slowdown=1.5, excess_ns=200e6)
     notes: list[str] = []
-    assert _links_beside_a_busy_host([host, link, gpu], notes) == [host, gpu]
+    assert links_beside_a_busy_host([host, link, gpu], notes) == [host, gpu]
     assert notes == ["link 0<->2 (slow link 5.43x, +10.39 ms/it): not a suspect (on shared CPUs, beside rank 1's "
                      "slow host, +134.02 ms/it: a busy process slows the transfers of those sharing its cores)"]
     near = Suspect(rank=2, kind="slow_host", confidence=0.7, slowdown=1.09, excess_ns=20.27e6)
     heavy = Suspect(rank=1, kind="slow_link", confidence=0.9, slowdown=4.2, peer=3, excess_ns=9.06e6)
-    assert _links_beside_a_busy_host([heavy, near], []) == [heavy, near]
+    assert links_beside_a_busy_host([heavy, near], []) == [heavy, near]
 
 
 def test_a_rank_idling_in_short_gaps_beyond_its_stalls_is_no_slow_host():
