@@ -1295,3 +1295,14 @@ def test_on_shared_cpus_one_rank_a_stage_timed_slower_alone_is_no_slow_gpu(case_
     verdict = detect_bundle(load_bundle(FRESH_CASES[case_id].directory), threshold=0.1)
     assert verdict.suspects == []
     assert any(n.startswith(f"rank {rank} computes {slower}x") and "one rank a stage" in n for n in verdict.notes)
+
+
+def test_on_shared_cpus_a_host_costs_its_stalls_where_its_peers_idle_time_eats_its_excess():
+    # Plain DDP, 4 gloo processes on this machine's 2 cores, a 22 ms data-path sleep before each
+    # of rank 2's batches (`--set fresh15`, 11.8% of the step): 22.3 ms more stalls a step than its
+    # peers, but 15.8 ms more idle time in all, its peers' idle time swollen by the shared cores.
+    # "Below threshold", slow host 2 1.082x, before
+    verdict = detect_bundle(load_bundle(FRESH_CASES["ddp4-prof-datasleep22ms-r2-f15"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_host") and 1.1 < top.slowdown < 1.15
+    assert 20 < top.excess_ns / 1e6 < 25
