@@ -542,7 +542,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # latter (plain DDP and FSDP, 4 processes on 2 CPUs, a 22-24 ms data-path sleep on one
         # rank: 22.3-24.2 ms more stalls a step than its peers, 13-16 ms more idle time in all,
         # "below threshold" at 1.06-1.08x of a ~230 ms step; hosts named in healthy and
-        # imbalanced jobs there stalled at most 1.4 ms a step beyond their idle time's excess)
+        # imbalanced jobs there stalled at most 1.4 ms a step beyond their idle time's excess;
+        # a host named by its big stalls above is costed so already, on any machine)
         gap_excess = max(gap_excess, stalled)
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
