@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1470,12 +1470,90 @@ def fresh16_set(seed: int = FRESH16_SEED) -> list[Case]:
     ]
 
 
+FRESH17_SEED = 127
+
+
+def fresh17_set(seed: int = FRESH17_SEED) -> list[Case]:
+    """Held out before the thirtieth session's changes (``--set fresh17``, 2 ranks, seed 127, for
+    CPUs and for a machine of 2 GPUs, on which the GPU model shape is ``fresh12``'s): issue 13's
+    2-rank classes (plain DDP / FSDP2 with more forward work or a data-path sleep on one rank) and
+    megatron-core DP2, TP2, PP2 under both captures with values no other set uses (slowdowns
+    1.3-1.85x, 19 ms before-microbatch work, 27 ms host sleeps, 85 ms on GPUs, 29 ms data sleeps,
+    sigma 0.95), a heavier last stage and healthy jobs. 5 iterations, 3 recorded. Ids end in ``-f17``."""
+    g = _held_out_gpt(seed, "-f17", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=1, factor=1.38, tag="-f17"),
+        _plain("ddp2", "dp2", seed, rank=0, sleep_ms=29, tag="-f17"),
+        _plain("fsdp2", "dp2", seed, tag="-f17"),
+        _plain("fsdp2", "dp2", seed, rank=1, factor=1.62, tag="-f17"),
+        # megatron-core, mapp capture
+        g("dp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.42),
+        g("tp2", "mapp-v1", "layer", rank=1, factor=1.67),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.36),
+        g("tp2", "mapp-v1", "beforemb", rank=0, ms=19),
+        g("pp2", "mapp-v1", "hostsleep", rank=1, ms=27, gpu_ms=85),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=0.95),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        # megatron-core, torch.profiler
+        g("tp2", "kineto", "healthy"),
+        g("pp2", "kineto", "healthy"),
+        g("dp2", "kineto", "layer", rank=1, factor=1.85),
+        g("tp2", "kineto", "layer", rank=0, factor=1.3),
+        g("pp2", "kineto", "layer", rank=1, factor=1.55),
+        g("dp2", "kineto", "beforemb", rank=1, ms=19),
+        g("tp2", "kineto", "hostsleep", rank=1, ms=27, gpu_ms=85),
+        g("pp2", "kineto", "laststage", last_layers=3),
+    ]
+
+
+FRESH18_SEED = 131
+
+
+def fresh18_set(seed: int = FRESH18_SEED) -> list[Case]:
+    """Held out before the thirtieth session's changes (``--set fresh18``, 4 ranks, seed 131, for
+    CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s): issue 13's
+    4-process gloo classes and every 4-rank megatron-core layout under both captures with values
+    no other set uses (slowdowns 1.32-1.7x, 22 ms before-microbatch work, 33 ms host sleeps, 75 ms
+    on GPUs, 25 and 35 ms data sleeps, sigma 1.15), heavier last stages and healthy jobs. Ids end
+    in ``-f18``."""
+    g = _held_out_gpt(seed, "-f18", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=2, factor=1.45, tag="-f18"),
+        _plain("ddp4", "dp4", seed, rank=1, sleep_ms=25, tag="-f18"),
+        _plain("fsdp4", "dp4", seed, rank=0, sleep_ms=35, tag="-f18"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=1, factor=1.7, tag="-f18"),
+        _plain("ddp4", "dp4", seed, tag="-f18"),
+        # megatron-core, mapp capture
+        g("pp4", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "layer", rank=1, factor=1.32),
+        g("tp2pp2", "mapp-v1", "layer", rank=3, factor=1.6),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=2, ms=22),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=0, ms=33, gpu_ms=75),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=1.15),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=4),
+        g("tp2pp2", "mapp-v1", "link", link=(0, 2)),
+        # megatron-core, torch.profiler
+        g("tp2pp2", "kineto", "healthy"),
+        g("pp2dp2", "kineto", "layer", rank=3, factor=1.38),
+        g("pp4", "kineto", "layer", rank=0, factor=1.55),
+        g("tp2dp2", "kineto", "beforemb", rank=3, ms=22),
+        g("pp2dp2", "kineto", "hostsleep", rank=1, ms=33, gpu_ms=75),
+        g("dp4", "kineto", "seqlognorm", sigma=1.15),
+        g("pp4", "kineto", "laststage", last_layers=3),
+        g("pp4", "kineto", "link", link=(2, 3)),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
-        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set, "fresh14": fresh14_set, "fresh15": fresh15_set, "fresh16": fresh16_set}
+        "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set, "fresh14": fresh14_set, "fresh15": fresh15_set, "fresh16": fresh16_set,
+        "fresh17": fresh17_set, "fresh18": fresh18_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2059,7 +2137,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -265,9 +265,9 @@ def test_the_fresh13_set_holds_8_rank_layouts_out_with_issue_13s_heavier_last_st
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH13_SEED)
 
 
-def test_the_fresh14_to_fresh16_sets_hold_issue_13s_gloo_classes_and_every_4_rank_layout_out():
+def test_the_fresh14_to_fresh16_and_fresh18_sets_hold_issue_13s_gloo_classes_and_every_4_rank_layout_out():
     for name, tag, seed in (("fresh14", "-f14", make_corpus.FRESH14_SEED), ("fresh15", "-f15", make_corpus.FRESH15_SEED),
-                            ("fresh16", "-f16", make_corpus.FRESH16_SEED)):
+                            ("fresh16", "-f16", make_corpus.FRESH16_SEED), ("fresh18", "-f18", make_corpus.FRESH18_SEED)):
         cases = _held_out(name, tag)
         assert all(make_corpus.world_of(c.layout) == 4 for c in cases)
         # issue 13's 4-process gloo jobs: plain DDP (more forward work, a data-path sleep) and
@@ -283,6 +283,22 @@ def test_the_fresh14_to_fresh16_sets_hold_issue_13s_gloo_classes_and_every_4_ran
             args = make_corpus.job_args(case, gpu=True)
             assert args[args.index("--hidden") + 1] == "3072" and args.count("--hidden") == 1, case.id
             assert args[args.index("--seed") + 1] == str(seed)
+
+
+def test_the_fresh17_set_holds_issue_13s_2_rank_classes_out_under_both_captures():
+    cases = _held_out("fresh17", "-f17")
+    assert all(make_corpus.world_of(c.layout) == 2 for c in cases)
+    plain = {c.id.split("-prof-")[0] + "-" + (c.injected[0]["how"].split()[0] if c.injected else "healthy")
+             for c in cases if c.job != "gpt"}
+    assert {"ddp2-extra", "ddp2-host", "fsdp2-healthy"} <= plain
+    gpt = [c for c in cases if c.job == "gpt"]
+    # every 2-rank layout with a layer fault under each capture (issue 13's class 2: TP2)
+    layer = {(k, c.fmt) for c in gpt if c.injected and "factor" in c.injected[0]
+             for k, v in make_corpus.LAYOUTS.items() if v == c.layout}
+    assert layer == {(k, f) for k in ("dp2", "tp2", "pp2") for f in ("mapp-v1", "kineto")}
+    for case in gpt:
+        args = make_corpus.job_args(case, gpu=False)
+        assert args[args.index("--seed") + 1] == str(make_corpus.FRESH17_SEED)
 
 
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
