@@ -3,49 +3,46 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
-from mapp.analysis.detect.bandwidth import link_bandwidth
+from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.device import device_counters, device_evidence
-from mapp.analysis.detect.lateness import collective_lateness
+from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
-from mapp.analysis.detect.peers import compare_peers
+from mapp.analysis.detect.peers import PeerEvidence, compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
 from mapp.analysis.detect.findings import StageStatus, Verdict
 from mapp.analysis.detect.verdict import combine, paced_pairs
 from mapp.analysis.ingest.schema import COMM_WAIT_NAMES
 
-__all__ = ["detect_bundle"]
+__all__ = ["StageEvidence", "detect_bundle", "stage_evidence"]
 
 _COLUMNS = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer"]
 
 
-def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, layout: dict[str, int] | str | None = None,
-                  analysis: Any = None) -> Verdict:
-    """Find the ranks and links that slow the job in ``bundle`` (a ``TraceBundle``).
+class StageEvidence(NamedTuple):
+    """What the three stages found in one bundle, before ``verdict.combine`` judges it: the
+    detector's inputs to its rules, for ``detect_bundle`` and for tools that study the rules
+    over many jobs (``benchmarks/detect_evidence.py``)."""
+    peers: PeerEvidence
+    lateness: LatenessEvidence
+    bandwidth: BandwidthEvidence
+    layout: LayoutInfo
+    iteration_ns: float | None
+    microbatches: int
+    shared_cpus: bool
+    traced: list[int]
+    notes: list[str]
 
-    ``threshold``: a number T (a suspect is slower than (1 + T) x its peers; the other cuts
-    derived from it by ``Thresholds.derive``), or a ``Thresholds`` giving each cut.
-    ``layout``: ``{"tp", "pp", "dp"}`` (or the ``tp=2,pp=1,dp=2`` text) for traces that do not
-    record it. ``analysis``: the bundle's ``mapp.analysis.run.Analysis`` when the command
-    already has it, else it is built here.
-    """
+
+def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = None, analysis: Any = None,
+                   lap=lambda name: None) -> StageEvidence:
+    """Run the three stages over ``bundle`` (a ``TraceBundle``) at the cuts ``cuts``; ``lap(name)``
+    is called as each step ends (``detect_bundle`` times them)."""
     from mapp.analysis.run import analyse
-
-    cuts = threshold if isinstance(threshold, Thresholds) else Thresholds.derive(threshold)
-    if isinstance(layout, str):
-        layout = parse_layout(layout)
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal t
-        now = time.perf_counter()
-        timings[name] = now - t
-        t = now
 
     scan = bundle.scan().filter(pl.col("ph") == "X")
     events = _launched_by(scan.filter(pl.col("cat") != "iteration").select(
@@ -87,8 +84,35 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
                                shared_cpus=on_cpus)
     lap("bandwidth")
-    iteration_ns = _iteration_ns(iters, events)
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
+    return StageEvidence(peers, lateness, bandwidth, info, _iteration_ns(iters, events), microbatches, on_cpus,
+                         traced, notes)
+
+
+def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, layout: dict[str, int] | str | None = None,
+                  analysis: Any = None) -> Verdict:
+    """Find the ranks and links that slow the job in ``bundle`` (a ``TraceBundle``).
+
+    ``threshold``: a number T (a suspect is slower than (1 + T) x its peers; the other cuts
+    derived from it by ``Thresholds.derive``), or a ``Thresholds`` giving each cut.
+    ``layout``: ``{"tp", "pp", "dp"}`` (or the ``tp=2,pp=1,dp=2`` text) for traces that do not
+    record it. ``analysis``: the bundle's ``mapp.analysis.run.Analysis`` when the command
+    already has it, else it is built here.
+    """
+    cuts = threshold if isinstance(threshold, Thresholds) else Thresholds.derive(threshold)
+    if isinstance(layout, str):
+        layout = parse_layout(layout)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        timings[name] = now - t
+        t = now
+
+    peers, lateness, bandwidth, info, iteration_ns, microbatches, on_cpus, traced, notes = stage_evidence(
+        bundle, cuts, layout, analysis, lap)
     suspects, imbalance, victims, grid, below, overruled = combine(
         peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
         iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=on_cpus)
