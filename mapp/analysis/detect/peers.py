@@ -447,6 +447,14 @@ def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool, 
     """
     if "slow" not in ops.columns:
         ops = ops.with_columns(slow=pl.lit(False), excess=pl.lit(0.0))
+    # One op one vote, not weighed by time: on cores shared by more processes than they have,
+    # a timeslice lost inside a long span stretches it by a ratio that a short span seldom
+    # suffers, so weighing the spans by time reads contention as a slow rank (tried on 890 real
+    # jobs, megatron-core under mapp's capture: time-weighted, it found the layer faults of two
+    # DP4 jobs on CPUs and of a TP2 job on 2 H200s, but named a rank in five healthy or
+    # imbalanced CPU jobs, at 2.1x and 4.7x its peer in two of them, and in a healthy job on 4
+    # H200s, and lost a PP4 layer fault; ``same_work`` compares time summed per kind, where
+    # counted calls, not spans, carry the evidence)
     per = ops.group_by(["rank", "iteration"]).agg(
         effect=pl.col("r_adj").median(), n_ops=pl.len(), share_slow=pl.col("slow").mean(),
         data_se=pl.col("data_se").max() if "data_se" in ops.columns else pl.lit(0.0),
