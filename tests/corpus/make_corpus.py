@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1547,13 +1547,58 @@ def fresh18_set(seed: int = FRESH18_SEED) -> list[Case]:
     ]
 
 
+FRESH19_SEED = 137
+# --set fresh19: 20 traced iterations, where every other set traces 3-5 (a profiler schedule
+# with a long active phase; issue 13's 2-GPU DDP trace held 20 all-reduces)
+MAPP_WINDOW_LONG = ["--iterations", "22", "--trace", "--trace-interval", "1", "--trace-start", "2",
+                    "--continuous-trace-iterations", "20"]
+PROF_WINDOW_LONG = ["--iterations", "22", "--profile-wait", "1", "--profile-warmup", "1", "--profile-active", "20"]
+JOB_WINDOW_LONG = ["--steps", "22", "--profile-wait", "1", "--profile-warmup", "1", "--profile-active", "20"]
+
+
+def fresh19_set(seed: int = FRESH19_SEED) -> list[Case]:
+    """Held out after the thirtieth session's changes (``--set fresh19``, 4 ranks, seed 137, for
+    CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s): 20 traced
+    iterations a job, where every other set traces 3-5, of issue 13's own 4-process classes
+    (plain DDP with 1.5x the forward's matmuls on one rank or a 20 ms data-path sleep, DP2 x TP2
+    with one rank 1.6x, the heavier last stage of PP4) and megatron-core under both captures,
+    healthy jobs among them. Ids end in ``-f19``."""
+    g = _held_out_gpt(seed, "-f19", GPT_GPU_FRESH14, windows=(MAPP_WINDOW_LONG, PROF_WINDOW_LONG))
+
+    def long(case: Case) -> Case:
+        case.job_window = JOB_WINDOW_LONG
+        return case
+
+    return [
+        long(_plain("ddp4", "dp4", seed, rank=1, factor=1.5, tag="-f19")),
+        long(_plain("ddp4", "dp4", seed, rank=2, sleep_ms=20, tag="-f19")),
+        long(_plain("ddp4", "dp4", seed, tag="-f19")),
+        long(_plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.6, tag="-f19")),
+        long(_plain("fsdp4", "dp4", seed, tag="-f19")),
+        # megatron-core, mapp capture
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "layer", rank=2, factor=1.4),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=1, ms=20, gpu_ms=80),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp2dp2", "mapp-v1", "link", link=(1, 3)),
+        # megatron-core, torch.profiler
+        g("pp2dp2", "kineto", "healthy"),
+        g("tp2dp2", "kineto", "layer", rank=0, factor=1.5),
+        g("pp4", "kineto", "beforemb", rank=2, ms=20),
+        g("dp4", "kineto", "hostsleep", rank=3, ms=25, gpu_ms=80),
+        g("pp4", "kineto", "laststage", last_layers=3),
+        g("pp2dp2", "kineto", "seqlognorm", sigma=1.0),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
         "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set, "fresh14": fresh14_set, "fresh15": fresh15_set, "fresh16": fresh16_set,
-        "fresh17": fresh17_set, "fresh18": fresh18_set}
+        "fresh17": fresh17_set, "fresh18": fresh18_set, "fresh19": fresh19_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2137,7 +2182,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -301,6 +301,24 @@ def test_the_fresh17_set_holds_issue_13s_2_rank_classes_out_under_both_captures(
         assert args[args.index("--seed") + 1] == str(make_corpus.FRESH17_SEED)
 
 
+def test_the_fresh19_set_traces_20_iterations_of_issue_13s_own_4_process_jobs():
+    cases = _held_out("fresh19", "-f19")
+    assert all(make_corpus.world_of(c.layout) == 4 for c in cases)
+    ids = {c.id for c in cases}
+    # issue 13's own jobs: plain DDP with 1.5x the forward's matmuls or a ~20 ms host stall on one
+    # rank, DP2 x TP2 with one rank 1.6x, PP4 with a heavier last stage
+    assert {"ddp4-prof-fwd1.5x-r1-f19", "ddp4-prof-datasleep20ms-r2-f19", "tp2dp2-plain-prof-fwd1.6x-r3-f19",
+            "gpt-pp4-prof-laststage3of6-f19"} <= ids
+    for case in cases:
+        if case.job == "gpt":
+            args = make_corpus.job_args(case, gpu=False)
+            traced = (args[args.index("--continuous-trace-iterations") + 1] if case.fmt == "mapp-v1"
+                      else args[args.index("--profile-active") + 1])
+        else:
+            traced = case.job_window[case.job_window.index("--profile-active") + 1]
+        assert traced == "20", case.id
+
+
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
     # link without one (TP2 x DP2's ranks 1 and 3, first put in ``fresh14``) carries none, and
