@@ -7,10 +7,11 @@
 3. effective bandwidth (``bandwidth``): p2p links and collective transfers once all are ready;
 
 and combines them (``verdict``; where the ranks are CPU processes sharing cores, also
-``shared_cpus``; where a rank's spans are its host's pace, ``host_paced``; where a slow link and
-a slow host stand side by side, ``link_ends``) into ranked suspects, workload imbalance and
-victims (``findings``: the types it reports). The cut-offs it applies are named in
-``thresholds.Thresholds``; ``threshold`` sets them all.
+``shared_cpus``; where a rank's spans are its host's pace, ``host_paced``; where its stalls name
+its host, ``stalls``; where a slow link and a slow host stand side by side, ``link_ends``) into
+ranked suspects, workload imbalance and victims (``findings``: the types it reports). The
+cut-offs it applies are named in ``thresholds.Thresholds``; ``threshold`` sets them all.
+``detector.stage_evidence`` gives the three stages' findings without the verdict.
 ``mapp.report.DetectReport(verdict)`` renders it; ``mapp.bench.suite`` measures accuracy on simulated faults.
 
 The names below are imported on first use (PEP 562): the CLI takes ``Thresholds`` for its

@@ -24,13 +24,14 @@ from mapp.analysis.detect.added_work import added_evidence, added_slowdown, adds
 from mapp.analysis.detect.bandwidth import BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdict
 from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled_why, stage2_agrees,
-                                        stalled_iterations, stalls_last, traced_iterations)
+                                        stalled_iterations, traced_iterations)
 from mapp.analysis.detect.host_paced import excess_at, launch_bound_verdict
 from mapp.analysis.detect.imbalance import heavy_replicas, suspects_stages, workload_imbalance
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.link_ends import link_ends, links_beside_a_busy_host, own_slowness
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.stalls import stalls_a_real_share, stalls_alone, stalls_lasting, stalls_most_of_idle
 from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, late_above_contention, slowest_other,
                                                stands_out, typical_slowdown)
 from mapp.analysis.detect.thresholds import CONSISTENT
@@ -369,25 +370,10 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # (named jointly, with no iteration flagged on its own: the iterations it computed slower in)
         row = {**row, "flagged": True, "lasting": True,
                "iterations": row["iterations"] or _slower_iterations(peers, row["rank"])}
-    # And for a host: stalls (idle gaps of 1 ms and more) a real share of its work beyond its
-    # peers', its idle time standing out by half the cut-off, in a rank that stage 2 finds
-    # keeping the others waiting in nearly every iteration (4 H100s, megatron-core TP2 x DP2, a
-    # 20 ms sleep before each of 4 microbatches on rank 0: 64 ms more stalls a step, yet its idle
-    # time at z 2.1, for another rank's host was 30 ms a step slower by chance, in short gaps;
-    # rank 0 last at 60% of 600 collectives at z 4.7, net 126 ms a step)
-    # (not on CPUs where its ops lose far more time than its gaps: megatron-core TP2 x DP2
-    # under the profiler, each layer of rank 1 1.5x: its ops 54 ms more a step, stalls 10 ms)
-    if (not host and not on_cpu and not paced and leans and keeps_waiting(late)
-            and (row["gap_z"] or 0.0) > peers.z_crit / 2 and stalled >= peers.min_effect * busy):
-        stalls_in = stalled_iterations(peers, row["rank"])
-        if len(stalls_in) >= CONSISTENT * traced_iterations(peers):
-            # (stalls in nearly every iteration last, whichever iterations its idle time as a
-            # whole stood out in: DP4 under mapp's capture, 4 processes on 2 cores, 19 ms of
-            # matmuls before each microbatch on rank 0: 32-93 ms more stalls in all four steps,
-            # its idle time flagged in one, last at all 4 all-reduces, 63 ms a step imposed;
-            # dropped as "not lasting" before, with no note)
-            host = True
-            row = {**row, "iterations": stalls_in, "lasting": True}
+    # a host by its stalls in nearly every iteration, keeping the others waiting (``stalls``)
+    if not host and not on_cpu and not paced and leans and (lasting := stalls_lasting(row, peers, late, stalled, busy)):
+        host = True
+        row = {**row, "iterations": lasting, "lasting": True}
     # Between two ranks a z-score of idle time says nothing (two values always sit one spread
     # apart), so the gap rule cannot flag; a rank whose idle launch gaps exceed its peer's by a
     # real share of its work and that arrives last at the collectives far more often than
@@ -447,40 +433,15 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     counted_work = counted or (adds and shared_cpus)
     if counted:
         row, extra = {**row, "flagged": True}, True
-    # (with more ranks, too, where its stalls alone are the threshold's share of its work in
-    # nearly every iteration: megatron-core TP2 x DP2 under the profiler, 4 processes on 2
-    # cores, two 20 ms sleeps a step on rank 0: 27 ms more stalls a step, 46% of its compute,
-    # net 182 ms imposed, last at 49% of its TP pair's calls, which the layers pace)
-    # (its idle time standing out by half the cut-off, as above: a stage-0 rank of PP2 x DP2
-    # waiting on a heavier last stage stalled 20 ms a step more than its DP peer, 23% of its
-    # compute, at z 1.1, net-imposing in 3 of 4 steps)
-    big_stalls = (stalled >= slowdown_threshold * busy and (row["gap_z"] or 0.0) > peers.z_crit / 2
-                  and stalls_last(peers, row["rank"]))
+    # a host by its stalls alone, or by stalls that are most of its extra idle time (``stalls``)
+    big_stalls = stalls_a_real_share(row, peers, stalled, busy, slowdown_threshold)
     imposes = leans or (keeps_waiting(late) and (peers.ranks.height == 2 or big_stalls))
-    # One rank a stage, such stalls name a host where stage 2 has nothing against it, also where
-    # its idle time as a whole does not stand out: the stages downstream of it wait in their
-    # transfers, not in gaps, and on shared cores every rank's gaps scatter by tens of ms (PP4
-    # under the profiler, 4 processes on 2 cores, a 16 ms data-path sleep before each
-    # microbatch on rank 2: 36 ms more stalls a step, 45% of its work, more than its peers' in
-    # every step; its idle time at z 2.3, the cut-off 2.8; "no suspect" before). Its stalls are
-    # then what it costs, not its idle time, into which the others' scatter (32 ms injected a
-    # step; stalls 36 ms more than its peers', idle time 22 ms). So too on shared cores with
-    # peers of its own, where stage 2 agrees without keeping the others waiting in nearly every
-    # step, the rank's own work before each microbatch slowing its peers' cores too (DP4 under
-    # mapp's capture, 4 processes on 2 cores, 18 ms of matmuls before each microbatch on rank 1:
-    # 34 ms more stalls a step, all four steps, idle time at z 2.6, net-imposing in 2 of 4)
-    if (not host and not on_cpu and (peers.mode == "layer peers" or shared_cpus) and big_stalls
-            and (late is None or stage2_agrees(late))):
+    if not host and not on_cpu and stalls_alone(peers, late, big_stalls=big_stalls, shared_cpus=shared_cpus):
         row = {**row, "iterations": stalled_iterations(peers, row["rank"]), "lasting": True,
                "by_stalls": stalled > gap_excess}
         host, gap_excess = True, max(gap_excess, stalled)
-    # Its stalls must be most of its extra idle time too: a host that sleeps or waits stalls,
-    # one that paces its GPU more slowly idles in short gaps all over (4 H100s, TP2 x PP2 under
-    # the profiler, 1.6x the layers' FLOPs on rank 1: rank 2, a stage behind, idled 58 ms a step
-    # more than its TP peer, 3.5 ms of it in stalls; the injected sleeps: nearly all)
-    if (peers.pairs and imposes and not host and not extra and stalled >= peers.min_effect * busy
-            and gap_excess > 0 and gap_excess > max(row["excess_ns"] or 0.0, 0.0)
-            and 2 * stalled >= gap_excess):
+    if (peers.pairs and imposes and not host and not extra
+            and stalls_most_of_idle(row, peers, stalled=stalled, busy=busy, gap_excess=gap_excess)):
         host = True
     # A rank that is a suspect by its compute (or with stage 2) and idles longer than its peers
     # in nearly every iteration by the z of its idle time is a slow host that also launches late
@@ -550,7 +511,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # rank: 22.3-24.2 ms more stalls a step than its peers, 13-16 ms more idle time in all,
         # "below threshold" at 1.06-1.08x of a ~230 ms step; hosts named in healthy and
         # imbalanced jobs there stalled at most 1.4 ms a step beyond their idle time's excess;
-        # a host named by its big stalls above is costed so already, on any machine)
+        # a host named by its stalls alone, ``stalls.stalls_alone``, is costed so already, on any
+        # machine)
         gap_excess = max(gap_excess, stalled)
     c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
