@@ -159,18 +159,19 @@ def load_bundle(
     directory = Path(directory)
     warnings, _warn = _collecting(warn)
     found, cache, wanted = _inputs(directory, format, _warn)
-    checked = cache_files.check(cache, wanted) if use_cache else cache_files.Cached(False)
-    if checked.fresh:
-        ranks = _cached_ranks(cache)
-        if ranks is not None:
-            return _cached_bundle(directory, found.format, cache, checked.manifest, ranks, warnings)
-        checked = cache_files.Cached(False, f"{cache_files.RANKS}: unreadable")
-    damaged = cache if checked.problem is not None else None
-    try:
-        cache_files.clear(cache)
-    except OSError:                             # cannot put things right in place
-        cache = cache_files.fallback(directory, cache, _warn)
-    ranks = _build(directory, found, cache, wanted, _warn, progress)
+    with cache_files.building(cache):           # one builder at a time; the next finds it built
+        checked = cache_files.check(cache, wanted) if use_cache else cache_files.Cached(False)
+        if checked.fresh:
+            ranks = _cached_ranks(cache)
+            if ranks is not None:
+                return _cached_bundle(directory, found.format, cache, checked.manifest, ranks, warnings)
+            checked = cache_files.Cached(False, f"{cache_files.RANKS}: unreadable")
+        damaged = cache if checked.problem is not None else None
+        try:
+            cache_files.clear(cache)
+        except OSError:                         # cannot put things right in place
+            cache = cache_files.fallback(directory, cache, _warn)
+        ranks = _build(directory, found, cache, wanted, _warn, progress)
     if damaged is not None:
         _warn(f"{damaged} was damaged ({checked.problem}); rebuilt it"
               + ("" if cache == damaged else f" in {cache}"))
@@ -227,35 +228,36 @@ def ingest_partitioned(
     directory = Path(directory)
     warnings, _warn = _collecting(warn)
     found, cache, wanted = _inputs(directory, format, _warn)
-    try:
-        cache_files.clear(cache)
-        (cache / cache_files.EVENTS).unlink(missing_ok=True)   # the single file this replaces
-    except OSError:
-        cache = cache_files.fallback(directory, cache, _warn)
-    build = cache_files.new_build()
-    tasks = dataset.plan(found.files, found.format, cache / dataset.EVENTS_DIR, build, ranks_per_partition)
-    try:
-        results = (run or dataset.ingest_local)(tasks)
-        for result in sorted(results, key=lambda r: r.index):
-            for message in result.warnings:
-                _warn(message)
-        ranks = dataset.ranks_table(results)
-        _validate_ranks(ranks)
-    except BaseException:
-        dataset.clear(cache)
-        raise
-    ranks = conform(ranks, RANKS_SCHEMA).sort("rank")
-    rows = sum(r.rows for r in results)
-    if rows == 0:
-        _warn(f"{directory}: the trace files hold no events")
-    _seal(cache, ranks, {**wanted, "build": build, "layout": cache_files.PARTITIONED,
-                         "rows": {dataset.EVENTS_DIR: rows},
-                         "partitions": dataset.manifest_entry(cache, results, ranks_per_partition),
-                         **({"engine": engine} if engine else {})})
-    manifest = cache_files.read_manifest(cache)
-    bundle = TraceBundle(directory, found.format, cache / dataset.EVENTS_DIR, ranks, warnings,
-                         parts=dataset.files_of(cache, manifest))
-    return bundle, results
+    with cache_files.building(cache):           # a load of this bundle meanwhile waits for it
+        try:
+            cache_files.clear(cache)
+            (cache / cache_files.EVENTS).unlink(missing_ok=True)   # the single file this replaces
+        except OSError:
+            cache = cache_files.fallback(directory, cache, _warn)
+        build = cache_files.new_build()
+        tasks = dataset.plan(found.files, found.format, cache / dataset.EVENTS_DIR, build, ranks_per_partition)
+        try:
+            results = (run or dataset.ingest_local)(tasks)
+            for result in sorted(results, key=lambda r: r.index):
+                for message in result.warnings:
+                    _warn(message)
+            ranks = dataset.ranks_table(results)
+            _validate_ranks(ranks)
+        except BaseException:
+            dataset.clear(cache)
+            raise
+        ranks = conform(ranks, RANKS_SCHEMA).sort("rank")
+        rows = sum(r.rows for r in results)
+        if rows == 0:
+            _warn(f"{directory}: the trace files hold no events")
+        _seal(cache, ranks, {**wanted, "build": build, "layout": cache_files.PARTITIONED,
+                             "rows": {dataset.EVENTS_DIR: rows},
+                             "partitions": dataset.manifest_entry(cache, results, ranks_per_partition),
+                             **({"engine": engine} if engine else {})})
+        manifest = cache_files.read_manifest(cache)
+        bundle = TraceBundle(directory, found.format, cache / dataset.EVENTS_DIR, ranks, warnings,
+                             parts=dataset.files_of(cache, manifest))
+        return bundle, results
 
 
 def _seal(cache: Path, ranks: pl.DataFrame, manifest: dict) -> None:

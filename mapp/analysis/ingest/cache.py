@@ -16,11 +16,17 @@ analysis). The CRC reads each file once, at ~1 GB/s: ~40 ms for ten million even
   build): rebuilt with one warning naming what was wrong;
 * not writable in place (a read-only bundle, ``.mapp`` that is not a directory): built in a
   temporary directory that is removed when the process exits.
+
+Two commands opening one bundle at once (``mapp detect`` beside ``mapp report``, two notebook
+kernels) take turns (:func:`building`): the second waits while the first checks and builds, then
+finds its cache valid.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -39,7 +45,7 @@ from mapp.analysis.ingest.schema import BUILD_KEY, EVENTS_ARROW_SCHEMA, RANKS_SC
 from mapp.trace_format import CACHE_DIR  # one name for the cache, also in the output policy
 
 __all__ = ["CACHE_DIR", "CACHE_VERSION", "EVENTS", "RANKS", "BUILD_KEY", "Cached", "location", "fallback",
-           "identity", "check", "clear", "crc32", "new_build", "read_manifest", "write_manifest"]
+           "building", "identity", "check", "clear", "crc32", "new_build", "read_manifest", "write_manifest"]
 
 CACHE_VERSION = 11  # 3: row counts and build id; 4: CRC-32 of each file; 5: kineto gloo peers, groups, async sends;
 # 6: kineto p2p of batched NCCL exchanges from their CPU records; 7: gloo collectives of a
@@ -48,6 +54,7 @@ CACHE_VERSION = 11  # 3: row counts and build id; 4: CRC-32 of each file; 5: kin
 # optimizer steps where a trace has no ProfilerStep spans; 11: kineto steps looked up on the
 # host first (the GPU copy of a step no longer hides the rest of it)
 EVENTS, RANKS, MANIFEST = "events.parquet", "ranks.parquet", "manifest.json"
+LOCK = ".lock"   # ``building``: held while the cache is checked and built
 # The manifest's "layout" of a partitioned events table (``dataset``); absent for the one file.
 PARTITIONED = "partitioned"
 # Fallback caches of this process, by bundle directory: a second load in the same process
@@ -90,6 +97,26 @@ def fallback(directory: Path, cache: Path, warn) -> Path:
         atexit.register(shutil.rmtree, where, ignore_errors=True)
     warn(f"cannot write the cache in {cache}; using {where} for this run only")
     return where
+
+
+@contextlib.contextmanager
+def building(cache: Path):
+    """Hold ``cache``'s lock (``.lock`` in it, never removed) while it is checked and built:
+    the build writes fixed names, and two processes building one cache at once clobbered each
+    other's files (measured: two detectors over the same new bundles, one stopped by a
+    FileNotFoundError when the other had renamed its ``ranks.parquet.tmp``). The lock is
+    ``flock``'s, released when the process ends however it ends. Where the lock file cannot be
+    made (a read-only or fallback cache that another process cannot share anyway), no lock."""
+    try:
+        fd = os.open(cache / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def identity(fmt: str, inputs: list[list], version: str) -> dict:

@@ -192,3 +192,55 @@ def test_the_fallback_cache_is_removed_when_the_process_exits(tmp_path, how):
     assert "rows 12" in lines                   # used after the bundle object was dropped
     assert any(line.startswith("during ['mapp-cache-") for line in lines)
     assert os.listdir(tmp) == [], "nothing of the run is left in the temp directory"
+
+
+_HOLD_LOCK = textwrap.dedent("""
+    import fcntl, os, sys
+    fd = os.open(sys.argv[1], os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        print("taken")
+    except BlockingIOError:
+        print("held elsewhere")
+""")
+
+
+def test_a_cache_being_built_is_locked_against_other_processes(tmp_path):
+    from mapp.analysis.ingest import cache as cache_files
+
+    cache = tmp_path / ".mapp"
+    cache.mkdir()
+    probe = [sys.executable, "-c", _HOLD_LOCK, str(cache / cache_files.LOCK)]
+    with cache_files.building(cache):
+        inside = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+    after = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+    assert (inside, after) == ("held elsewhere", "taken")
+
+
+_LOAD_AT_ONCE = textwrap.dedent("""
+    import sys, time
+    from mapp.analysis.ingest import load_bundle
+    start = float(sys.argv[2])
+    while time.time() < start:
+        pass
+    print(load_bundle(sys.argv[1]).events.height)
+""")
+
+
+def test_commands_opening_one_new_bundle_at_once_all_read_it_and_leave_one_valid_cache(tmp_path):
+    # two detectors started together over the same new bundles: one stopped with a traceback
+    # (FileNotFoundError), the other had renamed the ranks table it was writing
+    from mapp.analysis.ingest import cache as cache_files
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    job(bundle, dp=4, events_per_rank=400)
+    import time
+    start = str(time.time() + 3)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    runs = [subprocess.Popen([sys.executable, "-c", _LOAD_AT_ONCE, str(bundle), start], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env, cwd=REPO) for _ in range(4)]
+    outs = [r.communicate(timeout=120) for r in runs]
+    assert all(r.returncode == 0 for r in runs), [err for _, err in outs]
+    assert len({out.strip() for out, _ in outs}) == 1
+    assert cache_files.check(bundle / ".mapp", json.loads((bundle / ".mapp" / "manifest.json").read_text())).fresh
