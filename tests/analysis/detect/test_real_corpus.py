@@ -1319,3 +1319,17 @@ def test_on_shared_cpus_a_pair_leaning_together_beyond_contention_is_a_suspect()
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
     assert 1.6 < verdict.suspects[0].slowdown < 1.9
     assert verdict.victims == [0]
+
+
+def test_stage_evidence_gives_what_the_stages_found_before_the_verdict_weighs_it():
+    # ``benchmarks/detect_evidence.py`` reads the stages through it: the TP2 job above, its
+    # slower rank under stage 1's cut-off and stage 2's, and named only by the two together
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    ev = stage_evidence(load_bundle(FRESH_CASES["gpt-tp2-mapp-layer1.67x-r1-f17"].directory), Thresholds.derive(0.1))
+    assert ev.shared_cpus and ev.peers.mode == "stage peers" and ev.traced == [0, 1]
+    one = ev.peers.ranks.filter(ev.peers.ranks["rank"] == 1).row(0, named=True)
+    assert not one["flagged"] and 1.6 < one["slowdown"] < 1.9 and one["z"] < ev.peers.z_crit
+    late = ev.lateness.ranks.filter(ev.lateness.ranks["rank"] == 1).row(0, named=True)
+    assert not late["flagged"] and late["share_last"] > 0.7 and late["net_lasting"] == 1.0
