@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/detect_evidence.py DIR [DIR ...] [--out evidence.parquet]``
 (each ``DIR`` a corpus of ``tests/corpus/make_corpus.py``: ``tests/corpus/cases-fresh`` say,
-or a held-out set made with ``--out``).
+or a held-out set made with ``--out``); ``--from evidence.parquet`` prints the tables again
+from a table written before, without running the stages.
 
 The verdict's constants for compute timed on shared CPUs (``shared_cpus.CONTENTION``,
 ``ONE_RANK_A_STAGE``, the joint rule of ``verdict._compute_suspect``) are cut-offs between what
@@ -32,7 +33,7 @@ from rich.table import Table  # noqa: E402
 
 from mapp.analysis.detect.detector import stage_evidence  # noqa: E402
 from mapp.analysis.detect.gates import keeps_waiting  # noqa: E402
-from mapp.analysis.detect.thresholds import Thresholds  # noqa: E402
+from mapp.analysis.detect.thresholds import CONSISTENT, Thresholds  # noqa: E402
 from mapp.analysis.ingest import load_bundle  # noqa: E402
 from mapp.bench.real import RealCase, load_corpus  # noqa: E402
 
@@ -81,17 +82,23 @@ def _leaning(df: pl.DataFrame) -> pl.Expr:
     return (pl.col("late_net_ns") > 0) & ((pl.col("late_last_z") > pl.col("late_cut")) | pair)
 
 
+def _lasting() -> pl.Expr:
+    """Flagged in nearly every traced iteration: the timed rules below judge only such ranks
+    (``shared_cpus.above_shared_cpus`` sets the others aside first: contention comes and goes)."""
+    return pl.col("flagged_iterations") >= CONSISTENT * pl.col("traced")
+
+
 RULES = {
     # name: (which ranks, the quantity, what the constant cuts)
     "joint rule on shared CPUs (CONTENTION 1.3x)": (
         lambda df: pl.col("shared_cpus") & ~pl.col("flagged") & _leaning(df) & (pl.col("z") > pl.col("z_crit") / 2),
         pl.col("slowdown"), "unflagged ranks stage 2 leans on: their slowdown; a rank is named jointly from 1.3x"),
     "timed alone, calls counted (CONTENTION 1.3x)": (
-        lambda df: pl.col("shared_cpus") & pl.col("counted") & pl.col("flagged") & (pl.col("mode") != "layer peers"),
-        pl.col("slowdown"), "flagged ranks' slowdown by their times; under 1.3x no suspect without counted work"),
+        lambda df: pl.col("shared_cpus") & pl.col("counted") & pl.col("flagged") & _lasting() & (pl.col("mode") != "layer peers"),
+        pl.col("slowdown"), "lasting flagged ranks' slowdown by their times; under 1.3x no suspect without counted work"),
     "one rank a stage, uncounted (ONE_RANK_A_STAGE 1.55x)": (
-        lambda df: pl.col("shared_cpus") & ~pl.col("counted") & pl.col("flagged") & (pl.col("mode") == "layer peers"),
-        pl.col("slowdown"), "flagged ranks' slowdown against the other stages' layers; under 1.55x no suspect"),
+        lambda df: pl.col("shared_cpus") & ~pl.col("counted") & pl.col("flagged") & _lasting() & (pl.col("mode") == "layer peers"),
+        pl.col("slowdown"), "lasting flagged ranks' slowdown against the other stages' layers; under 1.55x no suspect"),
     "host: stalls beyond idle excess, ms": (
         lambda df: pl.col("shared_cpus") & pl.col("gap_flagged"),
         (pl.col("long_excess_ns") - pl.col("gap_excess_ns").clip(lower_bound=0)) / 1e6,
@@ -119,14 +126,24 @@ def summary(df: pl.DataFrame) -> Table:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("dirs", nargs="+", help="corpus directories (each with a manifest.json)")
+    p.add_argument("dirs", nargs="*", help="corpus directories (each with a manifest.json)")
+    p.add_argument("--from", dest="source", help="print the tables from a per-rank table written by --out")
     p.add_argument("--threshold", type=float, default=0.1)
     p.add_argument("--out", help="write the per-rank table here (.parquet)")
     args = p.parse_args()
+    console = Console(width=None if sys.stdout.isatty() else 170)   # piped: wide enough for the job names
+    if args.source:
+        df = pl.read_parquet(args.source)
+        console.print(summary(df))
+        console.print(f"{df.select('corpus', 'job').n_unique()} jobs, {df.height} ranks, from {args.source}")
+        return
+    if not args.dirs:
+        p.error("give corpus directories, or --from a table written by --out")
+    if args.out and any(Path(d).resolve() in Path(args.out).resolve().parents for d in args.dirs):
+        sys.exit(f"{args.out}: inside a corpus given; write --out elsewhere")
     cases = [c for d in args.dirs for c in load_corpus(d)]
     cuts = Thresholds.derive(args.threshold)
     rows: list[dict] = []
-    console = Console(width=None if sys.stdout.isatty() else 170)   # piped: wide enough for the job names
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("stages over the jobs", total=len(cases))
         for case in cases:
@@ -138,8 +155,6 @@ def main() -> None:
     df = pl.DataFrame(rows, infer_schema_length=None)
     if args.out:
         out = Path(args.out)
-        if any(Path(d).resolve() in out.resolve().parents for d in args.dirs):
-            sys.exit(f"{out}: inside a corpus given; write --out elsewhere")
         df.write_parquet(out)
     console.print(summary(df))
     console.print(f"{len(cases)} jobs, {df.height} ranks, threshold {args.threshold:g}"
