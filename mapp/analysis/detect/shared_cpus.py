@@ -6,7 +6,8 @@ at many collectives, for the whole run. So where ``detector._cpu_compute`` says 
 processes, a rank slower by its times or its arrivals alone must stand out beyond what that makes,
 and work a fault adds is judged by its counted calls (``added_work``). The rules that read one
 candidate's evidence live in ``verdict._compute_suspect`` (its ``shared_cpus`` switch); these are
-the ones that look across ranks.
+the ones that look across ranks. ``benchmarks/detect_evidence.py`` measures, on any corpus, what
+the constants below cut between faults and healthy or imbalanced jobs.
 """
 
 from __future__ import annotations

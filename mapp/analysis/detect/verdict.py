@@ -31,9 +31,9 @@ from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.link_ends import link_ends, links_beside_a_busy_host, own_slowness
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
-from mapp.analysis.detect.stalls import stalls_a_real_share, stalls_alone, stalls_lasting, stalls_most_of_idle
 from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, late_above_contention, slowest_other,
                                                stands_out, typical_slowdown)
+from mapp.analysis.detect.stalls import stalls_a_real_share, stalls_alone, stalls_lasting, stalls_most_of_idle
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 # (the findings' types are re-exported: ``verdict`` was their home before ``findings``)
@@ -362,7 +362,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # of rank 1 doing 1.67x the forward's matmuls: its spans 1.74x its peer's at z 2.1 (two
     # ranks' z-scores scatter), last at 74% of 156 calls and keeping its peer waiting in every
     # step, "no suspect" before. Unflagged ranks leaning so in healthy and imbalanced jobs on
-    # shared CPUs (808 jobs): at most 1.19x, the example above
+    # shared CPUs (942 jobs, ``benchmarks/detect_evidence.py``): at most 1.19x, the example above
     beyond_contention = not shared_cpus or float(row["slowdown"]) >= CONTENTION
     joint = (not row["flagged"] and (leans or pair_leans) and (row["z"] or 0.0) > peers.z_crit / 2
              and beyond_contention and float(row["slowdown"]) - 1 >= peers.min_effect)
