@@ -36,6 +36,7 @@ from mapp.analysis.detect.gates import keeps_waiting  # noqa: E402
 from mapp.analysis.detect.thresholds import CONSISTENT, Thresholds  # noqa: E402
 from mapp.analysis.ingest import load_bundle  # noqa: E402
 from mapp.bench.real import RealCase, load_corpus  # noqa: E402
+from mapp.errors import InputError  # noqa: E402
 
 _PEER_COLUMNS = ("slowdown", "z", "flagged", "lasting", "excess_ns", "busy_ns", "gap_excess_ns", "gap_z",
                  "gap_flagged", "long_excess_ns")
@@ -141,7 +142,10 @@ def main() -> None:
         p.error("give corpus directories, or --from a table written by --out")
     if args.out and any(Path(d).resolve() in Path(args.out).resolve().parents for d in args.dirs):
         sys.exit(f"{args.out}: inside a corpus given; write --out elsewhere")
-    cases = [c for d in args.dirs for c in load_corpus(d)]
+    try:
+        cases = [c for d in args.dirs for c in load_corpus(d)]
+    except InputError as error:          # a folder that is no corpus: one line, not a traceback
+        sys.exit(f"error: {error}")
     cuts = Thresholds.derive(args.threshold)
     rows: list[dict] = []
     with Progress(console=console, transient=True) as progress:

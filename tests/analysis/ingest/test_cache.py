@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import polars as pl
@@ -235,8 +236,7 @@ def test_commands_opening_one_new_bundle_at_once_all_read_it_and_leave_one_valid
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     job(bundle, dp=4, events_per_rank=400)
-    import time
-    start = str(time.time() + 3)
+    start = str(time.time() + 3)   # all four wait for the same moment (a late starter just starts)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     runs = [subprocess.Popen([sys.executable, "-c", _LOAD_AT_ONCE, str(bundle), start], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env, cwd=REPO) for _ in range(4)]
