@@ -23,9 +23,10 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--slow-rank", type=int, default=None, help="rank that the fault injector slows")
     p.add_argument("--slow-factor", type=float, default=1.0, help="matmul count factor of --slow-rank")
-    p.add_argument("--slow-mode", default="matmul", choices=["matmul", "data-sleep"],
-                   help="matmul: extra matmuls inside forward; data-sleep: sleep in the data path")
-    p.add_argument("--slow-ms", type=float, default=20.0, help="data-sleep: ms slept per step")
+    p.add_argument("--slow-mode", default="matmul", choices=["matmul", "data-sleep", "step-sleep"],
+                   help="matmul: extra matmuls inside forward; data-sleep: sleep in the data path; "
+                        "step-sleep: sleep in the training loop before each step")
+    p.add_argument("--slow-ms", type=float, default=20.0, help="data-sleep, step-sleep: ms slept per step")
 
 
 def init(seed: int) -> tuple[int, int, torch.device]:

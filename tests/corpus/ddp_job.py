@@ -17,6 +17,9 @@ Fault injectors on ``--slow-rank``:
   over the blocks (1.5x over 4 blocks: one extra in blocks 1 and 3).
 - ``--slow-mode data-sleep --slow-ms MS``: the dataset sleeps MS ms on the host before it
   hands out each batch (inside the DataLoader's ``__next__``: a slow data path).
+- ``--slow-mode step-sleep --slow-ms MS``: the training loop sleeps MS ms on the host at the
+  start of each step, before it asks for the batch (no annotation around it: a stall of the
+  host's own, outside the data path).
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ def main() -> None:
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     delay = args.slow_ms / 1e3 if slow and args.slow_mode == "data-sleep" else 0.0
+    step_delay = args.slow_ms / 1e3 if slow and args.slow_mode == "step-sleep" else 0.0
     loader = torch.utils.data.DataLoader(Batches(args.batch, args.width, args.seed + rank, delay, injected, device),
                                          batch_size=None, num_workers=0)
     batches = iter(loader)
@@ -119,6 +123,9 @@ def main() -> None:
     for _ in range(args.steps):
         _job.sync(device)
         t0 = time.perf_counter()
+        if step_delay:
+            time.sleep(step_delay)
+            injected.add(time.perf_counter() - t0)
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         loss = F.mse_loss(ddp(x), y)

@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -439,9 +439,10 @@ VARY_SEED = 7
 
 
 def _plain(job: str, layout: str, seed: int, rank: int | None = None, factor: float | None = None,
-           sleep_ms: float | None = None, tag: str = "-v") -> Case:
+           sleep_ms: float | None = None, tag: str = "-v", step_sleep_ms: float | None = None) -> Case:
     """A plain DDP / FSDP2 (``job`` ddp4, fsdp4, ddp2, fsdp2) or DP x TP (tp2dp2) profiler job of ``vary_set``:
-    healthy, ``factor`` x the forward's matmuls on ``rank``, or a ``sleep_ms`` data-path sleep."""
+    healthy, ``factor`` x the forward's matmuls on ``rank``, a ``sleep_ms`` data-path sleep or a
+    ``step_sleep_ms`` sleep in the training loop before each step (DDP / FSDP2 only)."""
     script = "tp" if job == "tp2dp2" else "ddp"
     base_args = [*(TP_ARGS if script == "tp" else DDP_ARGS), "--seed", str(seed)]
     gpu = TP_GPU if script == "tp" else DDP_GPU
@@ -463,6 +464,14 @@ def _plain(job: str, layout: str, seed: int, rank: int | None = None, factor: fl
                     [*base_args, "--slow-rank", str(rank), "--slow-mode", "data-sleep", "--slow-ms", f"{sleep_ms:g}"],
                     [{"how": f"host sleep in the data path (time.sleep({sleep_ms:g} ms) in the dataset before each "
                              "batch, inside DataLoader.__next__)", "rank": rank, "sleep_ms": sleep_ms}],
+                    _slow(rank, ["slow_host"]), "host", base, gpu, job_window=w)
+    if step_sleep_ms is not None:
+        assert script == "ddp", job
+        return Case(f"{stem}-prof-stepsleep{step_sleep_ms:g}ms-r{rank}{tag}", script, "kineto", lay, "fault",
+                    [*base_args, "--slow-rank", str(rank), "--slow-mode", "step-sleep", "--slow-ms", f"{step_sleep_ms:g}"],
+                    [{"how": f"host sleep in the training loop (time.sleep({step_sleep_ms:g} ms) at the start of each "
+                             "step, before the batch is fetched, outside any annotation)", "rank": rank,
+                      "sleep_ms": step_sleep_ms}],
                     _slow(rank, ["slow_host"]), "host", base, gpu, job_window=w)
     return Case(base, script, "kineto", lay, "healthy", base_args, gpu_args=gpu, job_window=w)
 
@@ -1592,13 +1601,120 @@ def fresh19_set(seed: int = FRESH19_SEED) -> list[Case]:
     ]
 
 
+FRESH20_SEED = 139
+
+
+def fresh20_set(seed: int = FRESH20_SEED) -> list[Case]:
+    """Held out before the thirty-first session's changes (``--set fresh20``, 4 ranks, seed 139, for
+    CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s): issue 13's
+    4-process classes with a fault no other set injects (plain DDP and FSDP2 with a host sleep in
+    the training loop before each step, outside the data loader: "one rank stalling ~20 ms per step
+    on the host before its step"), data-path sleeps and more forward work with values no other set
+    uses, and megatron-core under both captures, healthy jobs among them. Ids end in ``-f20``."""
+    g = _held_out_gpt(seed, "-f20", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=3, step_sleep_ms=21, tag="-f20"),
+        _plain("fsdp4", "dp4", seed, rank=1, step_sleep_ms=30, tag="-f20"),
+        _plain("ddp4", "dp4", seed, rank=0, sleep_ms=23, tag="-f20"),
+        _plain("ddp4", "dp4", seed, rank=2, factor=1.55, tag="-f20"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=2, factor=1.65, tag="-f20"),
+        _plain("ddp4", "dp4", seed, tag="-f20"),
+        _plain("fsdp4", "dp4", seed, tag="-f20"),
+        # megatron-core, mapp capture
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=3, factor=1.48),
+        g("dp4", "mapp-v1", "beforemb", rank=0, ms=23),
+        g("pp4", "mapp-v1", "hostsleep", rank=1, ms=24, gpu_ms=70),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=1.1),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        # megatron-core, torch.profiler
+        g("dp4", "kineto", "healthy"),
+        g("tp2pp2", "kineto", "layer", rank=1, factor=1.46),
+        g("pp2dp2", "kineto", "hostsleep", rank=2, ms=22, gpu_ms=70),
+        g("tp2dp2", "kineto", "beforemb", rank=0, ms=24),
+        g("pp2dp2", "kineto", "seqlognorm", sigma=1.05),
+        g("tp2pp2", "kineto", "link", link=(1, 3)),
+    ]
+
+
+FRESH21_SEED = 149
+
+
+def fresh21_set(seed: int = FRESH21_SEED) -> list[Case]:
+    """Held out during the thirty-first session (``--set fresh21``, 4 ranks, seed 149, for CPUs
+    and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s): where the
+    detector was weakest on shared CPUs, megatron-core under mapp's capture (layer faults of
+    1.35-1.5x in every 4-rank layout, the last stage's host sleep and work before each
+    microbatch, heavier last stages and healthy jobs), with the last stage's faults and
+    imbalance under the profiler too, and issue 13's plain DDP with a sleep before each step.
+    Ids end in ``-f21``."""
+    g = _held_out_gpt(seed, "-f21", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=1, step_sleep_ms=18, tag="-f21"),
+        _plain("ddp4", "dp4", seed, tag="-f21"),
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "layer", rank=1, factor=1.35),
+        g("pp2dp2", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("tp2pp2", "mapp-v1", "layer", rank=0, factor=1.45),
+        g("pp4", "mapp-v1", "layer", rank=2, factor=1.5),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=3, ms=21, gpu_ms=70),
+        g("pp4", "mapp-v1", "beforemb", rank=3, ms=21),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=4),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.2),
+        # megatron-core, torch.profiler
+        g("pp2dp2", "kineto", "laststage", last_layers=3),
+        g("pp2dp2", "kineto", "hostsleep", rank=3, ms=26, gpu_ms=70),
+        g("dp4", "kineto", "layer", rank=3, factor=1.4),
+    ]
+
+
+FRESH22_SEED = 151
+
+
+def fresh22_set(seed: int = FRESH22_SEED) -> list[Case]:
+    """Held out during the thirty-first session (``--set fresh22``, 2 ranks, seed 151, for CPUs
+    and for a machine of 2 GPUs, on which the GPU model shape is ``fresh12``'s): megatron-core
+    DP2, TP2, PP2 under mapp's capture (layer faults of 1.35-1.5x on either stage, the last
+    stage's host sleep and work before each microbatch, a heavier last stage, healthy jobs),
+    under the profiler too, and issue 13's plain DDP with a sleep before each step. 5
+    iterations, 3 recorded. Ids end in ``-f22``."""
+    g = _held_out_gpt(seed, "-f22", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=0, step_sleep_ms=24, tag="-f22"),
+        _plain("fsdp2", "dp2", seed, tag="-f22"),
+        # megatron-core, mapp capture
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.38),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.5),
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.35),
+        g("pp2", "mapp-v1", "hostsleep", rank=1, ms=22, gpu_ms=70),
+        g("pp2", "mapp-v1", "beforemb", rank=1, ms=21),
+        g("dp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=1.1),
+        # megatron-core, torch.profiler
+        g("pp2", "kineto", "laststage", last_layers=4),
+        g("dp2", "kineto", "layer", rank=0, factor=1.45),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
         "fresh3": fresh3_set, "fresh4": fresh4_set,
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
         "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set, "fresh14": fresh14_set, "fresh15": fresh15_set, "fresh16": fresh16_set,
-        "fresh17": fresh17_set, "fresh18": fresh18_set, "fresh19": fresh19_set}
+        "fresh17": fresh17_set, "fresh18": fresh18_set, "fresh19": fresh19_set,
+        "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2182,7 +2298,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -319,6 +319,37 @@ def test_the_fresh19_set_traces_20_iterations_of_issue_13s_own_4_process_jobs():
         assert traced == "20", case.id
 
 
+def test_the_fresh20_set_holds_a_host_stall_before_each_step_outside_the_data_loader():
+    cases = {c.id: c for c in _held_out("fresh20", "-f20")}
+    assert all(make_corpus.world_of(c.layout) == 4 for c in cases.values())
+    # issue 13's "one rank stalling ~20 ms per step on the host before its step": a sleep in the
+    # training loop itself, no annotation around it, on plain DDP and FSDP2
+    for cid, rank, ms in (("ddp4-prof-stepsleep21ms-r3-f20", 3, "21"), ("fsdp4-prof-stepsleep30ms-r1-f20", 1, "30")):
+        case = cases[cid]
+        assert case.expect == {"suspect": {"rank": rank, "kinds": ["slow_host"]}}
+        args = case.args
+        assert args[args.index("--slow-mode") + 1] == "step-sleep" and args[args.index("--slow-ms") + 1] == ms
+        assert args[args.index("--slow-rank") + 1] == str(rank)
+    assert any(c.cls == "healthy" and c.job != "gpt" for c in cases.values())
+    assert {c.fmt for c in cases.values() if c.job == "gpt"} == {"mapp-v1", "kineto"}
+
+
+def test_the_fresh21_and_fresh22_sets_hold_the_last_stages_faults_and_imbalance_under_mapps_capture():
+    for name, tag, world in (("fresh21", "-f21", 4), ("fresh22", "-f22", 2)):
+        cases = _held_out(name, tag)
+        assert all(make_corpus.world_of(c.layout) == world for c in cases)
+        mapp = [c for c in cases if c.job == "gpt" and c.fmt == "mapp-v1"]
+        last = {c.layout["pp"] - 1 for c in mapp}
+        # the last stage's own faults, where its loss runs between the forward and the backward
+        # (megatron-core's rank order puts the pipeline stage outermost: stage = rank // (tp x dp))
+        faulted = {(c.injected[0]["how"].split()[0], c.injected[0]["rank"] // (c.layout["tp"] * c.layout["dp"]))
+                   for c in mapp if c.cls == "fault" and "rank" in c.injected[0] and c.layout["pp"] >= 2}
+        assert any(stage in last and how != "extra" for how, stage in faulted), name
+        assert {"healthy", "imbalance", "fault"} <= {c.cls for c in mapp}, name
+        assert any(c.id.endswith(f"-prof-stepsleep{c.injected[0]['sleep_ms']:g}ms-r{c.injected[0]['rank']}{tag}")
+                   for c in cases if c.job != "gpt" and c.injected), name
+
+
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
     # link without one (TP2 x DP2's ranks 1 and 3, first put in ``fresh14``) carries none, and
