@@ -9,7 +9,8 @@ import polars as pl
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["LIGHT", "holds_up_at_one_point", "keeps_waiting", "light_stage", "overruled_line", "overruled_why", "stage2_agrees",
+__all__ = ["LIGHT", "holds_up_at_one_point", "keeps_waiting", "light_stage", "overruled_line", "overruled_why",
+           "recurring_stalls_impose", "stage2_agrees",
            "stalled_iterations", "stalls_last", "traced_iterations"]
 
 
@@ -39,6 +40,19 @@ def holds_up_at_one_point(late: dict | None, stalled: float) -> bool:
     keeping the others waiting there for at least half of what it stalls more than they do
     (``lateness._recurring``): where its stalls go, however its waits elsewhere net out."""
     return late is not None and stalled > 0 and float(late.get("recurring_ns") or 0.0) >= 0.5 * stalled
+
+
+def recurring_stalls_impose(peers: PeerEvidence, late: dict | None, shared_cpus: bool) -> bool:
+    """Stage 2 does not contradict a rank's stalls on shared CPUs where stage 1 counted calls
+    (its stalls are then those that recur at one place of its program, ``idle._recurring``) and
+    the rank makes the others wait more than it waits, however seldom it is last: a process that
+    sleeps hands its core to the others, whose ops then run faster, so who reaches a collective
+    last is the cores' chance (plain DDP, 4 processes on 2 cores, a 35 ms data-path sleep on
+    rank 0, 21% of its step: 36 ms more stalls a step, in every step, 35% of its work, last at 1
+    of 5 all-reduces, 29 ms net imposed; "no suspect" before). Ranks of healthy, imbalanced and
+    other fault jobs there stalling so (a tenth of their work, idle time at half the cut-off) all
+    waited more than they imposed (942 jobs, ``benchmarks/detect_evidence.py``)."""
+    return shared_cpus and peers.counted and late is not None and late["net_ns"] > 0
 
 
 LIGHT = 0.5
@@ -161,7 +175,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     holds_up = ((bool(row["gap_flagged"]) or big_stalls)
                 and (keeps_waiting(late) or holds_up_at_one_point(late, stalled))
                 and stalls_last(peers, row["rank"]))
-    stalls = stalls or holds_up
+    # (on shared CPUs, recurring stalls a real share of its work that stage 2 does not
+    # contradict: ``recurring_stalls_impose``)
+    stalls = stalls or holds_up or (big_stalls and recurring_stalls_impose(peers, late, shared_cpus))
     # One rank a stage: stage 2 cannot stand guard (gate 2), for a host either, whose few
     # collectives a step the pipeline's order decides; stalls in nearly every iteration, a real
     # share of its work, do (4 H200s, megatron-core PP4 under the profiler, a 40 ms data-path

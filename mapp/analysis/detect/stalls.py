@@ -12,7 +12,7 @@ also idles a little longer).
 
 from __future__ import annotations
 
-from mapp.analysis.detect.gates import keeps_waiting, stage2_agrees, stalled_iterations, stalls_last, traced_iterations
+from mapp.analysis.detect.gates import keeps_waiting, recurring_stalls_impose, stage2_agrees, stalled_iterations, stalls_last, traced_iterations
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
@@ -72,8 +72,13 @@ def stalls_alone(peers: PeerEvidence, late: dict | None, *, big_stalls: bool, sh
     step, the rank's own work before each microbatch slowing its peers' cores too (DP4 under
     mapp's capture, 4 processes on 2 cores, 18 ms of matmuls before each microbatch on rank 1:
     34 ms more stalls a step, all four steps, idle time at z 2.6, net-imposing in 2 of 4)
+
+    On shared CPUs where stage 1 counted calls, stage 2 need only find the rank imposing more
+    waiting than it suffers (``gates.recurring_stalls_impose``).
     """
-    return (peers.mode == "layer peers" or shared_cpus) and big_stalls and (late is None or stage2_agrees(late))
+    if not ((peers.mode == "layer peers" or shared_cpus) and big_stalls):
+        return False
+    return late is None or stage2_agrees(late) or recurring_stalls_impose(peers, late, shared_cpus)
 
 
 def stalls_most_of_idle(row: dict, peers: PeerEvidence, *, stalled: float, busy: float, gap_excess: float) -> bool:

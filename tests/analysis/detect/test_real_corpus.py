@@ -1321,6 +1321,21 @@ def test_on_shared_cpus_a_pair_leaning_together_beyond_contention_is_a_suspect()
     assert verdict.victims == [0]
 
 
+def test_on_shared_cpus_recurring_stalls_of_a_rank_that_imposes_net_waiting_name_its_host_however_seldom_last():
+    # Plain DDP, 4 gloo processes on this machine's 2 cores, a 35 ms data-path sleep before each
+    # of rank 0's batches (`--set fresh9`, 21% of its step): 35.6 ms more stalls a step than its
+    # peers, at one place of its program in every step, its idle time at z 2.1 (the cut-off 2.8).
+    # While it slept its peers had its core, so it was last at only 1 of 5 all-reduces (chance
+    # 1 in 4), yet the others waited on it 29 ms more than it waited on them. "No suspect" before
+    # (peers by program: stage 2 does not agree)
+    verdict = detect_bundle(load_bundle(FRESH_CASES["ddp4-prof-datasleep35ms-r0-f9"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_host") and top.slowdown >= 1.1
+    assert top.evidence["launch_gaps"]["excess_ms_per_iteration"] > 30
+    late = top.evidence["lateness"]
+    assert late["share_last"] < 0.25 and late["net_delay_ms"] > 0
+
+
 def test_stage_evidence_gives_what_the_stages_found_before_the_verdict_weighs_it():
     # ``benchmarks/detect_evidence.py`` reads the stages through it: the TP2 job above, its
     # slower rank under stage 1's cut-off and stage 2's, and named only by the two together
