@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1707,6 +1707,76 @@ def fresh22_set(seed: int = FRESH22_SEED) -> list[Case]:
     ]
 
 
+FRESH23_SEED = 157
+
+
+def fresh23_set(seed: int = FRESH23_SEED) -> list[Case]:
+    """Held out after the thirty-first session's changes (``--set fresh23``, 4 ranks, seed 157,
+    for CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s): issue
+    13's 4-process classes (plain DDP with more forward work, a sleep before each step or in the
+    data path, FSDP2, DP2 x TP2 from process groups) and megatron-core under both captures
+    (layer faults on every stage position, host sleeps and work before each microbatch, heavier
+    last stages, lognormal lengths, healthy jobs), with values no other set uses. Ids end in
+    ``-f23``."""
+    g = _held_out_gpt(seed, "-f23", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=0, factor=1.6, tag="-f23"),
+        _plain("ddp4", "dp4", seed, rank=2, step_sleep_ms=23, tag="-f23"),
+        _plain("fsdp4", "dp4", seed, rank=3, sleep_ms=32, tag="-f23"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=0, factor=1.75, tag="-f23"),
+        _plain("fsdp4", "dp4", seed, tag="-f23"),
+        _plain("tp2dp2", "tp2dp2", seed, tag="-f23"),
+        # megatron-core, mapp capture
+        g("pp4", "mapp-v1", "layer", rank=1, factor=1.55),
+        g("pp2dp2", "mapp-v1", "layer", rank=0, factor=1.6),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=2, ms=26, gpu_ms=70),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=3, ms=19),
+        g("pp4", "mapp-v1", "laststage", last_layers=4),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=1.05),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        g("tp2dp2", "kineto", "healthy"),
+        g("pp4", "kineto", "layer", rank=2, factor=1.45),
+        g("dp4", "kineto", "beforemb", rank=1, ms=21),
+        g("tp2pp2", "kineto", "hostsleep", rank=3, ms=24, gpu_ms=70),
+        g("pp2dp2", "kineto", "laststage", last_layers=4),
+        g("dp4", "kineto", "seqlognorm", sigma=1.25),
+    ]
+
+
+FRESH24_SEED = 163
+
+
+def fresh24_set(seed: int = FRESH24_SEED) -> list[Case]:
+    """Held out after the thirty-first session's changes (``--set fresh24``, 2 ranks, seed 163,
+    for CPUs and for a machine of 2 GPUs, on which the GPU model shape is ``fresh12``'s): issue
+    13's 2-rank classes and megatron-core DP2, TP2, PP2 under both captures with values no other
+    set uses, healthy and imbalanced jobs among them. 5 iterations, 3 recorded. Ids end in ``-f24``."""
+    g = _held_out_gpt(seed, "-f24", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=1, factor=1.5, tag="-f24"),
+        _plain("ddp2", "dp2", seed, rank=1, step_sleep_ms=26, tag="-f24"),
+        _plain("ddp2", "dp2", seed, tag="-f24"),
+        _plain("fsdp2", "dp2", seed, rank=0, sleep_ms=31, tag="-f24"),
+        # megatron-core, mapp capture
+        g("tp2", "mapp-v1", "layer", rank=1, factor=1.55),
+        g("pp2", "mapp-v1", "hostsleep", rank=0, ms=25, gpu_ms=70),
+        g("dp2", "mapp-v1", "beforemb", rank=0, ms=22),
+        g("pp2", "mapp-v1", "laststage", last_layers=4),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=1.2),
+        g("pp2", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        g("dp2", "kineto", "healthy"),
+        g("tp2", "kineto", "layer", rank=0, factor=1.6),
+        g("pp2", "kineto", "hostsleep", rank=1, ms=24, gpu_ms=70),
+        g("dp2", "kineto", "seqlognorm", sigma=1.2),
+        g("pp2", "kineto", "layer", rank=0, factor=1.45),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
@@ -1714,7 +1784,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh5": fresh5_set, "fresh6": fresh6_set, "fresh7": fresh7_set,
         "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set, "fresh14": fresh14_set, "fresh15": fresh15_set, "fresh16": fresh16_set,
         "fresh17": fresh17_set, "fresh18": fresh18_set, "fresh19": fresh19_set,
-        "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set}
+        "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set,
+        "fresh23": fresh23_set, "fresh24": fresh24_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2298,7 +2369,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

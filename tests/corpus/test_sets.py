@@ -350,6 +350,18 @@ def test_the_fresh21_and_fresh22_sets_hold_the_last_stages_faults_and_imbalance_
                    for c in cases if c.job != "gpt" and c.injected), name
 
 
+def test_the_fresh23_and_fresh24_sets_hold_issue_13s_classes_out_after_the_31st_sessions_changes():
+    for name, tag, world in (("fresh23", "-f23", 4), ("fresh24", "-f24", 2)):
+        cases = _held_out(name, tag)
+        assert all(make_corpus.world_of(c.layout) == world for c in cases)
+        plain = {c.id.split("-prof-")[1].split("-")[0].rstrip("0123456789.xms") for c in cases if c.job != "gpt"}
+        # more forward work, a sleep before each step or in the data path, and a healthy job
+        assert {"fwd", "stepsleep", "datasleep", "healthy"} <= plain, name
+        gpt = [c for c in cases if c.job == "gpt"]
+        assert {c.fmt for c in gpt} == {"mapp-v1", "kineto"}
+        assert {"healthy", "fault", "imbalance"} <= {c.cls for c in gpt}, name
+
+
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
     # link without one (TP2 x DP2's ranks 1 and 3, first put in ``fresh14``) carries none, and
