@@ -10,7 +10,7 @@ from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["LIGHT", "holds_up_at_one_point", "keeps_waiting", "light_stage", "overruled_line", "overruled_why",
-           "recurring_stalls_impose", "stage2_agrees",
+           "recurring_stalls_stand", "stage2_agrees",
            "stalled_iterations", "stalls_last", "traced_iterations"]
 
 
@@ -42,17 +42,21 @@ def holds_up_at_one_point(late: dict | None, stalled: float) -> bool:
     return late is not None and stalled > 0 and float(late.get("recurring_ns") or 0.0) >= 0.5 * stalled
 
 
-def recurring_stalls_impose(peers: PeerEvidence, late: dict | None, shared_cpus: bool) -> bool:
+def recurring_stalls_stand(peers: PeerEvidence, late: dict | None, shared_cpus: bool, stalled: float) -> bool:
     """Stage 2 does not contradict a rank's stalls on shared CPUs where stage 1 counted calls
     (its stalls are then those that recur at one place of its program, ``idle._recurring``) and
-    the rank makes the others wait more than it waits, however seldom it is last: a process that
-    sleeps hands its core to the others, whose ops then run faster, so who reaches a collective
-    last is the cores' chance (plain DDP, 4 processes on 2 cores, a 35 ms data-path sleep on
-    rank 0, 21% of its step: 36 ms more stalls a step, in every step, 35% of its work, last at 1
-    of 5 all-reduces, 29 ms net imposed; "no suspect" before). Ranks of healthy, imbalanced and
-    other fault jobs there stalling so (a tenth of their work, idle time at half the cut-off) all
-    waited more than they imposed (942 jobs, ``benchmarks/detect_evidence.py``)."""
-    return shared_cpus and peers.counted and late is not None and late["net_ns"] > 0
+    the rank waits on the others, net over the run, less than it stalls beyond its peers in one
+    iteration (``stalled``), however seldom it is last: a process that sleeps hands its core to
+    the others, whose ops then run faster, so who reaches a collective last is the cores' chance,
+    and what it imposes nets out at about nothing, where a victim waits at every collective of
+    every step (plain DDP, 4 processes on 2 cores: a 35 ms data-path sleep on rank 0, 21% of its
+    step, 36 ms more stalls a step at one place of every step, last at 1 of 5 all-reduces, 29 ms
+    net imposed; an 18 ms sleep before each step on rank 1, 18 ms more stalls a step, idle time
+    at z 8.3, last at 1 of 5, 2 ms net waited over the run; "no suspect" both, before). Ranks of
+    healthy, imbalanced and other fault jobs there stalling so (a tenth of their work, idle time
+    at half the cut-off) waited net 6-130x their stalls of one iteration (942 jobs,
+    ``benchmarks/detect_evidence.py``)."""
+    return shared_cpus and peers.counted and late is not None and late["net_ns"] > -stalled
 
 
 LIGHT = 0.5
@@ -176,8 +180,8 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
                 and (keeps_waiting(late) or holds_up_at_one_point(late, stalled))
                 and stalls_last(peers, row["rank"]))
     # (on shared CPUs, recurring stalls a real share of its work that stage 2 does not
-    # contradict: ``recurring_stalls_impose``)
-    stalls = stalls or holds_up or (big_stalls and recurring_stalls_impose(peers, late, shared_cpus))
+    # contradict: ``recurring_stalls_stand``)
+    stalls = stalls or holds_up or (big_stalls and recurring_stalls_stand(peers, late, shared_cpus, stalled))
     # One rank a stage: stage 2 cannot stand guard (gate 2), for a host either, whose few
     # collectives a step the pipeline's order decides; stalls in nearly every iteration, a real
     # share of its work, do (4 H200s, megatron-core PP4 under the profiler, a 40 ms data-path

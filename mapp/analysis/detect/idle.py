@@ -40,8 +40,9 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     of the program (``_recurring``); ``leaves`` then carry each leaf's ``name``. Where they do,
     ``handover_excess_ns`` is the excess of the stalls before a backward span whose compute span
     before it was a forward one (0 without names). ``loss_stage``: stages are compared with each
-    other (one rank per stage), so the last stage's hand-over stalls, where it computes the loss
-    outside the traced spans, are its program's, not idle time (``_loss_stage``)."""
+    other (one rank per stage), or processes share CPUs, so the last stage's hand-over stalls,
+    where it computes the loss outside the traced spans, are its program's, not idle time
+    (``_loss_stage``)."""
     # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
     # waiting for peers too: without them a pipeline's first stage, idle on its GPU while a
     # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
@@ -126,8 +127,10 @@ def _loss_stage(per: pl.DataFrame, last_stage: int | None) -> pl.DataFrame:
     transfer. Compared with its own stage peers this cancels out; compared across stages it
     made a healthy last stage a slow host (megatron-core PP4 under mapp's capture, 4 processes
     on 2 cores: 10.9-15.8 ms of stalls a step, all of it at the hand-over). Work in the data path
-    or before a microbatch stalls before a forward span, not there. ``last_stage``: the layout's
-    (not the last stage among the ranks traced: without its trace no stage's stalls are taken)."""
+    or before a microbatch stalls before a forward span, not there. Also against the last stage's
+    own peers on shared CPUs (``peers.compare_peers``), where the loss's time varies with their
+    sequences and cores. ``last_stage``: the layout's (not the last stage among the ranks traced:
+    without its trace no stage's stalls are taken)."""
     if last_stage is None:
         return per
     last = pl.col("pp") == last_stage

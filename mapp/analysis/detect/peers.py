@@ -206,7 +206,14 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     ops, seqlen = _fit(ops, coords, group, key, min_effect=min_effect, slow_op=slow_op)
     per = _rank_iterations(ops, min_effect, use_spread=True)
     z_crit = z_critical(len(per))
-    per = per.join(idle_gaps(events, leaves, group, coords, min_effect, starts, stalls(ops), loss_stage=stage_gaps),
+    # On shared CPUs the last stage's hand-over stalls are its loss, compute no span records,
+    # also against its own stage peers: a longer sequence or a busier core stretches it (megatron-
+    # core DP2 under mapp's capture, lognormal lengths, no fault: rank 0 idled 57 ms a step more
+    # than its peer, nearly all of it there; PP2 x DP2 with a heavier last stage, 19 ms), where
+    # work or a sleep before each microbatch stalls before the forward. (On GPUs the hand-over
+    # tells a host pacing its forward pass from a slow GPU: ``verdict._compute_suspect``.)
+    per = per.join(idle_gaps(events, leaves, group, coords, min_effect, starts, stalls(ops),
+                             loss_stage=stage_gaps or shared_cpus),
                    on=["rank", "iteration"], how="left")
     if not judge_gaps:
         per = per.with_columns(gap_flagged=pl.lit(False))

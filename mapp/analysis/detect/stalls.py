@@ -12,7 +12,7 @@ also idles a little longer).
 
 from __future__ import annotations
 
-from mapp.analysis.detect.gates import keeps_waiting, recurring_stalls_impose, stage2_agrees, stalled_iterations, stalls_last, traced_iterations
+from mapp.analysis.detect.gates import keeps_waiting, recurring_stalls_stand, stage2_agrees, stalled_iterations, stalls_last, traced_iterations
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
@@ -55,7 +55,8 @@ def stalls_a_real_share(row: dict, peers: PeerEvidence, stalled: float, busy: fl
             and stalls_last(peers, row["rank"]))
 
 
-def stalls_alone(peers: PeerEvidence, late: dict | None, *, big_stalls: bool, shared_cpus: bool) -> bool:
+def stalls_alone(peers: PeerEvidence, late: dict | None, *, big_stalls: bool, shared_cpus: bool,
+                 stalled: float = 0.0) -> bool:
     """Such stalls (``stalls_a_real_share``) name the host by themselves, one rank a stage or on
     shared CPUs, where stage 2 does not contradict them (``stage2_agrees``); the stalls are then
     what it costs.
@@ -73,12 +74,12 @@ def stalls_alone(peers: PeerEvidence, late: dict | None, *, big_stalls: bool, sh
     mapp's capture, 4 processes on 2 cores, 18 ms of matmuls before each microbatch on rank 1:
     34 ms more stalls a step, all four steps, idle time at z 2.6, net-imposing in 2 of 4)
 
-    On shared CPUs where stage 1 counted calls, stage 2 need only find the rank imposing more
-    waiting than it suffers (``gates.recurring_stalls_impose``).
+    On shared CPUs where stage 1 counted calls, stage 2 need only find the rank not waiting on the
+    others, net, more than it stalls in an iteration (``gates.recurring_stalls_stand``).
     """
     if not ((peers.mode == "layer peers" or shared_cpus) and big_stalls):
         return False
-    return late is None or stage2_agrees(late) or recurring_stalls_impose(peers, late, shared_cpus)
+    return late is None or stage2_agrees(late) or recurring_stalls_stand(peers, late, shared_cpus, stalled)
 
 
 def stalls_most_of_idle(row: dict, peers: PeerEvidence, *, stalled: float, busy: float, gap_excess: float) -> bool:

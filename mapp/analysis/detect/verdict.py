@@ -100,7 +100,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                 suspects.append(s)
         if shared_cpus:
             suspects = above_shared_cpus(suspects, peers, slowdown_threshold, overruled,
-                                         _last_stage(layout) if peers.mode == "layer peers" else frozenset())
+                                         _last_stage(layout) if peers.mode == "layer peers" else frozenset(),
+                                         _middle_stages(layout))
         if peers.mode == "program peers" and lateness.ran:
             stand_ins = _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns,
                                        slowdown_threshold)
@@ -436,7 +437,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # a host by its stalls alone, or by stalls that are most of its extra idle time (``stalls``)
     big_stalls = stalls_a_real_share(row, peers, stalled, busy, slowdown_threshold)
     imposes = leans or (keeps_waiting(late) and (peers.ranks.height == 2 or big_stalls))
-    if not host and not on_cpu and stalls_alone(peers, late, big_stalls=big_stalls, shared_cpus=shared_cpus):
+    if not host and not on_cpu and stalls_alone(peers, late, big_stalls=big_stalls, shared_cpus=shared_cpus,
+                                                   stalled=stalled):
         row = {**row, "iterations": stalled_iterations(peers, row["rank"]), "lasting": True,
                "by_stalls": stalled > gap_excess}
         host, gap_excess = True, max(gap_excess, stalled)
@@ -571,6 +573,15 @@ def _last_stage(layout: LayoutInfo) -> frozenset[int]:
     if pp.is_empty():
         return frozenset()
     return frozenset(pp.filter(pl.col("pp") == pp["pp"].max())["rank"].to_list())
+
+
+def _middle_stages(layout: LayoutInfo) -> frozenset[int]:
+    """The ranks of pipeline stages that are neither the first nor the last of the layout."""
+    pp = layout.ranks.filter(pl.col("pp").is_not_null())
+    if pp.is_empty() or layout.sizes is None:
+        return frozenset()
+    last = layout.sizes["pp"] - 1
+    return frozenset(pp.filter((pl.col("pp") > 0) & (pl.col("pp") < last))["rank"].to_list())
 
 
 def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: float | None) -> Suspect:
