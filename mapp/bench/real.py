@@ -9,7 +9,10 @@ to the manifest), where it came from (``source``), its ``class`` (``fault``, ``h
 
 Scoring, per case: a fault case is right when the *top* suspect is the injected rank (and peer,
 for a link) with one of the expected kinds; a healthy or imbalance case is right when there is
-no suspect at all (any GPU, host or link verdict there is a false alarm). Cases are detected in
+no suspect at all (any GPU, host or link verdict there is a false alarm). A fault on CPU
+processes whose injected host time is under the threshold's share of the step (``weak``) still
+counts as right only when named; the summary also says how many of those the detector named or
+said were below the threshold, which ``--threshold`` as documented makes an answer too. Cases are detected in
 a temporary copy, so the corpus itself is never written to (no cache beside it).
 """
 
@@ -50,6 +53,17 @@ class RealCase:
     def negative(self) -> bool:
         return self.expect is None
 
+    def weak_share(self, threshold: float) -> float | None:
+        """The injected host time's share of the slowed rank's step (``measured``), where it is
+        under ``threshold`` in a job of CPU processes, else None. On CPUs the injector's host time
+        is what it costs the rank, so such a rank is slowed by less than the threshold: the
+        detector saying so ("below threshold", the verdict's ``below``) is the documented answer
+        too, not only naming it (GPU jobs' host time is not their kernels' and is not read so)."""
+        share = self.measured.get("injected_share_of_step")
+        if self.expect is None or not isinstance(share, (int, float)) or "CPU" not in self.source:
+            return None
+        return float(share) if share < threshold else None
+
     def describe_injection(self) -> str:
         if not self.injected:
             return "nothing" if self.cls == "healthy" else self.cls
@@ -70,6 +84,10 @@ class RealResult:
     suspects: int
     analysis_s: float
     error: str | None = None
+    below: bool = False
+    """The expected rank and kind among the verdict's ranks below the threshold."""
+    weak: float | None = None
+    """``RealCase.weak_share``: the injection's share of the step, where under the threshold."""
 
 
 def load_corpus(directory: Path | str) -> list[RealCase]:
@@ -133,10 +151,12 @@ def run_case(case: RealCase, *, threshold: float = 0.1) -> RealResult:
             return RealResult(case, False, None, 0, 0.0, error=f"{type(error).__name__}: {str(error)[:200]}")
     top = verdict.suspects[0] if verdict.suspects else None
     if case.negative:
-        right = top is None
+        right, below = top is None, False
     else:
         right = top is not None and _is_expected(top, case.expect)
-    return RealResult(case, right, None if top is None else _label(top), len(verdict.suspects), elapsed)
+        below = any(_is_expected(s, case.expect) for s in verdict.below)
+    return RealResult(case, right, None if top is None else _label(top), len(verdict.suspects), elapsed,
+                      below=below, weak=case.weak_share(threshold))
 
 
 def run_corpus(cases: list[RealCase], *, threshold: float = 0.1,
@@ -164,5 +184,8 @@ def summary_rows(results: list[RealResult]) -> list[dict[str, Any]]:
             "top1": sum(r.right for r in faults) / len(faults) if faults else None,
             "negatives": len(negatives), "flagged": sum(1 for r in negatives if r.suspects),
             "errors": sum(1 for r in rs if r.error),
+            # weak injections, and those named or said to be below the threshold (no other suspect)
+            "weak": sum(1 for r in faults if r.weak is not None),
+            "weak_said": sum(1 for r in faults if r.weak is not None and (r.right or (r.below and not r.suspects))),
         })
     return rows

@@ -147,7 +147,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     return Verdict(suspects=suspects, imbalance=imbalance, stages=stages, layout=info.describe(),
                    layout_sizes=info.sizes, traced=len(traced), unrecorded=info.unrecorded, victims=victims,
                    grid=grid, iteration_ns=iteration_ns, threshold=cuts.slowdown, thresholds=cuts,
-                   timings_s=timings, notes=notes)
+                   timings_s=timings, notes=notes, below=below)
 
 
 def _synchronizing_tracer(bundle) -> bool:

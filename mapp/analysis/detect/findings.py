@@ -116,6 +116,9 @@ class Verdict:
     """Every cut the detector used (``threshold`` is its ``slowdown``)."""
     timings_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    below: list[Suspect] = field(default_factory=list)
+    """Ranks the evidence names, slower than their peers by less than ``threshold`` (not suspects:
+    ``--threshold`` as documented; the notes say so too)."""
 
     @property
     def healthy(self) -> bool:
@@ -136,5 +139,6 @@ class Verdict:
             "thresholds": self.thresholds.to_json(),
             "stages": [{"name": s.name, "ran": s.ran, "reason": s.reason, "detail": s.detail} for s in self.stages],
             "notes": self.notes,
+            "below_threshold": [s.to_json() for s in self.below],
             "timings_s": {k: round(v, 4) for k, v in self.timings_s.items()},
         }

@@ -21,7 +21,7 @@ from rich.console import Console
 from mapp.analysis.align import align_bundle
 from mapp.analysis.detect import detect_bundle
 from mapp.analysis.ingest import load_bundle
-from mapp.bench.real import load_corpus, run_case
+from mapp.bench.real import load_corpus, run_case, summary_rows
 from mapp.report.verdict import DetectReport
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "cases"
@@ -1380,6 +1380,26 @@ def test_on_shared_cpus_the_last_stages_loss_between_forward_and_backward_is_no_
     # microbatch stalls before the forward, not there
     verdict = detect_bundle(load_bundle(FRESH_CASES[case_id].directory), threshold=0.1)
     assert verdict.suspects == []
+
+
+def test_a_weak_injection_said_to_be_below_the_threshold_is_counted_apart():
+    # Plain DDP, 4 gloo processes on this machine's 2 cores, a 23 ms sleep before each of rank 2's
+    # steps (`--set fresh23`): 26 ms of a 313 ms step, 8.4%, under the threshold's 10%. The
+    # detector names rank 2's host at 1.092x and, by --threshold, not as a suspect: the verdict
+    # lists it below the threshold, and the bench counts the case as weak and said, though not right
+    case = FRESH_CASES["ddp4-prof-stepsleep23ms-r2-f23"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
+    [below] = verdict.below
+    assert (below.rank, below.kind) == (2, "slow_host") and 1.0 < below.slowdown < 1.1
+    assert verdict.to_json()["below_threshold"][0]["rank"] == 2
+    result = run_case(case, threshold=0.1)
+    assert not result.right and result.below and 0.05 < result.weak < 0.1
+    [fault, _] = summary_rows([result])
+    assert (fault["group"], fault["right"], fault["weak"], fault["weak_said"]) == ("fault", 0, 1, 1)
+    # at a threshold of 5% it is no longer weak, and named
+    result = run_case(case, threshold=0.05)
+    assert result.weak is None and result.right
 
 
 def test_stage_evidence_gives_what_the_stages_found_before_the_verdict_weighs_it():
