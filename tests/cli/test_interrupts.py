@@ -52,13 +52,25 @@ def _run_and_interrupt(args: list[str], delay_s: float) -> subprocess.CompletedP
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
+def _seconds(args: list[str]) -> float:
+    """How long one uninterrupted run of ``args`` takes on this machine now."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "mapp", *args], capture_output=True, env=ENV, timeout=300)
+    return time.perf_counter() - start
+
+
 def test_ctrl_c_at_random_instants_is_one_line_and_exit_130(bundle, tmp_path):
     rng = random.Random(14)
     before = _traces(bundle)
+    # the instants span each command's own run on this machine (twice its time after the
+    # earliest instant, within LATEST_S): fixed instants missed every run of a fast machine
+    # and caught none mid-run, and a slow one finishes none before them
+    runs = [[a.format(dir=bundle, out=tmp_path) for a in c] for c in COMMANDS]
+    span = [min(LATEST_S, EARLIEST_S + 2 * max(_seconds(args) - EARLIEST_S, 0.2)) for args in runs]
     outcomes = []
     for i in range(12):
-        args = [a.format(dir=bundle, out=tmp_path) for a in COMMANDS[i % len(COMMANDS)]]
-        done = _run_and_interrupt(args, rng.uniform(EARLIEST_S, LATEST_S))
+        args = runs[i % len(COMMANDS)]
+        done = _run_and_interrupt(args, rng.uniform(EARLIEST_S, span[i % len(COMMANDS)]))
         said = done.stdout + done.stderr
         assert "Traceback" not in said, (args, said[-2000:])
         assert done.returncode in (0, 130), (args, done.returncode, said[-2000:])

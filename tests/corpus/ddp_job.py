@@ -18,8 +18,9 @@ Fault injectors on ``--slow-rank``:
 - ``--slow-mode data-sleep --slow-ms MS``: the dataset sleeps MS ms on the host before it
   hands out each batch (inside the DataLoader's ``__next__``: a slow data path).
 - ``--slow-mode step-sleep --slow-ms MS``: the training loop sleeps MS ms on the host at the
-  start of each step, before it asks for the batch (no annotation around it: a stall of the
-  host's own, outside the data path).
+  start of each step, before it asks for the batch: a stall of the host's own, outside the data
+  loader (inside the profiler's step span, which ``profiler.step()`` opens at the end of the
+  step before).
 """
 
 from __future__ import annotations

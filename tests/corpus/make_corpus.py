@@ -470,7 +470,7 @@ def _plain(job: str, layout: str, seed: int, rank: int | None = None, factor: fl
         return Case(f"{stem}-prof-stepsleep{step_sleep_ms:g}ms-r{rank}{tag}", script, "kineto", lay, "fault",
                     [*base_args, "--slow-rank", str(rank), "--slow-mode", "step-sleep", "--slow-ms", f"{step_sleep_ms:g}"],
                     [{"how": f"host sleep in the training loop (time.sleep({step_sleep_ms:g} ms) at the start of each "
-                             "step, before the batch is fetched, outside any annotation)", "rank": rank,
+                             "step, before the batch is fetched, outside the data loader)", "rank": rank,
                       "sleep_ms": step_sleep_ms}],
                     _slow(rank, ["slow_host"]), "host", base, gpu, job_window=w)
     return Case(base, script, "kineto", lay, "healthy", base_args, gpu_args=gpu, job_window=w)

@@ -55,7 +55,8 @@ def recurring_stalls_stand(peers: PeerEvidence, late: dict | None, shared_cpus: 
     at z 8.3, last at 1 of 5, 2 ms net waited over the run; "no suspect" both, before). Ranks of
     healthy, imbalanced and other fault jobs there stalling so (a tenth of their work, idle time
     at half the cut-off) waited net 6-130x their stalls of one iteration (942 jobs,
-    ``benchmarks/detect_evidence.py``)."""
+    ``benchmarks/detect_evidence.py``). (A run's net wait against one step's stalls: the more steps
+    traced, the stricter, as a victim's waits add up step after step while a sleeper's net out.)"""
     return shared_cpus and peers.counted and late is not None and late["net_ns"] > -stalled
 
 
@@ -152,7 +153,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     its work, and last no less often than chance (a 20 ms data-path sleep on one of 4 ranks
     sharing 2 cores, 5 all-reduces: its peers, their cores freed while it slept, waited less
     than it did in one run of three). With many collectives a step, stage 2 keeps its say
-    (simulated host noise: stalls as long on ranks last only by chance).
+    (simulated host noise: stalls as long on ranks last only by chance), except on shared CPUs
+    where calls are counted: stalls recurring at one place of every step, a real share of the
+    rank's work, that stage 2 does not contradict pass whatever the count (``recurring_stalls_stand``).
     """
     agrees = stage2_agrees(late)
     # (on shared CPUs, where stage 2 is no guess, it must still find the rank making the others

@@ -40,7 +40,8 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     of the program (``_recurring``); ``leaves`` then carry each leaf's ``name``. Where they do,
     ``handover_excess_ns`` is the excess of the stalls before a backward span whose compute span
     before it was a forward one (0 without names). ``loss_stage``: stages are compared with each
-    other (one rank per stage), or processes share CPUs, so the last stage's hand-over stalls,
+    other (one rank per stage), or processes share CPUs under mapp's capture (a profiler trace
+    records the loss's ops), so the last stage's hand-over stalls,
     where it computes the loss outside the traced spans, are its program's, not idle time
     (``_loss_stage``)."""
     # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
@@ -128,8 +129,8 @@ def _loss_stage(per: pl.DataFrame, last_stage: int | None) -> pl.DataFrame:
     made a healthy last stage a slow host (megatron-core PP4 under mapp's capture, 4 processes
     on 2 cores: 10.9-15.8 ms of stalls a step, all of it at the hand-over). Work in the data path
     or before a microbatch stalls before a forward span, not there. Also against the last stage's
-    own peers on shared CPUs (``peers.compare_peers``), where the loss's time varies with their
-    sequences and cores. ``last_stage``: the layout's (not the last stage among the ranks traced:
+    own peers on shared CPUs under mapp's capture (``peers.compare_peers``), where the loss's time
+    varies with their sequences and cores. ``last_stage``: the layout's (not the last stage among the ranks traced:
     without its trace no stage's stalls are taken)."""
     if last_stage is None:
         return per

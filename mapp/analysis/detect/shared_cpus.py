@@ -32,7 +32,9 @@ its core with a busier one is chance, and lasts the whole run. Healthy megatron-
 DDP jobs on 4 processes on 2 cores, some beside a fifth busy process: a rank 1.11-1.15x its peers
 by the lesser typical call while slower than every other rank by the threshold, 1.12x by its
 arrivals alone. A fault adds work, which its counted calls show (``added_work``); slowed by
-times alone, 1.41-1.61x (extra matmuls of shapes the model never runs), 2.5-7.4x by arrivals."""
+times alone, 1.41-1.61x (extra matmuls of shapes the model never runs), 2.5-7.4x by arrivals.
+Also the bar of a middle pipeline stage timed against the other stages where calls are not
+counted (``ONE_RANK_A_STAGE``)."""
 
 
 LAST_STAGE = 1.6

@@ -576,11 +576,12 @@ def _last_stage(layout: LayoutInfo) -> frozenset[int]:
 
 
 def _middle_stages(layout: LayoutInfo) -> frozenset[int]:
-    """The ranks of pipeline stages that are neither the first nor the last of the layout."""
+    """The ranks of pipeline stages that are neither the first nor the last, of the layout and of
+    the ranks traced (``_last_stage``'s)."""
     pp = layout.ranks.filter(pl.col("pp").is_not_null())
     if pp.is_empty() or layout.sizes is None:
         return frozenset()
-    last = layout.sizes["pp"] - 1
+    last = min(layout.sizes["pp"] - 1, int(pp["pp"].max()))
     return frozenset(pp.filter((pl.col("pp") > 0) & (pl.col("pp") < last))["rank"].to_list())
 
 

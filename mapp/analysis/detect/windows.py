@@ -89,12 +89,20 @@ def merge_verdicts(verdicts: Sequence[Verdict], windows: Sequence[Sequence[int]]
         for k, t in v.timings_s.items():
             timings[k] = timings.get(k, 0.0) + t
     iteration = [v.iteration_ns for v in verdicts if v.iteration_ns is not None]
+    # a rank below the threshold in some window and named in none: listed once, its slowest reading
+    below: dict[tuple, Suspect] = {}
+    for v in verdicts:
+        for b in v.below:
+            if (b.rank, b.peer) not in {(s.rank, s.peer) for s in suspects} and (
+                    _key(b) not in below or b.slowdown > below[_key(b)].slowdown):
+                below[_key(b)] = b
     return Verdict(
         suspects=suspects, imbalance=_merge_imbalance(verdicts), stages=_merge_stages(verdicts),
         layout=first.layout, layout_sizes=first.layout_sizes, traced=first.traced, unrecorded=first.unrecorded,
         victims=victims, grid=_merge_grid(verdicts, named, set(victims)),
         iteration_ns=statistics.median(iteration) if iteration else None,
         threshold=first.threshold, thresholds=first.thresholds, timings_s=timings, notes=notes,
+        below=list(below.values()),
     )
 
 

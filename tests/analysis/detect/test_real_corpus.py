@@ -652,10 +652,21 @@ def test_on_shared_cpus_a_rank_slower_than_every_other_by_the_threshold_is_named
     assert "added_work" not in verdict.suspects[0].evidence["peers"]
 
 
-def test_on_cpus_a_rank_whose_ops_lose_far_more_than_its_gaps_is_slow_compute():
+def test_on_cpus_a_rank_whose_ops_lose_far_more_than_its_gaps_is_slow_compute(monkeypatch):
+    # megatron-core PP2 under mapp's capture, 2 processes on 2 CPUs, no fault: the first stage's
+    # layers 1.46x the last's at z 11 and its gaps at z 15.3, 1.9 ms a step. No launch stretches an
+    # op on a CPU: its ops losing far more than its gaps (``verdict.FAR_MORE``) make it no slow host
+    # (and, one rank a stage timed alone, no slow GPU either: below)
+    from mapp.analysis.detect import verdict as rules
+
+    bundle = load_bundle(FRESH_CASES["gpt-pp2-mapp-healthy-f12"].directory)
+    assert detect_bundle(bundle, threshold=0.1).suspects == []
+    monkeypatch.setattr(rules, "FAR_MORE", float("inf"))
+    assert [(s.rank, s.kind) for s in detect_bundle(bundle, threshold=0.1).suspects] == [(0, "slow_host")]
+    monkeypatch.undo()
     # megatron-core TP2 x DP2 under the profiler, 4 processes on 2 cores, each layer of rank 1
     # doing 1.5x the matmuls: 53.7 ms more in its ops a step and 11.7 ms more idle (gaps at z 9.3,
-    # so they stood out too). No launch stretches an op on a CPU: that is its compute
+    # so they stood out too): slow compute (its extra calls are counted too)
     verdict = detect_bundle(load_bundle(EXTRA_CASES["gpt-tp2dp2-prof-layer1.5x-r1-s2"].directory), threshold=0.1)
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (1, "slow_compute")

@@ -95,3 +95,17 @@ def test_window_options_that_do_not_fit_get_one_line(tmp_path, args, says):
     out, _ = simulated(tmp_path, **FOUR)
     said = _mapp("detect", str(out), *args)
     assert said.returncode == 2 and says in said.stderr and "Traceback" not in said.stderr, said.stderr
+
+
+def test_a_rank_below_the_threshold_in_the_windows_is_listed_below_it_in_the_merged_verdict(tmp_path):
+    # a 1.06x GPU at a threshold of 0.1: no suspect in any window; the merged verdict lists it
+    # below the threshold once, as the whole run's does (and its notes say so)
+    out, _ = simulated(tmp_path, "slow_gpu:5:1.06", **FOUR)
+    bundle = load_bundle(out)
+    whole = detect_bundle(bundle, threshold=0.1)
+    merged = detect_windows(bundle, window=2, threshold=0.1)
+    assert whole.suspects == merged.suspects == []
+    assert [(b.rank, b.kind) for b in whole.below] == [(5, "slow_compute")]
+    assert [(b.rank, b.kind) for b in merged.below] == [(5, "slow_compute")]
+    assert merged.to_json()["below_threshold"][0]["rank"] == 5
+    assert any(n.startswith("below threshold") for n in merged.notes)
