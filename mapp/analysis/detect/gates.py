@@ -54,8 +54,10 @@ def recurring_stalls_stand(peers: PeerEvidence, late: dict | None, shared_cpus: 
     net imposed; an 18 ms sleep before each step on rank 1, 18 ms more stalls a step, idle time
     at z 8.3, last at 1 of 5, 2 ms net waited over the run; "no suspect" both, before). Ranks of
     healthy, imbalanced and other fault jobs there stalling so (a tenth of their work, idle time
-    at half the cut-off) waited net 6-130x their stalls of one iteration (942 jobs,
-    ``benchmarks/detect_evidence.py``). (A run's net wait against one step's stalls: the more steps
+    at half the cut-off) waited net 6-130x their stalls of one iteration, but one (942 jobs,
+    ``benchmarks/detect_evidence.py``): a PP2 x DP2 rank with lognormal lengths, 3.6 ms more
+    stalls a step, 15 ms net imposed, whose stalls cost its 220 ms step under the threshold
+    ("below threshold", 1.03x). (A run's net wait against one step's stalls: the more steps
     traced, the stricter, as a victim's waits add up step after step while a sleeper's net out.)"""
     return shared_cpus and peers.counted and late is not None and late["net_ns"] > -stalled
 
