@@ -59,7 +59,7 @@ on 2 of 3 machines by other rules, whichever bar).
 
 For the end stages only, which read the data or compute the loss outside their spans; a middle
 stage, which does neither, is held to ``CONTENTION``: the middle stages of healthy PP4 jobs under
-mapp's capture on shared CPUs were timed at most 1.08x the other stages' same layers (52 ranks),
+mapp's capture on shared CPUs were timed at most 1.08x the other stages' same layers (26 ranks),
 of imbalanced ones 1.22x, while a 1.5x layer fault on stage 2 read 1.51x in two runs, "not a
 suspect" under 1.55x (942 jobs and ``--set fresh21``, ``benchmarks/detect_evidence.py``)."""
 
