@@ -1373,7 +1373,7 @@ def test_on_shared_cpus_a_middle_pipeline_stage_is_held_to_contention_not_to_the
     # megatron-core PP4 under mapp's capture, 4 processes on 2 CPUs of a 16-CPU machine, each
     # layer of rank 2 stretched 1.5x by sleeps (`--set fresh21`): its layers 1.51x the other
     # stages' same layers in every step. Stages that read the data or compute the loss outside
-    # their spans are timed up to 1.46x slower in healthy jobs (``ONE_RANK_A_STAGE``, 1.55x); a
+    # their spans are flagged up to 1.46x slower in healthy jobs (``ONE_RANK_A_STAGE``, 1.55x); a
     # middle stage, which does neither, at most 1.08x (26 ranks of healthy PP4 jobs). Under
     # 1.55x it was "not a suspect" before
     verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp4-mapp-layer1.5x-r2-f21"].directory), threshold=0.1)
