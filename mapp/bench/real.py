@@ -10,10 +10,11 @@ to the manifest), where it came from (``source``), its ``class`` (``fault``, ``h
 Scoring, per case: a fault case is right when the *top* suspect is the injected rank (and peer,
 for a link) with one of the expected kinds; a healthy or imbalance case is right when there is
 no suspect at all (any GPU, host or link verdict there is a false alarm). A fault on CPU
-processes whose injected host time is under the threshold's share of the step (``weak``) still
-counts as right only when named; the summary also says how many of those the detector named or
-said were below the threshold, which ``--threshold`` as documented makes an answer too. Cases are detected in
-a temporary copy, so the corpus itself is never written to (no cache beside it).
+processes whose injected host time slows its rank by less than the threshold
+(``RealCase.weak_share``) still counts as right only when named; the summary also says how many
+of those the detector named or said were below the threshold (``RealResult.said_below``), which
+``--threshold`` as documented makes an answer too. Cases are detected in a temporary copy, so the
+corpus itself is never written to (no cache beside it).
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ class RealResult:
     """The expected rank and kind among the verdict's ranks below the threshold."""
     weak: float | None = None
     """``RealCase.weak_share``: the injection's share of the step, where under the threshold."""
+
+    @property
+    def said_below(self) -> bool:
+        """A weak fault not named, whose rank the verdict said was below the threshold, with no
+        other suspect: the documented answer for a rank slowed by less than the threshold."""
+        return self.weak is not None and not self.right and self.below and not self.suspects
 
 
 def load_corpus(directory: Path | str) -> list[RealCase]:
@@ -189,6 +196,6 @@ def summary_rows(results: list[RealResult]) -> list[dict[str, Any]]:
             "errors": sum(1 for r in rs if r.error),
             # weak injections, and those named or said to be below the threshold (no other suspect)
             "weak": sum(1 for r in faults if r.weak is not None),
-            "weak_said": sum(1 for r in faults if r.weak is not None and (r.right or (r.below and not r.suspects))),
+            "weak_said": sum(1 for r in faults if r.weak is not None and (r.right or r.said_below)),
         })
     return rows

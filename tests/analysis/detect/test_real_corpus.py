@@ -1405,7 +1405,7 @@ def test_a_weak_injection_said_to_be_below_the_threshold_is_counted_apart():
     assert (below.rank, below.kind) == (2, "slow_host") and 1.0 < below.slowdown < 1.1
     assert verdict.to_json()["below_threshold"][0]["rank"] == 2
     result = run_case(case, threshold=0.1)
-    assert not result.right and result.below and 0.05 < result.weak < 0.1
+    assert not result.right and result.below and 0.05 < result.weak < 0.1 and result.said_below
     [fault, _] = summary_rows([result])
     assert (fault["group"], fault["right"], fault["weak"], fault["weak_said"]) == ("fault", 0, 1, 1)
     # at a threshold of 5% it is no longer weak, and named
