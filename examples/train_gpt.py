@@ -21,6 +21,10 @@ Software fault injectors (``--slow-rank R`` picks the rank, ``--slow-mode`` what
   ``exp(SIGMA * N(0, 1))`` drawn from ``--seed`` (a stage that is slow by turns, not steadily).
 - ``host-sleep``, with ``--slow-ms MS``: ``time.sleep(MS/1000)`` in the data iterator before
   each microbatch is handed out (a slow data path / host).
+- ``gpu-hog`` (GPUs only), with ``--slow-duty D``: another process on rank R's GPU runs bf16
+  matmuls for D of every 20 ms (as measured alone), and the GPU time-slices between the two
+  contexts: every kernel of rank R, collectives included, may wait behind the other's (a
+  neighbour sharing the GPU; nothing in rank R's own program changes).
 
 ``--link-slow SRC,DST --link-extra-bytes N`` makes one pipeline link carry more traffic:
 every pipeline exchange between the two ranks (activations forward, gradients backward)
@@ -87,12 +91,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--clip-grad", type=float, default=1.0, help="gradient clipping norm (0: none)")
     p.add_argument("--slow-rank", type=int, default=None, help="rank to slow down (fault injector)")
     p.add_argument("--slow-factor", type=float, default=1.0, help="compute slowdown of --slow-rank")
-    p.add_argument("--slow-mode", default="layer", choices=["layer", "before-microbatch", "host-sleep"],
+    p.add_argument("--slow-mode", default="layer", choices=["layer", "before-microbatch", "host-sleep", "gpu-hog"],
                    help="what --slow-rank does (see the module doc)")
     p.add_argument("--slow-work", default="auto", choices=["auto", "sleep", "matmul"],
                    help="--slow-mode layer: sleep or real matmuls (auto: sleep on CPU, matmuls on GPU)")
     p.add_argument("--slow-ms", type=float, default=20.0,
                    help="--slow-mode before-microbatch/host-sleep: ms of extra work/sleep per microbatch")
+    p.add_argument("--slow-duty", type=float, default=0.3,
+                   help="--slow-mode gpu-hog: share of each 20 ms the other process keeps the GPU busy")
     p.add_argument("--slow-jitter", type=float, default=0.0, metavar="SIGMA",
                    help="--slow-mode before-microbatch: each microbatch's --slow-ms times exp(SIGMA * N(0, 1))")
     p.add_argument("--link-slow", default=None, metavar="SRC,DST",
@@ -436,6 +442,48 @@ class SlowDown:
             module._slow_b0 = None
 
 
+# the neighbour of --slow-mode gpu-hog: a process of its own (its own CUDA context, so that the
+# GPU time-slices between it and the rank, as between two jobs sharing a GPU), which leaves as
+# soon as its parent is gone
+_HOG = """
+import os, sys, time, torch
+dev, duty, parent = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+torch.cuda.set_device(dev)
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+for _ in range(3):
+    a @ a
+torch.cuda.synchronize()
+t = time.perf_counter()
+for _ in range(20):
+    a @ a
+torch.cuda.synchronize()
+n = max(1, round(duty * 0.02 / ((time.perf_counter() - t) / 20)))
+print(f"gpu-hog: {n} matmuls of 4096x4096 every 20 ms on GPU {dev}", flush=True)
+while os.getppid() == parent:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        a @ a
+    torch.cuda.synchronize()
+    time.sleep(max(0.0, 0.02 - (time.perf_counter() - t0)))
+"""
+
+
+def start_gpu_hog(device: torch.device, duty: float):
+    """Starts the neighbour process of ``--slow-mode gpu-hog`` on ``device`` and returns it once it
+    runs (its first line: it has measured its matmuls), so that every traced iteration shares the
+    GPU; stop it with ``terminate``."""
+    import subprocess
+    import sys
+
+    hog = subprocess.Popen([sys.executable, "-c", _HOG, str(device.index), f"{duty:g}", str(os.getpid())],
+                           stdout=subprocess.PIPE, text=True)
+    first = hog.stdout.readline().strip()
+    if not first:
+        raise SystemExit(f"--slow-mode gpu-hog: the neighbour process did not start (exit {hog.wait()})")
+    print(first, flush=True)
+    return hog
+
+
 class BeforeMicrobatch:
     """Fault injector (``--slow-mode before-microbatch``): real matmuls for about ``ms`` ms
     before each microbatch's forward, outside the model. CPU: :class:`CpuBurner` matmuls of a
@@ -657,6 +705,10 @@ def main(argv=None) -> None:
         return run_fbd(args)
     if args.fbd_forward_tp is not None or args.fbd_placement != "rank":
         raise SystemExit("--fbd-forward-tp and --fbd-placement need --fbd")
+    if args.slow_mode == "gpu-hog" and not torch.cuda.is_available():
+        raise SystemExit("--slow-mode gpu-hog needs a GPU: it shares the slowed rank's GPU with another process")
+    if not 0 < args.slow_duty < 1:
+        raise SystemExit("--slow-duty takes a share of the time between 0 and 1, e.g. 0.3")
     if args.slow_jitter and (args.slow_jitter < 0 or args.slow_mode != "before-microbatch"):
         raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch")
     if args.overlap_param_gather and not (args.distributed_optimizer and args.overlap_grad_reduce):
@@ -701,6 +753,7 @@ def main(argv=None) -> None:
         _BEFORE_MICROBATCH = BeforeMicrobatch(args.slow_ms, args, device, cfg.params_dtype, injected)
     if args.link_slow:
         install_link_slow(args, rank, device, injected)
+    hog = start_gpu_hog(device, args.slow_duty) if slow and args.slow_mode == "gpu-hog" else None
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer=args.optimizer, lr=1e-4, bf16=args.bf16,
                         use_distributed_optimizer=args.distributed_optimizer,
@@ -758,6 +811,8 @@ def main(argv=None) -> None:
 
     if profiler is not None:
         profiler.stop()
+    if hog is not None:
+        hog.terminate()
     tracer.close()
     if scope is not None:
         scope.close()

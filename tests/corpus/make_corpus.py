@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -130,7 +130,7 @@ class Case:
     args: list[str]               # job arguments (without trace dir / timings)
     injected: list = field(default_factory=list)
     expect: dict = field(default_factory=lambda: {"suspect": None})
-    part: str | None = None       # what the injection slows: "layers", "matmuls", "link", "stages", "microbatches"
+    part: str | None = None       # what the injection slows: "layers", "matmuls", "link", "stages", "microbatches", "gpu"
     baseline: str | None = None   # id of the healthy case of the same job/layout/format (for readers;
     # step times of separate runs are not compared: other work on the shared cores varies)
     gpu_args: list[str] | None = None  # replaces the model-size arguments on GPUs
@@ -221,8 +221,9 @@ def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "
              factor: float = 1.5, ms: float = 20.0, link: tuple[int, int] | None = None,
              link_bytes: int = 4_000_000, last_layers: int = 3, sigma: float = 0.8,
              windows: tuple[list[str], list[str]] | None = None, gpu_ms: float | None = None,
-             numbered: bool = True) -> Case:
-    """One megatron-core case: ``variant`` is healthy, layer, beforemb, hostsleep, link, laststage, seqlognorm.
+             numbered: bool = True, duty: float = 0.3) -> Case:
+    """One megatron-core case: ``variant`` is healthy, layer, beforemb, hostsleep, link, laststage,
+    seqlognorm, or gpuhog (GPUs only: another process shares the rank's GPU ``duty`` of the time).
 
     ``windows``: (mapp capture, profiler) iteration windows, default (MAPP_WINDOW, PROF_WINDOW).
     ``gpu_ms``: the before-microbatch / host-sleep ms on GPUs where it differs from ``ms``.
@@ -295,6 +296,13 @@ def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "
         return Case(f"gpt-{layout}-{short}-link{src}-{dst}" + tag, "gpt", fmt, lay, "fault", args + extra,
                     how(link_bytes), _link(src, dst), "link", base,
                     gpu + ["--link-slow", f"{src},{dst}", "--link-extra-bytes", str(gpu_bytes)], how(gpu_bytes))
+    if variant == "gpuhog":
+        extra = ["--slow-rank", str(rank), "--slow-mode", "gpu-hog", "--slow-duty", f"{duty:g}"]
+        how = [{"how": f"another process on the rank's GPU runs bf16 matmuls for {duty:g} of every 20 ms (the GPU "
+                       "time-slices between the two contexts: every kernel of the rank may wait)",
+                "rank": rank, "duty": duty}]
+        return Case(f"gpt-{layout}-{short}-gpuhog{duty:g}-r{rank}" + tag, "gpt", fmt, lay, "fault", args + extra,
+                    how, _slow(rank, ["slow_compute"]), "gpu", base, gpu + extra)
     if variant == "laststage":
         pp = lay["pp"]
         n = last_layers + pp - 1   # every other stage keeps one layer
@@ -1777,6 +1785,117 @@ def fresh24_set(seed: int = FRESH24_SEED) -> list[Case]:
     ]
 
 
+FRESH25_SEED = 167
+
+
+def fresh25_set(seed: int = FRESH25_SEED) -> list[Case]:
+    """Held out at the start of the thirty-second session (``--set fresh25``, 4 ranks, seed 167,
+    for CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s): issue
+    13's 4-process classes and megatron-core under both captures in every 4-rank layout (layer
+    faults on every position, host sleeps, work before each microbatch, a loaded pipeline link,
+    heavier last stages, lognormal lengths, healthy jobs), with values no other set uses. Ids
+    end in ``-f25``."""
+    g = _held_out_gpt(seed, "-f25", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=3, factor=1.45, tag="-f25"),
+        _plain("fsdp4", "dp4", seed, rank=1, step_sleep_ms=20, tag="-f25"),
+        _plain("ddp4", "dp4", seed, rank=2, sleep_ms=28, tag="-f25"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.5, tag="-f25"),
+        _plain("ddp4", "dp4", seed, tag="-f25"),
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "layer", rank=2, factor=1.45),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.5),
+        g("tp2pp2", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("pp4", "mapp-v1", "layer", rank=0, factor=1.45),
+        g("tp2dp2", "mapp-v1", "layer", rank=1, factor=1.5),
+        g("pp4", "mapp-v1", "hostsleep", rank=2, ms=22, gpu_ms=70),
+        g("tp2pp2", "mapp-v1", "beforemb", rank=1, ms=20),
+        g("pp2dp2", "mapp-v1", "link", link=(1, 3)),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=1.15),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        g("pp4", "kineto", "healthy"),
+        g("tp2pp2", "kineto", "layer", rank=2, factor=1.5),
+        g("pp2dp2", "kineto", "layer", rank=0, factor=1.4),
+        g("dp4", "kineto", "hostsleep", rank=0, ms=25, gpu_ms=70),
+        g("pp4", "kineto", "link", link=(1, 2)),
+        g("tp2pp2", "kineto", "seqlognorm", sigma=1.1),
+    ]
+
+
+FRESH26_SEED = 173
+
+
+def fresh26_set(seed: int = FRESH26_SEED) -> list[Case]:
+    """Held out at the start of the thirty-second session (``--set fresh26``, 2 ranks, seed 173,
+    for CPUs and for a machine of 2 GPUs, on which the GPU model shape is ``fresh12``'s): issue
+    13's 2-rank classes (plain DDP / FSDP2 with more forward work, sleeps before each step or in
+    the data path) and megatron-core DP2, TP2, PP2 under both captures (layer faults on either
+    rank, host sleeps, work before each microbatch, heavier last stages, lognormal lengths,
+    healthy jobs), with values no other set uses. 5 iterations, 3 recorded. Ids end in ``-f26``."""
+    g = _held_out_gpt(seed, "-f26", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=0, factor=1.4, tag="-f26"),
+        _plain("fsdp2", "dp2", seed, rank=1, step_sleep_ms=22, tag="-f26"),
+        _plain("ddp2", "dp2", seed, rank=1, sleep_ms=27, tag="-f26"),
+        _plain("fsdp2", "dp2", seed, tag="-f26"),
+        # megatron-core, mapp capture
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.45),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.5),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.55),
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=19),
+        g("dp2", "mapp-v1", "hostsleep", rank=1, ms=24, gpu_ms=70),
+        g("tp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        # megatron-core, torch.profiler
+        g("tp2", "kineto", "healthy"),
+        g("pp2", "kineto", "healthy"),
+        g("tp2", "kineto", "layer", rank=1, factor=1.4),
+        g("dp2", "kineto", "beforemb", rank=0, ms=20),
+        g("pp2", "kineto", "laststage", last_layers=3),
+        g("tp2", "kineto", "seqlognorm", sigma=1.15),
+    ]
+
+
+FRESH27_SEED = 179
+# --set fresh27 (GPUs only): a fifteenth model shape (hidden 3072, 24 heads, sequence 1536, 2
+# sequences a microbatch, 6 microbatches)
+GPT_GPU_FRESH27 = ["--layers", "8", "--hidden", "3072", "--heads", "24", "--seq", "1536", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+GPU_ONLY_SETS = ("fresh27",)
+
+
+def fresh27_set(seed: int = FRESH27_SEED) -> list[Case]:
+    """Held out during the thirty-second session (``--set fresh27``, 2 ranks, seed 179, for a
+    machine of 2 GPUs only): a slow GPU no set had, a neighbour sharing it (``--slow-mode
+    gpu-hog``: another process keeps the rank's GPU busy part of the time, so every kernel of the
+    rank, NCCL's too, may wait), under both captures in DP2, TP2 and PP2, beside healthy jobs, a
+    layer fault and lognormal lengths of a fifteenth model shape. 5 iterations, 3 recorded. Ids
+    end in ``-f27``."""
+    g = _held_out_gpt(seed, "-f27", GPT_GPU_FRESH27, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        # one H200 alone (``train_gpt.py``, this shape, 1 rank): duty 0.3 made its steps 1.64x
+        # (422 -> 693 ms), 0.6 2.18x: the time-slicing costs more than the duty
+        g("tp2", "mapp-v1", "gpuhog", rank=1, duty=0.15),
+        g("tp2", "kineto", "gpuhog", rank=0, duty=0.1),
+        g("dp2", "mapp-v1", "gpuhog", rank=0, duty=0.2),
+        g("dp2", "kineto", "gpuhog", rank=1, duty=0.15),
+        g("pp2", "mapp-v1", "gpuhog", rank=0, duty=0.1),
+        g("pp2", "kineto", "gpuhog", rank=1, duty=0.2),
+        g("tp2", "mapp-v1", "healthy"),
+        g("dp2", "kineto", "healthy"),
+        g("pp2", "mapp-v1", "healthy"),
+        g("tp2", "kineto", "layer", rank=1, factor=1.3),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
@@ -1785,7 +1904,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh8": fresh8_set, "fresh9": fresh9_set, "fresh10": fresh10_set, "fresh11": fresh11_set, "fresh12": fresh12_set, "fresh13": fresh13_set, "fresh14": fresh14_set, "fresh15": fresh15_set, "fresh16": fresh16_set,
         "fresh17": fresh17_set, "fresh18": fresh18_set, "fresh19": fresh19_set,
         "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set,
-        "fresh23": fresh23_set, "fresh24": fresh24_set}
+        "fresh23": fresh23_set, "fresh24": fresh24_set,
+        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2353,7 +2473,10 @@ def main(argv=None) -> int:
     nproc = args.nproc or worlds[0]
     if worlds != [nproc]:
         p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
-    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "fresh6", "fresh8", "prod", "prodv", "prodw") else "cpu")) == "gpu"
+    gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "fresh6", "fresh8", "prod", "prodv", "prodw",
+                                              *GPU_ONLY_SETS) else "cpu")) == "gpu"
+    if not gpu and args.set in GPU_ONLY_SETS:
+        p.error(f"--set {args.set} slows a GPU by sharing it with another process: it runs on GPUs only (drop --cpu)")
     if args.set in ("prod", "prodv", "prodw") and not gpu:
         p.error(f"--set {args.set} runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
@@ -2369,7 +2492,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("make_corpus", HERE / "make_corpus.py")
 make_corpus = importlib.util.module_from_spec(_spec)
@@ -366,6 +368,41 @@ def test_the_fresh23_and_fresh24_sets_hold_issue_13s_classes_out_after_the_31st_
         assert {c.fmt for c in gpt} == {"mapp-v1", "kineto"}
         assert {"healthy", "fault", "imbalance"} <= {c.cls for c in gpt}, name
 
+
+
+def test_the_fresh25_and_fresh26_sets_hold_issue_13s_classes_out_at_the_32nd_sessions_start():
+    for name, tag, world in (("fresh25", "-f25", 4), ("fresh26", "-f26", 2)):
+        cases = _held_out(name, tag)
+        assert all(make_corpus.world_of(c.layout) == world for c in cases)
+        plain = {c.id.split("-prof-")[1].split("-")[0].rstrip("0123456789.xms") for c in cases if c.job != "gpt"}
+        assert {"fwd", "stepsleep", "datasleep", "healthy"} <= plain, name
+        gpt = [c for c in cases if c.job == "gpt"]
+        assert {c.fmt for c in gpt} == {"mapp-v1", "kineto"}
+        assert {"healthy", "fault", "imbalance"} <= {c.cls for c in gpt}, name
+        # a layer fault under each capture, on more than one rank position
+        for fmt in ("mapp-v1", "kineto"):
+            layer = [c for c in gpt if c.fmt == fmt and "-layer" in c.id]
+            assert layer, (name, fmt)
+        assert len({c.injected[0]["rank"] for c in gpt if "-layer" in c.id}) >= 2, name
+    # on 4 ranks, a loaded pipeline link under each capture
+    links = {c.fmt for c in make_corpus.SETS["fresh25"]() if any("ranks" in i for i in c.injected)}
+    assert links == {"mapp-v1", "kineto"}
+
+
+def test_the_fresh27_set_shares_a_gpu_with_a_neighbour_and_runs_on_gpus_only(capsys):
+    cases = make_corpus.SETS["fresh27"]()
+    hogs = [c for c in cases if "--slow-mode" in c.gpu_args
+            and c.gpu_args[c.gpu_args.index("--slow-mode") + 1] == "gpu-hog"]
+    # under both captures, in each 2-rank layout, on either rank, named as slow compute
+    assert {(c.fmt, c.layout["tp"], c.layout["pp"], c.layout["dp"]) for c in hogs} == {
+        (f, *lay) for f in ("mapp-v1", "kineto") for lay in ((2, 1, 1), (1, 2, 1), (1, 1, 2))}
+    assert {c.slow_rank for c in hogs} == {0, 1}
+    assert all(c.expect == {"suspect": {"rank": c.slow_rank, "kinds": ["slow_compute"]}} for c in hogs)
+    assert {"healthy", "imbalance"} <= {c.cls for c in cases}
+    with pytest.raises(SystemExit) as stop:
+        make_corpus.main(["--set", "fresh27", "--cpu", "--list"])
+    assert stop.value.code == 2
+    assert "runs on GPUs only" in capsys.readouterr().err
 
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
