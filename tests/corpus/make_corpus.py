@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1896,6 +1896,78 @@ def fresh27_set(seed: int = FRESH27_SEED) -> list[Case]:
     ]
 
 
+FRESH28_SEED = 181
+
+
+def fresh28_set(seed: int = FRESH28_SEED) -> list[Case]:
+    """Held out after the thirty-second session's change (``--set fresh28``, 4 ranks, seed 181,
+    for CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s):
+    megatron-core under mapp's capture with data parallel peers (layer faults of 1.3-1.5x in DP4,
+    PP2 x DP2, TP2 x DP2 beside healthy, imbalanced and other faults' jobs of the same layouts,
+    where a rank slowed in every step is judged), the profiler too, and issue 13's plain jobs,
+    with values no other set uses. Ids end in ``-f28``."""
+    g = _held_out_gpt(seed, "-f28", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=1, factor=1.35, tag="-f28"),
+        _plain("fsdp4", "dp4", seed, rank=0, sleep_ms=24, tag="-f28"),
+        _plain("ddp4", "dp4", seed, rank=3, step_sleep_ms=21, tag="-f28"),
+        _plain("tp2dp2", "tp2dp2", seed, tag="-f28"),
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "layer", rank=3, factor=1.3),
+        g("dp4", "mapp-v1", "layer", rank=0, factor=1.5),
+        g("pp2dp2", "mapp-v1", "layer", rank=2, factor=1.35),
+        g("pp2dp2", "mapp-v1", "layer", rank=0, factor=1.45),
+        g("tp2dp2", "mapp-v1", "layer", rank=2, factor=1.4),
+        g("dp4", "mapp-v1", "beforemb", rank=2, ms=18),
+        g("dp4", "mapp-v1", "hostsleep", rank=1, ms=23, gpu_ms=70),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=0, ms=22, gpu_ms=70),
+        g("dp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=4),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.1),
+        # megatron-core, torch.profiler
+        g("dp4", "kineto", "layer", rank=2, factor=1.35),
+        g("pp2dp2", "kineto", "healthy"),
+        g("dp4", "kineto", "seqlognorm", sigma=1.0),
+    ]
+
+
+FRESH29_SEED = 191
+
+
+def fresh29_set(seed: int = FRESH29_SEED) -> list[Case]:
+    """Held out after the thirty-second session's change (``--set fresh29``, 2 ranks, seed 191,
+    for CPUs and for a machine of 2 GPUs, on which the GPU model shape is ``fresh12``'s):
+    megatron-core DP2, TP2, PP2 under both captures (layer faults of 1.3-1.5x, host sleeps, work
+    before each microbatch, healthy and imbalanced jobs) and issue 13's plain jobs, with values no
+    other set uses. 5 iterations, 3 recorded. Ids end in ``-f29``."""
+    g = _held_out_gpt(seed, "-f29", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=1, factor=1.45, tag="-f29"),
+        _plain("ddp2", "dp2", seed, rank=0, step_sleep_ms=25, tag="-f29"),
+        _plain("ddp2", "dp2", seed, tag="-f29"),
+        # megatron-core, mapp capture
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.35),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.45),
+        g("tp2", "mapp-v1", "layer", rank=1, factor=1.5),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.4),
+        g("dp2", "mapp-v1", "beforemb", rank=1, ms=20),
+        g("pp2", "mapp-v1", "hostsleep", rank=1, ms=23, gpu_ms=70),
+        g("dp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=1.05),
+        # megatron-core, torch.profiler
+        g("dp2", "kineto", "layer", rank=1, factor=1.4),
+        g("tp2", "kineto", "hostsleep", rank=0, ms=22, gpu_ms=70),
+        g("dp2", "kineto", "healthy"),
+        g("pp2", "kineto", "laststage", last_layers=4),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
@@ -1905,7 +1977,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh17": fresh17_set, "fresh18": fresh18_set, "fresh19": fresh19_set,
         "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set,
         "fresh23": fresh23_set, "fresh24": fresh24_set,
-        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set}
+        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set,
+        "fresh28": fresh28_set, "fresh29": fresh29_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2492,7 +2565,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -404,6 +404,20 @@ def test_the_fresh27_set_shares_a_gpu_with_a_neighbour_and_runs_on_gpus_only(cap
     assert stop.value.code == 2
     assert "runs on GPUs only" in capsys.readouterr().err
 
+
+def test_the_fresh28_and_fresh29_sets_hold_data_parallel_layer_faults_out_after_the_32nd_sessions_change():
+    for name, tag, world in (("fresh28", "-f28", 4), ("fresh29", "-f29", 2)):
+        cases = _held_out(name, tag)
+        assert all(make_corpus.world_of(c.layout) == world for c in cases)
+        mapp = [c for c in cases if c.job == "gpt" and c.fmt == "mapp-v1"]
+        # layer faults with data parallel peers, beside healthy and imbalanced jobs of those layouts
+        dp_layer = [c for c in mapp if "-layer" in c.id and c.layout["dp"] >= 2]
+        assert len({c.injected[0]["rank"] for c in dp_layer}) >= 2, name
+        negatives = {c.cls for c in mapp if c.layout["dp"] >= 2 and c.cls != "fault"}
+        assert negatives == {"healthy", "imbalance"}, name
+        assert {c.fmt for c in cases if c.job == "gpt"} == {"mapp-v1", "kineto"}
+        assert any(c.job != "gpt" for c in cases), name
+
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
     # link without one (TP2 x DP2's ranks 1 and 3, first put in ``fresh14``) carries none, and
