@@ -146,6 +146,8 @@ def _evidence_line(s) -> str:
     if p and s.kind in ("slow_compute", "slow_host"):
         beyond = ">" if p["z"] > p["cut"] else "<="    # a host's compute need not stand out
         parts.append(f"compute {p['slowdown']:.2f}x {p['mode']} (z {p['z']:.1f} {beyond} {p['cut']:.1f})")
+        if p.get("steady_layers") is not None:
+            parts.append(f"its transformer layers {p['steady_layers']:.2f}x its peers' or more in every traced iteration")
         if p.get("fastest_ops") is not None:
             parts.append(f"its fastest spans of a kind, where its GPU and not its host sets the pace, "
                          f"{p['fastest_ops']:.2f}x its peers' alike in every iteration")

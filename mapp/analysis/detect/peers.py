@@ -33,6 +33,7 @@ from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z
 from mapp.analysis.detect.idle import BACKWARD, NOISE, idle_gaps, lasting_gaps, launch_bound, no_slower, stalls
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
+from mapp.analysis.detect.steady import steady_layers
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]
@@ -221,6 +222,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         per = per.with_columns(gap_flagged=pl.col("gap_flagged") & pl.col("gap_share"))
     if gpu_spans:
         per = _backward_judged(ops, per, min_effect)
+    if shared_cpus and mode in ("dp peers", "stage peers"):
+        per = steady_layers(timed, coords, group, per)
     ranks = _per_rank(per, z_crit, judge_gaps, min_effect)
     if gpu_spans:
         # what the GPU-bound ops say is the GPU's slowdown: host-paced forward ops, where a slow
@@ -570,6 +573,7 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_eff
         gap_ns=pl.col("gap_ns").mean(),
         long_excess_ns=pl.col("long_excess_ns").mean(),
         handover_excess_ns=pl.col("handover_excess_ns").mean() if "handover_excess_ns" in per.columns else pl.lit(0.0),
+        steady=pl.col("steady").max() if "steady" in per.columns else pl.lit(None, dtype=pl.Float64),
     ).sort("rank")
 
 

@@ -1,0 +1,83 @@
+"""A rank whose transformer layers are slower than its peers' in every traced iteration, on
+shared CPUs, under mapp's capture (stage 1's steady route).
+
+Where CPU processes share cores, a rank-iteration's effect (the median of its ops' log-ratios)
+is judged against how much the ranks' effects scatter, and with two or three peers contention
+makes that scatter as large as a fault: a rank whose layers took 1.45x its DP peers' in each
+of 4 steps read z 2.0 against a cut-off of 3.2 (megatron-core DP4, 4 processes on 2 CPUs, a
+1.45x layer fault). Contention moves from rank to rank between steps; a fault stays. So a rank
+is flagged in every iteration where the summed time of its transformer layer spans is at least
+``STEADY`` x its peers' (the mean of the others of its peer group) on as many tokens, in each
+traced iteration, three or more (a replica that drew longer sequences is not compared: megatron-
+core DP2, lognormal lengths, one replica's layers 2.4x its peer's on twice the tokens), and it alone in its group is so, and no other rank of the job is flagged by its
+own ops: it is a fallback where contention hides every rank, for a rank that shares a core with
+a sleeping or busy culprit, or waits on it through the pipeline, is slowed steadily too (DP4 with
+rank 0's layers stretched 1.3x by sleeps: rank 2 read 1.55x at least, rank 0 1.19x; PP2 x DP2
+with rank 3's stretched 1.4x: rank 0, of the other stage, 1.98x).
+Its effect in those iterations is at least the log of that ratio. The verdict's gates for
+shared CPUs judge it like any flagged rank.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# Held-out jobs of megatron-core under mapp's capture with DP >= 2, CPU processes on shared cores
+# (sessions 28-32), three or more traced steps: the lowest per-step ratio of a rank in a healthy or
+# imbalanced job was at most 1.20x (456 ranks of 121 jobs) but once, 1.42x, a pair of CPUs on
+# which rank 1 ran every op 1.4x slower (embedding and optimizer too); of 71 layer faults of
+# 1.3-1.78x, 56 injected ranks read 1.25x or more.
+STEADY = 1.25
+SAME_TOKENS = 1.02
+"""Ranks compared in an iteration worked on as many tokens, to this ratio (mapp's capture records
+each layer call's: sequence x micro-batch)."""
+LAYER_SPANS = "layer."
+
+
+def steady_layers(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str], per: pl.DataFrame) -> pl.DataFrame:
+    """``per`` (rank, iteration, ``effect``, ``flagged``) with the steady rank of each peer
+    group (``group``: the coordinates that peers share) flagged in every iteration, its
+    ``effect`` raised to its layers' log-ratio, and ``steady``: its smallest ratio over the
+    iterations (null for every other rank)."""
+    per = per.with_columns(steady=pl.lit(None, dtype=pl.Float64))
+    if "tokens" not in timed.columns:
+        return per
+    ratios, traced = _layer_ratios(timed, coords, group)
+    if ratios.is_empty():
+        return per
+    steady = ratios.group_by("rank", *group).agg(k=pl.len(), rmin=pl.col("r").min()).filter(
+        (pl.col("k") == traced) & (pl.col("k") >= 3) & (pl.col("rmin") >= STEADY))
+    if group:
+        steady = steady.filter(pl.len().over(group) == 1)
+    # a fallback where contention hides every rank's ops: not where another rank's own ops
+    # flag it, in any group (its cores' or its pipeline's neighbours are slowed steadily too)
+    flagged = per.filter(pl.col("flagged"))["rank"].unique()
+    if len(flagged) > 1:
+        return per
+    if len(flagged) == 1:
+        steady = steady.filter(pl.col("rank") == flagged[0])
+    if steady.is_empty():
+        return per
+    hit = ratios.join(steady.select("rank", "rmin"), on="rank").select("rank", "iteration", "rmin", lr=pl.col("r").log())
+    return per.join(hit, on=["rank", "iteration"], how="left").with_columns(
+        flagged=pl.col("flagged") | pl.col("lr").is_not_null(),
+        effect=pl.max_horizontal(pl.col("effect"), pl.col("lr")),
+        steady=pl.col("rmin")).drop("lr", "rmin")
+
+
+def _layer_ratios(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str]) -> tuple[pl.DataFrame, int]:
+    """Per (rank, iteration) of a group with two or more ranks that worked on as many tokens
+    (``SAME_TOKENS``): ``r``, its layer spans' summed time over the mean of the group's other
+    ranks'; and how many iterations were traced. A replica that drew longer sequences has more
+    work, not a slower GPU: its iterations are not compared (``peers._fit`` weighs tokens op by op)."""
+    layers = timed.filter(pl.col("name").str.starts_with(LAYER_SPANS))
+    if layers.is_empty():
+        return pl.DataFrame(), 0
+    per = layers.group_by("rank", "iteration").agg(t=pl.col("dur_ns").sum(), tokens=pl.col("tokens").sum()).join(
+        coords.select("rank", *group), on="rank", how="left")
+    over = [*group, "iteration"]
+    same = pl.col("tokens").max().over(over) <= SAME_TOKENS * pl.col("tokens").min().over(over)
+    per = per.with_columns(n=pl.len().over(over), total=pl.col("t").sum().over(over)).filter(
+        (pl.col("n") >= 2) & (pl.col("tokens") > 0) & same)
+    return (per.with_columns(r=pl.col("t") / ((pl.col("total") - pl.col("t")) / (pl.col("n") - 1))),
+            layers["iteration"].n_unique())
