@@ -475,10 +475,14 @@ def start_gpu_hog(device: torch.device, duty: float):
     import subprocess
     import sys
 
+    import select
+
     hog = subprocess.Popen([sys.executable, "-c", _HOG, str(device.index), f"{duty:g}", str(os.getpid())],
                            stdout=subprocess.PIPE, text=True)
-    first = hog.stdout.readline().strip()
+    ready, _, _ = select.select([hog.stdout], [], [], 120.0)   # torch and CUDA start in seconds
+    first = hog.stdout.readline().strip() if ready else ""
     if not first:
+        hog.kill()
         raise SystemExit(f"--slow-mode gpu-hog: the neighbour process did not start (exit {hog.wait()})")
     print(first, flush=True)
     return hog

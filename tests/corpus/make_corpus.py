@@ -2249,7 +2249,8 @@ def measure(case: Case, trace_dir: Path, timings: dict, docs: dict[int, dict] | 
         out["matmul_fwd_ms"] = [_r(x) for x in fwd]
         out["matmul_bwd_ms"] = [_r(x) for x in bwd]
         out["comm_ms"] = [_r(_median(per[r][i]["comm"] for i in its)) for r in ranks]
-        if slow is not None and case.part == "matmuls":
+        # (a GPU shared with another process stretches its GEMMs too: "gpu" is measured alike)
+        if slow is not None and case.part in ("matmuls", "gpu"):
             tot = [f + b for f, b in zip(fwd, bwd)]
             out["part"] = ("GEMM kernel time per step (forward + backward)" if gpu
                            else "matmul time per step (aten mm/addmm/bmm, forward + backward)")
@@ -2265,7 +2266,7 @@ def measure(case: Case, trace_dir: Path, timings: dict, docs: dict[int, dict] | 
         layers = [_median(per[r][i]["layers"] for i in its) for r in ranks]
         out["layer_self_ms"] = [_r(x) for x in layers]
         mb = {r: [x for i in its for x in per[r][i]["fwd_mb"]] for r in ranks}
-        if slow is not None and case.part == "layers":
+        if slow is not None and case.part in ("layers", "gpu"):
             out["part"] = "transformer layer self time per step (layer spans minus nested collectives)"
             if peers_of(slow):
                 out["part_slowdown"] = ratio(layers, slow)

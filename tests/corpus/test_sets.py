@@ -369,7 +369,6 @@ def test_the_fresh23_and_fresh24_sets_hold_issue_13s_classes_out_after_the_31st_
         assert {"healthy", "fault", "imbalance"} <= {c.cls for c in gpt}, name
 
 
-
 def test_the_fresh25_and_fresh26_sets_hold_issue_13s_classes_out_at_the_32nd_sessions_start():
     for name, tag, world in (("fresh25", "-f25", 4), ("fresh26", "-f26", 2)):
         cases = _held_out(name, tag)
@@ -403,6 +402,16 @@ def test_the_fresh27_set_shares_a_gpu_with_a_neighbour_and_runs_on_gpus_only(cap
         make_corpus.main(["--set", "fresh27", "--cpu", "--list"])
     assert stop.value.code == 2
     assert "runs on GPUs only" in capsys.readouterr().err
+
+
+def test_a_gpu_shared_with_a_neighbour_is_measured_on_the_slowed_ranks_layers():
+    # the neighbour adds no host time of the rank's own (no injected share): its effect is read
+    # off the traces, as a layer fault's, or the case would be left out as "effect < 10%"
+    fault = next(c for c in make_corpus.SETS["fresh27"]() if c.id == "gpt-tp2-mapp-gpuhog0.15-r1-f27")
+    trace = HERE / "cases-fresh" / "gpt-dp4-mapp-layer1.45x-r2-f25"   # a real trace of 4 ranks, rank 2 slowed
+    fault.layout, fault.injected = {"tp": 1, "pp": 1, "dp": 4}, [{"rank": 2, "duty": 0.15}]
+    measured = make_corpus.measure(fault, trace, {}, None)
+    assert measured["part_slowdown"] > 1.5 and make_corpus.effect_ok(measured)
 
 
 def test_the_fresh28_and_fresh29_sets_hold_data_parallel_layer_faults_out_after_the_32nd_sessions_change():

@@ -5,17 +5,19 @@ Where CPU processes share cores, a rank-iteration's effect (the median of its op
 is judged against how much the ranks' effects scatter, and with two or three peers contention
 makes that scatter as large as a fault: a rank whose layers took 1.45x its DP peers' in each
 of 4 steps read z 2.0 against a cut-off of 3.2 (megatron-core DP4, 4 processes on 2 CPUs, a
-1.45x layer fault). Contention moves from rank to rank between steps; a fault stays. So a rank
-is flagged in every iteration where the summed time of its transformer layer spans is at least
-``STEADY`` x its peers' (the mean of the others of its peer group) on as many tokens, in each
-traced iteration, three or more (a replica that drew longer sequences is not compared: megatron-
-core DP2, lognormal lengths, one replica's layers 2.4x its peer's on twice the tokens), and it alone in its group is so, and no other rank of the job is flagged by its
-own ops: it is a fallback where contention hides every rank, for a rank that shares a core with
-a sleeping or busy culprit, or waits on it through the pipeline, is slowed steadily too (DP4 with
-rank 0's layers stretched 1.3x by sleeps: rank 2 read 1.55x at least, rank 0 1.19x; PP2 x DP2
-with rank 3's stretched 1.4x: rank 0, of the other stage, 1.98x).
-Its effect in those iterations is at least the log of that ratio. The verdict's gates for
-shared CPUs judge it like any flagged rank.
+1.45x layer fault). Contention moves from rank to rank between steps; a fault stays.
+
+So a rank is flagged in every iteration where the summed time of its transformer layer spans
+is at least ``STEADY`` x its peers' (the mean of the others of its peer group) on as many
+tokens, in each traced iteration, three or more; where it alone of the job is so; and where no
+other rank is flagged by its own ops in some step. Ranks that drew longer sequences are not
+compared (megatron-core DP2, lognormal lengths: one replica's layers 2.4x its peer's on twice
+the tokens). It is a fallback where contention hides every rank: a rank that shares a core with
+a sleeping or busy culprit, or waits on it through the pipeline, is slowed steadily too (DP4,
+rank 0's layers stretched 1.3x by sleeps: rank 2 read 1.55x at least, rank 0 1.19x in one step;
+PP2 x DP2, rank 3's stretched 1.4x: rank 0, of the other stage, 1.98x). Its effect in those
+iterations is at least the log of that ratio; the verdict's gates for shared CPUs judge it like
+any flagged rank.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ LAYER_SPANS = "layer."
 
 
 def steady_layers(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str], per: pl.DataFrame) -> pl.DataFrame:
-    """``per`` (rank, iteration, ``effect``, ``flagged``) with the steady rank of each peer
-    group (``group``: the coordinates that peers share) flagged in every iteration, its
-    ``effect`` raised to its layers' log-ratio, and ``steady``: its smallest ratio over the
-    iterations (null for every other rank)."""
+    """``per`` (rank, iteration, ``effect``, ``flagged``) with the job's steady rank, if one,
+    flagged in every iteration and its ``effect`` raised to its layers' log-ratio against its
+    peer group (``group``: the coordinates that peers share), and ``steady``: its smallest ratio
+    over the iterations (null for every other rank). Its ``z`` stays what its ops say: the
+    verdict shows both."""
     per = per.with_columns(steady=pl.lit(None, dtype=pl.Float64))
     if "tokens" not in timed.columns:
         return per
@@ -47,10 +50,11 @@ def steady_layers(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str], p
         return per
     steady = ratios.group_by("rank", *group).agg(k=pl.len(), rmin=pl.col("r").min()).filter(
         (pl.col("k") == traced) & (pl.col("k") >= 3) & (pl.col("rmin") >= STEADY))
-    if group:
-        steady = steady.filter(pl.len().over(group) == 1)
-    # a fallback where contention hides every rank's ops: not where another rank's own ops
-    # flag it, in any group (its cores' or its pipeline's neighbours are slowed steadily too)
+    # one rank of the job alone: a culprit's neighbours on its cores or in its pipeline are
+    # slowed steadily too, more than it at times; and a fallback where contention hides every
+    # rank's ops, not where another rank's own ops flag it in some step
+    if len(steady) != 1:
+        return per
     flagged = per.filter(pl.col("flagged"))["rank"].unique()
     if len(flagged) > 1:
         return per
@@ -78,6 +82,6 @@ def _layer_ratios(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str]) -
     over = [*group, "iteration"]
     same = pl.col("tokens").max().over(over) <= SAME_TOKENS * pl.col("tokens").min().over(over)
     per = per.with_columns(n=pl.len().over(over), total=pl.col("t").sum().over(over)).filter(
-        (pl.col("n") >= 2) & (pl.col("tokens") > 0) & same)
+        (pl.col("n") >= 2) & (pl.col("tokens") > 0) & same & (pl.col("total") > pl.col("t")))
     return (per.with_columns(r=pl.col("t") / ((pl.col("total") - pl.col("t")) / (pl.col("n") - 1))),
             layers["iteration"].n_unique())

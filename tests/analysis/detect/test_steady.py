@@ -72,3 +72,20 @@ def test_two_steady_ranks_of_one_group_or_one_beside_a_rank_its_ops_flag_are_not
     assert _steady(one, _per(flagged={(0, 3)})) == {}
     # its own flags are no reason against it
     assert _steady(one, _per(flagged={(2, 3)})) == {2: 1.5}
+
+
+def test_one_steady_rank_in_each_of_two_groups_names_neither():
+    # PP2 x DP2: stage 0 is ranks 0-1, stage 1 ranks 2-3; a culprit's neighbour in the other
+    # stage can be slowed steadily too, and more
+    two = COORDS.with_columns(pp=pl.Series([0, 0, 1, 1]))
+    timed = _timed({(r, it): 1.5 for r in (0, 3) for it in (2, 3, 4)})
+    out = steady_layers(timed, two, ["pp", "tp"], _per())
+    assert not out["flagged"].any() and out["steady"].is_null().all()
+    alone = steady_layers(_timed({(3, it): 1.5 for it in (2, 3, 4)}), two, ["pp", "tp"], _per())
+    assert alone.filter(pl.col("flagged"))["rank"].unique().to_list() == [3]
+
+
+def test_peers_with_no_layer_time_are_no_baseline():
+    timed = _timed({(r, it): 0.0 for r in (0, 1, 3) for it in (2, 3, 4)})
+    out = steady_layers(timed, COORDS, ["pp", "tp"], _per())
+    assert not out["flagged"].any() and out["effect"].is_finite().all()
