@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from ._torchrun import Run, run_example
+from ._torchrun import EXAMPLE, Run, run_example
 
 LAYERS, MICROBATCHES, TRACED = 4, 4, {1, 2}
 COMMON = ["--iterations", "4", "--trace-start", "1", "--trace-interval", "10",
@@ -243,3 +243,16 @@ def test_detect_finds_the_slowed_rank(tp2pp2: Run, dp2pp2_vpp2: Run):
     # in the healthy job looks like the 3x fault.
     clean = detect.detect_bundle(ingest.load_bundle(dp2pp2_vpp2.trace_dir))
     assert all(s.slowdown < 2.0 for s in clean.suspects), clean.suspects
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--slow-rank", "0", "--slow-mode", "gpu-hog"], "--slow-mode gpu-hog needs a GPU"),
+    (["--slow-duty", "1.5"], "--slow-duty takes a share of the time between 0 and 1"),
+])
+def test_a_gpu_neighbour_asked_of_a_cpu_job_is_refused_in_one_line(args, said):
+    # `--slow-mode gpu-hog` shares the slowed rank's GPU with another process: on CPU there is
+    # none, and the job says so before it starts any process group
+    done = subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
