@@ -53,7 +53,10 @@ import json
 import math
 import os
 import random
+import select
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -472,11 +475,6 @@ def start_gpu_hog(device: torch.device, duty: float):
     """Starts the neighbour process of ``--slow-mode gpu-hog`` on ``device`` and returns it once it
     runs (its first line: it has measured its matmuls), so that every traced iteration shares the
     GPU; stop it with ``terminate``."""
-    import subprocess
-    import sys
-
-    import select
-
     hog = subprocess.Popen([sys.executable, "-c", _HOG, str(device.index), f"{duty:g}", str(os.getpid())],
                            stdout=subprocess.PIPE, text=True)
     ready, _, _ = select.select([hog.stdout], [], [], 120.0)   # torch and CUDA start in seconds

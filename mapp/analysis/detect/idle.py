@@ -41,9 +41,8 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     ``handover_excess_ns`` is the excess of the stalls before a backward span whose compute span
     before it was a forward one (0 without names). ``loss_stage``: stages are compared with each
     other (one rank per stage), or processes share CPUs under mapp's capture (a profiler trace
-    records the loss's ops), so the last stage's hand-over stalls,
-    where it computes the loss outside the traced spans, are its program's, not idle time
-    (``_loss_stage``)."""
+    records the loss's ops), so the last stage's hand-over stalls, where it computes the loss
+    outside the traced spans, are its program's, not idle time (``_loss_stage``)."""
     # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
     # waiting for peers too: without them a pipeline's first stage, idle on its GPU while a
     # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
@@ -130,8 +129,8 @@ def _loss_stage(per: pl.DataFrame, last_stage: int | None) -> pl.DataFrame:
     on 2 cores: 10.9-15.8 ms of stalls a step, all of it at the hand-over). Work in the data path
     or before a microbatch stalls before a forward span, not there. Also against the last stage's
     own peers on shared CPUs under mapp's capture (``peers.compare_peers``), where the loss's time
-    varies with their sequences and cores. ``last_stage``: the layout's (not the last stage among the ranks traced:
-    without its trace no stage's stalls are taken)."""
+    varies with their sequences and cores. ``last_stage``: the layout's (not the last stage among
+    the ranks traced: without its trace no stage's stalls are taken)."""
     if last_stage is None:
         return per
     last = pl.col("pp") == last_stage

@@ -15,7 +15,7 @@ import polars as pl
 
 from mapp.errors import InputError, LayoutError
 
-__all__ = ["LayoutInfo", "parse_layout", "resolve_layout"]
+__all__ = ["LayoutInfo", "middle_stages", "parse_layout", "resolve_layout"]
 
 _AXES = ("tp", "pp", "dp")
 
@@ -150,3 +150,15 @@ def _unrecorded(traced: pl.Series, groups: pl.DataFrame, world: int | None) -> l
 
 def _fmt(sizes: dict[str, int]) -> str:
     return ",".join(f"{a}={sizes[a]}" for a in _AXES)
+
+
+def middle_stages(ranks: pl.DataFrame, first: int | None = None, last: int | None = None) -> frozenset[int]:
+    """The ranks (``rank``, ``pp``) of pipeline stages strictly between ``first`` and ``last``
+    (default: the lowest and the highest stage among ``ranks``): they run layers only, where the
+    first stage also reads the data and the embedding and the last computes the loss."""
+    pp = ranks.filter(pl.col("pp").is_not_null())
+    if pp.is_empty():
+        return frozenset()
+    lo = int(pp["pp"].min()) if first is None else first
+    hi = int(pp["pp"].max()) if last is None else last
+    return frozenset(pp.filter((pl.col("pp") > lo) & (pl.col("pp") < hi))["rank"].to_list())

@@ -30,6 +30,7 @@ import polars as pl
 from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, within_rank_scale,
                                          z_critical)
 from mapp.analysis.detect.added_work import added_work, op_calls, op_of, with_added
+from mapp.analysis.detect.layout import middle_stages
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["self_times", "compare_same_work"]
@@ -266,15 +267,6 @@ def _layers_often(work: pl.DataFrame) -> pl.Expr:
     return (pl.col("n") == 1) & a_call & (pl.col("calls") > OFTEN * shared_max.fill_null(float("inf")))
 
 
-def _middle_stages(coords: pl.DataFrame) -> list[int]:
-    """Ranks of the pipeline stages between the first and the last."""
-    pp = coords.filter(pl.col("pp").is_not_null())
-    if pp.is_empty():
-        return []
-    lo, hi = pp["pp"].min(), pp["pp"].max()
-    return pp.filter((pl.col("pp") > lo) & (pl.col("pp") < hi))["rank"].to_list()
-
-
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
                       slow_op: float, min_effect: float, shared_cpus: bool = False,
                       programs_differ: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
@@ -335,7 +327,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # (megatron-core PP4 under the profiler, 4 processes on 2 cores: 1.5x the layers' matmuls
     # on stage 1, of a shape no stage runs, read as stage 1's program, no suspect).
     if programs_differ:
-        middle = _middle_stages(coords)
+        middle = list(middle_stages(coords))
         # (a stage of more layers makes more calls of every op: its surplus is over its scale)
         scales = shared.select("rank", "iteration").with_columns(scale=pl.Series(scale)).unique(["rank", "iteration"])
         program = (pl.col("n") == 1) & ~pl.col("rank").is_in(middle) & ~_layers_often(work)

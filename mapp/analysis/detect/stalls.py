@@ -12,7 +12,8 @@ also idles a little longer).
 
 from __future__ import annotations
 
-from mapp.analysis.detect.gates import keeps_waiting, recurring_stalls_stand, stage2_agrees, stalled_iterations, stalls_last, traced_iterations
+from mapp.analysis.detect.gates import (keeps_waiting, recurring_stalls_stand, stage2_agrees, stalled_iterations,
+                                       stalls_last, traced_iterations)
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 

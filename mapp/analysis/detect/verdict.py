@@ -29,7 +29,7 @@ from mapp.analysis.detect.host_paced import excess_at, launch_bound_verdict
 from mapp.analysis.detect.imbalance import heavy_replicas, suspects_stages, workload_imbalance
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.link_ends import link_ends, links_beside_a_busy_host, own_slowness
-from mapp.analysis.detect.layout import LayoutInfo
+from mapp.analysis.detect.layout import LayoutInfo, middle_stages
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, late_above_contention, slowest_other,
                                                stands_out, typical_slowdown)
@@ -578,13 +578,12 @@ def _last_stage(layout: LayoutInfo) -> frozenset[int]:
 
 
 def _middle_stages(layout: LayoutInfo) -> frozenset[int]:
-    """The ranks of pipeline stages that are neither the first nor the last, of the layout and of
-    the ranks traced (``_last_stage``'s)."""
-    pp = layout.ranks.filter(pl.col("pp").is_not_null())
-    if pp.is_empty() or layout.sizes is None:
+    """The ranks of pipeline stages that are neither the layout's first stage nor its last among
+    the ranks traced (``_last_stage``'s): a traced stage after an untraced first one is a middle one."""
+    if layout.sizes is None or layout.ranks.filter(pl.col("pp").is_not_null()).is_empty():
         return frozenset()
-    last = min(layout.sizes["pp"] - 1, int(pp["pp"].max()))
-    return frozenset(pp.filter((pl.col("pp") > 0) & (pl.col("pp") < last))["rank"].to_list())
+    traced_last = int(layout.ranks["pp"].max())
+    return middle_stages(layout.ranks, first=0, last=min(layout.sizes["pp"] - 1, traced_last))
 
 
 def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: float | None) -> Suspect:
