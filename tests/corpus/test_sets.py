@@ -427,6 +427,22 @@ def test_the_fresh28_and_fresh29_sets_hold_data_parallel_layer_faults_out_after_
         assert {c.fmt for c in cases if c.job == "gpt"} == {"mapp-v1", "kineto"}
         assert any(c.job != "gpt" for c in cases), name
 
+def test_the_fresh30_and_fresh31_sets_hold_links_of_several_sizes_out_beside_healthy_pipelines():
+    for name, tag, world in (("fresh30", "-f30", 4), ("fresh31", "-f31", 2)):
+        cases = _held_out(name, tag)
+        assert all(make_corpus.world_of(c.layout) == world for c in cases)
+        assert {c.fmt for c in cases if c.job == "gpt"} == {"mapp-v1", "kineto"}
+        assert {c.cls for c in cases} == {"fault", "healthy", "imbalance"}, name
+        assert any(c.job != "gpt" for c in cases), name
+    cases = make_corpus.SETS["fresh30"]()
+    extra = sorted(i["extra_bytes"] for c in cases for i in c.injected if "extra_bytes" in i)
+    # no other set's link carries less than 4 MB more but `full`'s 1 MB: several sizes below it
+    assert len(set(extra)) == len(extra) >= 3 and max(extra) < 4_000_000
+    piped = [c for c in cases if c.layout["pp"] >= 2 and c.cls != "fault" and c.fmt == "mapp-v1"]
+    assert {c.cls for c in piped} == {"healthy", "imbalance"}
+
+
+
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
     # link without one (TP2 x DP2's ranks 1 and 3, first put in ``fresh14``) carries none, and
