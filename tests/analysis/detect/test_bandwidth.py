@@ -72,6 +72,26 @@ def test_on_shared_cpus_a_link_whose_fastest_transfer_over_the_run_is_raised_is_
     assert not _raised_floors(obs, per, shared_cpus=True)["slow"].any()
 
 
+
+def test_on_shared_cpus_a_link_once_as_fast_as_its_like_link_is_not_slow_by_its_waits():
+    # megatron-core PP2 x DP2, 4 processes on 2 of 16 CPUs, no fault (``--set fresh28``): link 0-2's
+    # fastest transfer 5.3x, 3.9x and 6.1x its like link's in three steps of four, 1.1x in the
+    # first. Waiting only adds: a link that once moved its kind as fast as its like link has no
+    # cost of its own, and its raised steps were waits ("slow link 0<->2" 4.6x before)
+    us = 1_000
+    obs, per = _frames({(0, 4): [188 * us, 925 * us, 1321 * us, 1060 * us],
+                        (1, 5): [171 * us, 175 * us, 338 * us, 175 * us]})
+    pair = pl.col("obs").list.get(0) <= 1
+    obs, per = obs.filter(pair), per.filter(pair).with_columns(pair=pl.lit(True))
+    assert not _raised_floors(obs, per, shared_cpus=True)["slow"].any()
+    # the same steps on a link that was never fast: 2x or more in three of four, and over the run
+    # 3.2x the like link's fastest (its every step a raised floor, under the run's 3.5x)
+    obs, per = _frames({(0, 4): [550 * us, 925 * us, 1321 * us, 1060 * us],
+                        (1, 5): [171 * us, 175 * us, 338 * us, 175 * us]})
+    obs, per = obs.filter(pair), per.filter(pair).with_columns(pair=pl.lit(True))
+    slow = _raised_floors(obs, per, shared_cpus=True).filter(pl.col("slow"))
+    assert set(map(tuple, slow["obs"].to_list())) == {(0, 4)} and slow["fastest"].all()
+
 def test_a_link_slow_in_some_steps_is_transient_on_gpus_and_noise_on_shared_cpus():
     # four like links, link 1-5 slow (4x) in two iterations of four: a transient fault where
     # transfer times are the links' own, one process descheduled where processes share cores

@@ -1274,11 +1274,12 @@ def test_a_host_stalling_far_beyond_what_a_link_beside_it_loses_is_no_victim_of_
     # 128 ms a step; its busy process slowed the transfers beside it, link 0-2 3.8x its like
     # link's by its fastest transfers, +4 ms a step. "Slow link 0<->2" before, rank 1 set aside
     # as the victim of the link at the end of which its TP peer sits. The link is the busy
-    # host's doing, not a second suspect: a process that busy slows the transfers beside it
+    # host's doing, not a second suspect: a process that busy slows the transfers beside it.
+    # (Its fastest transfer was 2x its like link's or more in 3 steps of 4 but 1.04x in the
+    # other, 0.11 ms: a link once as fast as its like one is not slow at all, ``bandwidth``.)
     verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-tp2pp2-mapp-beforemb26ms-r1-f14"].directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_host")] and verdict.suspects[0].slowdown > 1.5
-    assert not any("of slow link" in n for n in verdict.notes)
-    assert any(n.startswith("link 0<->2 (slow link 3.") and "beside rank 1's slow host" in n for n in verdict.notes)
+    assert not any("of slow link" in n or n.startswith("link 0<->2 (slow link") for n in verdict.notes)
 
 
 def test_work_a_stage_adds_to_one_of_its_layers_kinds_does_not_make_the_other_stage_a_suspect():
@@ -1301,6 +1302,16 @@ def test_on_shared_cpus_a_link_whose_fastest_transfer_over_the_run_is_raised_is_
     assert (top.kind, {top.rank, top.peer}) == ("slow_link", {0, 2})
     assert [o["compared"] for o in top.evidence["bandwidth"]["observations"]] == ["fastest transfers"]
     assert 4 < top.slowdown < 5
+
+
+def test_on_shared_cpus_a_link_once_as_fast_as_its_like_link_is_no_slow_link():
+    # PP2 x DP2 under mapp's capture, 4 processes on 2 of a 16-CPU machine's CPUs, no fault
+    # (`--set fresh28`): link 0-2's fastest transfer 5.3x, 3.9x and 6.1x its like link's in three
+    # steps of four, 1.1x in the first (0.19 ms, the like link's 0.17). "Slow link 0<->2" 4.6x
+    # before: the link was as fast as its like link once, and waiting only adds
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2dp2-mapp-healthy-f28"].directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert not any("slow link" in n for n in verdict.notes)
 
 
 @pytest.mark.parametrize("case_id, rank, slower", [("gpt-pp2-mapp-healthy-f12", 0, "1.46"),
