@@ -441,6 +441,21 @@ def test_the_fresh30_and_fresh31_sets_hold_links_of_several_sizes_out_beside_hea
     piped = [c for c in cases if c.layout["pp"] >= 2 and c.cls != "fault" and c.fmt == "mapp-v1"]
     assert {c.cls for c in piped} == {"healthy", "imbalance"}
 
+def test_the_fresh32_and_fresh33_sets_hold_pipelines_out_after_the_33rd_sessions_changes():
+    for name, tag, world in (("fresh32", "-f32", 4), ("fresh33", "-f33", 2)):
+        cases = _held_out(name, tag)
+        assert all(make_corpus.world_of(c.layout) == world for c in cases)
+        assert {c.fmt for c in cases if c.job == "gpt"} == {"mapp-v1", "kineto"}
+        assert any(c.job != "gpt" for c in cases), name
+    # PP2 under mapp's capture: a layer fault on each stage beside jobs with no fault there
+    pp2 = [c for c in make_corpus.SETS["fresh33"]() if c.layout["pp"] == 2 and c.fmt == "mapp-v1"]
+    assert {c.injected[0]["rank"] for c in pp2 if "-layer" in c.id} == {0, 1}
+    assert {c.cls for c in pp2 if c.cls != "fault"} == {"healthy", "imbalance"}
+    # the last stage of PP4 slowed, and pipelines with no loaded link beside loaded ones
+    cases = make_corpus.SETS["fresh32"]()
+    assert any(c.layout["pp"] == 4 and "-layer" in c.id and c.injected[0]["rank"] == 3 for c in cases)
+    assert any("extra_bytes" in i for c in cases for i in c.injected)
+
 
 
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
