@@ -1327,6 +1327,17 @@ def test_on_shared_cpus_one_rank_a_stage_timed_slower_alone_is_no_slow_gpu(case_
     assert any(n.startswith(f"rank {rank} computes {slower}x") and "one rank a stage" in n for n in verdict.notes)
 
 
+
+def test_on_shared_cpus_the_last_stage_whose_layers_alone_are_slower_is_held_to_contention():
+    # PP2 under mapp's capture, 2 processes on 2 of a 16-CPU machine's CPUs, rank 1's layers
+    # stretched 1.4x by sleeps (`--set fresh22`): the last stage's layers 1.48x the first's. In
+    # jobs with no fault there the last stage's layers read at most 1.21x the first's, the first
+    # stage's up to 1.82x (a heavier last stage): "not a suspect" under the first stage's 1.55x
+    # before, and "no suspect"
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-mapp-layer1.4x-r1-f22"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (1, "slow_compute") and 1.4 < top.slowdown < 1.6
+
 def test_on_shared_cpus_a_host_costs_its_stalls_where_its_peers_idle_time_eats_its_excess():
     # Plain DDP, 4 gloo processes on this machine's 2 cores, a 22 ms data-path sleep before each
     # of rank 2's batches (`--set fresh15`, 11.8% of the step): 22.3 ms more stalls a step than its
