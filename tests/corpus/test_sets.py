@@ -456,6 +456,14 @@ def test_the_fresh32_and_fresh33_sets_hold_pipelines_out_after_the_33rd_sessions
     assert any(c.layout["pp"] == 4 and "-layer" in c.id and c.injected[0]["rank"] == 3 for c in cases)
     assert any("extra_bytes" in i for c in cases for i in c.injected)
 
+def test_the_fresh34_set_holds_loaded_links_out_beside_pipelines_with_none():
+    cases = _held_out("fresh34", "-f34")
+    assert all(make_corpus.world_of(c.layout) == 4 for c in cases)
+    loaded = [c for c in cases if any("extra_bytes" in i for i in c.injected)]
+    assert len({i["extra_bytes"] for c in loaded for i in c.injected}) >= 3
+    piped = [c for c in cases if c.layout["pp"] >= 2 and c not in loaded]
+    assert {c.cls for c in piped} == {"healthy", "imbalance", "fault"}
+
 
 
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
