@@ -436,9 +436,10 @@ many times its like links' is slow by itself (``_raised_over_the_run``)."""
 
 
 def _raised_over_the_run(floors: pl.DataFrame, link: list[str]) -> pl.DataFrame:
-    """``floors`` (``_raised_floors``'s per link and step) with ``raised`` also where the link's
-    fastest transfer over all traced steps took ``RUN_FLOOR_RATIO`` x its like links' fastest
-    over all steps (the median of theirs), ``floor_ratio`` then that ratio, ``other`` their fastest.
+    """``floors`` (``_raised_floors``'s per link and step) with ``raised`` where, and only where,
+    the link's fastest transfer over all traced steps took ``RUN_FLOOR_RATIO`` x its like links'
+    fastest over all steps (the median of theirs); where its steps alone did not raise it,
+    ``floor_ratio`` is then that ratio and ``other`` their fastest.
 
     On shared CPUs a healthy link's fastest transfer of a step is often a wait too: both of its
     ends descheduled through all of the step's transfers. Step by step the loaded link then
@@ -449,22 +450,24 @@ def _raised_over_the_run(floors: pl.DataFrame, link: list[str]) -> pl.DataFrame:
     the loaded links of 13 jobs on 2 to 4 CPUs took 4.3-24x their like links' fastest over the
     run, every link of 65 other jobs (healthy, imbalanced, other faults) at most 2.5x.
 
-    For the same reason a link raised step by step is not slow where its fastest transfer over
-    the run was within ``FLOOR_RATIO`` of its like links' fastest over the run: a link that once
-    moved its kind about as fast as its like link has no cost of its own, and its raised steps
-    were waits (healthy PP2 x DP2 jobs, 4 processes on 2 CPUs: a link 4-6x its like link in 3 of
-    4 steps, 1.1x in the fourth, named a slow link; links loaded with 4 MB more per exchange took 4.3x
-    their like links' fastest over the run or more, in all 35 of their jobs)."""
+    For the same reason a link raised step by step is slow only where it is so over the run too:
+    a link that once moved its kind about as fast as its like link has no cost of its own, and
+    its raised steps were waits (healthy PP2 x DP2 jobs, 4 processes on 2 CPUs: a link 4-6x its like link in 3 of
+    4 steps, 1.1x in the fourth, named a slow link; healthy PP2 x DP2 and TP2 x PP2 jobs whose
+    link was 2x its like link or more in 3 of 4 steps, 2.3x and 2.7x over the run). Links loaded
+    with 4 MB more per exchange took 4.3x their like links' fastest over the run or more, in all
+    35 of their jobs; raised step by step, 6x or more."""
     run = floors.group_by(link).agg(run_low=pl.col("low").min(), run_other=pl.col("other").min())
     run = run.with_columns(run_ratio=pl.col("run_low") / pl.col("run_other"))
     floors = floors.join(run, on=link, how="left")
-    stepwise = pl.col("raised") & (pl.col("run_ratio") >= FLOOR_RATIO)
-    over = ~stepwise & (pl.col("run_ratio") >= RUN_FLOOR_RATIO)
+    slow = pl.col("run_ratio") >= RUN_FLOOR_RATIO
+    # (where its steps raised it too, their median ratio and lows stay: what each step cost)
+    over = slow & ~pl.col("raised")
     return floors.with_columns(
         floor_ratio=pl.when(over).then(pl.col("run_ratio")).otherwise(pl.col("floor_ratio")),
         low=pl.when(over).then(pl.col("run_low")).otherwise(pl.col("low")),
         other=pl.when(over).then(pl.col("run_other")).otherwise(pl.col("other")),
-        raised=stepwise | over,
+        raised=slow,
     ).drop("run_low", "run_other", "run_ratio")
 
 
