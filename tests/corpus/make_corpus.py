@@ -1974,10 +1974,10 @@ FRESH30_SEED = 193
 def fresh30_set(seed: int = FRESH30_SEED) -> list[Case]:
     """Held out before the thirty-third session's change (``--set fresh30``, 4 ranks, seed 193,
     for CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s): pipeline
-    layouts under mapp's capture (heavier links of 1.5-3 MB more per exchange, where no set had
-    less than 1 MB nor more than one size, beside healthy and imbalanced jobs of the same layouts,
-    whose links are judged too), data parallel layer faults, the profiler and issue 13's plain
-    jobs, with values no other set uses. Ids end in ``-f30``."""
+    layouts under mapp's capture (heavier links of 1.5-3 MB more per exchange, where every earlier
+    set's carried 4 MB, or 1 MB in ``full``, beside healthy and imbalanced jobs of the same
+    layouts, whose links are judged too), data parallel layer faults, the profiler and issue 13's
+    plain jobs, with values no other set uses. Ids end in ``-f30``."""
     g = _held_out_gpt(seed, "-f30", GPT_GPU_FRESH14)
 
     return [
@@ -2114,9 +2114,10 @@ FRESH34_SEED = 223
 def fresh34_set(seed: int = FRESH34_SEED) -> list[Case]:
     """Held out after the thirty-third session's link change (``--set fresh34``, 4 ranks, seed
     223, for CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s):
-    pipeline links carrying 1.5-3 MB more per exchange beside healthy, imbalanced and otherwise
+    pipeline links carrying 1.5-3 MB more per exchange (the sizes of ``fresh30`` and ``fresh32``,
+    on other links and layouts; one under the profiler) beside healthy, imbalanced and otherwise
     faulty pipeline jobs under mapp's capture, whose links must not be named, and issue 13's
-    plain jobs, with values no other set uses. Ids end in ``-f34``."""
+    plain jobs. Ids end in ``-f34``."""
     g = _held_out_gpt(seed, "-f34", GPT_GPU_FRESH14)
 
     return [

@@ -436,7 +436,7 @@ def test_the_fresh30_and_fresh31_sets_hold_links_of_several_sizes_out_beside_hea
         assert any(c.job != "gpt" for c in cases), name
     cases = make_corpus.SETS["fresh30"]()
     extra = sorted(i["extra_bytes"] for c in cases for i in c.injected if "extra_bytes" in i)
-    # no other set's link carries less than 4 MB more but `full`'s 1 MB: several sizes below it
+    # every earlier set's links carried 4 MB more (`full`'s one, 1 MB): several sizes between
     assert len(set(extra)) == len(extra) >= 3 and max(extra) < 4_000_000
     piped = [c for c in cases if c.layout["pp"] >= 2 and c.cls != "fault" and c.fmt == "mapp-v1"]
     assert {c.cls for c in piped} == {"healthy", "imbalance"}

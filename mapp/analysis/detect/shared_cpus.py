@@ -33,16 +33,17 @@ DDP jobs on 4 processes on 2 cores, some beside a fifth busy process: a rank 1.1
 by the lesser typical call while slower than every other rank by the threshold, 1.12x by its
 arrivals alone. A fault adds work, which its counted calls show (``added_work``); slowed by
 times alone, 1.41-1.61x (extra matmuls of shapes the model never runs), 2.5-7.4x by arrivals.
-Also the bar of a middle pipeline stage timed against the other stages where calls are not
-counted (``ONE_RANK_A_STAGE``)."""
+Also the bar of a middle or the last pipeline stage timed against the other stages where calls
+are not counted (``ONE_RANK_A_STAGE``)."""
 
 
 LAST_STAGE = 1.6
 """``CONTENTION`` for the last pipeline stage where each stage is one rank (``peers`` in "layer
-peers" mode): on CPU processes sharing cores it is timed slower than the other stages on the same
-kinds in jobs with no fault (healthy, lognormal lengths, a heavier last stage), whichever machine
-(megatron-core under the profiler: PP2 1.23-1.54x in five jobs on 2 cores and on 8 CPUs of a
-64-CPU machine; PP4 1.14-1.45x in three),
+peers" mode) and calls are counted (under the profiler; under mapp's capture, where they are not,
+it is held to ``CONTENTION``, ``ONE_RANK_A_STAGE`` says why): on CPU processes sharing cores it is
+timed slower than the other stages on the same kinds in jobs with no fault (healthy, lognormal
+lengths, a heavier last stage), whichever machine (megatron-core under the profiler: PP2
+1.23-1.54x in five jobs on 2 cores and on 8 CPUs of a 64-CPU machine; PP4 1.14-1.45x in three),
 its calls slower even while no other rank runs, the cause not known. Work a fault adds to it is
 counted (``same_work._layers_often``, ``_added_alone``), not judged by this."""
 
@@ -59,7 +60,8 @@ on 2 of 3 machines by other rules, whichever bar).
 
 For the first stage only, which reads the data outside its spans and whose layers shared CPUs
 time slower than the others' in jobs with no fault (up to 1.82x in PP2 with a heavier last
-stage). A middle stage, which neither reads the data nor computes the loss, is held to
+stage: beyond this bar too, and left to the other rules, which must find it slower in more than
+half the iterations, ``gates``). A middle stage, which neither reads the data nor computes the loss, is held to
 ``CONTENTION``: the middle stages of healthy PP4 jobs under mapp's capture on shared CPUs were
 timed at most 1.08x the other stages' same layers (26 ranks), of imbalanced ones 1.22x, while a
 1.5x layer fault on stage 2 read 1.51x in two runs, "not a suspect" under 1.55x (942 jobs and

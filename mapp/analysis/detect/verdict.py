@@ -570,9 +570,10 @@ def _host_slowdown(row: dict, gap_excess: float, iteration_ns: float | None) -> 
 
 
 def _last_stage(layout: LayoutInfo) -> frozenset[int]:
-    """The ranks of the last pipeline stage (none where the layout has no stages)."""
+    """The ranks of the last pipeline stage traced (none where the layout has no stages, or only
+    the first stage was traced: the first stage is never held to the last stage's bars)."""
     pp = layout.ranks.filter(pl.col("pp").is_not_null())
-    if pp.is_empty():
+    if pp.is_empty() or pp["pp"].max() == 0:
         return frozenset()
     return frozenset(pp.filter(pl.col("pp") == pp["pp"].max())["rank"].to_list())
 
