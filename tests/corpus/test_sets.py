@@ -427,6 +427,7 @@ def test_the_fresh28_and_fresh29_sets_hold_data_parallel_layer_faults_out_after_
         assert {c.fmt for c in cases if c.job == "gpt"} == {"mapp-v1", "kineto"}
         assert any(c.job != "gpt" for c in cases), name
 
+
 def test_the_fresh30_and_fresh31_sets_hold_links_of_several_sizes_out_beside_healthy_pipelines():
     for name, tag, world in (("fresh30", "-f30", 4), ("fresh31", "-f31", 2)):
         cases = _held_out(name, tag)
@@ -440,6 +441,7 @@ def test_the_fresh30_and_fresh31_sets_hold_links_of_several_sizes_out_beside_hea
     assert len(set(extra)) == len(extra) >= 3 and max(extra) < 4_000_000
     piped = [c for c in cases if c.layout["pp"] >= 2 and c.cls != "fault" and c.fmt == "mapp-v1"]
     assert {c.cls for c in piped} == {"healthy", "imbalance"}
+
 
 def test_the_fresh32_and_fresh33_sets_hold_pipelines_out_after_the_33rd_sessions_changes():
     for name, tag, world in (("fresh32", "-f32", 4), ("fresh33", "-f33", 2)):
@@ -456,6 +458,7 @@ def test_the_fresh32_and_fresh33_sets_hold_pipelines_out_after_the_33rd_sessions
     assert any(c.layout["pp"] == 4 and "-layer" in c.id and c.injected[0]["rank"] == 3 for c in cases)
     assert any("extra_bytes" in i for c in cases for i in c.injected)
 
+
 def test_the_fresh34_set_holds_loaded_links_out_beside_pipelines_with_none():
     cases = _held_out("fresh34", "-f34")
     assert all(make_corpus.world_of(c.layout) == 4 for c in cases)
@@ -463,7 +466,6 @@ def test_the_fresh34_set_holds_loaded_links_out_beside_pipelines_with_none():
     assert len({i["extra_bytes"] for c in loaded for i in c.injected}) >= 3
     piped = [c for c in cases if c.layout["pp"] >= 2 and c not in loaded]
     assert {c.cls for c in piped} == {"healthy", "imbalance", "fault"}
-
 
 
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():

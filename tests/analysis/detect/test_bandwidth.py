@@ -72,7 +72,6 @@ def test_on_shared_cpus_a_link_whose_fastest_transfer_over_the_run_is_raised_is_
     assert not _raised_floors(obs, per, shared_cpus=True)["slow"].any()
 
 
-
 def test_on_shared_cpus_a_link_once_as_fast_as_its_like_link_is_not_slow_by_its_waits():
     # megatron-core PP2 x DP2, 4 processes on 2 of 16 CPUs, no fault (``--set fresh28``): link 0-2's
     # fastest transfer 5.3x, 3.9x and 6.1x its like link's in three steps of four, 1.1x in the
@@ -97,6 +96,7 @@ def test_on_shared_cpus_a_link_once_as_fast_as_its_like_link_is_not_slow_by_its_
     slow = _raised_floors(obs, per, shared_cpus=True).filter(pl.col("slow"))
     assert set(map(tuple, slow["obs"].to_list())) == {(0, 4)} and slow["fastest"].all()
     assert slow["iteration"].to_list() == [0, 1, 2, 3] and slow["floor_ratio"][0] > 3.8
+
 
 def test_a_link_slow_in_some_steps_is_transient_on_gpus_and_noise_on_shared_cpus():
     # four like links, link 1-5 slow (4x) in two iterations of four: a transient fault where

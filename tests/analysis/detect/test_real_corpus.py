@@ -868,7 +868,6 @@ def test_on_shared_cpus_only_stalls_that_recur_at_one_place_name_a_host():
     assert (sleepy.suspects[0].rank, sleepy.suspects[0].kind) == (0, "slow_host")
 
 
-
 # Four pipeline stages, one rank each (megatron-core PP4, 4 processes on 2 cores; held-out
 # `make_corpus.py --set pp4`, which no rule was tuned on): all three were wrong at 9f5a1c9
 DEEP_CASES = {c.id: c for c in load_corpus(CORPUS.parent / "cases-deep")}
@@ -1314,7 +1313,6 @@ def test_on_shared_cpus_a_link_once_as_fast_as_its_like_link_is_no_slow_link():
     assert not any("slow link" in n for n in verdict.notes)
 
 
-
 def test_on_shared_cpus_a_link_never_far_slower_than_its_like_link_at_its_fastest_is_no_slow_link():
     # PP2 x DP2 under mapp's capture, 4 processes on 2 of a 16-CPU machine's CPUs beside 7 other
     # such jobs, no fault (`--set fresh25`, run 3): every transfer of both links waited (fastest
@@ -1324,6 +1322,7 @@ def test_on_shared_cpus_a_link_never_far_slower_than_its_like_link_at_its_fastes
     verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2dp2-mapp-healthy-f25"].directory), threshold=0.1)
     assert verdict.suspects == []
     assert not any("slow link" in n for n in verdict.notes)
+
 
 @pytest.mark.parametrize("case_id, rank, slower", [("gpt-pp2-mapp-healthy-f12", 0, "1.46"),
                                                     ("gpt-pp2-mapp-laststage3of4-f12", 1, "1.21")])
@@ -1338,7 +1337,6 @@ def test_on_shared_cpus_one_rank_a_stage_timed_slower_alone_is_no_slow_gpu(case_
     assert any(n.startswith(f"rank {rank} computes {slower}x") and "one rank a stage" in n for n in verdict.notes)
 
 
-
 def test_on_shared_cpus_the_last_stage_whose_layers_alone_are_slower_is_held_to_contention():
     # PP2 under mapp's capture, 2 processes on 2 of a 16-CPU machine's CPUs, rank 1's layers
     # stretched 1.4x by sleeps (`--set fresh22`): the last stage's layers 1.48x the first's. In
@@ -1348,6 +1346,7 @@ def test_on_shared_cpus_the_last_stage_whose_layers_alone_are_slower_is_held_to_
     verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-mapp-layer1.4x-r1-f22"].directory), threshold=0.1)
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (1, "slow_compute") and 1.4 < top.slowdown < 1.6
+
 
 def test_on_shared_cpus_a_host_costs_its_stalls_where_its_peers_idle_time_eats_its_excess():
     # Plain DDP, 4 gloo processes on this machine's 2 cores, a 22 ms data-path sleep before each
