@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -2142,6 +2142,38 @@ def fresh34_set(seed: int = FRESH34_SEED) -> list[Case]:
     ]
 
 
+FRESH35_SEED = 227
+
+
+def fresh35_set(seed: int = FRESH35_SEED) -> list[Case]:
+    """Held out before the thirty-third session's last change (``--set fresh35``, 4 ranks, seed
+    227, for CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s):
+    PP4 under mapp's capture above all, a layer fault of 1.3-1.35x on each stage in turn beside
+    healthy, imbalanced and host-faulty PP4 jobs, and other pipelines beside them. Ids end in
+    ``-f35``."""
+    g = _held_out_gpt(seed, "-f35", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=0, factor=1.4, tag="-f35"),
+        # megatron-core, mapp capture: PP4
+        g("pp4", "mapp-v1", "layer", rank=0, factor=1.35),
+        g("pp4", "mapp-v1", "layer", rank=1, factor=1.3),
+        g("pp4", "mapp-v1", "layer", rank=2, factor=1.35),
+        g("pp4", "mapp-v1", "layer", rank=3, factor=1.3),
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "laststage", last_layers=4),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=1.1),
+        g("pp4", "mapp-v1", "hostsleep", rank=1, ms=23, gpu_ms=70),
+        g("pp4", "mapp-v1", "beforemb", rank=3, ms=21),
+        # other pipelines
+        g("tp2pp2", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        g("pp4", "kineto", "healthy"),
+        g("pp4", "kineto", "layer", rank=3, factor=1.4),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
@@ -2155,7 +2187,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
-        "fresh34": fresh34_set}
+        "fresh34": fresh34_set, "fresh35": fresh35_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2743,7 +2775,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -468,6 +468,14 @@ def test_the_fresh34_set_holds_loaded_links_out_beside_pipelines_with_none():
     assert {c.cls for c in piped} == {"healthy", "imbalance", "fault"}
 
 
+def test_the_fresh35_set_holds_a_layer_fault_on_each_stage_of_pp4_out():
+    cases = _held_out("fresh35", "-f35")
+    pp4 = [c for c in cases if c.layout["pp"] == 4 and c.fmt == "mapp-v1"]
+    assert {c.injected[0]["rank"] for c in pp4 if "-layer" in c.id} == {0, 1, 2, 3}
+    assert {c.cls for c in pp4 if "-layer" not in c.id} == {"healthy", "imbalance", "fault"}
+
+
+
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
     # link without one (TP2 x DP2's ranks 1 and 3, first put in ``fresh14``) carries none, and
