@@ -222,8 +222,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         per = per.with_columns(gap_flagged=pl.col("gap_flagged") & pl.col("gap_share"))
     if gpu_spans:
         per = _backward_judged(ops, per, min_effect)
-    if shared_cpus and mode in ("dp peers", "stage peers"):
-        per = steady_layers(timed, coords, group, per)
+    if shared_cpus and (mode in ("dp peers", "stage peers") or (mode == "layer peers" and sizes["pp"] >= 3)):
+        per = steady_layers(timed, coords, group, per, per_call=mode == "layer peers")
     ranks = _per_rank(per, z_crit, judge_gaps, min_effect)
     if gpu_spans:
         # what the GPU-bound ops say is the GPU's slowdown: host-paced forward ops, where a slow

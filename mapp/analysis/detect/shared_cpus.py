@@ -70,7 +70,10 @@ layer span: in 69 PP2 jobs with no fault on its rank (healthy, a heavier last st
 lengths, a fault elsewhere), 2 processes on 2 to 4 CPUs of 2- to 64-CPU machines, its layers read
 at most 1.21x the first stage's, and in 96 of 97 PP4 ones at most 1.24x (the 97th, lognormal
 lengths, 1.90x, is judged by the other rules as before); its layer faults of 1.4-1.55x read
-1.41-2.24x in 11 of 12 PP2 jobs, five of them "not a suspect" under 1.55x before."""
+1.41-2.24x in 11 of 12 PP2 jobs, five of them "not a suspect" under 1.55x before. And so is a
+first stage of three or more that ``steady.steady_layers`` flagged, slower than the other stages'
+mean layer call in every step: PP4's first stages with no fault read at most 1.21x so (105 ranks),
+their 1.4-1.45x layer faults 1.39x or more."""
 
 
 def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
@@ -101,6 +104,9 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
         timed = (s.kind == "slow_compute" and own is not None and "added_work" not in s.evidence["peers"]
                  and s.slowdown >= 1 + slowdown_threshold)
         beside = slowest_other(peers, s.rank)
+        # (a rank steady.steady_layers flagged, one stage of three or more slower than the others'
+        # mean in every step, is held to CONTENTION wherever it sits: ONE_RANK_A_STAGE says why)
+        steady = "steady_layers" in s.evidence.get("peers", {})
         typical = typical_slowdown(peers, s.rank, own) if timed else None
         if timed and traced and len(s.iterations) < CONSISTENT * traced:
             overruled.append(f"rank {s.rank} computes {own:.2f}x its peers in {len(s.iterations)} of {traced} "
@@ -116,7 +122,7 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
             overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs, by its "
                              f"times alone, under {bar:g}x{where}: it calls no op more often than its peers)")
         elif (timed and not peers.counted and peers.mode == "layer peers"
-              and own < (bar := CONTENTION if s.rank in middle_stages | last_stage else ONE_RANK_A_STAGE)):
+              and own < (bar := CONTENTION if s.rank in middle_stages | last_stage or steady else ONE_RANK_A_STAGE)):
             overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs, one rank "
                              f"a stage timed against the other stages' layers, under {bar:g}x: which "
                              "process contention slows is chance, and no call is counted)")

@@ -18,6 +18,15 @@ rank 0's layers stretched 1.3x by sleeps: rank 2 read 1.55x at least, rank 0 1.1
 PP2 x DP2, rank 3's stretched 1.4x: rank 0, of the other stage, 1.98x). Its effect in those
 iterations is at least the log of that ratio; the verdict's gates for shared CPUs judge it like
 any flagged rank.
+
+One rank a stage (a pipeline of three stages or more, no data parallel peers), the stages' same
+layers are the peers, call for call: a stage's mean layer call against the mean of the other
+stages' (a heavier last stage runs more calls, not slower ones). Megatron-core PP4 under mapp's
+capture, 4 processes on 2 to 4 CPUs (sessions 28-33): the lowest per-step ratio of a rank with
+no fault of its own at most 1.21x (446 ranks: healthy, heavier last stages, lognormal lengths,
+other faults), of 30 layer faults of 1.4-1.85x on every stage 1.27x or more. Not with two stages,
+where the others are one process and which of two contention slows is chance for the whole run
+(PP2, no fault: the first stage's layers up to 1.66x the last's in every step).
 """
 
 from __future__ import annotations
@@ -36,16 +45,18 @@ each layer call's: sequence x micro-batch)."""
 LAYER_SPANS = "layer."
 
 
-def steady_layers(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str], per: pl.DataFrame) -> pl.DataFrame:
+def steady_layers(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str], per: pl.DataFrame,
+                  per_call: bool = False) -> pl.DataFrame:
     """``per`` (rank, iteration, ``effect``, ``flagged``) with the job's steady rank, if one,
     flagged in every iteration and its ``effect`` raised to its layers' log-ratio against its
     peer group (``group``: the coordinates that peers share), and ``steady``: its smallest ratio
     over the iterations (null for every other rank). Its ``z`` stays what its ops say: the
-    verdict shows both."""
+    verdict shows both. ``per_call``: layers compared call for call (one rank a stage), not
+    summed."""
     per = per.with_columns(steady=pl.lit(None, dtype=pl.Float64))
     if "tokens" not in timed.columns:
         return per
-    ratios, traced = _layer_ratios(timed, coords, group)
+    ratios, traced = _layer_ratios(timed, coords, group, per_call)
     if ratios.is_empty():
         return per
     steady = ratios.group_by("rank", *group).agg(k=pl.len(), rmin=pl.col("r").min()).filter(
@@ -69,15 +80,18 @@ def steady_layers(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str], p
         steady=pl.col("rmin")).drop("lr", "rmin")
 
 
-def _layer_ratios(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str]) -> tuple[pl.DataFrame, int]:
+def _layer_ratios(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str],
+                  per_call: bool = False) -> tuple[pl.DataFrame, int]:
     """Per (rank, iteration) of a group with two or more ranks that worked on as many tokens
-    (``SAME_TOKENS``): ``r``, its layer spans' summed time over the mean of the group's other
-    ranks'; and how many iterations were traced. A replica that drew longer sequences has more
-    work, not a slower GPU: its iterations are not compared (``peers._fit`` weighs tokens op by op)."""
+    (``SAME_TOKENS``): ``r``, its layer spans' summed time (``per_call``: their mean, and tokens
+    a call) over the mean of the group's other ranks'; and how many iterations were traced. A
+    replica that drew longer sequences has more work, not a slower GPU: its iterations are not
+    compared (``peers._fit`` weighs tokens op by op)."""
     layers = timed.filter(pl.col("name").str.starts_with(LAYER_SPANS))
     if layers.is_empty():
         return pl.DataFrame(), 0
-    per = layers.group_by("rank", "iteration").agg(t=pl.col("dur_ns").sum(), tokens=pl.col("tokens").sum()).join(
+    how = pl.Expr.mean if per_call else pl.Expr.sum
+    per = layers.group_by("rank", "iteration").agg(t=how(pl.col("dur_ns")), tokens=how(pl.col("tokens"))).join(
         coords.select("rank", *group), on="rank", how="left")
     over = [*group, "iteration"]
     same = pl.col("tokens").max().over(over) <= SAME_TOKENS * pl.col("tokens").min().over(over)

@@ -1348,6 +1348,18 @@ def test_on_shared_cpus_the_last_stage_whose_layers_alone_are_slower_is_held_to_
     assert (top.rank, top.kind) == (1, "slow_compute") and 1.4 < top.slowdown < 1.6
 
 
+def test_on_shared_cpus_one_stage_of_four_slower_in_every_step_is_named_wherever_it_sits():
+    # PP4 under mapp's capture, 4 processes on 2 of a 16-CPU machine's CPUs, the first stage's
+    # layers stretched 1.4x by sleeps (`--set fresh32`): its mean layer call 1.39x the other
+    # stages' or more in each of 4 steps, its ops' z 2.5 under the cut-off, and 1.52x by its times,
+    # under the first stage's 1.55x. "No suspect" before. PP4's first stages with no fault read at
+    # most 1.21x so
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp4-mapp-layer1.4x-r0-f32"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_compute") and top.iterations == [2, 3, 4, 5]
+    assert top.evidence["peers"]["steady_layers"] > 1.35
+
+
 def test_on_shared_cpus_a_host_costs_its_stalls_where_its_peers_idle_time_eats_its_excess():
     # Plain DDP, 4 gloo processes on this machine's 2 cores, a 22 ms data-path sleep before each
     # of rank 2's batches (`--set fresh15`, 11.8% of the step): 22.3 ms more stalls a step than its

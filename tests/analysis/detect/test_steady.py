@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.steady import STEADY, steady_layers
+from mapp.analysis.detect.steady import STEADY, _layer_ratios, steady_layers
 
 COORDS = pl.DataFrame({"rank": [0, 1, 2, 3], "pp": [0] * 4, "tp": [0] * 4}, schema_overrides={"rank": pl.Int32})
 
@@ -89,3 +89,18 @@ def test_peers_with_no_layer_time_are_no_baseline():
     timed = _timed({(r, it): 0.0 for r in (0, 1, 3) for it in (2, 3, 4)})
     out = steady_layers(timed, COORDS, ["pp", "tp"], _per())
     assert not out["flagged"].any() and out["effect"].is_finite().all()
+
+
+def test_one_rank_a_stage_its_layers_are_compared_call_for_call():
+    # PP4, one rank a stage (no group: every stage is a peer): the last stage runs twice the layer
+    # calls (a heavier last stage), each as fast as the others' - more work, not slower layers
+    pipeline = COORDS.with_columns(pp=pl.col("rank"))
+    heavier = pl.concat([_timed({}), _timed({}).filter(pl.col("rank") == 3)])
+    ratios, traced = _layer_ratios(heavier, pipeline, [], per_call=True)
+    assert traced == 3 and len(ratios) == 12 and ratios["r"].round(6).unique().to_list() == [1.0]
+    assert steady_layers(heavier, pipeline, [], _per(), per_call=True)["steady"].null_count() == 12
+    # stage 0's every call 1.4x the other stages' in every step: flagged in each, at that ratio
+    slow = steady_layers(_timed({(0, it): 1.4 for it in (2, 3, 4)}), pipeline, [], _per(), per_call=True)
+    first = slow.filter(pl.col("rank") == 0).sort("iteration")
+    assert first["flagged"].all() and [round(x, 3) for x in first["effect"].exp().to_list()] == [1.4] * 3
+    assert not slow.filter(pl.col("rank") != 0)["flagged"].any()
