@@ -60,9 +60,10 @@ class BandwidthEvidence:
     ``pair`` (one of two of its kind: compared with the other), ``kind`` (its size, or -1 where
     the link's sizes never recur), ``recurs`` (its kind three times or more), ``fastest`` (a p2p
     link judged by its fastest transfers: ``_raised_floors``), ``floor_ratio`` (where its fastest
-    transfers were raised above its like links': their ratio, else null). A finding's observations say what was compared where it was not
-    like transfers' typical times: ``compared`` "fastest transfers" or "bytes moved"
-    (``_added_traffic``); and ``fastest_ratio`` where its fastest transfers were raised too."""
+    transfers were raised above its like links': their ratio, else null). A finding's
+    observations say what was compared where it was not like transfers' typical times:
+    ``compared`` "fastest transfers" or "bytes moved" (``_added_traffic``); and ``fastest_ratio``
+    where its fastest transfers were raised too."""
     findings: list[LinkFinding] = field(default_factory=list)
     z_crit: float = 0.0
 
@@ -522,8 +523,8 @@ def _by_chance(per: pl.DataFrame) -> pl.DataFrame:
     key = ["obs", "what", "inter", "_kind", "size"]
     like = ["what", "inter", "_kind", "size"]
     # a link whose fastest transfers were raised above its like links' (``_raised_floors``:
-    # waiting only adds) is slow by itself, which no rate of like links
-    # slow by their typical transfers excuses
+    # waiting only adds) is slow by itself, which no rate of like links slow by their typical
+    # transfers excuses
     raised = pl.col("floor_ratio").is_not_null().any() if "floor_ratio" in per.columns else pl.lit(False)
     links = keyed.group_by(*key).agg(k=pl.col("slow").sum(), m=pl.len(), raised=raised)
     # the rate of like links slow now and then: links slow in most iterations are left out of
