@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -2174,6 +2174,60 @@ def fresh35_set(seed: int = FRESH35_SEED) -> list[Case]:
     ]
 
 
+FRESH36_SEED = 229
+
+
+def fresh36_set(seed: int = FRESH36_SEED) -> list[Case]:
+    """Held out after the thirty-third session's last change (``--set fresh36``, 4 ranks, seed
+    229, for CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s):
+    every layout of that session's changes once more (pipeline links, the last stage, one stage
+    of four), beside healthy and imbalanced jobs and issue 13's plain jobs. Ids end in ``-f36``."""
+    g = _held_out_gpt(seed, "-f36", GPT_GPU_FRESH14)
+
+    return [
+        _plain("fsdp4", "dp4", seed, rank=1, factor=1.45, tag="-f36"),
+        _plain("ddp4", "dp4", seed, tag="-f36"),
+        # megatron-core, mapp capture
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "link", link=(1, 3), link_bytes=3_000_000),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=5),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "link", link=(0, 2), link_bytes=2_000_000),
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "layer", rank=1, factor=1.35),
+        g("pp4", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("pp4", "mapp-v1", "link", link=(2, 3), link_bytes=2_500_000),
+        g("dp4", "mapp-v1", "layer", rank=0, factor=1.4),
+        # megatron-core, torch.profiler
+        g("pp4", "kineto", "healthy"),
+    ]
+
+
+FRESH37_SEED = 233
+
+
+def fresh37_set(seed: int = FRESH37_SEED) -> list[Case]:
+    """Held out after the thirty-third session's last change (``--set fresh37``, 2 ranks, seed
+    233, for CPUs and for a machine of 2 GPUs, on which the GPU model shape is ``fresh12``'s):
+    PP2 under mapp's capture (a layer fault on each stage, healthy and heavier last stages), DP2
+    and TP2, the profiler and issue 13's plain jobs. 5 iterations, 3 recorded. Ids end in
+    ``-f37``."""
+    g = _held_out_gpt(seed, "-f37", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=0, factor=1.5, tag="-f37"),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.35),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.5),
+        g("pp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "laststage", last_layers=4),
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("tp2", "mapp-v1", "healthy"),
+        g("pp2", "kineto", "layer", rank=1, factor=1.35),
+        g("dp2", "kineto", "healthy"),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
@@ -2187,7 +2241,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
-        "fresh34": fresh34_set, "fresh35": fresh35_set}
+        "fresh34": fresh34_set, "fresh35": fresh35_set,
+        "fresh36": fresh36_set, "fresh37": fresh37_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2775,7 +2830,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35", "fresh36": "cases-fresh36", "fresh37": "cases-fresh37"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

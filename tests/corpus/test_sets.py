@@ -475,6 +475,15 @@ def test_the_fresh35_set_holds_a_layer_fault_on_each_stage_of_pp4_out():
     assert {c.cls for c in pp4 if "-layer" not in c.id} == {"healthy", "imbalance", "fault"}
 
 
+def test_the_fresh36_and_fresh37_sets_hold_the_33rd_sessions_layouts_out_after_its_changes():
+    for name, tag, world in (("fresh36", "-f36", 4), ("fresh37", "-f37", 2)):
+        cases = _held_out(name, tag)
+        assert all(make_corpus.world_of(c.layout) == world for c in cases)
+        assert any(c.job != "gpt" for c in cases) and {c.fmt for c in cases if c.job == "gpt"} == {"mapp-v1", "kineto"}
+    layouts = {c.id.split("-")[1] for c in make_corpus.SETS["fresh36"]() if c.job == "gpt"}
+    assert {"pp2dp2", "tp2pp2", "pp4"} <= layouts
+
+
 
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
