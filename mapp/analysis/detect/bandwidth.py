@@ -451,7 +451,7 @@ def _raised_over_the_run(floors: pl.DataFrame, link: list[str]) -> pl.DataFrame:
     only adds, and over the whole trace a healthy link's ends are free together at least once:
     the loaded links of 13 jobs on 2 to 4 CPUs took 4.3-24x their like links' fastest over the
     run, every link of 65 other jobs (healthy, imbalanced, other faults) at most 2.5x (of 353
-    held-out jobs since, unloaded links raised step by step at most 2.7x but for three).
+    held-out jobs since, unloaded links raised step by step at most 2.7x but for two, 4.5x and 5.0x).
 
     For the same reason a link raised step by step is slow only where it is so over the run too:
     a link that once moved its kind about as fast as its like link has no cost of its own, and

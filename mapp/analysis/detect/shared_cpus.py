@@ -66,9 +66,9 @@ loss, is held to ``CONTENTION``: the middle stages of healthy PP4 jobs under map
 shared CPUs were timed at most 1.08x the other stages' same layers (26 ranks), of imbalanced ones
 1.22x, while a 1.5x layer fault on stage 2 read 1.51x in two runs, "not a suspect" under 1.55x
 (942 jobs and ``--set fresh21``, ``benchmarks/detect_evidence.py``). So is the last stage, whose
-loss is no layer span: in 69 PP2 jobs with no fault on its rank (healthy, a heavier last stage, lognormal
-lengths, a fault elsewhere), 2 processes on 2 to 4 CPUs of 2- to 64-CPU machines, its layers read
-at most 1.21x the first stage's, and in 96 of 97 PP4 ones at most 1.24x (the 97th, lognormal
+loss is no layer span: in 69 PP2 jobs with no fault on its rank (healthy, a heavier last stage,
+lognormal lengths, a fault elsewhere), 2 processes on 2 to 4 CPUs of 2- to 64-CPU machines, its
+layers read at most 1.21x the first stage's, and in 96 of 97 PP4 ones at most 1.24x (the 97th, lognormal
 lengths, 1.90x, is judged by the other rules as before); its layer faults of 1.4-1.55x read
 1.41-2.24x in 11 of 12 PP2 jobs, five of them "not a suspect" under 1.55x before. And so is a
 first stage of three or more that ``steady.steady_layers`` flagged, slower than the other stages'
