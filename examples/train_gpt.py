@@ -40,7 +40,9 @@ parallel replica, ``min(--seq, max(8, round(--seq/4 * exp(SIGMA * N(0, 1)))))`` 
 
 ``--profile-dir DIR`` traces the run with ``torch.profiler`` instead (CPU activity, and CUDA on
 a GPU; ``record_shapes``; ``--profile-wait`` iterations skipped, ``--profile-warmup`` warm-up,
-``--profile-active`` recorded), one ``rank-<r>.json`` per rank.
+``--profile-active`` recorded), one ``rank-<r>.json`` per rank; ``--profile-stop plain`` lets each
+rank stop its trace as soon as it ends its last recorded iteration, as a plain profiler does,
+instead of waiting for every rank to end it first).
 
 ``--groups-json PATH`` writes, from rank 0, the process groups megatron-core built (global
 ranks per TP/PP/DP group), which tests compare with the trace.
@@ -114,6 +116,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--profile-dir", default=None, help="trace with torch.profiler: rank-<r>.json here")
     p.add_argument("--profile-wait", type=int, default=1, help="iterations before the profiler starts")
     p.add_argument("--profile-warmup", type=int, default=1, help="profiler warm-up iterations")
+    p.add_argument("--profile-stop", default="synced", choices=["synced", "plain"],
+                   help="synced: every rank ends its last recorded iteration before any stops its trace; "
+                        "plain: each stops and writes its trace when it gets there, as a plain torch.profiler does")
     p.add_argument("--profile-active", type=int, default=None,
                    help="profiled iterations (default: the rest)")
     p.add_argument("--groups-json", default=None, help="rank 0 writes the parallel groups here")
@@ -629,17 +634,16 @@ def make_profiler(args, rank: int, device: torch.device):
     """``--profile-dir``: a torch.profiler that writes ``rank-<r>.json``, or None."""
     if not args.profile_dir:
         return None
-    from torch.profiler import ProfilerActivity, schedule
+    from torch.profiler import ProfilerActivity, profile, schedule
 
-    SyncedProfile = _synced_profile_class()
+    maker = _synced_profile_class() if args.profile_stop == "synced" else profile
     os.makedirs(args.profile_dir, exist_ok=True)
     active = args.profile_active or max(1, args.iterations - args.profile_wait - args.profile_warmup)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     path = os.path.join(args.profile_dir, f"rank-{rank}.json")
-    return SyncedProfile(activities=activities, record_shapes=True,
-                         schedule=schedule(wait=args.profile_wait, warmup=args.profile_warmup, active=active,
-                                           repeat=1),
-                         on_trace_ready=lambda p: p.export_chrome_trace(path))
+    return maker(activities=activities, record_shapes=True,
+                 schedule=schedule(wait=args.profile_wait, warmup=args.profile_warmup, active=active, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(path))
 
 
 def start_scope(args, chunks):

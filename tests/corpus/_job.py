@@ -27,6 +27,9 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
                    help="matmul: extra matmuls inside forward; data-sleep: sleep in the data path; "
                         "step-sleep: sleep in the training loop before each step")
     p.add_argument("--slow-ms", type=float, default=20.0, help="data-sleep, step-sleep: ms slept per step")
+    p.add_argument("--profile-stop", default="synced", choices=["synced", "plain"],
+                   help="synced: every rank ends its last recorded step before any stops its trace; plain: "
+                        "each stops and writes its trace when it gets there, as a plain torch.profiler does")
 
 
 def init(seed: int) -> tuple[int, int, torch.device]:
@@ -80,8 +83,9 @@ def store_barrier(name: str) -> None:
 
 def make_profiler(args, rank: int, device: torch.device):
     """torch.profiler (CPU, + CUDA on a GPU; record_shapes) writing ``rank-<r>.json``, or None.
-    All ranks finish their last recorded step before any stops the trace (stopping takes the
-    CPU a while, which on shared cores would slow the ranks still in that step)."""
+    With ``--profile-stop synced`` (the default) all ranks finish their last recorded step before
+    any stops the trace (stopping takes the CPU a while, which on shared cores would slow the
+    ranks still in that step); ``plain`` stops each where it gets there, as users' jobs do."""
     if not args.profile_dir:
         return None
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -91,14 +95,15 @@ def make_profiler(args, rank: int, device: torch.device):
             store_barrier("corpus-profiler-stop")
             super().stop_trace()
 
+    maker = SyncedProfile if args.profile_stop == "synced" else profile
+
     os.makedirs(args.profile_dir, exist_ok=True)
     active = args.profile_active or max(1, args.steps - args.profile_wait - args.profile_warmup)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     path = os.path.join(args.profile_dir, f"rank-{rank}.json")
-    return SyncedProfile(activities=activities, record_shapes=True,
-                         schedule=schedule(wait=args.profile_wait, warmup=args.profile_warmup, active=active,
-                                           repeat=1),
-                         on_trace_ready=lambda p: p.export_chrome_trace(path))
+    return maker(activities=activities, record_shapes=True,
+                 schedule=schedule(wait=args.profile_wait, warmup=args.profile_warmup, active=active, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(path))
 
 
 def write_timings(path: str | None, rank: int, step_s: list[float], injected: Injected, extra: dict | None = None):

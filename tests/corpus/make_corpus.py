@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -2228,6 +2228,119 @@ def fresh37_set(seed: int = FRESH37_SEED) -> list[Case]:
     ]
 
 
+FRESH38_SEED = 239
+
+
+def fresh38_set(seed: int = FRESH38_SEED) -> list[Case]:
+    """Held out before the thirty-fourth session's change (``--set fresh38``, 4 ranks, seed 239,
+    for CPUs and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s): data and
+    tensor parallel peers under mapp's capture (healthy, lognormal lengths, layer faults of
+    1.35-1.45x), beside pipelines and issue 13's plain jobs. Ids end in ``-f38``."""
+    g = _held_out_gpt(seed, "-f38", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=2, factor=1.4, tag="-f38"),
+        _plain("ddp4", "dp4", seed, tag="-f38"),
+        # megatron-core, mapp capture: data and tensor parallel peers
+        g("dp4", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "layer", rank=1, factor=1.35),
+        g("dp4", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=2, factor=1.4),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.45),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=0, ms=24, gpu_ms=70),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        g("dp4", "kineto", "healthy"),
+    ]
+
+
+FRESH39_SEED = 241
+
+
+def fresh39_set(seed: int = FRESH39_SEED) -> list[Case]:
+    """Held out before the thirty-fourth session's change (``--set fresh39``, 2 ranks, seed 241,
+    for CPUs and for a machine of 2 GPUs, on which the GPU model shape is ``fresh12``'s): two
+    data or tensor parallel peers under mapp's capture (healthy, lognormal lengths, layer faults
+    of 1.35-1.4x on either rank), PP2, the profiler and issue 13's plain jobs. 5 iterations, 3
+    recorded. Ids end in ``-f39``."""
+    g = _held_out_gpt(seed, "-f39", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, tag="-f39"),
+        _plain("ddp2", "dp2", seed, rank=1, factor=1.45, tag="-f39"),
+        g("dp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.4),
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.35),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("pp2", "mapp-v1", "healthy"),
+        g("dp2", "kineto", "healthy"),
+    ]
+
+
+def _stopping_plainly(case: Case) -> Case:
+    """A profiler case whose ranks stop their traces as a plain ``torch.profiler`` does, each as
+    it ends its last recorded step (``--profile-stop plain``), not all together."""
+    case.args = [*case.args, "--profile-stop", "plain"]
+    case.gpu_args = [*case.gpu_args, "--profile-stop", "plain"]
+    return case
+
+
+FRESH40_SEED = 251
+
+
+def fresh40_set(seed: int = FRESH40_SEED) -> list[Case]:
+    """Held out, torch.profiler jobs whose ranks stop their traces as a plain profiler does
+    (``--set fresh40``, 4 ranks, seed 251, for CPUs and for a machine of 4 GPUs, on which the GPU
+    model shape is ``fresh14``'s): every earlier set's profiler jobs stopped together, after
+    every rank ended its last recorded step. Issue 13's plain jobs and megatron-core under the
+    profiler, healthy, imbalanced and faulty. Ids end in ``-f40``."""
+    g = _held_out_gpt(seed, "-f40", GPT_GPU_FRESH14)
+
+    return [_stopping_plainly(c) for c in [
+        _plain("ddp4", "dp4", seed, tag="-f40"),
+        _plain("ddp4", "dp4", seed, rank=1, factor=1.4, tag="-f40"),
+        _plain("ddp4", "dp4", seed, rank=3, sleep_ms=30, tag="-f40"),
+        _plain("fsdp4", "dp4", seed, tag="-f40"),
+        _plain("fsdp4", "dp4", seed, rank=2, factor=1.45, tag="-f40"),
+        _plain("tp2dp2", "tp2dp2", seed, tag="-f40"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=1, factor=1.6, tag="-f40"),
+        g("tp2dp2", "kineto", "healthy"),
+        g("tp2dp2", "kineto", "layer", rank=1, factor=1.45),
+        g("pp2dp2", "kineto", "healthy"),
+        g("pp2dp2", "kineto", "layer", rank=2, factor=1.5),
+        g("pp2dp2", "kineto", "laststage", last_layers=3),
+        g("dp4", "kineto", "seqlognorm", sigma=1.0),
+        g("pp4", "kineto", "healthy"),
+    ]]
+
+
+FRESH41_SEED = 257
+
+
+def fresh41_set(seed: int = FRESH41_SEED) -> list[Case]:
+    """Held out, torch.profiler jobs of 2 ranks whose ranks stop their traces as a plain profiler
+    does (``--set fresh41``, seed 257, for CPUs and for a machine of 2 GPUs, on which the GPU
+    model shape is ``fresh12``'s; see ``fresh40``). 5 iterations, 3 recorded. Ids end in
+    ``-f41``."""
+    g = _held_out_gpt(seed, "-f41", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [_stopping_plainly(c) for c in [
+        _plain("ddp2", "dp2", seed, tag="-f41"),
+        _plain("ddp2", "dp2", seed, rank=0, factor=1.5, tag="-f41"),
+        _plain("fsdp2", "dp2", seed, rank=1, step_sleep_ms=30, tag="-f41"),
+        g("dp2", "kineto", "healthy"),
+        g("tp2", "kineto", "layer", rank=1, factor=1.45),
+        g("tp2", "kineto", "seqlognorm", sigma=1.0),
+        g("pp2", "kineto", "healthy"),
+    ]]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
@@ -2242,7 +2355,9 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
         "fresh34": fresh34_set, "fresh35": fresh35_set,
-        "fresh36": fresh36_set, "fresh37": fresh37_set}
+        "fresh36": fresh36_set, "fresh37": fresh37_set,
+        "fresh38": fresh38_set, "fresh39": fresh39_set,
+        "fresh40": fresh40_set, "fresh41": fresh41_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2715,6 +2830,8 @@ def source_text(case: Case, gpu: bool, nproc: int) -> str:
     what = {"ddp": "plain DDP MLP", "tp": "plain torch DP x TP MLP (dist.new_group, no descriptions)",
             "gpt": "megatron-core GPT (examples/train_gpt.py)"}[case.job]
     tracer = "torch.profiler" if case.fmt == "kineto" else "mapp capture (layer granularity)"
+    if "--profile-stop" in case.args and case.args[case.args.index("--profile-stop") + 1] == "plain":
+        tracer += " (each rank stops its trace on its own)"
     return f"{where}, {what}, {tracer}"
 
 
@@ -2830,7 +2947,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35", "fresh36": "cases-fresh36", "fresh37": "cases-fresh37"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35", "fresh36": "cases-fresh36", "fresh37": "cases-fresh37", "fresh38": "cases-fresh38", "fresh39": "cases-fresh39", "fresh40": "cases-fresh40", "fresh41": "cases-fresh41"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

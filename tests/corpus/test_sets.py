@@ -485,6 +485,30 @@ def test_the_fresh36_and_fresh37_sets_hold_the_33rd_sessions_layouts_out_after_i
 
 
 
+def test_the_fresh38_and_fresh39_sets_hold_data_and_tensor_parallel_peers_under_mapps_capture_out():
+    for name, tag, world in (("fresh38", "-f38", 4), ("fresh39", "-f39", 2)):
+        cases = _held_out(name, tag)
+        assert all(make_corpus.world_of(c.layout) == world for c in cases)
+        peered = [c for c in cases if c.fmt == "mapp-v1" and c.layout["pp"] == 1]
+        assert {c.cls for c in peered} == {"healthy", "imbalance", "fault"}
+    # a layer fault on either rank of two data parallel peers
+    dp2 = [c for c in make_corpus.SETS["fresh39"]() if c.id.startswith("gpt-dp2-mapp-layer")]
+    assert {c.injected[0]["rank"] for c in dp2} == {0, 1}
+
+
+def test_the_fresh40_and_fresh41_sets_stop_every_rank_s_profiler_on_its_own():
+    for name, tag, world in (("fresh40", "-f40", 4), ("fresh41", "-f41", 2)):
+        cases = _held_out(name, tag)
+        assert all(make_corpus.world_of(c.layout) == world and c.fmt == "kineto" for c in cases)
+        for c in cases:
+            for args in (c.args, c.gpu_args):
+                assert args[args.index("--profile-stop") + 1] == "plain"
+            assert "stops its trace on its own" in make_corpus.source_text(c, False, world)
+        assert {c.cls for c in cases} == {"healthy", "imbalance", "fault"}
+    # the sets before them stop every rank's trace together (the scripts' default)
+    assert all("--profile-stop" not in c.args for c in make_corpus.SETS["fresh37"]())
+
+
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
     # link without one (TP2 x DP2's ranks 1 and 3, first put in ``fresh14``) carries none, and
