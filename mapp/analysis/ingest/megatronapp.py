@@ -26,6 +26,13 @@ OpenSQZ/MegatronApp, and the scopes in ``pipeline_parallel/schedules.py``,
   attrs, the optimizer step an ``optimizer`` scope with none; with PP 1 there are no step or
   p2p records at all.
 
+The tracer's versions before June 2025 (OpenSQZ/MegatronApp at 2712271e, whose authors published
+two PP4 runs: ``tests/fixtures/megatronapp_original``) wrote less: ``iteration``, ``forward`` and
+``backward`` records only, the steps' ``E`` carrying ``microbatch``, ``model_chunk`` and ``pp_rank``,
+and no ``g_rk`` or coordinates on any record. Such a file's rank comes from its name, in
+megatron-core's default rank order ``tp + TP (dp + DP pp)`` over the files read (a warning says
+so), its steps' ``microbatch`` and ``chunk`` from those attrs.
+
 What this reader builds, per rank:
 
 * one ``X`` row per ``B``/``E`` pair (a stack per name; ``E`` attrs win over ``B`` attrs);
@@ -57,8 +64,8 @@ What this reader builds, per rank:
   neighbour (``send-warmup``/``exchange-next``/``recv-cooldown`` talk to stage pp+1,
   ``recv-warmup``/``recv-extra``/``exchange-prev``/``send-extra``/``send-cooldown`` to pp-1)
   found by coordinates.
-* ``microbatch`` from ``micro_batch_index``, ``bytes`` from ``data``; ``seq``, ``chunk``,
-  ``layer``, ``cp``, ``ep`` are null (the format has none of them). ``args`` holds the original
+* ``microbatch`` from ``micro_batch_index``, ``bytes`` from ``data``; ``seq``, ``chunk`` (but in
+  the older files above), ``layer``, ``cp``, ``ep`` are null (the format has none of them). ``args`` holds the original
   extra attrs (``expect``, ``bandwidth`` in the original's unit, ``group``, ``duration_cuda``, ...).
 * the ranks table: layout = max + 1 per axis over the files read, ``world_size`` their product,
   ``device`` from ``dev``, ``clock`` "cuda" (the tracer times with CUDA events).
@@ -117,7 +124,7 @@ def sniff(path: pathlib.Path, head: bytes) -> bool:
 @dataclass(slots=True)
 class _RankFile:
     path: pathlib.Path
-    rank: int
+    rank: int | None
     coords: dict[str, int]
     device: str | None
     records: list[dict] = field(repr=False)
@@ -127,8 +134,9 @@ def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.
     """Read MegatronApp per-rank files into (events, ranks) tables; see the module docstring."""
     with paused_gc():
         rank_files = [_load(path, warn) for path in files]
-    coords_of = {rf.rank: rf.coords for rf in rank_files}
     layout = {axis: max((rf.coords[axis] for rf in rank_files), default=-1) + 1 for axis in _AXES}
+    _default_order(rank_files, layout, warn)
+    coords_of = {rf.rank: rf.coords for rf in rank_files}
     by_coords = {(c["tp"], c["dp"], c["pp"]): rank for rank, c in coords_of.items()}
     groups = _Groups(coords_of, layout)
 
@@ -159,7 +167,7 @@ def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.
 
 
 _EVENT_COLUMNS = ("rank", "tp", "pp", "dp", "ph", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration",
-                  "microbatch", "group", "group_ranks", "peer", "bytes", "src_file", "args")
+                  "microbatch", "chunk", "group", "group_ranks", "peer", "bytes", "src_file", "args")
 
 
 def _load(path: pathlib.Path, warn: Callable[[str], None]) -> _RankFile:
@@ -185,12 +193,30 @@ def _load(path: pathlib.Path, warn: Callable[[str], None]) -> _RankFile:
     if len(coords) < 3:
         raise TraceFormatError(f"{path}: cannot tell the rank's dp/pp/tp coordinates",
                                "keep the original benchmark-data-{dp}-pipeline-{pp}-tensor-{tp}.json name")
-    if ident is not None and isinstance(ident.get("g_rk"), int):
-        rank = ident["g_rk"]
-    else:
-        raise TraceFormatError(f"{path}: no record carries the global rank g_rk", "is the file complete?")
+    # (None: placed by ``read`` from the coordinates of every file, ``_default_order``)
+    rank = ident["g_rk"] if ident is not None and isinstance(ident.get("g_rk"), int) else None
     device = ident.get("dev") if ident is not None else None
     return _RankFile(path, rank, coords, None if device is None else str(device), records)
+
+
+def _default_order(rank_files: list[_RankFile], layout: dict[str, int], warn: Callable[[str], None]) -> None:
+    """Give the files whose records name no global rank one from their coordinates, in
+    megatron-core's default rank order ``tp + TP (dp + DP pp)``. The tracer's versions before
+    June 2025 wrote no coordinates in their records (only ``pp_rank``, ``microbatch`` and
+    ``model_chunk`` on the steps' ``E``), so the file name is all there is (OpenSQZ/MegatronApp
+    at 2712271e: PP4 runs whose every file is so)."""
+    placed = [rf for rf in rank_files if rf.rank is None]
+    if not placed:
+        return
+    for rf in placed:
+        c = rf.coords
+        rf.rank = c["tp"] + layout["tp"] * (c["dp"] + layout["dp"] * c["pp"])
+    warn(f"{len(placed)} of {len(rank_files)} MegatronApp files name no global rank (g_rk) in their records: "
+         "placed by their file names in megatron-core's default rank order, tp + TP x (dp + DP x pp)")
+    taken = [rf.rank for rf in rank_files]
+    if len(set(taken)) < len(taken):
+        raise TraceFormatError("two MegatronApp files have the same global rank (one by its g_rk, one by its file name)",
+                               "keep one run's benchmark-data-*.json files per directory")
 
 
 class _Groups:
@@ -384,7 +410,9 @@ def _emit(rf: _RankFile, out: dict[str, list], name: str, begin: dict, end: dict
     out["ts_ns"].append(ts_ns)
     out["dur_ns"].append(dur_ns)
     out["iteration"].append(iteration)
-    out["microbatch"].append(_int(attrs.get("micro_batch_index")))
+    # (``microbatch`` and ``model_chunk``: the tracer's versions before June 2025)
+    out["microbatch"].append(_int(attrs.get("micro_batch_index", attrs.get("microbatch"))))
+    out["chunk"].append(_int(attrs.get("model_chunk")))
     out["group"].append(group)
     out["group_ranks"].append(group_ranks)
     out["peer"].append(peer)
