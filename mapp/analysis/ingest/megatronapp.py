@@ -65,8 +65,9 @@ What this reader builds, per rank:
   ``recv-warmup``/``recv-extra``/``exchange-prev``/``send-extra``/``send-cooldown`` to pp-1)
   found by coordinates.
 * ``microbatch`` from ``micro_batch_index``, ``bytes`` from ``data``; ``seq``, ``chunk`` (but in
-  the older files above), ``layer``, ``cp``, ``ep`` are null (the format has none of them). ``args`` holds the original
-  extra attrs (``expect``, ``bandwidth`` in the original's unit, ``group``, ``duration_cuda``, ...).
+  the older files above), ``layer``, ``cp``, ``ep`` are null (the format has none of them).
+  ``args`` holds the original extra attrs (``expect``, ``bandwidth`` in the original's unit,
+  ``group``, ``duration_cuda``, ...).
 * the ranks table: layout = max + 1 per axis over the files read, ``world_size`` their product,
   ``device`` from ``dev``, ``clock`` "cuda" (the tracer times with CUDA events).
 """
