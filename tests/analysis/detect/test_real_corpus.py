@@ -1360,6 +1360,17 @@ def test_on_shared_cpus_one_stage_of_four_slower_in_every_step_is_named_wherever
     assert top.evidence["peers"]["steady_layers"] > 1.35
 
 
+def test_a_steady_rank_its_ops_flag_as_often_as_another_rank_s_is_named():
+    # Megatron-core DP4 under mapp's capture, 4 processes on 2 of 16 CPUs (`--set fresh38`, 4 jobs
+    # at a time), rank 1's layers stretched 1.35x by sleeps: its layers 1.43-1.77x its peers' in
+    # every one of 4 steps, its ops flagged in one step and rank 2's in another ("computes 1.56x
+    # in 1 of 4 iterations: not a suspect" before, the steady rule held off by rank 2's one flag)
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-dp4-mapp-layer1.35x-r1-f38"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (1, "slow_compute") and top.iterations == [2, 3, 4, 5]
+    assert 1.4 < top.evidence["peers"]["steady_layers"] < 1.5
+    assert len(verdict.suspects) == 1
+
 def test_on_shared_cpus_a_host_costs_its_stalls_where_its_peers_idle_time_eats_its_excess():
     # Plain DDP, 4 gloo processes on this machine's 2 cores, a 22 ms data-path sleep before each
     # of rank 2's batches (`--set fresh15`, 11.8% of the step): 22.3 ms more stalls a step than its

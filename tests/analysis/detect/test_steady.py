@@ -74,6 +74,15 @@ def test_two_steady_ranks_of_one_group_or_one_beside_a_rank_its_ops_flag_are_not
     assert _steady(one, _per(flagged={(2, 3)})) == {2: 1.5}
 
 
+def test_another_rank_flagged_as_often_as_the_steady_one_leaves_it_named_more_often_not():
+    one = _timed({(2, it): 1.5 for it in (2, 3, 4)})
+    # contention came and went: its ops flag it in one step, another rank's in another
+    assert _steady(one, _per(flagged={(2, 4), (0, 3)})) == {2: 1.5}
+    assert _steady(one, _per(flagged={(2, 4), (2, 2), (0, 3), (1, 2)})) == {2: 1.5}
+    # a rank its ops flag in more steps than the steady one's is the likelier culprit
+    assert _steady(one, _per(flagged={(2, 4), (0, 3), (0, 4)})) == {}
+
+
 def test_one_steady_rank_in_each_of_two_groups_names_neither():
     # PP2 x DP2: stage 0 is ranks 0-1, stage 1 ranks 2-3; a culprit's neighbour in the other
     # stage can be slowed steadily too, and more
