@@ -74,7 +74,7 @@ def test_two_steady_ranks_of_one_group_or_one_beside_a_rank_its_ops_flag_are_not
     assert _steady(one, _per(flagged={(2, 3)})) == {2: 1.5}
 
 
-def test_another_rank_flagged_as_often_as_the_steady_one_leaves_it_named_more_often_not():
+def test_a_steady_rank_is_named_unless_another_rank_s_ops_flag_that_rank_more_often():
     one = _timed({(2, it): 1.5 for it in (2, 3, 4)})
     # contention came and went: its ops flag it in one step, another rank's in another
     assert _steady(one, _per(flagged={(2, 4), (0, 3)})) == {2: 1.5}
