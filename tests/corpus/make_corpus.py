@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -2341,6 +2341,68 @@ def fresh41_set(seed: int = FRESH41_SEED) -> list[Case]:
     ]]
 
 
+FRESH42_SEED = 263
+
+
+def fresh42_set(seed: int = FRESH42_SEED) -> list[Case]:
+    """Held out at the thirty-fifth session's start (``--set fresh42``, 8 ranks, seed 263, for CPUs;
+    a machine of 8 GPUs runs it with ``--gpu``, in ``fresh13``'s model shape): the 8-rank jobs
+    again, thirteen sessions of changes after ``fresh13`` -- DP8, PP4 x DP2, PP2 x DP4 and
+    TP2 x PP2 x DP2 under both captures, healthy, with issue 13's heavier last stage and lognormal
+    lengths, and faults with values no other 8-rank set uses. Ids end in ``-f42``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f42", **k)
+
+    return [
+        _plain("ddp8", "dp8", seed, tag="-f42"),
+        _plain("ddp8", "dp8", seed, rank=5, factor=1.5, tag="-f42"),
+        # megatron-core, mapp capture
+        g("pp4dp2", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp2", "mapp-v1", "layer", rank=6, factor=1.4),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=1.1),
+        g("pp2dp4", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("dp8", "mapp-v1", "layer", rank=4, factor=1.45),
+        g("tp2pp2dp2", "mapp-v1", "hostsleep", rank=1, ms=22),
+        # megatron-core, torch.profiler
+        g("pp2dp4", "kineto", "healthy"),
+        g("pp4dp2", "kineto", "laststage", last_layers=3),
+        g("tp2pp2dp2", "kineto", "beforemb", rank=6, ms=19),
+        g("pp2dp4", "kineto", "seqlognorm", sigma=1.1),
+        g("dp8", "kineto", "layer", rank=2, factor=1.5),
+    ]
+
+
+FRESH43_SEED = 269
+
+
+def fresh43_set(seed: int = FRESH43_SEED) -> list[Case]:
+    """Held out at the thirty-fifth session's start (``--set fresh43``, 4 ranks, seed 269, for CPUs
+    and for a machine of 4 GPUs, on which the GPU model shape is ``fresh14``'s): each kind of
+    fault once more under both captures, beside healthy and imbalanced jobs, the profiler's
+    ranks stopping as a plain profiler does. Ids end in ``-f43``."""
+    g = _held_out_gpt(seed, "-f43", GPT_GPU_FRESH14)
+
+    return [
+        _stopping_plainly(_plain("ddp4", "dp4", seed, rank=0, factor=1.5, tag="-f43")),
+        _stopping_plainly(_plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.6, tag="-f43")),
+        _stopping_plainly(_plain("fsdp4", "dp4", seed, rank=1, sleep_ms=24, tag="-f43")),
+        g("dp4", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "layer", rank=2, factor=1.45),
+        g("tp2dp2", "mapp-v1", "beforemb", rank=1, ms=21),
+        g("pp2dp2", "mapp-v1", "link", link=(1, 3)),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("pp4", "mapp-v1", "hostsleep", rank=2, ms=23, gpu_ms=70),
+        _stopping_plainly(g("tp2dp2", "kineto", "healthy")),
+        _stopping_plainly(g("pp2dp2", "kineto", "beforemb", rank=0, ms=21)),
+        _stopping_plainly(g("dp4", "kineto", "layer", rank=3, factor=1.4)),
+        _stopping_plainly(g("pp2dp2", "kineto", "seqlognorm", sigma=1.1)),
+        _stopping_plainly(g("pp4", "kineto", "layer", rank=1, factor=1.45)),
+        _stopping_plainly(g("tp2pp2", "kineto", "link", link=(0, 2))),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
@@ -2357,7 +2419,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh34": fresh34_set, "fresh35": fresh35_set,
         "fresh36": fresh36_set, "fresh37": fresh37_set,
         "fresh38": fresh38_set, "fresh39": fresh39_set,
-        "fresh40": fresh40_set, "fresh41": fresh41_set}
+        "fresh40": fresh40_set, "fresh41": fresh41_set,
+        "fresh42": fresh42_set, "fresh43": fresh43_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -2947,7 +3010,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35", "fresh36": "cases-fresh36", "fresh37": "cases-fresh37", "fresh38": "cases-fresh38", "fresh39": "cases-fresh39", "fresh40": "cases-fresh40", "fresh41": "cases-fresh41"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35", "fresh36": "cases-fresh36", "fresh37": "cases-fresh37", "fresh38": "cases-fresh38", "fresh39": "cases-fresh39", "fresh40": "cases-fresh40", "fresh41": "cases-fresh41", "fresh42": "cases-fresh42", "fresh43": "cases-fresh43"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

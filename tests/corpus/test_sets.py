@@ -509,6 +509,29 @@ def test_the_fresh40_and_fresh41_sets_stop_every_rank_s_profiler_on_its_own():
     assert all("--profile-stop" not in c.args for c in make_corpus.SETS["fresh37"]())
 
 
+def test_the_fresh42_set_holds_every_8_rank_layout_out_under_both_captures():
+    cases = _held_out("fresh42", "-f42")
+    assert all(make_corpus.world_of(c.layout) == 8 for c in cases)
+    layouts = {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases}
+    assert {(1, 1, 8), (1, 4, 2), (1, 2, 4), (2, 2, 2)} <= layouts
+    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
+    # issue 13's class 3 at 8 ranks: the heavier last stage of PP4 x DP2 under both captures
+    last = [c for c in cases if c.cls == "imbalance" and c.layout == make_corpus.LAYOUTS["pp4dp2"]]
+    assert {c.fmt for c in last} == {"kineto", "mapp-v1"}
+
+
+def test_the_fresh43_set_stops_its_profiler_jobs_plainly_and_names_every_kind_of_fault():
+    cases = _held_out("fresh43", "-f43")
+    assert all(make_corpus.world_of(c.layout) == 4 for c in cases)
+    for c in cases:
+        if c.fmt == "kineto":
+            assert c.args[c.args.index("--profile-stop") + 1] == "plain"
+        else:
+            assert "--profile-stop" not in c.args
+    kinds = {k for c in cases if c.cls == "fault" for k in c.expect["suspect"]["kinds"]}
+    assert {"slow_compute", "slow_host", "slow_link"} <= kinds
+
+
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
     # link without one (TP2 x DP2's ranks 1 and 3, first put in ``fresh14``) carries none, and
