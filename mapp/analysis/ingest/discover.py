@@ -29,9 +29,14 @@ __all__ = ["FORMATS", "Discovered", "discover", "reader_module", "read_events"]
 # format name -> (reader module, file name patterns that format uses)
 FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mapp": ("mapp.analysis.ingest.mapp_v1", ("rank-*.json",)),
-    "megatronapp": ("mapp.analysis.ingest.megatronapp", ("benchmark-data-*-pipeline-*-tensor-*.json",)),
+    # the per-rank files by name; MegatronApp's aggregated trace (any name) by its content
+    "megatronapp": ("mapp.analysis.ingest.megatronapp", ("benchmark-data-*-pipeline-*-tensor-*.json", "*.json")),
     "kineto": ("mapp.analysis.ingest.kineto", ("*.json", "*.json.gz")),
 }
+# What ``--format`` takes without looking inside, where that is fewer than FORMATS' patterns:
+# other files only where the reader's sniff knows them (a simulated job's ground_truth.json
+# beside its benchmark-data files is no MegatronApp trace).
+_FORCED: dict[str, tuple[str, ...]] = {"megatronapp": ("benchmark-data-*-pipeline-*-tensor-*.json",)}
 # Names only one format uses: a file named so that does not hold that format is a damaged
 # trace (an error), not an unrelated file to skip. (PyTorch's tensorboard_trace_handler names
 # its files ``<worker>.<time>.pt.trace.json``, ``.pt.trace.json.gz`` with use_gzip=True;
@@ -176,9 +181,11 @@ def discover(directory: Path, format_name: str | None = None) -> Discovered:
     directory = Path(directory)
     candidates = _candidates(directory)
     if format_name is not None:
-        reader_module(format_name)
+        module = reader_module(format_name)
         patterns = FORMATS[format_name][1]
-        files = [p for p in candidates if any(fnmatch.fnmatch(p.name, pat) for pat in patterns)]
+        forced = _FORCED.get(format_name, patterns)
+        files = [p for p in candidates if any(fnmatch.fnmatch(p.name, pat) for pat in forced)
+                 or (any(fnmatch.fnmatch(p.name, pat) for pat in patterns) and module.sniff(p, _head(p)))]
         if not files:
             raise InputError(
                 f"no {format_name} trace files in {directory}",
@@ -206,7 +213,7 @@ def discover(directory: Path, format_name: str | None = None) -> Discovered:
     if not by_format:
         raise InputError(
             f"no recognisable traces in {directory} or its subdirectories",
-            "expected mapp rank-*.json, MegatronApp benchmark-data-*.json or PyTorch profiler "
+            "expected mapp rank-*.json, MegatronApp benchmark-data-*.json (or their aggregated trace) or PyTorch profiler "
             "traces; pass --format to force one",
         )
     if len(by_format) > 1:

@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 import orjson
 import polars as pl
 
-from mapp.analysis.ingest import schema
+from mapp.analysis.ingest import megatronapp_aggregated, schema
 from mapp.analysis.ingest._json import load_document, paused_gc
 from mapp.errors import TraceFormatError
 
@@ -115,11 +115,12 @@ _DP_REDUCTIONS = frozenset({"allreduce"})
 
 
 def sniff(path: pathlib.Path, head: bytes) -> bool:
-    """True for a MegatronApp per-rank file: by its name, or a JSON array of ``rel_ts``/``g_rk`` records."""
+    """True for a MegatronApp per-rank file (by its name, or a JSON array of ``rel_ts``/``g_rk``
+    records) or for the aggregated trace its ``aggregate.py`` makes of them (``megatronapp_aggregated``)."""
     if _FILE_NAME.search(path.name):
         return True
     start = head.lstrip()
-    return start.startswith(b"[") and b'"rel_ts"' in head and b'"g_rk"' in head
+    return (start.startswith(b"[") and b'"rel_ts"' in head and b'"g_rk"' in head) or megatronapp_aggregated.sniff(head)
 
 
 @dataclass(slots=True)
@@ -129,21 +130,29 @@ class _RankFile:
     coords: dict[str, int]
     device: str | None
     records: list[dict] = field(repr=False)
+    # spans already paired on an absolute time axis (a rank of an aggregated trace), else None
+    spans: list[megatronapp_aggregated.Span] | None = field(default=None, repr=False)
 
 
 def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Read MegatronApp per-rank files into (events, ranks) tables; see the module docstring."""
     with paused_gc():
-        rank_files = [_load(path, warn) for path in files]
+        documents = [(path, _document(path, warn)) for path in files]
+    rank_files = _rank_files(documents, warn)
     layout = {axis: max((rf.coords[axis] for rf in rank_files), default=-1) + 1 for axis in _AXES}
     _default_order(rank_files, layout, warn)
+    _one_file_per_rank(rank_files)
     coords_of = {rf.rank: rf.coords for rf in rank_files}
     by_coords = {(c["tp"], c["dp"], c["pp"]): rank for rank, c in coords_of.items()}
     groups = _Groups(coords_of, layout)
 
     columns: dict[str, list] = {name: [] for name in _EVENT_COLUMNS}
     for rf in rank_files:
-        _pair(rf, columns, groups, by_coords, warn)
+        if rf.spans is None:
+            _pair(rf, columns, groups, by_coords, warn)
+        else:
+            for name, begin, end, ts_ns, dur_ns, iteration in rf.spans:
+                _emit(rf, columns, name, begin, end, ts_ns, dur_ns, iteration, groups, by_coords)
     events = pl.DataFrame(columns, schema={name: schema.EVENTS_SCHEMA[name] for name in _EVENT_COLUMNS})
     events = schema.conform(events, schema.EVENTS_SCHEMA).sort(
         ["rank", "ts_ns", "dur_ns"], descending=[False, False, True], maintain_order=True)
@@ -171,14 +180,44 @@ _EVENT_COLUMNS = ("rank", "tp", "pp", "dp", "ph", "name", "cat", "lane", "ts_ns"
                   "microbatch", "chunk", "group", "group_ranks", "peer", "bytes", "src_file", "args")
 
 
-def _load(path: pathlib.Path, warn: Callable[[str], None]) -> _RankFile:
+def _document(path: pathlib.Path, warn: Callable[[str], None]) -> list:
     document, salvage = load_document(path, (b"]",), "MegatronApp trace (JSON array)")
     if not isinstance(document, list):
         raise TraceFormatError(f"{path}: expected a JSON array of B/E records, found {type(document).__name__}",
                                "this does not look like a MegatronApp benchmark-data file")
-    records = [r for r in document if isinstance(r, dict)]
     if salvage.truncated_at is not None:
-        warn(f"{path}: truncated at byte {salvage.truncated_at}; kept {len(records)} events")
+        warn(f"{path}: truncated at byte {salvage.truncated_at}; kept {len(document)} records")
+    return document
+
+
+def _rank_files(documents: list[tuple[pathlib.Path, list]], warn: Callable[[str], None]) -> list[_RankFile]:
+    """One ``_RankFile`` per per-rank file, and per rank of each aggregated trace; an aggregated
+    trace beside per-rank files is their copy (``aggregate.py`` writes it into their directory)
+    and is not read twice."""
+    merged = [(path, doc) for path, doc in documents if megatronapp_aggregated.is_aggregated(doc)]
+    per_rank = [(path, doc) for path, doc in documents if not megatronapp_aggregated.is_aggregated(doc)]
+    if merged and per_rank:
+        warn(f"read the {len(per_rank)} per-rank MegatronApp files, not the aggregated trace made of them "
+             f"({', '.join(path.name for path, _ in merged)})")
+        merged = []
+    out = [_load(path, doc) for path, doc in per_rank]
+    for path, doc in merged:
+        out.extend(_RankFile(path, r.rank, r.coords, r.device, [], r.spans)
+                   for r in megatronapp_aggregated.split(path, doc, warn))
+    return out
+
+
+def _one_file_per_rank(rank_files: list[_RankFile]) -> None:
+    seen: dict[int, pathlib.Path] = {}
+    for rf in rank_files:
+        if rf.rank in seen:
+            raise TraceFormatError(f"rank {rf.rank} is in two traces ({seen[rf.rank].name} and {rf.path.name})",
+                                   "keep one run's MegatronApp traces per directory")
+        seen[rf.rank] = rf.path
+
+
+def _load(path: pathlib.Path, document: list) -> _RankFile:
+    records = [r for r in document if isinstance(r, dict)]
     ident = next((r for r in records if "g_rk" in r), None)
     from_name = _FILE_NAME.search(path.name)
     if ident is None and from_name is None:
@@ -212,8 +251,9 @@ def _default_order(rank_files: list[_RankFile], layout: dict[str, int], warn: Ca
     for rf in placed:
         c = rf.coords
         rf.rank = c["tp"] + layout["tp"] * (c["dp"] + layout["dp"] * c["pp"])
-    warn(f"{len(placed)} of {len(rank_files)} MegatronApp files name no global rank (g_rk) in their records: "
-         "placed by their file names in megatron-core's default rank order, tp + TP x (dp + DP x pp)")
+    warn(f"{len(placed)} of {len(rank_files)} MegatronApp ranks name no global rank (g_rk) in their records: "
+         "placed by their coordinates (file names; an aggregated trace's pid and tid) in megatron-core's "
+         "default rank order, tp + TP x (dp + DP x pp)")
     taken = [rf.rank for rf in rank_files]
     if len(set(taken)) < len(taken):
         raise TraceFormatError("two MegatronApp files have the same global rank (one by its g_rk, one by its file name)",
