@@ -44,6 +44,8 @@ class LatenessEvidence:
     order across every rank that made them: a guess where ranks call one op on several groups,
     as gloo traces of TP x DP do), and per group kind ``share_last_<group>``."""
     z_crit: float = 0.0
+    iterations: int = 1
+    """How many iterations the matched collectives span (at least 1)."""
 
 
 def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None = None) -> LatenessEvidence:
@@ -129,7 +131,7 @@ def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None 
     per = per.with_columns(net_z=(pl.col("net_ns") - center) / max(scale, 1000.0)).with_columns(
         flagged=(pl.col("net_z") > z_crit) & (pl.col("last_z") > z_crit)
     ).drop("v", "expected").sort("rank")
-    return LatenessEvidence(True, None, per, z_crit)
+    return LatenessEvidence(True, None, per, z_crit, max(inst["iteration"].drop_nulls().n_unique(), 1))
 
 
 def _recurring(m: pl.DataFrame, blame: pl.DataFrame) -> pl.DataFrame:

@@ -309,6 +309,38 @@ def test_megatronapp_slow_link(tmp_path):
     assert s.kind == "slow_link" and {s.rank, s.peer} == {1, 5}
 
 
+def _reduce_waits_ms(directory, culprit: int, victim: int) -> float:
+    """What the victim waited at the TP reductions, read off the trace: each reduction ends
+    together on both ranks, so the victim's span is longer by its wait (one per call, in order)."""
+    ev = load_bundle(directory).events.filter(pl.col("name") == "_reduce").sort("rank", "ts_ns")
+    mine = ev.filter(pl.col("rank") == victim)["dur_ns"].to_list()
+    theirs = ev.filter(pl.col("rank") == culprit)["dur_ns"].to_list()
+    assert len(mine) == len(theirs) > 0
+    return sum(a - b for a, b in zip(mine, theirs)) / 1e6
+
+
+def test_megatronapp_without_pipeline_names_the_rank_its_tp_peer_waits_for(tmp_path):
+    # With PP 1 the original tracer records no compute (its TP mappings and the optimizer only):
+    # stage 1 cannot run, and where every group is a pair the culprit's net wait and its
+    # victim's mirror each other, so their z across ranks says nothing. Last at every reduction,
+    # keeping its peer waiting in every iteration, it is the culprit; its cost is what it made
+    # the others wait an iteration ("no suspect" before; the cost counted all iterations as one).
+    # (Only a lower bound of its slowdown: the tracer's own TP barrier in MLP.forward takes
+    # part of the wait out of the traced spans; a 2x GPU reads 1.18x here.)
+    out, _ = simulated(tmp_path, "slow_gpu:1:2", tp=2, pp=1, dp=2, iterations=3, hidden=4096, seq_length=2048,
+                       format="megatronapp")
+    v = detect_bundle(load_bundle(out), threshold=0.1)
+    assert [(s.rank, s.kind) for s in v.suspects] == [(1, "slow_compute")] and 0 in v.victims
+    waited = _reduce_waits_ms(out, culprit=1, victim=0)
+    assert v.suspects[0].excess_ns / 1e6 == pytest.approx(waited / 3, rel=0.1)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_megatronapp_without_pipeline_healthy_has_no_suspect(tmp_path, seed):
+    v = detect(tmp_path, tp=2, pp=1, dp=2, iterations=3, format="megatronapp", jitter_sigma=0.05, seed=seed)
+    assert v.suspects == [] and v.below == []
+
+
 @pytest.mark.parametrize("fixture", ["kineto_gloo", "kineto_nccl"])
 def test_profiler_traces_run_and_say_which_stages_could_not(tmp_path, fixture):
     shutil.copytree(FIXTURES / fixture, tmp_path / fixture)
