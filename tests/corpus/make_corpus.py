@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43|fresh44] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -106,14 +106,18 @@ LAYOUTS = {"tp2dp2": {"tp": 2, "pp": 1, "dp": 2}, "pp2dp2": {"tp": 1, "pp": 2, "
            "pp2": {"tp": 1, "pp": 2, "dp": 1}, "pp4": {"tp": 1, "pp": 4, "dp": 1},
            "pp4dp2": {"tp": 1, "pp": 4, "dp": 2}, "pp2dp4": {"tp": 1, "pp": 2, "dp": 4},
            "tp2pp2dp2": {"tp": 2, "pp": 2, "dp": 2}, "dp8": {"tp": 1, "pp": 1, "dp": 8},
-           "pp2dp32": {"tp": 1, "pp": 2, "dp": 32}}
+           "pp2dp32": {"tp": 1, "pp": 2, "dp": 32},
+           "pp4dp4": {"tp": 1, "pp": 4, "dp": 4}, "pp2dp8": {"tp": 1, "pp": 2, "dp": 8},
+           "tp2pp2dp4": {"tp": 2, "pp": 2, "dp": 4}, "dp16": {"tp": 1, "pp": 1, "dp": 16}}
 GPT_LAYOUT_ARGS = {"tp2dp2": ["--tp", "2", "--pp", "1"], "pp2dp2": ["--tp", "1", "--pp", "2"],
                    "tp2pp2": ["--tp", "2", "--pp", "2"], "dp4": ["--tp", "1", "--pp", "1"],
                    "dp2": ["--tp", "1", "--pp", "1"], "tp2": ["--tp", "2", "--pp", "1"],
                    "pp2": ["--tp", "1", "--pp", "2"], "pp4": ["--tp", "1", "--pp", "4"],
                    "pp4dp2": ["--tp", "1", "--pp", "4"], "pp2dp4": ["--tp", "1", "--pp", "2"],
                    "tp2pp2dp2": ["--tp", "2", "--pp", "2"], "dp8": ["--tp", "1", "--pp", "1"],
-                   "pp2dp32": ["--tp", "1", "--pp", "2"]}
+                   "pp2dp32": ["--tp", "1", "--pp", "2"],
+                   "pp4dp4": ["--tp", "1", "--pp", "4"], "pp2dp8": ["--tp", "1", "--pp", "2"],
+                   "tp2pp2dp4": ["--tp", "2", "--pp", "2"], "dp16": ["--tp", "1", "--pp", "1"]}
 
 
 def world_of(layout: dict) -> int:
@@ -2403,6 +2407,36 @@ def fresh43_set(seed: int = FRESH43_SEED) -> list[Case]:
     ]
 
 
+FRESH44_SEED = 271
+
+
+def fresh44_set(seed: int = FRESH44_SEED) -> list[Case]:
+    """Held out in the thirty-fifth session (``--set fresh44``, 16 ranks, seed 271, for CPUs: one
+    gloo process per core of the lent machine's 16; a machine of 16 GPUs runs it with ``--gpu``,
+    in ``fresh13``'s model shape): a width between the 8-rank sets and ``scale``'s 64, which no
+    set had -- PP4 x DP4, PP2 x DP8, TP2 x PP2 x DP4 and DP16 under both captures, healthy, with
+    a heavier last stage and lognormal lengths, and faults. Ids end in ``-f44``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f44", **k)
+
+    return [
+        _plain("ddp16", "dp16", seed, tag="-f44"),
+        _plain("ddp16", "dp16", seed, rank=7, factor=1.5, tag="-f44"),
+        # megatron-core, mapp capture
+        g("pp4dp4", "mapp-v1", "healthy"),
+        g("pp4dp4", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp4", "mapp-v1", "layer", rank=13, factor=1.4),
+        g("pp2dp8", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2pp2dp4", "mapp-v1", "hostsleep", rank=6, ms=22),
+        # megatron-core, torch.profiler
+        g("pp2dp8", "kineto", "healthy"),
+        g("pp2dp8", "kineto", "layer", rank=9, factor=1.45),
+        g("pp4dp4", "kineto", "laststage", last_layers=3),
+        g("dp16", "kineto", "layer", rank=11, factor=1.5),
+        g("tp2pp2dp4", "kineto", "beforemb", rank=2, ms=21),
+    ]
+
+
 SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set, "vary2": vary2_set,
         "pp4": pp4_set, "wide": wide_set, "sched": sched_set,
         "prod": prod_set, "prodv": prodv_set, "prodw": prodw_set, "scale": scale_set, "fresh": fresh_set, "fresh2": fresh2_set,
@@ -2420,7 +2454,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh36": fresh36_set, "fresh37": fresh37_set,
         "fresh38": fresh38_set, "fresh39": fresh39_set,
         "fresh40": fresh40_set, "fresh41": fresh41_set,
-        "fresh42": fresh42_set, "fresh43": fresh43_set}
+        "fresh42": fresh42_set, "fresh43": fresh43_set, "fresh44": fresh44_set}
 
 
 # -----------------------------------------------------------------------------------------
@@ -3010,7 +3044,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35", "fresh36": "cases-fresh36", "fresh37": "cases-fresh37", "fresh38": "cases-fresh38", "fresh39": "cases-fresh39", "fresh40": "cases-fresh40", "fresh41": "cases-fresh41", "fresh42": "cases-fresh42", "fresh43": "cases-fresh43"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35", "fresh36": "cases-fresh36", "fresh37": "cases-fresh37", "fresh38": "cases-fresh38", "fresh39": "cases-fresh39", "fresh40": "cases-fresh40", "fresh41": "cases-fresh41", "fresh42": "cases-fresh42", "fresh43": "cases-fresh43", "fresh44": "cases-fresh44"}[args.set] + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

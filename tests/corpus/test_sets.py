@@ -532,6 +532,16 @@ def test_the_fresh43_set_stops_its_profiler_jobs_plainly_and_names_every_kind_of
     assert {"slow_compute", "slow_host", "slow_link"} <= kinds
 
 
+def test_the_fresh44_set_holds_16_rank_layouts_out_under_both_captures():
+    cases = _held_out("fresh44", "-f44")
+    assert all(make_corpus.world_of(c.layout) == 16 for c in cases)
+    layouts = {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases}
+    assert layouts == {(1, 1, 16), (1, 4, 4), (1, 2, 8), (2, 2, 4)}
+    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
+    # each rank a fault names is one of the job's 16
+    assert all(0 <= c.expect["suspect"]["rank"] < 16 for c in cases if c.cls == "fault")
+
+
 def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     # the extra traffic rides the pipeline's p2p exchanges (``P2PCommunicator._communicate``): a
     # link without one (TP2 x DP2's ranks 1 and 3, first put in ``fresh14``) carries none, and
