@@ -115,7 +115,8 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         bundle, cuts, layout, analysis, lap)
     suspects, imbalance, victims, grid, below, overruled = combine(
         peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
-        iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=on_cpus)
+        iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=on_cpus,
+        spans_hold_waits=_synchronizing_tracer(bundle))
     notes += paced_pairs(peers, lateness, suspects + below)
     notes += overruled
     if below:

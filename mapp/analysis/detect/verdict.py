@@ -35,6 +35,7 @@ from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared
                                                stands_out, typical_slowdown)
 from mapp.analysis.detect.stalls import stalls_a_real_share, stalls_alone, stalls_lasting, stalls_most_of_idle
 from mapp.analysis.detect.thresholds import CONSISTENT
+from mapp.analysis.detect.tp_waits import tp_victims
 
 # (the findings' types are re-exported: ``verdict`` was their home before ``findings``)
 __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "Combined", "combine", "paced_pairs"]
@@ -77,7 +78,7 @@ class Combined(NamedTuple):
 
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
             *, slowdown_threshold: float, imbalance_threshold: float, iteration_ns: float | None,
-            microbatches: int, shared_cpus: bool = False) -> Combined:
+            microbatches: int, shared_cpus: bool = False, spans_hold_waits: bool = False) -> Combined:
     """Suspects (ranked), imbalance, victims, the per-rank grid, the would-be suspects below the
     threshold and the candidates overruled, from the stages' evidence.
 
@@ -85,6 +86,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     slowdown a rank doing extra work is given (``added_work.added_slowdown``).
     ``imbalance_threshold``: a pipeline stage computing more than (1 + this) x the lightest is
     imbalance (``Thresholds.imbalance``).
+    ``spans_hold_waits``: the tracer's spans hold waits for TP peers that no collective record
+    stands for (the MegatronApp tracer's barriers: ``tp_waits``).
     """
     coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in layout.ranks.iter_rows(named=True)}
     late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)} if lateness.ran else {}
@@ -156,6 +159,9 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                   f"{traced} traced iterations: not a suspect (slower in some iterations only, and not by far: "
                   "noise, not a fault)" for s in passing]
     suspects = [s for s in suspects if s not in passing]
+    waiting = []
+    if spans_hold_waits:
+        suspects, waiting = tp_victims(suspects, lateness, overruled)
     # ``--threshold``: a suspect is slower than (1 + t) x its peers; those under it are no one's
     # culprit, so they make no victims and no mark in the grid either
     below = [s for s in suspects if s.slowdown == s.slowdown and s.slowdown < 1 + slowdown_threshold]
@@ -164,7 +170,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
         suspects = links_beside_a_busy_host(suspects, overruled)
     imbalance = suspects_stages(imbalance, suspects, layout)
     flagged = {s.rank for s in suspects} | {s.peer for s in suspects if s.peer is not None}
-    victims = _victims(lateness, suspects, layout)
+    victims = sorted(set(_victims(lateness, suspects, layout)) | set(waiting))
     grid = _grid(layout, peers, lateness, flagged, set(victims))
     return Combined(suspects, imbalance, victims, grid, below, overruled)
 

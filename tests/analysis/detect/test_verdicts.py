@@ -303,6 +303,17 @@ def test_megatronapp_format(tmp_path):
     assert v.layout.endswith("(from traces)")
 
 
+def test_megatronapp_tp_peer_waiting_inside_its_spans_is_a_victim(tmp_path):
+    # The original tracer's TP barriers sit inside the spans it times: rank 4 waits there for its
+    # slow TP peer 5 and its spans read 1.44x (it was named second). Last at none of their TP
+    # collectives while rank 5 is last at all, it is 5's victim.
+    v = detect(tmp_path, "slow_gpu:5:1.5", tp=2, pp=2, dp=2, iterations=3, hidden=4096, seq_length=2048,
+               format="megatronapp", seed=7)
+    assert [(s.rank, s.kind) for s in v.suspects] == [(5, "slow_compute")]
+    assert 4 in v.victims
+    assert any(n.startswith("rank 4 computes") and "TP peer 5" in n for n in v.notes)
+
+
 def test_megatronapp_slow_link(tmp_path):
     v = detect(tmp_path, "slow_link:1-5:4", tp=2, pp=2, dp=2, format="megatronapp")
     s = top(v)
