@@ -314,6 +314,16 @@ def test_megatronapp_tp_peer_waiting_inside_its_spans_is_a_victim(tmp_path):
     assert any(n.startswith("rank 4 computes") and "TP peer 5" in n for n in v.notes)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_megatronapp_links_across_nodes_are_compared_with_their_like(tmp_path, seed):
+    # The tracer records no host, only each rank's local device index: TP2 x PP4 x DP2 on two
+    # nodes of 8 GPUs, healthy, had its four stage-1 -> stage-2 links, the ones between the nodes,
+    # named slow links (4.9x the links inside a node). The device indices place the ranks.
+    v = detect(tmp_path, tp=2, pp=4, dp=2, layers=8, iterations=3, jitter_sigma=0.03, format="megatronapp", seed=seed)
+    assert v.suspects == []
+    assert any(n.startswith("hosts not recorded: ranks placed on nodes of 8 GPUs") for n in v.notes)
+
+
 def test_megatronapp_slow_link(tmp_path):
     v = detect(tmp_path, "slow_link:1-5:4", tp=2, pp=2, dp=2, format="megatronapp")
     s = top(v)
