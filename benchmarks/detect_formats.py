@@ -15,11 +15,18 @@ DP2 job with a heavier last stage). Per format and seed this simulates:
 
 Host overhead and noise, jitter and iterations are drawn per job from the suite's ranges.
 Prints one table: per format and class, the jobs, how many are right, and the wrong answers.
+
+``--suite small`` (or ``ci``, ``full``) also runs the labelled suite's own scenarios (``mapp bench
+detect --scale ...``, seed 0; those of one model chunk a stage: the original tracer has no
+interleaved schedule) written in the MegatronApp format, and prints a second table: per class,
+the jobs, how many are right (a fault's first suspect it; a negative without a suspect) and the
+suspects that are no injected fault. ``--seeds 0`` runs that one alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import sys
 import tempfile
@@ -34,6 +41,7 @@ from rich.table import Table  # noqa: E402
 from mapp.analysis.detect import detect_bundle  # noqa: E402
 from mapp.analysis.ingest import load_bundle  # noqa: E402
 from mapp.analysis.simulate import SimConfig, parse_fault, simulate  # noqa: E402
+from mapp.bench.suite import run_suite, scenarios  # noqa: E402
 
 NEGATIVES = {
     "PP2 x DP32, lengths sigma 1.0": dict(tp=1, pp=2, dp=32, layers=4, microbatches=8, seqlen_sigma=1.0),
@@ -63,10 +71,37 @@ def _verdict(cfg: SimConfig, work: Path):
     return detect_bundle(load_bundle(work), threshold=0.1)
 
 
+def _suite_in_megatronapp_format(scale: str) -> Table:
+    """The labelled suite's scenarios of one model chunk a stage, in the MegatronApp format."""
+    items = [dataclasses.replace(sc, config=dataclasses.replace(sc.config, format="megatronapp"))
+             for sc in scenarios(scale, 0) if sc.config.vpp == 1]
+    by_class: dict[str, list[int]] = {}
+    for r in run_suite(items).results:
+        right = (r.false == 0) if r.scenario.negative else r.top1
+        row = by_class.setdefault(r.scenario.cls, [0, 0, 0])
+        row[0] += 1
+        row[1] += int(right and r.error is None)
+        row[2] += r.false
+    table = Table(title=f"the suite's {scale} scenarios in the MegatronApp format (threshold 0.1)", title_justify="left")
+    for col in ("class", "jobs", "right", "suspects no fault"):
+        table.add_column(col, justify="left" if col == "class" else "right")
+    for cls, (n, right, false) in by_class.items():
+        table.add_row(cls, str(n), str(right), str(false))
+    total = [sum(v[i] for v in by_class.values()) for i in range(3)]
+    table.add_row("all", *(str(x) for x in total))
+    return table
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=4, help="seeds per format and class (default 4)")
+    ap.add_argument("--suite", choices=("none", "ci", "small", "full"), default="none",
+                    help="also run the labelled suite's scenarios in the MegatronApp format (default none)")
     args = ap.parse_args()
+    if args.suite != "none":
+        Console(width=160).print(_suite_in_megatronapp_format(args.suite))
+    if args.seeds == 0:
+        return
     rng = random.Random(7)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
