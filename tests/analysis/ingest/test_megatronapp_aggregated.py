@@ -120,6 +120,8 @@ def test_the_slow_gpu_is_named_first_from_either_form(tmp_path, form):
     shutil.copytree(CURRENT / form, job)
     verdict = detector.detect_bundle(load_bundle(job), threshold=0.1)
     assert (verdict.suspects[0].rank, verdict.suspects[0].kind) == (key["rank"], "slow_compute")
+    # devices 0-7 for ranks 0-7: one node of 8, which the device indices do not split
+    assert not any(n.startswith("hosts not recorded") for n in verdict.notes)
 
 
 def test_the_published_aggregated_run_is_the_per_rank_run_s_verdict(tmp_path):
