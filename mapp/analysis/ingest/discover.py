@@ -30,24 +30,28 @@ __all__ = ["FORMATS", "Discovered", "discover", "reader_module", "read_events"]
 FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mapp": ("mapp.analysis.ingest.mapp_v1", ("rank-*.json",)),
     # the per-rank files by name; MegatronApp's aggregated trace (any name) by its content
-    "megatronapp": ("mapp.analysis.ingest.megatronapp", ("benchmark-data-*-pipeline-*-tensor-*.json", "*.json")),
+    "megatronapp": ("mapp.analysis.ingest.megatronapp", ("benchmark-data-*-pipeline-*-tensor-*.json",
+                                                         "benchmark-data-*-pipeline-*-tensor-*.json.gz",
+                                                         "*.json", "*.json.gz")),
     "kineto": ("mapp.analysis.ingest.kineto", ("*.json", "*.json.gz")),
 }
 # What ``--format`` takes without looking inside, where that is fewer than FORMATS' patterns:
 # other files only where the reader's sniff knows them (a simulated job's ground_truth.json
 # beside its benchmark-data files is no MegatronApp trace).
-_FORCED: dict[str, tuple[str, ...]] = {"megatronapp": ("benchmark-data-*-pipeline-*-tensor-*.json",)}
+_FORCED: dict[str, tuple[str, ...]] = {"megatronapp": ("benchmark-data-*-pipeline-*-tensor-*.json",
+                                                       "benchmark-data-*-pipeline-*-tensor-*.json.gz")}
 # Names only one format uses: a file named so that does not hold that format is a damaged
 # trace (an error), not an unrelated file to skip. (PyTorch's tensorboard_trace_handler names
 # its files ``<worker>.<time>.pt.trace.json``, ``.pt.trace.json.gz`` with use_gzip=True;
 # other Kineto traces may have any name.)
 _TELLTALE_NAMES: dict[str, tuple[str, ...]] = {
     "mapp": ("rank-*.json",),
-    "megatronapp": ("benchmark-data-*-pipeline-*-tensor-*.json",),
+    "megatronapp": ("benchmark-data-*-pipeline-*-tensor-*.json", "benchmark-data-*-pipeline-*-tensor-*.json.gz"),
     "kineto": ("*.pt.trace.json", "*.pt.trace.json.gz"),
 }
-# Trace files are JSON; ``*.json.gz`` (gzip) ones only for the Kineto reader, which reads them
-# through _json.load_document like plain ones.
+# Trace files are JSON; ``*.json.gz`` (gzip) ones for the Kineto and MegatronApp readers, which
+# read them through _json.load_document like plain ones (traces are often gzipped to be copied
+# off a cluster; PyTorch writes them so with use_gzip=True).
 _SUFFIXES = (".json", ".json.gz")
 _MERGED = "merged"  # mapp's own merged output, found beside the traces: never an input
 _CUT = "cut off"    # a JSON document cut off before it shows its format: a damaged trace
@@ -123,8 +127,9 @@ def _walk(directory: Path) -> list[Path]:
 
 
 def _head(path: Path) -> bytes:
-    """The start of the file's content: decompressed for a ``*.gz`` name (only the Kineto reader
-    takes those), raw otherwise, so a compressed file named ``rank-*.json`` is not taken for v1."""
+    """The start of the file's content: decompressed for a ``*.gz`` name (the Kineto and
+    MegatronApp readers take those), raw otherwise, so a compressed file named ``rank-*.json`` is
+    not taken for v1."""
     if _compressed(path):
         return read_head(path, HEAD_BYTES)
     with open(path, "rb") as f:

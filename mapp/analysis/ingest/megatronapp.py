@@ -90,7 +90,7 @@ __all__ = ["NAME", "sniff", "read"]
 
 NAME = "megatronapp"
 
-_FILE_NAME = re.compile(r"benchmark-data-(\d+)-pipeline-(\d+)-tensor-(\d+)\.json$")
+_FILE_NAME = re.compile(r"benchmark-data-(\d+)-pipeline-(\d+)-tensor-(\d+)\.json(?:\.gz)?$")
 _CORE_FIELDS = frozenset({"name", "ph", "rel_ts", "dp_rk", "pp_rk", "tp_rk", "dev", "g_rk"})
 _AXES = ("tp", "dp", "pp")
 

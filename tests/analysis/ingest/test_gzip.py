@@ -120,3 +120,26 @@ def test_gzip_events_are_dated_and_stepped_like_plain(tmp_path):
     steps = events.filter(pl.col("cat") == "iteration")
     assert steps.height > 0
     assert events["ts_ns"].min() > 10**18            # baseTimeNanoseconds was applied (Unix-epoch ns)
+
+
+MEGATRONAPP = pathlib.Path(__file__).parent.parent.parent / "fixtures" / "megatronapp_original"
+AGGREGATED = pathlib.Path(__file__).parent.parent.parent / "fixtures" / "megatronapp_aggregate" / "aggregated"
+
+
+def test_gzip_megatronapp_files_and_their_aggregated_trace_are_found_and_read(tmp_path):
+    # MegatronApp's per-rank files and aggregate.py's one file, gzipped to be copied off a cluster
+    from mapp.analysis.ingest import megatronapp
+    per_rank, merged = tmp_path / "per-rank", tmp_path / "aggregated"
+    per_rank.mkdir()
+    merged.mkdir()
+    plain = sorted((MEGATRONAPP / "pp").glob("benchmark-data-*.json"))
+    for src in plain:
+        (per_rank / (src.name + ".gz")).write_bytes(gzip.compress(src.read_bytes()))
+    (merged / "benchmark.json.gz").write_bytes(gzip.compress((AGGREGATED / "benchmark.json").read_bytes()))
+    for folder, originals in ((per_rank, plain), (merged, [AGGREGATED / "benchmark.json"])):
+        found = discover(folder)
+        assert found.format == "megatronapp" and len(found.files) == len(originals)
+        packed, _ = megatronapp.read(found.files, warn=lambda _: None)
+        unpacked, _ = megatronapp.read(originals, warn=lambda _: None)
+        cols = ["rank", "name", "ts_ns", "dur_ns", "iteration", "microbatch"]
+        assert packed.select(cols).sort(cols).equals(unpacked.select(cols).sort(cols))
