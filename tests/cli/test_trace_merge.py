@@ -82,6 +82,15 @@ def test_directory_with_no_recognisable_traces(tmp_path):
     assert "no recognisable traces" in one_line_error(merge(str(tmp_path)))
 
 
+def test_a_directory_holding_only_a_merged_trace_says_so(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "out").mkdir()
+    job(tmp_path / "run", dp=2)
+    assert merge(str(tmp_path / "run"), "-o", str(tmp_path / "out" / "merged.json")).exit_code == 0
+    line = one_line_error(merge(str(tmp_path / "out")))
+    assert "holds only mapp's merged trace (merged.json)" in line and "merged from" in line
+
+
 def test_file_that_is_not_json(tmp_path):
     job(tmp_path, dp=2)
     (tmp_path / "rank-00001.json").write_text("[\nthis is not json\n")

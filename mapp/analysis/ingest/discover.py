@@ -200,9 +200,11 @@ def discover(directory: Path, format_name: str | None = None) -> Discovered:
     by_format: dict[str, list[Path]] = {}
     ignored: list[Path] = []
     cut: list[Path] = []
+    merged: list[Path] = []
     for path in candidates:
         found = _sniff(path)
         if found == _MERGED:
+            merged.append(path)
             continue
         if found == _CUT:
             cut.append(path)
@@ -215,6 +217,12 @@ def discover(directory: Path, format_name: str | None = None) -> Discovered:
         raise _cut_error(cut[0], _head(cut[0]))
     order = {path: i for i, path in enumerate(candidates)}
     ignored = sorted(ignored + cut, key=order.__getitem__)
+    if not by_format and merged:
+        raise InputError(
+            f"{directory} holds only mapp's merged trace ({merged[0].relative_to(directory).as_posix()}), "
+            "an output of `mapp trace merge`, not per-rank traces",
+            "point mapp at the directory of the traces it was merged from",
+        )
     if not by_format:
         raise InputError(
             f"no recognisable traces in {directory} or its subdirectories",
