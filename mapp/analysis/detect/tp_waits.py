@@ -32,10 +32,11 @@ def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence,
     share = {r: s for r, s in zip(lateness.ranks["rank"].to_list(), lateness.ranks["share_last_tp"].to_list())
              if s is not None}
     compute = [s for s in suspects if s.kind == "slow_compute" and s.coords and s.rank in share]
+    waiters = {s.rank for s in compute if share[s.rank] <= 1 - CONSISTENT}
     kept, victims = [], []
     for s in suspects:
-        culprit = next((t for t in compute if s in compute and t.rank != s.rank and _same_tp_group(s, t)
-                        and share[t.rank] >= CONSISTENT and share[s.rank] <= 1 - CONSISTENT), None)
+        culprit = None if s.rank not in waiters or s.kind != "slow_compute" else next(
+            (t for t in compute if t.rank != s.rank and _same_tp_group(s, t) and share[t.rank] >= CONSISTENT), None)
         if culprit is None:
             kept.append(s)
             continue

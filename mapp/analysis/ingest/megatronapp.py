@@ -194,8 +194,10 @@ def _rank_files(documents: list[tuple[pathlib.Path, list]], warn: Callable[[str]
     """One ``_RankFile`` per per-rank file, and per rank of each aggregated trace; an aggregated
     trace beside per-rank files is their copy (``aggregate.py`` writes it into their directory)
     and is not read twice."""
-    merged = [(path, doc) for path, doc in documents if megatronapp_aggregated.is_aggregated(doc)]
-    per_rank = [(path, doc) for path, doc in documents if not megatronapp_aggregated.is_aggregated(doc)]
+    merged: list[tuple[pathlib.Path, list]] = []
+    per_rank: list[tuple[pathlib.Path, list]] = []
+    for path, doc in documents:
+        (merged if megatronapp_aggregated.is_aggregated(doc) else per_rank).append((path, doc))
     if merged and per_rank:
         warn(f"read the {len(per_rank)} per-rank MegatronApp files, not the aggregated trace made of them "
              f"({', '.join(path.name for path, _ in merged)})")
@@ -208,10 +210,13 @@ def _rank_files(documents: list[tuple[pathlib.Path, list]], warn: Callable[[str]
 
 
 def _one_file_per_rank(rank_files: list[_RankFile]) -> None:
+    """Refuse two traces of one global rank (by their ``g_rk``, their file names or an aggregated
+    trace's ``pid``), before their records are merged into one rank's."""
     seen: dict[int, pathlib.Path] = {}
     for rf in rank_files:
         if rf.rank in seen:
-            raise TraceFormatError(f"rank {rf.rank} is in two traces ({seen[rf.rank].name} and {rf.path.name})",
+            raise TraceFormatError(f"rank {rf.rank} is in two traces ({seen[rf.rank].name} and {rf.path.name}): "
+                                   "the same global rank, by g_rk, file name or pid",
                                    "keep one run's MegatronApp traces per directory")
         seen[rf.rank] = rf.path
 
@@ -254,10 +259,6 @@ def _default_order(rank_files: list[_RankFile], layout: dict[str, int], warn: Ca
     warn(f"{len(placed)} of {len(rank_files)} MegatronApp ranks name no global rank (g_rk) in their records: "
          "placed by their coordinates (file names; an aggregated trace's pid and tid) in megatron-core's "
          "default rank order, tp + TP x (dp + DP x pp)")
-    taken = [rf.rank for rf in rank_files]
-    if len(set(taken)) < len(taken):
-        raise TraceFormatError("two MegatronApp files have the same global rank (one by its g_rk, one by its file name)",
-                               "keep one run's benchmark-data-*.json files per directory")
 
 
 class _Groups:
