@@ -14,6 +14,7 @@ from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
 from mapp.analysis.detect.peers import PeerEvidence, compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
+from mapp.analysis.detect.tp_waits import tp_pace
 from mapp.analysis.detect.findings import StageStatus, Verdict
 from mapp.analysis.detect.verdict import combine, paced_pairs
 from mapp.analysis.ingest.schema import COMM_WAIT_NAMES
@@ -36,6 +37,10 @@ class StageEvidence(NamedTuple):
     shared_cpus: bool
     traced: list[int]
     notes: list[str]
+    tp_pace: pl.DataFrame | None = None
+    """Per rank of a TP group, its pace against its TP peers (``tp_waits.tp_pace``), where the
+    tracer's spans hold its waits for them (the MegatronApp tracer's); None where every wait is
+    recorded."""
 
 
 def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = None, analysis: Any = None,
@@ -84,9 +89,10 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
                                shared_cpus=on_cpus)
     lap("bandwidth")
+    pace = tp_pace(matching, len(traced)) if _synchronizing_tracer(bundle) else None
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
     return StageEvidence(peers, lateness, bandwidth, info, _iteration_ns(iters, events), microbatches, on_cpus,
-                         traced, notes)
+                         traced, notes, pace)
 
 
 def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, layout: dict[str, int] | str | None = None,
@@ -111,12 +117,11 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         timings[name] = now - t
         t = now
 
-    peers, lateness, bandwidth, info, iteration_ns, microbatches, on_cpus, traced, notes = stage_evidence(
+    peers, lateness, bandwidth, info, iteration_ns, microbatches, on_cpus, traced, notes, pace = stage_evidence(
         bundle, cuts, layout, analysis, lap)
     suspects, imbalance, victims, grid, below, overruled = combine(
         peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
-        iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=on_cpus,
-        spans_hold_waits=_synchronizing_tracer(bundle))
+        iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=on_cpus, tp_pace=pace)
     notes += paced_pairs(peers, lateness, suspects + below)
     notes += overruled
     if below:

@@ -35,7 +35,7 @@ from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared
                                                stands_out, typical_slowdown)
 from mapp.analysis.detect.stalls import stalls_a_real_share, stalls_alone, stalls_lasting, stalls_most_of_idle
 from mapp.analysis.detect.thresholds import CONSISTENT
-from mapp.analysis.detect.tp_waits import tp_victims
+from mapp.analysis.detect.tp_waits import tp_pace_suspects, tp_victims
 
 # (the findings' types are re-exported: ``verdict`` was their home before ``findings``)
 __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "Combined", "combine", "paced_pairs"]
@@ -78,7 +78,7 @@ class Combined(NamedTuple):
 
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
             *, slowdown_threshold: float, imbalance_threshold: float, iteration_ns: float | None,
-            microbatches: int, shared_cpus: bool = False, spans_hold_waits: bool = False) -> Combined:
+            microbatches: int, shared_cpus: bool = False, tp_pace: pl.DataFrame | None = None) -> Combined:
     """Suspects (ranked), imbalance, victims, the per-rank grid, the would-be suspects below the
     threshold and the candidates overruled, from the stages' evidence.
 
@@ -86,8 +86,9 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     slowdown a rank doing extra work is given (``added_work.added_slowdown``).
     ``imbalance_threshold``: a pipeline stage computing more than (1 + this) x the lightest is
     imbalance (``Thresholds.imbalance``).
-    ``spans_hold_waits``: the tracer's spans hold waits for TP peers that no collective record
-    stands for (the MegatronApp tracer's barriers: ``tp_waits``).
+    ``tp_pace``: where the tracer's spans hold waits for TP peers that no collective record
+    stands for (the MegatronApp tracer's barriers), each TP rank's pace against its peers
+    (``tp_waits.tp_pace``); None where every wait is recorded.
     """
     coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in layout.ranks.iter_rows(named=True)}
     late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)} if lateness.ran else {}
@@ -120,6 +121,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             if row["flagged"] or (row["last_z"] > lateness.z_crit and keeps_waiting(row)):
                 suspects.append(_late_suspect(row, None, peers, lateness, coords, iteration_ns,
                                               "stage 1 could not run: slow compute or slow host"))
+    if tp_pace is not None:
+        suspects = tp_pace_suspects(tp_pace, suspects, coords, iteration_ns, peers.min_effect)
     if bandwidth.ran:
         hosts = {s.rank: s for s in suspects if s.kind == "slow_host"}
         for f in bandwidth.findings:
@@ -160,7 +163,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                   "noise, not a fault)" for s in passing]
     suspects = [s for s in suspects if s not in passing]
     waiting = []
-    if spans_hold_waits:
+    if tp_pace is not None:
         suspects, waiting = tp_victims(suspects, lateness, overruled)
     # ``--threshold``: a suspect is slower than (1 + t) x its peers; those under it are no one's
     # culprit, so they make no victims and no mark in the grid either

@@ -346,14 +346,44 @@ def test_megatronapp_without_pipeline_names_the_rank_its_tp_peer_waits_for(tmp_p
     # victim's mirror each other, so their z across ranks says nothing. Last at every reduction,
     # keeping its peer waiting in every iteration, it is the culprit; its cost is what it made
     # the others wait an iteration ("no suspect" before; the cost counted all iterations as one).
-    # (Only a lower bound of its slowdown: the tracer's own TP barrier in MLP.forward takes
-    # part of the wait out of the traced spans; a 2x GPU reads 1.18x here.)
+    # Its slowdown is its pace between their reductions (``tp_waits.tp_pace``): the waits alone
+    # were a lower bound, the tracer's own TP barrier in MLP.forward taking part of them out of
+    # the traced spans (a 2x GPU read 1.18x).
     out, _ = simulated(tmp_path, "slow_gpu:1:2", tp=2, pp=1, dp=2, iterations=3, hidden=4096, seq_length=2048,
                        format="megatronapp")
     v = detect_bundle(load_bundle(out), threshold=0.1)
     assert [(s.rank, s.kind) for s in v.suspects] == [(1, "slow_compute")] and 0 in v.victims
+    assert v.suspects[0].slowdown == pytest.approx(2.0, rel=0.05)
     waited = _reduce_waits_ms(out, culprit=1, victim=0)
     assert v.suspects[0].excess_ns / 1e6 == pytest.approx(waited / 3, rel=0.1)
+
+
+@pytest.mark.parametrize("tp,dp,rank,factor,shape", [
+    (2, 4, 2, 1.2, dict(layers=2, hidden=4096, seq_length=2048, microbatches=8, seqlen_sigma=0.3)),
+    (8, 2, 11, 1.3, {}),
+])
+def test_megatronapp_slow_gpu_that_its_tp_group_hides_is_named_at_its_pace(tmp_path, tp, dp, rank, factor, shape):
+    # The tracer's TP barriers make a slow GPU's TP peers wait inside their spans: the whole TP
+    # group computes slower alike, as a replica given longer sequences would, and stage 1 read
+    # it as data (TP2 x DP4 on uneven lengths, a 1.2x GPU: 1.05x, below the threshold; TP8 x
+    # DP2, a 1.3x GPU: 1.009x). Between two of their TP reductions the slow GPU takes its
+    # slowdown times what each TP peer takes, at nearly every one.
+    v = detect(tmp_path, f"slow_gpu:{rank}:{factor}", tp=tp, pp=1, dp=dp, format="megatronapp", seed=0, **shape)
+    assert [(s.rank, s.kind) for s in v.suspects] == [(rank, "slow_compute")]
+    assert v.suspects[0].slowdown == pytest.approx(factor, rel=0.03)
+    assert v.suspects[0].evidence["tp_pace"]["share_slower"] >= 0.9
+
+
+def test_megatronapp_tp_peers_of_a_paced_gpu_are_its_victims(tmp_path):
+    # TP4 x PP2 x DP4, a 1.1x GPU: stage 1 named its three TP peers 1.06x (their spans hold
+    # their waits for it), and it was last at only 72% of their reductions (TP rank 0 reads
+    # the data and is last where the others wait for it), under the 75% that made them its
+    # victims. Paced slower than them at every stretch, it is their culprit.
+    v = detect(tmp_path, "slow_gpu:2:1.1", tp=4, pp=2, dp=4, hidden=4096, seq_length=2048, vocab_size=32768,
+               host_overhead_us=60.0, host_noise_us=5.0, data_load_us=50.0, jitter_sigma=0.01, format="megatronapp",
+               seed=621762779, threshold=0.05)
+    assert [(s.rank, s.kind) for s in v.suspects] == [(2, "slow_compute")]
+    assert {0, 1, 3} <= set(v.victims)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
