@@ -48,42 +48,6 @@ _PACE_SCHEMA = {"rank": pl.Int32, "pace": pl.Float64, "stretches": pl.UInt32, "s
                 "flagged": pl.Boolean}
 
 
-def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence,
-               overruled: list[str]) -> tuple[list[Suspect], list[int]]:
-    """``suspects`` without the slow-compute ones that a slow-compute TP peer kept waiting at
-    nearly all of their TP collectives (last at ``1 - CONSISTENT`` of them or fewer, the peer at
-    ``CONSISTENT`` or more, or named by its pace: ``tp_pace_suspects``; TP rank 0 alone reads the
-    data and is last where the others wait for it: TP4 x PP2 x DP4 in that format, a 1.1x GPU
-    last at 72% of its group's, its peers named at 1.06x), and those ranks: victims; a line for
-    each in ``overruled``."""
-    if not lateness.ran or lateness.ranks.is_empty() or "share_last_tp" not in lateness.ranks.columns:
-        return suspects, []
-    share = {r: s for r, s in zip(lateness.ranks["rank"].to_list(), lateness.ranks["share_last_tp"].to_list())
-             if s is not None}
-    compute = [s for s in suspects if s.kind == "slow_compute" and s.coords and s.rank in share]
-    waiters = {s.rank for s in compute if share[s.rank] <= 1 - CONSISTENT}
-    kept, victims = [], []
-    for s in suspects:
-        culprit = None if s.rank not in waiters or s.kind != "slow_compute" else next(
-            (t for t in compute if t.rank != s.rank and _same_tp_group(s, t)
-             and (share[t.rank] >= CONSISTENT or "tp_pace" in t.evidence)), None)
-        if culprit is None:
-            kept.append(s)
-            continue
-        paced = culprit.evidence.get("tp_pace")
-        why = (f"slower than them in {paced['share_slower']:.0%} of the stretches between their TP collectives, "
-               if paced else "") + f"is last at {share[culprit.rank]:.0%} of those and it at {share[s.rank]:.0%}"
-        overruled.append(
-            f"rank {s.rank} computes {s.slowdown:.2f}x its peers: not a suspect (its TP peer {culprit.rank}, "
-            f"slow compute, {why}: the tracer's spans hold its waits for that peer)")
-        victims.append(s.rank)
-    return kept, victims
-
-
-def _same_tp_group(a: Suspect, b: Suspect) -> bool:
-    return all(a.coords.get(axis) == b.coords.get(axis) for axis in ("pp", "dp")) and a.coords.get("tp") != b.coords.get("tp")
-
-
 def tp_pace(matching, traced: int) -> pl.DataFrame:
     """Per rank of a TP group, its pace against its TP peers (see the module doc).
 
@@ -169,3 +133,39 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
         ))
     paced = {s.rank for s in out}
     return [s for s in suspects if s.kind == "slow_link" or s.rank not in paced] + out
+
+
+def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence,
+               overruled: list[str]) -> tuple[list[Suspect], list[int]]:
+    """``suspects`` without the slow-compute ones that a slow-compute TP peer kept waiting at
+    nearly all of their TP collectives (last at ``1 - CONSISTENT`` of them or fewer, the peer at
+    ``CONSISTENT`` or more, or named by its pace: ``tp_pace_suspects``; TP rank 0 alone reads the
+    data and is last where the others wait for it: TP4 x PP2 x DP4 in that format, a 1.1x GPU
+    last at 72% of its group's, its peers named at 1.06x), and those ranks: victims; a line for
+    each in ``overruled``."""
+    if not lateness.ran or lateness.ranks.is_empty() or "share_last_tp" not in lateness.ranks.columns:
+        return suspects, []
+    share = {r: s for r, s in zip(lateness.ranks["rank"].to_list(), lateness.ranks["share_last_tp"].to_list())
+             if s is not None}
+    compute = [s for s in suspects if s.kind == "slow_compute" and s.coords and s.rank in share]
+    waiters = {s.rank for s in compute if share[s.rank] <= 1 - CONSISTENT}
+    kept, victims = [], []
+    for s in suspects:
+        culprit = None if s.rank not in waiters or s.kind != "slow_compute" else next(
+            (t for t in compute if t.rank != s.rank and _same_tp_group(s, t)
+             and (share[t.rank] >= CONSISTENT or "tp_pace" in t.evidence)), None)
+        if culprit is None:
+            kept.append(s)
+            continue
+        paced = culprit.evidence.get("tp_pace")
+        why = (f"slower than them in {paced['share_slower']:.0%} of the stretches between their TP collectives, "
+               if paced else "") + f"is last at {share[culprit.rank]:.0%} of those and it at {share[s.rank]:.0%}"
+        overruled.append(
+            f"rank {s.rank} computes {s.slowdown:.2f}x its peers: not a suspect (its TP peer {culprit.rank}, "
+            f"slow compute, {why}: the tracer's spans hold its waits for that peer)")
+        victims.append(s.rank)
+    return kept, victims
+
+
+def _same_tp_group(a: Suspect, b: Suspect) -> bool:
+    return all(a.coords.get(axis) == b.coords.get(axis) for axis in ("pp", "dp")) and a.coords.get("tp") != b.coords.get("tp")

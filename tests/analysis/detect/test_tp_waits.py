@@ -1,0 +1,53 @@
+"""The pace of each TP rank between its group's collectives (``detect.tp_waits.tp_pace``), on
+simulated jobs written in the original MegatronApp tracer's format, whose TP barriers hide a slow
+GPU from stage 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from mapp.analysis.detect.detector import stage_evidence
+from mapp.analysis.detect.thresholds import Thresholds
+from mapp.analysis.detect.tp_waits import tp_pace
+from mapp.analysis.ingest import load_bundle
+from mapp.analysis.run import analyse
+from tests.analysis.detect._sim import simulated
+
+
+def _pace(directory, ranks: int):
+    return {r["rank"]: r for r in tp_pace(analyse(load_bundle(directory)).matching, ranks).iter_rows(named=True)}
+
+
+def test_the_slow_gpu_alone_is_paced_at_its_slowdown(tmp_path):
+    out, _ = simulated(tmp_path, "slow_gpu:5:1.25", tp=4, pp=1, dp=2, hidden=4096, seq_length=2048,
+                       microbatches=8, seqlen_sigma=0.3, format="megatronapp", seed=0)
+    pace = _pace(out, 8)
+    assert sorted(pace) == list(range(8))
+    assert pace[5]["pace"] == pytest.approx(1.25, rel=0.03) and pace[5]["flagged"]
+    assert pace[5]["share_slower"] >= 0.9 and pace[5]["lasting"] == 1.0
+    others = [row for r, row in pace.items() if r != 5]
+    # its TP peers wait for it: between their collectives they take their own time, not its
+    assert all(row["pace"] == pytest.approx(1.0, abs=0.03) and not row["flagged"] for row in others)
+    assert pace[5]["extra_ns"] > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_no_rank_is_paced_slower_on_uneven_lengths(tmp_path, seed):
+    # a replica given longer sequences is slower as a whole: each of its TP ranks does the
+    # same work as its peers, so none is slower than them between their collectives
+    out, _ = simulated(tmp_path, tp=4, pp=2, dp=4, hidden=4096, seq_length=2048, microbatches=8,
+                       seqlen_sigma=0.8, format="megatronapp", seed=seed)
+    pace = _pace(out, 32)
+    assert pace and not any(row["flagged"] for row in pace.values())
+
+
+def test_only_for_a_tracer_whose_spans_hold_the_waits(tmp_path):
+    ours, _ = simulated(tmp_path, "slow_gpu:5:1.25", name="mapp", tp=4, pp=1, dp=2, format="mapp")
+    theirs, _ = simulated(tmp_path, "slow_gpu:5:1.25", name="megatronapp", tp=4, pp=1, dp=2, format="megatronapp")
+    assert stage_evidence(load_bundle(ours), Thresholds.derive(0.1)).tp_pace is None
+    assert stage_evidence(load_bundle(theirs), Thresholds.derive(0.1)).tp_pace is not None
+
+
+def test_no_tp_group_no_pace(tmp_path):
+    out, _ = simulated(tmp_path, tp=1, pp=2, dp=2, format="megatronapp")
+    assert _pace(out, 4) == {}
