@@ -44,7 +44,7 @@ stretch is hardly longer than theirs. The forward's stretches (one attention or 
 two reductions) are the short ones."""
 
 _PACE_SCHEMA = {"rank": pl.Int32, "pace": pl.Float64, "stretches": pl.UInt32, "share_slower": pl.Float64,
-                "lasting": pl.Float64, "z": pl.Float64, "z_cut": pl.Float64, "extra_ns": pl.Float64,
+                "lasting": pl.Float64, "slower_iterations": pl.List(pl.Int32), "z": pl.Float64, "z_cut": pl.Float64, "extra_ns": pl.Float64,
                 "flagged": pl.Boolean}
 
 
@@ -56,7 +56,7 @@ def tp_pace(matching, traced: int) -> pl.DataFrame:
     start, on its own clock; against the median of its peers' stretches there (leave one out).
     Only the short stretches count (``SHORT_STRETCH``). Per rank: ``pace`` (the median ratio),
     ``stretches``, ``share_slower`` (of those, how many are longer than the peers'), ``lasting``
-    (the share of iterations whose median ratio is above 1), ``z`` (binomial z of
+    (the share of iterations whose median ratio is above 1; ``slower_iterations`` those), ``z`` (binomial z of
     ``share_slower`` against one half), ``extra_ns`` (what all its stretches, long ones too,
     took beyond its peers', an iteration: a lower bound of its cost, the backward's stretches
     being unseen) and ``flagged``: slower at far more stretches than chance (``z`` beyond
@@ -90,7 +90,7 @@ def tp_pace(matching, traced: int) -> pl.DataFrame:
                                          extra_sum=(pl.col("stretch") - pl.col("ref")).sum())
     short = vs.filter(pl.col("short"))
     lasting = short.group_by("rank", "iteration").agg(e=pl.col("log_ratio").median()).group_by("rank").agg(
-        lasting=(pl.col("e") > 0).mean())
+        lasting=(pl.col("e") > 0).mean(), slower_iterations=pl.col("iteration").filter(pl.col("e") > 0).sort())
     per = short.group_by("rank").agg(
         pace=pl.col("log_ratio").median().exp(), stretches=pl.len(), slower=(pl.col("log_ratio") > 0).sum(),
     ).join(lasting, on="rank").join(iterations, on="rank")
@@ -98,6 +98,7 @@ def tp_pace(matching, traced: int) -> pl.DataFrame:
     return per.select(
         pl.col("rank").cast(pl.Int32), "pace", pl.col("stretches").cast(pl.UInt32),
         share_slower=pl.col("slower") / pl.col("stretches"), lasting="lasting",
+        slower_iterations=pl.col("slower_iterations").cast(pl.List(pl.Int32)),
         z=(pl.col("slower") - pl.col("stretches") / 2) / (pl.col("stretches").cast(pl.Float64).sqrt() / 2),
         z_cut=pl.lit(cut), extra_ns=(pl.col("extra_sum") / pl.col("n_it")).clip(lower_bound=0.0),
     ).with_columns(flagged=(pl.col("z") > cut) & (pl.col("lasting") >= CONSISTENT)).sort("rank")
@@ -123,13 +124,14 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
         out.append(Suspect(
             rank=row["rank"], kind="slow_compute", coords=coords.get(row["rank"]),
             confidence=0.5 + 0.3 * max(0.0, min(1.0, 1 - row["z_cut"] / row["z"])),
-            slowdown=row["pace"], excess_ns=excess, iteration_ns=iteration_ns,
+            slowdown=row["pace"], excess_ns=excess, iteration_ns=iteration_ns, iterations=row["slower_iterations"],
             evidence={"tp_pace": {"pace": round(row["pace"], 3), "stretches": row["stretches"],
                                   "share_slower": round(row["share_slower"], 3),
                                   "iterations_slower": round(row["lasting"], 3), "z": round(row["z"], 2)},
                       "note": "slower than its TP peers between their collectives (its GPU, or its host launching "
                               "late: the tracer's CUDA-event times cannot tell): the tracer's barriers make them "
-                              "wait inside their spans, so stage 1 saw their whole group slow alike"},
+                              "wait inside their spans, so stage 1 saw their whole group slow alike; its cost is "
+                              "a lower bound (the backward's TP reductions are not recorded)"},
         ))
     paced = {s.rank for s in out}
     return [s for s in suspects if s.kind == "slow_link" or s.rank not in paced] + out
