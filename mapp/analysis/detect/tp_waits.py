@@ -15,8 +15,9 @@ suspects, the slower one last at their collectives (``test_verdicts``).
 
 The same barriers hide a slow GPU from stage 1 altogether: its TP peers wait inside their spans,
 so the whole TP group computes slower alike, as a replica given longer sequences would, and the
-comparison with other replicas discounts it as data (simulated in that format: a 1.2x GPU of
-TP2 x DP4 at 1.06x its peers, a 1.3x GPU of TP8 x DP4 at 1.03x; neither named). What tells it
+comparison with other replicas discounts it as data; stage 2 alone gives a lower bound
+(simulated in that format: a 1.2x GPU of TP2 x DP4, a "slow host" at 1.083x, below the
+threshold; a 1.3x GPU of TP8 x DP4 at 1.024x). What tells it
 apart is its *pace* (``tp_pace``): between two of their TP collectives every rank of a group
 does the same work, and each rank's stretch from the one's end to its arrival at the next is
 timed on its own clock, so no alignment is needed. The slow GPU's stretch is its peers' times
@@ -44,8 +45,8 @@ stretch is hardly longer than theirs. The forward's stretches (one attention or 
 two reductions) are the short ones."""
 
 _PACE_SCHEMA = {"rank": pl.Int32, "pace": pl.Float64, "stretches": pl.UInt32, "share_slower": pl.Float64,
-                "lasting": pl.Float64, "slower_iterations": pl.List(pl.Int32), "z": pl.Float64, "z_cut": pl.Float64, "extra_ns": pl.Float64,
-                "flagged": pl.Boolean}
+                "lasting": pl.Float64, "slower_iterations": pl.List(pl.Int32), "z": pl.Float64,
+                "z_cut": pl.Float64, "extra_ns": pl.Float64, "flagged": pl.Boolean}
 
 
 def tp_pace(matching, traced: int) -> pl.DataFrame:
@@ -56,11 +57,12 @@ def tp_pace(matching, traced: int) -> pl.DataFrame:
     start, on its own clock; against the median of its peers' stretches there (leave one out).
     Only the short stretches count (``SHORT_STRETCH``). Per rank: ``pace`` (the median ratio),
     ``stretches``, ``share_slower`` (of those, how many are longer than the peers'), ``lasting``
-    (the share of iterations whose median ratio is above 1; ``slower_iterations`` those), ``z`` (binomial z of
-    ``share_slower`` against one half), ``extra_ns`` (what all its stretches, long ones too,
-    took beyond its peers', an iteration: a lower bound of its cost, the backward's stretches
-    being unseen) and ``flagged``: slower at far more stretches than chance (``z`` beyond
-    ``z_cut``, the Bonferroni cut of ``traced`` ranks) and in ``CONSISTENT`` of the iterations."""
+    (the share of iterations whose median ratio is above 1; ``slower_iterations`` those), ``z``
+    (binomial z of ``share_slower`` against one half), ``extra_ns`` (what all its stretches,
+    long ones too, took beyond its peers', an iteration: a lower bound of its cost, the
+    backward's stretches being unseen) and ``flagged``: slower at far more stretches than chance
+    (``z`` beyond ``z_cut``, the Bonferroni cut of ``traced`` ranks) and in ``CONSISTENT`` of the
+    iterations."""
     members = matching.members
     if members.is_empty() or "group" not in members.columns:
         return pl.DataFrame(schema=_PACE_SCHEMA)
@@ -120,11 +122,11 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
     for row in pace.filter(pl.col("flagged") & (pl.col("pace") > 1 + min_effect)).iter_rows(named=True):
         if any(s.rank == row["rank"] and s.kind != "slow_link" and not s.slowdown < row["pace"] for s in suspects):
             continue
-        excess = row["extra_ns"]
         out.append(Suspect(
             rank=row["rank"], kind="slow_compute", coords=coords.get(row["rank"]),
             confidence=0.5 + 0.3 * max(0.0, min(1.0, 1 - row["z_cut"] / row["z"])),
-            slowdown=row["pace"], excess_ns=excess, iteration_ns=iteration_ns, iterations=row["slower_iterations"],
+            slowdown=row["pace"], excess_ns=row["extra_ns"], iteration_ns=iteration_ns,
+            iterations=row["slower_iterations"],
             evidence={"tp_pace": {"pace": round(row["pace"], 3), "stretches": row["stretches"],
                                   "share_slower": round(row["share_slower"], 3),
                                   "iterations_slower": round(row["lasting"], 3), "z": round(row["z"], 2)},
