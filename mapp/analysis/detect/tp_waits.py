@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect._stats import z_critical
+from mapp.analysis.detect._stats import robust_scale, z_critical
 from mapp.analysis.detect.findings import Suspect
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
@@ -44,9 +44,23 @@ recorded) and pipeline exchanges let the peers meet again unseen, so there the s
 stretch is hardly longer than theirs. The forward's stretches (one attention or one MLP between
 two reductions) are the short ones."""
 
+WINDOW = 2.0
+"""A rank slower than its TP peers in some iterations only is a fault that came and went where,
+in each of them, it was slower at ``CONSISTENT`` of its short stretches and its median ratio
+stood ``WINDOW`` x the Bonferroni cut beyond the spread of every rank's per-iteration ratios,
+with three traced iterations or more (with two, one slow iteration is as likely a hiccup):
+the rule ``peers._per_rank`` applies to stage 1's windows. Simulated in the MegatronApp format,
+a 2x GPU in one iteration of four stood 113 and 182 spreads out, a 1.2x one 16; the most any
+rank-iteration of a healthy or imbalanced job stood, 4.9."""
+
+WINDOW_SCALE_FLOOR = 0.005
+"""The least spread of per-iteration ratios (in log units, 0.5%) that ``WINDOW`` is measured in:
+a job whose stretches agree to better than that would otherwise make any small wobble stand out."""
+
 _PACE_SCHEMA = {"rank": pl.Int32, "pace": pl.Float64, "stretches": pl.UInt32, "share_slower": pl.Float64,
                 "lasting": pl.Float64, "slower_iterations": pl.List(pl.Int32), "z": pl.Float64,
-                "z_cut": pl.Float64, "extra_ns": pl.Float64, "flagged": pl.Boolean}
+                "z_cut": pl.Float64, "extra_ns": pl.Float64, "flagged": pl.Boolean,
+                "window": pl.List(pl.Int32), "window_pace": pl.Float64, "window_extra_ns": pl.Float64}
 
 
 def tp_pace(matching, traced: int) -> pl.DataFrame:
@@ -57,12 +71,17 @@ def tp_pace(matching, traced: int) -> pl.DataFrame:
     start, on its own clock; against the median of its peers' stretches there (leave one out).
     Only the short stretches count (``SHORT_STRETCH``). Per rank: ``pace`` (the median ratio),
     ``stretches``, ``share_slower`` (of those, how many are longer than the peers'), ``lasting``
-    (the share of iterations whose median ratio is above 1; ``slower_iterations`` those), ``z``
+    (the share of iterations in which it was slower at ``CONSISTENT`` of its short stretches;
+    ``slower_iterations`` those), ``z``
     (binomial z of ``share_slower`` against one half), ``extra_ns`` (what all its stretches,
     long ones too, took beyond its peers', an iteration: a lower bound of its cost, the
     backward's stretches being unseen) and ``flagged``: slower at far more stretches than chance
     (``z`` beyond ``z_cut``, the Bonferroni cut of ``traced`` ranks) and in ``CONSISTENT`` of the
-    iterations."""
+    iterations.
+
+    ``window``: the iterations in which the rank was far slower than in the job's others, a fault
+    that came and went (``WINDOW``); ``window_pace`` and ``window_extra_ns`` its pace and cost
+    there."""
     members = matching.members
     if members.is_empty() or "group" not in members.columns:
         return pl.DataFrame(schema=_PACE_SCHEMA)
@@ -91,25 +110,46 @@ def tp_pace(matching, traced: int) -> pl.DataFrame:
     iterations = vs.group_by("rank").agg(n_it=pl.col("iteration").n_unique(),
                                          extra_sum=(pl.col("stretch") - pl.col("ref")).sum())
     short = vs.filter(pl.col("short"))
-    lasting = short.group_by("rank", "iteration").agg(e=pl.col("log_ratio").median()).group_by("rank").agg(
-        lasting=(pl.col("e") > 0).mean(), slower_iterations=pl.col("iteration").filter(pl.col("e") > 0).sort())
+    cut = z_critical(traced)
+    per_iteration = _windows(vs, short, cut)
+    lasting = per_iteration.group_by("rank").agg(
+        lasting=pl.col("slower_it").mean(), slower_iterations=pl.col("iteration").filter(pl.col("slower_it")).sort(),
+        window=pl.col("iteration").filter(pl.col("window")).sort(),
+        window_pace=pl.col("e").filter(pl.col("window")).median().exp(),
+        window_extra_ns=pl.col("extra").filter(pl.col("window")).mean())
     per = short.group_by("rank").agg(
         pace=pl.col("log_ratio").median().exp(), stretches=pl.len(), slower=(pl.col("log_ratio") > 0).sum(),
     ).join(lasting, on="rank").join(iterations, on="rank")
-    cut = z_critical(traced)
     return per.select(
         pl.col("rank").cast(pl.Int32), "pace", pl.col("stretches").cast(pl.UInt32),
         share_slower=pl.col("slower") / pl.col("stretches"), lasting="lasting",
         slower_iterations=pl.col("slower_iterations").cast(pl.List(pl.Int32)),
         z=(pl.col("slower") - pl.col("stretches") / 2) / (pl.col("stretches").cast(pl.Float64).sqrt() / 2),
         z_cut=pl.lit(cut), extra_ns=(pl.col("extra_sum") / pl.col("n_it")).clip(lower_bound=0.0),
-    ).with_columns(flagged=(pl.col("z") > cut) & (pl.col("lasting") >= CONSISTENT)).sort("rank")
+        window=pl.col("window").cast(pl.List(pl.Int32)), window_pace="window_pace",
+        window_extra_ns=pl.col("window_extra_ns").clip(lower_bound=0.0),
+    ).with_columns(flagged=(pl.col("z") > cut) & (pl.col("lasting") >= CONSISTENT)).select(list(_PACE_SCHEMA)).sort("rank")
+
+
+def _windows(stretches: pl.DataFrame, short: pl.DataFrame, cut: float) -> pl.DataFrame:
+    """Per (rank, iteration): ``e`` (the median log ratio of its short stretches), ``extra`` (what
+    all its stretches took beyond its peers'), ``slower_it`` (slower than its peers at
+    ``CONSISTENT`` of its short stretches there) and ``window``: a fault that came and went (see
+    ``WINDOW``)."""
+    per = short.group_by("rank", "iteration").agg(e=pl.col("log_ratio").median(), slower=(pl.col("log_ratio") > 0).mean())
+    per = per.join(stretches.group_by("rank", "iteration").agg(extra=(pl.col("stretch") - pl.col("ref")).sum()),
+                   on=["rank", "iteration"], how="left")
+    scale = max(per.select(robust_scale("e")).item() or 0.0, WINDOW_SCALE_FLOOR)
+    told = per["iteration"].n_unique() >= 3
+    return per.with_columns(slower_it=(pl.col("e") > 0) & (pl.col("slower") >= CONSISTENT)).with_columns(
+        window=pl.lit(told) & pl.col("slower_it") & (pl.col("e") / scale >= WINDOW * cut))
 
 
 def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, iteration_ns: float | None,
                      min_effect: float) -> list[Suspect]:
     """``suspects`` with slow compute for each rank that ``tp_pace`` flags at least
-    ``min_effect`` slower than its TP peers, its slowdown its pace, in place of a verdict on that
+    ``min_effect`` slower than its TP peers (or finds so in a window of iterations), its slowdown
+    its pace (there), in place of a verdict on that
     rank of a lower slowdown (the spans' waits blur stage 1, and stage 2 alone gives a lower
     bound: a 2x GPU of TP8 x DP4 was a "slow host" at 1.095x, one of TP2 x DP2 slow compute at
     1.18x). Its cost an iteration: ``extra_ns``, a lower bound.
@@ -119,45 +159,57 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
     one TP rank: a forward paced 1.7x its peer's, named slow compute), and its launch gaps are
     not judged (``detector``)."""
     out = []
-    for row in pace.filter(pl.col("flagged") & (pl.col("pace") > 1 + min_effect)).iter_rows(named=True):
-        if any(s.rank == row["rank"] and s.kind != "slow_link" and not s.slowdown < row["pace"] for s in suspects):
+    for row in pace.iter_rows(named=True):
+        lasting = row["flagged"] and row["pace"] > 1 + min_effect
+        window = not lasting and bool(row["window"]) and row["window_pace"] > 1 + min_effect
+        if not (lasting or window):
             continue
+        slowdown = row["pace"] if lasting else row["window_pace"]
+        if any(s.rank == row["rank"] and s.kind != "slow_link" and not s.slowdown < slowdown for s in suspects):
+            continue
+        evidence = {"pace": round(row["pace"], 3), "stretches": row["stretches"],
+                    "share_slower": round(row["share_slower"], 3), "iterations_slower": round(row["lasting"], 3),
+                    "z": round(row["z"], 2)}
+        if window:
+            evidence.update(window=row["window"], window_pace=round(row["window_pace"], 3))
         out.append(Suspect(
             rank=row["rank"], kind="slow_compute", coords=coords.get(row["rank"]),
-            confidence=0.5 + 0.3 * max(0.0, min(1.0, 1 - row["z_cut"] / row["z"])),
-            slowdown=row["pace"], excess_ns=row["extra_ns"], iteration_ns=iteration_ns,
-            iterations=row["slower_iterations"],
-            evidence={"tp_pace": {"pace": round(row["pace"], 3), "stretches": row["stretches"],
-                                  "share_slower": round(row["share_slower"], 3),
-                                  "iterations_slower": round(row["lasting"], 3), "z": round(row["z"], 2)},
-                      "note": "slower than its TP peers between their collectives (its GPU, or its host launching "
-                              "late: the tracer's CUDA-event times cannot tell): the tracer's barriers make them "
-                              "wait inside their spans, so stage 1 saw their whole group slow alike; its cost is "
-                              "a lower bound (the backward's TP reductions are not recorded)"},
+            confidence=0.5 + 0.3 * max(0.0, min(1.0, 1 - row["z_cut"] / row["z"])) if lasting else 0.5,
+            slowdown=slowdown, excess_ns=row["extra_ns"] if lasting else row["window_extra_ns"],
+            iteration_ns=iteration_ns, iterations=row["slower_iterations"] if lasting else row["window"],
+            evidence={"tp_pace": evidence,
+                      "note": ("slower than its TP peers between their collectives" if lasting else
+                               f"slower than its TP peers between their collectives in iterations "
+                               f"{', '.join(map(str, row['window']))} only, far beyond the others: a fault that "
+                               "came and went")
+                      + " (its GPU, or its host launching late: the tracer's CUDA-event times cannot tell): the "
+                        "tracer's barriers make them wait inside their spans, so stage 1 saw their whole group "
+                        "slow alike; its cost is a lower bound (the backward's TP reductions are not recorded)"},
         ))
     paced = {s.rank for s in out}
     return [s for s in suspects if s.kind == "slow_link" or s.rank not in paced] + out
 
 
-def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence,
-               overruled: list[str]) -> tuple[list[Suspect], list[int]]:
-    """``suspects`` without the slow-compute ones that a slow-compute TP peer kept waiting at
-    nearly all of their TP collectives (last at ``1 - CONSISTENT`` of them or fewer, the peer at
-    ``CONSISTENT`` or more, or named by its pace: ``tp_pace_suspects``; TP rank 0 alone reads the
-    data and is last where the others wait for it: TP4 x PP2 x DP4 in that format, a 1.1x GPU
-    last at 72% of its group's, its peers named at 1.06x), and those ranks: victims; a line for
-    each in ``overruled``."""
+def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence, overruled: list[str],
+               pace: pl.DataFrame | None = None) -> tuple[list[Suspect], list[int]]:
+    """``suspects`` without the slow-compute ones that a slow-compute TP peer kept waiting
+    (``_kept_waiting``: at nearly all of their TP collectives, or as its pace says, which holds
+    where TP rank 0 alone reads the data and is last where the others wait for it: TP4 x PP2 x
+    DP4 in that format, a 1.1x GPU last at 72% of its group's, its peers named at 1.06x), and
+    those ranks: victims; a line for each in ``overruled``. ``pace``: ``tp_pace``'s, whose
+    ranks found slower than their own peers are no one's victims."""
     if not lateness.ran or lateness.ranks.is_empty() or "share_last_tp" not in lateness.ranks.columns:
         return suspects, []
     share = {r: s for r, s in zip(lateness.ranks["rank"].to_list(), lateness.ranks["share_last_tp"].to_list())
              if s is not None}
     compute = [s for s in suspects if s.kind == "slow_compute" and s.coords and s.rank in share]
-    waiters = {s.rank for s in compute if share[s.rank] <= 1 - CONSISTENT}
+    paced = set() if pace is None else set(
+        pace.filter(pl.col("flagged") | (pl.col("window").list.len() > 0))["rank"].to_list())
     kept, victims = [], []
     for s in suspects:
-        culprit = None if s.rank not in waiters or s.kind != "slow_compute" else next(
-            (t for t in compute if t.rank != s.rank and _same_tp_group(s, t)
-             and (share[t.rank] >= CONSISTENT or "tp_pace" in t.evidence)), None)
+        culprit = None if s not in compute or "tp_pace" in s.evidence else next(
+            (t for t in compute if t.rank != s.rank and _same_tp_group(s, t) and _kept_waiting(s, t, share, paced)),
+            None)
         if culprit is None:
             kept.append(s)
             continue
@@ -169,6 +221,18 @@ def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence,
             f"slow compute, {why}: the tracer's spans hold its waits for that peer)")
         victims.append(s.rank)
     return kept, victims
+
+
+def _kept_waiting(s: Suspect, culprit: Suspect, share: dict[int, float], paced: set[int]) -> bool:
+    """``s``, a TP peer of ``culprit``, waited for it: it was last at ``1 - CONSISTENT`` of their
+    TP collectives or fewer and ``culprit`` at ``CONSISTENT`` or more, or ``culprit`` was paced
+    slower than its peers and ``s``, not so paced itself (``paced``), reads slower by less (a
+    fault of some iterations only makes its peers wait in those, where they read slower too: TP4
+    x PP2 x DP2 in that format, a 2x GPU in one iteration of four, its peers 1.77x there, last at
+    a quarter of all their collectives)."""
+    if "tp_pace" in culprit.evidence:
+        return s.rank not in paced and s.slowdown < culprit.slowdown
+    return share[s.rank] <= 1 - CONSISTENT and share[culprit.rank] >= CONSISTENT
 
 
 def _same_tp_group(a: Suspect, b: Suspect) -> bool:

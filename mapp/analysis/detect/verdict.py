@@ -164,7 +164,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     suspects = [s for s in suspects if s not in passing]
     waiting = []
     if tp_pace is not None:
-        suspects, waiting = tp_victims(suspects, lateness, overruled)
+        suspects, waiting = tp_victims(suspects, lateness, overruled, tp_pace)
     # ``--threshold``: a suspect is slower than (1 + t) x its peers; those under it are no one's
     # culprit, so they make no victims and no mark in the grid either
     below = [s for s in suspects if s.slowdown == s.slowdown and s.slowdown < 1 + slowdown_threshold]

@@ -51,3 +51,22 @@ def test_only_for_a_tracer_whose_spans_hold_the_waits(tmp_path):
 def test_no_tp_group_no_pace(tmp_path):
     out, _ = simulated(tmp_path, tp=1, pp=2, dp=2, format="megatronapp")
     assert _pace(out, 4) == {}
+
+
+def test_a_fault_of_one_iteration_is_a_window_of_its_pace(tmp_path):
+    # a 2x GPU in iteration 2 of 4: slower than its TP peers at every stretch there, as any
+    # rank-iteration of the job, far beyond the rest; lasting it is not
+    out, _ = simulated(tmp_path, "slow_gpu:5:2:2-2", tp=4, pp=2, dp=2, iterations=4, hidden=4096,
+                       seq_length=2048, microbatches=8, format="megatronapp", seed=0)
+    pace = _pace(out, 16)
+    assert pace[5]["window"] == [2] and not pace[5]["flagged"]
+    assert pace[5]["window_pace"] == pytest.approx(2.0, rel=0.05) and pace[5]["window_extra_ns"] > 0
+    assert not any(row["window"] for r, row in pace.items() if r != 5)
+
+
+def test_one_slow_iteration_of_two_is_no_window(tmp_path):
+    # with two traced iterations a slow one is as likely a hiccup (``WINDOW``)
+    out, _ = simulated(tmp_path, "slow_gpu:5:2:1-1", tp=4, pp=2, dp=2, iterations=2, hidden=4096,
+                       seq_length=2048, microbatches=8, format="megatronapp", seed=0)
+    pace = _pace(out, 16)
+    assert not any(row["window"] or row["flagged"] for row in pace.values())

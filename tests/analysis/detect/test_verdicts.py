@@ -374,6 +374,18 @@ def test_megatronapp_slow_gpu_that_its_tp_group_hides_is_named_at_its_pace(tmp_p
     assert v.suspects[0].evidence["tp_pace"]["share_slower"] >= 0.9
 
 
+def test_megatronapp_slow_gpu_of_one_iteration_is_named_alone_its_tp_peers_victims(tmp_path):
+    # TP4 x PP2 x DP2, a 2x GPU in iteration 2 of 4: stage 1 named it and its three TP peers,
+    # which waited for it inside their spans in that iteration (1.75-1.77x there) and were last at
+    # a quarter of their TP collectives over all four. Paced at 2x its peers there alone, it is
+    # a fault that came and went; they are its victims.
+    v = detect(tmp_path, "slow_gpu:5:2:2-2", tp=4, pp=2, dp=2, iterations=4, hidden=4096, seq_length=2048,
+               microbatches=8, format="megatronapp", seed=0)
+    assert [(s.rank, s.kind, s.iterations) for s in v.suspects] == [(5, "slow_compute", [2])]
+    assert v.suspects[0].slowdown == pytest.approx(2.0, rel=0.05)
+    assert {4, 6, 7} <= set(v.victims)
+
+
 def test_megatronapp_tp_peers_of_a_paced_gpu_are_its_victims(tmp_path):
     # TP4 x PP2 x DP4, a 1.1x GPU: stage 1 named its three TP peers 1.06x (their spans hold
     # their waits for it), and it was last at only 72% of their reductions (TP rank 0 reads
