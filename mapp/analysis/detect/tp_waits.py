@@ -72,8 +72,8 @@ def tp_pace(matching, traced: int) -> pl.DataFrame:
     Only the short stretches count (``SHORT_STRETCH``). Per rank: ``pace`` (the median ratio),
     ``stretches``, ``share_slower`` (of those, how many are longer than the peers'), ``lasting``
     (the share of iterations in which it was slower at ``CONSISTENT`` of its short stretches;
-    ``slower_iterations`` those), ``z``
-    (binomial z of ``share_slower`` against one half), ``extra_ns`` (what all its stretches,
+    ``slower_iterations`` those), ``z`` (binomial z of ``share_slower`` against one half),
+    ``extra_ns`` (what all its stretches,
     long ones too, took beyond its peers', an iteration: a lower bound of its cost, the
     backward's stretches being unseen) and ``flagged``: slower at far more stretches than chance
     (``z`` beyond ``z_cut``, the Bonferroni cut of ``traced`` ranks) and in ``CONSISTENT`` of the
@@ -128,7 +128,8 @@ def tp_pace(matching, traced: int) -> pl.DataFrame:
         z_cut=pl.lit(cut), extra_ns=(pl.col("extra_sum") / pl.col("n_it")).clip(lower_bound=0.0),
         window=pl.col("window").cast(pl.List(pl.Int32)), window_pace="window_pace",
         window_extra_ns=pl.col("window_extra_ns").clip(lower_bound=0.0),
-    ).with_columns(flagged=(pl.col("z") > cut) & (pl.col("lasting") >= CONSISTENT)).select(list(_PACE_SCHEMA)).sort("rank")
+    ).with_columns(flagged=(pl.col("z") > cut) & (pl.col("lasting") >= CONSISTENT)).select(
+        list(_PACE_SCHEMA)).sort("rank")
 
 
 def _windows(stretches: pl.DataFrame, short: pl.DataFrame, cut: float) -> pl.DataFrame:
@@ -149,10 +150,10 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
                      min_effect: float) -> list[Suspect]:
     """``suspects`` with slow compute for each rank that ``tp_pace`` flags at least
     ``min_effect`` slower than its TP peers (or finds so in a window of iterations), its slowdown
-    its pace (there), in place of a verdict on that
-    rank of a lower slowdown (the spans' waits blur stage 1, and stage 2 alone gives a lower
-    bound: a 2x GPU of TP8 x DP4 was a "slow host" at 1.095x, one of TP2 x DP2 slow compute at
-    1.18x). Its cost an iteration: ``extra_ns``, a lower bound.
+    its pace (there), in place of a verdict on that rank of a lower slowdown (the spans' waits
+    blur stage 1, and stage 2 alone gives a lower bound: a 2x GPU of TP8 x DP4 was a "slow host"
+    at 1.095x, one of TP2 x DP2 slow compute at 1.18x). Its cost an iteration: ``extra_ns`` (in
+    a window, ``window_extra_ns``), a lower bound.
 
     Slow compute, not a slow host: the tracer's times are CUDA events, so a host that launches
     late and a slow GPU both lengthen the stretch (simulated, 5x the host's launch overhead on
