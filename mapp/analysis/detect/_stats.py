@@ -8,8 +8,8 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
-__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "z_critical", "robust_scale", "within_rank_scale", "others_median",
-           "binomial_tail"]
+__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "z_critical", "margin", "robust_scale", "within_rank_scale",
+           "others_median", "binomial_tail"]
 
 MAD_TO_SIGMA = 1.4826
 """MAD x this estimates the standard deviation of normally distributed data."""
@@ -30,6 +30,14 @@ def z_critical(tests: int, alpha: float = FALSE_ALARM) -> float:
     """
     tests = max(int(tests), 1)
     return NormalDist().inv_cdf(1.0 - alpha / tests)
+
+
+def margin(z: float | None, cut: float) -> float:
+    """How far ``z`` stands beyond the cut-off ``cut``, 0..1 (0 at or under it): the share of a
+    suspect's confidence that its evidence earns (``verdict``, ``tp_waits``)."""
+    if z is None or not z > cut or cut <= 0:
+        return 0.0
+    return max(0.0, min(1.0, 1.0 - cut / z))
 
 
 def robust_scale(column: str | pl.Expr) -> pl.Expr:

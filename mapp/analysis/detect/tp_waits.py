@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect._stats import robust_scale, z_critical
+from mapp.analysis.detect._stats import margin, robust_scale, z_critical
 from mapp.analysis.detect.findings import Suspect
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
@@ -175,7 +175,7 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
             evidence.update(window=row["window"], window_pace=round(row["window_pace"], 3))
         out.append(Suspect(
             rank=row["rank"], kind="slow_compute", coords=coords.get(row["rank"]),
-            confidence=0.5 + 0.3 * max(0.0, min(1.0, 1 - row["z_cut"] / row["z"])) if lasting else 0.5,
+            confidence=0.5 + 0.3 * margin(row["z"], row["z_cut"]) if lasting else 0.5,
             slowdown=slowdown, excess_ns=row["extra_ns"] if lasting else row["window_extra_ns"],
             iteration_ns=iteration_ns, iterations=row["slower_iterations"] if lasting else row["window"],
             evidence={"tp_pace": evidence,

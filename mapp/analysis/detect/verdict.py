@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from mapp.analysis.detect._stats import margin
 from mapp.analysis.detect.added_work import added_evidence, added_slowdown, adds_work, does_extra_work
 from mapp.analysis.detect.bandwidth import BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdict
@@ -39,12 +40,6 @@ from mapp.analysis.detect.tp_waits import tp_pace_suspects, tp_victims
 
 # (the findings' types are re-exported: ``verdict`` was their home before ``findings``)
 __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "Combined", "combine", "paced_pairs"]
-
-
-def _margin(z: float | None, cut: float) -> float:
-    if z is None or not z > cut or cut <= 0:
-        return 0.0
-    return max(0.0, min(1.0, 1.0 - cut / z))
 
 
 def _pipeline_factor(pp: int, microbatches: int) -> float:
@@ -236,7 +231,7 @@ def _late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: La
                 slowdown = max(float(own["added"]), slowdown) if slowdown == slowdown else float(own["added"])
     return Suspect(
         rank=row["rank"], kind="slow_host" if host else "slow_compute", coords=coords.get(row["rank"]),
-        confidence=0.5 + 0.3 * _margin(row["net_z"], lateness.z_crit),
+        confidence=0.5 + 0.3 * margin(row["net_z"], lateness.z_crit),
         slowdown=slowdown, excess_ns=excess, iteration_ns=iteration_ns, evidence=evidence,
     )
 
@@ -533,8 +528,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # a host named by its stalls alone, ``stalls.stalls_alone``, is costed so already, on any
         # machine)
         gap_excess = max(gap_excess, stalled)
-    c1 = _margin(row["gap_z"] if host else row["z"], peers.z_crit)
-    c2 = _margin(late["net_z"], late_cut) if corroborated else 0.0
+    c1 = margin(row["gap_z"] if host else row["z"], peers.z_crit)
+    c2 = margin(late["net_z"], late_cut) if corroborated else 0.0
     if launch:
         if not row["gap_flagged"]:
             gap_excess = 0.0    # idle time that does not last is no part of it
@@ -606,7 +601,7 @@ def _middle_stages(layout: LayoutInfo) -> frozenset[int]:
 
 def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: float | None) -> Suspect:
     iterations = sorted({i for o in f.observations for i in o["iterations"]})
-    c1 = _margin(f.z, bandwidth.z_crit)
+    c1 = margin(f.z, bandwidth.z_crit)
     # more than one slow observation (several links of one NIC, or one link in several
     # iterations) is a second, independent look at the same fault
     c2 = 1.0 if len(f.observations) >= 2 or len(iterations) >= 2 else 0.0
