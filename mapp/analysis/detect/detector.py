@@ -79,7 +79,8 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     on_cpus = _cpu_compute(bundle, events)
     peers = compare_peers(events, info.ranks, info.sizes, slow_op=cuts.slowdown, min_effect=cuts.min_effect,
                           judge_gaps=judge_gaps, starts=iters.select("rank", "iteration", "ts_ns"),
-                          gpu_spans=_gpu_spans(bundle), shared_cpus=on_cpus)
+                          gpu_spans=_gpu_spans(bundle), shared_cpus=on_cpus,
+                          time_slices=judge_gaps and not on_cpus)
     if not judge_gaps:
         notes.append("launch gaps not judged: the MegatronApp tracer synchronizes the GPU inside the traced "
                      "path, so a slow GPU's own host idles too")

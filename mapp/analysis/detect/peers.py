@@ -35,6 +35,7 @@ from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.steady import steady_layers
 from mapp.analysis.detect.thresholds import CONSISTENT
+from mapp.analysis.detect.time_slices import kernel_places, scattered
 
 __all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]
 
@@ -75,6 +76,9 @@ class PeerEvidence:
     pairs: bool = False
     """Some ops had only two ranks to compare: a slower one could be either's noise, so a
     verdict needs stage 2 to agree (the slow rank also arrives last)."""
+    sliced: pl.DataFrame | None = None
+    """Per rank, where its slowed ops land (``time_slices.scattered``); None where not judged
+    (``compare_peers``'s ``time_slices``)."""
     counted: bool = False
     """Ops were compared per kind with their calls counted (``same_work``: profiler traces that
     record shapes), so work a rank adds shows in its counts, not only in its times."""
@@ -138,7 +142,7 @@ def _mode(sizes: dict[str, int] | None, iterations: int, programs: bool) -> tupl
 def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, int] | None, *,
                   slow_op: float, min_effect: float, judge_gaps: bool = True,
                   starts: pl.DataFrame | None = None, gpu_spans: bool = False,
-                  shared_cpus: bool = False) -> PeerEvidence:
+                  shared_cpus: bool = False, time_slices: bool = False) -> PeerEvidence:
     """Run stage 1 (and the launch-gap and stage-balance checks) over ``events``.
 
     ``slow_op``: an op slower than (1 + this) x its peers counts as slow (``share_slow``,
@@ -156,6 +160,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     ``gpu_spans``: the spans are timed on the GPU (CUDA events), where a host that launches
     slowly stretches them too (``idle.launch_bound`` tells it from a slow GPU) and a rank is
     flagged by its backward ops alone too (``_backward_judged``).
+    ``time_slices``: judge where each rank's slowed ops land (``time_slices.scattered``), where
+    ops are timed on GPUs (spans timed so, or a profiler's kernels) and hold no waits for peers.
     """
     iterations = events["iteration"].drop_nulls().n_unique()
     programs = sizes is None and len(coords) > 0 and coords["pp"].null_count() == 0
@@ -180,7 +186,9 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         if not judge_gaps:
             ranks = ranks.with_columns(gap_flagged=pl.lit(False))
         stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
-        return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs, counted=True)
+        sliced = scattered(kernel_places(ops, coords, group, slow_op), min_effect) if time_slices else None
+        return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs, counted=True,
+                            sliced=sliced)
     ops = leaf_ops(timed)
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
@@ -205,6 +213,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
             # the verdict names a host only for gaps of at least ``min_effect`` of its work.)
             stage_gaps = True
     ops, seqlen = _fit(ops, coords, group, key, min_effect=min_effect, slow_op=slow_op)
+    sliced = scattered(ops, min_effect) if time_slices and gpu_spans else None
     per = _rank_iterations(ops, min_effect, use_spread=True)
     z_crit = z_critical(len(per))
     # On shared CPUs the last stage's hand-over stalls are its loss, compute no span records,
@@ -266,7 +275,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                            how="left").with_columns(pl.col("layer_alone").fill_null(False))
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
-                        pairs=pairs)
+                        pairs=pairs, sliced=sliced)
 
 
 def _nth_call(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame:

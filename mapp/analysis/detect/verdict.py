@@ -36,6 +36,7 @@ from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared
                                                stands_out, typical_slowdown)
 from mapp.analysis.detect.stalls import stalls_a_real_share, stalls_alone, stalls_lasting, stalls_most_of_idle
 from mapp.analysis.detect.thresholds import CONSISTENT
+from mapp.analysis.detect.time_slices import sliced_suspects
 from mapp.analysis.detect.tp_waits import tp_pace_suspects, tp_victims
 
 # (the findings' types are re-exported: ``verdict`` was their home before ``findings``)
@@ -116,6 +117,10 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             if row["flagged"] or (row["last_z"] > lateness.z_crit and keeps_waiting(row)):
                 suspects.append(_late_suspect(row, None, peers, lateness, coords, iteration_ns,
                                               "stage 1 could not run: slow compute or slow host"))
+    # a neighbour time-slicing a rank's GPU: its median op no slower, its sum slower, at random
+    # places (``time_slices``)
+    suspects = sliced_suspects(peers.sliced, suspects, {r for r, row in late.items() if keeps_waiting(row)},
+                               coords, iteration_ns)
     if tp_pace is not None:
         suspects = tp_pace_suspects(tp_pace, suspects, coords, iteration_ns, peers.min_effect)
     if bandwidth.ran:

@@ -15,6 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pytest
 from rich.console import Console
 
@@ -1521,9 +1522,8 @@ def test_a_healthy_tp_pair_whose_rank_0_spans_sum_longer_is_no_suspect():
     # No fault: rank 0's layer self time summed 1.14x its TP peer's over the three traced steps,
     # 39% of its layers 1.1x theirs or more, its median layer as fast. Its peer was last at half
     # of their 666 TP collectives (z 1.1): time that a rank's ops add up to alone names no GPU
-    # here, which is why the neighbour's time slices in the other jobs of this corpus (a quarter
-    # to two fifths of the slowed rank's layers 1.1-2x, its median layer 0.99-1.03x) are not
-    # named yet (tests/corpus/README.md)
+    # here. Its slowed layers are the same ones step after step, where a neighbour's time slices
+    # land anywhere (``time_slices``), so it is not flagged as a time-sliced GPU either
     from mapp.analysis.detect.detector import stage_evidence
     from mapp.analysis.detect.thresholds import Thresholds
 
@@ -1533,3 +1533,20 @@ def test_a_healthy_tp_pair_whose_rank_0_spans_sum_longer_is_no_suspect():
     per = stage_evidence(load_bundle(case.directory), Thresholds.derive(0.1)).peers.ranks
     busy = dict(zip(per["rank"].to_list(), per["busy_ns"].to_list()))
     assert busy[0] / busy[1] > 1.1
+    sliced = stage_evidence(load_bundle(case.directory), Thresholds.derive(0.1)).peers.sliced
+    assert not sliced.filter(pl.col("rank") == 0)["flagged"].item()
+
+
+@pytest.mark.parametrize("case_id", ["gpt-tp2-mapp-gpuhog0.15-r1-f27-gpu2", "gpt-dp2-mapp-gpuhog0.2-r0-f27-gpu2"])
+def test_a_neighbour_time_slicing_a_ranks_gpu_is_named(case_id):
+    # Another process ran matmuls on the rank's GPU for 0.15 (TP2) or 0.2 (DP2) of every 20 ms:
+    # its layers summed 1.17x and 1.33x its peer's in every step, its median layer 1.01x and
+    # 1.04x, the slowed ones at different layers each step; its peer waited for it at 78% of
+    # their TP collectives, at every gradient all-reduce. Named before: nothing.
+    case = HOG_CASES[case_id]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    culprit = case.expect["rank"]
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(culprit, "slow_compute")]
+    top = verdict.suspects[0]
+    assert "time_slices" in top.evidence
+    assert 1.1 < top.slowdown < 1.5
