@@ -24,7 +24,10 @@ Software fault injectors (``--slow-rank R`` picks the rank, ``--slow-mode`` what
 - ``gpu-hog`` (GPUs only), with ``--slow-duty D``: another process on rank R's GPU runs bf16
   matmuls for D of every 20 ms (as measured alone), and the GPU time-slices between the two
   contexts: every kernel of rank R, collectives included, may wait behind the other's (a
-  neighbour sharing the GPU; nothing in rank R's own program changes).
+  neighbour sharing the GPU; nothing in rank R's own program changes). ``--slow-jitter SIGMA``
+  makes its bursts irregular, as a neighbour serving requests: each burst's length and the wait
+  to the next are multiplied by ``exp(SIGMA * N(0, 1))`` draws of their own (the median duty
+  stays D).
 
 ``--link-slow SRC,DST --link-extra-bytes N`` makes one pipeline link carry more traffic:
 every pipeline exchange between the two ranks (activations forward, gradients backward)
@@ -105,7 +108,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--slow-duty", type=float, default=0.3,
                    help="--slow-mode gpu-hog: share of each 20 ms the other process keeps the GPU busy")
     p.add_argument("--slow-jitter", type=float, default=0.0, metavar="SIGMA",
-                   help="--slow-mode before-microbatch: each microbatch's --slow-ms times exp(SIGMA * N(0, 1))")
+                   help="--slow-mode before-microbatch: each microbatch's --slow-ms times exp(SIGMA * N(0, 1)); "
+                        "gpu-hog: each burst's length and period so")
     p.add_argument("--link-slow", default=None, metavar="SRC,DST",
                    help="two ranks of one pipeline link that exchange extra bytes with every p2p")
     p.add_argument("--link-extra-bytes", type=int, default=0, help="bytes of the extra tensor (--link-slow)")
@@ -455,7 +459,9 @@ class SlowDown:
 # soon as its parent is gone
 _HOG = """
 import os, sys, time, torch
-dev, duty, parent = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+import random
+dev, duty, parent, sigma = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+draw = random.Random(dev)
 torch.cuda.set_device(dev)
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
 for _ in range(3):
@@ -469,18 +475,18 @@ n = max(1, round(duty * 0.02 / ((time.perf_counter() - t) / 20)))
 print(f"gpu-hog: {n} matmuls of 4096x4096 every 20 ms on GPU {dev}", flush=True)
 while os.getppid() == parent:
     t0 = time.perf_counter()
-    for _ in range(n):
+    for _ in range(max(1, round(n * draw.lognormvariate(0.0, sigma)))):
         a @ a
     torch.cuda.synchronize()
-    time.sleep(max(0.0, 0.02 - (time.perf_counter() - t0)))
+    time.sleep(max(0.0, 0.02 * draw.lognormvariate(0.0, sigma) - (time.perf_counter() - t0)))
 """
 
 
-def start_gpu_hog(device: torch.device, duty: float):
+def start_gpu_hog(device: torch.device, duty: float, jitter: float = 0.0):
     """Starts the neighbour process of ``--slow-mode gpu-hog`` on ``device`` and returns it once it
     runs (its first line: it has measured its matmuls), so that every traced iteration shares the
     GPU; stop it with ``terminate``."""
-    hog = subprocess.Popen([sys.executable, "-c", _HOG, str(device.index), f"{duty:g}", str(os.getpid())],
+    hog = subprocess.Popen([sys.executable, "-c", _HOG, str(device.index), f"{duty:g}", str(os.getpid()), f"{jitter:g}"],
                            stdout=subprocess.PIPE, text=True)
     ready, _, _ = select.select([hog.stdout], [], [], 120.0)   # torch and CUDA start in seconds
     first = hog.stdout.readline().strip() if ready else ""
@@ -715,8 +721,8 @@ def main(argv=None) -> None:
         raise SystemExit("--slow-mode gpu-hog needs a GPU: it shares the slowed rank's GPU with another process")
     if not 0 < args.slow_duty < 1:
         raise SystemExit("--slow-duty takes a share of the time between 0 and 1, e.g. 0.3")
-    if args.slow_jitter and (args.slow_jitter < 0 or args.slow_mode != "before-microbatch"):
-        raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch")
+    if args.slow_jitter and (args.slow_jitter < 0 or args.slow_mode not in ("before-microbatch", "gpu-hog")):
+        raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch or gpu-hog")
     if args.overlap_param_gather and not (args.distributed_optimizer and args.overlap_grad_reduce):
         raise SystemExit("--overlap-param-gather needs --distributed-optimizer and --overlap-grad-reduce")
     if args.sequence_parallel and args.tp < 2:
@@ -759,7 +765,7 @@ def main(argv=None) -> None:
         _BEFORE_MICROBATCH = BeforeMicrobatch(args.slow_ms, args, device, cfg.params_dtype, injected)
     if args.link_slow:
         install_link_slow(args, rank, device, injected)
-    hog = start_gpu_hog(device, args.slow_duty) if slow and args.slow_mode == "gpu-hog" else None
+    hog = start_gpu_hog(device, args.slow_duty, args.slow_jitter) if slow and args.slow_mode == "gpu-hog" else None
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer=args.optimizer, lr=1e-4, bf16=args.bf16,
                         use_distributed_optimizer=args.distributed_optimizer,

@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43|fresh44] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43|fresh44|fresh45] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1871,7 +1871,7 @@ FRESH27_SEED = 179
 # sequences a microbatch, 6 microbatches)
 GPT_GPU_FRESH27 = ["--layers", "8", "--hidden", "3072", "--heads", "24", "--seq", "1536", "--vocab", "50304",
                    "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
-GPU_ONLY_SETS = ("fresh27",)
+GPU_ONLY_SETS = ("fresh27", "fresh45")
 
 
 def fresh27_set(seed: int = FRESH27_SEED) -> list[Case]:
@@ -1897,6 +1897,40 @@ def fresh27_set(seed: int = FRESH27_SEED) -> list[Case]:
         g("pp2", "mapp-v1", "healthy"),
         g("tp2", "kineto", "layer", rank=1, factor=1.3),
         g("dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+    ]
+
+
+FRESH45_SEED = 277
+
+
+def fresh45_set(seed: int = FRESH45_SEED) -> list[Case]:
+    """Held out after the thirty-seventh session's change (``--set fresh45``, 2 ranks, seed 277,
+    for a machine of 2 GPUs only): neighbours on one rank's GPU with other duties, ranks and
+    captures than ``fresh27``'s, some bursting irregularly (``--slow-jitter``: each burst's
+    length and the wait to the next vary, as requests to a neighbour serving a model would), in
+    another model shape (``fresh12``'s), beside healthy jobs, a longer-sequence replica and a
+    layer fault. 5 iterations, 3 recorded. Ids end in ``-f45``."""
+    g = _held_out_gpt(seed, "-f45", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    def bursty(case: Case, sigma: float = 1.0) -> Case:
+        case.id = case.id.replace("gpuhog", "gpuhogbursty", 1)
+        case.gpu_args += ["--slow-jitter", f"{sigma:g}"]
+        case.injected[0]["jitter_sigma"] = sigma
+        case.injected[0]["how"] += f" in bursts of irregular length and spacing (each x exp({sigma:g} N(0, 1)))"
+        return case
+
+    return [
+        g("tp2", "mapp-v1", "gpuhog", rank=0, duty=0.25),
+        g("dp2", "mapp-v1", "gpuhog", rank=1, duty=0.12),
+        g("dp2", "kineto", "gpuhog", rank=0, duty=0.25),
+        g("tp2", "kineto", "gpuhog", rank=1, duty=0.25),
+        bursty(g("tp2", "mapp-v1", "gpuhog", rank=1, duty=0.2)),
+        bursty(g("dp2", "mapp-v1", "gpuhog", rank=0, duty=0.2)),
+        g("tp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "healthy"),
+        g("tp2", "kineto", "healthy"),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=0.8),
+        g("dp2", "kineto", "layer", rank=1, factor=1.25),
     ]
 
 
@@ -2446,7 +2480,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh17": fresh17_set, "fresh18": fresh18_set, "fresh19": fresh19_set,
         "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set,
         "fresh23": fresh23_set, "fresh24": fresh24_set,
-        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set,
+        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
@@ -3044,7 +3078,7 @@ def main(argv=None) -> int:
     else:
         default = {"small": "cases", "full": "cases-full", "vary": "cases-vary",
                    "vary2": "cases-vary2", "pp4": "cases-pp4", "wide": "cases-wide",
-                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35", "fresh36": "cases-fresh36", "fresh37": "cases-fresh37", "fresh38": "cases-fresh38", "fresh39": "cases-fresh39", "fresh40": "cases-fresh40", "fresh41": "cases-fresh41", "fresh42": "cases-fresh42", "fresh43": "cases-fresh43", "fresh44": "cases-fresh44"}[args.set] + ("-gpu" if gpu else "")
+                   "sched": "cases-sched", "prod": "cases-prod", "prodv": "cases-prodv", "prodw": "cases-prodw", "scale": "cases-scale", "fresh": "cases-fresh", "fresh2": "cases-fresh2", "fresh3": "cases-fresh3", "fresh4": "cases-fresh4", "fresh5": "cases-fresh5", "fresh6": "cases-fresh6", "fresh7": "cases-fresh7", "fresh8": "cases-fresh8", "fresh9": "cases-fresh9", "fresh10": "cases-fresh10", "fresh11": "cases-fresh11", "fresh12": "cases-fresh12", "fresh13": "cases-fresh13", "fresh14": "cases-fresh14", "fresh15": "cases-fresh15", "fresh16": "cases-fresh16", "fresh17": "cases-fresh17", "fresh18": "cases-fresh18", "fresh19": "cases-fresh19", "fresh20": "cases-fresh20", "fresh21": "cases-fresh21", "fresh22": "cases-fresh22", "fresh23": "cases-fresh23", "fresh24": "cases-fresh24", "fresh25": "cases-fresh25", "fresh26": "cases-fresh26", "fresh27": "cases-fresh27", "fresh28": "cases-fresh28", "fresh29": "cases-fresh29", "fresh30": "cases-fresh30", "fresh31": "cases-fresh31", "fresh32": "cases-fresh32", "fresh33": "cases-fresh33", "fresh34": "cases-fresh34", "fresh35": "cases-fresh35", "fresh36": "cases-fresh36", "fresh37": "cases-fresh37", "fresh38": "cases-fresh38", "fresh39": "cases-fresh39", "fresh40": "cases-fresh40", "fresh41": "cases-fresh41", "fresh42": "cases-fresh42", "fresh43": "cases-fresh43", "fresh44": "cases-fresh44"}.get(args.set, f"cases-{args.set}") + ("-gpu" if gpu else "")
     out_dir = Path(args.out) if args.out else HERE / default
     manifest_path = out_dir / "manifest.json"
     if args.table:

@@ -567,3 +567,17 @@ def test_a_cpu_jobs_source_names_the_cpus_taskset_gave_it(monkeypatch):
     assert "4 processes on 2 CPUs (taskset) of a 64-CPU machine" in make_corpus.source_text(case, False, 4)
     monkeypatch.setattr(make_corpus.os, "sched_getaffinity", lambda pid: set(range(64)))
     assert "4 processes on 64 cores" in make_corpus.source_text(case, False, 4)
+
+
+def test_a_bursty_neighbour_runs_on_gpus_only_with_irregular_bursts():
+    bursty = [c for c in make_corpus.fresh45_set() if "gpuhogbursty" in c.id]
+    assert len(bursty) == 2
+    for case in bursty:
+        args = make_corpus.job_args(case, gpu=True)
+        at = args.index("--slow-mode")
+        assert args[at + 1] == "gpu-hog" and args[args.index("--slow-jitter") + 1] == "1"
+        assert case.injected[0]["jitter_sigma"] == 1.0 and "irregular" in case.injected[0]["how"]
+    # the set's default folder is its name, as every set's
+    out = subprocess.run([sys.executable, str(HERE / "make_corpus.py"), "--set", "fresh45", "--list"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert len(out) == 11 and all(i.endswith("-f45-gpu2") for i in out)
