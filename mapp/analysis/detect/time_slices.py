@@ -134,7 +134,7 @@ def sliced_suspects(sliced: pl.DataFrame | None, suspects: list[Suspect], keepin
             evidence={"time_slices": {"sum_ratio": round(row["sum_ratio"], 3), "slow_ops": row["slow_ops"],
                                       "place_lift": round(row["place_lift"], 3),
                                       "microbatch_lift": round(row["microbatch_lift"], 3)},
-                      "note": "its ops summed slower than its peers' in every step, at different ops each step "
+                      "note": "its ops summed slower than its peers' in nearly every step, at different ops each step "
                               "and no more often together in a microbatch than chance, while its median op was "
                               "not slower: another process time-slicing its GPU, most likely"}))
     named = {s.rank for s in out}
