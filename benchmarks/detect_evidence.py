@@ -6,8 +6,9 @@ or a held-out set made with ``--out``); ``--from evidence.parquet`` prints the t
 from a table written before, without running the stages.
 
 The verdict's constants for compute timed on shared CPUs (``shared_cpus.CONTENTION``,
-``ONE_RANK_A_STAGE``, the joint rule of ``verdict._compute_suspect``) are cut-offs between what
-healthy processes there measure and what faults do. This runs the three stages over every job
+``ONE_RANK_A_STAGE``, the joint rule of ``verdict._compute_suspect``) and for a GPU another
+process time-slices (``time_slices.RANDOM``) are cut-offs between what healthy processes there
+measure and what faults do. This runs the three stages over every job
 of the corpora (``detector.stage_evidence``, no verdict rules), labels each rank by the job's
 manifest (the injected rank of a fault job, another rank of one, a rank of a healthy or an
 imbalance job) and prints, per rule, the range of the quantity its constant cuts, per label:
@@ -34,6 +35,7 @@ from rich.table import Table  # noqa: E402
 from mapp.analysis.detect.detector import stage_evidence  # noqa: E402
 from mapp.analysis.detect.gates import keeps_waiting  # noqa: E402
 from mapp.analysis.detect.thresholds import CONSISTENT, Thresholds  # noqa: E402
+from mapp.analysis.detect.time_slices import MIN_SLOW_OPS  # noqa: E402
 from mapp.analysis.ingest import load_bundle  # noqa: E402
 from mapp.bench.real import RealCase, load_corpus  # noqa: E402
 from mapp.errors import InputError  # noqa: E402
@@ -41,6 +43,7 @@ from mapp.errors import InputError  # noqa: E402
 _PEER_COLUMNS = ("slowdown", "z", "flagged", "lasting", "excess_ns", "busy_ns", "gap_excess_ns", "gap_z",
                  "gap_flagged", "long_excess_ns")
 _LATE_COLUMNS = ("instances", "share_last", "expected_share", "last_z", "net_ns", "net_z", "net_lasting", "flagged")
+_SLICE_COLUMNS = ("sum_ratio", "lasting", "slow_ops", "place_lift", "microbatch_lift", "flagged")
 
 
 def _role(case: RealCase, rank: int) -> str:
@@ -59,6 +62,7 @@ def case_rows(case: RealCase, cuts: Thresholds) -> list[dict]:
     if ev.peers.mode == "skipped":
         return []
     late = {r["rank"]: r for r in ev.lateness.ranks.iter_rows(named=True)} if ev.lateness.ran else {}
+    sliced = {r["rank"]: r for r in ev.peers.sliced.iter_rows(named=True)} if ev.peers.sliced is not None else {}
     traced = ev.peers.rank_iterations["iteration"].n_unique() if not ev.peers.rank_iterations.is_empty() else 0
     rows = []
     for p in ev.peers.ranks.iter_rows(named=True):
@@ -72,6 +76,8 @@ def case_rows(case: RealCase, cuts: Thresholds) -> list[dict]:
             "late_cut": ev.lateness.z_crit if ev.lateness.ran else None,
             **{f"late_{k}": l.get(k) for k in _LATE_COLUMNS},
             "keeps_waiting": keeps_waiting(l) if l else False,
+            "threshold": cuts.slowdown,
+            **{f"slice_{k}": (sliced.get(p["rank"]) or {}).get(k) for k in _SLICE_COLUMNS},
         })
     return rows
 
@@ -104,6 +110,12 @@ RULES = {
         lambda df: pl.col("shared_cpus") & pl.col("gap_flagged"),
         (pl.col("long_excess_ns") - pl.col("gap_excess_ns").clip(lower_bound=0)) / 1e6,
         "hosts named by idle time: stalls beyond their idle excess, ms a step"),
+    "time slices: the larger lift (RANDOM 0.25)": (
+        lambda df: (pl.col("slice_lasting") >= CONSISTENT) & (pl.col("slice_slow_ops") >= MIN_SLOW_OPS)
+        & (pl.col("slice_sum_ratio") >= 1 + pl.col("threshold")) & pl.col("keeps_waiting"),
+        pl.max_horizontal("slice_place_lift", "slice_microbatch_lift"),
+        "ranks on GPUs summing slower by the threshold in nearly every step, keeping their peers waiting: "
+        "the larger of their two lifts over chance; under 0.25 on both, a time-sliced GPU"),
 }
 
 
