@@ -16,7 +16,7 @@ no more often than chance, and no more often beside each other in one microbatch
 2 H200s, megatron-core TP2 and DP2 under mapp's capture, another process running matmuls for
 0.15 or 0.2 of every 20 ms on one rank's GPU (``--set fresh27``, three runs): the rank summed
 1.14-1.37x its peer's in every step, its median op 1.01-1.08x, its slowed ops placed with a
-lift over chance of 0.06 at most across steps and 0.19 within microbatches. Every other rank
+lift over chance of 0.08 at most across steps and 0.19 within microbatches. Every other rank
 of the GPU battery (202 jobs) that summed 1.1x or more in nearly every step with 20 slowed ops a
 step or more and kept its peers waiting (33: healthy, imbalanced, injected) had one of the two
 lifts at 0.34 or more (``benchmarks/detect_evidence.py``, its "time slices" row). The
@@ -150,14 +150,15 @@ def _same_work(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _place_lift(ops: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: the mean over pairs of its iterations of the overlap (Jaccard) of their
-    slowed places (among the places both have), as a lift over what placing each iteration's
-    slowed ops at random would give: (J - E) / (1 - E). Null with fewer than two iterations."""
-    wide = ops.select("rank", "iteration", *_PLACE, "slow").pivot(
+    """Per rank: the mean over consecutive pairs of its iterations of the overlap (Jaccard) of
+    their slowed places (among the places both have), as a lift over what placing each
+    iteration's slowed ops at random would give: (J - E) / (1 - E). Null with fewer than two
+    iterations. (Consecutive pairs, not all: a trace of many steps costs as many passes.)"""
+    wide = ops.select("rank", "iteration", *_PLACE, "slow").sort("iteration").pivot(
         on="iteration", index=["rank", *_PLACE], values="slow", aggregate_function="first")
     its = [c for c in wide.columns if c not in ("rank", *_PLACE)]
     lifts = []
-    for a, b in itertools.combinations(its, 2):
+    for a, b in itertools.pairwise(its):
         here = pl.col(a).is_not_null() & pl.col(b).is_not_null()
         n = wide.group_by("rank").agg(
             common=here.sum(), in_a=(here & pl.col(a)).sum(), in_b=(here & pl.col(b)).sum(),
