@@ -17,8 +17,8 @@ no more often than chance, and no more often beside each other in one microbatch
 0.15 or 0.2 of every 20 ms on one rank's GPU (``--set fresh27``, three runs): the rank summed
 1.14-1.37x its peer's in every step, its median op 1.01-1.08x, its slowed ops placed with a
 lift over chance of 0.08 at most across steps and 0.19 within microbatches. Every other rank
-of the GPU battery (202 jobs) that summed 1.1x or more in nearly every step with 20 slowed ops a
-step or more and kept its peers waiting (33: healthy, imbalanced, injected) had one of the two
+of the GPU battery (224 jobs) that summed 1.1x or more in nearly every step with 20 slowed ops a
+step or more and kept its peers waiting (35: healthy, imbalanced, injected) had one of the two
 lifts at 0.34 or more (``benchmarks/detect_evidence.py``, its "time slices" row). The
 profiler's kernels alike (``kernel_places``): DP2 at 0.15 of every 20 ms, the rank's same
 kernels summed 1.24-1.26x, lifts 0.08 and 0.21 at most; plain DDP and FSDP ranks that a slow peer kept waiting summed 1.09-1.12x, slower at the
