@@ -1567,3 +1567,15 @@ def test_replicas_of_longer_sequences_under_mapps_capture_on_gpus_are_not_time_s
     assert verdict.suspects == []
     sliced = stage_evidence(load_bundle(case.directory), Thresholds.derive(0.1)).peers.sliced
     assert sliced is not None and sliced.is_empty()
+
+
+def test_on_shared_cpus_where_ops_land_is_not_judged():
+    # 4 processes on 2 CPUs slice each other by chance: a healthy rank there reads as a
+    # time-sliced GPU would (its ops summed slower in every step, at random places), so the
+    # time-slice rule does not run on CPU jobs
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    ev = stage_evidence(load_bundle(FRESH_CASES["gpt-dp4-mapp-layer1.45x-r2-f25"].directory), Thresholds.derive(0.1))
+    assert ev.shared_cpus and ev.peers.mode == "dp peers"
+    assert ev.peers.sliced is None
