@@ -12,7 +12,7 @@ import polars as pl
 
 from mapp.analysis.detect.thresholds import Thresholds
 
-__all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "KINDS"]
+__all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "KINDS", "in_place_of_lower"]
 
 KINDS = ("slow_compute", "slow_link", "slow_nic", "slow_host")
 
@@ -71,6 +71,16 @@ class Suspect:
         }
         out["evidence"] = self.evidence
         return out
+
+
+def in_place_of_lower(suspects: list[Suspect], readings: list[Suspect]) -> list[Suspect]:
+    """``suspects`` with each of ``readings`` (a rank named by another reading of its compute:
+    ``tp_waits``' pace, ``time_slices``) in place of the verdicts on its rank of a lower
+    slowdown; a reading whose rank already has a verdict at least as slow is dropped. Links stay."""
+    kept = [r for r in readings
+            if not any(s.rank == r.rank and s.kind != "slow_link" and not s.slowdown < r.slowdown for s in suspects)]
+    named = {r.rank for r in kept}
+    return [s for s in suspects if s.kind == "slow_link" or s.rank not in named] + kept
 
 
 @dataclass(kw_only=True, slots=True)

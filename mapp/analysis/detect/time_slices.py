@@ -38,7 +38,7 @@ import itertools
 import polars as pl
 
 from mapp.analysis.detect._stats import others_median
-from mapp.analysis.detect.findings import Suspect
+from mapp.analysis.detect.findings import Suspect, in_place_of_lower
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["RANDOM", "MIN_SLOW_OPS", "kernel_places", "scattered", "sliced_suspects"]
@@ -123,8 +123,6 @@ def sliced_suspects(sliced: pl.DataFrame | None, suspects: list[Suspect], keepin
         rank = row["rank"]
         if rank not in keeping_waiting:
             continue
-        if any(s.rank == rank and s.kind != "slow_link" and not s.slowdown < row["sum_ratio"] for s in suspects):
-            continue
         worst = max(row["place_lift"], row["microbatch_lift"])
         out.append(Suspect(
             rank=rank, kind="slow_compute", coords=coords.get(rank),
@@ -137,8 +135,7 @@ def sliced_suspects(sliced: pl.DataFrame | None, suspects: list[Suspect], keepin
                       "note": "its ops summed slower than its peers' in nearly every step, at different ops each step "
                               "and no more often together in a microbatch than chance, while its median op was "
                               "not slower: another process time-slicing its GPU, most likely"}))
-    named = {s.rank for s in out}
-    return [s for s in suspects if s.kind == "slow_link" or s.rank not in named] + out
+    return in_place_of_lower(suspects, out)
 
 
 def _same_work(ops: pl.DataFrame) -> pl.DataFrame:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import polars as pl
 
 from mapp.analysis.detect._stats import margin, robust_scale, z_critical
-from mapp.analysis.detect.findings import Suspect
+from mapp.analysis.detect.findings import Suspect, in_place_of_lower
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
@@ -166,8 +166,6 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
         if not (lasting or window):
             continue
         slowdown = row["pace"] if lasting else row["window_pace"]
-        if any(s.rank == row["rank"] and s.kind != "slow_link" and not s.slowdown < slowdown for s in suspects):
-            continue
         evidence = {"pace": round(row["pace"], 3), "stretches": row["stretches"],
                     "share_slower": round(row["share_slower"], 3), "iterations_slower": round(row["lasting"], 3),
                     "z": round(row["z"], 2)}
@@ -187,8 +185,7 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
                         "tracer's barriers make them wait inside their spans, so stage 1 saw their whole group "
                         "slow alike; its cost is a lower bound (the backward's TP reductions are not recorded)"},
         ))
-    paced = {s.rank for s in out}
-    return [s for s in suspects if s.kind == "slow_link" or s.rank not in paced] + out
+    return in_place_of_lower(suspects, out)
 
 
 def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence, overruled: list[str],
