@@ -460,8 +460,8 @@ class SlowDown:
 _HOG = """
 import os, sys, time, torch
 import random
-dev, duty, parent, sigma = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-draw = random.Random(dev)
+dev, duty, parent, sigma, seed = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+draw = random.Random(seed * 16 + dev)   # bursts differ between runs of other seeds
 torch.cuda.set_device(dev)
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
 for _ in range(3):
@@ -482,11 +482,11 @@ while os.getppid() == parent:
 """
 
 
-def start_gpu_hog(device: torch.device, duty: float, jitter: float = 0.0):
+def start_gpu_hog(device: torch.device, duty: float, jitter: float = 0.0, seed: int = 0):
     """Starts the neighbour process of ``--slow-mode gpu-hog`` on ``device`` and returns it once it
     runs (its first line: it has measured its matmuls), so that every traced iteration shares the
     GPU; stop it with ``terminate``."""
-    hog = subprocess.Popen([sys.executable, "-c", _HOG, str(device.index), f"{duty:g}", str(os.getpid()), f"{jitter:g}"],
+    hog = subprocess.Popen([sys.executable, "-c", _HOG, str(device.index), f"{duty:g}", str(os.getpid()), f"{jitter:g}", str(seed)],
                            stdout=subprocess.PIPE, text=True)
     ready, _, _ = select.select([hog.stdout], [], [], 120.0)   # torch and CUDA start in seconds
     first = hog.stdout.readline().strip() if ready else ""
@@ -765,7 +765,7 @@ def main(argv=None) -> None:
         _BEFORE_MICROBATCH = BeforeMicrobatch(args.slow_ms, args, device, cfg.params_dtype, injected)
     if args.link_slow:
         install_link_slow(args, rank, device, injected)
-    hog = start_gpu_hog(device, args.slow_duty, args.slow_jitter) if slow and args.slow_mode == "gpu-hog" else None
+    hog = start_gpu_hog(device, args.slow_duty, args.slow_jitter, args.seed) if slow and args.slow_mode == "gpu-hog" else None
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer=args.optimizer, lr=1e-4, bf16=args.bf16,
                         use_distributed_optimizer=args.distributed_optimizer,

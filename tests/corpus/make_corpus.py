@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43|fresh44|fresh45] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43|fresh44|fresh45|fresh46|fresh47] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1871,7 +1871,7 @@ FRESH27_SEED = 179
 # sequences a microbatch, 6 microbatches)
 GPT_GPU_FRESH27 = ["--layers", "8", "--hidden", "3072", "--heads", "24", "--seq", "1536", "--vocab", "50304",
                    "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
-GPU_ONLY_SETS = ("fresh27", "fresh45")
+GPU_ONLY_SETS = ("fresh27", "fresh45", "fresh46", "fresh47")
 
 
 def fresh27_set(seed: int = FRESH27_SEED) -> list[Case]:
@@ -1900,6 +1900,16 @@ def fresh27_set(seed: int = FRESH27_SEED) -> list[Case]:
     ]
 
 
+def _bursty(case: Case, sigma: float = 1.0) -> Case:
+    """A ``gpuhog`` case whose neighbour bursts irregularly (``--slow-jitter``: each burst's length
+    and the wait to the next vary, as requests to a neighbour serving a model would)."""
+    case.id = case.id.replace("gpuhog", "gpuhogbursty", 1)
+    case.gpu_args += ["--slow-jitter", f"{sigma:g}"]
+    case.injected[0]["jitter_sigma"] = sigma
+    case.injected[0]["how"] += f" in bursts of irregular length and spacing (each x exp({sigma:g} N(0, 1)))"
+    return case
+
+
 FRESH45_SEED = 277
 
 
@@ -1912,25 +1922,72 @@ def fresh45_set(seed: int = FRESH45_SEED) -> list[Case]:
     layer fault. 5 iterations, 3 recorded. Ids end in ``-f45``."""
     g = _held_out_gpt(seed, "-f45", GPT_GPU_FRESH12, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
 
-    def bursty(case: Case, sigma: float = 1.0) -> Case:
-        case.id = case.id.replace("gpuhog", "gpuhogbursty", 1)
-        case.gpu_args += ["--slow-jitter", f"{sigma:g}"]
-        case.injected[0]["jitter_sigma"] = sigma
-        case.injected[0]["how"] += f" in bursts of irregular length and spacing (each x exp({sigma:g} N(0, 1)))"
-        return case
-
     return [
         g("tp2", "mapp-v1", "gpuhog", rank=0, duty=0.25),
         g("dp2", "mapp-v1", "gpuhog", rank=1, duty=0.12),
         g("dp2", "kineto", "gpuhog", rank=0, duty=0.25),
         g("tp2", "kineto", "gpuhog", rank=1, duty=0.25),
-        bursty(g("tp2", "mapp-v1", "gpuhog", rank=1, duty=0.2)),
-        bursty(g("dp2", "mapp-v1", "gpuhog", rank=0, duty=0.2)),
+        _bursty(g("tp2", "mapp-v1", "gpuhog", rank=1, duty=0.2)),
+        _bursty(g("dp2", "mapp-v1", "gpuhog", rank=0, duty=0.2)),
         g("tp2", "mapp-v1", "healthy"),
         g("dp2", "mapp-v1", "healthy"),
         g("tp2", "kineto", "healthy"),
         g("tp2", "mapp-v1", "seqlognorm", sigma=0.8),
         g("dp2", "kineto", "layer", rank=1, factor=1.25),
+    ]
+
+FRESH46_SEED = 283
+
+
+def fresh46_set(seed: int = FRESH46_SEED) -> list[Case]:
+    """Made in the thirty-eighth session to study neighbours that burst (``--set fresh46``, 2
+    ranks, seed 283, for a machine of 2 GPUs only): six bursty neighbours of other duties, spreads
+    (``--slow-jitter`` 0.6-1.4), ranks and captures than ``fresh45``'s, one regular one, beside
+    what slows whole microbatches or the same ops without a fault (healthy jobs, a replica of
+    lognormal lengths) and a layer fault, in a sixteenth model shape (``fresh9``'s). 5 iterations,
+    3 recorded. Ids end in ``-f46``."""
+    g = _held_out_gpt(seed, "-f46", GPT_GPU_FRESH9, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+    b = _bursty
+
+    return [
+        b(g("tp2", "mapp-v1", "gpuhog", rank=0, duty=0.2), 1.0),
+        b(g("tp2", "mapp-v1", "gpuhog", rank=1, duty=0.3), 0.6),
+        b(g("dp2", "mapp-v1", "gpuhog", rank=1, duty=0.25), 1.0),
+        b(g("dp2", "mapp-v1", "gpuhog", rank=0, duty=0.15), 1.4),
+        b(g("dp2", "kineto", "gpuhog", rank=1, duty=0.25), 1.0),
+        b(g("tp2", "kineto", "gpuhog", rank=0, duty=0.3), 1.0),
+        g("tp2", "mapp-v1", "gpuhog", rank=1, duty=0.2),
+        g("tp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "healthy"),
+        g("dp2", "kineto", "healthy"),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2", "mapp-v1", "layer", rank=1, factor=1.2),
+    ]
+
+FRESH47_SEED = 293
+
+
+def fresh47_set(seed: int = FRESH47_SEED) -> list[Case]:
+    """Held out from the thirty-eighth session's work on bursty neighbours (``--set fresh47``, 2
+    ranks, seed 293, for a machine of 2 GPUs only; made before that work and scored only after
+    it was committed): bursty neighbours of other duties and spreads on both ranks, both
+    captures, TP2 and DP2, beside healthy jobs, lognormal lengths and a layer fault, in another
+    model shape (``fresh7``'s). 5 iterations, 3 recorded. Ids end in ``-f47``."""
+    g = _held_out_gpt(seed, "-f47", GPT_GPU_FRESH7, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+    b = _bursty
+
+    return [
+        b(g("tp2", "mapp-v1", "gpuhog", rank=1, duty=0.25), 0.8),
+        b(g("dp2", "mapp-v1", "gpuhog", rank=0, duty=0.3), 1.2),
+        b(g("tp2", "mapp-v1", "gpuhog", rank=0, duty=0.15), 1.0),
+        b(g("dp2", "kineto", "gpuhog", rank=0, duty=0.2), 0.8),
+        b(g("tp2", "kineto", "gpuhog", rank=1, duty=0.25), 1.2),
+        g("dp2", "mapp-v1", "gpuhog", rank=1, duty=0.2),
+        g("tp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "healthy"),
+        g("tp2", "kineto", "healthy"),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=0.8),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.25),
     ]
 
 
@@ -2480,7 +2537,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh17": fresh17_set, "fresh18": fresh18_set, "fresh19": fresh19_set,
         "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set,
         "fresh23": fresh23_set, "fresh24": fresh24_set,
-        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set,
+        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
