@@ -1,4 +1,5 @@
-"""Device counters from NVML (``nvidia-ml-py``): SM clock, power, temperature, throttle reasons.
+"""Device counters from NVML (``nvidia-ml-py``): SM clock, power, temperature, throttle reasons,
+and what other processes computed on the device.
 
 Sampled once per traced iteration, on the writer thread (never the training thread), and
 written as ``C`` (counter) events named ``gpu`` on the ``counters`` lane::
@@ -7,11 +8,22 @@ written as ``C`` (counter) events named ``gpu`` on the ``counters`` lane::
      "args":{"sm_clock_mhz":1980,"power_w":612.4,"temperature_c":54,"throttle_reasons":0}}
 
 ``throttle_reasons`` is NVML's bit mask (``nvmlDeviceGetCurrentClocksEventReasons``); 0 means
-none. Without ``pynvml`` or a GPU, :func:`make_sampler` returns ``None`` and nothing is sampled.
+none. ``other_sm_pct`` is how busy other processes kept the device's SMs in NVML's latest
+sampling period (``nvmlDeviceGetProcessUtilization``: one sample per process that ran a kernel
+then, the share of the period it did; summed over the processes that are not this one),
+``sm_pct`` the same for this process, ``other_processes`` how many others ran a kernel. A
+neighbour time-slicing the GPU (another job, a stray server) is seen here directly, where the
+trace alone shows only its effect; each sample is a snapshot, so one that bursts may be caught
+in some samples only. Presence alone says nothing (a peer rank's process may hold a context on
+this device without computing), so only utilisation counts; NVML shows only the processes
+visible in this PID namespace, so a neighbour in another container may go unseen.
+
+Without ``pynvml`` or a GPU, :func:`make_sampler` returns ``None`` and nothing is sampled.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from typing import Any, Callable
@@ -30,6 +42,8 @@ class NvmlSampler:
         self.handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
         reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         self._reasons = reasons or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        self._pid = os.getpid()
+        self._since_us = 0          # NVML's CPU timestamp (µs) of the newest process sample seen
 
     def read(self) -> dict[str, float]:
         nvml, h = self._nvml, self.handle
@@ -46,7 +60,18 @@ class NvmlSampler:
                 values[key] = probe()
             except Exception:
                 pass
+        values.update(self._processes())
         return values
+
+    def _processes(self) -> dict[str, float]:
+        """``sm_pct``, ``other_sm_pct`` and ``other_processes`` over the process samples NVML took
+        since the last call; nothing where NVML refuses (no such samples yet, or not supported)."""
+        try:
+            samples = self._nvml.nvmlDeviceGetProcessUtilization(self.handle, self._since_us)
+        except Exception:
+            return {}
+        self._since_us = max([self._since_us, *(int(sample.timeStamp) for sample in samples)])
+        return process_shares(samples, self._pid)
 
     def __call__(self, iteration: int) -> list[tuple]:
         """Writer-thread callback: one counter record for this iteration."""
@@ -57,10 +82,23 @@ class NvmlSampler:
         return [counter_record("gpu", time.perf_counter_ns(), values, iteration)]
 
 
+def process_shares(samples: list, own_pid: int) -> dict[str, float]:
+    """From NVML process samples (``pid``, ``smUtil`` in %; NVML gives one per process that ran a
+    kernel in its last sampling period): the SM utilisation of ``own_pid``, the sum of the
+    others', and how many others ran a kernel."""
+    by_pid: dict[int, list[int]] = {}
+    for sample in samples:
+        by_pid.setdefault(int(sample.pid), []).append(int(sample.smUtil))
+    if not by_pid:
+        return {}
+    mean = {pid: sum(u) / len(u) for pid, u in by_pid.items()}
+    others = [m for pid, m in mean.items() if pid != own_pid]
+    return {"sm_pct": round(mean.get(own_pid, 0.0), 1), "other_sm_pct": round(sum(others), 1),
+            "other_processes": sum(1 for m in others if m > 0)}
+
+
 def _nvml_index(nvml: Any) -> int:
     """NVML's index of torch's current device (``CUDA_VISIBLE_DEVICES`` may renumber devices)."""
-    import os
-
     import torch
 
     cuda_index = torch.cuda.current_device()

@@ -8,12 +8,13 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
-from mapp.analysis.detect.device import device_counters, device_evidence
+from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
 from mapp.analysis.detect.peers import PeerEvidence, compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
+from mapp.analysis.detect.time_slices import neighbour_notes
 from mapp.analysis.detect.tp_waits import tp_pace
 from mapp.analysis.detect.findings import StageStatus, Verdict
 from mapp.analysis.detect.verdict import combine, paced_pairs
@@ -41,6 +42,8 @@ class StageEvidence(NamedTuple):
     """Per rank of a TP group, its pace against its TP peers (``tp_waits.tp_pace``), where the
     tracer's spans hold its waits for them (the MegatronApp tracer's); None where every wait is
     recorded."""
+    counters: pl.DataFrame | None = None
+    """Per rank, its device counters (``device.device_counters``; empty without NVML samples)."""
 
 
 def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = None, analysis: Any = None,
@@ -93,7 +96,7 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     pace = tp_pace(matching, len(traced)) if _synchronizing_tracer(bundle) else None
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
     return StageEvidence(peers, lateness, bandwidth, info, _iteration_ns(iters, events), microbatches, on_cpus,
-                         traced, notes, pace)
+                         traced, notes, pace, device_counters(bundle.scan()))
 
 
 def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, layout: dict[str, int] | str | None = None,
@@ -118,18 +121,19 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         timings[name] = now - t
         t = now
 
-    peers, lateness, bandwidth, info, iteration_ns, microbatches, on_cpus, traced, notes, pace = stage_evidence(
-        bundle, cuts, layout, analysis, lap)
+    peers, lateness, bandwidth, info, iteration_ns, microbatches, on_cpus, traced, notes, pace, counters = \
+        stage_evidence(bundle, cuts, layout, analysis, lap)
+    seen = neighbours(counters)
     suspects, imbalance, victims, grid, below, overruled = combine(
         peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
-        iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=on_cpus, tp_pace=pace)
+        iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=on_cpus, tp_pace=pace, neighbours=seen)
     notes += paced_pairs(peers, lateness, suspects + below)
     notes += overruled
     if below:
         notes.append("below threshold (not suspects): " + "; ".join(
             f"{s.kind.replace('_', ' ')} {s.label()} {s.slowdown:.3f}x" for s in below)
             + f" < {1 + cuts.slowdown:g}x")
-    counters = device_counters(bundle.scan())
+    notes += neighbour_notes(seen, suspects + below)
     for suspect in suspects:
         device = device_evidence(counters, suspect.rank)
         if device is not None:

@@ -1,24 +1,38 @@
 """Device counters beside the verdict: a suspect's SM clock, power, temperature and throttle
 reasons against its peers', from the ``gpu`` counter events the capture hooks sample (NVML)
-once per traced iteration. Evidence only: no verdict is made from counters alone.
+once per traced iteration, and the other processes seen computing on a rank's GPU.
+
+No verdict is made from counters alone. A neighbour seen on a rank's GPU (``neighbours``) is
+what lets ``time_slices`` read that rank's summed time as its own loss where its slowed ops
+cluster as structure would (a neighbour that bursts for several ops at a time); the rank must
+still be slower in nearly every step and keep its peers waiting.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["device_counters", "device_evidence"]
+__all__ = ["NEIGHBOUR_SM_PCT", "device_counters", "device_evidence", "neighbours"]
+
+NEIGHBOUR_SM_PCT = 10.0
+"""The least share of a GPU's SMs (%) another process must have kept busy in NVML's sampling
+period to count as a neighbour: under a tenth it cannot cost the rank the default threshold's
+tenth, and a process that only holds a context on the device (a peer rank's, a monitor) reads 0.
+(2 H200s, a neighbour running matmuls for 0.2-0.3 of every 20 ms in irregular bursts: 33% and
+48% where a sample caught a burst, 0 where it did not, and 0 on every rank without one.)"""
 
 _FIELDS = {"sm_clock_mhz": pl.Float64, "power_w": pl.Float64, "temperature_c": pl.Float64,
-           "throttle_reasons": pl.Int64}
+           "throttle_reasons": pl.Int64, "other_sm_pct": pl.Float64}
 
 
 def device_counters(scan: pl.LazyFrame) -> pl.DataFrame:
-    """Per rank: the median of each sampled counter, and the throttle reasons seen (bitwise or
-    of the samples' ``throttle_reasons``). Empty when the traces carry no ``gpu`` counters."""
+    """Per rank: the median of each sampled counter, the throttle reasons seen (bitwise or of the
+    samples' ``throttle_reasons``), the most of its SMs another process kept busy
+    (``other_sm_pct``, null where not sampled) and in how many samples a neighbour was seen
+    (``neighbour_samples``). Empty when the traces carry no ``gpu`` counters."""
     samples = scan.filter((pl.col("ph") == "C") & (pl.col("name") == "gpu")).select("rank", "args").collect()
     if samples.is_empty():
-        return pl.DataFrame(schema={"rank": pl.Int32, **{k: v for k, v in _FIELDS.items()}, "samples": pl.UInt32})
+        return pl.DataFrame(schema={"rank": pl.Int32, **_FIELDS, "neighbour_samples": pl.UInt32, "samples": pl.UInt32})
     samples = samples.with_columns(
         pl.col("args").str.json_path_match(f"$.{name}").cast(dtype, strict=False).alias(name)
         for name, dtype in _FIELDS.items()
@@ -26,6 +40,8 @@ def device_counters(scan: pl.LazyFrame) -> pl.DataFrame:
     return samples.group_by("rank").agg(
         *(pl.col(name).median() for name in ("sm_clock_mhz", "power_w", "temperature_c")),
         pl.col("throttle_reasons").drop_nulls().bitwise_or().alias("throttle_reasons"),
+        pl.col("other_sm_pct").max(),
+        (pl.col("other_sm_pct") >= NEIGHBOUR_SM_PCT).sum().cast(pl.UInt32).alias("neighbour_samples"),
         pl.len().alias("samples"),
     ).sort("rank")
 
@@ -44,4 +60,18 @@ def device_evidence(counters: pl.DataFrame, rank: int) -> dict | None:
                 out[f"peers_{name}"] = round(float(others[name].median()), 1)
     if mine["throttle_reasons"] is not None:
         out["throttle_reasons"] = int(mine["throttle_reasons"])
+    if mine["other_sm_pct"] is not None:
+        out["other_sm_pct"] = round(float(mine["other_sm_pct"]), 1)
+        out["neighbour_samples"] = int(mine["neighbour_samples"])
     return out
+
+
+def neighbours(counters: pl.DataFrame) -> dict[int, dict]:
+    """Per rank on whose GPU another process was seen computing (``NEIGHBOUR_SM_PCT`` or more of
+    its SMs in some sample): the most it took (``other_sm_pct``), in how many samples of how
+    many (``seen``, ``samples``)."""
+    if counters.is_empty():
+        return {}
+    return {row["rank"]: {"other_sm_pct": round(float(row["other_sm_pct"]), 1), "seen": int(row["neighbour_samples"]),
+                          "samples": int(row["samples"])}
+            for row in counters.filter(pl.col("neighbour_samples") > 0).iter_rows(named=True)}

@@ -24,6 +24,14 @@ profiler's kernels alike (``kernel_places``): DP2 at 0.15 of every 20 ms, the ra
 kernels summed 1.24-1.26x, lifts 0.08 and 0.21 at most; plain DDP and FSDP ranks that a slow peer kept waiting summed 1.09-1.12x, slower at the
 same kernels each step (place lift 0.51-0.85), and kept no one waiting.
 
+Where the capture sampled NVML and saw another process computing on the rank's GPU
+(``device.neighbours``), the cause is seen, not inferred: the rank is then named wherever its
+summed time is slower in nearly every step and it keeps its peers waiting, however its slowed
+ops cluster. That is what names a neighbour that bursts for several ops at a time: its slices
+slow runs of consecutive ops, several layers of one microbatch, which is how placement alone
+reads whatever slows whole microbatches (healthy TP2 x PP2 ranks, a lognormal-lengths
+replica: their placement lifts overlap a bursty neighbour's).
+
 Only for ops timed on the GPU: processes that share CPU cores (the CPU jobs) are each other's
 neighbours, and which one the scheduler slices more is chance (healthy DP4 on 2 cores: a rank
 1.11x by its sum in every step, its slowed ops placed at random). Not for PP2 either: one rank
@@ -41,7 +49,7 @@ from mapp.analysis.detect._stats import others_median
 from mapp.analysis.detect.findings import Suspect, in_place_of_lower
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["RANDOM", "MIN_SLOW_OPS", "kernel_places", "scattered", "sliced_suspects"]
+__all__ = ["RANDOM", "MIN_SLOW_OPS", "kernel_places", "neighbour_notes", "scattered", "sliced_suspects"]
 
 RANDOM = 0.25
 """The most a rank's slowed ops may cluster, by place across steps and within a microbatch
@@ -111,31 +119,59 @@ def kernel_places(ops: pl.DataFrame, coords: pl.DataFrame, group: list[str], slo
 
 
 def sliced_suspects(sliced: pl.DataFrame | None, suspects: list[Suspect], keeping_waiting: set[int], coords: dict,
-                    iteration_ns: float | None) -> list[Suspect]:
-    """``suspects`` with slow compute for each rank ``scattered`` flags that stage 2 finds
-    keeping its peers waiting in nearly every iteration (``keeping_waiting``, by
-    ``gates.keeps_waiting``: the time it loses is theirs too), its slowdown its summed self
-    time over its peers', in place of a verdict on that rank of a lower slowdown."""
+                    iteration_ns: float | None, neighbours: dict[int, dict] | None = None) -> list[Suspect]:
+    """``suspects`` with slow compute for each rank that stage 2 finds keeping its peers waiting
+    in nearly every iteration (``keeping_waiting``, by ``gates.keeps_waiting``: the time it loses
+    is theirs too) and that ``scattered`` flags, or whose summed self time is slower in nearly
+    every traced step while NVML saw another process computing on its GPU (``neighbours``, by
+    ``device.neighbours``); its slowdown its summed self time over its peers', in place of a
+    verdict on that rank of a lower slowdown."""
     if sliced is None or sliced.is_empty():
         return suspects
+    neighbours = neighbours or {}
     out = []
-    for row in sliced.filter(pl.col("flagged")).iter_rows(named=True):
-        rank = row["rank"]
-        if rank not in keeping_waiting:
+    for row in sliced.iter_rows(named=True):
+        rank, seen = row["rank"], neighbours.get(row["rank"])
+        by_sight = seen is not None and row["traced"] >= 2 and row["lasting"] >= CONSISTENT
+        if not (row["flagged"] or by_sight) or rank not in keeping_waiting:
             continue
-        worst = max(row["place_lift"], row["microbatch_lift"])
-        out.append(Suspect(
-            rank=rank, kind="slow_compute", coords=coords.get(rank),
+        evidence = {"time_slices": {"sum_ratio": round(row["sum_ratio"], 3), "slow_ops": row["slow_ops"],
+                                    "place_lift": _rounded(row["place_lift"]),
+                                    "microbatch_lift": _rounded(row["microbatch_lift"])}}
+        if seen is not None:
+            evidence["neighbour"] = dict(seen)
+            # seen, not inferred: as sure as a verdict of stage 1 and 2 together
+            confidence = 0.85
+            note = (f"NVML saw another process computing on its GPU (up to {seen['other_sm_pct']:g}% of its SMs, in "
+                    f"{seen['seen']} of {seen['samples']} samples) while its ops summed slower than its peers' in "
+                    "nearly every step: a neighbour time-slicing its GPU")
+        else:
             # the further from the cut both lifts are, the surer: 0.8 where placement is random
-            confidence=0.5 + 0.3 * min(1.0, max(0.0, 1.0 - worst / RANDOM)), slowdown=row["sum_ratio"],
-            excess_ns=row["excess_ns"], iteration_ns=iteration_ns, iterations=row["iterations"],
-            evidence={"time_slices": {"sum_ratio": round(row["sum_ratio"], 3), "slow_ops": row["slow_ops"],
-                                      "place_lift": round(row["place_lift"], 3),
-                                      "microbatch_lift": round(row["microbatch_lift"], 3)},
-                      "note": "its ops summed slower than its peers' in nearly every step, at different ops each step "
-                              "and no more often together in a microbatch than chance, while its median op was "
-                              "not slower: another process time-slicing its GPU, most likely"}))
+            worst = max(row["place_lift"], row["microbatch_lift"])
+            confidence = 0.5 + 0.3 * min(1.0, max(0.0, 1.0 - worst / RANDOM))
+            note = ("its ops summed slower than its peers' in nearly every step, at different ops each step and no "
+                    "more often together in a microbatch than chance, while its median op was not slower: another "
+                    "process time-slicing its GPU, most likely")
+        evidence["note"] = note
+        out.append(Suspect(
+            rank=rank, kind="slow_compute", coords=coords.get(rank), confidence=confidence, slowdown=row["sum_ratio"],
+            excess_ns=row["excess_ns"], iteration_ns=iteration_ns, iterations=row["iterations"], evidence=evidence))
     return in_place_of_lower(suspects, out)
+
+
+def neighbour_notes(neighbours: dict[int, dict], named: list[Suspect]) -> list[str]:
+    """A note for each rank on whose GPU NVML saw another process computing that no suspect or
+    would-be suspect (``named``) stands for: the neighbour is a fact worth knowing even where
+    the trace cannot show what it cost (a pipeline stage of one rank has no peer to compare)."""
+    told = {s.rank for s in named}
+    return [f"another process computed on rank {rank}'s GPU (NVML: up to {seen['other_sm_pct']:g}% of its SMs, in "
+            f"{seen['seen']} of {seen['samples']} samples); not a suspect: the traces do not show it slower than its "
+            "peers at the same work in nearly every step while they waited for it"
+            for rank, seen in sorted(neighbours.items()) if rank not in told]
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def _same_work(ops: pl.DataFrame) -> pl.DataFrame:

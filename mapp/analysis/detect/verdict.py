@@ -74,7 +74,8 @@ class Combined(NamedTuple):
 
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
             *, slowdown_threshold: float, imbalance_threshold: float, iteration_ns: float | None,
-            microbatches: int, shared_cpus: bool = False, tp_pace: pl.DataFrame | None = None) -> Combined:
+            microbatches: int, shared_cpus: bool = False, tp_pace: pl.DataFrame | None = None,
+            neighbours: dict[int, dict] | None = None) -> Combined:
     """Suspects (ranked), imbalance, victims, the per-rank grid, the would-be suspects below the
     threshold and the candidates overruled, from the stages' evidence.
 
@@ -85,6 +86,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     ``tp_pace``: where the tracer's spans hold waits for TP peers that no collective record
     stands for (the MegatronApp tracer's barriers), each TP rank's pace against its peers
     (``tp_waits.tp_pace``); None where every wait is recorded.
+    ``neighbours``: ranks on whose GPU NVML saw another process computing (``device.neighbours``).
     """
     coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in layout.ranks.iter_rows(named=True)}
     late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)} if lateness.ran else {}
@@ -120,7 +122,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     # a neighbour time-slicing a rank's GPU: its median op no slower, its sum slower, at random
     # places (``time_slices``)
     suspects = sliced_suspects(peers.sliced, suspects, {r for r, row in late.items() if keeps_waiting(row)},
-                               coords, iteration_ns)
+                               coords, iteration_ns, neighbours)
     if tp_pace is not None:
         suspects = tp_pace_suspects(tp_pace, suspects, coords, iteration_ns, peers.min_effect)
     if bandwidth.ran:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mapp.analysis.detect.device import device_counters, device_evidence
+from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.ingest import load_bundle
 from tests.v1_builder import RankTrace
 
@@ -35,3 +35,22 @@ def test_no_counters_no_device_evidence(tmp_path):
     trace = RankTrace(0, 1, {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1}, {"tp": 0, "pp": 0, "dp": 0})
     trace.x("forward", "compute", 0.0, 10.0, iteration=0).write(tmp_path)
     assert device_evidence(device_counters(load_bundle(tmp_path).scan()), 0) is None
+
+
+def test_a_process_computing_on_a_ranks_gpu_is_a_neighbour_and_one_holding_a_context_is_not(tmp_path):
+    # NVML's snapshots: on rank 1 another process kept 33% of the SMs busy in one of three
+    # samples (a neighbour that bursts), on rank 0 one held a context at 0% or ran a trickle (4%)
+    others = {0: [0.0, 4.0, 0.0], 1: [0.0, 33.0, 0.0], 2: [None, None, None]}
+    for rank, samples in others.items():
+        trace = RankTrace(rank, 3, LAYOUT, {"tp": 0, "pp": 0, "dp": rank, "cp": 0, "ep": 0})
+        trace.x("forward", "compute", 0.0, 10.0, iteration=0, microbatch=0)
+        for i, other in enumerate(samples):
+            counter(trace, 100.0 * i, 1980, throttle=0)
+            if other is not None:
+                trace.events[-1]["args"].update(other_sm_pct=other, sm_pct=100.0 - other,
+                                                other_processes=int(other > 0))
+        trace.write(tmp_path)
+    counters = device_counters(load_bundle(tmp_path).scan())
+    assert neighbours(counters) == {1: {"other_sm_pct": 33.0, "seen": 1, "samples": 3}}
+    assert device_evidence(counters, 1)["other_sm_pct"] == 33.0
+    assert "other_sm_pct" not in device_evidence(counters, 2)

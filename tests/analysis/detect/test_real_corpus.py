@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -1552,6 +1553,29 @@ def test_a_neighbour_time_slicing_a_ranks_gpu_is_named(case_id):
     top = verdict.suspects[0]
     assert "time_slices" in top.evidence
     assert 1.1 < top.slowdown < 1.5
+
+
+def test_a_neighbour_that_bursts_is_named_where_nvml_saw_it(tmp_path):
+    # Another process ran matmuls on rank 0's GPU for 0.2 of every 20 ms in bursts of irregular
+    # length and spacing (``--set fresh46``, its second run, the first with NVML's process
+    # samples in mapp's counters). Its layers summed 1.26x its TP peer's in every step, its median
+    # layer 1.03x; a burst slows several layers of one microbatch in a row, so its slowed layers
+    # cluster by microbatch (lift 0.45) as what slows whole microbatches does, and placement alone
+    # named nothing (fresh45's two bursty neighbours before). NVML caught the neighbour at 48% of
+    # the SMs in 1 of 3 samples; rank 1 kept waiting for rank 0 at 86% of their TP collectives
+    case = HOG_CASES["gpt-tp2-mapp-gpuhogbursty0.2-r0-f46-gpu2"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_compute")]
+    top = verdict.suspects[0]
+    assert top.evidence["neighbour"]["other_sm_pct"] >= 10
+    assert top.evidence["time_slices"]["microbatch_lift"] > 0.25
+    assert 1.15 < top.slowdown < 1.4
+    # the same traces without NVML's process samples: where the slowed layers land is no proof
+    for src in case.directory.glob("rank-*"):
+        text = re.sub(r',"sm_pct":[0-9.]+,"other_sm_pct":[0-9.]+,"other_processes":[0-9]+', "", src.read_text())
+        (tmp_path / src.name).write_text(text)
+    assert "other_sm_pct" not in "".join(f.read_text() for f in tmp_path.glob("rank-*"))
+    assert detect_bundle(load_bundle(tmp_path), threshold=0.1).suspects == []
 
 
 def test_replicas_of_longer_sequences_under_mapps_capture_on_gpus_are_not_time_sliced():

@@ -115,6 +115,35 @@ def test_a_suspect_of_a_higher_slowdown_on_the_rank_stands():
     assert "time_slices" in s.evidence and s.slowdown > 1.2
 
 
+SEEN = {1: {"other_sm_pct": 33.0, "seen": 1, "samples": 3}}
+
+
+def _bursts(it: int) -> set:
+    """A neighbour that bursts: three runs of ten consecutive ops a step, each inside one
+    microbatch's forward, at different places each step (so they cluster by microbatch)."""
+    rng = random.Random(it)
+    return {("layer.forward", mb, layer) for mb in rng.sample(range(MICROBATCHES), 3) for layer in range(LAYERS)}
+
+
+def test_bursts_cluster_by_microbatch_and_are_named_only_where_a_neighbour_was_seen():
+    found = scattered(_ops(_bursts), min_effect=0.033)
+    mine = _row(found, 1)
+    assert mine["microbatch_lift"] > 0.25 and not mine["flagged"]   # placement alone: not slices
+    coords = {1: {"tp": 1, "pp": 0, "dp": 0}}
+    assert sliced_suspects(found, [], {1}, coords, 200e6) == []
+    [s] = sliced_suspects(found, [], {1}, coords, 200e6, SEEN)
+    assert (s.rank, s.kind) == (1, "slow_compute") and s.excess_ns == 24 * SLICE_NS
+    assert s.evidence["neighbour"] == SEEN[1] and "NVML" in s.evidence["note"]
+
+
+def test_a_neighbour_seen_names_no_rank_that_keeps_no_one_waiting_or_is_not_slower():
+    found = scattered(_ops(_bursts), min_effect=0.033)
+    assert sliced_suspects(found, [], set(), {}, 200e6, SEEN) == []
+    level = scattered(_ops(lambda it: set()), min_effect=0.033)
+    assert _row(level, 1)["lasting"] == 0.0
+    assert sliced_suspects(level, [], {1}, {}, 200e6, SEEN) == []
+
+
 def _kernels(slowed_calls) -> pl.DataFrame:
     """A profiler trace's timed events on two DP peers: each iteration 96 calls of one GEMM
     kernel (1 ms on rank 0) and, on the host, the op that launched each (0.1 ms); on rank 1

@@ -1,0 +1,28 @@
+"""What the NVML sampler makes of NVML's process samples (one per process that ran a kernel in
+NVML's last sampling period): this process's SM share, the others' summed, and how many others
+computed. The samples are plain records; the NVML calls themselves run only on a GPU machine."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from mapp.capture.nvml import process_shares
+
+
+def _sample(pid: int, sm: int, ts: int = 1) -> SimpleNamespace:
+    return SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm)
+
+
+def test_other_processes_shares_are_summed_apart_from_this_ones():
+    shares = process_shares([_sample(100, 60), _sample(200, 25), _sample(300, 8)], own_pid=100)
+    assert shares == {"sm_pct": 60.0, "other_sm_pct": 33.0, "other_processes": 2}
+
+
+def test_a_process_that_ran_no_kernel_is_not_counted():
+    # a peer rank's process holding a context on this device reads 0
+    shares = process_shares([_sample(100, 97), _sample(200, 0)], own_pid=100)
+    assert shares == {"sm_pct": 97.0, "other_sm_pct": 0.0, "other_processes": 0}
+
+
+def test_no_samples_no_fields():
+    assert process_shares([], own_pid=100) == {}
