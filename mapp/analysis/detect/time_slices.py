@@ -69,7 +69,9 @@ def scattered(ops: pl.DataFrame, min_effect: float) -> pl.DataFrame:
     ``excess``, ``slow``, ``r_adj``, ``gk``, as ``peers._fit`` makes them): ``sum_ratio`` (its
     self time over its peers' at the same ops, the median over its iterations), ``lasting``
     (share of iterations at least ``1 + min_effect``), ``excess_ns`` (per iteration, the
-    median), ``iterations`` (those), ``slow_ops`` (per iteration, the median), ``place_lift``
+    median), ``iterations`` (those), ``raw_ratio``, ``raw_lasting``, ``raw_excess_ns`` and
+    ``raw_iterations`` (the same against the peers' same op without the data fit), ``slow_ops``
+    (per iteration, the median), ``place_lift``
     (its slowed ops at the same op in two iterations, over chance) and ``microbatch_lift`` (a
     slowed op's neighbours in its microbatch slowed too, over chance), and ``flagged``: lasting,
     enough slowed ops and both lifts under ``RANDOM``."""
@@ -77,13 +79,21 @@ def scattered(ops: pl.DataFrame, min_effect: float) -> pl.DataFrame:
     if ops.is_empty():
         return _empty()
     lasting = pl.col("ratio") >= 1 + min_effect
+    # the peers' same op without the data fit (``r``, where ``peers._fit`` made one): for the
+    # rank whose neighbour was seen (``sliced_suspects``), since a burst that slows several
+    # layers of one microbatch is what the fit reads as that replica's data
+    raw = (pl.col("self_ns") / pl.col("r" if "r" in ops.columns else "r_adj").exp())
     per = ops.group_by("rank", "iteration").agg(
         ratio=pl.col("self_ns").sum() / (pl.col("self_ns") - pl.col("excess")).sum(),
-        excess=pl.col("excess").sum(), slow=pl.col("slow").sum()
+        excess=pl.col("excess").sum(), slow=pl.col("slow").sum(),
+        raw_ratio=pl.col("self_ns").sum() / raw.sum(), raw_excess=(pl.col("self_ns") - raw).sum(),
     ).group_by("rank").agg(
         sum_ratio=pl.col("ratio").median(), lasting=lasting.mean(), excess_ns=pl.col("excess").median(),
         iterations=pl.col("iteration").filter(lasting).sort().cast(pl.Int64),
-        slow_ops=pl.col("slow").median().cast(pl.Float64), traced=pl.len())
+        slow_ops=pl.col("slow").median().cast(pl.Float64), traced=pl.len(),
+        raw_ratio=pl.col("raw_ratio").median(), raw_lasting=(pl.col("raw_ratio") >= 1 + min_effect).mean(),
+        raw_excess_ns=pl.col("raw_excess").median(),
+        raw_iterations=pl.col("iteration").filter(pl.col("raw_ratio") >= 1 + min_effect).sort().cast(pl.Int64))
     out = per.join(_place_lift(ops), on="rank", how="left").join(_microbatch_lift(ops), on="rank", how="left")
     return out.with_columns(flagged=(
         (pl.col("traced") >= 2) & (pl.col("lasting") >= CONSISTENT) & (pl.col("slow_ops") >= MIN_SLOW_OPS)
@@ -132,10 +142,13 @@ def sliced_suspects(sliced: pl.DataFrame | None, suspects: list[Suspect], keepin
     out = []
     for row in sliced.iter_rows(named=True):
         rank, seen = row["rank"], neighbours.get(row["rank"])
-        by_sight = seen is not None and row["traced"] >= 2 and row["lasting"] >= CONSISTENT
+        by_sight = seen is not None and row["traced"] >= 2 and row["raw_lasting"] >= CONSISTENT
         if not (row["flagged"] or by_sight) or rank not in keeping_waiting:
             continue
-        evidence = {"time_slices": {"sum_ratio": round(row["sum_ratio"], 3), "slow_ops": row["slow_ops"],
+        # seen: what its ops lost against its peers' same ops, none of it put down to data
+        ratio, excess, iterations = ((row["raw_ratio"], row["raw_excess_ns"], row["raw_iterations"]) if by_sight
+                                     else (row["sum_ratio"], row["excess_ns"], row["iterations"]))
+        evidence = {"time_slices": {"sum_ratio": round(ratio, 3), "slow_ops": row["slow_ops"],
                                     "place_lift": _rounded(row["place_lift"]),
                                     "microbatch_lift": _rounded(row["microbatch_lift"])}}
         if seen is not None:
@@ -154,8 +167,8 @@ def sliced_suspects(sliced: pl.DataFrame | None, suspects: list[Suspect], keepin
                     "process time-slicing its GPU, most likely")
         evidence["note"] = note
         out.append(Suspect(
-            rank=rank, kind="slow_compute", coords=coords.get(rank), confidence=confidence, slowdown=row["sum_ratio"],
-            excess_ns=row["excess_ns"], iteration_ns=iteration_ns, iterations=row["iterations"], evidence=evidence))
+            rank=rank, kind="slow_compute", coords=coords.get(rank), confidence=confidence, slowdown=ratio,
+            excess_ns=excess, iteration_ns=iteration_ns, iterations=iterations, evidence=evidence))
     return in_place_of_lower(suspects, out)
 
 
@@ -222,6 +235,8 @@ def _microbatch_lift(ops: pl.DataFrame) -> pl.DataFrame:
 
 _SCHEMA = {"rank": pl.Int32, "sum_ratio": pl.Float64, "lasting": pl.Float64, "excess_ns": pl.Float64,
            "iterations": pl.List(pl.Int64), "slow_ops": pl.Float64, "traced": pl.UInt32,
+           "raw_ratio": pl.Float64, "raw_lasting": pl.Float64, "raw_excess_ns": pl.Float64,
+           "raw_iterations": pl.List(pl.Int64),
            "place_lift": pl.Float64, "microbatch_lift": pl.Float64, "flagged": pl.Boolean}
 
 

@@ -38,9 +38,10 @@ def test_no_counters_no_device_evidence(tmp_path):
 
 
 def test_a_process_computing_on_a_ranks_gpu_is_a_neighbour_and_one_holding_a_context_is_not(tmp_path):
-    # NVML's snapshots: on rank 1 another process kept 33% of the SMs busy in one of three
-    # samples (a neighbour that bursts), on rank 0 one held a context at 0% or ran a trickle (4%)
-    others = {0: [0.0, 4.0, 0.0], 1: [0.0, 33.0, 0.0], 2: [None, None, None]}
+    # NVML's snapshots: on rank 1 another process ran kernels in two of three samples (a
+    # neighbour that bursts: 4% of the SMs in one, 33% in another), on rank 0 one only held a
+    # context (0%); rank 2's capture sampled no processes
+    others = {0: [0.0, 0.0, 0.0], 1: [4.0, 33.0, 0.0], 2: [None, None, None]}
     for rank, samples in others.items():
         trace = RankTrace(rank, 3, LAYOUT, {"tp": 0, "pp": 0, "dp": rank, "cp": 0, "ep": 0})
         trace.x("forward", "compute", 0.0, 10.0, iteration=0, microbatch=0)
@@ -51,6 +52,6 @@ def test_a_process_computing_on_a_ranks_gpu_is_a_neighbour_and_one_holding_a_con
                                                 other_processes=int(other > 0))
         trace.write(tmp_path)
     counters = device_counters(load_bundle(tmp_path).scan())
-    assert neighbours(counters) == {1: {"other_sm_pct": 33.0, "seen": 1, "samples": 3}}
+    assert neighbours(counters) == {1: {"other_sm_pct": 33.0, "seen": 2, "samples": 3}}
     assert device_evidence(counters, 1)["other_sm_pct"] == 33.0
     assert "other_sm_pct" not in device_evidence(counters, 2)

@@ -4,6 +4,7 @@ microbatch at a time."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import polars as pl
@@ -34,7 +35,7 @@ def _ops(slowed_places, tokens_of_slowed: int | None = None) -> pl.DataFrame:
                                      "layer": layer, "ordinal": 0, "gk": key,
                                      "self_ns": 2 * SLICE_NS if slow else SLICE_NS,
                                      "excess": float(SLICE_NS) if slow else 0.0, "slow": slow,
-                                     "r_adj": 0.69 if slow else 0.0, "tokens": tokens})
+                                     "r_adj": math.log(2) if slow else 0.0, "tokens": tokens})
     return pl.DataFrame(rows).with_columns(pl.col("rank").cast(pl.Int32))
 
 
