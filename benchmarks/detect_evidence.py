@@ -7,7 +7,7 @@ from a table written before, without running the stages.
 
 The verdict's constants for compute timed on shared CPUs (``shared_cpus.CONTENTION``,
 ``ONE_RANK_A_STAGE``, the joint rule of ``verdict._compute_suspect``) and for a GPU another
-process time-slices (``time_slices.RANDOM``) are cut-offs between what healthy processes there
+process time-slices (``time_slices.RANDOM``, ``device.NEIGHBOUR_SM_PCT``) are cut-offs between what healthy processes there
 measure and what faults do. This runs the three stages over every job
 of the corpora (``detector.stage_evidence``, no verdict rules), labels each rank by the job's
 manifest (the injected rank of a fault job, another rank of one, a rank of a healthy or an
@@ -64,6 +64,7 @@ def case_rows(case: RealCase, cuts: Thresholds) -> list[dict]:
     late = {r["rank"]: r for r in ev.lateness.ranks.iter_rows(named=True)} if ev.lateness.ran else {}
     sliced = {r["rank"]: r for r in ev.peers.sliced.iter_rows(named=True)} if ev.peers.sliced is not None else {}
     traced = ev.peers.rank_iterations["iteration"].n_unique() if not ev.peers.rank_iterations.is_empty() else 0
+    counters = {r["rank"]: r for r in ev.counters.iter_rows(named=True)} if ev.counters is not None else {}
     rows = []
     for p in ev.peers.ranks.iter_rows(named=True):
         l = late.get(p["rank"]) or {}
@@ -78,6 +79,7 @@ def case_rows(case: RealCase, cuts: Thresholds) -> list[dict]:
             "keeps_waiting": keeps_waiting(l) if l else False,
             "threshold": cuts.slowdown,
             **{f"slice_{k}": (sliced.get(p["rank"]) or {}).get(k) for k in _SLICE_COLUMNS},
+            **{f"nvml_{k}": (counters.get(p["rank"]) or {}).get(k) for k in ("other_sm_pct", "neighbour_samples", "samples")},
         })
     return rows
 
@@ -116,6 +118,11 @@ RULES = {
         pl.max_horizontal("slice_place_lift", "slice_microbatch_lift"),
         "ranks on GPUs summing slower by the threshold in nearly every step, keeping their peers waiting: "
         "the larger of their two lifts over chance; under 0.25 on both, a time-sliced GPU"),
+    "neighbour seen: other processes' SMs, % (NEIGHBOUR_SM_PCT 1)": (
+        lambda df: pl.col("nvml_other_sm_pct").is_not_null(),
+        pl.col("nvml_other_sm_pct"),
+        "ranks whose capture sampled NVML's processes: the most of their GPU's SMs another process took in a "
+        "sample; 1 or more, a neighbour seen"),
 }
 
 
