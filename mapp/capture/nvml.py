@@ -5,7 +5,8 @@ Sampled once per traced iteration, on the writer thread (never the training thre
 written as ``C`` (counter) events named ``gpu`` on the ``counters`` lane::
 
     {"ph":"C","name":"gpu","cat":"other","tid":"counters","ts":...,
-     "args":{"sm_clock_mhz":1980,"power_w":612.4,"temperature_c":54,"throttle_reasons":0}}
+     "args":{"sm_clock_mhz":1980,"power_w":612.4,"temperature_c":54,"throttle_reasons":0,
+             "sm_pct":97.0,"other_sm_pct":0,"other_processes":0,"device":0}}
 
 ``throttle_reasons`` is NVML's bit mask (``nvmlDeviceGetCurrentClocksEventReasons``); 0 means
 none. ``other_sm_pct`` is how busy other processes kept the device's SMs in NVML's latest
@@ -14,9 +15,10 @@ then, the share of the period it did; summed over the processes that are not thi
 ``sm_pct`` the same for this process, ``other_processes`` how many others ran a kernel. A
 neighbour time-slicing the GPU (another job, a stray server) is seen here directly, where the
 trace alone shows only its effect; each sample is a snapshot, so one that bursts may be caught
-in some samples only. Presence alone says nothing (a peer rank's process may hold a context on
-this device without computing), so only utilisation counts; NVML shows only the processes
-visible in this PID namespace, so a neighbour in another container may go unseen.
+in some samples only. NVML lists a process in a sample only where it ran a kernel in that
+period, so a process that merely holds a context on the device (a peer rank's, say) is not
+counted; it shows only the processes visible in this PID namespace, so a neighbour in another
+container may go unseen.
 
 Without ``pynvml`` or a GPU, :func:`make_sampler` returns ``None`` and nothing is sampled.
 """

@@ -16,8 +16,9 @@ __all__ = ["NEIGHBOUR_SM_PCT", "device_counters", "device_evidence", "neighbours
 
 NEIGHBOUR_SM_PCT = 1.0
 """The least share of a GPU's SMs (%, NVML reports whole percents) another process must have
-kept busy in one of NVML's samples to count as a neighbour: any kernel at all. A process that
-only holds a context on the device (a peer rank's, a monitor) reads 0. Each sample is a
+kept busy in one of NVML's samples to count as a neighbour: any kernel at all (NVML lists a
+process only where it ran one in the sampling period; one that merely holds a context on the
+device, a peer rank's say, is not listed). Each sample is a
 snapshot of NVML's last sampling period, so what one reads says nothing of what the neighbour
 costs (the trace says that: ``time_slices``). 2 H200s, another process running matmuls for
 0.15-0.3 of every 20 ms on one rank's GPU, six jobs under mapp's capture: on that rank 2-8% in
