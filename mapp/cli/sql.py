@@ -103,8 +103,8 @@ def sql(
 ) -> None:
     """Query a trace bundle in SQL: an interactive shell, -c/-f statements, or a named query.
 
-    Tables: events, ranks, collectives, collective_members, p2p, iterations, findings, bundle
-    (.schema in the shell describes every column). Times are integer nanoseconds: *_ns on
+    Tables: events, ranks, collectives, collective_members, p2p, iterations, gpu_counters, findings,
+    bundle (.schema in the shell describes every column). Times are integer nanoseconds: *_ns on
     each rank's own clock, *_aligned_ns on the reference rank's clock. Statements reach no
     file and no extension (a console shared over a bundle is harmless), unless --allow-files.
     """

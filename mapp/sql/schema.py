@@ -31,7 +31,9 @@ from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN, COMM_WAIT_NAMES
 __all__ = ["TABLES", "Table", "SchemaInfo", "build_schema", "describe", "bundle_fingerprint", "markdown_tables",
            "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Raised when a table or view is added or changed: a persisted database (``--db``) of another
+version is rebuilt. 2: ``gpu_counters``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,18 @@ TABLES: dict[str, Table] = {t.name: t for t in [
         "end_ns": "window end: the last end of any rank's event of this iteration",
         "aligned": "true: job-wide windows on the reference clock (compare with *_aligned_ns); "
                    "false: each rank's own iterations on its own clock (compare with ts_ns)",
+    }),
+    Table("gpu_counters", "one device-counter sample (NVML) of one rank, taken once per traced iteration "
+          "by mapp's capture on a GPU; empty for other traces", {
+        "rank": "global rank", "ts_ns": "when sampled, own clock",
+        "ts_aligned_ns": "when sampled, reference clock (null without a clock model)",
+        "device": "NVML's index of the rank's GPU", "sm_clock_mhz": "SM clock, MHz", "power_w": "power draw, W",
+        "temperature_c": "GPU temperature, C",
+        "throttle_reasons": "NVML's clock-event reasons bit mask (0: none)",
+        "sm_pct": "share of NVML's last sampling period in which this rank's process ran a kernel, %",
+        "other_sm_pct": "the same, summed over every other process on the GPU (a neighbour time-slicing it), %; "
+                        "a snapshot: a neighbour that bursts shows in some samples only",
+        "other_processes": "how many other processes ran a kernel on the GPU in that period",
     }),
     Table("findings", "one problem (or note) found while matching communication", {
         "kind": "missing_member, op_mismatch, unmatched_send, ...", "severity": "error, warning or info",
@@ -245,6 +259,7 @@ def build_schema(
     _build_ranks(con, bundle)
     _build_comm(con, matching)
     _build_iterations(con)
+    _build_gpu_counters(con)
     _build_windows(con, clock is not None)
     findings = matching.findings_frame()
     if findings is None or findings.is_empty():
@@ -334,6 +349,23 @@ def _build_iterations(con: duckdb.DuckDBPyConnection) -> None:
         SELECT rank, iteration, ts_ns, end_ns - ts_ns AS dur_ns, end_ns, ts_aligned_ns, end_aligned_ns, marked
         FROM (SELECT * FROM marks UNION ALL SELECT * FROM spans)
         ORDER BY rank, iteration""")
+
+
+_COUNTER_FIELDS = {"device": "INTEGER", "sm_clock_mhz": "DOUBLE", "power_w": "DOUBLE", "temperature_c": "DOUBLE",
+                   "throttle_reasons": "BIGINT", "sm_pct": "DOUBLE", "other_sm_pct": "DOUBLE",
+                   "other_processes": "INTEGER"}
+
+
+def _build_gpu_counters(con: duckdb.DuckDBPyConnection) -> None:
+    """``gpu_counters``: the capture's ``gpu`` counter events, one column per field of their
+    args (``mapp.capture.nvml``); a field a sample lacks (an older capture, NVML refusing) is
+    null."""
+    fields = ", ".join(f"TRY_CAST(json_extract_string(args, '$.{name}') AS {kind}) AS {name}"
+                       for name, kind in _COUNTER_FIELDS.items())
+    con.execute(f"""
+        CREATE VIEW gpu_counters AS
+        SELECT rank, ts_ns, ts_aligned_ns, {fields}
+        FROM events WHERE ph = 'C' AND name = 'gpu' ORDER BY rank, ts_ns""")
 
 
 def _build_windows(con: duckdb.DuckDBPyConnection, aligned: bool) -> None:

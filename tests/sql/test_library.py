@@ -9,7 +9,7 @@ from mapp.sql import UnknownQueryError, get_query, list_queries
 from mapp.sql.library import parse_query
 
 EXPECTED = {"iteration_times", "rank_breakdown", "comm_overlap", "slowest_ops", "collective_skew",
-            "last_arrivers", "p2p_bandwidth", "pipeline_bubbles", "top_ops"}
+            "last_arrivers", "p2p_bandwidth", "pipeline_bubbles", "top_ops", "gpu_neighbours"}
 
 
 def test_the_library_holds_the_issue_s_queries():

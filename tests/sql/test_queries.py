@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import statistics
+from pathlib import Path
 
 import pytest
 
+from mapp.sql import open_database
 from tests.sql.conftest import SLOW_LINK, SLOW_RANK, run
 
 
@@ -179,3 +182,27 @@ def test_rank_breakdown_counts_the_wait_for_overlapped_gradient_reduction_as_com
         assert rows[rank]["exposed_comm_ns"] >= 0.9 * waits[rank] and rows[rank]["exposed_comm_frac"] > 0.15, rank
         assert rows[rank]["other_ns"] == 0
     assert rows[1]["exposed_comm_frac"] < 0.05
+
+
+def test_gpu_neighbours_names_the_rank_whose_gpu_another_process_computed_on(tmp_path):
+    # A real 2-H200 TP2 job under mapp's capture (tests/corpus/cases-gpu2-hog): another process
+    # ran matmuls in bursts on rank 0's GPU; NVML caught it in 2 of 3 samples (2% and 48% of
+    # the SMs), and nothing on rank 1's
+    case = Path(__file__).parents[1] / "corpus" / "cases-gpu2-hog" / "gpt-tp2-mapp-gpuhogbursty0.2-r0-f46-gpu2"
+    shutil.copytree(case, tmp_path / "job")
+    db = open_database(tmp_path / "job")
+    try:
+        rows = run(db, "gpu_neighbours")
+        assert [(r["rank"], r["samples"], r["neighbour_samples"], r["max_other_sm_pct"]) for r in rows] == [
+            (0, 3, 2, 48.0), (1, 3, 0, 0.0)]
+        assert rows[0]["device"] == 0 and rows[1]["device"] == 1
+        samples = db.query("SELECT rank, other_sm_pct, other_processes FROM gpu_counters WHERE rank = 0").dicts()
+        assert [(s["other_sm_pct"], s["other_processes"]) for s in samples] == [(2.0, 1), (0.0, 0), (48.0, 1)]
+    finally:
+        db.close()
+
+
+def test_gpu_counters_are_empty_for_a_trace_without_them(faulty):
+    db, _, _ = faulty
+    assert run(db, "gpu_neighbours") == []
+    assert db.query("SELECT count(*) AS n FROM gpu_counters").dicts() == [{"n": 0}]
