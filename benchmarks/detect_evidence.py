@@ -43,7 +43,9 @@ from mapp.errors import InputError  # noqa: E402
 _PEER_COLUMNS = ("slowdown", "z", "flagged", "lasting", "excess_ns", "busy_ns", "gap_excess_ns", "gap_z",
                  "gap_flagged", "long_excess_ns")
 _LATE_COLUMNS = ("instances", "share_last", "expected_share", "last_z", "net_ns", "net_z", "net_lasting", "flagged")
-_SLICE_COLUMNS = ("sum_ratio", "lasting", "slow_ops", "place_lift", "microbatch_lift", "flagged")
+_NVML_COLUMNS = ("nvml_other_sm_pct", "nvml_neighbour_samples", "nvml_samples")
+_SLICE_COLUMNS = ("sum_ratio", "lasting", "slow_ops", "place_lift", "microbatch_lift", "flagged", "raw_ratio",
+                  "raw_lasting")
 
 
 def _role(case: RealCase, rank: int) -> str:
@@ -79,7 +81,7 @@ def case_rows(case: RealCase, cuts: Thresholds) -> list[dict]:
             "keeps_waiting": keeps_waiting(l) if l else False,
             "threshold": cuts.slowdown,
             **{f"slice_{k}": (sliced.get(p["rank"]) or {}).get(k) for k in _SLICE_COLUMNS},
-            **{f"nvml_{k}": (counters.get(p["rank"]) or {}).get(k) for k in ("other_sm_pct", "neighbour_samples", "samples")},
+            **{c: (counters.get(p["rank"]) or {}).get(c.removeprefix("nvml_")) for c in _NVML_COLUMNS},
         })
     return rows
 
@@ -118,16 +120,18 @@ RULES = {
         pl.max_horizontal("slice_place_lift", "slice_microbatch_lift"),
         "ranks on GPUs summing slower by the threshold in nearly every step, keeping their peers waiting: "
         "the larger of their two lifts over chance; under 0.25 on both, a time-sliced GPU"),
-    "neighbour seen: other processes' SMs, % (NEIGHBOUR_SM_PCT 1)": (
+    "neighbour seen: other processes' SMs, % (NEIGHBOUR_SM_PCT 0)": (
         lambda df: pl.col("nvml_other_sm_pct").is_not_null(),
         pl.col("nvml_other_sm_pct"),
         "ranks whose capture sampled NVML's processes: the most of their GPU's SMs another process took in a "
-        "sample; 1 or more, a neighbour seen"),
+        "sample; more than 0, a neighbour seen"),
 }
 
 
 def summary(df: pl.DataFrame) -> Table:
     table = Table(title="what the stages measure, per rule and label (min / median / max)")
+    # a table written (--out) before a column was added reads as that column unmeasured
+    df = df.with_columns(pl.lit(None, pl.Float64).alias(c) for c in _NVML_COLUMNS if c not in df.columns)
     for col in ("rule", "label", "ranks", "min", "median", "max", "jobs at the max"):
         table.add_column(col, justify="right" if col in ("ranks", "min", "median", "max") else "left")
     for name, (which, value, _) in RULES.items():

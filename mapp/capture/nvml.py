@@ -9,16 +9,18 @@ written as ``C`` (counter) events named ``gpu`` on the ``counters`` lane::
              "sm_pct":97.0,"other_sm_pct":0,"other_processes":0,"device":0}}
 
 ``throttle_reasons`` is NVML's bit mask (``nvmlDeviceGetCurrentClocksEventReasons``); 0 means
-none. ``other_sm_pct`` is how busy other processes kept the device's SMs in NVML's latest
-sampling period (``nvmlDeviceGetProcessUtilization``: one sample per process that ran a kernel
-then, the share of the period it did; summed over the processes that are not this one),
-``sm_pct`` the same for this process, ``other_processes`` how many others ran a kernel. A
-neighbour time-slicing the GPU (another job, a stray server) is seen here directly, where the
-trace alone shows only its effect; each sample is a snapshot, so one that bursts may be caught
-in some samples only. NVML lists a process in a sample only where it ran a kernel in that
-period, so a process that merely holds a context on the device (a peer rank's, say) is not
-counted; it shows only the processes visible in this PID namespace, so a neighbour in another
-container may go unseen.
+none. ``other_sm_pct`` is how busy other processes kept the device's SMs
+(``nvmlDeviceGetProcessUtilization``, the samples since the previous call: in practice one per
+process that ran a kernel in NVML's last sampling period, the share of that period it did;
+summed over the processes that are not this one), ``sm_pct`` the same for this process,
+``other_processes`` how many others ran a kernel. A neighbour time-slicing the GPU (another
+job, a stray server) is seen here directly, where the trace alone shows only its effect; each
+sample is a snapshot, so one that bursts may be caught in some samples only. NVML lists a
+process only where it ran a kernel, so one that merely holds a context on the device (a peer
+rank's, say) is not counted. Inside a container NVML may give host PIDs, which this process
+cannot match with its own: where its own PID is not among the samples (a training process runs
+kernels all the time), its work cannot be told from a neighbour's and the three fields are left
+out.
 
 Without ``pynvml`` or a GPU, :func:`make_sampler` returns ``None`` and nothing is sampled.
 """
@@ -87,15 +89,16 @@ class NvmlSampler:
 def process_shares(samples: list, own_pid: int) -> dict[str, float]:
     """From NVML process samples (``pid``, ``smUtil`` in %; NVML gives one per process that ran a
     kernel in its last sampling period): the SM utilisation of ``own_pid``, the sum of the
-    others', and how many others ran a kernel."""
+    others', and how many others ran a kernel; nothing where ``own_pid`` is not among them (PIDs
+    of another namespace: this process's work could not be told from a neighbour's)."""
     by_pid: dict[int, list[int]] = {}
     for sample in samples:
         by_pid.setdefault(int(sample.pid), []).append(int(sample.smUtil))
-    if not by_pid:
+    if own_pid not in by_pid:
         return {}
     mean = {pid: sum(u) / len(u) for pid, u in by_pid.items()}
     others = [m for pid, m in mean.items() if pid != own_pid]
-    return {"sm_pct": round(mean.get(own_pid, 0.0), 1), "other_sm_pct": round(sum(others), 1),
+    return {"sm_pct": round(mean[own_pid], 1), "other_sm_pct": round(sum(others), 1),
             "other_processes": sum(1 for m in others if m > 0)}
 
 

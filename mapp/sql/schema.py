@@ -365,7 +365,7 @@ def _build_gpu_counters(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"""
         CREATE VIEW gpu_counters AS
         SELECT rank, ts_ns, ts_aligned_ns, {fields}
-        FROM events WHERE ph = 'C' AND name = 'gpu' ORDER BY rank, ts_ns""")
+        FROM events WHERE ph = 'C' AND name = 'gpu' AND json_valid(args) ORDER BY rank, ts_ns""")
 
 
 def _build_windows(con: duckdb.DuckDBPyConnection, aligned: bool) -> None:

@@ -26,3 +26,9 @@ def test_a_process_that_ran_no_kernel_is_not_counted():
 
 def test_no_samples_no_fields():
     assert process_shares([], own_pid=100) == {}
+
+
+def test_without_this_process_among_the_samples_nothing_is_said():
+    # inside a container NVML may give host PIDs: this process's own work would read as a
+    # neighbour's, so where its PID is not among the samples no share is given
+    assert process_shares([_sample(4100, 95), _sample(4200, 30)], own_pid=100) == {}

@@ -14,18 +14,17 @@ import polars as pl
 
 __all__ = ["NEIGHBOUR_SM_PCT", "device_counters", "device_evidence", "neighbours"]
 
-NEIGHBOUR_SM_PCT = 1.0
-"""The least share of a GPU's SMs (%, NVML reports whole percents) another process must have
-kept busy in one of NVML's samples to count as a neighbour: any kernel at all (NVML lists a
-process only where it ran one in the sampling period; one that merely holds a context on the
-device, a peer rank's say, is not listed). Each sample is a
-snapshot of NVML's last sampling period, so what one reads says nothing of what the neighbour
-costs (the trace says that: ``time_slices``). 2 H200s, another process running matmuls for
-0.15-0.3 of every 20 ms on one rank's GPU, six jobs under mapp's capture: on that rank 2-8% in
-the first sample of every job, 33-66% where a later one caught a burst and 0 in the rest; 0 in
-every sample of every other rank (14 ranks: the neighbours' peers and healthy, imbalanced and
-layer-fault jobs). A floor of 10% set before that held-out run missed two of its three bursty
-neighbours (read 3% and 5%).
+NEIGHBOUR_SM_PCT = 0.0
+"""Another process that kept more than this share of a GPU's SMs (%) busy in one of NVML's
+samples is a neighbour: any kernel at all (NVML lists a process only where it ran one in the
+sampling period; one that merely holds a context on the device, a peer rank's say, is not
+listed). A sample is a snapshot of NVML's last sampling period, so what one reads says nothing
+of what the neighbour costs (the trace says that: ``time_slices``). 2 H200s, another process
+running matmuls for 0.15-0.3 of every 20 ms on one rank's GPU, six jobs under mapp's capture: on
+that rank 2-8% in the first sample of every job, 33-66% where a later one caught a burst and 0
+in the rest; 0 in every sample of every other rank (14 ranks: the neighbours' peers and healthy,
+imbalanced and layer-fault jobs). A floor of 10% set before that held-out run missed two of its
+three bursty neighbours (read 3% and 5%).
 """
 
 _FIELDS = {"sm_clock_mhz": pl.Float64, "power_w": pl.Float64, "temperature_c": pl.Float64,
@@ -48,7 +47,7 @@ def device_counters(scan: pl.LazyFrame) -> pl.DataFrame:
         *(pl.col(name).median() for name in ("sm_clock_mhz", "power_w", "temperature_c")),
         pl.col("throttle_reasons").drop_nulls().bitwise_or().alias("throttle_reasons"),
         pl.col("other_sm_pct").max(),
-        (pl.col("other_sm_pct") >= NEIGHBOUR_SM_PCT).sum().cast(pl.UInt32).alias("neighbour_samples"),
+        (pl.col("other_sm_pct") > NEIGHBOUR_SM_PCT).sum().cast(pl.UInt32).alias("neighbour_samples"),
         pl.len().alias("samples"),
     ).sort("rank")
 
@@ -73,11 +72,11 @@ def device_evidence(counters: pl.DataFrame, rank: int) -> dict | None:
     return out
 
 
-def neighbours(counters: pl.DataFrame) -> dict[int, dict]:
-    """Per rank on whose GPU another process was seen computing (``NEIGHBOUR_SM_PCT`` or more of
+def neighbours(counters: pl.DataFrame | None) -> dict[int, dict]:
+    """Per rank on whose GPU another process was seen computing (more than ``NEIGHBOUR_SM_PCT`` of
     its SMs in some sample): the most it took (``other_sm_pct``), in how many samples of how
     many (``seen``, ``samples``)."""
-    if counters.is_empty():
+    if counters is None or counters.is_empty():
         return {}
     return {row["rank"]: {"other_sm_pct": round(float(row["other_sm_pct"]), 1), "seen": int(row["neighbour_samples"]),
                           "samples": int(row["samples"])}

@@ -79,10 +79,11 @@ def scattered(ops: pl.DataFrame, min_effect: float) -> pl.DataFrame:
     if ops.is_empty():
         return _empty()
     lasting = pl.col("ratio") >= 1 + min_effect
-    # the peers' same op without the data fit (``r``, where ``peers._fit`` made one): for the
-    # rank whose neighbour was seen (``sliced_suspects``), since a burst that slows several
-    # layers of one microbatch is what the fit reads as that replica's data
-    raw = (pl.col("self_ns") / pl.col("r" if "r" in ops.columns else "r_adj").exp())
+    # the peers' same op as they timed it, no data fit (the median of the others' self time):
+    # for the rank whose neighbour was seen (``sliced_suspects``), since a burst that slows
+    # several layers of one microbatch is what ``peers._fit`` reads as that replica's data
+    ops = _with_peers_raw(ops)
+    raw = pl.col("peer_raw_ns")
     per = ops.group_by("rank", "iteration").agg(
         ratio=pl.col("self_ns").sum() / (pl.col("self_ns") - pl.col("excess")).sum(),
         excess=pl.col("excess").sum(), slow=pl.col("slow").sum(),
@@ -185,6 +186,17 @@ def neighbour_notes(neighbours: dict[int, dict], named: list[Suspect]) -> list[s
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+def _with_peers_raw(ops: pl.DataFrame) -> pl.DataFrame:
+    """``peer_raw_ns``: the median of the other ranks' self time at the same op (``gk``), as
+    measured; the op's own time where it has no peer left (so it adds nothing to a sum)."""
+    ops = ops.with_columns(n_same=pl.len().over("gk"))
+    paired = ops.filter(pl.col("n_same") >= 2)
+    paired = paired.with_columns(peer_raw_ns=pl.Series(
+        others_median(paired["gk"].to_numpy(), paired["self_ns"].to_numpy()), dtype=pl.Float64))
+    alone = ops.filter(pl.col("n_same") < 2).with_columns(peer_raw_ns=pl.col("self_ns").cast(pl.Float64))
+    return pl.concat([paired, alone]).drop("n_same")
 
 
 def _same_work(ops: pl.DataFrame) -> pl.DataFrame:

@@ -137,6 +137,18 @@ def test_bursts_cluster_by_microbatch_and_are_named_only_where_a_neighbour_was_s
     assert s.evidence["neighbour"] == SEEN[1] and "NVML" in s.evidence["note"]
 
 
+def test_a_seen_rank_is_judged_by_its_peers_times_as_measured_not_as_the_data_fit_left_them():
+    # the fit put every slowed op down to its replica's data (r_adj 0, no excess): by the fitted
+    # sum the rank is as fast as its peer, by the times as measured 24 of 128 ops took twice theirs
+    fitted_away = _ops(_bursts).with_columns(r_adj=pl.lit(0.0), excess=pl.lit(0.0))
+    found = scattered(fitted_away, min_effect=0.033)
+    mine = _row(found, 1)
+    assert mine["sum_ratio"] == 1.0 and mine["lasting"] == 0.0
+    assert abs(mine["raw_ratio"] - (24 * 2 + 104) / 128) < 1e-9 and mine["raw_lasting"] == 1.0
+    [s] = sliced_suspects(found, [], {1}, {}, 200e6, SEEN)
+    assert abs(s.slowdown - mine["raw_ratio"]) < 1e-12 and s.excess_ns == 24 * SLICE_NS
+
+
 def test_a_neighbour_seen_names_no_rank_that_keeps_no_one_waiting_or_is_not_slower():
     found = scattered(_ops(_bursts), min_effect=0.033)
     assert sliced_suspects(found, [], set(), {}, 200e6, SEEN) == []
