@@ -17,10 +17,11 @@ summed over the processes that are not this one), ``sm_pct`` the same for this p
 job, a stray server) is seen here directly, where the trace alone shows only its effect; each
 sample is a snapshot, so one that bursts may be caught in some samples only. NVML lists a
 process only where it ran a kernel, so one that merely holds a context on the device (a peer
-rank's, say) is not counted. Inside a container NVML may give host PIDs, which this process
-cannot match with its own: where its own PID is not among the samples (a training process runs
-kernels all the time), its work cannot be told from a neighbour's and the three fields are left
-out.
+rank's, say) is not counted. Inside a container NVML may give host PIDs, which differ from
+this process's own: where NVML lists only one process on the device when the sampler starts
+(after the model is on the GPU), that is this one (``own_pid``); where its PID is still not among
+the samples (a training process runs kernels all the time), its work cannot be told from a
+neighbour's and the three fields are left out.
 
 Without ``pynvml`` or a GPU, :func:`make_sampler` returns ``None`` and nothing is sampled.
 """
@@ -34,7 +35,7 @@ from typing import Any, Callable
 
 from .writer import counter_record
 
-__all__ = ["NvmlSampler", "make_sampler"]
+__all__ = ["NvmlSampler", "make_sampler", "own_pid", "process_shares"]
 
 
 class NvmlSampler:
@@ -46,7 +47,7 @@ class NvmlSampler:
         self.handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
         reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         self._reasons = reasons or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
-        self._pid = os.getpid()
+        self._pid = own_pid(nvml, self.handle)
         self._since_us = 0          # NVML's CPU timestamp (µs) of the newest process sample seen
 
     def read(self) -> dict[str, float]:
@@ -84,6 +85,20 @@ class NvmlSampler:
             return []
         values["device"] = self.index
         return [counter_record("gpu", time.perf_counter_ns(), values, iteration)]
+
+
+def own_pid(nvml: Any, handle: Any) -> int:
+    """This process's PID as NVML gives it: ``os.getpid()`` where NVML lists it on the device;
+    else, where NVML lists exactly one process there, that one (inside a container NVML may give
+    host PIDs; the sampler starts after the model is on the GPU, so this process is on the
+    device, and alone it can only be this one); else ``os.getpid()``, and the samples will tell
+    (``process_shares`` says nothing where it is not among them)."""
+    pid = os.getpid()
+    try:
+        listed = {int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+    except Exception:
+        return pid
+    return listed.pop() if pid not in listed and len(listed) == 1 else pid
 
 
 def process_shares(samples: list, own_pid: int) -> dict[str, float]:

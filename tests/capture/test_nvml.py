@@ -1,12 +1,14 @@
 """What the NVML sampler makes of NVML's process samples (one per process that ran a kernel in
 NVML's last sampling period): this process's SM share, the others' summed, and how many others
-computed. The samples are plain records; the NVML calls themselves run only on a GPU machine."""
+computed; and which listed process is this one. NVML's answers are plain records here; the NVML
+calls themselves run only on a GPU machine."""
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
-from mapp.capture.nvml import process_shares
+from mapp.capture.nvml import own_pid, process_shares
 
 
 def _sample(pid: int, sm: int, ts: int = 1) -> SimpleNamespace:
@@ -32,3 +34,23 @@ def test_without_this_process_among_the_samples_nothing_is_said():
     # inside a container NVML may give host PIDs: this process's own work would read as a
     # neighbour's, so where its PID is not among the samples no share is given
     assert process_shares([_sample(4100, 95), _sample(4200, 30)], own_pid=100) == {}
+
+
+class _Listing:
+    """NVML's list of the processes holding a context on a device (``pid`` only is read)."""
+
+    def __init__(self, *pids: int):
+        self.pids = pids
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [SimpleNamespace(pid=p, usedGpuMemory=1 << 30) for p in self.pids]
+
+
+def test_this_process_is_found_by_its_pid_or_as_the_only_one_on_the_device():
+    me = os.getpid()
+    assert own_pid(_Listing(me, 4200), None) == me
+    # inside a container NVML gives host PIDs: alone on the device, the one listed is this one
+    assert own_pid(_Listing(74213), None) == 74213
+    # two unknown processes (a neighbour already there): no guess
+    assert own_pid(_Listing(74213, 74290), None) == me
+    assert own_pid(_Listing(), None) == me
