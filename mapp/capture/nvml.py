@@ -19,7 +19,8 @@ sample is a snapshot, so one that bursts may be caught in some samples only. NVM
 process only where it ran a kernel, so one that merely holds a context on the device (a peer
 rank's, say) is not counted. Inside a container NVML may give host PIDs, which differ from
 this process's own: where NVML lists only one process on the device when the sampler starts
-(after the model is on the GPU), that is this one (``own_pid``); where its PID is still not among
+(after the tracer's CUDA clock made this process's context there), that is this one
+(``own_pid``); where its PID is still not among
 the samples (a training process runs kernels all the time), its work cannot be told from a
 neighbour's and the three fields are left out.
 
@@ -90,8 +91,8 @@ class NvmlSampler:
 def own_pid(nvml: Any, handle: Any) -> int:
     """This process's PID as NVML gives it: ``os.getpid()`` where NVML lists it on the device;
     else, where NVML lists exactly one process there, that one (inside a container NVML may give
-    host PIDs; the sampler starts after the model is on the GPU, so this process is on the
-    device, and alone it can only be this one); else ``os.getpid()``, and the samples will tell
+    host PIDs; the sampler starts after the tracer's CUDA clock has made this process's context
+    on the device, so alone it can only be this one); else ``os.getpid()``, and the samples tell
     (``process_shares`` says nothing where it is not among them)."""
     pid = os.getpid()
     try:
