@@ -122,8 +122,7 @@ def kernel_places(ops: pl.DataFrame, coords: pl.DataFrame, group: list[str], slo
     kernels = kernels.filter(pl.len().over("gk") >= 2)
     if kernels.is_empty():
         return kernels
-    peer = others_median(kernels["gk"].to_numpy(), kernels["self_ns"].to_numpy())
-    kernels = kernels.with_columns(peer_ns=pl.Series(peer)).filter(pl.col("peer_ns") > 0)
+    kernels = _with_peers_raw(kernels).rename({"peer_raw_ns": "peer_ns"}).filter(pl.col("peer_ns") > 0)
     return kernels.with_columns(
         excess=pl.col("self_ns") - pl.col("peer_ns"), r_adj=(pl.col("self_ns") / pl.col("peer_ns")).log(),
         slow=pl.col("self_ns") > (1 + slow_op) * pl.col("peer_ns"))
