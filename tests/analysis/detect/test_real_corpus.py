@@ -1578,6 +1578,30 @@ def test_a_neighbour_that_bursts_is_named_where_nvml_saw_it(tmp_path):
     assert detect_bundle(load_bundle(tmp_path), threshold=0.1).suspects == []
 
 
+@pytest.mark.parametrize("case_id", ["gpt-pp2-mapp-gpuhog0.15-r0-f48-gpu2", "gpt-pp2-mapp-gpuhogbursty0.2-r1-f48-gpu2"])
+def test_a_neighbour_seen_on_a_pipeline_stages_gpu_is_named(case_id, tmp_path):
+    # PP2, one rank a stage (``--set fresh48``, held out from the thirty-eighth session's rule):
+    # another process on stage 0's GPU for 0.15 of every 20 ms, or on stage 1's in bursts at
+    # 0.2. The stage's layers summed 1.25x and 1.20x the other stage's same layers in every
+    # step, its median layer 1.03x; no collective says who waits on whom, and a stage with the
+    # same layers that computes 1.2x the other was read as "imbalance: more layers, or the
+    # loss/embedding", no suspect. NVML saw the neighbour in 1 of 3 samples
+    case = HOG_CASES[case_id]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    culprit = case.expect["rank"]
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(culprit, "slow_compute")]
+    top = verdict.suspects[0]
+    assert top.evidence["neighbour"]["seen"] >= 1
+    assert 1.15 < top.slowdown < 1.3
+    assert any(i.kind == "stage" and i.evidence.get("suspects") == [culprit] for i in verdict.imbalance)
+    # without NVML's process samples nothing says it is not the stage's work
+    for src in case.directory.glob("rank-*"):
+        text = re.sub(r',"sm_pct":[0-9.]+,"other_sm_pct":[0-9.]+,"other_processes":[0-9]+', "", src.read_text())
+        (tmp_path / src.name).write_text(text)
+    assert "other_sm_pct" not in "".join(f.read_text() for f in tmp_path.glob("rank-*"))
+    assert detect_bundle(load_bundle(tmp_path), threshold=0.1).suspects == []
+
+
 def test_replicas_of_longer_sequences_under_mapps_capture_on_gpus_are_not_time_sliced():
     # No fault, lognormal sequence lengths (sigma 1.0) on DP2: rank 1's layers summed 1.2x its
     # peer's, slowed at different layers each step as slices would be, and kept rank 0 waiting
