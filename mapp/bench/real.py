@@ -11,9 +11,10 @@ Scoring, per case: a fault case is right when the *top* suspect is the injected 
 for a link) with one of the expected kinds; a healthy or imbalance case is right when there is
 no suspect at all (any GPU, host or link verdict there is a false alarm). A fault on CPU
 processes whose injected host time slows its rank by less than the threshold
-(``RealCase.weak_share``) still counts as right only when named; the summary also says how many
-of those the detector named or said were below the threshold (``RealResult.said_below``), which
-``--threshold`` as documented makes an answer too. Cases are detected in a temporary copy, so the
+(``RealCase.weak_share``), or on GPUs whose hit part (its layers, its GEMMs) is slower than its
+peers' by less than that (``RealCase.weak_part``), still counts as right only when named; the
+summary also says how many of those the detector named or said were below the threshold
+(``RealResult.said_below``), which ``--threshold`` as documented makes an answer too. Cases are detected in a temporary copy, so the
 corpus itself is never written to (no cache beside it).
 """
 
@@ -68,6 +69,19 @@ class RealCase:
             return None
         return float(share) if 1.0 / (1.0 - share) < 1.0 + threshold else None
 
+    def weak_part(self, threshold: float) -> float | None:
+        """On GPUs, the part of the work the injection hit, measured against the peers' same part
+        (``measured.part_slowdown``: the slowed rank's layer self time or GEMM time over its
+        peers', as ``make_corpus`` read it from the traces), where under 1 + ``threshold`` and the
+        injected time, if any, under that share of the step too, else None. A layer fault or a
+        neighbour that cost the rank 1.08x is as weak as a CPU rank's 8% sleep: ``make_corpus``
+        keeps such a job only with ``--keep-weak`` (its ``effect_ok``)."""
+        part, share = self.measured.get("part_slowdown"), self.measured.get("injected_share_of_step") or 0.0
+        if (self.expect is None or not self.source.startswith("GPU") or isinstance(part, bool)
+                or not isinstance(part, (int, float)) or not isinstance(share, (int, float))):
+            return None
+        return float(part) if part < 1.0 + threshold and share < threshold else None
+
     def describe_injection(self) -> str:
         if not self.injected:
             return "nothing" if self.cls == "healthy" else self.cls
@@ -92,12 +106,19 @@ class RealResult:
     """The expected rank and kind among the verdict's ranks below the threshold."""
     weak: float | None = None
     """``RealCase.weak_share``: the injection's share of the step, where under the threshold."""
+    weak_part: float | None = None
+    """``RealCase.weak_part``: on GPUs, the hit part's slowdown over its peers', where under the
+    threshold."""
+
+    @property
+    def is_weak(self) -> bool:
+        return self.weak is not None or self.weak_part is not None
 
     @property
     def said_below(self) -> bool:
         """A weak fault not named, whose rank the verdict said was below the threshold, with no
         other suspect: the documented answer for a rank slowed by less than the threshold."""
-        return self.weak is not None and not self.right and self.below and not self.suspects
+        return self.is_weak and not self.right and self.below and not self.suspects
 
 
 def load_corpus(directory: Path | str) -> list[RealCase]:
@@ -166,7 +187,7 @@ def run_case(case: RealCase, *, threshold: float = 0.1) -> RealResult:
         right = top is not None and _is_expected(top, case.expect)
         below = any(_is_expected(s, case.expect) for s in verdict.below)
     return RealResult(case, right, None if top is None else _label(top), len(verdict.suspects), elapsed,
-                      below=below, weak=case.weak_share(threshold))
+                      below=below, weak=case.weak_share(threshold), weak_part=case.weak_part(threshold))
 
 
 def run_corpus(cases: list[RealCase], *, threshold: float = 0.1,
@@ -195,7 +216,7 @@ def summary_rows(results: list[RealResult]) -> list[dict[str, Any]]:
             "negatives": len(negatives), "flagged": sum(1 for r in negatives if r.suspects),
             "errors": sum(1 for r in rs if r.error),
             # weak injections, and those named or said to be below the threshold (no other suspect)
-            "weak": sum(1 for r in faults if r.weak is not None),
-            "weak_said": sum(1 for r in faults if r.weak is not None and (r.right or r.said_below)),
+            "weak": sum(1 for r in faults if r.is_weak),
+            "weak_said": sum(1 for r in faults if r.is_weak and (r.right or r.said_below)),
         })
     return rows

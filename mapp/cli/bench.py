@@ -108,14 +108,16 @@ def print_real(console, results, title: str) -> None:
             f"<->{e['peer']}" if "peer" in e else "")
         found = r.error or r.top or "none"
         if r.said_below:
-            found = f"none (below threshold; weak: {r.weak:.0%} of its step)"
+            weak = f"{r.weak:.0%} of its step" if r.weak is not None else f"its hit part {r.weak_part:.2f}x its peers'"
+            found = f"none (below threshold; weak: {weak})"
         table.add_row(r.case.id, r.case.source, r.case.describe_injection(), expected, found,
                       "[mapp.ok]yes[/]" if r.right else "[mapp.warning]NO[/]")
     console.print(table)
     summary = Table(title="real: by class", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                     padding=(0, 0, 0, 1), caption="top-1: faults whose first suspect is the injected rank and kind; "
-                    "flagged: healthy/imbalance jobs given any suspect; weak: faults on CPUs whose injected time slowed "
-                    "their rank by less than the threshold, and of those, named or said to be below the threshold",
+                    "flagged: healthy/imbalance jobs given any suspect; weak: faults that slowed their rank by less than "
+                    "the threshold (on CPUs its injected time, on GPUs the part it hit against its peers'), and of "
+                    "those, named or said to be below the threshold",
                     caption_justify="left")
     for col in ("group", "cases", "right", "top-1", "neg", "flagged", "errors", "weak"):
         summary.add_column(col, justify="left" if col == "group" else "right", no_wrap=True)
