@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43|fresh44|fresh45|fresh46|fresh47|fresh48|fresh49] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43|fresh44|fresh45|fresh46|fresh47|fresh48|fresh49|fresh50] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -1871,7 +1871,7 @@ FRESH27_SEED = 179
 # sequences a microbatch, 6 microbatches)
 GPT_GPU_FRESH27 = ["--layers", "8", "--hidden", "3072", "--heads", "24", "--seq", "1536", "--vocab", "50304",
                    "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
-GPU_ONLY_SETS = ("fresh27", "fresh45", "fresh46", "fresh47", "fresh48", "fresh49")
+GPU_ONLY_SETS = ("fresh27", "fresh45", "fresh46", "fresh47", "fresh48", "fresh49", "fresh50")
 
 
 def fresh27_set(seed: int = FRESH27_SEED) -> list[Case]:
@@ -2048,6 +2048,33 @@ def fresh49_set(seed: int = FRESH49_SEED) -> list[Case]:
         b(g("tp2", "mapp-v1", "gpuhog", rank=1, duty=0.2), 1.0),
         b(g("dp2", "mapp-v1", "gpuhog", rank=0, duty=0.2), 1.0),
         g("dp2", "mapp-v1", "healthy"),
+    ]
+
+
+FRESH50_SEED = 313
+
+
+def fresh50_set(seed: int = FRESH50_SEED) -> list[Case]:
+    """Held out from the thirty-ninth session's rules for neighbours on a pipeline stage's GPU
+    (``--set fresh50``, 2 ranks, seed 313, for a machine of 2 GPUs only; scored only after they
+    were committed): PP2 neighbours bursty and regular on both stages under the profiler (no
+    NVML samples: placement alone) and under mapp's capture, beside healthy pipelines, a heavier
+    last stage and lognormal lengths, in another model shape (``fresh8``'s). 5 iterations, 3
+    recorded. Ids end in ``-f50``."""
+    g = _held_out_gpt(seed, "-f50", GPT_GPU_FRESH8, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+    b = _bursty
+
+    return [
+        g("pp2", "kineto", "gpuhog", rank=0, duty=0.2),
+        b(g("pp2", "kineto", "gpuhog", rank=1, duty=0.25), 1.0),
+        g("pp2", "kineto", "healthy"),
+        g("pp2", "kineto", "laststage"),
+        b(g("pp2", "mapp-v1", "gpuhog", rank=0, duty=0.2), 0.8),
+        g("pp2", "mapp-v1", "gpuhog", rank=1, duty=0.15),
+        b(g("pp2", "mapp-v1", "gpuhog", rank=1, duty=0.3), 1.0),
+        g("pp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "seqlognorm", sigma=0.8),
+        g("pp2", "mapp-v1", "laststage"),
     ]
 
 
@@ -2597,7 +2624,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh17": fresh17_set, "fresh18": fresh18_set, "fresh19": fresh19_set,
         "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set,
         "fresh23": fresh23_set, "fresh24": fresh24_set,
-        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set, "fresh48": fresh48_set, "fresh49": fresh49_set,
+        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set, "fresh48": fresh48_set, "fresh49": fresh49_set, "fresh50": fresh50_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

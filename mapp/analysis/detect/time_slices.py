@@ -35,9 +35,9 @@ replica: their placement lifts overlap a bursty neighbour's).
 Only for ops timed on the GPU: processes that share CPU cores (the CPU jobs) are each other's
 neighbours, and which one the scheduler slices more is chance (healthy DP4 on 2 cores: a rank
 1.11x by its sum in every step, its slowed ops placed at random). With one rank a pipeline
-stage, by sight alone: its peers are the other stages' same layers, and 8-15 slowed a step say
-nothing of where slices land; nor does any collective say who waits on whom, so a rank whose
-stage is not light stands for one its peers wait on (``verdict._waited_on``).
+stage, its peers are the other stages' same layers, and no collective says who waits on whom:
+the rank of the stage that computes the most stands for one its peers wait on
+(``verdict._waited_on``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from mapp.analysis.detect._stats import margin
 from mapp.analysis.detect.added_work import added_evidence, added_slowdown, adds_work, does_extra_work
 from mapp.analysis.detect.bandwidth import BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdict
-from mapp.analysis.detect.gates import (keeps_waiting, light_stage, overruled_line, overruled_why, stage2_agrees,
+from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled_why, stage2_agrees,
                                         stalled_iterations, traced_iterations)
 from mapp.analysis.detect.host_paced import excess_at, launch_bound_verdict
 from mapp.analysis.detect.imbalance import heavy_replicas, suspects_stages, workload_imbalance
@@ -121,7 +121,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                                               "stage 1 could not run: slow compute or slow host"))
     # a neighbour time-slicing a rank's GPU: its median op no slower, its sum slower, at random
     # places (``time_slices``)
-    sliced, waited_on = _waited_on(peers, late)
+    sliced, waited_on = _waited_on(peers, late, coords)
     suspects = sliced_suspects(sliced, suspects, waited_on, coords, iteration_ns, neighbours)
     if tp_pace is not None:
         suspects = tp_pace_suspects(tp_pace, suspects, coords, iteration_ns, peers.min_effect)
@@ -180,20 +180,22 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     return Combined(suspects, imbalance, victims, grid, below, overruled)
 
 
-def _waited_on(peers: PeerEvidence, late: dict[int, dict]) -> tuple[pl.DataFrame | None, set[int]]:
+def _waited_on(peers: PeerEvidence, late: dict[int, dict], coords: dict) -> tuple[pl.DataFrame | None, set[int]]:
     """What ``time_slices.sliced_suspects`` judges: where each rank's slowed ops land
     (``peers.sliced``), and the ranks whose lost time is their peers' too. Those are the ranks
     stage 2 finds keeping the others waiting in nearly every iteration; with one rank a
-    pipeline stage, where no collective says who waits on whom, every rank whose stage is not
-    light (``gates.light_stage``: a stage doing under half another's work waits on that one),
-    and then by NVML's sight alone, for placement has too few slowed ops a step there to go on (2
-    H200s, megatron-core PP2 under mapp's capture, a neighbour on one stage's GPU, four jobs:
-    its layers summed 1.17-1.25x the other stage's same layers in every step, its median op
-    1.03x; healthy stages 1.01-1.02x)."""
+    pipeline stage, where no collective says who waits on whom, the rank of the stage that
+    computes the most: the pipeline waits on it, and a neighbour slowing a stage that still
+    computes less than another fills slack. 2 H200s, megatron-core PP2 under mapp's capture, a
+    neighbour on one stage's GPU (nine jobs): its layers summed 1.12-1.25x the other stage's same
+    layers in every step (healthy stages 1.01-1.02x), its median layer 1.03x, and its stage then
+    computed the most in each."""
     if peers.mode != "layer peers":
         return peers.sliced, {r for r, row in late.items() if keeps_waiting(row)}
-    sliced = None if peers.sliced is None else peers.sliced.with_columns(flagged=pl.lit(False))
-    return sliced, {r["rank"] for r in peers.ranks.iter_rows(named=True) if light_stage(r, peers) is None}
+    if peers.stages is None or peers.stages.is_empty():
+        return peers.sliced, set()
+    heaviest = int(peers.stages.sort("compute_ns").row(-1, named=True)["pp"])
+    return peers.sliced, {r for r, c in coords.items() if c.get("pp") == heaviest}
 
 
 def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],
