@@ -1623,6 +1623,26 @@ def test_a_neighbour_on_the_stage_a_pipeline_waits_on_is_named_by_where_its_slic
     assert [(s.rank, s.kind) for s in seen] == [(1, "slow_compute")] and seen[0].confidence == 0.85
 
 
+def test_under_the_profiler_a_pipeline_stage_with_a_neighbour_is_named_by_its_kernels():
+    # PP2 under the profiler (``--set fresh50``, held out): another process on stage 1's GPU in
+    # bursts at 0.25 of every 20 ms. Its kernels summed 1.45x stage 0's same calls in every
+    # step, 129 slowed a step at random places (lifts 0.13 and 0.18), and its stage computed
+    # the most. Stage 2 reads the pipeline's order, not who is slow: at the one collective a
+    # step (the embedding's gradients, first and last stage) rank 0 was last every time, for
+    # the first stage ends a step last whatever its speed; so stage 2's "keeps waiting" named
+    # no one here before, where the stage that computes the most does
+    case = HOG_CASES["gpt-pp2-prof-gpuhogbursty0.25-r1-f50-gpu2"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
+    top = verdict.suspects[0]
+    assert top.evidence["time_slices"]["place_lift"] < 0.25 and 1.3 < top.slowdown < 1.6
+    # a healthy pipeline of the same job: its ranks' kernels land at random places too (lifts
+    # 0.12-0.21), but sum as their peer's; its last stage computes 1.17x (the loss), no suspect
+    healthy = detect_bundle(load_bundle(HOG_CASES["gpt-pp2-prof-healthy-f50-gpu2"].directory), threshold=0.1)
+    assert healthy.suspects == []
+    assert [i.evidence["stage"] for i in healthy.imbalance if i.kind == "stage"] == [1]
+
+
 def test_a_layer_fault_that_cost_a_gpu_stage_under_the_threshold_is_weak_and_said():
     # PP2 on 2 H200s (``--set fresh49``): 1.25x the FLOPs of each layer's attention and MLP
     # matmuls on stage 1, whose layers then took 1.099x the other stage's same layers (the
