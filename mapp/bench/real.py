@@ -14,8 +14,8 @@ processes whose injected host time slows its rank by less than the threshold
 (``RealCase.weak_share``), or on GPUs whose hit part (its layers, its GEMMs) is slower than its
 peers' by less than that (``RealCase.weak_part``), still counts as right only when named; the
 summary also says how many of those the detector named or said were below the threshold
-(``RealResult.said_below``), which ``--threshold`` as documented makes an answer too. Cases are detected in a temporary copy, so the
-corpus itself is never written to (no cache beside it).
+(``RealResult.said_below``), which ``--threshold`` as documented makes an answer too. Cases are
+detected in a temporary copy, so the corpus itself is never written to (no cache beside it).
 """
 
 from __future__ import annotations

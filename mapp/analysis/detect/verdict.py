@@ -187,9 +187,10 @@ def _waited_on(peers: PeerEvidence, late: dict[int, dict], coords: dict) -> tupl
     pipeline stage, where no collective says who waits on whom, the rank of the stage that
     computes the most: the pipeline waits on it, and a neighbour slowing a stage that still
     computes less than another fills slack. 2 H200s, megatron-core PP2 under mapp's capture, a
-    neighbour on one stage's GPU (nine jobs): its layers summed 1.12-1.25x the other stage's same
-    layers in every step (healthy stages 1.01-1.02x), its median layer 1.03x, and its stage then
-    computed the most in each."""
+    neighbour on one stage's GPU (nine jobs): its layers summed 1.14-1.68x the other stage's same
+    layers in every step (healthy stages 1.01-1.04x), its median layer about as fast, and its
+    stage then computed the most in each; at the one collective a step (the embedding's
+    gradients, first and last stage) the first stage is last whatever its speed."""
     if peers.mode != "layer peers":
         return peers.sliced, {r for r, row in late.items() if keeps_waiting(row)}
     if peers.stages is None or peers.stages.is_empty():
