@@ -196,3 +196,29 @@ def test_kernel_calls_slowed_at_the_same_place_every_step_are_not_slices():
     found = scattered(places, min_effect=0.033)
     assert _row(found, 1)["place_lift"] > 0.9
     assert not _row(found, 1)["flagged"]
+
+
+def test_with_one_rank_a_stage_the_heaviest_stage_is_the_one_waited_on():
+    # No collective of a pipeline of one rank a stage says who waits on whom (at the one a step
+    # the first stage is last whatever its speed): the stage that computes the most is the one
+    # the pipeline waits on, and a neighbour slowing a lighter stage fills slack
+    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.verdict import _waited_on
+
+    coords = {0: {"tp": 0, "pp": 0, "dp": 0}, 1: {"tp": 0, "pp": 1, "dp": 0}}
+    sliced = scattered(_ops(_random_places(0.4)), min_effect=0.033)
+    first_waits = {0: {"net_ns": 5e6, "net_lasting": 1.0}, 1: {"net_ns": -5e6, "net_lasting": 0.0}}
+
+    def stages(heavy: int) -> pl.DataFrame:
+        return pl.DataFrame({"pp": [0, 1], "compute_ns": [240e6 if heavy == 0 else 190e6, 240e6 if heavy == 1 else 190e6]},
+                            schema={"pp": pl.Int32, "compute_ns": pl.Float64})
+
+    def waited(peers: PeerEvidence) -> set[int]:
+        judged, ranks = _waited_on(peers, first_waits, coords)
+        assert judged is sliced
+        return ranks
+
+    assert [waited(PeerEvidence("layer peers", stages=stages(heavy), sliced=sliced)) for heavy in (0, 1)] == [{0}, {1}]
+    assert waited(PeerEvidence("layer peers", sliced=sliced)) == set()
+    # with peers of its own at each stage, stage 2 says it
+    assert waited(PeerEvidence("stage peers", stages=stages(1), sliced=sliced)) == {0}
