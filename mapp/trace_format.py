@@ -25,6 +25,8 @@ __all__ = [
     "MERGED_MARKER",
     "CACHE_DIR",
     "dtype_name",
+    "GPU_COUNTER",
+    "GPU_COUNTER_FIELDS",
 ]
 
 FORMAT_NAME = "mapp-trace"
@@ -36,6 +38,21 @@ MERGED_MARKER = "mapp-merged"
 # Directory beside the traces where mapp keeps what it derived from them (events table,
 # clock, matching); nothing may be written there but the cache itself.
 CACHE_DIR = ".mapp"
+# The device counters the capture samples (NVML, ``mapp.capture.nvml``) once per traced
+# iteration: ``C`` events of this name on the ``counters`` lane, one field of ``args`` each.
+GPU_COUNTER = "gpu"
+GPU_COUNTER_FIELDS: dict[str, str] = {
+    "device": "int32",            # NVML's index of the rank's GPU
+    "sm_clock_mhz": "float64",
+    "power_w": "float64",
+    "temperature_c": "float64",
+    "throttle_reasons": "int64",  # NVML's clock-event reasons bit mask, 0: none
+    "sm_pct": "float64",          # share of NVML's last sampling period this process ran a kernel, %
+    "other_sm_pct": "float64",    # the same summed over every other process on the GPU (a neighbour), %
+    "other_processes": "int32",   # how many other processes ran a kernel in that period
+}
+"""Field -> type of a ``gpu`` counter event's args. Any field may be missing (NVML refusing it,
+an older capture); readers take a missing one as null."""
 # ``args.dtype`` of collectives and p2p: torch's dtype names, the common ones shortened.
 _DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
 

@@ -34,6 +34,8 @@ import time
 import warnings
 from typing import Any, Callable
 
+from mapp.trace_format import GPU_COUNTER
+
 from .writer import counter_record
 
 __all__ = ["NvmlSampler", "make_sampler", "own_pid", "process_shares"]
@@ -85,7 +87,7 @@ class NvmlSampler:
         if not values:
             return []
         values["device"] = self.index
-        return [counter_record("gpu", time.perf_counter_ns(), values, iteration)]
+        return [counter_record(GPU_COUNTER, time.perf_counter_ns(), values, iteration)]
 
 
 def own_pid(nvml: Any, handle: Any) -> int:

@@ -27,6 +27,7 @@ from mapp import __version__
 from mapp.analysis.align.clock import sql_mapping
 from mapp.analysis.graph.schema import COLLECTIVES, MEMBERS, P2P, MatchingTable
 from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN, COMM_WAIT_NAMES
+from mapp.trace_format import GPU_COUNTER, GPU_COUNTER_FIELDS
 
 __all__ = ["TABLES", "Table", "SchemaInfo", "build_schema", "describe", "bundle_fingerprint", "markdown_tables",
            "SCHEMA_VERSION"]
@@ -351,21 +352,19 @@ def _build_iterations(con: duckdb.DuckDBPyConnection) -> None:
         ORDER BY rank, iteration""")
 
 
-_COUNTER_FIELDS = {"device": "INTEGER", "sm_clock_mhz": "DOUBLE", "power_w": "DOUBLE", "temperature_c": "DOUBLE",
-                   "throttle_reasons": "BIGINT", "sm_pct": "DOUBLE", "other_sm_pct": "DOUBLE",
-                   "other_processes": "INTEGER"}
+_SQL_TYPES = {"int32": "INTEGER", "int64": "BIGINT", "float64": "DOUBLE"}
 
 
 def _build_gpu_counters(con: duckdb.DuckDBPyConnection) -> None:
     """``gpu_counters``: the capture's ``gpu`` counter events, one column per field of their
     args (``mapp.capture.nvml``); a field a sample lacks (an older capture, NVML refusing) is
     null."""
-    fields = ", ".join(f"TRY_CAST(json_extract_string(args, '$.{name}') AS {kind}) AS {name}"
-                       for name, kind in _COUNTER_FIELDS.items())
+    fields = ", ".join(f"TRY_CAST(json_extract_string(args, '$.{name}') AS {_SQL_TYPES[kind]}) AS {name}"
+                       for name, kind in GPU_COUNTER_FIELDS.items())
     con.execute(f"""
         CREATE VIEW gpu_counters AS
         SELECT rank, ts_ns, ts_aligned_ns, {fields}
-        FROM events WHERE ph = 'C' AND name = 'gpu' AND json_valid(args) ORDER BY rank, ts_ns""")
+        FROM events WHERE ph = 'C' AND name = '{GPU_COUNTER}' AND json_valid(args) ORDER BY rank, ts_ns""")
 
 
 def _build_windows(con: duckdb.DuckDBPyConnection, aligned: bool) -> None:

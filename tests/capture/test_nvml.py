@@ -54,3 +54,39 @@ def test_this_process_is_found_by_its_pid_or_as_the_only_one_on_the_device():
     # two unknown processes (a neighbour already there): no guess
     assert own_pid(_Listing(74213, 74290), None) == me
     assert own_pid(_Listing(), None) == me
+
+
+class _Device(_Listing):
+    """NVML for one device: its counters and one process sample of this process and one of a
+    neighbour's."""
+
+    NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 0, 0
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return 1980
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 612_400
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        return 54
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 4
+
+    def nvmlDeviceGetProcessUtilization(self, handle, since_us):
+        return [_sample(os.getpid(), 70, ts=since_us + 1), _sample(4200, 25, ts=since_us + 1)]
+
+
+def test_the_sampler_writes_the_gpu_counter_of_the_trace_format():
+    # what the capture writes is what the detector and the SQL view read (``trace_format``)
+    from mapp.capture.nvml import NvmlSampler
+    from mapp.trace_format import GPU_COUNTER, GPU_COUNTER_FIELDS
+
+    [(_, name, _, values, iteration)] = NvmlSampler(_Device(os.getpid()), 0)(iteration=3)
+    assert (name, iteration) == (GPU_COUNTER, 3)
+    assert set(values) == set(GPU_COUNTER_FIELDS)
+    assert (values["other_sm_pct"], values["other_processes"], values["device"]) == (25.0, 1, 0)

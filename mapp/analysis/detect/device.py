@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from mapp.trace_format import GPU_COUNTER, GPU_COUNTER_FIELDS
+
 __all__ = ["NEIGHBOUR_SM_PCT", "device_counters", "device_evidence", "neighbours"]
 
 NEIGHBOUR_SM_PCT = 0.0
@@ -27,8 +29,8 @@ imbalanced and layer-fault jobs). A floor of 10% set before that held-out run mi
 three bursty neighbours (read 3% and 5%).
 """
 
-_FIELDS = {"sm_clock_mhz": pl.Float64, "power_w": pl.Float64, "temperature_c": pl.Float64,
-           "throttle_reasons": pl.Int64, "other_sm_pct": pl.Float64}
+_FIELDS = {name: pl.Int64 if GPU_COUNTER_FIELDS[name] == "int64" else pl.Float64
+           for name in ("sm_clock_mhz", "power_w", "temperature_c", "throttle_reasons", "other_sm_pct")}
 
 
 def device_counters(scan: pl.LazyFrame) -> pl.DataFrame:
@@ -36,7 +38,7 @@ def device_counters(scan: pl.LazyFrame) -> pl.DataFrame:
     samples' ``throttle_reasons``), the most of its SMs another process kept busy
     (``other_sm_pct``, null where not sampled) and in how many samples a neighbour was seen
     (``neighbour_samples``). Empty when the traces carry no ``gpu`` counters."""
-    samples = scan.filter((pl.col("ph") == "C") & (pl.col("name") == "gpu")).select("rank", "args").collect()
+    samples = scan.filter((pl.col("ph") == "C") & (pl.col("name") == GPU_COUNTER)).select("rank", "args").collect()
     if samples.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, **_FIELDS, "neighbour_samples": pl.UInt32, "samples": pl.UInt32})
     samples = samples.with_columns(
