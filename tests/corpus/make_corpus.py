@@ -1,6 +1,6 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43|fresh44|fresh45|fresh46|fresh47|fresh48|fresh49|fresh50] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43|fresh44|fresh45|fresh46|fresh47|fresh48|fresh49|fresh50|fresh51|fresh52] [--only ID_SUBSTRING] [--gpu|--cpu]
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -2078,6 +2078,79 @@ def fresh50_set(seed: int = FRESH50_SEED) -> list[Case]:
     ]
 
 
+FRESH51_SEED = 317
+# --set fresh51 on GPUs: a seventeenth model shape (hidden 3840, 30 heads, sequence 1280, 3
+# sequences a microbatch, 5 microbatches)
+GPT_GPU_FRESH51 = ["--layers", "8", "--hidden", "3840", "--heads", "30", "--seq", "1280", "--vocab", "50304",
+                   "--micro-batch-size", "3", "--num-microbatches", "5", "--bf16"]
+
+
+def fresh51_set(seed: int = FRESH51_SEED) -> list[Case]:
+    """Held out at the start of the fortieth session, before any change (``--set fresh51``, 2
+    ranks, seed 317, for CPUs and for a machine of 2 GPUs, on which the model shape is a
+    seventeenth): issue 13's classes again rather than the neighbours the last sessions studied --
+    plain DDP under the profiler (extra forward matmuls, a data-path sleep), megatron-core's
+    victim that looks slow (work before each microbatch in TP2), layer faults and host sleeps in
+    DP2, TP2 and PP2 under both captures, healthy jobs, a heavier last stage and lognormal
+    lengths, with values no other set uses. 5 iterations, 3 recorded. Ids end in ``-f51``."""
+    g = _held_out_gpt(seed, "-f51", GPT_GPU_FRESH51, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=0, factor=1.4, tag="-f51"),
+        _plain("ddp2", "dp2", seed, rank=1, sleep_ms=27, tag="-f51"),
+        _plain("ddp2", "dp2", seed, tag="-f51"),
+        # megatron-core, mapp capture
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=19),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.3),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.35),
+        g("dp2", "mapp-v1", "hostsleep", rank=1, ms=24, gpu_ms=65),
+        g("tp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=0.95),
+        # megatron-core, torch.profiler
+        g("tp2", "kineto", "beforemb", rank=0, ms=21),
+        g("tp2", "kineto", "layer", rank=1, factor=1.35),
+        g("pp2", "kineto", "layer", rank=0, factor=1.4),
+        g("pp2", "kineto", "hostsleep", rank=1, ms=22, gpu_ms=75),
+        g("dp2", "kineto", "healthy"),
+        g("pp2", "kineto", "laststage", last_layers=3),
+        g("dp2", "kineto", "seqlognorm", sigma=1.05),
+    ]
+
+
+FRESH52_SEED = 331
+
+
+def fresh52_set(seed: int = FRESH52_SEED) -> list[Case]:
+    """Held out at the start of the fortieth session, before any change (``--set fresh52``, 4
+    ranks, seed 331, for CPUs: 4 gloo processes on 2 cores, as issue 13's jobs were; a machine of
+    4 GPUs runs it in ``fresh14``'s shape): issue 13's 4-process classes with values no other set
+    uses -- plain DDP and DP2 x TP2 under the profiler (extra forward matmuls, a data-path sleep,
+    healthy), megatron-core TP2 x DP2, PP2 x DP2 and TP2 x PP2 under both captures (layer faults,
+    work before each microbatch, host sleeps, healthy jobs, a heavier last stage, lognormal
+    lengths). Ids end in ``-f52``."""
+    g = _held_out_gpt(seed, "-f52", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=2, factor=1.45, tag="-f52"),
+        _plain("ddp4", "dp4", seed, rank=0, sleep_ms=26, tag="-f52"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.7, tag="-f52"),
+        _plain("ddp4", "dp4", seed, tag="-f52"),
+        # megatron-core, mapp capture
+        g("tp2dp2", "mapp-v1", "layer", rank=0, factor=1.45),
+        g("pp2dp2", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("tp2dp2", "mapp-v1", "beforemb", rank=1, ms=22),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=2, ms=24, gpu_ms=70),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.85),
+        # megatron-core, torch.profiler
+        g("tp2dp2", "kineto", "layer", rank=3, factor=1.5),
+        g("pp2dp2", "kineto", "beforemb", rank=0, ms=21),
+        g("tp2dp2", "kineto", "healthy"),
+        g("pp2dp2", "kineto", "laststage", last_layers=3),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -2624,7 +2697,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh17": fresh17_set, "fresh18": fresh18_set, "fresh19": fresh19_set,
         "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set,
         "fresh23": fresh23_set, "fresh24": fresh24_set,
-        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set, "fresh48": fresh48_set, "fresh49": fresh49_set, "fresh50": fresh50_set,
+        "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set, "fresh48": fresh48_set, "fresh49": fresh49_set, "fresh50": fresh50_set, "fresh51": fresh51_set, "fresh52": fresh52_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
