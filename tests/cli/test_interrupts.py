@@ -42,9 +42,20 @@ def bundle(tmp_path_factory):
     return out
 
 
+def _as_from_a_terminal() -> None:
+    """In the child before it execs: SIGINT's default action, as a shell gives a command. A
+    pytest-xdist worker ignores SIGINT and an ignored signal stays ignored across exec, so mapp
+    would see it ignored (as under nohup), keep Python's handling off and run to the end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "mapp", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV, preexec_fn=_as_from_a_terminal)
+
+
 def _run_and_interrupt(args: list[str], delay_s: float) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen([sys.executable, "-m", "mapp", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV)
+    proc = _start(args)
     time.sleep(delay_s)
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
@@ -55,10 +66,8 @@ def _run_and_interrupt(args: list[str], delay_s: float) -> subprocess.CompletedP
 def _interrupt_once_running(args: list[str]) -> subprocess.CompletedProcess:
     """Interrupt ``args`` once it is surely mid-run, whatever the machine's load: when its
     process has mapped polars' library (imported after mapp's handler is installed, before any
-    command reads a trace). Random instants alone may all land after the end of a run on a
-    machine whose load fell after the runs that set their span."""
-    proc = subprocess.Popen([sys.executable, "-m", "mapp", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV)
+    command reads a trace): random instants alone may all land after the end of the runs."""
+    proc = _start(args)
     maps = Path(f"/proc/{proc.pid}/maps")
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
