@@ -26,7 +26,8 @@ same kernels each step (place lift 0.51-0.85), and kept no one waiting.
 
 Where the capture sampled NVML and saw another process computing on the rank's GPU
 (``device.neighbours``), the cause is seen, not inferred: the rank is then named wherever its
-summed time is slower in nearly every step and it keeps its peers waiting, however its slowed
+summed time is slower in nearly every step (in most, where stage 2 measures it holding its
+peers up in nearly every step: ``SEEN_MOST``) and it keeps its peers waiting, however its slowed
 ops cluster. That is what names a neighbour that bursts for several ops at a time: its slices
 slow runs of consecutive ops, several layers of one microbatch, which is how placement alone
 reads whatever slows whole microbatches (healthy TP2 x PP2 ranks, a lognormal-lengths
@@ -50,7 +51,7 @@ from mapp.analysis.detect._stats import others_median
 from mapp.analysis.detect.findings import Suspect, in_place_of_lower
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["RANDOM", "MIN_SLOW_OPS", "kernel_places", "neighbour_notes", "scattered", "sliced_suspects"]
+__all__ = ["RANDOM", "MIN_SLOW_OPS", "SEEN_MOST", "kernel_places", "neighbour_notes", "scattered", "sliced_suspects"]
 
 RANDOM = 0.25
 """The most a rank's slowed ops may cluster, by place across steps and within a microbatch
@@ -60,6 +61,15 @@ more on one of the two."""
 
 MIN_SLOW_OPS = 20
 """Fewer slowed ops a step than this say nothing about where they land."""
+
+SEEN_MOST = 0.5
+"""A rank whose neighbour NVML saw is named where its summed self time is slower in more than
+this share of its traced steps (not nearly all of them, ``CONSISTENT``) when stage 2 measures
+it keeping its peers waiting in nearly every step: a neighbour that bursts at irregular times
+may miss a step's layers and still hold the step up (2 H200s, DP2 under mapp's capture, a
+neighbour at 0.15 of its GPU in irregular bursts, seen in 3 of 3 samples: the rank's layers
+summed 1.26x its peer's in 2 of 3 steps, and it was last at all 3 all-reduces, 113 ms a step
+imposed)."""
 
 _PLACE = ["name", "microbatch", "chunk", "layer", "ordinal"]
 
@@ -130,20 +140,24 @@ def kernel_places(ops: pl.DataFrame, coords: pl.DataFrame, group: list[str], slo
 
 
 def sliced_suspects(sliced: pl.DataFrame | None, suspects: list[Suspect], keeping_waiting: set[int], coords: dict,
-                    iteration_ns: float | None, neighbours: dict[int, dict] | None = None) -> list[Suspect]:
+                    iteration_ns: float | None, neighbours: dict[int, dict] | None = None,
+                    measured_waits: bool = False) -> list[Suspect]:
     """``suspects`` with slow compute for each rank that stage 2 finds keeping its peers waiting
     in nearly every iteration (``keeping_waiting``, by ``gates.keeps_waiting``: the time it loses
     is theirs too) and that ``scattered`` flags, or whose summed self time is slower in nearly
     every traced step while NVML saw another process computing on its GPU (``neighbours``, by
-    ``device.neighbours``); its slowdown its summed self time over its peers', in place of a
-    verdict on that rank of a lower slowdown."""
+    ``device.neighbours``); in most steps (``SEEN_MOST``) where ``measured_waits`` (the waits are
+    stage 2's measure, not a stand-in for it: ``verdict._waited_on``). Its slowdown its summed
+    self time over its peers', in place of a verdict on that rank of a lower slowdown."""
     if sliced is None or sliced.is_empty():
         return suspects
     neighbours = neighbours or {}
+    most = SEEN_MOST if measured_waits else CONSISTENT
     out = []
     for row in sliced.iter_rows(named=True):
         rank, seen = row["rank"], neighbours.get(row["rank"])
-        by_sight = seen is not None and row["traced"] >= 2 and row["raw_lasting"] >= CONSISTENT
+        by_sight = seen is not None and row["traced"] >= 2 and (
+            row["raw_lasting"] >= CONSISTENT or row["raw_lasting"] > most)
         if not (row["flagged"] or by_sight) or rank not in keeping_waiting:
             continue
         # seen: what its ops lost against its peers' same ops, none of it put down to data
@@ -158,7 +172,8 @@ def sliced_suspects(sliced: pl.DataFrame | None, suspects: list[Suspect], keepin
             confidence = 0.85
             note = (f"NVML saw another process computing on its GPU (up to {seen['other_sm_pct']:g}% of its SMs, in "
                     f"{seen['seen']} of {seen['samples']} samples) while its ops summed slower than its peers' in "
-                    "nearly every step: a neighbour time-slicing its GPU")
+                    f"{len(iterations)} of {row['traced']} traced steps and it kept them waiting: a neighbour "
+                    "time-slicing its GPU")
         else:
             # the further from the cut both lifts are, the surer: 0.8 where placement is random
             worst = max(row["place_lift"], row["microbatch_lift"])
@@ -180,7 +195,7 @@ def neighbour_notes(neighbours: dict[int, dict], named: list[Suspect]) -> list[s
     told = {s.rank for s in named}
     return [f"another process computed on rank {rank}'s GPU (NVML: up to {seen['other_sm_pct']:g}% of its SMs, in "
             f"{seen['seen']} of {seen['samples']} samples); not a suspect: the traces do not show it slower than its "
-            "peers at the same work in nearly every step while they waited for it"
+            "peers at the same work in most steps while they waited for it in nearly every one"
             for rank, seen in sorted(neighbours.items()) if rank not in told]
 
 

@@ -122,7 +122,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     # a neighbour time-slicing a rank's GPU: its median op no slower, its sum slower, at random
     # places (``time_slices``)
     sliced, waited_on = _waited_on(peers, late, coords)
-    suspects = sliced_suspects(sliced, suspects, waited_on, coords, iteration_ns, neighbours)
+    suspects = sliced_suspects(sliced, suspects, waited_on, coords, iteration_ns, neighbours,
+                               measured_waits=peers.mode != "layer peers")
     if tp_pace is not None:
         suspects = tp_pace_suspects(tp_pace, suspects, coords, iteration_ns, peers.min_effect)
     if bandwidth.ran:

@@ -1578,6 +1578,24 @@ def test_a_neighbour_that_bursts_is_named_where_nvml_saw_it(tmp_path):
     assert detect_bundle(load_bundle(tmp_path), threshold=0.1).suspects == []
 
 
+def test_a_seen_neighbour_that_misses_a_steps_layers_but_holds_every_step_up_is_named():
+    # DP2, another process on rank 0's GPU for 0.15 of every 20 ms in bursts of irregular length
+    # and spacing (``--set fresh46``, its second run). NVML saw it in 3 of 3 samples (25% of the
+    # SMs); rank 0's layers summed 1.26x its peer's in 2 of the 3 steps, as fast in the third,
+    # and it was last at all 3 all-reduces, rank 1 waiting 113 ms a step for it. "Slower in
+    # nearly every step" (3 of 3) named nothing; stage 2's measure of who holds whom up lets a
+    # seen neighbour that bursts past a step's layers be named on most steps
+    # (``time_slices.SEEN_MOST``)
+    case = HOG_CASES["gpt-dp2-mapp-gpuhogbursty0.15-r0-f46-gpu2"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_compute")]
+    top = verdict.suspects[0]
+    assert top.evidence["neighbour"]["seen"] == 3 and len(top.iterations) == 2
+    assert "in 2 of 3 traced steps" in top.evidence["note"]
+    assert 1.15 < top.slowdown < 1.4
+    assert verdict.victims == [1]
+
+
 @pytest.mark.parametrize("case_id", ["gpt-pp2-mapp-gpuhog0.15-r0-f48-gpu2", "gpt-pp2-mapp-gpuhogbursty0.2-r1-f48-gpu2"])
 def test_a_neighbour_seen_on_a_pipeline_stages_gpu_is_named(case_id, tmp_path):
     # PP2, one rank a stage (``--set fresh48``, held out from the thirty-eighth session's rule):
