@@ -251,7 +251,7 @@ def launch_bound(ops: pl.DataFrame, per: pl.DataFrame, min_effect: float) -> pl.
     # much spread is allowed on top. Where the unflagged ranks' ops scatter by more than
     # NOISE, their spans are host-paced too (4 H100s, short sequences: layers of 0.3-0.9 ms of
     # kernels, ~2 ms of launching) and no rank's spans there say how fast its GPU is.
-    noise = _calm_spread(judged, flagged)
+    noise = _calm_spread(judged, flagged, pairs=True)
     # per rank-iteration as the noise is (a rank's ops over two iterations also scatter by
     # what differs between iterations), the median over its flagged ones
     out = _by_name(judged).join(flagged, on=["rank", "iteration"], how="semi").group_by("rank", "iteration").agg(
@@ -364,11 +364,25 @@ def _by_name(ops: pl.DataFrame) -> pl.DataFrame:
     return ops.with_columns(r_within=pl.col("r_adj") - pl.col("r_adj").median().over("rank", "iteration", "name"))
 
 
-def _calm_spread(ops: pl.DataFrame, flagged: pl.DataFrame) -> float:
+def _calm_spread(ops: pl.DataFrame, flagged: pl.DataFrame, pairs: bool = False) -> float:
     """The median spread of ``r_adj`` (within each op name) over the rank-iterations that are not
-    flagged (0 if none)."""
-    calm = _by_name(ops).join(flagged, on=["rank", "iteration"], how="anti").group_by("rank", "iteration").agg(s=_SPREAD)
-    return float(calm["s"].median() or 0.0) if len(calm) else 0.0
+    flagged (0 if none).
+
+    ``pairs``: where no unflagged op has an unflagged peer (two ranks, one flagged), each is its
+    own baseline (``peers._fit`` leaves the flagged out of it), its ``r_adj`` 0 by construction,
+    and its spread says nothing; measured against its one peer it scatters as much as that peer
+    does against it, so the flagged rank-iterations' spread is taken. Two ranks whose spans
+    disagree unevenly cannot say whose host paces them: 2 H200s, megatron-core TP2 under mapp's
+    capture, lognormal lengths, no fault, twice: one rank's layers at ~1.5 ms whatever their
+    tokens (0.4-3.8 k), its peer's scaling with them, rank 0 the paced one in one run ("not a
+    suspect": it was not a clear outlier, so its peer's spread stood), rank 1 in the other
+    ("slow host 1.39x" on this 0), their stalls 2-4% of their work."""
+    named = _by_name(ops)
+    calm = named.join(flagged, on=["rank", "iteration"], how="anti")
+    if pairs and len(calm) and calm.select((pl.len().over("gk") == 1).all()).item():
+        calm = named.join(flagged, on=["rank", "iteration"], how="semi")
+    spread = calm.group_by("rank", "iteration").agg(s=_SPREAD)
+    return float(spread["s"].median() or 0.0) if len(spread) else 0.0
 
 
 def _forward_median(forward: pl.DataFrame, flagged: pl.DataFrame) -> pl.DataFrame | None:
