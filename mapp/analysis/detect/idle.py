@@ -379,7 +379,7 @@ def _calm_spread(ops: pl.DataFrame, flagged: pl.DataFrame, pairs: bool = False) 
     ("slow host 1.39x" on this 0), their stalls 2-4% of their work."""
     named = _by_name(ops)
     calm = named.join(flagged, on=["rank", "iteration"], how="anti")
-    if pairs and len(calm) and calm.select((pl.len().over("gk") == 1).all()).item():
+    if pairs and len(calm) and "gk" in calm.columns and calm.select((pl.len().over("gk") == 1).all()).item():
         calm = named.join(flagged, on=["rank", "iteration"], how="semi")
     spread = calm.group_by("rank", "iteration").agg(s=_SPREAD)
     return float(spread["s"].median() or 0.0) if len(spread) else 0.0

@@ -152,12 +152,11 @@ def sliced_suspects(sliced: pl.DataFrame | None, suspects: list[Suspect], keepin
     if sliced is None or sliced.is_empty():
         return suspects
     neighbours = neighbours or {}
-    most = SEEN_MOST if measured_waits else CONSISTENT
     out = []
     for row in sliced.iter_rows(named=True):
         rank, seen = row["rank"], neighbours.get(row["rank"])
         by_sight = seen is not None and row["traced"] >= 2 and (
-            row["raw_lasting"] >= CONSISTENT or row["raw_lasting"] > most)
+            row["raw_lasting"] >= CONSISTENT or (measured_waits and row["raw_lasting"] > SEEN_MOST))
         if not (row["flagged"] or by_sight) or rank not in keeping_waiting:
             continue
         # seen: what its ops lost against its peers' same ops, none of it put down to data
