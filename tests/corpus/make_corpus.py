@@ -1,6 +1,8 @@
 """(Re)generate the real-trace corpus with known answers for the straggler detector.
 
-    python tests/corpus/make_corpus.py [--out DIR] [--set small|full|gpu2|vary|vary2|pp4|wide|sched|prod|prodv|prodw|scale|fresh|fresh2|fresh3|fresh4|fresh5|fresh6|fresh7|fresh8|fresh9|fresh10|fresh11|fresh12|fresh13|fresh14|fresh15|fresh16|fresh17|fresh18|fresh19|fresh20|fresh21|fresh22|fresh23|fresh24|fresh25|fresh26|fresh27|fresh28|fresh29|fresh30|fresh31|fresh32|fresh33|fresh34|fresh35|fresh36|fresh37|fresh38|fresh39|fresh40|fresh41|fresh42|fresh43|fresh44|fresh45|fresh46|fresh47|fresh48|fresh49|fresh50|fresh51|fresh52|fresh53] [--only ID_SUBSTRING] [--gpu|--cpu]
+    python tests/corpus/make_corpus.py [--out DIR] [--set NAME] [--only ID_SUBSTRING] [--gpu|--cpu]
+
+``NAME`` is a key of ``SETS`` (``--help`` lists them; ``--list`` prints a set's case ids).
 
 Every case is one real ``torchrun`` job of 4 processes (2 in ``--set gpu2``; CPU: gloo,
 ``OMP_NUM_THREADS=1``, ``CUDA_VISIBLE_DEVICES=""``, all processes on however many cores the
@@ -3276,7 +3278,8 @@ def main(argv=None) -> int:
     p.add_argument("--set", default="small", choices=sorted(SETS),
                    help="small (committed), full, gpu2 (2 ranks, for a machine of 2 GPUs), vary / vary2 (held-out "
                         "variations: other factors, ranks, seeds and, on GPUs, model shape), pp4 (held-out: 4 "
-                        "pipeline stages) or wide (held-out: 8 ranks)")
+                        "pipeline stages), wide (held-out: 8 ranks), or a held-out set of its own seed, freshN "
+                        "(each function's docstring says what it holds)")
     p.add_argument("--only", default=None, help="only the cases whose id contains this")
     device = p.add_mutually_exclusive_group()
     device.add_argument("--gpu", dest="device", action="store_const", const="gpu",

@@ -5,8 +5,9 @@
 -- neighbour time-slicing it: another job, a stray server), the most of the SMs it took in one
 -- sample, and the rank's median SM clock and power. Each sample is a snapshot of NVML's last
 -- sampling period, so a neighbour that bursts shows in some samples only; mapp detect names the
--- rank where its ops were also slower than its peers' in nearly every step. ("Another process
--- ran a kernel" is other_sm_pct > 0, as the detector's ``device.NEIGHBOUR_SM_PCT``.)
+-- rank where it also kept its peers waiting and its ops were slower than theirs in nearly every
+-- step (in most, where the collectives measure who waits: ``time_slices.SEEN_MOST``). ("Another
+-- process ran a kernel" is other_sm_pct > 0, as the detector's ``device.NEIGHBOUR_SM_PCT``.)
 --
 -- @param limit INTEGER = 1000  rows to return (ranks with a neighbour seen most often first)
 -- @column rank INTEGER  global rank
