@@ -2181,6 +2181,78 @@ def fresh53_set(seed: int = FRESH53_SEED) -> list[Case]:
     ]
 
 
+FRESH54_SEED = 347
+# --set fresh54 on GPUs: an eighteenth model shape (hidden 4352, 34 heads, sequence 1152, 2
+# sequences a microbatch, 6 microbatches)
+GPT_GPU_FRESH54 = ["--layers", "8", "--hidden", "4352", "--heads", "34", "--seq", "1152", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh54_set(seed: int = FRESH54_SEED) -> list[Case]:
+    """Held out at the start of the forty-first session, before any change (``--set fresh54``, 2
+    ranks, seed 347, for CPUs and for a machine of 2 GPUs, on which the model shape is an
+    eighteenth): issue 13's classes with values no other set uses -- plain DDP and FSDP2 under the
+    profiler (extra forward matmuls, a data-path sleep, a sleep before each step, healthy),
+    layer faults, work before each microbatch, host sleeps and a heavier pipeline link in DP2,
+    TP2 and PP2 under both captures, healthy jobs, a heavier last stage and lognormal lengths of
+    three sigmas. 5 iterations, 3 recorded. Ids end in ``-f54``."""
+    g = _held_out_gpt(seed, "-f54", GPT_GPU_FRESH54, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=1, factor=1.3, tag="-f54"),
+        _plain("fsdp2", "dp2", seed, rank=0, sleep_ms=23, tag="-f54"),
+        _plain("ddp2", "dp2", seed, rank=1, step_sleep_ms=19, tag="-f54"),
+        _plain("fsdp2", "dp2", seed, tag="-f54"),
+        # megatron-core, mapp capture
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.25),
+        g("dp2", "mapp-v1", "beforemb", rank=1, ms=17),
+        g("pp2", "mapp-v1", "hostsleep", rank=0, ms=21, gpu_ms=60),
+        g("pp2", "mapp-v1", "link", link=(0, 1)),
+        g("dp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "laststage", last_layers=4),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        # megatron-core, torch.profiler
+        g("dp2", "kineto", "layer", rank=1, factor=1.3),
+        g("tp2", "kineto", "hostsleep", rank=0, ms=23, gpu_ms=70),
+        g("pp2", "kineto", "beforemb", rank=1, ms=18),
+        g("tp2", "kineto", "healthy"),
+        g("pp2", "kineto", "seqlognorm", sigma=1.15),
+        g("tp2", "kineto", "seqlognorm", sigma=0.75),
+    ]
+
+
+FRESH55_SEED = 349
+
+
+def fresh55_set(seed: int = FRESH55_SEED) -> list[Case]:
+    """Held out at the start of the forty-first session, before any change (``--set fresh55``, 4
+    ranks, seed 349, for CPUs: 4 gloo processes on 2 cores, as issue 13's jobs were; a machine of
+    4 GPUs runs it in ``fresh14``'s shape): plain DDP, FSDP2 and DP2 x TP2 under the profiler,
+    megatron-core TP2 x DP2, PP2 x DP2 and TP2 x PP2 under both captures (layer faults, work before
+    each microbatch, host sleeps, a heavier pipeline link, healthy jobs, a heavier last stage,
+    lognormal lengths), with values no other set uses. Ids end in ``-f55``."""
+    g = _held_out_gpt(seed, "-f55", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=3, factor=1.55, tag="-f55"),
+        _plain("fsdp4", "dp4", seed, rank=1, sleep_ms=22, tag="-f55"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=0, factor=1.6, tag="-f55"),
+        _plain("fsdp4", "dp4", seed, tag="-f55"),
+        # megatron-core, mapp capture
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.35),
+        g("tp2pp2", "mapp-v1", "beforemb", rank=3, ms=19),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=2, ms=23),
+        g("pp2dp2", "mapp-v1", "link", link=(1, 3)),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=4),
+        # megatron-core, torch.profiler
+        g("tp2dp2", "kineto", "beforemb", rank=2, ms=20),
+        g("pp2dp2", "kineto", "layer", rank=0, factor=1.45),
+        g("pp2dp2", "kineto", "healthy"),
+        g("tp2dp2", "kineto", "seqlognorm", sigma=0.95),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -2728,6 +2800,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set,
         "fresh23": fresh23_set, "fresh24": fresh24_set,
         "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set, "fresh48": fresh48_set, "fresh49": fresh49_set, "fresh50": fresh50_set, "fresh51": fresh51_set, "fresh52": fresh52_set, "fresh53": fresh53_set,
+        "fresh54": fresh54_set, "fresh55": fresh55_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
