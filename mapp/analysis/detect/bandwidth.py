@@ -233,7 +233,8 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     if per.is_empty():
         if added:       # (its like links' transfers all had an asynchronous side: counted, not timed)
             return BandwidthEvidence(True, None, per, added, 0.0)
-        return BandwidthEvidence(False, "every link or group is the only one of its kind: nothing to compare with")
+        return BandwidthEvidence(False, "every link or group is the only one of its kind: nothing to compare with"
+                                 + _best_rates(obs))
     # Two of a kind (the two pipeline links of PP2 x DP2, the two TP groups of TP2 x DP2): the
     # median of two is their mean and halves the difference, and two values always sit one
     # spread apart, so neither can stand out from the pair's scatter. Each is compared with
@@ -299,6 +300,41 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     named = {f.ranks for f in findings}
     findings += [f for f in added if f.ranks not in named]
     return BandwidthEvidence(True, None, per.sort("ratio", descending=True), findings, z_crit)
+
+
+SHOWN = 3
+"""Links and groups that ``_best_rates`` lists at most (those of the largest transfers)."""
+
+
+def _best_rates(obs: pl.DataFrame) -> str:
+    """What each link or group alone of its kind moved at best, for the user to weigh against
+    the hardware: with nothing like it in the job, mapp cannot tell a slow link from a slow
+    fabric (2 H200s, PP2: the one pipeline link moved its 20 MB at 247 GB/s at best; with 512 MB
+    more in every exchange, at 11.6 GB/s, which a healthy link across nodes on 100 Gb Ethernet
+    would also be). Per link or group its largest transfers' fastest (small ones measure
+    latency, not bandwidth), the ``SHOWN`` largest, as " (at best: p2p 0<->1 20.1 MB in 1.73 ms,
+    11.6 GB/s; ...)"; empty where no size is known."""
+    sized = obs.filter((pl.col("bytes") > 0) & pl.col("obs").is_not_null())   # (groups of unknown members: no ends to name)
+    if sized.is_empty():
+        return ""
+    best = (sized.group_by("obs", "what", "bytes").agg(pl.col("time_ns").min())
+            .sort("bytes", descending=True).group_by("obs", "what", maintain_order=True).first()
+            .head(SHOWN))
+    parts = []
+    for r in best.iter_rows(named=True):
+        what = "p2p " + "<->".join(map(str, r["obs"])) if r["what"] == "p2p" else \
+            f"{r['what'].split('/')[0]} of ranks {','.join(map(str, r['obs']))}"
+        parts.append(f"{what} {_size(r['bytes'])} in {r['time_ns'] / 1e6:.2f} ms, "
+                     f"{_size(r['bytes'] * 1e9 / r['time_ns'])}/s")
+    more = sized.select(pl.struct("obs", "what").n_unique()).item() - len(parts)
+    return " (at best: " + "; ".join(parts) + (f"; {more} more" if more > 0 else "") + ")"
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
 
 
 def _added_traffic(matching) -> list[LinkFinding]:

@@ -119,6 +119,18 @@ def test_a_host_that_paces_its_gpu_a_little_slower_is_no_stall():
     assert any(n.startswith("rank 0 kept its peer waiting") and "not a suspect" in n for n in verdict.notes)
 
 
+def test_the_one_pipeline_link_of_two_gpus_is_not_judged_but_its_best_rate_is_said():
+    # 2 H200s, megatron-core PP2 under mapp's capture: one pipeline link, nothing like it to
+    # compare with. Its activations (16.8 MB a message) crossed NVLink at 134 GB/s at best; the
+    # same link moving 512 MB more in every exchange read 11.6 GB/s, which 100 Gb Ethernet between
+    # nodes would also give: the rate is told, the link not judged.
+    verdict = detect_bundle(load_bundle(GPU2_CASES["gpt-pp2-mapp-healthy-gpu2"].directory), threshold=0.1)
+    stage = next(s for s in verdict.stages if s.name == "3 bandwidth")
+    assert not stage.ran and "nothing to compare with" in stage.reason
+    best = re.search(r"at best: p2p 0<->1 16\.8 MB in [0-9.]+ ms, ([0-9.]+) GB/s\)$", stage.reason)
+    assert best is not None and 100 < float(best.group(1)) < 1000, stage.reason
+
+
 def test_a_candidate_that_stage_2_overrules_is_said_with_why():
     # megatron-core PP2 x DP2 under mapp's capture, 4 processes on 2 cores, a 20 ms sleep in
     # rank 0's data path: rank 3's spans ran 1.27x its DP peer's, but rank 3 waited for its peer
