@@ -174,7 +174,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     suspects = [s for s in suspects if s not in below]
     if shared_cpus:
         suspects = links_beside_a_busy_host(suspects, overruled)
-    overruled += _under_the_cut_off(peers, suspects + below, overruled, slowdown_threshold)
+    if not suspects:
+        overruled += _under_the_cut_off(peers, below, overruled, slowdown_threshold)
     imbalance = suspects_stages(imbalance, suspects, layout)
     flagged = {s.rank for s in suspects} | {s.peer for s in suspects if s.peer is not None}
     victims = sorted(set(_victims(lateness, suspects, layout)) | set(waiting))
@@ -183,9 +184,10 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
 
 
 def _under_the_cut_off(peers: PeerEvidence, named: list[Suspect], overruled: list[str], threshold: float) -> list[str]:
-    """One line per rank whose compute read beyond the threshold but in no iteration clear of
-    the comparison's noise (stage 1 never flagged it), where nothing else says why it is no
-    suspect: the grid shows its number, the verdict no suspect, and the user asks why (4
+    """Where no rank is a suspect, one line per rank whose compute read beyond the threshold but
+    in no iteration clear of the comparison's noise (stage 1 never flagged it), where nothing
+    else says why it is no suspect: the grid shows its number, the verdict no suspect, and the
+    user asks why (4
     processes on 2 cores, megatron-core PP2 x DP2, 1.35x the layers on rank 1: 1.26x over four
     steps, 1.77x in the first at z 2.7 under the cut-off 3.2; no suspect and, before, no note)."""
     if peers.mode == "skipped" or peers.ranks.is_empty() or "z" not in peers.ranks.columns:
