@@ -38,8 +38,11 @@ def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     rows = work.with_columns(op=op_of(),
                              call=pl.coalesce(launcher, pl.concat_str(pl.col("name"), pl.col("shape").fill_null(""),
                                                                       separator=" ")))
-    per_call = rows.group_by([*keys, "op", "call"]).agg(calls=pl.col("calls").max(),
-                                                        own=(pl.col("calls") * pl.col("q")).sum())
+    # (a kind of unknown problem sizes, ``same_work._sizes_unknown``, at its real time ``t``)
+    cost = pl.col("calls") * pl.col("q")
+    if "sizes_unknown" in rows.columns and "t" in rows.columns:
+        cost = pl.when(pl.col("sizes_unknown")).then(pl.col("t")).otherwise(cost)
+    per_call = rows.group_by([*keys, "op", "call"]).agg(calls=pl.col("calls").max(), own=cost.sum())
     return per_call.group_by([*keys, "op"]).agg(
         pl.col("calls").sum(), pl.col("own").sum(),
         top=(pl.col("own") / pl.col("calls").clip(lower_bound=1e-9)).max())

@@ -98,6 +98,19 @@ def _fastest(shared_cpus: bool) -> pl.Expr:
     return pl.col("self_ns").min() if shared_cpus else pl.col("self_ns").quantile(QUICK)
 
 
+def _sizes_unknown() -> pl.Expr:
+    """A GPU kernel whose launching op's input dimensions the trace lacks (recorded without
+    ``record_shapes``): its kind, name and grid, may hold calls of several problem sizes, for a
+    persistent GEMM kernel launches one block per SM whatever the problem (2 H200s, megatron-core
+    DP2 under the profiler, 1.3x the layers' FLOPs on rank 1 as (tokens x hidden) @ (hidden x
+    hidden) matmuls: one ``nvjet`` kernel and grid ran 198 calls a step on rank 0, 73 ms, and 630
+    on rank 1, 125 ms, 432 of them the smaller extra GEMMs at 0.12 ms where the model's took 0.33
+    ms). ``added_work`` costs such a kind's calls at their real time, not at a typical call: at
+    the quicker quartile rank 1's 630 calls read 73 ms, 1.12x its peer. (A kernel timed on the
+    GPU is never descheduled, which the typical call guards against on CPUs.)"""
+    return pl.col("lane").str.starts_with("stream:") & ~pl.col("shape").fill_null("").str.contains(" <- ", literal=True)
+
+
 def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
     """``per`` with each rank's ``own`` and ``peer`` work taken at whichever typical call makes
     it the less slow over the iterations: each kind's ``QUICK`` quantile or its fastest call.
@@ -288,7 +301,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # only ever makes a call longer)
     per_call = ops.group_by(["rank", *peers, *kind]).agg(
         q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64),
-        fast=_fastest(shared_cpus).cast(pl.Float64), total=pl.len())
+        fast=_fastest(shared_cpus).cast(pl.Float64), total=pl.len(),
+        sizes_unknown=_sizes_unknown().all())
     counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64),
                                                                       t=pl.col("self_ns").sum().cast(pl.Float64))
     work = counts.join(per_call, on=["rank", *peers, *kind])

@@ -1754,3 +1754,20 @@ def test_on_shared_cpus_where_ops_land_is_not_judged():
     ev = stage_evidence(load_bundle(FRESH_CASES["gpt-dp4-mapp-layer1.45x-r2-f25"].directory), Thresholds.derive(0.1))
     assert ev.shared_cpus and ev.peers.mode == "dp peers"
     assert ev.peers.sliced is None
+
+
+def test_without_shapes_extra_gemms_of_one_kernel_and_grid_are_counted_at_their_time(tmp_path):
+    # 2 H200s, megatron-core DP2 under the profiler, 1.3x the layers' FLOPs on rank 1 as extra
+    # (tokens x hidden) @ (hidden x hidden) matmuls. Recorded with shapes, rank 1 calls the
+    # model's own GEMM shape more often. Without them a kernel's kind is its name and grid, and
+    # one nvjet kernel and grid ran the model's GEMMs (0.33 ms) and, on rank 1 alone, 216 smaller
+    # extra ones a step (0.12 ms): costed at a typical call, rank 1's 3.2x the calls read 1.12x
+    # the time, under the cut (no suspect); at their time, 1.7x.
+    case = FRESH_CASES["gpt-dp2-prof-layer1.3x-r1-f54-gpu2-run2"]
+    assert case.expect == {"rank": 1, "kinds": ["slow_compute"]}
+    with_shapes = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in with_shapes.suspects] == [(1, "slow_compute")]
+    verdict = detect_bundle(load_bundle(_without_shapes(case.directory, tmp_path / "case")), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
+    added = verdict.suspects[0].evidence["peers"]["added_work"]
+    assert added["slowdown"] > 1.5 and added["excess_ms_per_iteration"] > 40
