@@ -185,11 +185,11 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
 
 def _under_the_cut_off(peers: PeerEvidence, named: list[Suspect], overruled: list[str], threshold: float) -> list[str]:
     """Where no rank is a suspect, one line per rank whose compute read beyond the threshold but
-    in no iteration clear of the comparison's noise (stage 1 never flagged it), where nothing
-    else says why it is no suspect: the grid shows its number, the verdict no suspect, and the
-    user asks why (4
-    processes on 2 cores, megatron-core PP2 x DP2, 1.35x the layers on rank 1: 1.26x over four
-    steps, 1.77x in the first at z 2.7 under the cut-off 3.2; no suspect and, before, no note)."""
+    in no iteration clear of the comparison's noise (stage 1 never flagged it, its z never over
+    the cut-off), where nothing else says why it is no suspect: the grid shows its number, the
+    verdict no suspect, and the user asks why (4 processes on 2 cores, megatron-core PP2 x DP2,
+    1.35x the layers on rank 1: 1.26x over four steps, 1.77x in the first at z 2.7 under the
+    cut-off 3.2; no suspect and, before, no note)."""
     if peers.mode == "skipped" or peers.ranks.is_empty() or "z" not in peers.ranks.columns:
         return []
     said = {s.rank for s in named} | {s.peer for s in named if s.peer is not None}
@@ -197,7 +197,7 @@ def _under_the_cut_off(peers: PeerEvidence, named: list[Suspect], overruled: lis
     for row in peers.ranks.iter_rows(named=True):
         r, slowdown, z = row["rank"], row["slowdown"], row["z"]
         if (row["flagged"] or r in said or slowdown is None or z is None or not slowdown >= 1 + threshold
-                or z <= 0 or any(line.startswith(f"rank {r} ") for line in overruled)):
+                or not 0 < z <= peers.z_crit or any(line.startswith(f"rank {r} ") for line in overruled)):
             continue
         lines.append(f"rank {r} computes {slowdown:.2f}x its peers (at most z {z:.1f} in an iteration, under the "
                      f"cut-off {peers.z_crit:.1f}): not a suspect (within the noise of the comparison)")
