@@ -2253,6 +2253,78 @@ def fresh55_set(seed: int = FRESH55_SEED) -> list[Case]:
     ]
 
 
+FRESH56_SEED = 353
+# --set fresh56 on GPUs: a nineteenth model shape (hidden 3456, 36 heads, sequence 1408, 2
+# sequences a microbatch, 6 microbatches)
+GPT_GPU_FRESH56 = ["--layers", "8", "--hidden", "3456", "--heads", "36", "--seq", "1408", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh56_set(seed: int = FRESH56_SEED) -> list[Case]:
+    """Held out at the start of the forty-second session, before any change (``--set fresh56``, 2
+    ranks, seed 353, for CPUs and for a machine of 2 GPUs, on which the model shape is a
+    nineteenth): issue 13's classes with values no other set uses, weighted to torch.profiler
+    jobs (which are also scored without input shapes) -- plain DDP and FSDP2 (extra forward
+    matmuls, a data-path sleep, a sleep before each step, healthy), megatron-core layer faults,
+    work before each microbatch, host sleeps, a heavier pipeline link, healthy jobs, a heavier
+    last stage and lognormal lengths in DP2, TP2 and PP2. 5 iterations, 3 recorded. Ids end in
+    ``-f56``."""
+    g = _held_out_gpt(seed, "-f56", GPT_GPU_FRESH56, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+
+    return [
+        _plain("ddp2", "dp2", seed, rank=0, factor=1.35, tag="-f56"),
+        _plain("fsdp2", "dp2", seed, rank=1, sleep_ms=26, tag="-f56"),
+        _plain("ddp2", "dp2", seed, tag="-f56"),
+        _plain("fsdp2", "dp2", seed, rank=0, step_sleep_ms=21, tag="-f56"),
+        # megatron-core, mapp capture
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.2),
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=16),
+        g("pp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=1.05),
+        # megatron-core, torch.profiler
+        g("dp2", "kineto", "layer", rank=0, factor=1.25),
+        g("pp2", "kineto", "layer", rank=1, factor=1.4),
+        g("tp2", "kineto", "beforemb", rank=0, ms=15),
+        g("dp2", "kineto", "hostsleep", rank=1, ms=24, gpu_ms=65),
+        g("pp2", "kineto", "link", link=(0, 1)),
+        g("dp2", "kineto", "healthy"),
+        g("pp2", "kineto", "healthy"),
+        g("dp2", "kineto", "seqlognorm", sigma=0.95),
+        g("pp2", "kineto", "laststage", last_layers=3),
+    ]
+
+
+FRESH57_SEED = 359
+
+
+def fresh57_set(seed: int = FRESH57_SEED) -> list[Case]:
+    """Held out at the start of the forty-second session, before any change (``--set fresh57``, 4
+    ranks, seed 359, for CPUs: 4 gloo processes on 2 cores; a machine of 4 GPUs runs it in
+    ``fresh14``'s shape): plain DDP, FSDP2 and DP2 x TP2 under the profiler, megatron-core TP2 x
+    DP2, PP2 x DP2 and TP2 x PP2 under both captures, weighted to the profiler, with values no
+    other set uses. Ids end in ``-f57``."""
+    g = _held_out_gpt(seed, "-f57", GPT_GPU_FRESH14)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=2, factor=1.45, tag="-f57"),
+        _plain("fsdp4", "dp4", seed, rank=3, sleep_ms=24, tag="-f57"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=1, factor=1.7, tag="-f57"),
+        _plain("ddp4", "dp4", seed, tag="-f57"),
+        # megatron-core, mapp capture
+        g("tp2dp2", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=0, ms=18),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        g("pp2dp2", "kineto", "beforemb", rank=3, ms=21),
+        g("tp2pp2", "kineto", "layer", rank=2, factor=1.5),
+        g("tp2dp2", "kineto", "hostsleep", rank=1, ms=22),
+        g("pp2dp2", "kineto", "link", link=(0, 2)),
+        g("tp2dp2", "kineto", "healthy"),
+        g("pp2dp2", "kineto", "seqlognorm", sigma=1.0),
+        g("tp2pp2", "kineto", "laststage", last_layers=4),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -2800,7 +2872,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh20": fresh20_set, "fresh21": fresh21_set, "fresh22": fresh22_set,
         "fresh23": fresh23_set, "fresh24": fresh24_set,
         "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set, "fresh48": fresh48_set, "fresh49": fresh49_set, "fresh50": fresh50_set, "fresh51": fresh51_set, "fresh52": fresh52_set, "fresh53": fresh53_set,
-        "fresh54": fresh54_set, "fresh55": fresh55_set,
+        "fresh54": fresh54_set, "fresh55": fresh55_set, "fresh56": fresh56_set, "fresh57": fresh57_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
