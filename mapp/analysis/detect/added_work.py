@@ -33,7 +33,8 @@ def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     as ``nvjet ... 128x256`` kernels that its peer never called, the peer's as others, as many
     ``aten::mm`` calls on each). The calls of one launching op and its dims are those of the
     kernel it launched most often (a split-K GEMM launches a reduction kernel beside its own),
-    its cost all its kernels' time. Elsewhere (CPU ops) an op is its name."""
+    its cost all its kernels' time. Where the op is known by name alone (no ``[dims]``), its calls
+    are those its kernels began (``launches``). Elsewhere (CPU ops) an op is its name."""
     launcher = pl.col("shape").str.extract(r" <- (.+)$", 1)
     rows = work.with_columns(op=op_of(),
                              call=pl.coalesce(launcher, pl.concat_str(pl.col("name"), pl.col("shape").fill_null(""),
@@ -42,7 +43,15 @@ def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     cost = pl.col("calls") * pl.col("q")
     if "sizes_unknown" in rows.columns and "t" in rows.columns:
         cost = pl.when(pl.col("sizes_unknown")).then(pl.col("t")).otherwise(cost)
-    per_call = rows.group_by([*keys, "op", "call"]).agg(calls=pl.col("calls").max(), own=cost.sum())
+    calls = pl.col("calls")
+    if "launches" in rows.columns:
+        # kernels of an op known by name only: the op's calls are the launches its kernels began,
+        # counted per kind and summed (a call's first kernel holds it: ``detector._launched_by``)
+        by_launch = pl.col("sizes_unknown") & pl.col("shape").str.contains(" <- ", literal=True)
+        rows = rows.with_columns(call=pl.when(by_launch).then(pl.concat_str(pl.col("name"), pl.col("shape"), separator=" "))
+                                 .otherwise("call"))
+        calls = pl.when(by_launch).then(pl.col("launches")).otherwise(calls)
+    per_call = rows.group_by([*keys, "op", "call"]).agg(calls=calls.max(), own=cost.sum())
     return per_call.group_by([*keys, "op"]).agg(
         pl.col("calls").sum(), pl.col("own").sum(),
         top=(pl.col("own") / pl.col("calls").clip(lower_bound=1e-9)).max())

@@ -210,19 +210,36 @@ def _launched_by(events: pl.DataFrame) -> pl.DataFrame:
     kernels on Hopper launch one block per SM whatever the problem (2 H200s, megatron-core PP2,
     hidden 3072: the same ``nvjet`` kernel and grid for a 3072 x 3072 x 3072 matmul at 218 us a
     call and another GEMM at 74 us, 68 calls of one on a rank and 400 of the other on its peer),
-    so two ranks' calls of one kind were different work."""
+    so two ranks' calls of one kind were different work.
+
+    Recorded without shapes (``record_shapes=False``, the profiler's default), the op's name is
+    still known, and how many times it was called: a library picks a kernel for each problem
+    size, so where replicas drew other sequence lengths their GEMMs ran as other kernels, the
+    same ``aten::mm`` calls on each (2 H200s, megatron-core DP2, lognormal lengths: 1,485 calls
+    on each rank, 1,548 and 1,522 kernels of 19 kinds, a kind 66 calls on one and 0 on the other;
+    counted by kernel name, each rank read as adding 40-50 ms a step the other never ran).
+    Kernels then carry ``launch``, whether each is its call's first (``added_work.op_calls``)."""
     if "external_id" not in events.columns:
         return events
     kernel = pl.col("lane").str.starts_with("stream:")
     if not events.select(kernel.any()).item():   # a CPU-only trace (gloo): no kernel to tie
         return events.drop("external_id")
-    launchers = events.filter(~kernel & pl.col("external_id").is_not_null() & pl.col("shape").is_not_null()).select(
+    on_host = ~kernel & pl.col("external_id").is_not_null()
+    launchers = events.filter(on_host & pl.col("shape").is_not_null()).select(
         "rank", "external_id", launcher=pl.concat_str("name", "shape", separator=" ")).unique(
         ["rank", "external_id"], keep="first")
-    if launchers.is_empty():   # recorded without shapes
-        return events.drop("external_id")
+    launches = []
+    if launchers.is_empty():   # recorded without shapes: the launching op's name alone
+        launchers = events.filter(on_host).select("rank", "external_id", launcher=pl.col("name")).unique(
+            ["rank", "external_id"], keep="first")
+        if launchers.is_empty():
+            return events.drop("external_id")
+        # one op call may launch several kernels, of kinds that vary with its unknown problem
+        # size: each call counted once, at its first compute kernel (``added_work.op_calls``)
+        compute = kernel & (pl.col("cat") == "compute") & pl.col("external_id").is_not_null()
+        launches = [(compute & pl.struct("rank", "external_id", compute.alias("k")).is_first_distinct()).alias("launch")]
     return events.join(launchers, on=["rank", "external_id"], how="left", maintain_order="left").with_columns(
-        shape=pl.when(kernel & pl.col("launcher").is_not_null())
+        *launches, shape=pl.when(kernel & pl.col("launcher").is_not_null())
         .then(pl.concat_str("shape", "launcher", separator=" <- ")).otherwise("shape")).drop("external_id", "launcher")
 
 

@@ -107,8 +107,9 @@ def _sizes_unknown() -> pl.Expr:
     on rank 1, 125 ms, 432 of them the smaller extra GEMMs at 0.12 ms where the model's took 0.33
     ms). ``added_work`` costs such a kind's calls at their real time, not at a typical call: at
     the quicker quartile rank 1's 630 calls read 73 ms, 1.12x its peer. (A kernel timed on the
-    GPU is never descheduled, which the typical call guards against on CPUs.)"""
-    return pl.col("lane").str.starts_with("stream:") & ~pl.col("shape").fill_null("").str.contains(" <- ", literal=True)
+    GPU is never descheduled, which the typical call guards against on CPUs.) So also a kernel
+    tied to its op by name alone (``<- op`` with no ``[dims]``: ``detector._launched_by``)."""
+    return pl.col("lane").str.starts_with("stream:") & ~pl.col("shape").fill_null("").str.contains(r" <- \S+ \[")
 
 
 def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
@@ -180,7 +181,10 @@ def _extra_work(work: pl.DataFrame, peers: list[str], scales: pl.DataFrame | Non
         lone_calls, on=["rank", *group, "name"])
     added = lone.join(grid.select("rank", *group, "name", "surplus", "peer_own"),
                       on=["rank", *group, "name"]).with_columns(
-        share=(pl.col("surplus") / pl.col("lone_calls")).clip(upper_bound=1.0)).filter(pl.col("share") > 0)
+        # (lone kinds that began no call, a call's second kernels where ops are known by name
+        # only, are added whole where the op's calls are)
+        share=pl.when(pl.col("lone_calls") > 0).then(pl.col("surplus") / pl.col("lone_calls"))
+        .otherwise((pl.col("surplus") > 0).cast(pl.Float64)).clip(upper_bound=1.0)).filter(pl.col("share") > 0)
     if added.is_empty():
         return None
     return added.group_by(["rank", "iteration"]).agg(
@@ -303,8 +307,11 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64),
         fast=_fastest(shared_cpus).cast(pl.Float64), total=pl.len(),
         sizes_unknown=_sizes_unknown().all())
+    # (``launches``: the op calls a kind's kernels began, where a kernel's op is known by name only)
+    launches = [pl.col("launch").sum().cast(pl.Float64).alias("launches")] if "launch" in ops.columns else []
     counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64),
-                                                                      t=pl.col("self_ns").sum().cast(pl.Float64))
+                                                                      t=pl.col("self_ns").sum().cast(pl.Float64),
+                                                                      *launches)
     work = counts.join(per_call, on=["rank", *peers, *kind])
     key = [*peers, "iteration", *kind]
     work = work.with_columns(n=pl.len().over(key))

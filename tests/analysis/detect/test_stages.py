@@ -651,6 +651,31 @@ def test_a_kernel_is_the_work_of_the_op_that_launched_it():
     ]
 
 
+def test_without_shapes_a_kernel_is_a_call_of_its_op_by_name_counted_once():
+    # Recorded without shapes, the op that launched a kernel is known by name only: GEMMs of
+    # other sizes (a replica of longer sequences) run as other kernels, one ``aten::mm`` call
+    # each; a split-K GEMM's reduction kernel is the same call, not another.
+    from mapp.analysis.detect.detector import _launched_by
+
+    gemm, red, grid = "nvjet_sm90_tst_320x128", "splitKreduce_kernel", "[2, 66, 1]x[384, 1, 1]"
+    rows = [
+        # rank, name, cat, lane, shape, external_id
+        (0, "aten::mm", "other", "cpu:1", None, "10"),
+        (0, gemm, "compute", "stream:7", grid, "10"),
+        (0, red, "compute", "stream:7", "[4, 1, 1]x[128, 1, 1]", "10"),
+        (0, "aten::mm", "other", "cpu:1", None, "11"),
+        (0, gemm, "compute", "stream:7", grid, "11"),
+        (0, "aten::copy_", "other", "cpu:1", None, "12"),
+        (0, "Memcpy HtoD", "memory", "stream:7", None, "12"),
+        (0, gemm, "compute", "stream:7", grid, None),             # launched before the window
+    ]
+    ev = pl.DataFrame(rows, schema=["rank", "name", "cat", "lane", "shape", "external_id"], orient="row")
+    out = _launched_by(ev)
+    assert out["shape"].to_list() == [None, f"{grid} <- aten::mm", "[4, 1, 1]x[128, 1, 1] <- aten::mm", None,
+                                      f"{grid} <- aten::mm", None, None, grid]
+    assert out["launch"].to_list() == [False, True, False, False, True, False, False, False]
+
+
 def test_ranks_joined_by_their_groups_through_others_run_one_program():
     # Plain TP x DP over gloo (4 processes on 2 cores): gloo names no group, and the calls'
     # timing showed {0,1}, {0,2} and {1,3} but not the TP group {2,3}. Asked to share a group
