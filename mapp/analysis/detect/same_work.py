@@ -109,7 +109,7 @@ def _sizes_unknown() -> pl.Expr:
     the quicker quartile rank 1's 630 calls read 73 ms, 1.12x its peer. (A kernel timed on the
     GPU is never descheduled, which the typical call guards against on CPUs.) So also a kernel
     tied to its op by name alone (``<- op`` with no ``[dims]``: ``detector._launched_by``)."""
-    return pl.col("lane").str.starts_with("stream:") & ~pl.col("shape").fill_null("").str.contains(r" <- \S+ \[")
+    return pl.col("lane").str.starts_with("stream:") & ~pl.col("shape").fill_null("").str.contains(r" <- .+ \[")
 
 
 def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
