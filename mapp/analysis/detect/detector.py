@@ -128,7 +128,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
         iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=on_cpus, tp_pace=pace, neighbours=seen)
     notes += paced_pairs(peers, lateness, suspects + below)
-    notes += overruled
+    notes += [o.line for o in overruled]
     if below:
         notes.append("below threshold (not suspects): " + "; ".join(
             f"{s.kind.replace('_', ' ')} {s.label()} {s.slowdown:.3f}x" for s in below)

@@ -6,13 +6,13 @@ several verdicts into one). Plain data with its JSON form, nothing that judges e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
 from mapp.analysis.detect.thresholds import Thresholds
 
-__all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "KINDS", "in_place_of_lower"]
+__all__ = ["Suspect", "Overruled", "Imbalance", "StageStatus", "Verdict", "KINDS", "in_place_of_lower"]
 
 KINDS = ("slow_compute", "slow_link", "slow_nic", "slow_host")
 
@@ -81,6 +81,14 @@ def in_place_of_lower(suspects: list[Suspect], readings: list[Suspect]) -> list[
             if not any(s.rank == r.rank and s.kind != "slow_link" and not s.slowdown < r.slowdown for s in suspects)]
     named = {r.rank for r in kept}
     return [s for s in suspects if s.kind == "slow_link" or s.rank not in named] + kept
+
+
+class Overruled(NamedTuple):
+    """A candidate that a gate set aside: the rank it was (None for a link) and the note that
+    says what it had going for it and why it is no suspect."""
+
+    rank: int | None
+    line: str
 
 
 @dataclass(kw_only=True, slots=True)

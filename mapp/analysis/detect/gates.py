@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from mapp.analysis.detect.findings import Overruled
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
@@ -80,7 +81,7 @@ def light_stage(row: dict, peers: PeerEvidence) -> int | None:
     return int(heaviest["pp"]) if float(row["busy_ns"] or 0.0) < LIGHT * float(heaviest["compute_ns"]) else None
 
 
-def overruled_line(row: dict, late: dict | None, host: bool, gap_excess: float, why: str) -> str:
+def overruled_line(row: dict, late: dict | None, host: bool, gap_excess: float, why: str) -> Overruled:
     """What a candidate that a gate set aside had going for it, and the gate (for the notes)."""
     seen = (f"idles {gap_excess / 1e6:.1f} ms an iteration more than its peers (z {float(row['gap_z'] or 0.0):.1f})"
             if host else f"computes {float(row['slowdown']):.2f}x its peers (z {float(row['z']):.1f})")
@@ -89,7 +90,7 @@ def overruled_line(row: dict, late: dict | None, host: bool, gap_excess: float, 
         waits = (f"; last at {late['share_last']:.0%} of its collectives (chance {late['expected_share']:.0%}), "
                  f"{'making the others wait' if late['net_ns'] > 0 else 'waiting'} "
                  f"{abs(late['net_ns']) / 1e6:.1f} ms net")
-    return f"rank {row['rank']} {seen}{waits}: not a suspect ({why})"
+    return Overruled(int(row["rank"]), f"rank {row['rank']} {seen}{waits}: not a suspect ({why})")
 
 
 def stalled_iterations(peers: PeerEvidence, rank: int) -> list[int]:

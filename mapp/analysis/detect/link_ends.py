@@ -12,7 +12,7 @@ a link that loses a fraction of what a slow host costs is that host's doing
 from __future__ import annotations
 
 from mapp.analysis.detect.bandwidth import FLOOR_RATIO
-from mapp.analysis.detect.findings import Suspect
+from mapp.analysis.detect.findings import Overruled, Suspect
 
 __all__ = ["LINK_EXPLAINS", "own_slowness", "link_ends", "links_beside_a_busy_host", "tp_peers"]
 
@@ -31,7 +31,7 @@ excess time is at most this many times the link's: waiting on a link costs an en
 the link loses (real link faults, GPUs and CPUs: the host's excess 0.5-2.2x the link's)."""
 
 
-def link_ends(suspects: list[Suspect], overruled: list[str], coords: dict | None = None) -> list[Suspect]:
+def link_ends(suspects: list[Suspect], overruled: list[Overruled], coords: dict | None = None) -> list[Suspect]:
     """A host at an end of a link whose own transfers are slow is that link's victim.
 
     Traffic a link carries runs on its ends' GPUs: a stream that waits for the transfer holds
@@ -71,12 +71,13 @@ def link_ends(suspects: list[Suspect], overruled: list[str], coords: dict | None
             {"rank": s.rank, "kind": s.kind, "slowdown": round(float(s.slowdown), 3)}
             | ({"tp_peer_of": peer_of} if peer_of is not None else {}))
         where = "an end" if peer_of is None else f"the TP peer of rank {peer_of}, an end,"
-        overruled.append(f"rank {s.rank} (slow host {s.slowdown:.2f}x): {where} of slow link {link.rank}<->{link.peer}, "
-                         f"whose fastest transfers took {ratio:.1f}x its like link's")
+        overruled.append(Overruled(s.rank, f"rank {s.rank} (slow host {s.slowdown:.2f}x): {where} of slow link "
+                                           f"{link.rank}<->{link.peer}, whose fastest transfers took {ratio:.1f}x its "
+                                           "like link's"))
     return out
 
 
-def links_beside_a_busy_host(suspects: list[Suspect], overruled: list[str]) -> list[Suspect]:
+def links_beside_a_busy_host(suspects: list[Suspect], overruled: list[Overruled]) -> list[Suspect]:
     """On CPU processes sharing cores, a slow link beside a slow host whose excess is more than
     ``LINK_EXPLAINS`` x the link's is that host's doing, not a fault of its own: a busy process
     slows the transfers of the processes beside it on its cores, fastest ones included (the
@@ -93,9 +94,10 @@ def links_beside_a_busy_host(suspects: list[Suspect], overruled: list[str]) -> l
             kept.append(s)
             continue
         link = f"{s.rank}<->{s.peer}" if s.peer is not None else "-".join(map(str, s.group or [s.rank]))
-        overruled.append(f"link {link} (slow link {s.slowdown:.2f}x, +{s.excess_ns / 1e6:.2f} ms/it): not a suspect "
-                         f"(on shared CPUs, beside rank {host.rank}'s slow host, +{host.excess_ns / 1e6:.2f} ms/it: a "
-                         "busy process slows the transfers of those sharing its cores)")
+        overruled.append(Overruled(None, f"link {link} (slow link {s.slowdown:.2f}x, +{s.excess_ns / 1e6:.2f} ms/it): "
+                                         f"not a suspect (on shared CPUs, beside rank {host.rank}'s slow host, "
+                                         f"+{host.excess_ns / 1e6:.2f} ms/it: a busy process slows the transfers of "
+                                         "those sharing its cores)"))
     return kept
 
 

@@ -16,7 +16,7 @@ import math
 
 import polars as pl
 
-from mapp.analysis.detect.findings import Suspect
+from mapp.analysis.detect.findings import Overruled, Suspect
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
@@ -77,7 +77,7 @@ their 1.4-1.45x layer faults 1.39x or more."""
 
 
 def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
-                      overruled: list[str], last_stage: frozenset[int] = frozenset(),
+                      overruled: list[Overruled], last_stage: frozenset[int] = frozenset(),
                       middle_stages: frozenset[int] = frozenset()) -> list[Suspect]:
     """Where compute is timed on CPUs, a rank timed slower than its peers is a suspect only if it
     is also slower than every other rank of the job by the threshold: processes that share cores
@@ -109,29 +109,32 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
         steady = "steady_layers" in s.evidence.get("peers", {})
         typical = typical_slowdown(peers, s.rank, own) if timed else None
         if timed and traced and len(s.iterations) < CONSISTENT * traced:
-            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers in {len(s.iterations)} of {traced} "
-                             "iterations: not a suspect (on shared CPUs, slower by its times alone in some "
-                             "iterations only: contention comes and goes)")
+            overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers in {len(s.iterations)} of "
+                                               f"{traced} iterations: not a suspect (on shared CPUs, slower by its "
+                                               "times alone in some iterations only: contention comes and goes)"))
         elif timed and beside is not None and not stands_out(typical, beside, slowdown_threshold):
-            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers ({typical:.2f}x in its typical "
-                             f"iteration): not a suspect (on shared CPUs: rank {beside[0]} is {beside[1]:.2f}x its "
-                             f"own peers in its typical iteration, and a slow rank is slower than every other by "
-                             f"the threshold, {1 + slowdown_threshold:g}x)")
+            overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers ({typical:.2f}x in its "
+                                               f"typical iteration): not a suspect (on shared CPUs: rank {beside[0]} "
+                                               f"is {beside[1]:.2f}x its own peers in its typical iteration, and a "
+                                               "slow rank is slower than every other by the threshold, "
+                                               f"{1 + slowdown_threshold:g}x)"))
         elif timed and peers.counted and own < (bar := LAST_STAGE if s.rank in last_stage else CONTENTION):
             where = " (the last stage, which shared CPUs time slower than the others)" if s.rank in last_stage else ""
-            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs, by its "
-                             f"times alone, under {bar:g}x{where}: it calls no op more often than its peers)")
+            overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on "
+                                               f"shared CPUs, by its times alone, under {bar:g}x{where}: it calls no "
+                                               "op more often than its peers)"))
         elif (timed and not peers.counted and peers.mode == "layer peers"
               and own < (bar := CONTENTION if s.rank in middle_stages | last_stage or steady else ONE_RANK_A_STAGE)):
-            overruled.append(f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on shared CPUs, one rank "
-                             f"a stage timed against the other stages' layers, under {bar:g}x: which "
-                             "process contention slows is chance, and no call is counted)")
+            overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on "
+                                               "shared CPUs, one rank a stage timed against the other stages' layers, "
+                                               f"under {bar:g}x: which process contention slows is chance, and no "
+                                               "call is counted)"))
         else:
             kept.append(s)
     return kept
 
 
-def late_above_contention(suspects: list[Suspect], peers: PeerEvidence, overruled: list[str]) -> list[Suspect]:
+def late_above_contention(suspects: list[Suspect], peers: PeerEvidence, overruled: list[Overruled]) -> list[Suspect]:
     """Stage 2's stand-ins for slow compute on shared CPUs where calls are counted: slower by its
     arrivals alone than contention makes a healthy process (``CONTENTION``). (A host stands in
     by its stalls, which contention does not make.)"""
@@ -141,9 +144,9 @@ def late_above_contention(suspects: list[Suspect], peers: PeerEvidence, overrule
     for s in suspects:
         alone = s.kind == "slow_compute" and "added_work" not in s.evidence.get("peers", {})
         if alone and s.slowdown == s.slowdown and s.slowdown < CONTENTION:
-            overruled.append(f"rank {s.rank} slows the iteration {s.slowdown:.2f}x by arriving last: not a suspect "
-                             f"(on shared CPUs, by its arrivals alone, under {CONTENTION:g}x: it calls no op more "
-                             "often than its peers)")
+            overruled.append(Overruled(s.rank, f"rank {s.rank} slows the iteration {s.slowdown:.2f}x by arriving last: "
+                                               f"not a suspect (on shared CPUs, by its arrivals alone, under "
+                                               f"{CONTENTION:g}x: it calls no op more often than its peers)"))
         else:
             kept.append(s)
     return kept

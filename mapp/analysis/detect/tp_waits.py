@@ -30,7 +30,7 @@ from __future__ import annotations
 import polars as pl
 
 from mapp.analysis.detect._stats import margin, robust_scale, z_critical
-from mapp.analysis.detect.findings import Suspect, in_place_of_lower
+from mapp.analysis.detect.findings import Overruled, Suspect, in_place_of_lower
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
@@ -188,7 +188,7 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
     return in_place_of_lower(suspects, out)
 
 
-def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence, overruled: list[str],
+def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence, overruled: list[Overruled],
                pace: pl.DataFrame | None = None) -> tuple[list[Suspect], list[int]]:
     """``suspects`` without the slow-compute ones that a slow-compute TP peer kept waiting
     (``_kept_waiting``: at nearly all of their TP collectives, or as its pace says, which holds
@@ -214,9 +214,9 @@ def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence, overruled: l
         paced = culprit.evidence.get("tp_pace")
         why = (f"slower than them in {paced['share_slower']:.0%} of the stretches between their TP collectives, "
                if paced else "") + f"is last at {share[culprit.rank]:.0%} of those and it at {share[s.rank]:.0%}"
-        overruled.append(
-            f"rank {s.rank} computes {s.slowdown:.2f}x its peers: not a suspect (its TP peer {culprit.rank}, "
-            f"slow compute, {why}: the tracer's spans hold its waits for that peer)")
+        overruled.append(Overruled(
+            s.rank, f"rank {s.rank} computes {s.slowdown:.2f}x its peers: not a suspect (its TP peer {culprit.rank}, "
+                    f"slow compute, {why}: the tracer's spans hold its waits for that peer)"))
         victims.append(s.rank)
     return kept, victims
 

@@ -23,7 +23,7 @@ import polars as pl
 from mapp.analysis.detect._stats import margin
 from mapp.analysis.detect.added_work import added_evidence, added_slowdown, adds_work, does_extra_work
 from mapp.analysis.detect.bandwidth import BandwidthEvidence
-from mapp.analysis.detect.findings import Imbalance, StageStatus, Suspect, Verdict
+from mapp.analysis.detect.findings import Imbalance, Overruled, StageStatus, Suspect, Verdict
 from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled_why, stage2_agrees,
                                         stalled_iterations, traced_iterations)
 from mapp.analysis.detect.host_paced import excess_at, launch_bound_verdict
@@ -68,8 +68,8 @@ class Combined(NamedTuple):
     grid: pl.DataFrame
     below: list[Suspect]
     """Would-be suspects slower than their peers by less than the threshold."""
-    overruled: list[str]
-    """One line per candidate of stage 1 that a gate of ``gates.overruled_why`` set aside, and why."""
+    overruled: list[Overruled]
+    """One per candidate that a gate (``gates.overruled_why`` and the like) set aside, and why."""
 
 
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
@@ -92,7 +92,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)} if lateness.ran else {}
     pfac = _pipeline_factor(layout.sizes["pp"] if layout.sizes else 1, microbatches)
     suspects: list[Suspect] = []
-    overruled: list[str] = []
+    overruled: list[Overruled] = []
     if peers.mode != "skipped":
         replica = _replica_waits(peers, late, coords)
         for row in peers.ranks.iter_rows(named=True):
@@ -161,9 +161,9 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     suspects = heavy_replicas(suspects, peers, layout, imbalance)
     # a rank slower in one iteration of several, and not by far, is noise, not a fault
     passing = [s for s in suspects if not s.evidence.pop("lasting", True)]
-    overruled += [f"rank {s.rank} ({s.kind.replace('_', ' ')}) {s.slowdown:.2f}x in {len(s.iterations)} of "
-                  f"{traced} traced iterations: not a suspect (slower in some iterations only, and not by far: "
-                  "noise, not a fault)" for s in passing]
+    overruled += [Overruled(s.rank, f"rank {s.rank} ({s.kind.replace('_', ' ')}) {s.slowdown:.2f}x in "
+                            f"{len(s.iterations)} of {traced} traced iterations: not a suspect (slower in some "
+                            "iterations only, and not by far: noise, not a fault)") for s in passing]
     suspects = [s for s in suspects if s not in passing]
     waiting = []
     if tp_pace is not None:
@@ -183,7 +183,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     return Combined(suspects, imbalance, victims, grid, below, overruled)
 
 
-def _under_the_cut_off(peers: PeerEvidence, named: list[Suspect], overruled: list[str], threshold: float) -> list[str]:
+def _under_the_cut_off(peers: PeerEvidence, named: list[Suspect], overruled: list[Overruled],
+                       threshold: float) -> list[Overruled]:
     """Where no rank is a suspect, one line per rank whose compute read beyond the threshold but
     in no iteration clear of the comparison's noise (stage 1 never flagged it, its z never over
     the cut-off), where nothing else says why it is no suspect: the grid shows its number, the
@@ -192,15 +193,16 @@ def _under_the_cut_off(peers: PeerEvidence, named: list[Suspect], overruled: lis
     cut-off 3.2; no suspect and, before, no note)."""
     if peers.mode == "skipped" or peers.ranks.is_empty() or "z" not in peers.ranks.columns:
         return []
-    said = {s.rank for s in named} | {s.peer for s in named if s.peer is not None}
+    said = {s.rank for s in named} | {s.peer for s in named if s.peer is not None} | {o.rank for o in overruled}
     lines = []
     for row in peers.ranks.iter_rows(named=True):
         r, slowdown, z = row["rank"], row["slowdown"], row["z"]
         if (row["flagged"] or r in said or slowdown is None or z is None or not slowdown >= 1 + threshold
-                or not 0 < z <= peers.z_crit or any(line.startswith(f"rank {r} ") for line in overruled)):
+                or not 0 < z <= peers.z_crit):
             continue
-        lines.append(f"rank {r} computes {slowdown:.2f}x its peers (at most z {z:.1f} in an iteration, under the "
-                     f"cut-off {peers.z_crit:.1f}): not a suspect (within the noise of the comparison)")
+        lines.append(Overruled(r, f"rank {r} computes {slowdown:.2f}x its peers (at most z {z:.1f} in an iteration, "
+                                  f"under the cut-off {peers.z_crit:.1f}): not a suspect (within the noise of the "
+                                  "comparison)"))
     return lines
 
 
@@ -370,7 +372,7 @@ STALLS_SHARE = 0.5
 
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
                      pfac: float, iteration_ns: float | None, slowdown_threshold: float,
-                     overruled: list[str] | None = None, shared_cpus: bool = False,
+                     overruled: list[Overruled] | None = None, shared_cpus: bool = False,
                      replica: bool = False) -> Suspect | None:
     busy = row["busy_ns"] or 0.0
     gap_excess = max(row["gap_excess_ns"] or 0.0, 0.0)
@@ -546,8 +548,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                                       busy=busy, slowdown_threshold=slowdown_threshold)
         if isinstance(judged, str):
             if overruled is not None and float(row["slowdown"]) >= 1 + slowdown_threshold:
-                overruled.append(f"rank {row['rank']} computes {float(row['slowdown']):.2f}x its peers "
-                                 f"(z {float(row['z']):.1f}): not a suspect ({judged})")
+                overruled.append(Overruled(int(row["rank"]), f"rank {row['rank']} computes "
+                                           f"{float(row['slowdown']):.2f}x its peers (z {float(row['z']):.1f}): not a "
+                                           f"suspect ({judged})"))
             return None
         row, launch, host, stalled = judged
     if not (row["flagged"] or host):

@@ -592,11 +592,12 @@ def test_only_a_host_at_an_end_of_a_link_slow_by_itself_is_that_links_victim():
     host = Suspect(rank=2, kind="slow_host", confidence=0.7, slowdown=1.15, excess_ns=26e6)
     gpu = Suspect(rank=0, kind="slow_compute", confidence=0.7, slowdown=1.3, excess_ns=30e6)
     elsewhere = Suspect(rank=3, kind="slow_host", confidence=0.7, slowdown=1.2, excess_ns=20e6)
-    notes: list[str] = []
+    notes: list = []
     kept = link_ends([link(11.9), host, gpu, elsewhere], notes)
     assert [(s.rank, s.kind) for s in kept] == [(0, "slow_link"), (0, "slow_compute"), (3, "slow_host")]
     assert kept[0].evidence["ends_waiting"] == [{"rank": 2, "kind": "slow_host", "slowdown": 1.15}]
-    assert notes and notes[0].startswith("rank 2 (slow host 1.15x): an end of slow link 0<->2")
+    assert notes and notes[0].rank == 2
+    assert notes[0].line.startswith("rank 2 (slow host 1.15x): an end of slow link 0<->2")
     # slower by its medians only (its fastest transfers not raised): a late end may explain it
     assert len(link_ends([link(None), host], [])) == 2
 
@@ -634,11 +635,11 @@ def test_a_host_in_a_tp_group_with_an_end_of_a_link_slow_by_itself_is_that_links
                                                              "fastest_ratio": 12.0}]}})
     peer_host = Suspect(rank=3, kind="slow_host", confidence=0.76, slowdown=1.13, excess_ns=33e6)
     peer_gpu = Suspect(rank=1, kind="slow_compute", confidence=0.7, slowdown=1.3, excess_ns=30e6)
-    notes: list[str] = []
+    notes: list = []
     kept = link_ends([peer_host, link, peer_gpu], notes, coords)
     assert [(s.rank, s.kind) for s in kept] == [(0, "slow_link"), (1, "slow_compute")]
     assert kept[0].evidence["ends_waiting"] == [{"rank": 3, "kind": "slow_host", "slowdown": 1.13, "tp_peer_of": 2}]
-    assert notes == ["rank 3 (slow host 1.13x): the TP peer of rank 2, an end, of slow link 0<->2, "
+    assert [o.line for o in notes] == ["rank 3 (slow host 1.13x): the TP peer of rank 2, an end, of slow link 0<->2, "
                      "whose fastest transfers took 12.0x its like link's"]
     # another replica's rank of the same stage is no TP peer
     apart = {**coords, 3: {"tp": 1, "pp": 1, "dp": 1}}
@@ -658,7 +659,7 @@ def test_a_host_stalling_far_beyond_what_a_link_loses_is_no_victim_of_it():
                    evidence={"bandwidth": {"observations": [{"ranks": [0, 2], "what": "p2p", "ratio": 3.77,
                                                              "fastest_ratio": 3.77}]}})
     host = Suspect(rank=1, kind="slow_host", confidence=0.78, slowdown=1.67, excess_ns=128.37e6)
-    notes: list[str] = []
+    notes: list = []
     kept = link_ends([host, link], notes, coords)
     assert [(s.rank, s.kind) for s in kept] == [(1, "slow_host"), (0, "slow_link")]
     assert notes == [] and "ends_waiting" not in link.evidence
@@ -677,10 +678,11 @@ def test_on_shared_cpus_a_link_beside_a_host_costing_far_more_is_that_hosts_doin
     link = Suspect(rank=0, kind="slow_link", confidence=0.69, slowdown=5.43, peer=2, excess_ns=10.39e6)
     host = Suspect(rank=1, kind="slow_host", confidence=0.77, slowdown=2.34, excess_ns=134.02e6)
     gpu = Suspect(rank=3, kind="slow_compute", confidence=0.7, slowdown=1.5, excess_ns=200e6)
-    notes: list[str] = []
+    notes: list = []
     assert links_beside_a_busy_host([host, link, gpu], notes) == [host, gpu]
-    assert notes == ["link 0<->2 (slow link 5.43x, +10.39 ms/it): not a suspect (on shared CPUs, beside rank 1's "
-                     "slow host, +134.02 ms/it: a busy process slows the transfers of those sharing its cores)"]
+    assert [(o.rank, o.line) for o in notes] == [
+        (None, "link 0<->2 (slow link 5.43x, +10.39 ms/it): not a suspect (on shared CPUs, beside rank 1's "
+               "slow host, +134.02 ms/it: a busy process slows the transfers of those sharing its cores)")]
     near = Suspect(rank=2, kind="slow_host", confidence=0.7, slowdown=1.09, excess_ns=20.27e6)
     heavy = Suspect(rank=1, kind="slow_link", confidence=0.9, slowdown=4.2, peer=3, excess_ns=9.06e6)
     assert links_beside_a_busy_host([heavy, near], []) == [heavy, near]
@@ -832,7 +834,7 @@ def test_slower_layers_on_a_stage_doing_under_half_the_heaviest_stages_work_are_
 
     s, overruled = judged(25.77)
     assert s is None
-    assert "under 50% of stage 1's work" in overruled[0]
+    assert "under 50% of stage 1's work" in overruled[0].line
     # the same layers beside a stage 1 of 18 ms: rank 0's stage does 57% of its work, and its
     # slower layers stay a suspect as before
     s, _ = judged(18.0)
