@@ -171,21 +171,27 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     timed = events.filter(pl.col("iteration").is_not_null())
     by_order = "shape" in timed.columns and timed["shape"].null_count() == len(timed) and coords["pp"].null_count() == 0
     if by_order:
-        timed = _nth_call(timed, coords)
+        timed = _nth_call(timed, coords, stages_alone=mode == "layer peers")
     if "shape" in timed.columns and timed["shape"].null_count() < len(timed):
         ops = self_times(timed)
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
         gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns", "name"), group, coords, min_effect,
                          starts, recurring=shared_cpus)
-        found = compare_same_work(ops, gaps, coords, group, slow_op=slow_op, min_effect=min_effect,
+        # (ops the stages do not call alike are no one's same work: their time is idle to none)
+        compared = ops.filter(pl.col("shape") != _UNLIKE) if by_order and mode == "layer peers" else ops
+        found = compare_same_work(compared, gaps, coords, group, slow_op=slow_op, min_effect=min_effect,
                                   shared_cpus=shared_cpus, programs_differ=mode == "layer peers" and not by_order)
         if found is None:
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
         per, ranks, z_crit, pairs = found
         if not judge_gaps:
             ranks = ranks.with_columns(gap_flagged=pl.lit(False))
-        stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
+        # (a stage's compute is all its ops', compared or not)
+        busy = per if compared is ops else per.drop("busy_ns").join(
+            ops.group_by("rank", "iteration").agg(busy_ns=pl.col("self_ns").sum().cast(pl.Float64)),
+            on=["rank", "iteration"], how="left")
+        stages = _stage_balance(busy, coords) if sizes and sizes["pp"] >= 2 else None
         sliced = scattered(kernel_places(ops, coords, group, slow_op), min_effect) if time_slices else None
         return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs, counted=True,
                             sliced=sliced)
@@ -278,7 +284,11 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                         pairs=pairs, sliced=sliced)
 
 
-def _nth_call(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame:
+_UNLIKE = "!"
+"""``_nth_call``'s shape of an op the pipeline stages, one rank each, do not call alike."""
+
+
+def _nth_call(timed: pl.DataFrame, coords: pl.DataFrame, *, stages_alone: bool = False) -> pl.DataFrame:
     """Where a profiler recorded no shapes (``record_shapes=False``, its default), the n-th
     call of an op in an iteration stands for its shape among the ranks of one program (one
     pipeline stage, or found by ``program`` without a layout): ranks of one program make their
@@ -286,13 +296,32 @@ def _nth_call(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame:
     same layer's matmul. Only for an op that every rank of the program (``coords.pp``) called as
     often in that iteration: one extra call shifts every later n-th, and a rank whose layers run
     extra GEMMs made its peer's GEMMs look slow by the shift (CPU PP2 x DP2, no shapes). Such an
-    op's calls keep one shape, ``*``, and are compared by name, their count included."""
+    op's calls keep one shape, ``*``, and are compared by name, their count included.
+
+    ``stages_alone``: one rank a pipeline stage, each its own program. There the n-th call of a
+    stage is not the n-th of another (the first stage's embedding, the last's output layer and
+    loss, and each stage's own order of microbatches under 1F1B come between), nor are the calls
+    of an op the same work where the stages call it differently often (the output layer's GEMMs
+    are ``aten::mm`` calls beside the layers'). Only an op that every stage calls as often in an
+    iteration is compared, by name (``*``): the same layers' calls on the same microbatches, in
+    another order. The others keep the shape ``_UNLIKE`` and are left out of the comparison
+    (``compare_peers``), not out of the time the ranks were busy (2 processes on 2 cores,
+    megatron-core PP2 under the profiler without shapes, 16 jobs: by the n-th call, a last stage
+    of three times the layers read "slow compute" 2.4x, a stage of lognormal lengths 1.2x, and
+    work added before each of the last stage's microbatches named the first stage)."""
     # the program under a name of its own: ``timed`` may carry coordinate columns of its own
     program = timed.join(coords.select("rank", _program=pl.col("pp")), on="rank", how="left")
     calls = pl.len().over("rank", "iteration", "name")
-    alike = calls.min().over("_program", "iteration", "name") == calls.max().over("_program", "iteration", "name")
+    among = ["iteration", "name"] if stages_alone else ["_program", "iteration", "name"]
+    alike = calls.min().over(among) == calls.max().over(among)
     nth = pl.int_range(pl.len()).over("rank", "iteration", "name", order_by="ts_ns")
-    shape = pl.when(pl.col("cat") != "compute").then(None).when(alike).then(pl.format("#{}", nth)).otherwise(pl.lit("*"))
+    if stages_alone:
+        # (an op only some stages call: the others' count of it is 0)
+        everywhere = pl.col("rank").n_unique().over(among) == timed["rank"].n_unique()
+        same = pl.when(alike & everywhere).then(pl.lit("*")).otherwise(pl.lit(_UNLIKE))
+    else:
+        same = pl.when(alike).then(pl.format("#{}", nth)).otherwise(pl.lit("*"))
+    shape = pl.when(pl.col("cat") != "compute").then(None).otherwise(same)
     return program.with_columns(shape=shape).drop("_program")
 
 

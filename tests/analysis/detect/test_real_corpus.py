@@ -1796,3 +1796,24 @@ def test_without_shapes_replicas_of_other_lengths_call_their_gemms_as_often(tmp_
     assert not ranks["flagged"].any()
     assert all(0.9 < s < 1.1 for s in ranks["slowdown"].to_list())
     assert detect_bundle(bundle, threshold=0.1).suspects == []
+
+
+@pytest.mark.parametrize("case_id,heavy", [("gpt-pp2-prof-laststage3of4-f56", (1, 2.0)),
+                                          ("gpt-pp2-prof-seqlognorm1.15-f54", (0, 1.1))])
+def test_without_shapes_pipeline_stages_alone_are_compared_on_the_ops_they_call_alike(tmp_path, case_id, heavy):
+    # 2 gloo processes on 2 cores, megatron-core PP2 under the profiler, recorded without shapes,
+    # no fault: a last stage of three times the first's layers, and lognormal lengths. Paired by
+    # the n-th call of each op, the stages' calls were other work (the embedding, the output
+    # layer and the loss, and each stage's own order of microbatches come between): "slow
+    # compute 1" 2.4x and "slow compute 0" 1.2x. Compared on the ops both call as often, no
+    # suspect; the stage balance still weighs all of each stage's ops, as it does with shapes (the
+    # heavier stage and at least this ratio: ``heavy``).
+    case = FRESH_CASES[case_id]
+    assert case.expect is None and case.cls == "imbalance"
+    verdict = detect_bundle(load_bundle(_without_shapes(case.directory, tmp_path / "case")), threshold=0.1)
+    assert verdict.suspects == []
+    with_shapes = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert with_shapes.suspects == []
+    for v in (verdict, with_shapes):
+        stages = [i.evidence for i in v.imbalance if i.kind == "stage"]
+        assert [s["stage"] for s in stages] == [heavy[0]] and stages[0]["ratio"] > heavy[1]
