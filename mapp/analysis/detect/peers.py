@@ -178,7 +178,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
         gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns", "name"), group, coords, min_effect,
                          starts, recurring=shared_cpus)
-        # (ops the stages do not call alike are no one's same work: their time is idle to none)
+        # (ops the stages do not call alike are no one's same work; the gaps above were measured
+        # between all ops, so their time stays busy, not idle)
         compared = ops.filter(pl.col("shape") != _UNLIKE) if by_order and mode == "layer peers" else ops
         found = compare_same_work(compared, gaps, coords, group, slow_op=slow_op, min_effect=min_effect,
                                   shared_cpus=shared_cpus, programs_differ=mode == "layer peers" and not by_order)
