@@ -140,7 +140,8 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
             suspect.evidence["device"] = device
     stages = [
         StageStatus(name="1 peers", ran=peers.mode != "skipped", reason=peers.reason,
-                    detail=f"compared with {peers.mode}" if peers.mode != "skipped" else None),
+                    detail=(f"compared with {peers.mode}" + (f", {peers.scope}" if peers.scope else ""))
+                    if peers.mode != "skipped" else None),
         StageStatus(name="2 lateness", ran=lateness.ran, reason=lateness.reason,
                     detail=f"{int(lateness.ranks['instances'].sum()):,} collective calls on aligned clocks" if lateness.ran else None),
         StageStatus(name="3 bandwidth", ran=bandwidth.ran, reason=bandwidth.reason,

@@ -82,6 +82,8 @@ class PeerEvidence:
     counted: bool = False
     """Ops were compared per kind with their calls counted (``same_work``: profiler traces that
     record shapes), so work a rank adds shows in its counts, not only in its times."""
+    scope: str | None = None
+    """What part of the ranks' work was compared, where not all of it (for the stage's line)."""
 
 
 def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
@@ -195,7 +197,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         stages = _stage_balance(busy, coords) if sizes and sizes["pp"] >= 2 else None
         sliced = scattered(kernel_places(ops, coords, group, slow_op), min_effect) if time_slices else None
         return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs, counted=True,
-                            sliced=sliced)
+                            sliced=sliced, scope=None if compared is ops else _scope(compared, ops))
     ops = leaf_ops(timed)
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
@@ -283,6 +285,13 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
                         pairs=pairs, sliced=sliced)
+
+
+def _scope(compared: pl.DataFrame, ops: pl.DataFrame) -> str:
+    """The stage's word on comparing stages on the ops they call alike (``_nth_call``)."""
+    share = float(compared["self_ns"].sum()) / max(float(ops["self_ns"].sum()), 1.0)
+    return (f"on the ops every stage calls as often, {share:.0%} of their compute (recorded without input "
+            "shapes: record_shapes=True compares the rest)")
 
 
 _UNLIKE = "!"

@@ -1817,3 +1817,7 @@ def test_without_shapes_pipeline_stages_alone_are_compared_on_the_ops_they_call_
     for v in (verdict, with_shapes):
         stages = [i.evidence for i in v.imbalance if i.kind == "stage"]
         assert [s["stage"] for s in stages] == [heavy[0]] and stages[0]["ratio"] > heavy[1]
+    # and the stage's line says how much of the stages' work that was
+    said = verdict.stages[0].detail
+    assert said.startswith("compared with layer peers, on the ops every stage calls as often, ")
+    assert "record_shapes=True" in said and "record_shapes" not in with_shapes.stages[0].detail
