@@ -18,8 +18,23 @@ import polars as pl
 from mapp.analysis.detect._stats import others_median
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["ADDED_SHARE", "ADDED_PART", "added_work", "op_calls", "op_of", "with_added", "does_extra_work", "adds_work",
-           "added_slowdown", "added_evidence"]
+__all__ = ["ADDED_SHARE", "ADDED_PART", "LAUNCHED", "added_work", "launched", "launched_with_dims", "op_calls", "op_of",
+           "with_added", "does_extra_work", "adds_work", "added_slowdown", "added_evidence"]
+
+LAUNCHED = " <- "
+"""Joins a kernel's grid and block to the op that launched it in ``shape``
+(``detector._launched_by``): ``grid <- op [dims]``, or ``grid <- op`` where the trace recorded
+no input shapes."""
+
+
+def launched() -> pl.Expr:
+    """``shape`` names the op that launched the kernel (``LAUNCHED``)."""
+    return pl.col("shape").fill_null("").str.contains(LAUNCHED, literal=True)
+
+
+def launched_with_dims() -> pl.Expr:
+    """``shape`` names the op that launched the kernel and that op's input dims."""
+    return pl.col("shape").fill_null("").str.contains(LAUNCHED + r".+ \[")
 
 
 def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -35,7 +50,7 @@ def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     kernel it launched most often (a split-K GEMM launches a reduction kernel beside its own),
     its cost all its kernels' time. Where the op is known by name alone (no ``[dims]``), its calls
     are those its kernels began (``launches``). Elsewhere (CPU ops) an op is its name."""
-    launcher = pl.col("shape").str.extract(r" <- (.+)$", 1)
+    launcher = pl.col("shape").str.extract(LAUNCHED + r"(.+)$", 1)
     rows = work.with_columns(op=op_of(),
                              call=pl.coalesce(launcher, pl.concat_str(pl.col("name"), pl.col("shape").fill_null(""),
                                                                       separator=" ")))
@@ -47,7 +62,7 @@ def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     if "launches" in rows.columns:
         # kernels of an op known by name only: the op's calls are the launches its kernels began,
         # counted per kind and summed (a call's first kernel holds it: ``detector._launched_by``)
-        by_launch = pl.col("sizes_unknown") & pl.col("shape").str.contains(" <- ", literal=True)
+        by_launch = pl.col("sizes_unknown") & launched()
         rows = rows.with_columns(call=pl.when(by_launch).then(pl.concat_str(pl.col("name"), pl.col("shape"), separator=" "))
                                  .otherwise("call"))
         calls = pl.when(by_launch).then(pl.col("launches")).otherwise(calls)
@@ -60,7 +75,7 @@ def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 def op_of() -> pl.Expr:
     """A kind's op, as :func:`op_calls` counts it: the CPU op that launched a kernel (its
     ``shape``'s ``<- op [dims]``), else the kind's name."""
-    return pl.coalesce(pl.col("shape").str.extract(r" <- (\S+)", 1), pl.col("name"))
+    return pl.coalesce(pl.col("shape").str.extract(LAUNCHED + r"(\S+)", 1), pl.col("name"))
 
 
 ADDED_SHARE = 0.5

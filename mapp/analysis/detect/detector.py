@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from mapp.analysis.detect.added_work import LAUNCHED
 from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
@@ -241,7 +242,7 @@ def _launched_by(events: pl.DataFrame) -> pl.DataFrame:
         launches = [(compute & pl.struct("rank", "external_id", compute.alias("k")).is_first_distinct()).alias("launch")]
     return events.join(launchers, on=["rank", "external_id"], how="left", maintain_order="left").with_columns(
         *launches, shape=pl.when(kernel & pl.col("launcher").is_not_null())
-        .then(pl.concat_str("shape", "launcher", separator=" <- ")).otherwise("shape")).drop("external_id", "launcher")
+        .then(pl.concat_str("shape", "launcher", separator=LAUNCHED)).otherwise("shape")).drop("external_id", "launcher")
 
 
 def _tokens(bundle) -> list[pl.Expr]:

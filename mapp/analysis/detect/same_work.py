@@ -29,7 +29,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, within_rank_scale,
                                          z_critical)
-from mapp.analysis.detect.added_work import added_work, op_calls, op_of, with_added
+from mapp.analysis.detect.added_work import added_work, launched, launched_with_dims, op_calls, op_of, with_added
 from mapp.analysis.detect.layout import middle_stages
 from mapp.analysis.detect.thresholds import CONSISTENT
 
@@ -109,7 +109,7 @@ def _sizes_unknown() -> pl.Expr:
     the quicker quartile rank 1's 630 calls read 73 ms, 1.12x its peer. (A kernel timed on the
     GPU is never descheduled, which the typical call guards against on CPUs.) So also a kernel
     tied to its op by name alone (``<- op`` with no ``[dims]``: ``detector._launched_by``)."""
-    return pl.col("lane").str.starts_with("stream:") & ~pl.col("shape").fill_null("").str.contains(r" <- .+ \[")
+    return pl.col("lane").str.starts_with("stream:") & ~launched_with_dims()
 
 
 def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
@@ -280,7 +280,7 @@ def _layers_often(work: pl.DataFrame) -> pl.Expr:
     over the embedding's parameters, other stages' a handful)."""
     op = op_of()
     shared_max = pl.when(pl.col("n") >= 2).then(pl.col("calls")).max().over(["rank", "iteration", op])
-    a_call = ~pl.col("shape").fill_null("").str.contains(" <- ", literal=True)
+    a_call = ~launched()
     return (pl.col("n") == 1) & a_call & (pl.col("calls") > OFTEN * shared_max.fill_null(float("inf")))
 
 
