@@ -42,7 +42,8 @@ parallel replica, ``min(--seq, max(8, round(--seq/4 * exp(SIGMA * N(0, 1)))))`` 
 ``variable_seq_lengths`` so that pipeline stages exchange shapes).
 
 ``--profile-dir DIR`` traces the run with ``torch.profiler`` instead (CPU activity, and CUDA on
-a GPU; ``record_shapes``; ``--profile-wait`` iterations skipped, ``--profile-warmup`` warm-up,
+a GPU; ``record_shapes``, or ``--profile-record default`` for the profiler's own defaults and
+``tutorial`` for shapes, memory and Python stacks; ``--profile-wait`` iterations skipped, ``--profile-warmup`` warm-up,
 ``--profile-active`` recorded), one ``rank-<r>.json`` per rank; ``--profile-stop plain`` lets each
 rank stop its trace as soon as it ends its last recorded iteration, as a plain profiler does,
 instead of waiting for every rank to end it first.
@@ -125,6 +126,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "plain: each stops and writes its trace when it gets there, as a plain torch.profiler does")
     p.add_argument("--profile-active", type=int, default=None,
                    help="profiled iterations (default: the rest)")
+    p.add_argument("--profile-record", default="shapes", choices=sorted(PROFILE_RECORDS),
+                   help="what torch.profiler records besides ops: shapes (record_shapes), default (its "
+                        "defaults: no shapes), tutorial (record_shapes, profile_memory, with_stack)")
     p.add_argument("--groups-json", default=None, help="rank 0 writes the parallel groups here")
     p.add_argument("--timings-json", default=None, help="each rank appends its step times here")
     p.add_argument("--seed", type=int, default=1234)
@@ -636,6 +640,12 @@ def _synced_profile_class():
     return SyncedProfile
 
 
+# ``--profile-record``: torch.profiler's recording options (shapes; its defaults, which record none;
+# PyTorch's profiler tutorial, with Python stacks and memory events)
+PROFILE_RECORDS = {"shapes": dict(record_shapes=True), "default": {},
+                   "tutorial": dict(record_shapes=True, profile_memory=True, with_stack=True)}
+
+
 def make_profiler(args, rank: int, device: torch.device):
     """``--profile-dir``: a torch.profiler that writes ``rank-<r>.json``, or None."""
     if not args.profile_dir:
@@ -647,7 +657,7 @@ def make_profiler(args, rank: int, device: torch.device):
     active = args.profile_active or max(1, args.iterations - args.profile_wait - args.profile_warmup)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     path = os.path.join(args.profile_dir, f"rank-{rank}.json")
-    return maker(activities=activities, record_shapes=True,
+    return maker(activities=activities, **PROFILE_RECORDS[args.profile_record],
                  schedule=schedule(wait=args.profile_wait, warmup=args.profile_warmup, active=active, repeat=1),
                  on_trace_ready=lambda p: p.export_chrome_trace(path))
 

@@ -30,6 +30,15 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-stop", default="synced", choices=["synced", "plain"],
                    help="synced: every rank ends its last recorded step before any stops its trace; plain: "
                         "each stops and writes its trace when it gets there, as a plain torch.profiler does")
+    p.add_argument("--profile-record", default="shapes", choices=sorted(PROFILE_RECORDS),
+                   help="what torch.profiler records besides ops: shapes (record_shapes), default (its "
+                        "defaults: no shapes), tutorial (record_shapes, profile_memory, with_stack)")
+
+
+# ``--profile-record``: torch.profiler's recording options, as the corpus asks (shapes) and as users
+# call it (its defaults; PyTorch's profiler tutorial, with Python stacks and memory events)
+PROFILE_RECORDS = {"shapes": dict(record_shapes=True), "default": {},
+                   "tutorial": dict(record_shapes=True, profile_memory=True, with_stack=True)}
 
 
 def init(seed: int) -> tuple[int, int, torch.device]:
@@ -82,7 +91,7 @@ def store_barrier(name: str) -> None:
 
 
 def make_profiler(args, rank: int, device: torch.device):
-    """torch.profiler (CPU, + CUDA on a GPU; record_shapes) writing ``rank-<r>.json``, or None.
+    """torch.profiler (CPU, + CUDA on a GPU; ``--profile-record``'s options) writing ``rank-<r>.json``, or None.
     With ``--profile-stop synced`` (the default) all ranks finish their last recorded step before
     any stops the trace (stopping takes the CPU a while, which on shared cores would slow the
     ranks still in that step); ``plain`` stops each where it gets there, as users' jobs do."""
@@ -101,7 +110,7 @@ def make_profiler(args, rank: int, device: torch.device):
     active = args.profile_active or max(1, args.steps - args.profile_wait - args.profile_warmup)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     path = os.path.join(args.profile_dir, f"rank-{rank}.json")
-    return maker(activities=activities, record_shapes=True,
+    return maker(activities=activities, **PROFILE_RECORDS[args.profile_record],
                  schedule=schedule(wait=args.profile_wait, warmup=args.profile_warmup, active=active, repeat=1),
                  on_trace_ready=lambda p: p.export_chrome_trace(path))
 

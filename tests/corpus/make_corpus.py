@@ -513,6 +513,22 @@ def _held_out_gpt(seed: int, tag: str, shape: list[str], windows: tuple[list[str
     return g
 
 
+# ``--profile-record`` of the jobs (tests/corpus/_job.py, examples/train_gpt.py): how a source says it
+PROFILE_RECORD_TEXT = {"shapes": "", "default": " with its defaults (record_shapes=False)",
+                       "tutorial": " as PyTorch's tutorial calls it (record_shapes, profile_memory, with_stack)"}
+
+
+def _recorded(case: Case, how: str) -> Case:
+    """A profiler case recorded with ``--profile-record how`` (its id's tag gains ``-nosh`` or ``-stk``)."""
+    assert case.fmt == "kineto" and how in PROFILE_RECORD_TEXT, (case.id, how)
+    mark = {"default": "-nosh", "tutorial": "-stk"}[how]
+    case.id = case.id.replace("-prof-", f"-prof{mark}-", 1)
+    case.args += ["--profile-record", how]
+    if case.job == "gpt":   # the other jobs' GPU arguments are their model size, then ``args``
+        case.gpu_args += ["--profile-record", how]
+    return case
+
+
 def _jittering(case: Case, sigma: float = 0.7) -> Case:
     """A before-microbatch case whose load varies per microbatch (``--slow-jitter``)."""
     case.id = case.id.replace("ms-r", "ms-jitter-r", 1)
@@ -2325,6 +2341,81 @@ def fresh57_set(seed: int = FRESH57_SEED) -> list[Case]:
     ]
 
 
+FRESH58_SEED = 367
+# --set fresh58 on GPUs: a twentieth model shape (hidden 2688, 42 heads, sequence 1664, 2
+# sequences a microbatch, 5 microbatches)
+GPT_GPU_FRESH58 = ["--layers", "8", "--hidden", "2688", "--heads", "42", "--seq", "1664", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "5", "--bf16"]
+
+
+def fresh58_set(seed: int = FRESH58_SEED) -> list[Case]:
+    """Held out at the start of the forty-third session, before any change (``--set fresh58``, 2
+    ranks, seed 367, for CPUs and for a machine of 2 GPUs, on which the model shape is a
+    twentieth): issue 13's classes with values no other set uses, the profiler jobs recorded as
+    users record them as well as with shapes -- with the profiler's defaults (no shapes: ids
+    ``-prof-nosh-``) and as PyTorch's tutorial calls it (shapes, memory and Python stacks:
+    ``-prof-stk-``), kept whole as written. Plain DDP and FSDP2, megatron-core layer faults,
+    work before each microbatch, host sleeps, healthy jobs, a heavier last stage and lognormal
+    lengths in DP2, TP2 and PP2. 5 iterations, 3 recorded. Ids end in ``-f58``."""
+    g = _held_out_gpt(seed, "-f58", GPT_GPU_FRESH58, windows=(MAPP_WINDOW_SHORT, PROF_WINDOW_SHORT))
+    r = _recorded
+
+    return [
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.5, tag="-f58"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, sleep_ms=22, tag="-f58"), "tutorial"),
+        r(_plain("ddp2", "dp2", seed, tag="-f58"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, step_sleep_ms=19, tag="-f58"), "tutorial"),
+        _plain("fsdp2", "dp2", seed, rank=1, factor=1.3, tag="-f58"),
+        # megatron-core, mapp capture
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.3),
+        g("tp2", "mapp-v1", "hostsleep", rank=0, ms=20, gpu_ms=60),
+        g("pp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        # megatron-core, torch.profiler
+        r(g("dp2", "kineto", "layer", rank=1, factor=1.35), "default"),
+        r(g("tp2", "kineto", "beforemb", rank=1, ms=17), "default"),
+        r(g("tp2", "kineto", "layer", rank=0, factor=1.3), "tutorial"),
+        r(g("pp2", "kineto", "hostsleep", rank=1, ms=23, gpu_ms=62), "default"),
+        r(g("dp2", "kineto", "healthy"), "tutorial"),
+        r(g("tp2", "kineto", "healthy"), "default"),
+        r(g("tp2", "kineto", "seqlognorm", sigma=1.0), "default"),
+        g("dp2", "kineto", "seqlognorm", sigma=0.9),
+        r(g("pp2", "kineto", "laststage", last_layers=3), "default"),
+    ]
+
+
+FRESH59_SEED = 373
+
+
+def fresh59_set(seed: int = FRESH59_SEED) -> list[Case]:
+    """Held out at the start of the forty-third session, before any change (``--set fresh59``, 4
+    ranks, seed 373, for CPUs: 4 gloo processes on 2 cores; a machine of 4 GPUs runs it in
+    ``fresh14``'s shape): plain DDP, FSDP2 and DP2 x TP2 and megatron-core TP2 x DP2, PP2 x DP2
+    and TP2 x PP2, weighted to the profiler and most of those recorded as users record them
+    (``-prof-nosh-``: the profiler's defaults; ``-prof-stk-``: the tutorial's shapes, memory and
+    Python stacks), with values no other set uses. Ids end in ``-f59``."""
+    g = _held_out_gpt(seed, "-f59", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(_plain("ddp4", "dp4", seed, rank=3, factor=1.5, tag="-f59"), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=1, step_sleep_ms=20, tag="-f59"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=2, factor=1.6, tag="-f59"), "tutorial"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=0, factor=2.5, tag="-f59"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f59"), "default"),
+        _plain("ddp4", "dp4", seed, rank=0, sleep_ms=27, tag="-f59"),
+        # megatron-core, mapp capture
+        g("pp2dp2", "mapp-v1", "layer", rank=2, factor=1.45),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=0.85),
+        # megatron-core, torch.profiler
+        r(g("tp2dp2", "kineto", "layer", rank=0, factor=1.4), "default"),
+        r(g("pp2dp2", "kineto", "hostsleep", rank=1, ms=19), "default"),
+        r(g("tp2pp2", "kineto", "beforemb", rank=1, ms=22), "tutorial"),
+        r(g("pp2dp2", "kineto", "healthy"), "default"),
+        r(g("tp2dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        g("pp2dp2", "kineto", "laststage", last_layers=3),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -2873,6 +2964,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh23": fresh23_set, "fresh24": fresh24_set,
         "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set, "fresh48": fresh48_set, "fresh49": fresh49_set, "fresh50": fresh50_set, "fresh51": fresh51_set, "fresh52": fresh52_set, "fresh53": fresh53_set,
         "fresh54": fresh54_set, "fresh55": fresh55_set, "fresh56": fresh56_set, "fresh57": fresh57_set,
+        "fresh58": fresh58_set, "fresh59": fresh59_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
@@ -3314,7 +3406,8 @@ def collect(run: Launched, out_dir: Path, gpu: bool, nproc: int, use_gzip: bool)
             for path in sorted(Path(trace_dir).glob("rank-*.json")):
                 doc = json.loads(path.read_text())
                 rank = doc.get("distributedInfo", {}).get("rank", int(path.stem.split("-")[1]))
-                doc, d = trim_kineto(doc)
+                # recorded as users record (``--profile-record``): kept whole, as the profiler wrote it
+                doc, d = (doc, {}) if "--profile-record" in case.args else trim_kineto(doc)
                 for k, v in d.items():
                     dropped[k] = dropped.get(k, 0) + v
                 docs[rank] = doc
@@ -3355,6 +3448,8 @@ def source_text(case: Case, gpu: bool, nproc: int) -> str:
     tracer = "torch.profiler" if case.fmt == "kineto" else "mapp capture (layer granularity)"
     if "--profile-stop" in case.args and case.args[case.args.index("--profile-stop") + 1] == "plain":
         tracer += " (each rank stops its trace on its own)"
+    if "--profile-record" in case.args:
+        tracer += PROFILE_RECORD_TEXT[case.args[case.args.index("--profile-record") + 1]]
     return f"{where}, {what}, {tracer}"
 
 
