@@ -170,7 +170,7 @@ def _record_ends_from_the_back(data: bytes) -> list[int]:
     window = 1 << 20
     while True:
         start = max(0, len(data) - window)
-        ends = [start + m.start() for m in _RECORD_END.finditer(data, start)]
+        ends = [m.start() for m in _RECORD_END.finditer(data, start)]   # finditer's offsets are absolute
         if data.endswith(b"}"):
             ends.append(len(data) - 1)
         if len(ends) >= _MAX_TRIES or start == 0:

@@ -262,6 +262,26 @@ def test_truncated_trace_is_salvaged(tmp_path):
     assert events.filter(pl.col("name") == "ProfilerStep#1").height == 1
 
 
+def test_truncated_trace_of_megabytes_is_salvaged(tmp_path):
+    """Past the first megabyte too: a real GPU trace cut off at 3.8 MB (of 6) read as beyond salvage."""
+    raw = json.loads(GLOO[1].read_bytes())
+    events = raw["traceEvents"]
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    filler = [dict(ops[i % len(ops)], name=f"aten::filler_{i}") for i in range(12_000)]
+    data = json.dumps({**raw, "traceEvents": [*events, *filler]}).encode()
+    assert len(data) > 3 << 20
+    cut = data.index(b'"aten::filler_11000"')          # inside an event, megabytes in
+    path = tmp_path / "rank-1.json"
+    path.write_bytes(data[:cut])
+    warnings: list[str] = []
+    kept_events, ranks = _read([path], warnings)
+    assert ranks["rank"].to_list() == [1]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{path}: truncated at byte {cut}; kept ")
+    names = set(kept_events["name"].to_list())
+    assert "aten::filler_10999" in names and "aten::filler_11000" not in names
+    assert kept_events.filter(pl.col("name") == "ProfilerStep#2").height == 1
+
+
 def test_not_json_raises_naming_the_file(tmp_path):
     bad = tmp_path / "rank-0.json"
     bad.write_text("garbage, not a trace")
