@@ -1,0 +1,65 @@
+"""The detector on profiler traces recorded as users record them (tests/corpus/cases-users).
+
+The rest of the corpus asks ``torch.profiler`` for input shapes and keeps only what mapp's
+reader reads. These five were recorded by ``make_corpus.py --set fresh58`` / ``fresh59`` (held
+out, 2 H200s over NCCL and 4 gloo processes on 2 CPUs) with ``--profile-record default``, the
+profiler's own defaults (no input shapes), or ``tutorial``, as PyTorch's profiler tutorial calls
+it (shapes, ``profile_memory``, ``with_stack``), and are kept whole as the profiler wrote them:
+Python frames, memory instants, flows. Each is issue 13's first or second failure class.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from mapp.analysis.detect import detect_bundle
+from mapp.analysis.ingest import load_bundle
+from mapp.bench.real import load_corpus
+
+USERS = Path(__file__).resolve().parents[2] / "corpus" / "cases-users"
+CASES = {c.id: c for c in load_corpus(USERS)}
+
+
+def _events(case_id: str, rank: int) -> list[dict]:
+    with gzip.open(CASES[case_id].directory / f"rank-{rank}.json.gz") as f:
+        return json.load(f)["traceEvents"]
+
+
+@pytest.mark.parametrize("case_id", sorted(CASES))
+def test_the_rank_slowed_is_named_first_with_its_kind(case_id):
+    # every one a fault of 20-32% of its rank's step (the plain DDP matmuls: 1.5x the forward's)
+    case = CASES[case_id]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (case.expect["rank"], case.expect["kinds"][0])
+
+
+@pytest.mark.parametrize("case_id", [c for c in sorted(CASES) if "-prof-stk-" in c])
+def test_the_tutorial_recordings_hold_python_frames_and_memory_events(case_id):
+    # what the cases are for: a reader that stumbled on these would have failed above
+    events = _events(case_id, 0)
+    cats = {e.get("cat") for e in events}
+    assert "python_function" in cats and "cpu_instant_event" in cats
+    assert sum(e.get("cat") == "python_function" for e in events) > sum(e.get("cat") == "cpu_op" for e in events)
+
+
+@pytest.mark.parametrize("case_id", [c for c in sorted(CASES) if "-prof-nosh-" in c])
+def test_the_default_recordings_hold_no_input_shapes(case_id):
+    events = _events(case_id, 1)
+    assert not any("Input Dims" in (e.get("args") or {}) for e in events)
+    assert any(e.get("cat") == "cpu_op" for e in events)
+
+
+def test_python_frames_are_neither_work_nor_waiting():
+    # 2 H200s, plain DDP, rank 1 sleeping 19 ms before each step: a host stall of 19 ms a step,
+    # not compute; the Python frames around every op would otherwise read as work
+    case = CASES["ddp2-prof-stk-stepsleep19ms-r1-f58-gpu2"]
+    bundle = load_bundle(case.directory)
+    cats = set(bundle.scan().select("cat").unique().collect()["cat"].to_list())
+    assert "python_function" not in cats
+    top = detect_bundle(bundle, threshold=0.1).suspects[0]
+    assert (top.rank, top.kind) == (1, "slow_host") and 15e6 < top.excess_ns < 25e6
