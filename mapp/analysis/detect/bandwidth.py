@@ -199,12 +199,14 @@ def _collectives(matching) -> pl.DataFrame:
     )
 
 
-def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shared_cpus: bool = False) -> BandwidthEvidence:
+def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shared_cpus: bool = False,
+                   iteration_ns: float | None = None) -> BandwidthEvidence:
     """Run stage 3. ``hosts`` maps ``rank`` to ``host`` (null when unknown); a link's or group's
     transfers are slow beyond (1 + ``link_threshold``) x like transfers (``Thresholds.link``).
     ``shared_cpus``: the ranks are CPU processes (gloo), where like p2p links are compared by
     their fastest transfers over the run only (``_raised_floors``) and two like groups not by
-    their times."""
+    their times. ``iteration_ns``: the job's iteration, against which a job's only p2p link is
+    weighed (``_only_link``)."""
     added = _added_traffic(matching)
     obs = pl.concat([_p2p(matching), _collectives(matching)])
     obs = obs.filter(pl.col("time_ns") > 0)
@@ -233,7 +235,11 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     if per.is_empty():
         if added:       # (its like links' transfers all had an asynchronous side: counted, not timed)
             return BandwidthEvidence(True, None, per, added, 0.0)
+        only = _only_link(obs, iteration_ns)
+        if only is not None and only.findings:
+            return only
         return BandwidthEvidence(False, "every link or group is the only one of its kind: nothing to compare with"
+                                 + ("; the job's one p2p link took no longer than " + FABRIC if only is not None else "")
                                  + _best_rates(obs))
     # Two of a kind (the two pipeline links of PP2 x DP2, the two TP groups of TP2 x DP2): the
     # median of two is their mean and halves the difference, and two values always sit one
@@ -304,6 +310,51 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
 
 SHOWN = 3
 """Links and groups that ``_best_rates`` lists at most (those of the largest transfers)."""
+
+
+FLOOR_GBPS = 1.25
+FLOOR_LATENCY_NS = 1e6
+FABRIC = "10 Gb Ethernet would (1.25 GB/s, 1 ms a message)"
+"""What the only p2p link of a job is weighed against (``_only_link``): the slowest fabric a
+training job runs on, 10 Gb Ethernet, and a message's own time on a software stack over shared
+CPUs (gloo, 2 processes on 2 cores: 0.2-0.4 ms a 16 KB message once both ends were ready,
+healthy, in every CPU PP2 job of the corpus; NCCL on 2 H200s: 0.1-0.45 ms for 12-33 MB). A model,
+not a measurement of the job's hardware: NVLink and InfiniBand links are 20-400x faster, so it
+names only a link that is slow by any standard."""
+
+
+def _only_link(obs: pl.DataFrame, iteration_ns: float | None) -> BandwidthEvidence | None:
+    """Where a job's p2p traffic runs on one link (PP2 on 2 ranks), nothing like it says how long
+    its transfers should take; they are weighed against ``FABRIC``: a message's time once both
+    ends were ready beyond ``FLOOR_LATENCY_NS`` + its bytes at ``FLOOR_GBPS`` is the link's
+    excess, a typical message's excess times the messages of an iteration its cost. A suspect
+    where that cost lasts (``CONSISTENT`` of the iterations); its slowdown is the iteration's
+    over the iteration without that cost. None where the job has no such link.
+
+    2 processes on 2 CPUs, megatron-core PP2 under mapp's capture, 4 MB more on every exchange
+    of the one link: its 16 KB messages took 2.4-4.4 ms (1.1 ms at best), 20-27 ms of a 60-76 ms
+    iteration, 1.32-1.63x by this measure; in 15 healthy, imbalanced or otherwise faulty CPU PP2
+    jobs 0.2-0.75 ms, never beyond it in a typical message. On 2 H200s 512 MB more on every
+    exchange took the 20 MB messages to 1.9 ms, well within the 17 ms 10 Gb Ethernet would take
+    (and the job lost 0-6.5% of its iteration: below any threshold)."""
+    p2p = obs.filter((pl.col("what") == "p2p") & (pl.col("bytes") > 0))
+    if p2p.is_empty() or p2p["obs"].n_unique() != 1 or not iteration_ns:
+        return None
+    p2p = p2p.with_columns(allowed=FLOOR_LATENCY_NS + pl.col("bytes") / FLOOR_GBPS)
+    per = p2p.group_by("iteration").agg(
+        n=pl.len(), excess=(pl.col("time_ns") - pl.col("allowed")).median().clip(lower_bound=0) * pl.len())
+    slow = per.filter(pl.col("excess") > 0)
+    if len(slow) < CONSISTENT * len(per):
+        return BandwidthEvidence(False, None, p2p)
+    excess_ns = float(per["excess"].mean())
+    if excess_ns >= iteration_ns:       # (an iteration shorter than its transfers: not timed alike)
+        return BandwidthEvidence(False, None, p2p)
+    ranks = tuple(p2p["obs"][0])
+    ratio = float((p2p["time_ns"] / p2p["allowed"]).median())
+    observation = {"ranks": list(ranks), "what": "p2p", "ratio": ratio, "iterations": sorted(slow["iteration"].to_list()),
+                   "compared": f"than {FABRIC}: the job's only link, nothing like it to compare with", "against": "fabric"}
+    finding = LinkFinding("slow_link", ranks, iteration_ns / (iteration_ns - excess_ns), 0.0, [observation], excess_ns)
+    return BandwidthEvidence(True, None, p2p.with_columns(ratio=pl.col("time_ns") / pl.col("allowed")), [finding], 0.0)
 
 
 def _best_rates(obs: pl.DataFrame) -> str:

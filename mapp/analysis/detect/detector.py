@@ -91,12 +91,13 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     lap("peers")
     lateness = collective_lateness(matching, traced, _comm_waits(events, analysis.clock))
     lap("lateness")
+    iteration_ns = _iteration_ns(iters, events)
     bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
-                               shared_cpus=on_cpus)
+                               shared_cpus=on_cpus, iteration_ns=iteration_ns)
     lap("bandwidth")
     pace = tp_pace(matching, len(traced)) if _synchronizing_tracer(bundle) else None
     microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
-    return StageEvidence(peers, lateness, bandwidth, info, _iteration_ns(iters, events), microbatches, on_cpus,
+    return StageEvidence(peers, lateness, bandwidth, info, iteration_ns, microbatches, on_cpus,
                          traced, notes, pace, device_counters(bundle.scan()))
 
 

@@ -1821,3 +1821,20 @@ def test_without_shapes_pipeline_stages_alone_are_compared_on_the_ops_they_call_
     said = verdict.stages[0].detail
     assert said.startswith("compared with layer peers, on the ops every stage calls as often, ")
     assert "record_shapes=True" in said and "record_shapes" not in with_shapes.stages[0].detail
+
+
+def test_a_jobs_only_pipeline_link_slower_than_any_fabric_is_named():
+    # PP2 on 2 CPUs under mapp's capture (``--set fresh54``, held out): every exchange of the one
+    # pipeline link also moves 4 MB, outside the recorded bytes. Its 16 KB messages took 2.4-2.9 ms
+    # once both ends were ready (healthy CPU PP2 jobs: 0.2-0.4 ms), 20-25 ms of a 62 ms step. With no
+    # like link it was "the only one of its kind: nothing to compare with" and no suspect; weighed
+    # against the slowest fabric (10 Gb Ethernet: 1 ms a message and 1.25 GB/s) it is the culprit
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-mapp-link0-1-f54"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {0, 1})
+    assert 1.15 < top.slowdown < 1.6 and len(verdict.suspects) == 1
+    assert "10 Gb Ethernet" in top.evidence["bandwidth"]["observations"][0]["compared"]
+    # the healthy job of the same shape is not: its messages took a tenth of the allowance
+    healthy = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-mapp-healthy-f12"].directory), threshold=0.1)
+    assert healthy.suspects == []
+    assert "took no longer than 10 Gb Ethernet" in healthy.stages[2].reason

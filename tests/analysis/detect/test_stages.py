@@ -364,6 +364,31 @@ def test_stage3_a_link_alone_in_its_class_is_not_compared():
     assert not bw.ran and "no matched" in bw.reason
 
 
+
+def test_stage3_a_jobs_only_link_is_weighed_against_the_slowest_fabric():
+    # PP2 on 2 ranks: one link, nothing like it. 4 messages of 1 MiB an iteration, 4 ms each once
+    # both ends were ready; 10 Gb Ethernet would take 1 ms + 1 MiB at 1.25 GB/s = 1.84 ms. The
+    # excess, 4 x 2.16 ms, of a 50 ms iteration: without it the iteration would take 41.4 ms
+    bw = link_bandwidth(matched(p2p=p2p_calls({(0, 1): 4.0}), world=2), hosts(2), link_threshold=CUTS.link,
+                        iteration_ns=50 * MS)
+    allowed_ms = 1 + (1 << 20) / 1.25 / 1e6
+    excess_ms = 4 * (4.0 - allowed_ms)
+    assert bw.ran and [(f.kind, f.ranks) for f in bw.findings] == [("slow_link", (0, 1))]
+    f = bw.findings[0]
+    assert f.excess_ns == pytest.approx(excess_ms * MS)
+    assert f.slowdown == pytest.approx(50 / (50 - excess_ms))
+    assert f.observations[0]["ratio"] == pytest.approx(4.0 / allowed_ms)
+    assert f.observations[0]["iterations"] == [0, 1]
+    assert "10 Gb Ethernet" in f.observations[0]["compared"]
+
+
+def test_stage3_a_jobs_only_link_as_fast_as_ethernet_is_not_slow():
+    # the same link at 1.5 ms a message: within the 1.84 ms 10 Gb Ethernet would take
+    bw = link_bandwidth(matched(p2p=p2p_calls({(0, 1): 1.5}), world=2), hosts(2), link_threshold=CUTS.link,
+                        iteration_ns=50 * MS)
+    assert not bw.ran and bw.findings == []
+    assert "the job's one p2p link took no longer than 10 Gb Ethernet would" in bw.reason
+
 def test_stage3_messages_with_an_async_side_have_no_transfer_time():
     # The same four links with 0->2 four times slower, but every send is async (its span is its
     # 10 us post, MegaDPP's): the shorter side would be the post, 10 us for every link, and
