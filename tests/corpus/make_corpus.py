@@ -3216,10 +3216,13 @@ def measure(case: Case, trace_dir: Path, timings: dict, docs: dict[int, dict] | 
     out: dict = {"recorded_steps": its, "step_ms": [_r(x) for x in step_ms]}
     inj = timings.get("injected_s") or []
     slow = case.slow_rank
-    if slow is not None and inj and inj[slow]:
-        injected = _median(inj[slow][i] * 1e3 for i in its if i < len(inj[slow]))
+    # a link's injector times its extra transfers at both ends: the first end's time is what the
+    # heavier link cost (``injected_share_of_step``: under the threshold, a weak case)
+    timed = case.injected[0]["ranks"][0] if slow is None and case.part == "link" else slow
+    if timed is not None and inj and inj[timed]:
+        injected = _median(inj[timed][i] * 1e3 for i in its if i < len(inj[timed]))
         out["injected_ms_per_step"] = _r(injected)
-        out["injected_share_of_step"] = _r(injected / step_ms[ranks.index(slow)], 3) if step_ms[ranks.index(slow)] else None
+        out["injected_share_of_step"] = _r(injected / step_ms[ranks.index(timed)], 3) if step_ms[ranks.index(timed)] else None
     layout = case.layout
 
     def stage_of(r):   # megatron order tp-cp-ep-dp-pp; the plain jobs have pp = 1
