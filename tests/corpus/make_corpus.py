@@ -2416,6 +2416,30 @@ def fresh59_set(seed: int = FRESH59_SEED) -> list[Case]:
     ]
 
 
+FRESH60_SEED = 379
+
+
+def fresh60_set(seed: int = FRESH60_SEED) -> list[Case]:
+    """Held out after the forty-third session's change to a job's only link (``--set fresh60``,
+    2 ranks, seed 379, for CPUs): megatron-core PP2, whose one pipeline link is weighed against
+    the slowest fabric (``bandwidth._only_link``), with 3 and 6 MB more on every exchange, beside
+    the jobs the rule must leave alone (healthy, a host sleep, a heavier last stage, lognormal
+    lengths, a layer fault), under mapp's capture and the profiler. Ids end in ``-f60``."""
+    g = _held_out_gpt(seed, "-f60", GPT_GPU_FRESH58)
+
+    return [
+        g("pp2", "mapp-v1", "link", link=(0, 1), link_bytes=3_000_000),
+        g("pp2", "mapp-v1", "link", link=(1, 0), link_bytes=6_000_000),
+        g("pp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "hostsleep", rank=1, ms=18),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2", "mapp-v1", "seqlognorm", sigma=1.1),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.5),
+        g("pp2", "kineto", "link", link=(0, 1), link_bytes=5_000_000),
+        g("pp2", "kineto", "healthy"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -2964,7 +2988,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh23": fresh23_set, "fresh24": fresh24_set,
         "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set, "fresh48": fresh48_set, "fresh49": fresh49_set, "fresh50": fresh50_set, "fresh51": fresh51_set, "fresh52": fresh52_set, "fresh53": fresh53_set,
         "fresh54": fresh54_set, "fresh55": fresh55_set, "fresh56": fresh56_set, "fresh57": fresh57_set,
-        "fresh58": fresh58_set, "fresh59": fresh59_set,
+        "fresh58": fresh58_set, "fresh59": fresh59_set, "fresh60": fresh60_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
