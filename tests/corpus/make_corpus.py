@@ -2440,6 +2440,45 @@ def fresh60_set(seed: int = FRESH60_SEED) -> list[Case]:
     ]
 
 
+FRESH61_SEED = 383
+
+
+def fresh61_set(seed: int = FRESH61_SEED) -> list[Case]:
+    """Held out after the forty-third session's change to CPU processes timed by spans
+    (``--set fresh61``, 2 ranks, seed 383, for CPUs; ``fresh62`` has the 4-rank jobs):
+    megatron-core under mapp's capture, data- and tensor-parallel peers, where a rank slower by
+    its spans alone must now read 1.3x (``shared_cpus.CONTENTION``): healthy jobs beside layer
+    faults at the low end (1.25-1.3x), lognormal lengths. Ids end in ``-f61``."""
+    g = _held_out_gpt(seed, "-f61", GPT_GPU_FRESH58)
+
+    return [
+        g("dp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.25),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=0.85),
+        g("tp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.3),
+    ]
+
+
+FRESH62_SEED = 389
+
+
+def fresh62_set(seed: int = FRESH62_SEED) -> list[Case]:
+    """``fresh61``'s 4-rank jobs (``--set fresh62``, seed 389, 4 gloo processes on 2 cores):
+    DP4, TP2 x DP2 and PP2 x DP2 under mapp's capture, healthy and with a 1.25-1.3x layer fault.
+    Ids end in ``-f62``."""
+    g = _held_out_gpt(seed, "-f62", GPT_GPU_FRESH14)
+
+    return [
+        g("dp4", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "layer", rank=3, factor=1.3),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=2, factor=1.25),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.3),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -2988,7 +3027,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh23": fresh23_set, "fresh24": fresh24_set,
         "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set, "fresh48": fresh48_set, "fresh49": fresh49_set, "fresh50": fresh50_set, "fresh51": fresh51_set, "fresh52": fresh52_set, "fresh53": fresh53_set,
         "fresh54": fresh54_set, "fresh55": fresh55_set, "fresh56": fresh56_set, "fresh57": fresh57_set,
-        "fresh58": fresh58_set, "fresh59": fresh59_set, "fresh60": fresh60_set,
+        "fresh58": fresh58_set, "fresh59": fresh59_set, "fresh60": fresh60_set, "fresh61": fresh61_set,
+        "fresh62": fresh62_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
