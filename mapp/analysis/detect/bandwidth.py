@@ -10,6 +10,8 @@ size, member count, and whether it crosses nodes) as a ratio. Slow by that media
 fastest transfer of the size in that iteration is slower than its like links' too (``_fastest_too``:
 waiting only adds, so a late end raises the median, not the fastest); where processes share CPUs
 like p2p links are compared by their fastest transfers over the run alone (``_raised_floors``).
+A job's only p2p link (PP2 on 2 ranks), with nothing like it, is weighed against the slowest
+fabric a job runs on instead (``_only_link``, ``FABRIC``).
 
 Attribution: a *slow NIC* makes every inter-node link and group of one rank slow while the
 same links of its neighbours are fine; a *slow link* makes one pair slow (a p2p pair, or a
@@ -333,7 +335,7 @@ def _only_link(obs: pl.DataFrame, iteration_ns: float | None) -> BandwidthEviden
 
     2 processes on 2 CPUs, megatron-core PP2 under mapp's capture, 4 MB more on every exchange
     of the one link: its 16 KB messages took 2.4-4.4 ms (1.1 ms at best), 20-27 ms of a 60-76 ms
-    iteration, 1.32-1.63x by this measure; in 15 healthy, imbalanced or otherwise faulty CPU PP2
+    iteration, 1.27x and 1.54x by this measure; in 15 healthy, imbalanced or otherwise faulty CPU PP2
     jobs 0.2-0.75 ms, never beyond it in a typical message. On 2 H200s 512 MB more on every
     exchange took the 20 MB messages to 1.9 ms, well within the 17 ms 10 Gb Ethernet would take
     (and the job lost 0-6.5% of its iteration: below any threshold)."""
