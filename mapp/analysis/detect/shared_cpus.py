@@ -34,11 +34,7 @@ by the lesser typical call while slower than every other rank by the threshold, 
 arrivals alone. A fault adds work, which its counted calls show (``added_work``); slowed by
 times alone, 1.41-1.61x (extra matmuls of shapes the model never runs), 2.5-7.4x by arrivals.
 Also the bar of a middle or the last pipeline stage timed against the other stages where calls
-are not counted (``ONE_RANK_A_STAGE``), and of a rank timed against its data- or tensor-parallel
-peers where they are not (mapp's capture: spans, no calls): healthy megatron-core DP2 on 2
-processes on 2 CPUs, rank 0's layers 1.10x and 1.14x its peer's at z 3.1-8.8 in 2 of 6 runs (the
-others at most 1.05x); the layer faults of such jobs (sleeps of 1.2-1.5x a layer's time, DP2,
-DP4, TP2, TP2 x DP2, PP2 x DP2, TP2 x PP2, 29 jobs) read 1.41-2.33x."""
+are not counted (``ONE_RANK_A_STAGE``)."""
 
 
 LAST_STAGE = 1.6
@@ -128,10 +124,6 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
             overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on "
                                                f"shared CPUs, by its times alone, under {bar:g}x{where}: it calls no "
                                                "op more often than its peers)"))
-        elif timed and not peers.counted and peers.mode in ("stage peers", "dp peers") and own < CONTENTION:
-            overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on "
-                                               f"shared CPUs, by its spans' times alone, under {CONTENTION:g}x: which "
-                                               "process contention slows is chance, and no call is counted)"))
         elif (timed and not peers.counted and peers.mode == "layer peers"
               and own < (bar := CONTENTION if s.rank in middle_stages | last_stage or steady else ONE_RANK_A_STAGE)):
             overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on "
