@@ -87,9 +87,8 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
     heavier last stage: in each, one rank of a DP pair 1.12-1.18x its peer at z 22-34, the other
     pair 1.03-1.18x; one layer 1.5x slower: the slowed rank 1.37-1.80x, every other 1.03-1.09x),
     each rank in its typical traced iteration (``typical_slowdown``, ``slowest_other``).
-    Where calls are counted, also faster than contention makes a healthy process (``CONTENTION``),
-    and so where they are not (spans) against data- or tensor-parallel peers; where they are not
-    and each stage is one rank (layer peers), than ``ONE_RANK_A_STAGE`` (a
+    Where calls are counted, also faster than contention makes a healthy process (``CONTENTION``);
+    where they are not and each stage is one rank (layer peers), than ``ONE_RANK_A_STAGE`` (a
     rank of ``middle_stages`` or of ``last_stage``, not the first stage, than ``CONTENTION``).
     And slower in nearly every traced iteration (``CONSISTENT``): another process's burst on its
     cores comes and goes (megatron-core DP4 under mapp's capture, 4 processes on 12 logical CPUs
