@@ -44,9 +44,9 @@ parallel replica, ``min(--seq, max(8, round(--seq/4 * exp(SIGMA * N(0, 1)))))`` 
 ``--profile-dir DIR`` traces the run with ``torch.profiler`` instead (CPU activity, and CUDA on
 a GPU; ``record_shapes``, or ``--profile-record default`` for the profiler's own defaults and
 ``tutorial`` for shapes, memory and Python stacks; ``--profile-wait`` iterations skipped,
-``--profile-warmup`` warm-up, ``--profile-active`` recorded), one ``rank-<r>.json`` per rank; ``--profile-stop plain`` lets each
-rank stop its trace as soon as it ends its last recorded iteration, as a plain profiler does,
-instead of waiting for every rank to end it first.
+``--profile-warmup`` warm-up, ``--profile-active`` recorded), one ``rank-<r>.json`` per rank;
+``--profile-stop plain`` lets each rank stop its trace as soon as it ends its last recorded
+iteration, as a plain profiler does, instead of waiting for every rank to end it first.
 
 ``--groups-json PATH`` writes, from rank 0, the process groups megatron-core built (global
 ranks per TP/PP/DP group), which tests compare with the trace.
