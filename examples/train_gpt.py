@@ -641,7 +641,8 @@ def _synced_profile_class():
 
 
 # ``--profile-record``: torch.profiler's recording options (shapes; its defaults, which record none;
-# PyTorch's profiler tutorial, with Python stacks and memory events)
+# PyTorch's profiler tutorial, with Python stacks and memory events); tests/corpus/_job.py holds the
+# same for the corpus's plain jobs
 PROFILE_RECORDS = {"shapes": dict(record_shapes=True), "default": {},
                    "tutorial": dict(record_shapes=True, profile_memory=True, with_stack=True)}
 

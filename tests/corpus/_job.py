@@ -36,7 +36,9 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
 
 
 # ``--profile-record``: torch.profiler's recording options, as the corpus asks (shapes) and as users
-# call it (its defaults; PyTorch's profiler tutorial, with Python stacks and memory events)
+# call it (its defaults; PyTorch's profiler tutorial, with Python stacks and memory events). The same
+# dict is in examples/train_gpt.py, which these plain jobs do not import (it pulls in megatron-core):
+# change both, and make_corpus.PROFILE_RECORD_TEXT
 PROFILE_RECORDS = {"shapes": dict(record_shapes=True), "default": {},
                    "tutorial": dict(record_shapes=True, profile_memory=True, with_stack=True)}
 

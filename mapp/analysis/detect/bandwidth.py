@@ -316,7 +316,7 @@ SHOWN = 3
 
 FLOOR_GBPS = 1.25
 FLOOR_LATENCY_NS = 1e6
-FABRIC = "10 Gb Ethernet would (1.25 GB/s, 1 ms a message)"
+FABRIC = f"10 Gb Ethernet would ({FLOOR_GBPS:g} GB/s, {FLOOR_LATENCY_NS / 1e6:g} ms a message)"
 """What the only p2p link of a job is weighed against (``_only_link``): the slowest fabric a
 training job runs on, 10 Gb Ethernet, and a message's own time on a software stack over shared
 CPUs (gloo, 2 processes on 2 cores: 0.2-0.4 ms a 16 KB message once both ends were ready,
