@@ -23,7 +23,7 @@ from rich.table import Table
 from mapp.errors import INTERRUPTED, MappError
 from mapp.report.theme import THEME
 
-__all__ = ["FitConsole", "console", "err_console", "guarded", "help_paragraphs", "progress_bar", "warn"]
+__all__ = ["FitConsole", "console", "err_console", "fitted", "guarded", "help_paragraphs", "progress_bar", "warn"]
 
 
 _UNBOUNDED = 100_000
@@ -159,14 +159,37 @@ def help_paragraphs(doc: str | None) -> str | None:
     return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
 
 
+_PROGRESS_REST = 28
+"""Columns a progress line needs beside its description and bar: "12.3/45.6 MB" or "1024/1024",
+the elapsed "0:00:12" and the gaps between columns."""
+
+
+def fitted(description: str, room: int) -> str:
+    """``description`` in at most ``room`` columns, a path in it shortened to its last parts.
+
+    A long path (a pytest temporary directory, a cluster mount) pushed the elapsed time off an
+    80-column line, where rich cut it to "0:00:…"; the user typed the path, so its tail is
+    enough to tell which one is being read.
+    """
+    room = max(room, 16)
+    if len(description) <= room:
+        return description
+    verb, _, path = description.partition(" ")
+    parts = path.split("/")
+    while len(parts) > 1 and len(verb) + 1 + len("/".join(parts)) > room:
+        parts.pop(0)
+    return f"{verb} {'/'.join(parts)}"[:room]
+
+
 @contextmanager
 def progress_bar(description: str, *, unit: str = "items") -> Iterator[Callable[[int, int], None]]:
     """A rich progress bar on stderr; yields ``update(done, total)``. Silent when not a terminal."""
-    columns = [TextColumn("{task.description}"), BarColumn()]
+    bar_width = 40 if err_console.width >= 120 else 20
+    columns = [TextColumn("{task.description}"), BarColumn(bar_width=bar_width)]
     columns.append(DownloadColumn() if unit == "bytes" else MofNCompleteColumn())
     columns.append(TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
-        task = bar.add_task(description, total=None)
+        task = bar.add_task(fitted(description, err_console.width - bar_width - _PROGRESS_REST), total=None)
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)

@@ -88,6 +88,32 @@ def test_sql_table_in_a_narrow_terminal_is_whole_and_hints_csv(traces):
     assert "--format csv" in output
 
 
+def test_progress_of_a_long_path_keeps_its_elapsed_time_whole_in_80_columns(tmp_path):
+    """A reading bar that lasts: a long path gives way, the bytes and elapsed time stay whole.
+
+    Under load the bar of ``mapp sql`` showed in CI's terminal, its path pushing the elapsed
+    time to "0:00:…" (and the table test above to fail on that ellipsis).
+    """
+    pexpect = pytest.importorskip("pexpect")
+    long_path = "/tmp/pytest-of-root/pytest-101/popen-gw0/width0/a-rather-long-job-name"
+    code = ("import time\n"
+            "from mapp.cli._ui import progress_bar\n"
+            f"with progress_bar('reading {long_path}', unit='bytes') as update:\n"
+            "    for i in range(4):\n"
+            "        update(i * 1_000_000, 9_000_000)\n"
+            "        time.sleep(0.3)\n")
+    child = pexpect.spawn(sys.executable, ["-c", code], env=_env(), encoding="utf-8", timeout=120,
+                          dimensions=(40, WIDTH))
+    output = child.read()
+    child.close()
+    assert child.exitstatus == 0, output
+    lines = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line) for line in re.split(r"[\r\n]+", output)]
+    drawn = [line for line in lines if "a-rather-long-job-name" in line]
+    assert drawn, output  # the bar was drawn (1.2 s against rich's 0.1 s refresh)
+    assert all(re.search(r" (\d\.\d/9\.0 MB|0/\? bytes) \d:\d\d:\d\d$", line.rstrip()) for line in drawn), drawn
+    assert all(len(line.rstrip()) <= WIDTH for line in drawn) and "…" not in output
+
+
 def test_sql_shell_table_in_a_narrow_terminal_hints_mode_csv(traces):
     """The shell says ``.mode csv`` (its own spelling) when a result is wider than the terminal."""
     from mapp.cli._ui import FitConsole
