@@ -2480,6 +2480,65 @@ def fresh62_set(seed: int = FRESH62_SEED) -> list[Case]:
     ]
 
 
+FRESH63_SEED = 397
+# --set fresh63 on GPUs: a twenty-first model shape (hidden 2944, 46 heads, sequence 1920, 2
+# sequences a microbatch, 5 microbatches)
+GPT_GPU_FRESH63 = ["--layers", "8", "--hidden", "2944", "--heads", "46", "--seq", "1920", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "5", "--bf16"]
+
+
+def fresh63_set(seed: int = FRESH63_SEED) -> list[Case]:
+    """Held out in the forty-fourth session (``--set fresh63``, 2 ranks, seed 397, for CPUs and
+    for a machine of 2 GPUs, on which the model shape is a twenty-first), to test its change to
+    a host on a pipeline stage lighter than another (``gates.idle_in_slack``): PP2 with a heavier
+    last stage beside the faults and healthy jobs that rule must leave alone (host sleeps on
+    either stage, a layer fault, lognormal lengths), under mapp's capture and the profiler, and
+    issue 13's other classes in DP2 and TP2 with values no other set uses. Ids end in ``-f63``."""
+    g = _held_out_gpt(seed, "-f63", GPT_GPU_FRESH63)
+    r = _recorded
+
+    return [
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2", "mapp-v1", "laststage", last_layers=4),
+        g("pp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "hostsleep", rank=0, ms=16),
+        g("pp2", "mapp-v1", "hostsleep", rank=1, ms=14),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("pp2", "mapp-v1", "seqlognorm", sigma=0.95),
+        g("pp2", "kineto", "laststage", last_layers=3),
+        r(g("pp2", "kineto", "hostsleep", rank=0, ms=19), "default"),
+        r(g("pp2", "kineto", "healthy"), "default"),
+        g("dp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.35),
+        r(g("tp2", "kineto", "layer", rank=1, factor=1.4), "default"),
+        g("tp2", "mapp-v1", "beforemb", rank=0, ms=19),
+        r(_plain("ddp2", "dp2", seed, rank=0, factor=1.45, tag="-f63"), "default"),
+        _plain("ddp2", "dp2", seed, tag="-f63"),
+    ]
+
+
+FRESH64_SEED = 401
+
+
+def fresh64_set(seed: int = FRESH64_SEED) -> list[Case]:
+    """``fresh63``'s 4-rank jobs (``--set fresh64``, seed 401, 4 gloo processes on 2 cores):
+    PP4, TP2 x PP2 and PP2 x DP2 with a heavier last stage beside host sleeps and healthy jobs
+    of the same layouts, and plain DDP. Ids end in ``-f64``."""
+    g = _held_out_gpt(seed, "-f64", GPT_GPU_FRESH14)
+
+    return [
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "hostsleep", rank=2, ms=17),
+        g("pp4", "kineto", "laststage", last_layers=2),
+        g("pp4", "kineto", "hostsleep", rank=0, ms=18),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "kineto", "hostsleep", rank=0, ms=21),
+        _plain("ddp4", "dp4", seed, rank=2, factor=1.4, tag="-f64"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3029,7 +3088,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh25": fresh25_set, "fresh26": fresh26_set, "fresh27": fresh27_set, "fresh45": fresh45_set, "fresh46": fresh46_set, "fresh47": fresh47_set, "fresh48": fresh48_set, "fresh49": fresh49_set, "fresh50": fresh50_set, "fresh51": fresh51_set, "fresh52": fresh52_set, "fresh53": fresh53_set,
         "fresh54": fresh54_set, "fresh55": fresh55_set, "fresh56": fresh56_set, "fresh57": fresh57_set,
         "fresh58": fresh58_set, "fresh59": fresh59_set, "fresh60": fresh60_set, "fresh61": fresh61_set,
-        "fresh62": fresh62_set,
+        "fresh62": fresh62_set, "fresh63": fresh63_set, "fresh64": fresh64_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
