@@ -10,7 +10,7 @@ from mapp.analysis.detect.findings import Overruled
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["LIGHT", "holds_up_at_one_point", "keeps_waiting", "light_stage", "overruled_line", "overruled_why",
+__all__ = ["holds_up_at_one_point", "idle_in_slack", "keeps_waiting", "light_stage", "overruled_line", "overruled_why",
            "recurring_stalls_stand", "stage2_agrees",
            "stalled_iterations", "stalls_last", "traced_iterations"]
 
@@ -63,22 +63,60 @@ def recurring_stalls_stand(peers: PeerEvidence, late: dict | None, shared_cpus: 
     return shared_cpus and peers.counted and late is not None and late["net_ns"] > -stalled
 
 
-LIGHT = 0.5
-"""One rank a stage: a stage whose work, slower layers and all, is under this share of another
-stage's waits on that one most of a step, and its slower layers are no cause of the job's pace.
-On CPUs such a stage's layers run slower, their cores idle between them (megatron-core PP2 on
-gloo, one layer on stage 0 and four on stage 1, no fault: stage 0's layer 1.62x stage 1's at
-z 17.6, its work 39% of stage 1's; on 2 H200s the same job's 1.02x). The stages of the ranks slowed
-by injected faults did 0.92-1.0 of the heaviest stage's work (their slowness adds to it); the light
-stages of imbalance jobs 0.2-0.54."""
-
-
-def light_stage(row: dict, peers: PeerEvidence) -> int | None:
-    """The stage whose work ``row``'s rank does under ``LIGHT`` of, or None."""
+def _heaviest_stage(peers: PeerEvidence) -> dict | None:
+    """The pipeline stage that computes most (``pp``, ``compute_ns``), or None without stages."""
     if peers.stages is None or peers.stages.is_empty():
         return None
-    heaviest = peers.stages.sort("compute_ns").row(-1, named=True)
-    return int(heaviest["pp"]) if float(row["busy_ns"] or 0.0) < LIGHT * float(heaviest["compute_ns"]) else None
+    return peers.stages.sort("compute_ns").row(-1, named=True)
+
+
+def _stage_compute(peers: PeerEvidence, stage: int | None) -> float | None:
+    """What stage ``stage`` computes a step (``peers._stage_balance``: all its ops, compared or not)."""
+    if stage is None or peers.stages is None:
+        return None
+    own = peers.stages.filter(pl.col("pp") == stage)
+    return None if own.is_empty() else float(own["compute_ns"][0])
+
+
+def light_stage(peers: PeerEvidence, stage: int | None, threshold: float) -> tuple[int, float] | None:
+    """One rank a stage: the heaviest stage and the share of its work that stage ``stage`` does,
+    where that is under 1 / (1 + ``threshold``), or None.
+
+    A pipeline runs at its heaviest stage's pace, so a stage that computes less than that one by
+    more than the threshold, its slower layers and all, sets no pace a suspect must set; on shared
+    CPUs the layers of such a stage run slower, their cores idle between them. Megatron-core PP2
+    and PP4 with a heavier last stage or lognormal lengths, no fault, 2 to 4 processes on 2 CPUs:
+    30 ranks that stage 1 flagged, up to 2.1x the other stages' layers, their stage doing 27-60%
+    of the heaviest's work ("slow compute 0" 1.63x at 51%, when the bar was half of it). Ranks
+    slowed by injected layer faults, GPU hogs and work before each microbatch and named, one rank
+    a stage, on CPUs and GPUs: their stage the heaviest in each of 42 runs. (A stage's work is
+    all its ops', also where a profiler trace without shapes compares a few of them.)"""
+    heaviest, own = _heaviest_stage(peers), _stage_compute(peers, stage)
+    if heaviest is None or own is None or float(heaviest["compute_ns"]) <= 0:
+        return None
+    share = own / float(heaviest["compute_ns"])
+    return (int(heaviest["pp"]), share) if share < 1 / (1 + threshold) else None
+
+
+def idle_in_slack(peers: PeerEvidence, stage: int | None, idle_excess: float) -> int | None:
+    """One rank a stage: the heavier stage whose wait holds the extra idle time (``idle_excess``,
+    a step's) of the rank of stage ``stage`` -- that stage computes less than the heavier one by
+    more than the rank idles beyond its peer -- or None.
+
+    A pipeline runs at its heaviest stage's pace; a lighter stage waits for it at its transfers
+    every microbatch, and idle time of its own host up to that wait only moves where it waits.
+    Megatron-core PP2 under mapp's capture with a heavier last stage (3 of 4 layers), 2 processes
+    on 2 CPUs, no fault: the first stage computed 16.6 ms a step to the last's 35.2 and idled
+    2.6 ms more than it between its ops, "slow host 0" 1.13x; that host was named in three of
+    eight such runs (``--set fresh60``, ``fresh63``). Data-path sleeps and work before each
+    microbatch on a stage of PP2 and PP4 jobs, on CPUs and GPUs (37 runs): 35-381 ms a step more
+    idle than its peer beside stages whose compute differs by 0-35 ms, the nearest 45 ms against
+    35 (2 H200s under the profiler, its cost 1.12x)."""
+    heaviest, own = _heaviest_stage(peers), _stage_compute(peers, stage)
+    if heaviest is None or own is None or idle_excess <= 0:
+        return None
+    slack = float(heaviest["compute_ns"]) - own
+    return int(heaviest["pp"]) if idle_excess < slack else None
 
 
 def overruled_line(row: dict, late: dict | None, host: bool, gap_excess: float, why: str) -> Overruled:
@@ -111,7 +149,8 @@ def stalls_last(peers: PeerEvidence, rank: int) -> bool:
 
 def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
                guessed: bool, stalled: float, busy: float, alone: bool = False,
-               big_stalls: bool = False, replica: bool = False, shared_cpus: bool = False) -> str | None:
+               big_stalls: bool = False, replica: bool = False, shared_cpus: bool = False,
+               stage: int | None = None, threshold: float = 0.1) -> str | None:
     """Why a candidate of stage 1 is no suspect after all, or None: the gates below, each with
     the evidence that passes it. Most are stage 2 standing guard where stage 1's comparison is
     weak (``stage2_agrees``: the rank makes others wait and is last no less often than chance).
@@ -140,8 +179,12 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        by stalls (below).
     4. Idle gaps stretch on any busy host by chance: a host named for its gaps alone must also
        keep the others waiting. Passed by stalls.
-    5. One rank a stage: slower layers on a stage doing under ``LIGHT`` of another stage's work
-       are not what the pipeline waits on. Not passed.
+    5. One rank a stage: slower layers on a stage that computes less than the heaviest by more
+       than the slowdown ``threshold`` are not what the pipeline waits on (``light_stage``). Not
+       passed.
+    6. One rank a stage: a host whose extra idle time fits in its stage's wait on a heavier
+       stage (``idle_in_slack``; ``stage``: the rank's pipeline stage) is not what the pipeline
+       waits on either. Not passed.
 
     *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
     stage 2 that matched calls of no known group by their order on every rank is one and does
@@ -195,7 +238,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     # of its collectives, for the first stage finishes every step last)
     if peers.mode == "layer peers" and not stalls and stalled >= peers.min_effect * busy:
         stalls = len(stalled_iterations(peers, row["rank"])) >= CONSISTENT * traced_iterations(peers)
-    light = light_stage(row, peers) if peers.mode == "layer peers" and not host else None
+    light = light_stage(peers, stage, threshold) if peers.mode == "layer peers" and not host else None
+    idle_excess = max(float(row["gap_excess_ns"] or 0.0), stalled)
+    slack = idle_in_slack(peers, stage, idle_excess) if peers.mode == "layer peers" and host else None
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,
@@ -208,6 +253,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          counted_work or stalls, "peers by program: stage 2 does not agree"),
         (host and not row["flagged"] and late is not None and not agrees,
          stalls, "idle gaps alone: stage 2 does not agree"),
-        (light is not None, False, f"its stage computes under {LIGHT:.0%} of stage {light}'s work: the pipeline waits on that one"),
+        (light is not None, False, f"its stage computes {light[1]:.0%} of stage {light[0]}'s work, under "
+                                   f"1/{1 + threshold:g}: the pipeline waits on that one" if light else ""),
+        (slack is not None, False, f"its stage computes less than stage {slack} by more than it idles: the pipeline "
+                                   "waits on that one, its idle time inside that wait"),
     )
     return next((why for applies, passed, why in gates if applies and not passed), None)

@@ -566,7 +566,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
              and (row["excess_ns"] or 0.0) > gap_excess)
     why = overruled_why(row, peers, late, host=host, counted=counted_work, extra=extra, guessed=guessed,
                         stalled=stalled, busy=busy, alone=alone, big_stalls=big_stalls, replica=replica,
-                        shared_cpus=shared_cpus)
+                        shared_cpus=shared_cpus, stage=(coords.get(row["rank"]) or {}).get("pp"),
+                        threshold=slowdown_threshold)
     if why is not None:
         if overruled is not None and (host or float(row["slowdown"]) >= 1 + slowdown_threshold):
             overruled.append(overruled_line(row, late, host, gap_excess, why))

@@ -1838,3 +1838,41 @@ def test_a_jobs_only_pipeline_link_slower_than_any_fabric_is_named():
     healthy = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-mapp-healthy-f12"].directory), threshold=0.1)
     assert healthy.suspects == []
     assert "took no longer than 10 Gb Ethernet" in healthy.stages[2].reason
+
+
+def test_a_host_idling_inside_its_stages_wait_on_a_heavier_stage_is_no_suspect():
+    # PP2 on 2 CPUs under mapp's capture (``--set fresh60``, held out), 3 of 4 layers on the
+    # last stage, no fault: the first stage computed 16.6 ms a step to the last's 35.2 and idled
+    # 2.6 ms a step more than it between its ops (gaps at z 4.3), its layers 1.30x the last
+    # stage's. Compute and gaps together made "slow host 0" 1.13x; the pipeline waits on the
+    # last stage, and those 2.6 ms fit inside that wait many times over
+    case = FRESH_CASES["gpt-pp2-mapp-laststage3of4-f60"]
+    assert case.cls == "imbalance" and case.expect is None
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == [] and verdict.below == []
+    assert [i.evidence["stage"] for i in verdict.imbalance if i.kind == "stage"] == [1]
+    said = [n for n in verdict.notes if n.startswith("rank 0 idles")]
+    assert len(said) == 1 and "computes less than stage 1 by more than it idles" in said[0], verdict.notes
+
+
+def test_a_host_sleeping_beyond_its_stages_wait_is_still_named():
+    # the same rule leaves a sleep that does not fit: PP4 under the profiler on 4 shared CPUs, a
+    # 16 ms data-path sleep before each microbatch on rank 2 (``--set fresh7``), whose idle time
+    # is more than its stage computes less than the heaviest
+    case = FRESH_CASES["gpt-pp4-prof-hostsleep16ms-r2-f7"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, top.rank) == ("slow_host", 2)
+
+
+def test_slower_layers_on_a_stage_lighter_than_the_heaviest_by_the_threshold_are_no_suspect():
+    # PP2 on 2 CPUs under mapp's capture (``--set fresh63``, held out), 3 of 4 layers on the last
+    # stage, no fault: the first stage's one layer timed 1.63x the last stage's (z 11), its work
+    # 51% of the last stage's, just over the half that the bar was: "slow compute 0" 1.63x. The
+    # pipeline runs at the last stage's pace, whatever the first stage's layers take
+    case = FRESH_CASES["gpt-pp2-mapp-laststage3of4-f63"]
+    assert case.cls == "imbalance" and case.expect is None
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
+    said = [n for n in verdict.notes if n.startswith("rank 0 computes")]
+    assert len(said) == 1 and "its stage computes 51% of stage 1's work, under 1/1.1" in said[0], verdict.notes
