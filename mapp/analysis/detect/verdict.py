@@ -32,8 +32,8 @@ from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.link_ends import link_ends, links_beside_a_busy_host, own_slowness
 from mapp.analysis.detect.layout import LayoutInfo, middle_stages
 from mapp.analysis.detect.peers import PeerEvidence
-from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, late_above_contention, slowest_other,
-                                               stands_out, typical_slowdown)
+from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, late_above_contention,
+                                               layers_by_contention, slowest_other, stands_out, typical_slowdown)
 from mapp.analysis.detect.stalls import stalls_a_real_share, stalls_alone, stalls_lasting, stalls_most_of_idle
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.time_slices import sliced_suspects
@@ -582,6 +582,11 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # a host named by its stalls alone, ``stalls.stalls_alone``, is costed so already, on any
         # machine)
         gap_excess = max(gap_excess, stalled)
+        # and its layers' excess only where it is more than the shared cores make, one rank a
+        # stage (``shared_cpus.layers_by_contention``)
+        if layers_by_contention(peers, float(row["slowdown"]), (coords.get(row["rank"]) or {}).get("pp"),
+                                steady=row.get("steady") is not None):
+            row = {**row, "flagged": False, "layers_excess_ns": row["excess_ns"], "excess_ns": 0.0}
     c1 = margin(row["gap_z"] if host else row["z"], peers.z_crit)
     c2 = margin(late["net_z"], late_cut) if corroborated else 0.0
     if launch:
@@ -599,7 +604,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         "lasting": bool(row.get("lasting", True)),
         "peers": {"mode": peers.mode, "slowdown": round(float(row["slowdown"]), 3), "z": round(float(row["z"]), 2),
                   "cut": round(peers.z_crit, 2), "share_slow_ops": round(float(row["share_slow"]), 3),
-                  "ops": int(row["n_ops"]), "excess_ms_per_iteration": round((row["excess_ns"] or 0.0) / 1e6, 4)},
+                  "ops": int(row["n_ops"]),
+                  "excess_ms_per_iteration": round((row.get("layers_excess_ns", row["excess_ns"]) or 0.0) / 1e6, 4)},
         "launch_gaps": {"excess_ms_per_iteration": round(gap_excess / 1e6, 4), "z": round(float(row["gap_z"] or 0.0), 2),
                         "flagged": bool(row["gap_flagged"])} | ({"by": "stalls"} if row.get("by_stalls") else {}),
         "lateness": _late_evidence(late),
