@@ -146,8 +146,9 @@ def layers_by_contention(peers: PeerEvidence, slowdown: float, stage: int | None
     chance. Megatron-core PP2 under mapp's capture, 2 processes on the 2 cores of this machine, no
     fault: the first stage's layers 1.12x the last's (z 3.0) and its idle time 2.2 ms a step more
     in one step of four, "slow host 0" 1.11x (8.0 ms a step, 4.1 of them its layers'); costed by
-    its idle time alone, 1.05x, under the threshold. Data-path sleeps of 14-21 ms before each
-    microbatch there idled 35-90 ms a step more."""
+    its idle time alone, 1.04x, under the threshold. Host faults of jobs of one rank a stage idle
+    far more than that (35-381 ms a step: ``gates.idle_in_slack``); of 242 such jobs, no suspect
+    and no line below the threshold changed."""
     if peers.counted or peers.mode != "layer peers":
         return False
     return slowdown < (ONE_RANK_A_STAGE if stage == 0 and not steady else CONTENTION)
