@@ -1900,3 +1900,16 @@ def test_a_hosts_cost_on_shared_cpus_leaves_out_layers_no_slower_than_contention
     assert below.slowdown < 1.06
     # its layers' excess is still shown, though not counted
     assert below.evidence["peers"]["excess_ms_per_iteration"] > 3.0
+
+
+def test_a_jobs_only_link_is_costed_by_its_median_iteration_not_a_descheduled_one():
+    # PP2 on this machine's 2 cores under mapp's capture (``--set fresh63``, held out), lognormal
+    # lengths, no fault: the one link's 70-145 KB messages took 8.0, 13.3, 87.4 and 28.1 ms a step
+    # beyond what 10 Gb Ethernet would (a process descheduled mid-transfer), "slow link 0<->1"
+    # 1.11x by their mean. By the median iteration, 1.06x: no suspect
+    case = FRESH_CASES["gpt-pp2-mapp-seqlognorm0.95-f63"]
+    assert case.cls == "imbalance" and case.expect is None
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert [(s.kind, s.rank, s.peer) for s in verdict.below] == [("slow_link", 0, 1)]
+    assert 1.03 < verdict.below[0].slowdown < 1.1
