@@ -23,7 +23,7 @@ from rich.table import Table
 from mapp.errors import INTERRUPTED, MappError
 from mapp.report.theme import THEME
 
-__all__ = ["FitConsole", "console", "err_console", "fitted", "guarded", "help_paragraphs", "progress_bar", "warn"]
+__all__ = ["FitConsole", "console", "PROGRESS_REST", "err_console", "fitted", "guarded", "help_paragraphs", "progress_bar", "warn"]
 
 
 _UNBOUNDED = 100_000
@@ -159,7 +159,7 @@ def help_paragraphs(doc: str | None) -> str | None:
     return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
 
 
-_PROGRESS_REST = 28
+PROGRESS_REST = 28
 """Columns a progress line needs beside its description and bar: "12.3/45.6 MB" or "1024/1024",
 the elapsed "0:00:12" and the gaps between columns."""
 
@@ -189,7 +189,7 @@ def progress_bar(description: str, *, unit: str = "items") -> Iterator[Callable[
     columns.append(DownloadColumn() if unit == "bytes" else MofNCompleteColumn())
     columns.append(TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
-        task = bar.add_task(fitted(description, err_console.width - bar_width - _PROGRESS_REST), total=None)
+        task = bar.add_task(fitted(description, err_console.width - bar_width - PROGRESS_REST), total=None)
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)

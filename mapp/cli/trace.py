@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mapp.cli._shared import FormerFormatOption, InputFormatOption, check_engine, input_format, load
-from mapp.cli._ui import console, err_console, fitted, guarded, progress_bar, warn
+from mapp.cli._ui import PROGRESS_REST, console, err_console, fitted, guarded, progress_bar, warn
 from mapp.output import check_output, is_stdout
 
 if TYPE_CHECKING:  # the analysis is imported when a command runs, not for `mapp --help`
@@ -168,14 +168,18 @@ def ingest_command(
     _ingest_summary(bundle, results, described)
 
 
+_BAR = 20
+"""The cluster progress line's bar width: its rate column leaves no room for rich's 40."""
+
+
 @contextmanager
 def _cluster_progress(description: str):
     """Files and blocks done and events/s across the cluster, on stderr while it runs."""
-    columns = [TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(), TextColumn("files"),
+    columns = [TextColumn("{task.description}"), BarColumn(bar_width=_BAR), MofNCompleteColumn(), TextColumn("files"),
                TextColumn("{task.fields[rate]}"), TimeElapsedColumn()]
     with Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
-        # The rate takes ~45 columns ("12/40 blocks  1.52 M events/s") beside the bar's 20 and the rest's 28.
-        task = bar.add_task(fitted(description, err_console.width - 20 - 28 - 45), total=None, rate="")
+        # the rate takes ~45 columns ("12/40 blocks  1.52 M events/s") beside the bar and the rest
+        task = bar.add_task(fitted(description, err_console.width - _BAR - PROGRESS_REST - 45), total=None, rate="")
 
         def update(state) -> None:
             bar.update(task, completed=state.files_done, total=state.files,
