@@ -2539,6 +2539,73 @@ def fresh64_set(seed: int = FRESH64_SEED) -> list[Case]:
     ]
 
 
+FRESH65_SEED = 409
+# --set fresh65 on GPUs: a twenty-second model shape (hidden 3328, 52 heads, sequence 1664, 2
+# sequences a microbatch, 6 microbatches)
+GPT_GPU_FRESH65 = ["--layers", "8", "--hidden", "3328", "--heads", "52", "--seq", "1664", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh65_set(seed: int = FRESH65_SEED) -> list[Case]:
+    """Held out at the start of the forty-fifth session, before any change (``--set fresh65``, 2
+    ranks, seed 409, for CPUs and for a machine of 2 GPUs, on which the model shape is a
+    twenty-second): every class of issue 13 in DP2, TP2 and PP2 under both captures and plain
+    DDP/FSDP2 under the profiler, with values no other set uses; the ``gpuhog`` jobs run on GPUs
+    only. Ids end in ``-f65``."""
+    g = _held_out_gpt(seed, "-f65", GPT_GPU_FRESH65)
+    r = _recorded
+
+    return [
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.33),
+        g("dp2", "mapp-v1", "hostsleep", rank=0, ms=23),
+        r(g("dp2", "kineto", "beforemb", rank=1, ms=17), "default"),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=1.15),
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.42),
+        r(g("tp2", "kineto", "healthy"), "tutorial"),
+        _jittering(g("tp2", "kineto", "beforemb", rank=1, ms=21), sigma=0.6),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=0.75),
+        g("pp2", "mapp-v1", "link", link=(1, 0), link_bytes=3_500_000),
+        r(g("pp2", "kineto", "layer", rank=0, factor=1.55), "default"),
+        g("pp2", "mapp-v1", "hostsleep", rank=1, ms=13),
+        g("pp2", "kineto", "seqlognorm", sigma=1.0),
+        g("pp2", "mapp-v1", "laststage", last_layers=5),
+        r(_plain("ddp2", "dp2", seed, rank=1, sleep_ms=26, tag="-f65"), "default"),
+        _plain("fsdp2", "dp2", seed, rank=0, step_sleep_ms=19, tag="-f65"),
+        r(_plain("ddp2", "dp2", seed, tag="-f65"), "tutorial"),
+        # GPUs only
+        g("tp2", "mapp-v1", "gpuhog", rank=0, duty=0.18),
+        r(g("dp2", "kineto", "gpuhog", rank=1, duty=0.22), "default"),
+    ]
+
+
+FRESH66_SEED = 419
+
+
+def fresh66_set(seed: int = FRESH66_SEED) -> list[Case]:
+    """``fresh65``'s 4-rank jobs (``--set fresh66``, seed 419, 4 gloo processes on 2 cores): DP4,
+    TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures with faults of every kind beside
+    healthy and imbalanced jobs, and plain DDP/FSDP2/DP2 x TP2 under the profiler. Ids end in
+    ``-f66``."""
+    g = _held_out_gpt(seed, "-f66", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        g("dp4", "mapp-v1", "hostsleep", rank=2, ms=22),
+        r(g("dp4", "kineto", "layer", rank=1, factor=1.45), "default"),
+        g("tp2dp2", "mapp-v1", "beforemb", rank=3, ms=18),
+        r(g("tp2dp2", "kineto", "seqlognorm", sigma=1.05), "default"),
+        g("pp2dp2", "mapp-v1", "layer", rank=3, factor=1.38),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=1, ms=16),
+        r(g("tp2pp2", "kineto", "healthy"), "default"),
+        g("pp4", "mapp-v1", "layer", rank=1, factor=1.48),
+        g("pp4", "mapp-v1", "link", link=(2, 3), link_bytes=4_500_000),
+        r(_plain("ddp4", "dp4", seed, rank=2, step_sleep_ms=18, tag="-f66"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=3, factor=1.45, tag="-f66"), "tutorial"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=1, factor=1.7, tag="-f66"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3089,6 +3156,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh54": fresh54_set, "fresh55": fresh55_set, "fresh56": fresh56_set, "fresh57": fresh57_set,
         "fresh58": fresh58_set, "fresh59": fresh59_set, "fresh60": fresh60_set, "fresh61": fresh61_set,
         "fresh62": fresh62_set, "fresh63": fresh63_set, "fresh64": fresh64_set,
+        "fresh65": fresh65_set, "fresh66": fresh66_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
