@@ -3750,6 +3750,8 @@ def main(argv=None) -> int:
         p.error(f"--set {args.set} runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
     cases = everything
+    if not gpu:   # a neighbour sharing the rank's GPU has no CPU form: a mixed set's gpuhog cases run on GPUs only
+        cases = [c for c in cases if "gpu-hog" not in c.args]
     if args.only:
         cases = [c for c in cases if args.only in c.id + suffix]
     if args.list:
