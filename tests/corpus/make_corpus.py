@@ -2606,6 +2606,61 @@ def fresh66_set(seed: int = FRESH66_SEED) -> list[Case]:
     ]
 
 
+FRESH67_SEED = 421
+
+
+def fresh67_set(seed: int = FRESH67_SEED) -> list[Case]:
+    """Held out, before it was written, for the forty-fifth session's change to pipeline stages
+    of one rank each under the profiler's defaults (``--set fresh67``, 2 ranks, seed 421, for
+    CPUs): megatron-core PP2 recorded without input shapes, extra matmuls in either stage's layers
+    and before either stage's microbatches, beside the jobs the change must leave alone (healthy,
+    heavier last stages, lognormal lengths, a host sleep, a loaded link) and two recorded with
+    shapes. Ids end in ``-f67``."""
+    g = _held_out_gpt(seed, "-f67", GPT_GPU_FRESH65)
+    r = _recorded
+
+    return [
+        r(g("pp2", "kineto", "layer", rank=0, factor=1.3), "default"),
+        r(g("pp2", "kineto", "layer", rank=0, factor=1.45), "default"),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.35), "default"),
+        r(g("pp2", "kineto", "beforemb", rank=0, ms=16), "default"),
+        r(g("pp2", "kineto", "beforemb", rank=1, ms=20), "default"),
+        r(g("pp2", "kineto", "hostsleep", rank=0, ms=18), "default"),
+        r(g("pp2", "kineto", "healthy"), "default"),
+        r(g("pp2", "kineto", "laststage", last_layers=2), "default"),
+        r(g("pp2", "kineto", "laststage", last_layers=4), "default"),
+        r(g("pp2", "kineto", "seqlognorm", sigma=1.2), "default"),
+        r(g("pp2", "kineto", "link", link=(0, 1), link_bytes=4_200_000), "default"),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.3), "tutorial"),
+        r(g("pp2", "kineto", "laststage", last_layers=3), "tutorial"),
+    ]
+
+
+FRESH68_SEED = 431
+
+
+def fresh68_set(seed: int = FRESH68_SEED) -> list[Case]:
+    """``fresh67``'s 4-rank jobs (``--set fresh68``, seed 431, 4 gloo processes on 2 cores): PP4,
+    PP2 x DP2 and TP2 x PP2 under the profiler's defaults, extra matmuls in the layers of a first,
+    middle or last stage beside healthy and heavier-last-stage jobs. Ids end in ``-f68``."""
+    g = _held_out_gpt(seed, "-f68", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("pp4", "kineto", "layer", rank=0, factor=1.45), "default"),
+        r(g("pp4", "kineto", "layer", rank=1, factor=1.5), "default"),
+        r(g("pp4", "kineto", "layer", rank=2, factor=1.4), "default"),
+        r(g("pp4", "kineto", "layer", rank=3, factor=1.4), "default"),
+        r(g("pp4", "kineto", "beforemb", rank=2, ms=19), "default"),
+        r(g("pp4", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "laststage", last_layers=3), "default"),
+        r(g("pp2dp2", "kineto", "layer", rank=0, factor=1.4), "default"),
+        r(g("pp2dp2", "kineto", "healthy"), "default"),
+        r(g("tp2pp2", "kineto", "layer", rank=2, factor=1.45), "default"),
+        r(g("tp2pp2", "kineto", "laststage", last_layers=3), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3157,6 +3212,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh58": fresh58_set, "fresh59": fresh59_set, "fresh60": fresh60_set, "fresh61": fresh61_set,
         "fresh62": fresh62_set, "fresh63": fresh63_set, "fresh64": fresh64_set,
         "fresh65": fresh65_set, "fresh66": fresh66_set,
+        "fresh67": fresh67_set, "fresh68": fresh68_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
