@@ -2661,6 +2661,56 @@ def fresh68_set(seed: int = FRESH68_SEED) -> list[Case]:
     ]
 
 
+FRESH69_SEED = 433
+
+
+def fresh69_set(seed: int = FRESH69_SEED) -> list[Case]:
+    """Held out after the forty-fifth session's change to pipeline stages of one rank each
+    recorded without shapes (``--set fresh69``, 2 ranks, seed 433, for CPUs), made and run before
+    its results were seen: PP2 under the profiler's defaults with values ``fresh67`` does not use,
+    and DP2/TP2 jobs whose counted work the change's verdict step also reads. Ids end in
+    ``-f69``."""
+    g = _held_out_gpt(seed, "-f69", GPT_GPU_FRESH65)
+    r = _recorded
+
+    return [
+        r(g("pp2", "kineto", "layer", rank=0, factor=1.6), "default"),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.25), "default"),
+        r(g("pp2", "kineto", "beforemb", rank=1, ms=14), "default"),
+        r(g("pp2", "kineto", "hostsleep", rank=1, ms=21), "default"),
+        r(g("pp2", "kineto", "healthy"), "default"),
+        r(g("pp2", "kineto", "laststage", last_layers=3), "default"),
+        r(g("pp2", "kineto", "seqlognorm", sigma=0.85), "default"),
+        r(g("dp2", "kineto", "layer", rank=0, factor=1.4), "default"),
+        r(g("tp2", "kineto", "beforemb", rank=0, ms=18), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.5, tag="-f69"), "default"),
+    ]
+
+
+FRESH70_SEED = 439
+
+
+def fresh70_set(seed: int = FRESH70_SEED) -> list[Case]:
+    """``fresh69``'s 4-rank jobs (``--set fresh70``, seed 439, 4 gloo processes on 2 cores): PP4
+    under the profiler's defaults with extra matmuls on each kind of stage and before a middle
+    stage's microbatches, healthy and heavier-last-stage jobs, and plain DDP whose added calls
+    are counted. Ids end in ``-f70``."""
+    g = _held_out_gpt(seed, "-f70", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("pp4", "kineto", "layer", rank=0, factor=1.6), "default"),
+        r(g("pp4", "kineto", "layer", rank=2, factor=1.55), "default"),
+        r(g("pp4", "kineto", "layer", rank=3, factor=1.3), "default"),
+        r(g("pp4", "kineto", "beforemb", rank=1, ms=16), "default"),
+        r(g("pp4", "kineto", "hostsleep", rank=3, ms=20), "default"),
+        r(g("pp4", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "laststage", last_layers=2), "default"),
+        r(g("pp4", "kineto", "seqlognorm", sigma=1.0), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=0, factor=1.4, tag="-f70"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3213,6 +3263,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh62": fresh62_set, "fresh63": fresh63_set, "fresh64": fresh64_set,
         "fresh65": fresh65_set, "fresh66": fresh66_set,
         "fresh67": fresh67_set, "fresh68": fresh68_set,
+        "fresh69": fresh69_set, "fresh70": fresh70_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
