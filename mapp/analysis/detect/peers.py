@@ -33,6 +33,7 @@ from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z
 from mapp.analysis.detect.idle import BACKWARD, NOISE, idle_gaps, lasting_gaps, launch_bound, no_slower, stalls
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
+from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
 from mapp.analysis.detect.steady import steady_layers
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.time_slices import kernel_places, scattered
@@ -188,6 +189,9 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         if found is None:
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
         per, ranks, z_crit, pairs = found
+        if by_order and mode == "layer peers":
+            # the GEMMs a stage calls beyond its layers', which the ops called alike leave out
+            ranks = with_stage_gemms(ranks, stage_gemms(ops, coords), ops)
         if not judge_gaps:
             ranks = ranks.with_columns(gap_flagged=pl.lit(False))
         # (a stage's compute is all its ops', compared or not)

@@ -295,6 +295,14 @@ def _spread_cost(s: Suspect, traced: int) -> float:
     return s.excess_ns * (min(n / traced, 1.0) if traced and n else 1.0)
 
 
+def _traced(peers: PeerEvidence, rank: int) -> list[int]:
+    """The iterations in which stage 1 compared ``rank``."""
+    per = peers.rank_iterations
+    if per.is_empty():
+        return []
+    return sorted(int(i) for i in per.filter(pl.col("rank") == rank)["iteration"].unique().to_list())
+
+
 def _slower_iterations(peers: PeerEvidence, rank: int) -> list[int]:
     """The iterations in which ``rank`` computed slower than its peers (its effect above 0)."""
     per = peers.rank_iterations
@@ -497,7 +505,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # flagged on its times that does extra work passes the gates by it (``gates.overruled_why``)
     counted_work = counted or (adds and shared_cpus)
     if counted:
-        row, extra = {**row, "flagged": True}, True
+        # (in the iterations it traced: its added calls were counted in nearly every one)
+        row, extra = {**row, "flagged": True, "iterations": row["iterations"] or _traced(peers, row["rank"])}, True
     # a host by its stalls alone, or by stalls that are most of its extra idle time (``stalls``)
     big_stalls = stalls_a_real_share(row, peers, stalled, busy, slowdown_threshold)
     imposes = leans or (keeps_waiting(late) and (peers.ranks.height == 2 or big_stalls))

@@ -1913,3 +1913,39 @@ def test_a_jobs_only_link_is_costed_by_its_median_iteration_not_a_descheduled_on
     assert verdict.suspects == []
     assert [(s.kind, s.rank, s.peer) for s in verdict.below] == [("slow_link", 0, 1)]
     assert 1.03 < verdict.below[0].slowdown < 1.1
+
+
+def test_gemms_a_first_pipeline_stage_adds_without_shapes_are_counted():
+    # PP2 on this machine's 2 cores under the profiler's defaults (no shapes; ``--set fresh65``,
+    # held out), 1.55x the first stage's layers' matmuls: 58 ``aten::mm`` calls a step where
+    # its one layer makes 24 and the last stage, its layer and output layer, 30. The stages were
+    # compared on the ops they call as often, 3% of their compute, which the GEMMs are not:
+    # "no suspect" (the first stage read as 1.57x the last, imbalance)
+    case = FRESH_CASES["gpt-pp2-prof-nosh-layer1.55x-r0-f65"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, top.rank) == ("slow_compute", 0)
+    # counted against the last stage's GEMMs a layer, its output layer's among them: 58 to 30
+    assert 1.7 < top.evidence["peers"]["added_work"]["slowdown"] < 2.0
+
+
+def test_gemms_a_middle_stage_adds_are_its_work_not_the_next_stages_host():
+    # PP4 on 2 cores, no shapes (``--set fresh68``, held out), 1.5x the layers' matmuls of stage 1:
+    # 91.8 ``aten::mm`` calls a step against its peers' 24 (30 on the last stage); before, the next
+    # stage, idle 46 ms a step more, was "slow host 2" and stage 1 second at 0.39 ms a step
+    case = FRESH_CASES["gpt-pp4-prof-nosh-layer1.5x-r1-f68"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, top.rank) == ("slow_compute", 1)
+    assert top.excess_ns > 50e6
+
+
+@pytest.mark.parametrize("case_id", [
+    "gpt-pp2-prof-nosh-laststage4of5-f67",   # 4 layers on the last stage, 1 on the first
+    "gpt-pp4-prof-nosh-healthy-f68",         # one layer a stage: the last one's output layer beside it
+])
+def test_more_layers_and_the_last_stages_output_layer_are_no_added_gemms(case_id):
+    case = FRESH_CASES[case_id]
+    assert case.expect is None
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
