@@ -52,6 +52,14 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     # overlap_grad_reduce: the peers of a rank slow before each microbatch waited ~100 ms a step
     # in grad_sync_wait, as much as its own extra time, and nobody's idle time stood out)
     waiting = comm_kernel | ((pl.col("cat") == "other") & pl.col("name").is_in(COMM_WAIT_NAMES))
+    # On CPUs alone (gloo), a ``c10d::`` dispatch op is the host inside a communication call: a
+    # blocking send or receive waits there for its peer before gloo's own span of the transfer
+    # begins (2 processes on 2 cores, megatron-core PP2 under the profiler, two layers on the
+    # last stage and one on the first, no fault: the last stage's ``c10d::send`` calls took
+    # 23 ms a step before their ``gloo:send``, its idle time 49 ms a step more than the first
+    # stage's, "slow host 1"). (On GPUs such an op only launches the collective's kernel.)
+    if not events.filter(pl.col("lane").str.starts_with("stream:")).height:
+        waiting = waiting | ((pl.col("cat") == "other") & pl.col("name").str.starts_with("c10d::"))
     cols = ["rank", "iteration", "ts_ns", "end_ns"] + (["name"] if recurring or "name" in leaves.columns else [])
     other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | waiting)
                           & pl.col("iteration").is_not_null()).select(

@@ -1949,3 +1949,16 @@ def test_more_layers_and_the_last_stages_output_layer_are_no_added_gemms(case_id
     assert case.expect is None
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     assert verdict.suspects == []
+
+
+def test_on_cpus_a_blocking_send_is_communication_not_idle_host_time():
+    # PP2 on this machine's 2 cores under the profiler's defaults (``--set fresh67``, held out),
+    # two layers on the last stage and one on the first, no fault: the last stage's
+    # ``c10d::send`` calls blocked 23 ms a step before gloo's span of the transfer began, and
+    # 10 ms in ``c10d::recv_``; counted as idle, its stalls were 39 ms a step more than the first
+    # stage's, "slow host 1" 1.22x
+    case = FRESH_CASES["gpt-pp2-prof-nosh-laststage2of3-f67"]
+    assert case.cls == "imbalance" and case.expect is None
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert not [b for b in verdict.below if b.kind == "slow_host"]
