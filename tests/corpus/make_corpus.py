@@ -2711,6 +2711,62 @@ def fresh70_set(seed: int = FRESH70_SEED) -> list[Case]:
     ]
 
 
+FRESH71_SEED = 443
+# --set fresh71 on GPUs: a twenty-third model shape (hidden 2688, 42 heads, sequence 2176, 2
+# sequences a microbatch, 5 microbatches)
+GPT_GPU_FRESH71 = ["--layers", "8", "--hidden", "2688", "--heads", "42", "--seq", "2176", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "5", "--bf16"]
+
+
+def fresh71_set(seed: int = FRESH71_SEED) -> list[Case]:
+    """Held out at the end of the forty-fifth session (``--set fresh71``, 2 ranks, seed 443, for
+    CPUs and for a machine of 2 GPUs, on which the model shape is a twenty-third), scored with
+    the session's first and last code: issue 13's classes in DP2, TP2 and PP2 under both captures
+    (the profiler mostly with its defaults) and plain DDP/FSDP2, with values no other set uses.
+    Ids end in ``-f71``."""
+    g = _held_out_gpt(seed, "-f71", GPT_GPU_FRESH71)
+    r = _recorded
+
+    return [
+        g("dp2", "mapp-v1", "beforemb", rank=1, ms=21),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.45),
+        g("tp2", "mapp-v1", "hostsleep", rank=1, ms=17),
+        r(g("tp2", "kineto", "layer", rank=0, factor=1.5), "default"),
+        g("tp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.5),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.45), "default"),
+        r(g("pp2", "kineto", "hostsleep", rank=0, ms=22), "default"),
+        g("pp2", "mapp-v1", "laststage", last_layers=4),
+        r(g("pp2", "kineto", "seqlognorm", sigma=1.05), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=0, sleep_ms=24, tag="-f71"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, factor=1.5, tag="-f71"), "default"),
+    ]
+
+
+FRESH72_SEED = 449
+
+
+def fresh72_set(seed: int = FRESH72_SEED) -> list[Case]:
+    """``fresh71``'s 4-rank jobs (``--set fresh72``, seed 449, 4 gloo processes on 2 cores): DP4,
+    TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures, faults of every kind beside
+    healthy and imbalanced jobs, and plain DDP/DP2 x TP2 under the profiler. Ids end in ``-f72``."""
+    g = _held_out_gpt(seed, "-f72", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        g("dp4", "mapp-v1", "layer", rank=0, factor=1.4),
+        r(g("tp2dp2", "kineto", "hostsleep", rank=1, ms=21), "default"),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=2, ms=17),
+        r(g("pp2dp2", "kineto", "seqlognorm", sigma=0.95), "default"),
+        g("tp2pp2", "mapp-v1", "layer", rank=3, factor=1.45),
+        r(g("pp4", "kineto", "layer", rank=2, factor=1.45), "default"),
+        g("pp4", "mapp-v1", "healthy"),
+        r(_plain("ddp4", "dp4", seed, rank=3, sleep_ms=23, tag="-f72"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, tag="-f72"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3264,6 +3320,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh65": fresh65_set, "fresh66": fresh66_set,
         "fresh67": fresh67_set, "fresh68": fresh68_set,
         "fresh69": fresh69_set, "fresh70": fresh70_set,
+        "fresh71": fresh71_set, "fresh72": fresh72_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
