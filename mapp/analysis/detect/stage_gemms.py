@@ -27,17 +27,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.same_work import OFTEN
+from mapp.analysis.detect.same_work import OFTEN, QUICK
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["GEMMS", "layer_units", "stage_gemms", "with_stage_gemms"]
 
 GEMMS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
 """The CPU ops that run a GEMM themselves (``aten::matmul`` and ``aten::linear`` call these)."""
-
-QUICK = 0.25
-"""The quantile of an op's call times taken as its typical call: robust to descheduling."""
-
 
 def layer_units(ops: pl.DataFrame) -> pl.DataFrame:
     """Per (``rank``, ``iteration``): how many layers the rank's stage runs, relative to the
