@@ -2767,6 +2767,66 @@ def fresh72_set(seed: int = FRESH72_SEED) -> list[Case]:
     ]
 
 
+FRESH73_SEED = 457
+# --set fresh73 on GPUs: a twenty-fourth model shape (hidden 3200, 50 heads, sequence 1856, 2
+# sequences a microbatch, 5 microbatches)
+GPT_GPU_FRESH73 = ["--layers", "8", "--hidden", "3200", "--heads", "50", "--seq", "1856", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "5", "--bf16"]
+
+
+def fresh73_set(seed: int = FRESH73_SEED) -> list[Case]:
+    """Held out at the start of the forty-sixth session, before any change (``--set fresh73``, 2
+    ranks, seed 457, for CPUs and for a machine of 2 GPUs, on which the model shape is a
+    twenty-fourth): issue 13's classes in DP2, TP2 and PP2 under both captures (the profiler
+    mostly with its defaults) and plain DDP/FSDP2, with values no other set uses; the ``gpuhog``
+    jobs run on GPUs only. Ids end in ``-f73``."""
+    g = _held_out_gpt(seed, "-f73", GPT_GPU_FRESH73)
+    r = _recorded
+
+    return [
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.4),
+        r(g("dp2", "kineto", "hostsleep", rank=0, ms=19), "default"),
+        g("dp2", "mapp-v1", "healthy"),
+        r(g("tp2", "kineto", "beforemb", rank=0, ms=23), "default"),
+        g("tp2", "mapp-v1", "layer", rank=1, factor=1.48),
+        r(g("tp2", "kineto", "seqlognorm", sigma=0.85), "default"),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.52),
+        r(g("pp2", "kineto", "layer", rank=0, factor=1.47), "default"),
+        r(g("pp2", "kineto", "healthy"), "default"),
+        g("pp2", "mapp-v1", "beforemb", rank=1, ms=18),
+        r(g("pp2", "kineto", "laststage", last_layers=3), "default"),
+        g("pp2", "mapp-v1", "link", link=(0, 1), link_bytes=4_200_000),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.45, tag="-f73"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, sleep_ms=21, tag="-f73"), "default"),
+        # GPUs only
+        r(g("tp2", "kineto", "gpuhog", rank=1, duty=0.2), "default"),
+    ]
+
+
+FRESH74_SEED = 461
+
+
+def fresh74_set(seed: int = FRESH74_SEED) -> list[Case]:
+    """``fresh73``'s 4-rank jobs (``--set fresh74``, seed 461, 4 gloo processes on 2 cores): DP4,
+    TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures, faults of every kind beside
+    healthy and imbalanced jobs (several under the profiler's defaults, without shapes), and
+    plain DDP under the profiler. Ids end in ``-f74``."""
+    g = _held_out_gpt(seed, "-f74", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("dp4", "kineto", "layer", rank=2, factor=1.42), "default"),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=0, ms=20),
+        r(g("tp2dp2", "kineto", "healthy"), "default"),
+        r(g("pp2dp2", "kineto", "healthy"), "default"),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.45),
+        r(g("tp2pp2", "kineto", "beforemb", rank=2, ms=19), "default"),
+        r(g("pp4", "kineto", "layer", rank=0, factor=1.5), "default"),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=1.1),
+        r(_plain("ddp4", "dp4", seed, rank=2, factor=1.5, tag="-f74"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3321,6 +3381,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh67": fresh67_set, "fresh68": fresh68_set,
         "fresh69": fresh69_set, "fresh70": fresh70_set,
         "fresh71": fresh71_set, "fresh72": fresh72_set,
+        "fresh73": fresh73_set, "fresh74": fresh74_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
