@@ -98,6 +98,46 @@ def _fastest(shared_cpus: bool) -> pl.Expr:
     return pl.col("self_ns").min() if shared_cpus else pl.col("self_ns").quantile(QUICK)
 
 
+_ALIKE = 0.15
+"""How much longer, at most, one n-th call of an op may typically take than another's for the
+two to count as the same work where no shapes were recorded (``_nth_fastest``): calls of one
+shape on quiet cores differ by a few percent, a layer's GEMMs of other shapes by a third or more."""
+
+
+def _nth_fastest(per_call: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
+    """``per_call`` with the fastest call of each n-th-call kind (``peers._nth_call``: a trace
+    without shapes) taken over every n-th call of its op that typically takes as long
+    (``_ALIKE``), the same work by its time, where shapes would have pooled them.
+
+    The fastest call is what guards a rank against being descheduled on shared CPUs
+    (``_least_slowdown``); an n-th call has one sample an iteration, and the least of four is
+    no guard: megatron-core PP2 x DP2 under the profiler without shapes, 4 processes on 2 cores,
+    no fault: one rank of a DP pair read 1.39x its peer by the fastest n-th calls, where the
+    same trace with shapes reads 1.06x (the least of ~96 calls of each shape): its 18th and 20th
+    ``aten::mm`` took 4-7x its peer's in every step, where the other stage's ranks computed
+    beside it. How long a kind's call takes is told by its quickest call on any rank (being
+    descheduled only makes calls longer), so all ranks pool the same kinds. Kinds by name (``*``) and with shapes keep their own."""
+    nth = per_call.filter(pl.col("shape").str.starts_with("#"))
+    if nth.is_empty():
+        return per_call
+    where = [*peers, "name"]
+    size = (nth.group_by([*where, "shape"]).agg(size=pl.col("fast").min())
+            .sort([*where, "size"]).with_columns(op=pl.struct(where).rank("dense")))
+    # a new pool where a kind takes more than _ALIKE longer than its pool's quickest
+    ops, sizes = size["op"].to_numpy(), size["size"].to_numpy()
+    pool = np.zeros(len(size), dtype=np.int64)
+    first, current = 0.0, -1
+    for i in range(len(size)):
+        if i == 0 or ops[i] != ops[i - 1] or sizes[i] > (1 + _ALIKE) * first:
+            current += 1
+            first = sizes[i]
+        pool[i] = current
+    size = size.select(*where, "shape", pool=pl.Series(pool))
+    pooled = (nth.join(size, on=[*where, "shape"])
+              .with_columns(fast=pl.col("fast").min().over(["rank", *peers, "pool"])).drop("pool"))
+    return pl.concat([per_call.filter(~pl.col("shape").str.starts_with("#")), pooled.select(per_call.columns)])
+
+
 def _sizes_unknown() -> pl.Expr:
     """A GPU kernel whose launching op's input dimensions the trace lacks (recorded without
     ``record_shapes``): its kind, name and grid, may hold calls of several problem sizes, for a
@@ -307,6 +347,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64),
         fast=_fastest(shared_cpus).cast(pl.Float64), total=pl.len(),
         sizes_unknown=_sizes_unknown().all())
+    if shared_cpus:
+        per_call = _nth_fastest(per_call, peers)
     # (``launches``: the op calls a kind's kernels began, where a kernel's op is known by name only)
     launches = [pl.col("launch").sum().cast(pl.Float64).alias("launches")] if "launch" in ops.columns else []
     counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64),

@@ -77,10 +77,19 @@ def stalls_alone(peers: PeerEvidence, late: dict | None, *, big_stalls: bool, sh
 
     On shared CPUs where stage 1 counted calls, stage 2 need only find the rank not waiting on the
     others, net, more than it stalls in an iteration (``gates.recurring_stalls_stand``).
+
+    One rank a stage, stage 2 matched by call order alone (``guessed``: gloo calls recorded with
+    neither group nor size, as the profiler's defaults leave them) has nothing against it
+    either: each stage's all-reduces on its groups of one were matched with the others' and with
+    the embedding's (PP4 under the profiler without shapes, 4 processes on 2 cores, the 16 ms
+    sleep above: rank 2 "waited" 395 ms in 8 such instances, none of them real; with shapes its
+    calls were its own, stage 2 had nothing, and the host was named).
     """
     if not ((peers.mode == "layer peers" or shared_cpus) and big_stalls):
         return False
-    return late is None or stage2_agrees(late) or recurring_stalls_stand(peers, late, shared_cpus, stalled)
+    guessed = late is not None and bool(late.get("guessed")) and peers.mode == "layer peers"
+    return (late is None or guessed or stage2_agrees(late)
+            or recurring_stalls_stand(peers, late, shared_cpus, stalled))
 
 
 def stalls_most_of_idle(row: dict, peers: PeerEvidence, *, stalled: float, busy: float, gap_excess: float) -> bool:
