@@ -2827,6 +2827,63 @@ def fresh74_set(seed: int = FRESH74_SEED) -> list[Case]:
     ]
 
 
+FRESH75_SEED = 463
+# --set fresh75 on GPUs: a twenty-fifth model shape (hidden 2432, 38 heads, sequence 2304, 2
+# sequences a microbatch, 5 microbatches)
+GPT_GPU_FRESH75 = ["--layers", "8", "--hidden", "2432", "--heads", "38", "--seq", "2304", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "5", "--bf16"]
+
+
+def fresh75_set(seed: int = FRESH75_SEED) -> list[Case]:
+    """Held out at the end of the forty-sixth session (``--set fresh75``, 2 ranks, seed 463, for
+    CPUs and for a machine of 2 GPUs, on which the model shape is a twenty-fifth), scored with
+    the session's first and last code: issue 13's classes in DP2, TP2 and PP2 under both captures
+    (the profiler mostly with its defaults) and plain DDP/FSDP2, with values no other set uses.
+    Ids end in ``-f75``."""
+    g = _held_out_gpt(seed, "-f75", GPT_GPU_FRESH75)
+    r = _recorded
+
+    return [
+        g("dp2", "mapp-v1", "healthy"),
+        r(g("dp2", "kineto", "layer", rank=0, factor=1.43), "default"),
+        g("dp2", "mapp-v1", "beforemb", rank=1, ms=22),
+        g("tp2", "mapp-v1", "healthy"),
+        r(g("tp2", "kineto", "hostsleep", rank=1, ms=24), "default"),
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.38),
+        r(g("pp2", "kineto", "healthy"), "default"),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.5),
+        r(g("pp2", "kineto", "beforemb", rank=0, ms=19), "default"),
+        g("pp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        r(g("pp2", "kineto", "laststage", last_layers=5), "default"),
+        r(_plain("ddp2", "dp2", seed, tag="-f75"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, factor=1.45, tag="-f75"), "default"),
+    ]
+
+
+FRESH76_SEED = 467
+
+
+def fresh76_set(seed: int = FRESH76_SEED) -> list[Case]:
+    """``fresh75``'s 4-rank jobs (``--set fresh76``, seed 467, 4 gloo processes on 2 cores): DP4,
+    TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures, faults of every kind beside
+    healthy and imbalanced jobs (several under the profiler's defaults), and plain DDP/FSDP under
+    the profiler. Ids end in ``-f76``."""
+    g = _held_out_gpt(seed, "-f76", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        g("dp4", "mapp-v1", "healthy"),
+        r(g("tp2dp2", "kineto", "layer", rank=3, factor=1.45), "default"),
+        r(g("pp2dp2", "kineto", "hostsleep", rank=0, ms=21), "default"),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2pp2", "mapp-v1", "layer", rank=1, factor=1.5),
+        r(g("pp4", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "beforemb", rank=3, ms=18), "default"),
+        r(_plain("ddp4", "dp4", seed, tag="-f76"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=0, factor=1.5, tag="-f76"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3382,6 +3439,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh69": fresh69_set, "fresh70": fresh70_set,
         "fresh71": fresh71_set, "fresh72": fresh72_set,
         "fresh73": fresh73_set, "fresh74": fresh74_set,
+        "fresh75": fresh75_set, "fresh76": fresh76_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
