@@ -20,8 +20,8 @@ from mapp.analysis.detect.findings import Overruled, Suspect
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "ONE_RANK_A_STAGE", "above_shared_cpus", "late_above_contention",
-           "layers_by_contention", "slowest_other", "stands_out", "typical_slowdown"]
+__all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "ONE_RANK_A_STAGE", "TWO_PEERS", "above_shared_cpus",
+           "late_above_contention", "layers_by_contention", "slowest_other", "stands_out", "typical_slowdown"]
 
 FAR_MORE = 2.0
 """On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""
@@ -77,6 +77,17 @@ mean layer call in every step: PP4's first stages with no fault read at most 1.2
 their 1.4-1.45x layer faults 1.39x or more."""
 
 
+TWO_PEERS = 1.25
+"""``CONTENTION`` for a job of two ranks that run the same program (DP2, TP2) where calls are not
+counted (mapp's capture): with no third rank to show how far contention slows a healthy one
+(``slowest_other``), its times alone name one only beyond this. Megatron-core DP2 and TP2 under
+mapp's capture, 2 processes on 2 CPUs of a 32-CPU machine beside other such jobs, no fault
+(healthy, lognormal lengths; 27 jobs of sessions 40-46): a rank's compute at most 1.20x its
+peer's, in every step (one core of the pair busier for the whole run; 1.16x and 1.14x were
+"slow compute"); the faulted ranks stage 1 flagged on times (layer faults of 1.2-1.48x, work
+before each microbatch; 21 jobs) read 1.28-2.04x, and no other rank was flagged."""
+
+
 def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
                       overruled: list[Overruled], last_stage: frozenset[int] = frozenset(),
                       middle_stages: frozenset[int] = frozenset()) -> list[Suspect]:
@@ -89,7 +100,8 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
     pair 1.03-1.18x; one layer 1.5x slower: the slowed rank 1.37-1.80x, every other 1.03-1.09x),
     each rank in its typical traced iteration (``typical_slowdown``, ``slowest_other``).
     Where calls are counted, also faster than contention makes a healthy process (``CONTENTION``);
-    where they are not and each stage is one rank (layer peers), than ``ONE_RANK_A_STAGE`` (a
+    where they are not and the job is two ranks of one program, than ``TWO_PEERS``; where they are
+    not and each stage is one rank (layer peers), than ``ONE_RANK_A_STAGE`` (a
     rank of ``middle_stages`` or of ``last_stage``, not the first stage, than ``CONTENTION``).
     And slower in nearly every traced iteration (``CONSISTENT``): another process's burst on its
     cores comes and goes (megatron-core DP4 under mapp's capture, 4 processes on 12 logical CPUs
@@ -124,6 +136,12 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
             overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on "
                                                f"shared CPUs, by its times alone, under {bar:g}x{where}: it calls no "
                                                "op more often than its peers)"))
+        elif (timed and not peers.counted and peers.mode != "layer peers" and peers.ranks.height == 2
+              and own < TWO_PEERS):
+            overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peer: not a suspect (on "
+                                               f"shared CPUs, of two ranks by their times alone, under {TWO_PEERS:g}x: "
+                                               "which of two processes contention slows is chance, and no call is "
+                                               "counted)"))
         elif (timed and not peers.counted and peers.mode == "layer peers"
               and own < (bar := CONTENTION if s.rank in middle_stages | last_stage or steady else ONE_RANK_A_STAGE)):
             overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers: not a suspect (on "

@@ -2006,3 +2006,16 @@ def test_a_host_whose_stalls_the_gpus_queue_hides_is_said_to_cost_under_the_thre
     assert verdict.suspects == []
     said = [n for n in verdict.notes if "host idles" in n]
     assert len(said) == 1 and said[0].startswith("rank 0's host") and "under the threshold" in said[0]
+
+
+def test_of_two_ranks_on_shared_cpus_a_busier_core_is_no_slow_compute():
+    # megatron-core DP2 under mapp's capture, 2 processes on 2 CPUs of a 32-CPU machine beside
+    # other jobs (``--set fresh73``, held out; its second run), no fault: rank 0 computed 1.16x
+    # its peer in every step, on every kind of span alike (its core the busier one), last at all
+    # four all-reduces: "slow compute 0" before. With no third rank to show what contention
+    # makes, two ranks' times alone name one only beyond ``TWO_PEERS``
+    case = FRESH_CASES["gpt-dp2-mapp-healthy-f73-run2"]
+    assert case.expect is None
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert any(n.startswith("rank 0 computes 1.1") and "of two ranks" in n for n in verdict.notes), verdict.notes
