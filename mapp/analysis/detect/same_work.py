@@ -116,7 +116,8 @@ def _nth_fastest(per_call: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
     same trace with shapes reads 1.06x (the least of ~96 calls of each shape): its 18th and 20th
     ``aten::mm`` took 4-7x its peer's in every step, where the other stage's ranks computed
     beside it. How long a kind's call takes is told by its quickest call on any rank (being
-    descheduled only makes calls longer), so all ranks pool the same kinds. Kinds by name (``*``) and with shapes keep their own."""
+    descheduled only makes calls longer), so all ranks pool the same kinds. Kinds by name
+    (``*``) and with shapes keep their own."""
     nth = per_call.filter(pl.col("shape").str.starts_with("#"))
     if nth.is_empty():
         return per_call

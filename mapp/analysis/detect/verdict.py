@@ -220,12 +220,13 @@ def _hosts_under_the_threshold(peers: PeerEvidence, late: dict[int, dict], named
     """Where no rank is a suspect, one line per rank whose host stands out as one that stalls
     (its idle time beyond its peers' over the cut-off, at least ``_NOTED`` of the step and half
     of it in stalls, stage 2 finding it keeping the others waiting in nearly every iteration)
-    but costs its step too little to be named: the user who injected or suspects a slow host is told where it is and why it is no
-    suspect (2 H200s, megatron-core DP2 under the profiler, a 19 ms sleep in rank 0's data path
-    before each of 5 microbatches: its GPU idled 18 ms a step more than its peer's, the GPU's
-    queue hiding the rest, 2.6% of a 706 ms step; "no suspect" and, before, no note). Not on
-    shared CPUs, where a descheduled process stalls by chance."""
-    if peers.mode == "skipped" or peers.ranks.is_empty() or "gap_z" not in peers.ranks.columns or not iteration_ns:
+    but costs its step too little to be named: the user who injected or suspects a slow host is
+    told where it is and why it is no suspect (2 H200s, megatron-core DP2 under the profiler, a
+    19 ms sleep in rank 0's data path before each of 5 microbatches: its GPU idled 18 ms a step
+    more than its peer's, the GPU's queue hiding the rest, 2.6% of a 706 ms step; "no suspect"
+    and, before, no note). Not on shared CPUs, where a descheduled process stalls by chance."""
+    if (peers.mode == "skipped" or peers.ranks.is_empty() or "gap_z" not in peers.ranks.columns
+            or not iteration_ns):
         return []
     said = {s.rank for s in named} | {s.peer for s in named if s.peer is not None} | {o.rank for o in overruled}
     lines = []
@@ -241,6 +242,7 @@ def _hosts_under_the_threshold(peers: PeerEvidence, late: dict[int, dict], named
                                   f"nearly every iteration: {gap / iteration_ns:.1%} of the {iteration_ns / 1e6:.0f} "
                                   f"ms step, under the threshold {threshold:.0%}: not a suspect"))
     return lines
+
 
 def _waited_on(peers: PeerEvidence, late: dict[int, dict], coords: dict) -> tuple[pl.DataFrame | None, set[int]]:
     """What ``time_slices.sliced_suspects`` judges: where each rank's slowed ops land
@@ -646,7 +648,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # (``peers.scope``), its slowdown is no whole compute's: the added work's figure is shown,
     # as at a threshold that slowdown does not clear; PP4 under the profiler's defaults, 1.5x
     # the layers' matmuls on stage 1: "1.12x" on 4% of its compute, 65 ms a step added)
-    if counted and (float(row["slowdown"]) < 1 + slowdown_threshold or peers.scope is not None):
+    sliver = peers.scope is not None
+    if counted and (float(row["slowdown"]) < 1 + slowdown_threshold or sliver):
         added = max(float(row["added"]), added or 0.0)
     slowdown = _host_slowdown(row, gap_excess, iteration_ns) if host else max(float(row["slowdown"]), added or 0.0)
     evidence: dict[str, Any] = {
