@@ -2884,6 +2884,45 @@ def fresh76_set(seed: int = FRESH76_SEED) -> list[Case]:
     ]
 
 
+FRESH77_SEED = 479
+
+
+def fresh77_set(seed: int = FRESH77_SEED) -> list[Case]:
+    """Held out at the end of the forty-sixth session (``--set fresh77``, CPUs only, 2 gloo
+    processes, seed 479): the 2-rank jobs the session's changes bear on, healthy and faulted,
+    scored after the last change: DP2 and TP2 under mapp's capture (healthy, lognormal lengths,
+    layer faults of 1.25-1.3x, the weakest the corpus names, a host sleep). Ids end in ``-f77``."""
+    g = _held_out_gpt(seed, "-f77", GPT_GPU_FRESH14)
+
+    return [
+        g("dp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.25),
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.3),
+        g("dp2", "mapp-v1", "hostsleep", rank=0, ms=20),
+    ]
+
+
+FRESH78_SEED = 487
+
+
+def fresh78_set(seed: int = FRESH78_SEED) -> list[Case]:
+    """``fresh77``'s 4-rank jobs (``--set fresh78``, seed 487, 4 gloo processes on 2 cores): under
+    the profiler's defaults (no shapes), healthy and lognormal jobs beside layer faults of
+    1.3-1.4x and a PP4 data-path sleep. Ids end in ``-f78``."""
+    g = _held_out_gpt(seed, "-f78", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("pp2dp2", "kineto", "healthy"), "default"),
+        r(g("tp2dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("pp2dp2", "kineto", "layer", rank=2, factor=1.35), "default"),
+        r(g("tp2dp2", "kineto", "layer", rank=0, factor=1.3), "default"),
+        r(g("dp4", "kineto", "layer", rank=3, factor=1.4), "default"),
+        r(g("pp4", "kineto", "hostsleep", rank=1, ms=17), "default"),
+    ]
+
 FRESH28_SEED = 181
 
 
@@ -3440,6 +3479,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh71": fresh71_set, "fresh72": fresh72_set,
         "fresh73": fresh73_set, "fresh74": fresh74_set,
         "fresh75": fresh75_set, "fresh76": fresh76_set,
+        "fresh77": fresh77_set, "fresh78": fresh78_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
