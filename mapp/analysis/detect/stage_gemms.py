@@ -35,6 +35,7 @@ __all__ = ["GEMMS", "layer_units", "stage_gemms", "with_stage_gemms"]
 GEMMS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
 """The CPU ops that run a GEMM themselves (``aten::matmul`` and ``aten::linear`` call these)."""
 
+
 def layer_units(ops: pl.DataFrame) -> pl.DataFrame:
     """Per (``rank``, ``iteration``): how many layers the rank's stage runs, relative to the
     others (``units``): the most common ratio, over the ops every rank calls in that iteration

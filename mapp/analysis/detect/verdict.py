@@ -185,6 +185,12 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     return Combined(suspects, imbalance, victims, grid, below, overruled)
 
 
+def _said(named: list[Suspect], overruled: list[Overruled]) -> set[int]:
+    """The ranks a verdict already speaks of: named (below the threshold too, a link's both
+    ends) or overruled with a note."""
+    return {s.rank for s in named} | {s.peer for s in named if s.peer is not None} | {o.rank for o in overruled}
+
+
 def _under_the_cut_off(peers: PeerEvidence, named: list[Suspect], overruled: list[Overruled],
                        threshold: float) -> list[Overruled]:
     """Where no rank is a suspect, one line per rank whose compute read beyond the threshold but
@@ -195,7 +201,7 @@ def _under_the_cut_off(peers: PeerEvidence, named: list[Suspect], overruled: lis
     cut-off 3.2; no suspect and, before, no note)."""
     if peers.mode == "skipped" or peers.ranks.is_empty() or "z" not in peers.ranks.columns:
         return []
-    said = {s.rank for s in named} | {s.peer for s in named if s.peer is not None} | {o.rank for o in overruled}
+    said = _said(named, overruled)
     lines = []
     for row in peers.ranks.iter_rows(named=True):
         r, slowdown, z = row["rank"], row["slowdown"], row["z"]
@@ -228,7 +234,7 @@ def _hosts_under_the_threshold(peers: PeerEvidence, late: dict[int, dict], named
     if (peers.mode == "skipped" or peers.ranks.is_empty() or "gap_z" not in peers.ranks.columns
             or not iteration_ns):
         return []
-    said = {s.rank for s in named} | {s.peer for s in named if s.peer is not None} | {o.rank for o in overruled}
+    said = _said(named, overruled)
     lines = []
     for row in peers.ranks.iter_rows(named=True):
         r = row["rank"]
