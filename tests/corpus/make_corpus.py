@@ -2923,6 +2923,66 @@ def fresh78_set(seed: int = FRESH78_SEED) -> list[Case]:
         r(g("pp4", "kineto", "hostsleep", rank=1, ms=17), "default"),
     ]
 
+FRESH79_SEED = 491
+# --set fresh79 on GPUs: a twenty-sixth model shape (hidden 3712, 58 heads, sequence 1472, 2
+# sequences a microbatch, 5 microbatches)
+GPT_GPU_FRESH79 = ["--layers", "8", "--hidden", "3712", "--heads", "58", "--seq", "1472", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "5", "--bf16"]
+
+
+def fresh79_set(seed: int = FRESH79_SEED) -> list[Case]:
+    """Held out at the start of the forty-seventh session, before any change (``--set fresh79``, 2
+    ranks, seed 491, for CPUs and for a machine of 2 GPUs, on which the model shape is a
+    twenty-sixth): issue 13's classes in DP2, TP2 and PP2 under both captures (the profiler
+    mostly with its defaults) and plain DDP/FSDP2, with values no other set uses; the ``gpuhog``
+    job runs on GPUs only. Ids end in ``-f79``."""
+    g = _held_out_gpt(seed, "-f79", GPT_GPU_FRESH79)
+    r = _recorded
+
+    return [
+        r(g("dp2", "kineto", "healthy"), "default"),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.46),
+        r(g("dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        g("tp2", "mapp-v1", "hostsleep", rank=1, ms=22),
+        r(g("tp2", "kineto", "layer", rank=1, factor=1.41), "default"),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=0.95),
+        r(g("pp2", "kineto", "beforemb", rank=1, ms=21), "default"),
+        g("pp2", "mapp-v1", "healthy"),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.44), "default"),
+        g("pp2", "mapp-v1", "laststage", last_layers=4),
+        g("pp2", "mapp-v1", "link", link=(0, 1), link_bytes=5_000_000),
+        r(_plain("ddp2", "dp2", seed, rank=0, sleep_ms=18, tag="-f79"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, factor=1.5, tag="-f79"), "default"),
+        # GPUs only
+        r(g("tp2", "kineto", "gpuhog", rank=0, duty=0.25), "default"),
+    ]
+
+
+FRESH80_SEED = 499
+
+
+def fresh80_set(seed: int = FRESH80_SEED) -> list[Case]:
+    """``fresh79``'s 4-rank jobs (``--set fresh80``, seed 499, 4 gloo processes on 2 cores): DP4,
+    TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures, faults of every kind beside
+    healthy and imbalanced jobs (several under the profiler's defaults), and plain DDP/FSDP under
+    the profiler. Ids end in ``-f80``."""
+    g = _held_out_gpt(seed, "-f80", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        g("dp4", "mapp-v1", "layer", rank=1, factor=1.44),
+        r(g("tp2dp2", "kineto", "beforemb", rank=1, ms=20), "default"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        r(g("pp2dp2", "kineto", "seqlognorm", sigma=1.05), "default"),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=3, ms=19),
+        r(g("tp2pp2", "kineto", "layer", rank=0, factor=1.45), "default"),
+        g("pp4", "mapp-v1", "layer", rank=3, factor=1.4),
+        r(g("pp4", "kineto", "laststage", last_layers=3), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=1, sleep_ms=22, tag="-f80"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=2, sleep_ms=20, tag="-f80"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3480,6 +3540,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh73": fresh73_set, "fresh74": fresh74_set,
         "fresh75": fresh75_set, "fresh76": fresh76_set,
         "fresh77": fresh77_set, "fresh78": fresh78_set,
+        "fresh79": fresh79_set, "fresh80": fresh80_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
