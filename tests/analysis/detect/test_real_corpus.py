@@ -1959,6 +1959,19 @@ def test_gemms_a_middle_stage_adds_are_its_work_not_the_next_stages_host():
     assert round(top.slowdown, 3) == top.evidence["peers"]["added_work"]["slowdown"] > 3.0
 
 
+def test_gemms_a_last_stage_adds_under_twice_its_layers_are_counted():
+    # PP2 on 2 cores under the profiler's defaults (``--set fresh79``, held out, its second run),
+    # 1.44x the last stage's layer matmuls: 40-43 ``aten::mm`` calls a step where its layer makes
+    # 24 and its output layer 6. A last stage was held only to twice its layers' calls: "no
+    # suspect" (the first run, 59-62 calls, was named)
+    case = FRESH_CASES["gpt-pp2-prof-nosh-layer1.44x-r1-f79-run2"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, top.rank) == ("slow_compute", 1)
+    # against its layers' and output layer's 30 calls, not its layers' 24
+    assert 1.3 < top.evidence["peers"]["added_work"]["slowdown"] < 1.5
+
+
 @pytest.mark.parametrize("case_id", [
     "gpt-pp2-prof-nosh-laststage4of5-f67",   # 4 layers on the last stage, 1 on the first
     "gpt-pp4-prof-nosh-healthy-f68",         # one layer a stage: the last one's output layer beside it
