@@ -649,6 +649,13 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # excess that median does not share (a simulated data reader's forward steps)
         row = {**row, "excess_ns": excess_at(row, busy, float(row["slowdown"]))}
     excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
+    shows_added = (extra or (adds and shared_cpus)) and not host
+    if shows_added:
+        # it costs at least the work it adds, however its whole compute's times scatter (a
+        # user's DDP transformer, 4 processes on 2 cores, 1.4x the forward's matmuls on rank 0:
+        # its compute 0.87-0.98x its peers' by their times, 5.8-6.7 ms a step more on the ops it
+        # calls more often; no cost was shown)
+        excess = max(excess, max(row.get("added_excess_ns") or 0.0, 0.0) * pfac)
     added = None if host else added_slowdown(row, peers.min_effect, slowdown_threshold)
     # (where stage 1 timed a sliver of the stages' work, the ops they call alike without shapes
     # (``peers.scope``), its slowdown is no whole compute's: the added work's figure is shown,
@@ -670,7 +677,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     }
     # (on shared CPUs counted work is the evidence whether or not it explains most of the timed
     # excess: ``shared_cpus.above_shared_cpus`` reads it)
-    if (extra or (adds and shared_cpus)) and not host:
+    if shows_added:
         evidence["peers"]["added_work"] = added_evidence(row)
     if row.get("by_floor"):
         evidence["peers"]["fastest_ops"] = round(math.exp(float(row["ops_floor"])), 3)

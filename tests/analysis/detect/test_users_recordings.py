@@ -5,7 +5,9 @@ reader reads. These five were recorded by ``make_corpus.py --set fresh58`` / ``f
 out, 2 H200s over NCCL and 4 gloo processes on 2 CPUs) with ``--profile-record default``, the
 profiler's own defaults (no input shapes), or ``tutorial``, as PyTorch's profiler tutorial calls
 it (shapes, ``profile_memory``, ``with_stack``), and are kept whole as the profiler wrote them:
-Python frames, memory instants, flows. Each is issue 13's first or second failure class.
+Python frames, memory instants, flows. Each is issue 13's first or second failure class. A sixth
+comes from a job written as a user writes one (``tests/corpus/user_ddp_transformer.py``: a
+transformer encoder under DDP, traces named by ``tensorboard_trace_handler``).
 """
 
 from __future__ import annotations
@@ -63,3 +65,17 @@ def test_python_frames_are_neither_work_nor_waiting():
     assert "python_function" not in cats
     top = detect_bundle(bundle, threshold=0.1).suspects[0]
     assert (top.rank, top.kind) == (1, "slow_host") and 15e6 < top.excess_ns < 25e6
+
+
+def test_a_rank_named_by_the_work_it_adds_costs_at_least_that_work():
+    # a user's DDP transformer on 4 processes sharing 2 cores, 1.4x the forward's matmuls on
+    # rank 0: its compute read 0.82x its peers' by their scattered times, 1.50x on the ops it
+    # calls more often (+7.3 ms a step); named, but its cost was none ("+0.00 ms", left blank)
+    case = CASES["ddp4-transformer-tb-fwd1.4x-r0"]
+    assert all(p.name.endswith(".pt.trace.json.gz") for p in case.directory.glob("*.gz"))
+    assert len(list(case.directory.glob("*.pt.trace.json.gz"))) == 4
+    top = detect_bundle(load_bundle(case.directory), threshold=0.1).suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_compute")
+    added = top.evidence["peers"]["added_work"]
+    assert added["slowdown"] > 1.3
+    assert top.excess_ns >= added["excess_ms_per_iteration"] * 1e6 > 4e6

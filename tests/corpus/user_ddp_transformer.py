@@ -1,0 +1,90 @@
+"""A DDP job written as a user writes one, not through the corpus's harness (``_job.py``): a
+small ``nn.TransformerEncoder`` under DistributedDataParallel, profiled with
+``torch.profiler.schedule`` and ``tensorboard_trace_handler`` (one ``<host>_<pid>.<ns>.pt.trace.json``
+a process, no rank in the name), the profiler's defaults otherwise (no input shapes).
+
+A rank is slowed in software: ``--factor F`` adds (F - 1) x 12 matmuls a layer of the encoder's
+output against a ``d x d`` weight to its forward (results discarded), ``--sleep-ms`` sleeps on its
+host before each step. ``--sync`` reads the loss each step, as a logging loop does (on GPUs the
+host then waits for its kernels).
+
+    OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
+        tests/corpus/user_ddp_transformer.py --out DIR --slow-rank 0 --factor 1.4
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="directory the profiler writes its traces to")
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--factor", type=float, default=1.0, help="the slow rank's forward matmuls, x its peers'")
+    p.add_argument("--sleep-ms", type=float, default=0.0, help="a host sleep on the slow rank before each step")
+    p.add_argument("--shapes", action="store_true", help="record_shapes=True")
+    p.add_argument("--sync", action="store_true", help="read the loss each step")
+    p.add_argument("--cuda", action="store_true", help="NCCL on one GPU a process (else gloo on CPUs)")
+    p.add_argument("--d", type=int, default=128)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--batch", type=int, default=16)
+    a = p.parse_args()
+
+    dist.init_process_group("nccl" if a.cuda else "gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    dev = torch.device(f"cuda:{rank}") if a.cuda else torch.device("cpu")
+    if a.cuda:
+        torch.cuda.set_device(dev)
+    d, slow = a.d, rank == a.slow_rank
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(d, max(4, d // 64), 4 * d, batch_first=True)
+            self.enc = nn.TransformerEncoder(layer, a.layers)
+            self.head = nn.Linear(d, 10)
+
+        def forward(self, x):
+            h = self.enc(x)
+            if slow and a.factor > 1:
+                w = torch.randn(d, d, device=h.device)
+                for _ in range(int((a.factor - 1) * 12 * a.layers)):
+                    _ = h @ w
+            return self.head(h.mean(1))
+
+    model = DDP(Model().to(dev), device_ids=[rank] if a.cuda else None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        if slow and a.sleep_ms:
+            time.sleep(a.sleep_ms / 1000)
+        x = torch.randn(a.batch, a.seq, d, device=dev)
+        y = torch.randint(0, 10, (a.batch,), device=dev)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if a.sync:
+            loss.item()
+
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if a.cuda else [])
+    with torch.profiler.profile(activities=activities, record_shapes=a.shapes,
+                                schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
+                                on_trace_ready=torch.profiler.tensorboard_trace_handler(a.out, use_gzip=True)) as prof:
+        for _ in range(7):
+            step()
+            prof.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
