@@ -32,7 +32,7 @@ def main() -> None:
     p.add_argument("--shapes", action="store_true", help="record_shapes=True")
     p.add_argument("--sync", action="store_true", help="read the loss each step")
     p.add_argument("--cuda", action="store_true", help="NCCL on one GPU a process (else gloo on CPUs)")
-    p.add_argument("--d", type=int, default=128)
+    p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=16)
@@ -44,7 +44,7 @@ def main() -> None:
     dev = torch.device(f"cuda:{rank}") if a.cuda else torch.device("cpu")
     if a.cuda:
         torch.cuda.set_device(dev)
-    d, slow = a.d, rank == a.slow_rank
+    d, slow = a.width, rank == a.slow_rank
 
     class Model(nn.Module):
         def __init__(self):

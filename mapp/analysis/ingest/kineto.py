@@ -64,7 +64,9 @@ Parsing: ``orjson.loads`` of the whole file with the cyclic GC paused, then one 
 over ``traceEvents``. On a 150 MB, 510k-event trace (2 shared cores) this whole reader took
 ~3.2 s, while DuckDB's ``read_json`` needed ~5.6 s just to unnest and count ``traceEvents``
 and ~9.5 s to project them to Arrow; with the GC left on, ``orjson.loads`` alone took 5-10 s. The ranks table has ``format="kineto"``, ``clock="host"``, ``host`` from
-``host_name``, ``device`` from ``deviceProperties[0].name``, ``world_size`` from distributedInfo.
+``host_name``, ``device`` from ``deviceProperties[0].name`` where the rank ran GPU work (GPU events
+or an NCCL process group: the profiler lists the machine's GPUs whether or not the process used
+one), ``world_size`` from distributedInfo.
 """
 
 from __future__ import annotations
@@ -287,6 +289,10 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
 
     props = document.get("deviceProperties")
     device = props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict) else None
+    if not (any(c in _GPU_CATS for c in kept.cat) or str(dist.get("backend", "")).lower() == "nccl"):
+        # a gloo job of CPU processes on a machine with GPUs: the machine's, not the rank's (4
+        # processes on a GPU host's cores read as GPU ranks, and the detector judged them so)
+        device = None
     host = document.get("host_name")
     ranks = pl.DataFrame({
         "rank": [rank], "world_size": [world_size], "host": [host if isinstance(host, str) else None],

@@ -6,8 +6,9 @@ out, 2 H200s over NCCL and 4 gloo processes on 2 CPUs) with ``--profile-record d
 profiler's own defaults (no input shapes), or ``tutorial``, as PyTorch's profiler tutorial calls
 it (shapes, ``profile_memory``, ``with_stack``), and are kept whole as the profiler wrote them:
 Python frames, memory instants, flows. Each is issue 13's first or second failure class. A sixth
-comes from a job written as a user writes one (``tests/corpus/user_ddp_transformer.py``: a
-transformer encoder under DDP, traces named by ``tensorboard_trace_handler``).
+and a seventh come from a job written as a user writes one (``tests/corpus/user_ddp_transformer.py``:
+a transformer encoder under DDP, traces named by ``tensorboard_trace_handler``), the seventh of
+CPU processes on a machine with GPUs.
 """
 
 from __future__ import annotations
@@ -79,3 +80,13 @@ def test_a_rank_named_by_the_work_it_adds_costs_at_least_that_work():
     added = top.evidence["peers"]["added_work"]
     assert added["slowdown"] > 1.3
     assert top.excess_ns >= added["excess_ms_per_iteration"] * 1e6 > 4e6
+
+
+def test_cpu_processes_on_a_gpu_machine_are_judged_as_cpu_processes():
+    # 4 gloo processes on 2 cores of a machine with 2 H200s, 1.5x the forward's matmuls on rank 2:
+    # the profiler named the machine's GPU in each trace, the ranks read as GPU ranks, and the
+    # GPU path, finding no kernels, failed ("unable to find column r_adj": a traceback)
+    case = CASES["ddp4-transformer-tb-gpuhost-fwd1.5x-r2"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(2, "slow_compute")]
+    assert verdict.suspects[0].evidence["peers"]["added_work"]["slowdown"] > 1.3

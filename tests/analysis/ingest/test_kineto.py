@@ -127,6 +127,19 @@ def test_real_nccl_ranks(h200):
     assert ranks.select("rank", "world_size", "device").rows() == [(0, 2, "NVIDIA H200"), (1, 2, "NVIDIA H200")]
 
 
+def test_a_cpu_job_on_a_gpu_machine_names_no_gpu():
+    # 4 gloo processes on the cores of a machine with 2 H200s, no process using one: the profiler
+    # lists the machine's GPUs in deviceProperties all the same (tests/corpus/cases-users)
+    case = FIXTURES.parent / "corpus" / "cases-users" / "ddp4-transformer-tb-gpuhost-fwd1.5x-r2"
+    files = sorted(case.glob("*.pt.trace.json.gz"))
+    with gzip.open(files[0]) as f:
+        doc = json.load(f)
+    assert doc["deviceProperties"][0]["name"] == "NVIDIA H200" and doc["distributedInfo"]["backend"] == "gloo"
+    events, ranks = _read(files)
+    assert ranks["device"].to_list() == [None] * 4
+    assert not events["lane"].str.starts_with("stream:").any()
+
+
 def test_real_nccl_communication(h200):
     events, _ = h200
     comm = events.filter(pl.col("cat").is_in(["collective", "p2p"])).sort("rank", "ts_ns")
