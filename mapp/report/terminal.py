@@ -20,6 +20,11 @@ def ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:,.3f}"
 
 
+def val(x) -> str:
+    """A table cell's value; "-" where unknown (a job with no layout has no pp, tp or dp)."""
+    return "-" if x is None else str(x)
+
+
 def pct(frac: float | None) -> str:
     return "-" if frac is None else f"{100 * frac:.1f}%"
 
@@ -84,7 +89,7 @@ class ReportView:
         table = Table("iteration", "job time (ms)", "slowest rank", "rank spread", title="iteration time",
                       title_justify="left")
         for row in self.summary.job_iterations.iter_rows(named=True):
-            table.add_row(str(row["iteration"]), ms(row["time_ns"]), str(row["slowest_rank"]), f"{row['spread']:.3f}x")
+            table.add_row(val(row["iteration"]), ms(row["time_ns"]), val(row["slowest_rank"]), f"{row['spread']:.3f}x")
         return table
 
     def _breakdown(self) -> Group:
@@ -94,7 +99,7 @@ class ReportView:
         stages = Table("stage", "ranks", "compute", "exposed comm", "idle", "", title="time per pipeline stage",
                        title_justify="left", caption=legend, caption_justify="left")
         for row in s.stages.iter_rows(named=True):
-            stages.add_row(str(row["pp"]), str(row["ranks"]), pct(row["compute_frac"]), pct(row["exposed_comm_frac"]),
+            stages.add_row(val(row["pp"]), val(row["ranks"]), pct(row["compute_frac"]), pct(row["exposed_comm_frac"]),
                            pct(row["idle_frac"]), self._row_bar(row))
         ranks = s.breakdown
         title = "time per rank"
@@ -106,7 +111,7 @@ class ReportView:
         per_rank = Table("rank", "pp", "tp", "dp", "compute", "exposed comm", "idle", "", title=title,
                          title_justify="left")
         for row in ranks.iter_rows(named=True):
-            per_rank.add_row(str(row["rank"]), str(row["pp"]), str(row["tp"]), str(row["dp"]), pct(row["compute_frac"]),
+            per_rank.add_row(val(row["rank"]), val(row["pp"]), val(row["tp"]), val(row["dp"]), pct(row["compute_frac"]),
                              pct(row["exposed_comm_frac"]), pct(row["idle_frac"]), self._row_bar(row))
         return Group(stages, per_rank)
 
@@ -132,13 +137,13 @@ class ReportView:
         skew = Table("group", "op", "count", "mean spread (ms)", "max spread (ms)", "most often last",
                      title="collective skew (arrival spread)", title_justify="left")
         for row in s.skew.head(8).iter_rows(named=True):
-            skew.add_row(str(row["group"]), row["op"], str(row["instances"]), ms(row["mean_spread_ns"]),
+            skew.add_row(val(row["group"]), row["op"], val(row["instances"]), ms(row["mean_spread_ns"]),
                          ms(row["max_spread_ns"]), f"rank {row['top_last_arriver']} ({pct(row['top_last_share'])})")
         last = Table("rank", "pp", "tp", "dp", "last in", "others waited (ms)", "it waited (ms)",
                      title="last arrivers", title_justify="left")
         for i, row in enumerate(s.last_arrivers.head(5).iter_rows(named=True)):
             style = "mapp.suspect" if i == 0 and row["caused_wait_ns"] > 0 else None
-            last.add_row(Text(str(row["rank"]), style=style or ""), str(row["pp"]), str(row["tp"]), str(row["dp"]),
+            last.add_row(Text(val(row["rank"]), style=style or ""), val(row["pp"]), val(row["tp"]), val(row["dp"]),
                          f"{row['times_last']}/{row['collectives']}", ms(row["caused_wait_ns"]), ms(row["waited_ns"]))
         return Group(skew, last)
 
@@ -150,7 +155,7 @@ class ReportView:
                       title_justify="left")
         for row in rows.sort("vs_median").head(8).iter_rows(named=True):
             slow = row["vs_median"] is not None and row["vs_median"] < 0.8
-            table.add_row(f"{row['src']} -> {row['dst']}", str(row["messages"]), f"{row['bandwidth_gbs']:.1f}",
+            table.add_row(f"{row['src']} -> {row['dst']}", val(row["messages"]), f"{row['bandwidth_gbs']:.1f}",
                           Text(f"{row['vs_median']:.2f}x", style="mapp.suspect" if slow else ""))
         return table
 
@@ -161,7 +166,7 @@ class ReportView:
         table = Table("stage", "iteration (ms)", "computing (ms)", "bubble (ms)", "bubble ratio",
                       title="pipeline bubbles", title_justify="left")
         for row in rows.iter_rows(named=True):
-            table.add_row(str(row["pp"]), ms(row["window_ns"]), ms(row["compute_ns"]), ms(row["bubble_ns"]),
+            table.add_row(val(row["pp"]), ms(row["window_ns"]), ms(row["compute_ns"]), ms(row["bubble_ns"]),
                           pct(row["bubble_ratio"]))
         return table
 
@@ -177,6 +182,6 @@ class ReportView:
         slow = Table("rank", "op", "iteration", "microbatch", "ms", "vs median", title="slowest op instances",
                      title_justify="left")
         for row in s.slowest_ops.head(5).iter_rows(named=True):
-            slow.add_row(str(row["rank"]), row["name"], str(row["iteration"]), str(row["microbatch"]), ms(row["dur_ns"]),
+            slow.add_row(val(row["rank"]), row["name"], val(row["iteration"]), val(row["microbatch"]), ms(row["dur_ns"]),
                          "-" if row["vs_median"] is None else f"{row['vs_median']:.2f}x")
         return Group(top, slow)

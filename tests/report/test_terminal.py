@@ -44,3 +44,23 @@ def test_many_ranks_show_the_extremes_only(summary):
 
     text = _render(replace(summary, breakdown=many))
     assert "least and most computing of 32" in text
+
+
+def test_a_job_without_a_layout_shows_no_none():
+    # a plain DDP job under the profiler (tests/corpus/cases-users): no pp, tp or dp anywhere;
+    # the tables showed "None" in each such cell
+    import re
+    from pathlib import Path
+
+    from mapp.report import build_summary
+    from mapp.sql import open_database
+
+    case = Path(__file__).resolve().parents[1] / "corpus" / "cases-users" / "ddp4-transformer-tb-fwd1.4x-r0"
+    db = open_database(case)
+    try:
+        text = _render(build_summary(db))
+    finally:
+        db.close()
+    assert "time per rank" in text and "last arrivers" in text
+    assert "None" not in text
+    assert re.search(r"│ 0\s+│ -\s+│ -\s+│ -\s+│", text)
