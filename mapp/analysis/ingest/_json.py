@@ -82,7 +82,8 @@ def load_document(path: pathlib.Path, closers: tuple[bytes, ...], what: str) -> 
     stripped = data.rstrip()
     if not stripped and salvage.truncated_at is not None:
         raise TraceFormatError(f"{path}: the compressed stream is cut off before any content", _BEYOND_SALVAGE)
-    if not stripped or stripped[:1] not in (b"[", b"{"):
+    # (the profiler itself starts its file with a space: " {")
+    if not stripped or stripped.lstrip()[:1] not in (b"[", b"{"):
         raise TraceFormatError(f"{path}: not a JSON {what} ({first_error})",
                                f"is this really a {what}? pass --format to say which reader to use")
     for cut in _record_ends_from_the_back(stripped):

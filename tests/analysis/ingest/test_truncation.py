@@ -17,6 +17,9 @@ ROOT = pathlib.Path(__file__).parent.parent.parent
 GLOO = ROOT / "fixtures" / "kineto_gloo" / "rank-1.json"
 H200 = ROOT / "fixtures" / "kineto_nccl_h200" / "rank-0.json"
 CORPUS_GZ = ROOT / "corpus" / "cases" / "ddp4-prof-healthy" / "rank-1.json.gz"
+# as torch.profiler's tensorboard_trace_handler wrote it (the corpus's other traces were
+# rewritten): its text starts with a space, " {"
+USERS_GZ = next((ROOT / "corpus" / "cases-users" / "ddp4-transformer-tb-fwd1.4x-r0").glob("*.pt.trace.json.gz"))
 
 # (source, name in the bundle): names as the profiler's users write them ("rank-1.json" is also
 # the mapp v1 naming; "*.pt.trace.json(.gz)" is tensorboard_trace_handler's)
@@ -25,6 +28,8 @@ SOURCES = {
     "h200-tensorboard-name": (H200, "host_77.1700000000123.pt.trace.json"),
     "corpus-gzip": (CORPUS_GZ, "rank-1.json.gz"),
     "corpus-gzip-tensorboard-name": (CORPUS_GZ, "host_77.1700000000123.pt.trace.json.gz"),
+    "profiler-written-gzip": (USERS_GZ, USERS_GZ.name),
+    "profiler-written-plain": (USERS_GZ, USERS_GZ.name.removesuffix(".gz")),
 }
 
 
@@ -45,6 +50,8 @@ def _load(directory: pathlib.Path):
 def test_a_trace_cut_anywhere_is_salvaged_or_one_line_error(tmp_path, source):
     src, name = SOURCES[source]
     data = src.read_bytes()
+    if src.suffix == ".gz" and not name.endswith(".gz"):
+        data = gzip.decompress(data)
     full, _, error = _load(_bundle_of(tmp_path / "full", name, data))
     assert error is None
     full_events = full.events.height
