@@ -38,7 +38,7 @@ GEMMS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
 OUTPUT_SHARE = 0.25
 """The most GEMM calls the last stage's output layer adds to its layers', as a share of them: 3 a
 microbatch (its forward and two gradients) beside a transformer layer's 12 (four linear layers,
-each a forward and two gradients), a smaller share the more layers a stage holds. Over 263 CPU
+each a forward and two gradients), a smaller share the more layers a stage holds. Over 205 CPU
 jobs of one rank a stage (PP2 and PP4 under the profiler, its shapes removed where it recorded
 them), the last stages no fault touched called 1.0-1.25x their layers' share; those given extra
 matmuls 1.67-4.1x (the loosest bound before, twice their layers', missed one at 1.67-1.73x:
