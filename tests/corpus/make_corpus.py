@@ -2983,6 +2983,56 @@ def fresh80_set(seed: int = FRESH80_SEED) -> list[Case]:
     ]
 
 
+FRESH81_SEED = 503
+# --set fresh81 on GPUs: a twenty-seventh model shape (hidden 2176, 34 heads, sequence 2688, 2
+# sequences a microbatch, 5 microbatches)
+GPT_GPU_FRESH81 = ["--layers", "8", "--hidden", "2176", "--heads", "34", "--seq", "2688", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "5", "--bf16"]
+
+
+def fresh81_set(seed: int = FRESH81_SEED) -> list[Case]:
+    """Held out at the end of the forty-seventh session, after its last change (``--set fresh81``,
+    2 ranks, seed 503, for CPUs and for a machine of 2 GPUs, on which the model shape is a
+    twenty-seventh): the classes the session's changes bear on (pipeline stages under the
+    profiler's defaults, faults on either stage, healthy and heavier last stages) beside DP2/TP2
+    and plain DDP/FSDP2 jobs. Ids end in ``-f81``."""
+    g = _held_out_gpt(seed, "-f81", GPT_GPU_FRESH81)
+    r = _recorded
+
+    return [
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.38), "default"),
+        r(g("pp2", "kineto", "layer", rank=0, factor=1.42), "default"),
+        r(g("pp2", "kineto", "healthy"), "default"),
+        r(g("pp2", "kineto", "laststage", last_layers=2), "default"),
+        r(g("pp2", "kineto", "beforemb", rank=1, ms=17), "default"),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.4),
+        r(g("dp2", "kineto", "layer", rank=1, factor=1.45), "default"),
+        r(g("tp2", "kineto", "healthy"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.55, tag="-f81"), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f81"), "default"),
+    ]
+
+
+FRESH82_SEED = 509
+
+
+def fresh82_set(seed: int = FRESH82_SEED) -> list[Case]:
+    """``fresh81``'s 4-rank jobs (``--set fresh82``, seed 509, 4 gloo processes on 2 cores): PP4
+    under the profiler's defaults (a last-stage and a middle-stage fault, healthy), PP2 x DP2 and
+    plain DDP. Ids end in ``-f82``."""
+    g = _held_out_gpt(seed, "-f82", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("pp4", "kineto", "layer", rank=3, factor=1.35), "default"),
+        r(g("pp4", "kineto", "layer", rank=1, factor=1.45), "default"),
+        r(g("pp4", "kineto", "healthy"), "default"),
+        r(g("pp2dp2", "kineto", "layer", rank=3, factor=1.4), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=2, factor=1.5, tag="-f82"), "default"),
+        r(_plain("ddp4", "dp4", seed, tag="-f82"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3541,6 +3591,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh75": fresh75_set, "fresh76": fresh76_set,
         "fresh77": fresh77_set, "fresh78": fresh78_set,
         "fresh79": fresh79_set, "fresh80": fresh80_set,
+        "fresh81": fresh81_set, "fresh82": fresh82_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
