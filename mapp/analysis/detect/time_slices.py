@@ -86,7 +86,7 @@ def scattered(ops: pl.DataFrame, min_effect: float) -> pl.DataFrame:
     (its slowed ops at the same op in two iterations, over chance) and ``microbatch_lift`` (a
     slowed op's neighbours in its microbatch slowed too, over chance), and ``flagged``: lasting,
     enough slowed ops and both lifts under ``RANDOM``."""
-    if "r_adj" not in ops.columns:   # (``kernel_places`` found no kernels to place)
+    if ops.is_empty():   # (``kernel_places`` found no kernels to place: a frame without its columns)
         return _empty()
     ops = _same_work(ops.filter(pl.col("r_adj").is_not_null()))
     if ops.is_empty():

@@ -240,3 +240,12 @@ def test_with_one_rank_a_stage_the_heaviest_stage_is_the_one_waited_on():
     assert waited(PeerEvidence("layer peers", sliced=sliced)) == set()
     # with peers of its own at each stage, stage 2 says it
     assert waited(PeerEvidence("stage peers", stages=stages(1), sliced=sliced)) == {0}
+
+
+def test_ranks_without_kernels_have_no_slices_to_judge():
+    # GPU ranks whose trace holds host ops only (no stream lane): nothing to place, no error (a
+    # gloo job on a GPU machine's cores, read as GPU ranks, failed here with "r_adj not found")
+    host_only = _kernels(lambda it: set()).filter(~pl.col("lane").str.starts_with("stream:"))
+    places = kernel_places(host_only, COORDS, ["pp", "tp"], slow_op=0.1)
+    assert places.is_empty()
+    assert scattered(places, min_effect=0.033).is_empty()
