@@ -3033,6 +3033,62 @@ def fresh82_set(seed: int = FRESH82_SEED) -> list[Case]:
     ]
 
 
+FRESH83_SEED = 521
+# --set fresh83 on GPUs: a twenty-eighth model shape (hidden 3968, 62 heads, sequence 1216, 2
+# sequences a microbatch, 6 microbatches)
+GPT_GPU_FRESH83 = ["--layers", "8", "--hidden", "3968", "--heads", "62", "--seq", "1216", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh83_set(seed: int = FRESH83_SEED) -> list[Case]:
+    """Held out at the start of the forty-eighth session, before any change (``--set fresh83``, 2
+    ranks, seed 521, for CPUs and for a machine of 2 GPUs, on which the model shape is a
+    twenty-eighth): issue 13's classes in DP2, TP2 and PP2 under both captures (the profiler
+    mostly with its defaults) and plain DDP/FSDP2, with values no other set uses; the ``gpuhog``
+    job runs on GPUs only. Ids end in ``-f83``."""
+    g = _held_out_gpt(seed, "-f83", GPT_GPU_FRESH83)
+    r = _recorded
+
+    return [
+        r(g("dp2", "kineto", "hostsleep", rank=1, ms=23), "default"),
+        g("dp2", "mapp-v1", "healthy"),
+        r(g("tp2", "kineto", "beforemb", rank=0, ms=19), "default"),
+        g("tp2", "mapp-v1", "layer", rank=1, factor=1.37),
+        r(g("tp2", "kineto", "seqlognorm", sigma=1.1), "default"),
+        r(g("pp2", "kineto", "layer", rank=0, factor=1.47), "default"),
+        r(g("pp2", "kineto", "laststage", last_layers=3), "default"),
+        g("pp2", "mapp-v1", "beforemb", rank=0, ms=18),
+        r(g("pp2", "kineto", "healthy"), "default"),
+        r(_plain("ddp2", "dp2", seed, tag="-f83"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, sleep_ms=21, tag="-f83"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.43, tag="-f83"), "default"),
+        # GPUs only
+        r(g("tp2", "kineto", "gpuhog", rank=1, duty=0.3), "default"),
+    ]
+
+
+FRESH84_SEED = 523
+
+
+def fresh84_set(seed: int = FRESH84_SEED) -> list[Case]:
+    """``fresh83``'s 4-rank jobs (``--set fresh84``, seed 523, 4 gloo processes on 2 cores): DP4,
+    TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures, faults beside healthy and
+    imbalanced jobs, and plain DDP/FSDP under the profiler. Ids end in ``-f84``."""
+    g = _held_out_gpt(seed, "-f84", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("dp4", "kineto", "layer", rank=3, factor=1.42), "default"),
+        g("tp2dp2", "mapp-v1", "beforemb", rank=2, ms=21),
+        r(g("pp2dp2", "kineto", "healthy"), "default"),
+        r(g("tp2pp2", "kineto", "hostsleep", rank=1, ms=20), "default"),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=1.0),
+        r(g("pp4", "kineto", "layer", rank=2, factor=1.43), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=3, factor=1.45, tag="-f84"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f84"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3592,6 +3648,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh77": fresh77_set, "fresh78": fresh78_set,
         "fresh79": fresh79_set, "fresh80": fresh80_set,
         "fresh81": fresh81_set, "fresh82": fresh82_set,
+        "fresh83": fresh83_set, "fresh84": fresh84_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
