@@ -6,7 +6,9 @@ a process, no rank in the name), the profiler's defaults otherwise (no input sha
 A rank is slowed in software: ``--factor F`` adds (F - 1) x 12 matmuls a layer of the encoder's
 output against a ``d x d`` weight to its forward (results discarded), ``--sleep-ms`` sleeps on its
 host before each step. ``--sync`` reads the loss each step, as a logging loop does (on GPUs the
-host then waits for its kernels).
+host then waits for its kernels). The schedule's cycle (wait 1, warmup 1, active 4) repeats, as
+its default ``repeat=0`` does: ``--steps 14`` writes three files a process, two cycles of four
+steps and the two steps the job ended in.
 
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
         tests/corpus/user_ddp_transformer.py --out DIR --slow-rank 0 --factor 1.4
@@ -36,6 +38,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=7, help="training steps (a profiling cycle is 6)")
     a = p.parse_args()
 
     dist.init_process_group("nccl" if a.cuda else "gloo")
@@ -80,7 +83,7 @@ def main() -> None:
     with torch.profiler.profile(activities=activities, record_shapes=a.shapes,
                                 schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
                                 on_trace_ready=torch.profiler.tensorboard_trace_handler(a.out, use_gzip=True)) as prof:
-        for _ in range(7):
+        for _ in range(a.steps):
             step()
             prof.step()
     dist.destroy_process_group()

@@ -112,8 +112,8 @@ def _validate_ranks(ranks: pl.DataFrame) -> None:
         files = duplicated.filter(pl.col("rank") == rank)["src_file"].to_list()
         raise LayoutError(
             f"rank {rank} is claimed by more than one file: {', '.join(files)}",
-            "traces of two runs, or of two profiling cycles of one (torch.profiler.schedule with repeat > 1), "
-            "are mixed in one directory; move all but one run's or cycle's files elsewhere",
+            "traces of two runs (or a file and its copy) are mixed in one directory; move all but one run's "
+            "files elsewhere (a profiler's repeated cycles of one process are read together)",
         )
     for column in ("world_size", *(f"layout_{a}" for a in (*COORDS, "vpp"))):
         values = ranks[column].drop_nulls().unique().sort()

@@ -1,4 +1,4 @@
-"""Reader for PyTorch profiler (Kineto) Chrome traces, one file per rank.
+"""Reader for PyTorch profiler (Kineto) Chrome traces, one file per rank (or per profiling cycle).
 
 A Kineto trace is one JSON object: ``traceEvents`` plus ``distributedInfo`` (backend, rank,
 world_size, pg_config), ``deviceProperties``, ``baseTimeNanoseconds`` and a few more keys.
@@ -10,6 +10,9 @@ What this reader keeps and how it maps it:
   ``gpu_user_annotation`` (older spellings ``Operator``, ``Kernel``, ``Memcpy``, ``Memset`` too).
   Metadata (``M``), flows (``s``/``f``), instants (``i``), ``python_function``, ``Trace`` and
   the CUDA runtime/driver calls are dropped (runtime calls are only used to date GPU work, below).
+* files: one per rank, or one per profiling cycle of a rank (``schedule`` repeats its cycle and
+  ``tensorboard_trace_handler`` writes each to a file): a rank's files of one OS process whose
+  steps are disjoint are one trace (``_cycles_joined``).
 * ``rank`` from ``distributedInfo.rank`` (else a number in the file name); coordinates
   (``tp``, ``pp``, ``dp`` and the ``layout_*`` sizes) from the megatron-core process groups
   that ``pg_config`` lists (the rank's place in each), else null (a plain DDP or FSDP job has no
@@ -76,6 +79,7 @@ import math
 import pathlib
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import orjson
 import polars as pl
@@ -165,21 +169,96 @@ def sniff(path: pathlib.Path, head: bytes) -> bool:
 
 
 def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Read Kineto traces (one per rank) into (events, ranks) tables; see the module docstring."""
-    events, ranks, groups = [], [], {}
+    """Read Kineto traces (one per rank, or one per profiling cycle of a rank) into (events,
+    ranks) tables; see the module docstring."""
+    by_rank: dict[int, list[_File]] = {}
     for path in files:
         with paused_gc():
-            ev, rk, pgs = _read_one(path, warn)
-        events.append(ev)
-        ranks.append(rk)
-        groups[int(rk["rank"][0])] = pgs
+            one = _read_one(path, warn)
+        by_rank.setdefault(one.rank, []).append(one)
+    events, ranks, groups, joined = [], [], {}, {}
+    for rank, parts in by_rank.items():
+        whole, how = _cycles_joined(parts)
+        if how:
+            joined.setdefault(how, []).append(rank)
+        for one in whole:
+            events.append(one.events)
+            ranks.append(one.row)
+            groups[rank] = one.members
+    for how, which in joined.items():
+        warn(f"{'rank' if len(which) == 1 else 'ranks'} {_ranges(which)}: {how}")
     if not events:
         return schema.empty_events(), pl.DataFrame(schema=schema.RANKS_SCHEMA)
     return _gloo_groups.resolve(pl.concat(events, how="vertical"), groups, warn), pl.concat(ranks, how="vertical")
 
 
-def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame, list[tuple]]:
-    """(events with the ``_gloo_groups.LOCAL`` column, the rank's row, its process groups' members)."""
+@dataclass(slots=True)
+class _File:
+    """One trace file read: its events (with the ``_gloo_groups.LOCAL`` column), its rank's row,
+    the members of the rank's process groups, and the OS process that recorded it."""
+
+    rank: int
+    events: pl.DataFrame
+    row: pl.DataFrame
+    members: list[tuple]
+    pid: object
+
+    def steps(self) -> set[int]:
+        return set(self.events.filter(pl.col("cat") == "iteration")["iteration"].drop_nulls().to_list())
+
+    def calls(self) -> int:
+        return self.events.filter(pl.col("cat").is_in(["collective", "p2p"])).height
+
+
+def _cycles_joined(parts: list[_File]) -> tuple[list[_File], str | None]:
+    """A rank's files as one trace where they are profiling cycles of one process.
+
+    ``torch.profiler.schedule`` repeats its wait/warmup/active cycle (forever with the default
+    ``repeat=0``) and ``tensorboard_trace_handler`` writes a file per cycle: one process's files
+    (the same OS pid) whose steps are disjoint are read as one trace with gaps between its
+    cycles; a cycle without a communication call (the few events of a cycle cut short when the
+    job ended) is left out. Anything else (two runs' files, a file copied) is returned as it
+    is, and the bundle then says which rank more than one file claims. Returns the files and,
+    where they were joined, how (for a warning)."""
+    if len(parts) < 2 or parts[0].pid is None or any(p.pid != parts[0].pid for p in parts):
+        return parts, None
+    seen: set[int] = set()
+    for p in parts:
+        steps = p.steps()
+        if not steps or steps & seen:
+            return parts, None
+        seen |= steps
+    kept = sorted((p for p in parts if p.calls()), key=lambda p: min(p.steps())) or parts[:1]
+    left = len(parts) - len(kept)
+    how = (f"{len(parts)} files of one process each (torch.profiler.schedule's repeated cycles) read as one trace, "
+           f"steps {', '.join(_ranges(sorted(p.steps())) for p in kept)}"
+           + (f"; {left} without a communication call left out" if left else ""))
+    events = pl.concat([p.events for p in kept], how="vertical")
+    return [_File(parts[0].rank, events, kept[0].row, kept[0].members, kept[0].pid)], how
+
+
+def _ranges(values: list[int]) -> str:
+    """``0-3`` for 0,1,2,3; ``2-5, 8-11`` for two runs of consecutive numbers."""
+    values = sorted(values)
+    runs, start = [], 0
+    for k in range(1, len(values) + 1):
+        if k == len(values) or values[k] != values[k - 1] + 1:
+            a, b = values[start], values[k - 1]
+            runs.append(f"{a}-{b}" if b > a else f"{a}")
+            start = k
+    return ", ".join(runs)
+
+
+def _process_id(raw: list) -> object:
+    """The OS process id that the profiler writes as the ``pid`` of host events (None if none)."""
+    for e in raw:
+        if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in _CPU_CATS:
+            return e.get("pid")
+    return None
+
+
+def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> _File:
+    """One file: its events, its rank's row, its process groups' members, its process id."""
     document, salvage = load_document(path, (b"]}", b"]", b"}"), "PyTorch profiler trace (JSON object)")
     if isinstance(document, list):          # the bare Chrome array form: events only
         document = {"traceEvents": document}
@@ -300,7 +379,7 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> tuple[pl.DataF
         **{k: [v] for k, v in _megatron_coords(rank, world_size, pgs).items()},
     }, schema_overrides={"world_size": pl.Int32(), "host": pl.String(), "device": pl.String()})
     members = [tuple(r) for r in (_rank_list(pg.get("ranks")) for pg in pgs) if r and rank in r]
-    return events, schema.conform(ranks, schema.RANKS_SCHEMA), members
+    return _File(rank, events, schema.conform(ranks, schema.RANKS_SCHEMA), members, _process_id(raw))
 
 
 class _Kept:

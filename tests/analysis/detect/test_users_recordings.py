@@ -5,10 +5,11 @@ reader reads. These five were recorded by ``make_corpus.py --set fresh58`` / ``f
 out, 2 H200s over NCCL and 4 gloo processes on 2 CPUs) with ``--profile-record default``, the
 profiler's own defaults (no input shapes), or ``tutorial``, as PyTorch's profiler tutorial calls
 it (shapes, ``profile_memory``, ``with_stack``), and are kept whole as the profiler wrote them:
-Python frames, memory instants, flows. Each is issue 13's first or second failure class. A sixth
-and a seventh come from a job written as a user writes one (``tests/corpus/user_ddp_transformer.py``:
-a transformer encoder under DDP, traces named by ``tensorboard_trace_handler``), the seventh of
-CPU processes on a machine with GPUs.
+Python frames, memory instants, flows. Each is issue 13's first or second failure class. Three
+more come from a job written as a user writes one (``tests/corpus/user_ddp_transformer.py``: a
+transformer encoder under DDP, traces named by ``tensorboard_trace_handler``): one of CPU
+processes on a machine with GPUs, one profiled over two of the schedule's cycles (three files a
+process).
 """
 
 from __future__ import annotations
@@ -90,3 +91,19 @@ def test_cpu_processes_on_a_gpu_machine_are_judged_as_cpu_processes():
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(2, "slow_compute")]
     assert verdict.suspects[0].evidence["peers"]["added_work"]["slowdown"] > 1.3
+
+
+def test_a_process_s_profiling_cycles_are_read_as_one_trace():
+    # a user's DDP transformer profiled over 14 steps with the schedule's default repeat=0:
+    # tensorboard_trace_handler wrote three files a process (steps 2-5, 8-11 and the step the job
+    # ended in); "rank 0 is claimed by more than one file" was all mapp said
+    case = CASES["ddp4-transformer-tb-cycles-fwd1.5x-r1"]
+    assert len(list(case.directory.glob("*.pt.trace.json.gz"))) == 12
+    warnings: list[str] = []
+    bundle = load_bundle(case.directory, use_cache=False, warn=warnings.append)
+    assert bundle.traced_iterations() == [2, 3, 4, 5, 8, 9, 10, 11]
+    assert sorted(bundle.ranks["rank"].to_list()) == [0, 1, 2, 3]
+    assert any("ranks 0-3: 3 files of one process each" in w and "steps 2-5, 8-11" in w for w in warnings)
+    top = detect_bundle(bundle, threshold=0.1).suspects[0]
+    assert (top.rank, top.kind) == (1, "slow_compute")
+    assert set(top.iterations) >= {3, 4, 9, 10}

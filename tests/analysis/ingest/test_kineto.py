@@ -423,3 +423,40 @@ def test_step_spans_win_over_optimizer_steps(gloo):
     events, _ = gloo
     assert events.filter(pl.col("name").str.starts_with("Optimizer.step#")).height
     assert not events.filter(pl.col("name").str.starts_with("mapp:iteration")).height
+
+
+CYCLES = FIXTURES.parent / "corpus" / "cases-users" / "ddp4-transformer-tb-cycles-fwd1.5x-r1"
+
+
+def _rank_files(rank: int) -> list[pathlib.Path]:
+    """The case's files of one rank, in the order they were written (one per profiling cycle)."""
+    return sorted(p for p in CYCLES.glob("*.pt.trace.json.gz")
+                  if json.load(gzip.open(p))["distributedInfo"]["rank"] == rank)
+
+
+def test_files_of_one_process_with_disjoint_steps_are_one_rank():
+    warnings: list[str] = []
+    events, ranks = _read(_rank_files(2), warnings)
+    assert ranks["rank"].to_list() == [2]
+    steps = events.filter(pl.col("cat") == "iteration")["iteration"].to_list()
+    assert sorted(steps) == [2, 3, 4, 5, 8, 9, 10, 11]   # the third cycle's step 14 held no call
+    assert warnings == ["rank 2: 3 files of one process each (torch.profiler.schedule's repeated cycles) "
+                        "read as one trace, steps 2-5, 8-11; 1 without a communication call left out"]
+
+
+def test_files_of_two_processes_for_one_rank_are_not_joined(tmp_path):
+    # two runs' traces in one directory: rank 2's first cycle, and its second as another process
+    # wrote it; and a cycle copied (one process, the same steps twice): both left for the bundle
+    # to refuse ("rank 2 is claimed by more than one file")
+    first, second, _ = _rank_files(2)
+    other = tmp_path / "other.pt.trace.json"
+    doc = json.load(gzip.open(second))
+    pid = next(e["pid"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+    for e in doc["traceEvents"]:
+        if e.get("pid") == pid:
+            e["pid"] = pid + 1
+    other.write_text(json.dumps(doc))
+    for files in ([first, other], [first, first]):
+        warnings: list[str] = []
+        _, ranks = _read(files, warnings)
+        assert ranks["rank"].to_list() == [2, 2] and not any("read as one trace" in w for w in warnings)
