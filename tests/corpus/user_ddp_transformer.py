@@ -1,5 +1,5 @@
 """A DDP job written as a user writes one, not through the corpus's harness (``_job.py``): a
-small ``nn.TransformerEncoder`` under DistributedDataParallel, profiled with
+small ``nn.TransformerEncoder`` (over an embedding of token ids) under DistributedDataParallel, profiled with
 ``torch.profiler.schedule`` and ``tensorboard_trace_handler`` (one ``<host>_<pid>.<ns>.pt.trace.json``
 a process, no rank in the name), the profiler's defaults otherwise (no input shapes).
 
@@ -10,6 +10,14 @@ host then waits for its kernels). The schedule's cycle (wait 1, warmup 1, active
 its default ``repeat=0`` does: ``--steps 14`` writes three files a process, two cycles of four
 steps and the two steps the job ended in.
 
+Ways users' jobs differ, each a flag: ``--seq-sigma S`` pads each step's batch to its own length
+(the sequence length x a lognormal draw of sigma S, per rank: dynamic padding, an imbalance, not a
+fault); ``--accum N`` accumulates N microbatches a step, the first N - 1 under ``no_sync()``;
+``--loader-workers N`` reads batches from a ``DataLoader`` with N worker processes, and
+``--data-sleep-ms`` then sleeps in the slow rank's dataset for each batch (a slow input pipeline,
+hidden by the workers' prefetch until it outruns them); ``--manual`` all-reduces each gradient
+itself, without DDP.
+
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
         tests/corpus/user_ddp_transformer.py --out DIR --slow-rank 0 --factor 1.4
 """
@@ -17,12 +25,16 @@ steps and the two steps the job ended in.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+VOCAB = 1000
 
 
 def main() -> None:
@@ -39,6 +51,11 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=7, help="training steps (a profiling cycle is 6)")
+    p.add_argument("--seq-sigma", type=float, default=0.0, help="each step's length: --seq x lognormal(0, S)")
+    p.add_argument("--accum", type=int, default=1, help="microbatches a step (gradients synchronised on the last)")
+    p.add_argument("--loader-workers", type=int, default=0, help="batches from a DataLoader with N workers")
+    p.add_argument("--data-sleep-ms", type=float, default=0.0, help="the slow rank's dataset sleeps per batch")
+    p.add_argument("--manual", action="store_true", help="all-reduce each gradient by hand, without DDP")
     a = p.parse_args()
 
     dist.init_process_group("nccl" if a.cuda else "gloo")
@@ -52,29 +69,57 @@ def main() -> None:
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
+            self.embed = nn.Embedding(VOCAB, d)
             layer = nn.TransformerEncoderLayer(d, max(4, d // 64), 4 * d, batch_first=True)
             self.enc = nn.TransformerEncoder(layer, a.layers)
             self.head = nn.Linear(d, 10)
 
-        def forward(self, x):
-            h = self.enc(x)
+        def forward(self, tokens):
+            h = self.enc(self.embed(tokens))
             if slow and a.factor > 1:
                 w = torch.randn(d, d, device=h.device)
                 for _ in range(int((a.factor - 1) * 12 * a.layers)):
                     _ = h @ w
             return self.head(h.mean(1))
 
-    model = DDP(Model().to(dev), device_ids=[rank] if a.cuda else None)
+    class Batches(torch.utils.data.Dataset):
+        """Batch ``i`` of this rank: its own lengths under --seq-sigma, a sleep under --data-sleep-ms."""
+
+        def __len__(self):
+            return a.steps * a.accum
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(1000 * rank + i)
+            length = a.seq
+            if a.seq_sigma:
+                draw = torch.empty(1).log_normal_(0.0, a.seq_sigma, generator=g).item()
+                length = max(8, min(4 * a.seq, round(a.seq * draw)))
+            if slow and a.data_sleep_ms:
+                time.sleep(a.data_sleep_ms / 1000)
+            return (torch.randint(0, VOCAB, (a.batch, length), generator=g),
+                    torch.randint(0, 10, (a.batch,), generator=g))
+
+    net = Model().to(dev)
+    model = net if a.manual else DDP(net, device_ids=[rank] if a.cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = iter(torch.utils.data.DataLoader(Batches(), batch_size=None, shuffle=False,
+                                               num_workers=a.loader_workers))
 
     def step():
         if slow and a.sleep_ms:
             time.sleep(a.sleep_ms / 1000)
-        x = torch.randn(a.batch, a.seq, d, device=dev)
-        y = torch.randint(0, 10, (a.batch,), device=dev)
-        loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
-        loss.backward()
+        for k in range(a.accum):
+            x, y = next(batches)
+            x, y = x.to(dev), y.to(dev)
+            last = k == a.accum - 1
+            with contextlib.nullcontext() if last or a.manual else model.no_sync():
+                loss = nn.functional.cross_entropy(model(x), y) / a.accum
+                loss.backward()
+        if a.manual:
+            for q in model.parameters():
+                dist.all_reduce(q.grad)
+                q.grad /= dist.get_world_size()
         opt.step()
         if a.sync:
             loss.item()

@@ -719,6 +719,20 @@ def test_ranks_joined_by_their_groups_through_others_run_one_program():
     assert programs.sort("rank")["program"].to_list() == [0, 0, 1, 1]
 
 
+def test_ranks_whose_ops_differ_only_in_their_shapes_run_one_program():
+    # one op set by name, launched with other grids on each rank (batches of their own lengths)
+    from mapp.analysis.detect.program import program_groups
+
+    names = [f"kernel_{k}" for k in range(8)]
+    ops = pl.DataFrame({"rank": [r for r in (0, 1) for _ in names], "name": names * 2,
+                        "shape": [f"[{r + 1}0,1,1]" for r in (0, 1) for _ in names]})
+    programs, what = program_groups(ops, set(), [0, 1], [frozenset({0, 1})])
+    assert programs["program"].n_unique() == 1 and what.endswith("all 2 compared")
+    # p2p partners stay apart however alike their ops are
+    programs, _ = program_groups(ops, {(0, 1)}, [0, 1], [frozenset({0, 1})])
+    assert programs["program"].n_unique() == 2
+
+
 def test_one_rank_per_stage_calls_are_compared_at_the_scale_of_its_layers_work():
     # pp=2, one rank a stage, profiler-like kernels: 4 kinds a layer (1 ms each), 2 layers on
     # stage 0 and 6 on stage 1, and 6 small kinds once a step on both (0.1 ms: loss, optimizer).
