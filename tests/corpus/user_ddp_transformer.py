@@ -1,14 +1,16 @@
 """A DDP job written as a user writes one, not through the corpus's harness (``_job.py``): a
-small ``nn.TransformerEncoder`` (over an embedding of token ids) under DistributedDataParallel, profiled with
-``torch.profiler.schedule`` and ``tensorboard_trace_handler`` (one ``<host>_<pid>.<ns>.pt.trace.json``
-a process, no rank in the name), the profiler's defaults otherwise (no input shapes).
+small ``nn.TransformerEncoder`` (over an embedding of token ids) under DistributedDataParallel,
+profiled with ``torch.profiler.schedule`` and ``tensorboard_trace_handler`` (one
+``<host>_<pid>.<ns>.pt.trace.json`` a process, no rank in the name), the profiler's defaults
+otherwise (no input shapes).
 
 A rank is slowed in software: ``--factor F`` adds (F - 1) x 12 matmuls a layer of the encoder's
-output against a ``d x d`` weight to its forward (results discarded), ``--sleep-ms`` sleeps on its
-host before each step. ``--sync`` reads the loss each step, as a logging loop does (on GPUs the
-host then waits for its kernels). The schedule's cycle (wait 1, warmup 1, active 4) repeats, as
-its default ``repeat=0`` does: ``--steps 14`` writes three files a process, two cycles of four
-steps and the two steps the job ended in.
+output against a ``d x d`` weight to its forward (results discarded; under ``--compile`` added to
+the output, times 1e-6), ``--sleep-ms`` sleeps on its host before each step. ``--sync`` reads the
+loss each step, as a logging loop does (on GPUs the host then waits for its kernels). The
+schedule's cycle (wait 1, warmup 1, active 4) repeats, as its default ``repeat=0`` does:
+``--steps 14`` writes three files a process, two cycles of four steps and the two steps the job
+ended in.
 
 Ways users' jobs differ, each a flag: ``--seq-sigma S`` pads each step's batch to its own length
 (the sequence length x a lognormal draw of sigma S, per rank: dynamic padding, an imbalance, not a
@@ -16,7 +18,7 @@ fault); ``--accum N`` accumulates N microbatches a step, the first N - 1 under `
 ``--loader-workers N`` reads batches from a ``DataLoader`` with N worker processes, and
 ``--data-sleep-ms`` then sleeps in the slow rank's dataset for each batch (a slow input pipeline,
 hidden by the workers' prefetch until it outruns them); ``--manual`` all-reduces each gradient
-itself, without DDP.
+itself, without DDP; ``--compile`` compiles the model (``torch.compile`` of the DDP module).
 
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
         tests/corpus/user_ddp_transformer.py --out DIR --slow-rank 0 --factor 1.4
@@ -56,6 +58,7 @@ def main() -> None:
     p.add_argument("--loader-workers", type=int, default=0, help="batches from a DataLoader with N workers")
     p.add_argument("--data-sleep-ms", type=float, default=0.0, help="the slow rank's dataset sleeps per batch")
     p.add_argument("--manual", action="store_true", help="all-reduce each gradient by hand, without DDP")
+    p.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
     a = p.parse_args()
 
     dist.init_process_group("nccl" if a.cuda else "gloo")
@@ -79,7 +82,10 @@ def main() -> None:
             if slow and a.factor > 1:
                 w = torch.randn(d, d, device=h.device)
                 for _ in range(int((a.factor - 1) * 12 * a.layers)):
-                    _ = h @ w
+                    if a.compile:   # a compiled graph drops work whose result is unused
+                        h = h + 1e-6 * (h @ w)
+                    else:
+                        _ = h @ w
             return self.head(h.mean(1))
 
     class Batches(torch.utils.data.Dataset):
@@ -101,6 +107,8 @@ def main() -> None:
 
     net = Model().to(dev)
     model = net if a.manual else DDP(net, device_ids=[rank] if a.cuda else None)
+    if a.compile:
+        model = torch.compile(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     batches = iter(torch.utils.data.DataLoader(Batches(), batch_size=None, shuffle=False,
                                                num_workers=a.loader_workers))
