@@ -5,11 +5,12 @@ reader reads. These five were recorded by ``make_corpus.py --set fresh58`` / ``f
 out, 2 H200s over NCCL and 4 gloo processes on 2 CPUs) with ``--profile-record default``, the
 profiler's own defaults (no input shapes), or ``tutorial``, as PyTorch's profiler tutorial calls
 it (shapes, ``profile_memory``, ``with_stack``), and are kept whole as the profiler wrote them:
-Python frames, memory instants, flows. Each is issue 13's first or second failure class. Three
+Python frames, memory instants, flows. Each is issue 13's first or second failure class. Six
 more come from a job written as a user writes one (``tests/corpus/user_ddp_transformer.py``: a
-transformer encoder under DDP, traces named by ``tensorboard_trace_handler``): one of CPU
-processes on a machine with GPUs, one profiled over two of the schedule's cycles (three files a
-process); two more on 2 H200s whose batches each rank pads to its own lengths, one faulted, one not.
+transformer encoder under DDP, traces named by ``tensorboard_trace_handler``): one of 4 CPU
+processes, one of CPU processes on a machine with GPUs, one profiled over two of the schedule's
+cycles (three files a process), and three whose batches each rank pads to its own lengths, two on
+2 H200s (one faulted, one not), one on CPUs recorded with shapes.
 """
 
 from __future__ import annotations
@@ -119,6 +120,12 @@ def test_ranks_whose_batches_differ_in_length_run_one_program():
     assert "every rank runs the same program: all 2 compared" in verdict.layout
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (0, "slow_compute") and top.slowdown > 1.1
+    # recorded with shapes on CPUs, every rank's ops differ in their input dimensions: 4 groups
+    # of 1 rank before, no suspect
+    cpu = CASES["ddp4-transformer-tb-sh-seqlognorm0.8-fwd1.5x-r3"]
+    verdict = detect_bundle(load_bundle(cpu.directory), threshold=0.1)
+    assert "all 4 compared" in verdict.layout
+    assert (verdict.suspects[0].rank, verdict.suspects[0].kind) == (3, "slow_compute")
     # the same job without the fault: lengths that differ are no slower GPU
     healthy = CASES["ddp2-transformer-tb-gpu-seqlognorm0.8"]
     verdict = detect_bundle(load_bundle(healthy.directory), threshold=0.1)
