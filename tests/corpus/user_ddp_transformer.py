@@ -18,7 +18,9 @@ fault); ``--accum N`` accumulates N microbatches a step, the first N - 1 under `
 ``--loader-workers N`` reads batches from a ``DataLoader`` with N worker processes, and
 ``--data-sleep-ms`` then sleeps in the slow rank's dataset for each batch (a slow input pipeline,
 hidden by the workers' prefetch until it outruns them); ``--manual`` all-reduces each gradient
-itself, without DDP; ``--compile`` compiles the model (``torch.compile`` of the DDP module).
+itself, without DDP; ``--compile`` compiles the model (``torch.compile`` of the DDP module);
+``--gpu-hog D`` shares the slow rank's GPU with another process busy D of each 20 ms (a GPU that
+is slower on the same work: ``examples/train_gpt.py``'s neighbour).
 
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
         tests/corpus/user_ddp_transformer.py --out DIR --slow-rank 0 --factor 1.4
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import pathlib
+import sys
 import time
 
 import torch
@@ -59,6 +63,8 @@ def main() -> None:
     p.add_argument("--data-sleep-ms", type=float, default=0.0, help="the slow rank's dataset sleeps per batch")
     p.add_argument("--manual", action="store_true", help="all-reduce each gradient by hand, without DDP")
     p.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
+    p.add_argument("--gpu-hog", type=float, default=0.0,
+                   help="the slow rank's GPU shared with another process, busy this share of each 20 ms")
     a = p.parse_args()
 
     dist.init_process_group("nccl" if a.cuda else "gloo")
@@ -68,6 +74,12 @@ def main() -> None:
     if a.cuda:
         torch.cuda.set_device(dev)
     d, slow = a.width, rank == a.slow_rank
+    hog = None
+    if slow and a.gpu_hog and a.cuda:
+        # examples/train_gpt.py's neighbour process: its own CUDA context on this rank's GPU
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
+        from train_gpt import start_gpu_hog
+        hog = start_gpu_hog(dev, a.gpu_hog)
 
     class Model(nn.Module):
         def __init__(self):
@@ -139,6 +151,8 @@ def main() -> None:
         for _ in range(a.steps):
             step()
             prof.step()
+    if hog is not None:
+        hog.terminate()
     dist.destroy_process_group()
 
 

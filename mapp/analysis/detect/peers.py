@@ -32,6 +32,7 @@ import polars as pl
 from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
 from mapp.analysis.detect.idle import BACKWARD, NOISE, idle_gaps, lasting_gaps, launch_bound, no_slower, stalls
 from mapp.analysis.detect.replicas import polish
+from mapp.analysis.detect.contention import contended
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
 from mapp.analysis.detect.steady import steady_layers
@@ -179,6 +180,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         ops = self_times(timed)
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
+        ops = contended(ops, timed)
         gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns", "name"), group, coords, min_effect,
                          starts, recurring=shared_cpus)
         # (ops the stages do not call alike are no one's same work; the gaps above were measured

@@ -15,7 +15,8 @@ of calls a rank makes of each kind is exact. So a rank's work per iteration is e
 sum over kinds of (calls x typical call time), the typical time being a low quantile of the
 kind's call times (``QUICK``); its slowdown is that over its peers' median calls x typical
 time, for the same kinds (on CPU processes sharing cores, the lesser of that and the same at
-each kind's fastest call: ``_least_slowdown``). A GPU 20% slower on everything reads 1.2; extra matmuls that double
+each kind's fastest call: ``_least_slowdown``; a kernel's, on a GPU, the mean of its calls that
+ran with no collective beside them: ``_kernels_alone``). A GPU 20% slower on everything reads 1.2; extra matmuls that double
 a third of the work read about 1.5. A fault lasts: a rank is flagged when the slowdown is
 beyond the scatter of healthy ranks and it is slower in nearly every iteration
 (``CONSISTENT``). Idle gaps (a slow host) are judged alike: the median excess over the
@@ -96,6 +97,37 @@ def _fastest(shared_cpus: bool) -> pl.Expr:
     """A kind's second typical call (``_least_slowdown``): on CPU processes sharing cores its
     fastest call; elsewhere the ``QUICK`` quantile again, so that the two agree."""
     return pl.col("self_ns").min() if shared_cpus else pl.col("self_ns").quantile(QUICK)
+
+
+def _alone(ops: pl.DataFrame) -> list[pl.Expr]:
+    """Per (rank, kind): the mean time of its kernel calls that ran without a collective beside
+    them (``contention``), and whether the kind is kernels; none where contention is unknown."""
+    if "contended" not in ops.columns or "lane" not in ops.columns:
+        return []
+    return [pl.col("self_ns").filter(~pl.col("contended")).mean().cast(pl.Float64).alias("alone"),
+            pl.col("lane").str.starts_with("stream:").all().alias("kernels")]
+
+
+def _kernels_alone(per_call: pl.DataFrame, kind: list[str]) -> pl.DataFrame:
+    """A kernel kind's typical call is the mean of its calls that ran alone, where every rank
+    that ran the kind has such calls. On a GPU nothing deschedules a kernel midway, so the low
+    quantile that guards CPU ops against it only hides what does slow a GPU part of the time (a
+    neighbour process time-slicing with it: 25-50% of each 20 ms, the quarter-quantile kernel of
+    the rank it shared read 1.0x, its mean 1.5-2.8x); and the calls beside a collective are
+    slowed by it, on the victim (``contention``). A kernel kind some rank ran only beside
+    collectives is timed alike on every rank (its calls still counted). CPU ops keep the
+    quarter quantile."""
+    alone = pl.col("alone").is_not_null().all().over(kind)
+    timed = pl.col("kernels") & alone
+    beside = pl.col("kernels") & ~alone
+    # (a kind some rank ran only beside collectives: every rank at the kind's median call, its
+    # calls counted, its time no rank's own: left out, the kinds compared would be the rank's
+    # forward pass alone, where a DDP rank's added GEMMs are twice the share they are of its work)
+    typical = pl.col("q").median().over(kind)
+    return per_call.with_columns(
+        q=pl.when(timed).then("alone").when(beside).then(typical).otherwise("q"),
+        fast=pl.when(timed).then("alone").when(beside).then(typical).otherwise("fast"),
+    ).drop("alone", "kernels")
 
 
 _ALIKE = 0.15
@@ -347,7 +379,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     per_call = ops.group_by(["rank", *peers, *kind]).agg(
         q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64),
         fast=_fastest(shared_cpus).cast(pl.Float64), total=pl.len(),
-        sizes_unknown=_sizes_unknown().all())
+        sizes_unknown=_sizes_unknown().all(), *_alone(ops))
+    if "alone" in per_call.columns:
+        per_call = _kernels_alone(per_call, [*peers, *kind])
     if shared_cpus:
         per_call = _nth_fastest(per_call, peers)
     # (``launches``: the op calls a kind's kernels began, where a kernel's op is known by name only)

@@ -95,12 +95,14 @@ def test_a_ddp_rank_doing_more_matmuls_is_named_by_the_calls_it_adds(tmp_path):
     # Over all its kernels that is 1.06x rank 0's (under --threshold 0.1: "below threshold"
     # before), but its GEMM kernel is called more often than on rank 0 in every step, and
     # those calls take 1.5x their time on rank 0; rank 0 waits for it at every all-reduce.
+    # (Rank 0's backward kernels ran beside its waiting all-reduces, 1.1x slower for it: timed
+    # on the kernels that ran alone, rank 1's compute is 1.17x, 74.8 ms a step against 64.0.)
     shutil.copytree(GPU2_CASES["ddp2-prof-fwd1.5x-r1-gpu2"].directory, tmp_path / "job")
     verdict = detect_bundle(load_bundle(tmp_path / "job"), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
     top = verdict.suspects[0]
-    assert top.evidence["peers"]["slowdown"] < 1.1
-    assert top.slowdown == pytest.approx(1.5, abs=0.05)
+    assert top.slowdown == pytest.approx(1.17, abs=0.03) and top.excess_ns == pytest.approx(10.9e6, rel=0.05)
+    assert top.evidence["peers"]["added_work"]["slowdown"] == pytest.approx(1.5, abs=0.05)
     assert top.evidence["lateness"]["share_last"] == 1.0
 
 
@@ -1613,13 +1615,15 @@ def test_a_neighbour_time_slicing_a_ranks_gpu_is_named(case_id):
     # median layer 1.01x and 1.04x, the slowed ones at different layers each step; its peer
     # waited for it at 78% of their TP collectives, at every gradient all-reduce. Under the
     # profiler (DP2, 0.15, the second run) its kernels summed 1.25x their peer's same calls,
-    # its typical call 1.03x. Named before: nothing.
+    # its typical call 1.03x. Named before: nothing. (Under mapp's capture by where its slowed
+    # layers land, ``time_slices``; under the profiler its kernels are timed by their mean call,
+    # ``same_work._kernels_alone``, which reads the 1.25x.)
     case = HOG_CASES[case_id]
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     culprit = case.expect["rank"]
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(culprit, "slow_compute")]
     top = verdict.suspects[0]
-    assert "time_slices" in top.evidence
+    assert "time_slices" in top.evidence or "-prof-" in case_id
     assert 1.1 < top.slowdown < 1.5
 
 
@@ -1716,12 +1720,13 @@ def test_under_the_profiler_a_pipeline_stage_with_a_neighbour_is_named_by_its_ke
     # the most. Stage 2 reads the pipeline's order, not who is slow: at the one collective a
     # step (the embedding's gradients, first and last stage) rank 0 was last every time, for
     # the first stage ends a step last whatever its speed; so stage 2's "keeps waiting" named
-    # no one here before, where the stage that computes the most does
+    # no one here before, where the stage that computes the most does (by where its slowed
+    # kernels landed then; by its kernels' mean call now, ``same_work._kernels_alone``)
     case = HOG_CASES["gpt-pp2-prof-gpuhogbursty0.25-r1-f50-gpu2"]
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
     top = verdict.suspects[0]
-    assert top.evidence["time_slices"]["place_lift"] < 0.25 and 1.3 < top.slowdown < 1.6
+    assert 1.3 < top.slowdown < 1.6
     # a healthy pipeline of the same job: its ranks' kernels land at random places too (lifts
     # 0.12-0.21), but sum as their peer's; its last stage computes 1.17x (the loss), no suspect
     healthy = detect_bundle(load_bundle(HOG_CASES["gpt-pp2-prof-healthy-f50-gpu2"].directory), threshold=0.1)
