@@ -187,7 +187,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         # between all ops, so their time stays busy, not idle)
         compared = ops.filter(pl.col("shape") != _UNLIKE) if by_order and mode == "layer peers" else ops
         found = compare_same_work(compared, gaps, coords, group, slow_op=slow_op, min_effect=min_effect,
-                                  shared_cpus=shared_cpus, programs_differ=mode == "layer peers" and not by_order)
+                                  shared_cpus=shared_cpus, programs_differ=mode == "layer peers" and not by_order,
+                                  stages_alone=mode == "layer peers")
         if found is None:
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
         per, ranks, z_crit, pairs = found

@@ -116,7 +116,11 @@ def _kernels_alone(per_call: pl.DataFrame, kind: list[str]) -> pl.DataFrame:
     the rank it shared read 1.0x, its mean 1.5-2.8x); and the calls beside a collective are
     slowed by it, on the victim (``contention``). A kernel kind some rank ran only beside
     collectives is timed alike on every rank (its calls still counted). CPU ops keep the
-    quarter quantile."""
+    quarter quantile, and so do the stages of a pipeline compared with each other (one rank a
+    stage): there a kernel kind's mean follows what else each stage runs (2 H200s, PP2 under the
+    profiler's defaults, lognormal lengths, no fault: the last stage's kernels 1.07x by their
+    means, 1.01x by their quicker calls, and "slow host 1"); a neighbour on a stage's GPU is
+    found there by where its slowed kernels land (``time_slices``)."""
     alone = pl.col("alone").is_not_null().all().over(kind)
     timed = pl.col("kernels") & alone
     beside = pl.col("kernels") & ~alone
@@ -359,7 +363,8 @@ def _layers_often(work: pl.DataFrame) -> pl.Expr:
 
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
                       slow_op: float, min_effect: float, shared_cpus: bool = False,
-                      programs_differ: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
+                      programs_differ: bool = False,
+                      stages_alone: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
     """Stage 1 over ``ops`` (``rank``, ``iteration``, ``name``, ``shape``, ``self_ns``);
     ``gaps`` per (rank, iteration) from ``peers._gaps``. Returns the per (rank, iteration) and
     per-rank tables of ``peers.PeerEvidence``, the cut-off and whether some kind had two peers
@@ -369,7 +374,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     same work is then the lesser of two estimates (``_least_slowdown``), kinds called under
     ``_FEW_CALLS`` times are not timed, and the work it adds is counted at one price
     (``added_work``). ``programs_differ``: the ranks compared run different programs (one rank
-    per pipeline stage) and their kinds are shapes, whose calls are counted."""
+    per pipeline stage) and their kinds are shapes, whose calls are counted. ``stages_alone``:
+    the ranks compared are one a pipeline stage (shapes or the n-th calls of an op), whose
+    kernels keep the quarter quantile (``_kernels_alone``)."""
 
     kind = ["name", "shape"]
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
@@ -379,7 +386,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     per_call = ops.group_by(["rank", *peers, *kind]).agg(
         q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64),
         fast=_fastest(shared_cpus).cast(pl.Float64), total=pl.len(),
-        sizes_unknown=_sizes_unknown().all(), *_alone(ops))
+        sizes_unknown=_sizes_unknown().all(), *(_alone(ops) if not stages_alone else []))
     if "alone" in per_call.columns:
         per_call = _kernels_alone(per_call, [*peers, *kind])
     if shared_cpus:
