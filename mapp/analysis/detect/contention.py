@@ -23,8 +23,8 @@ __all__ = ["contended"]
 
 def contended(ops: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     """``ops`` (with ``rank``, ``lane``, ``ts_ns``, ``end_ns``) with a ``contended`` column: a
-    kernel (a ``stream:`` lane) that overlaps, on its rank, a collective or p2p kernel of another
-    stream. CPU ops are never contended."""
+    kernel (a ``stream:`` lane) that overlaps, on its rank, a collective or p2p kernel (of another
+    stream: a stream runs one kernel at a time). CPU ops are never contended."""
     on_gpu = pl.col("lane").str.starts_with("stream:")
     comm = events.filter(on_gpu & (pl.col("cat").is_in(["collective", "p2p"])
                                    | pl.col("name").str.contains(f"(?i){COMM_KERNEL_PATTERN}")))

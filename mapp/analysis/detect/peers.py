@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
+from mapp.analysis.detect.contention import contended
 from mapp.analysis.detect.idle import BACKWARD, NOISE, idle_gaps, lasting_gaps, launch_bound, no_slower, stalls
 from mapp.analysis.detect.replicas import polish
-from mapp.analysis.detect.contention import contended
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
 from mapp.analysis.detect.steady import steady_layers

@@ -113,7 +113,7 @@ def _kernels_alone(per_call: pl.DataFrame, kind: list[str]) -> pl.DataFrame:
     that ran the kind has such calls. On a GPU nothing deschedules a kernel midway, so the low
     quantile that guards CPU ops against it only hides what does slow a GPU part of the time (a
     neighbour process time-slicing with it: 25-50% of each 20 ms, the quarter-quantile kernel of
-    the rank it shared read 1.0x, its mean 1.5-2.8x); and the calls beside a collective are
+    the rank it shared read 1.0x, its mean 1.2-2.7x); and the calls beside a collective are
     slowed by it, on the victim (``contention``). A kernel kind some rank ran only beside
     collectives is timed alike on every rank (its calls still counted). CPU ops keep the
     quarter quantile, and so do the stages of a pipeline compared with each other (one rank a

@@ -599,7 +599,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # time than its idle gaps grew, is slow itself: a late host leaves kernels as fast as ever,
     # while a GPU time-sliced with another process leaves its stream idle as the other runs (2
     # H200s, a DDP transformer, a neighbour process busy 25-50% of rank 0's GPU: its kernels
-    # 1.48-2.71x its peer's, 52-69 ms a step, its gaps 7.1-7.3 ms more, "slow host 0")
+    # 1.2-2.7x its peer's, its gaps 7.1-7.3 ms a step more, "slow host 0")
     if (host and row["flagged"] and not shared_cpus and peers.counted and not extra
             and (row["excess_ns"] or 0.0) > FAR_MORE * gap_excess):
         host = False
