@@ -228,7 +228,8 @@ def _cycles_joined(parts: list[_File]) -> tuple[list[_File], str | None]:
         if not steps or steps & seen:
             return parts, None
         seen |= steps
-    kept = sorted((p for p in parts if p.calls()), key=lambda p: min(p.steps())) or parts[:1]
+    # (a job with no communication at all, a single process's, keeps every cycle)
+    kept = sorted([p for p in parts if p.calls()] or parts, key=lambda p: min(p.steps()))
     left = len(parts) - len(kept)
     how = (f"{len(parts)} files of one process each (torch.profiler.schedule's repeated cycles) read as one trace, "
            f"steps {', '.join(_ranges(sorted(p.steps())) for p in kept)}"

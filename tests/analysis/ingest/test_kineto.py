@@ -460,3 +460,22 @@ def test_files_of_two_processes_for_one_rank_are_not_joined(tmp_path):
         warnings: list[str] = []
         _, ranks = _read(files, warnings)
         assert ranks["rank"].to_list() == [2, 2] and not any("read as one trace" in w for w in warnings)
+
+
+def test_cycles_of_a_process_that_never_communicates_are_all_kept(tmp_path):
+    # rank 2's two full cycles with every communication record taken out (a job of one process):
+    # no cycle is the near-empty one the job ended in, so none is left out
+    files = []
+    for k, src in enumerate(_rank_files(2)[:2]):
+        doc = json.load(gzip.open(src))
+        doc["traceEvents"] = [e for e in doc["traceEvents"]
+                              if not str(e.get("name", "")).startswith(("gloo:", "c10d::", "nccl:"))
+                              and "Collective name" not in (e.get("args") or {})]
+        files.append(tmp_path / f"cycle{k}.pt.trace.json")
+        files[-1].write_text(json.dumps(doc))
+    warnings: list[str] = []
+    events, ranks = _read(files, warnings)
+    assert ranks["rank"].to_list() == [2]
+    assert events.filter(pl.col("cat").is_in(["collective", "p2p"])).height == 0
+    assert sorted(events.filter(pl.col("cat") == "iteration")["iteration"].to_list()) == [2, 3, 4, 5, 8, 9, 10, 11]
+    assert not any("left out" in w for w in warnings)
