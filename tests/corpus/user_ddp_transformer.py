@@ -66,6 +66,8 @@ def main() -> None:
     p.add_argument("--gpu-hog", type=float, default=0.0,
                    help="the slow rank's GPU shared with another process, busy this share of each 20 ms")
     a = p.parse_args()
+    if a.gpu_hog and not a.cuda:
+        p.error("--gpu-hog shares a GPU: add --cuda")
 
     dist.init_process_group("nccl" if a.cuda else "gloo")
     rank = dist.get_rank()
