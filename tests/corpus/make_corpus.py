@@ -3089,6 +3089,61 @@ def fresh84_set(seed: int = FRESH84_SEED) -> list[Case]:
     ]
 
 
+FRESH85_SEED = 541
+# --set fresh85 on GPUs: a twenty-ninth model shape (hidden 2816, 44 heads, sequence 1792, 2
+# sequences a microbatch, 5 microbatches)
+GPT_GPU_FRESH85 = ["--layers", "8", "--hidden", "2816", "--heads", "44", "--seq", "1792", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "5", "--bf16"]
+
+
+def fresh85_set(seed: int = FRESH85_SEED) -> list[Case]:
+    """Held out at the start of the forty-ninth session, before any change (``--set fresh85``, 2
+    ranks, seed 541, for CPUs and for a machine of 2 GPUs, on which the model shape is a
+    twenty-ninth): issue 13's classes in DP2, TP2 and PP2 under both captures and plain DDP/FSDP2,
+    with values no other set uses; the ``gpuhog`` job runs on GPUs only. Ids end in ``-f85``."""
+    g = _held_out_gpt(seed, "-f85", GPT_GPU_FRESH85)
+    r = _recorded
+
+    return [
+        r(g("dp2", "kineto", "layer", rank=0, factor=1.39), "default"),
+        r(g("dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        g("dp2", "mapp-v1", "hostsleep", rank=1, ms=24),
+        r(g("tp2", "kineto", "hostsleep", rank=1, ms=22), "default"),
+        g("tp2", "mapp-v1", "healthy"),
+        r(g("tp2", "kineto", "layer", rank=0, factor=1.44), "default"),
+        r(g("pp2", "kineto", "beforemb", rank=1, ms=21), "default"),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        r(g("pp2", "kineto", "seqlognorm", sigma=1.0), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, factor=1.46, tag="-f85"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=0, sleep_ms=24, tag="-f85"), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f85"), "default"),
+        # GPUs only
+        r(g("dp2", "kineto", "gpuhog", rank=0, duty=0.35), "default"),
+    ]
+
+
+FRESH86_SEED = 547
+
+
+def fresh86_set(seed: int = FRESH86_SEED) -> list[Case]:
+    """``fresh85``'s 4-rank jobs (``--set fresh86``, seed 547, 4 gloo processes on 2 cores): DP4,
+    TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures, faults beside healthy and
+    imbalanced jobs, and plain DDP/FSDP under the profiler. Ids end in ``-f86``."""
+    g = _held_out_gpt(seed, "-f86", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("tp2dp2", "kineto", "layer", rank=1, factor=1.41), "default"),
+        g("dp4", "mapp-v1", "hostsleep", rank=2, ms=22),
+        r(g("pp2dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        r(g("pp4", "kineto", "beforemb", rank=3, ms=20), "default"),
+        r(g("pp2dp2", "kineto", "layer", rank=0, factor=1.44), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=1, sleep_ms=21, tag="-f86"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=2, factor=1.47, tag="-f86"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3649,6 +3704,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh79": fresh79_set, "fresh80": fresh80_set,
         "fresh81": fresh81_set, "fresh82": fresh82_set,
         "fresh83": fresh83_set, "fresh84": fresh84_set,
+        "fresh85": fresh85_set, "fresh86": fresh86_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
