@@ -20,7 +20,12 @@ fault); ``--accum N`` accumulates N microbatches a step, the first N - 1 under `
 hidden by the workers' prefetch until it outruns them); ``--manual`` all-reduces each gradient
 itself, without DDP; ``--compile`` compiles the model (``torch.compile`` of the DDP module);
 ``--gpu-hog D`` shares the slow rank's GPU with another process busy D of each 20 ms (a GPU that
-is slower on the same work: ``examples/train_gpt.py``'s neighbour).
+is slower on the same work: ``examples/train_gpt.py``'s neighbour); ``--fsdp`` shards the model
+with FSDP2 (``fully_shard`` per encoder layer and the whole) instead of DDP; ``--amp`` runs the
+forward under ``torch.autocast`` (bfloat16); ``--clip`` clips the gradients' norm each step;
+``--annotate`` wraps forward, backward and the optimizer step in ``record_function`` ranges;
+``--cuda-sync`` synchronises the GPU after each step, as timing loops do; ``--host-only`` profiles
+a GPU job's CPU activity alone (no kernels in the trace).
 
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
         tests/corpus/user_ddp_transformer.py --out DIR --slow-rank 0 --factor 1.4
@@ -65,9 +70,19 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
     p.add_argument("--gpu-hog", type=float, default=0.0,
                    help="the slow rank's GPU shared with another process, busy this share of each 20 ms")
+    p.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard per layer) instead of DDP")
+    p.add_argument("--amp", action="store_true", help="the forward under torch.autocast(bfloat16)")
+    p.add_argument("--clip", action="store_true", help="clip the gradients' norm to 1 each step")
+    p.add_argument("--annotate", action="store_true", help="record_function ranges for forward, backward, step")
+    p.add_argument("--cuda-sync", action="store_true", help="torch.cuda.synchronize() after each step")
+    p.add_argument("--host-only", action="store_true", help="profile CPU activity only, on GPUs too")
     a = p.parse_args()
     if a.gpu_hog and not a.cuda:
         p.error("--gpu-hog shares a GPU: add --cuda")
+    if (a.cuda_sync or a.host_only) and not a.cuda:
+        p.error("--cuda-sync and --host-only are about a GPU job: add --cuda")
+    if a.fsdp and (a.manual or a.compile):
+        p.error("--fsdp shards the model itself: drop --manual / --compile")
 
     dist.init_process_group("nccl" if a.cuda else "gloo")
     rank = dist.get_rank()
@@ -120,12 +135,32 @@ def main() -> None:
                     torch.randint(0, 10, (a.batch,), generator=g))
 
     net = Model().to(dev)
-    model = net if a.manual else DDP(net, device_ids=[rank] if a.cuda else None)
+    if a.fsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        # on a machine with GPUs fully_shard's default mesh is CUDA's, which gloo cannot serve
+        mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
+        for layer in net.enc.layers:
+            fully_shard(layer, mesh=mesh)
+        model = fully_shard(net, mesh=mesh)
+    else:
+        model = net if a.manual else DDP(net, device_ids=[rank] if a.cuda else None)
     if a.compile:
         model = torch.compile(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     batches = iter(torch.utils.data.DataLoader(Batches(), batch_size=None, shuffle=False,
                                                num_workers=a.loader_workers))
+
+    def span(name):
+        return torch.profiler.record_function(name) if a.annotate else contextlib.nullcontext()
+
+    def no_sync(last):
+        if last or a.manual:
+            return contextlib.nullcontext()
+        if a.fsdp:   # FSDP2's form of no_sync: reduce-scatter only on the last microbatch
+            model.set_requires_gradient_sync(False)
+            return contextlib.nullcontext()
+        return model.no_sync()
 
     def step():
         if slow and a.sleep_ms:
@@ -135,18 +170,28 @@ def main() -> None:
             x, y = next(batches)
             x, y = x.to(dev), y.to(dev)
             last = k == a.accum - 1
-            with contextlib.nullcontext() if last or a.manual else model.no_sync():
-                loss = nn.functional.cross_entropy(model(x), y) / a.accum
-                loss.backward()
+            if a.fsdp and last:
+                model.set_requires_gradient_sync(True)
+            with no_sync(last):
+                with span("forward"), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.amp):
+                    loss = nn.functional.cross_entropy(model(x), y) / a.accum
+                with span("backward"):
+                    loss.backward()
         if a.manual:
             for q in model.parameters():
                 dist.all_reduce(q.grad)
                 q.grad /= dist.get_world_size()
-        opt.step()
+        with span("optimizer"):
+            if a.clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
         if a.sync:
             loss.item()
+        if a.cuda_sync:
+            torch.cuda.synchronize()
 
-    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if a.cuda else [])
+    gpu = a.cuda and not a.host_only
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if gpu else [])
     with torch.profiler.profile(activities=activities, record_shapes=a.shapes,
                                 schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
                                 on_trace_ready=torch.profiler.tensorboard_trace_handler(a.out, use_gzip=True)) as prof:
