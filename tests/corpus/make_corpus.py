@@ -3144,6 +3144,59 @@ def fresh86_set(seed: int = FRESH86_SEED) -> list[Case]:
     ]
 
 
+FRESH87_SEED = 557
+# --set fresh87 on GPUs: a thirtieth model shape (hidden 3456, 54 heads, sequence 1408, 2
+# sequences a microbatch, 6 microbatches)
+GPT_GPU_FRESH87 = ["--layers", "8", "--hidden", "3456", "--heads", "54", "--seq", "1408", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh87_set(seed: int = FRESH87_SEED) -> list[Case]:
+    """Held out after the forty-ninth session's changes (``--set fresh87``, 2 ranks, seed 557,
+    for CPUs and for a machine of 2 GPUs, on which the model shape is a thirtieth): the classes
+    those changes bear on (DP2 under the profiler's defaults with lognormal lengths, healthy and
+    faulty) beside TP2/PP2 and plain DDP/FSDP2 jobs. Ids end in ``-f87``."""
+    g = _held_out_gpt(seed, "-f87", GPT_GPU_FRESH87)
+    r = _recorded
+
+    return [
+        r(g("dp2", "kineto", "seqlognorm", sigma=1.05), "default"),
+        r(g("dp2", "kineto", "layer", rank=1, factor=1.43), "default"),
+        r(g("dp2", "kineto", "beforemb", rank=0, ms=20), "default"),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=0.95),
+        r(g("tp2", "kineto", "layer", rank=1, factor=1.41), "default"),
+        r(g("pp2", "kineto", "hostsleep", rank=0, ms=23), "default"),
+        g("tp2", "mapp-v1", "hostsleep", rank=0, ms=21),
+        r(_plain("ddp2", "dp2", seed, rank=1, sleep_ms=22, tag="-f87"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, factor=1.44, tag="-f87"), "default"),
+        r(_plain("ddp2", "dp2", seed, tag="-f87"), "default"),
+        # GPUs only
+        r(g("dp2", "kineto", "gpuhog", rank=1, duty=0.3), "default"),
+    ]
+
+
+FRESH88_SEED = 563
+
+
+def fresh88_set(seed: int = FRESH88_SEED) -> list[Case]:
+    """``fresh87``'s 4-rank jobs (``--set fresh88``, seed 563, 4 gloo processes on 2 cores): DP4
+    and PP2 x DP2 with lognormal lengths under the profiler's defaults, faults of TP2 x DP2, PP4
+    and plain DDP/FSDP. Ids end in ``-f88``."""
+    g = _held_out_gpt(seed, "-f88", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("dp4", "kineto", "seqlognorm", sigma=1.0), "default"),
+        r(g("pp2dp2", "kineto", "seqlognorm", sigma=1.1), "default"),
+        r(g("tp2dp2", "kineto", "beforemb", rank=3, ms=22), "default"),
+        g("pp4", "mapp-v1", "layer", rank=1, factor=1.42),
+        r(g("dp4", "kineto", "layer", rank=2, factor=1.45), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=0, factor=1.46, tag="-f88"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f88"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3705,6 +3758,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh81": fresh81_set, "fresh82": fresh82_set,
         "fresh83": fresh83_set, "fresh84": fresh84_set,
         "fresh85": fresh85_set, "fresh86": fresh86_set,
+        "fresh87": fresh87_set, "fresh88": fresh88_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

@@ -54,10 +54,12 @@ def op_calls(work: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     rows = work.with_columns(op=op_of(),
                              call=pl.coalesce(launcher, pl.concat_str(pl.col("name"), pl.col("shape").fill_null(""),
                                                                       separator=" ")))
-    # (a kind of unknown problem sizes, ``same_work._sizes_unknown``, at its real time ``t``)
+    # (a kind of unknown problem sizes, ``same_work._sizes_unknown``, at its real time ``t``,
+    # its calls beside a collective at its typical call where that is known: ``t_fair``)
     cost = pl.col("calls") * pl.col("q")
     if "sizes_unknown" in rows.columns and "t" in rows.columns:
-        cost = pl.when(pl.col("sizes_unknown")).then(pl.col("t")).otherwise(cost)
+        real = pl.col("t_fair") if "t_fair" in rows.columns else pl.col("t")
+        cost = pl.when(pl.col("sizes_unknown")).then(real).otherwise(cost)
     calls = pl.col("calls")
     if "launches" in rows.columns:
         # kernels of an op known by name only: the op's calls are the launches its kernels began,

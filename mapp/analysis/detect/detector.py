@@ -81,6 +81,11 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     # evidence of a slow host there
     judge_gaps = not _synchronizing_tracer(bundle)
     on_cpus = _cpu_compute(bundle, events)
+    if blind := _gpus_untraced(bundle, events):
+        notes.append(f"ranks {_ranks(blind)} ran on GPUs but their traces hold no GPU activity (profiled without "
+                     "ProfilerActivity.CUDA): their ops are timed on their hosts, which wait on their GPUs' queues "
+                     "unseen, and their collectives when queued; a slow GPU cannot be told from these traces "
+                     "(profile with activities=[CPU, CUDA])")
     peers = compare_peers(events, info.ranks, info.sizes, slow_op=cuts.slowdown, min_effect=cuts.min_effect,
                           judge_gaps=judge_gaps, starts=iters.select("rank", "iteration", "ts_ns"),
                           gpu_spans=_gpu_spans(bundle), shared_cpus=on_cpus,
@@ -181,6 +186,16 @@ def _cpu_compute(bundle, events: pl.DataFrame) -> bool:
     return (set(ranks["clock"].to_list()) == {"host"}
             and all(d is None or d.lower() == "cpu" for d in ranks["device"].to_list())
             and not events.filter((pl.col("cat") == "compute") & pl.col("lane").str.starts_with("stream:")).height)
+
+
+def _gpus_untraced(bundle, events: pl.DataFrame) -> list[int]:
+    """Profiler traces (``kineto``) of ranks whose job ran on GPUs (a device named: an NCCL
+    process group or GPU events) that hold no event of a GPU stream: profiled host-only. (mapp's
+    capture times its spans with CUDA events, on lanes of their own.)"""
+    on_gpus = bundle.ranks.filter((pl.col("format") == "kineto") & pl.col("device").is_not_null()
+                                  & (pl.col("device").str.to_lowercase() != "cpu"))
+    streams = set(events.filter(pl.col("lane").str.starts_with("stream:"))["rank"].unique().to_list())
+    return sorted(r for r in on_gpus["rank"].to_list() if r not in streams)
 
 
 def _shape(bundle) -> list[pl.Expr]:

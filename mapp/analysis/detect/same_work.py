@@ -30,9 +30,11 @@ import polars as pl
 
 from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, within_rank_scale,
                                          z_critical)
-from mapp.analysis.detect.added_work import added_work, launched, launched_with_dims, op_calls, op_of, with_added
+from mapp.analysis.detect.added_work import (LAUNCHED, added_work, launched, launched_with_dims, op_calls, op_of,
+                                             with_added)
 from mapp.analysis.detect.layout import middle_stages
 from mapp.analysis.detect.thresholds import CONSISTENT
+from mapp.analysis.ingest.schema import RUNTIME_PATTERN
 
 __all__ = ["self_times", "compare_same_work"]
 
@@ -54,11 +56,16 @@ def self_times(events: pl.DataFrame) -> pl.DataFrame:
 
     An op that issues a collective or p2p call itself (a ``c10d::*`` dispatch op directly
     inside it, as a tensor-parallel autograd function does) waits for its peers inside its own
-    time: that is communication, not compute, so such ops are left out."""
+    time: that is communication, not compute, so such ops are left out. An op's time inside
+    CUDA runtime calls (``schema.RUNTIME_PATTERN``, kept where a GPU job was traced host-only)
+    is its host waiting on the GPU's queue, not the op's own work (2 H200s, DDP profiled with
+    ``ProfilerActivity.CPU`` alone: the batch's ``aten::copy_`` to the GPU waited 90-113 ms a
+    step in ``cudaMemcpyAsync`` for the stream to drain, and read as "compute 1.26x")."""
     marks = pl.col("name").str.starts_with("c10d::")
+    waits = (pl.col("cat") == "other") & pl.col("name").str.contains(RUNTIME_PATTERN)
     comp = (
-        events.filter((pl.col("cat") == "compute") | marks)
-        .with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"), mark=marks)
+        events.filter((pl.col("cat") == "compute") | marks | waits)
+        .with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"), mark=marks, host_wait=waits)
         .sort(["rank", "lane", "ts_ns", "dur_ns"], descending=[False, False, False, True])
     )
     if comp.is_empty():
@@ -68,7 +75,7 @@ def self_times(events: pl.DataFrame) -> pl.DataFrame:
                                comp["mark"].to_numpy())
     return comp.with_columns(
         self_ns=pl.Series(np.maximum(comp["dur_ns"].to_numpy() - child, 0)), waits=pl.Series(waits),
-    ).filter(~pl.col("mark") & ~pl.col("waits")).drop("mark", "waits")
+    ).filter(~pl.col("mark") & ~pl.col("waits") & ~pl.col("host_wait")).drop("mark", "waits", "host_wait")
 
 
 def _child_time(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray,
@@ -134,6 +141,20 @@ def _kernels_alone(per_call: pl.DataFrame, kind: list[str]) -> pl.DataFrame:
     ).drop("alone", "kernels")
 
 
+def _fair_time(work: pl.DataFrame) -> pl.DataFrame:
+    """``work`` with ``t_fair``: a kind's time in an iteration with each call that ran beside a
+    collective (``contention``) taken at the kind's typical call (``q``, its calls alone where
+    it has them: ``_kernels_alone``), the others' as measured; what ``added_work`` costs a kind
+    of unknown problem sizes at, in place of its measured time.
+
+    The waiting rank's kernels run beside its spinning collectives and slow down (2 H200s, a
+    user's DDP transformer under autocast, 1.5x the forward's matmuls on rank 0: its peer's
+    backward GEMMs, all beside its all-reduces, 7.3-8.0 ms a step of ``aten::mm`` at their
+    measured time, rank 0's 6.2 ms in 122 calls to the peer's 74: its added calls read as less
+    work than none, "slow host" by the idle time its extra launches cost)."""
+    return work.with_columns(t_fair=pl.col("t_alone") + pl.col("beside") * pl.col("q")).drop("t_alone", "beside")
+
+
 _ALIKE = 0.15
 """How much longer, at most, one n-th call of an op may typically take than another's for the
 two to count as the same work where no shapes were recorded (``_nth_fastest``): calls of one
@@ -187,6 +208,49 @@ def _sizes_unknown() -> pl.Expr:
     GPU is never descheduled, which the typical call guards against on CPUs.) So also a kernel
     tied to its op by name alone (``<- op`` with no ``[dims]``: ``detector._launched_by``)."""
     return pl.col("lane").str.starts_with("stream:") & ~launched_with_dims()
+
+
+OTHER_SIZES = 0.1
+"""Share of a rank's kernel time in kernels of sizes no peer ran (``_other_sizes``) from which
+its replicas are taken to have worked on data of other sizes."""
+
+
+def _one_grid() -> pl.Expr:
+    """Per kind of kernel whose launching op's dims are unknown (``sizes_unknown``, ``shape``
+    ``grid <- op``): whether its name and launching op ran with one grid only in the whole
+    trace, on every rank. A kernel whose grid follows its problem (an elementwise kernel's
+    blocks, a softmax's rows) shows each size as its own kind; a persistent GEMM launches one
+    block per SM whatever it multiplies, so its one grid hides every size it ran, and so does a
+    kernel of one size only (the optimizer's)."""
+    grid = pl.col("shape").str.split(LAUNCHED).list.first()
+    return pl.col("sizes_unknown") & launched() & (grid.n_unique().over("name", op_of()) == 1)
+
+
+def _other_sizes(work: pl.DataFrame, peers: list[str]) -> pl.Expr:
+    """Per row of ``work``: a kernel kind of one grid (``_one_grid``) in a group of peers whose
+    replicas worked on data of other sizes, which such a kind's per-call time follows: some rank
+    spent ``OTHER_SIZES`` or more of its kernel time in a typical iteration on kernels whose
+    grid tells their size and that no peer ran (``n`` 1). There a rank's time on the same work
+    is read off the kernels whose grids it shares with a peer; its calls of the others are
+    still counted (``added_work``).
+
+    2 H200s, megatron-core DP2 under the profiler without shapes, lognormal lengths per replica,
+    no fault: 32% and 40% of the two ranks' kernel time in kernels of grids the other never ran;
+    on the kinds of two grids or more they shared, rank 1 computed 1.0004x its peer, on the
+    persistent GEMMs and the other one-grid kernels 1.19x, and it was named "slow compute
+    1.13x". A GPU that is slow is slow on every kernel, and work a rank adds is counted by its
+    calls."""
+    group = peers or ["_all"]
+    marked = work.with_columns(pl.lit(0).alias("_all"), one=_one_grid(), kernel=pl.col("sizes_unknown") & launched(),
+                               row=pl.int_range(pl.len()))
+    lone = marked.group_by(["rank", *group, "iteration"]).agg(
+        share=pl.col("t").filter(pl.col("kernel") & ~pl.col("one") & (pl.col("n") == 1)).sum()
+        / pl.col("t").filter(pl.col("kernel")).sum())
+    differ = (lone.group_by(["rank", *group]).agg(pl.col("share").median())
+              .group_by(group).agg(differ=pl.col("share").max() >= OTHER_SIZES))
+    flags = marked.join(differ, on=group, how="left").sort("row").select(
+        (pl.col("kernel") & pl.col("one") & pl.col("differ").fill_null(False)).alias("f"))["f"]
+    return pl.lit(flags)
 
 
 def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
@@ -393,10 +457,17 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         per_call = _nth_fastest(per_call, peers)
     # (``launches``: the op calls a kind's kernels began, where a kernel's op is known by name only)
     launches = [pl.col("launch").sum().cast(pl.Float64).alias("launches")] if "launch" in ops.columns else []
+    # (``t_alone``, ``beside``: the kind's time in calls that ran alone and its calls that did
+    # not, for ``_fair_time``)
+    beside = ([pl.col("self_ns").filter(~pl.col("contended")).sum().cast(pl.Float64).alias("t_alone"),
+               pl.col("contended").sum().cast(pl.Float64).alias("beside")]
+              if "contended" in ops.columns and not stages_alone else [])
     counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64),
                                                                       t=pl.col("self_ns").sum().cast(pl.Float64),
-                                                                      *launches)
+                                                                      *launches, *beside)
     work = counts.join(per_call, on=["rank", *peers, *kind])
+    if beside:
+        work = _fair_time(work)
     key = [*peers, "iteration", *kind]
     work = work.with_columns(n=pl.len().over(key))
     # On shared CPUs a kind a rank calls once or twice in the whole trace has no typical call:
@@ -405,6 +476,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # took 1.0 ms). Its time is not compared there; its calls are still counted (below).
     # (its work, and its peers' on it, still count in the rank's whole: ``busy_ns``, ``work_ns``)
     timed = (pl.col("total") >= _FEW_CALLS) if shared_cpus else pl.lit(True)
+    work = work.with_columns(other_sizes=_other_sizes(work, peers))
+    if not work.filter((pl.col("n") >= 2) & timed & ~pl.col("other_sizes")).is_empty():
+        timed = timed & ~pl.col("other_sizes")
     # all the rank's work, every kind at its typical call, shared with a peer or not: what work
     # it adds is weighed against (``added_work.adds_work``). Where replicas drew other sequence
     # lengths, the kinds two peers share are a sliver of it (CPU gloo, PP2 x DP2, lognormal

@@ -451,8 +451,14 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # no fault, one rank's GPU idling 329 ms a step more, 6% of it in stalls, the step 595 ms
     # where three reruns took 460-504; lognormal lengths, 121 ms, 17%; injected sleeps and work
     # before each microbatch: 68-106%)
+    # Stalls that by themselves cost the step more than the threshold are no pacing whatever
+    # else idles: where both hosts launch slower than their GPUs run, the rank that never waits
+    # shows its GPU's idle time in short gaps, its peer spins in the collectives instead (2
+    # H200s, a user's FSDP2 job under autocast, a 25 ms sleep before each step of rank 0: 55 ms
+    # more idle a step, 26.5 ms of it in stalls, 30% of an 88 ms step, "no suspect")
+    stalls_cost = iteration_ns is not None and stalled >= slowdown_threshold * iteration_ns
     paced = (not shared_cpus and peers.ranks.height == 2 and not row["flagged"]
-             and stalled < STALLS_SHARE * gap_excess)
+             and stalled < STALLS_SHARE * gap_excess and not stalls_cost)
     host = (bool(row["gap_flagged"]) and gap_excess >= peers.min_effect * busy and not on_cpu and recurring
             and not paced)
     corroborated = late is not None and late["net_z"] > late_cut and late["last_z"] > late_cut
@@ -600,8 +606,14 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # while a GPU time-sliced with another process leaves its stream idle as the other runs (2
     # H200s, a DDP transformer, a neighbour process busy 25-50% of rank 0's GPU: its kernels
     # 1.2-2.7x its peer's, its gaps 7.1-7.3 ms a step more, "slow host 0")
+    # So also one whose kernels are slower by the threshold and lose more time than its gaps:
+    # the neighbour's slices are stalls of the stream, as long as the kernels' loss (2 H200s, a
+    # user's DDP transformer under autocast, a neighbour busy 30% of rank 0's GPU: its kernels
+    # 1.31x at z 55, 7.4 ms a step, its gaps 4.8 ms more, all of it stalls: "slow host 0")
+    lost = row["excess_ns"] or 0.0
     if (host and row["flagged"] and not shared_cpus and peers.counted and not extra
-            and (row["excess_ns"] or 0.0) > FAR_MORE * gap_excess):
+            and (lost > FAR_MORE * gap_excess
+                 or (float(row["slowdown"]) >= 1 + slowdown_threshold and lost > gap_excess))):
         host = False
     launch = bool(row.get("launch_bound")) and row["flagged"]
     if launch:

@@ -283,6 +283,10 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> _File:
     world_size = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
 
     kept = _collect(raw)
+    if str(dist.get("backend", "")).lower() == "nccl" and not any(c in _GPU_CATS for c in kept.cat):
+        for call in kept.runtime:   # a GPU job traced host-only: its hosts' time in the runtime
+            if re.match(schema.RUNTIME_PATTERN, call[0]):
+                kept.add(*call)
     inferred = _infer_steps(kept)
     if inferred:
         warn(f"{path}: no ProfilerStep spans (profiled without a schedule); {inferred} iterations "
@@ -386,7 +390,7 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> _File:
 class _Kept:
     """Column lists of the events kept from one file (plus runtime launch times by correlation)."""
 
-    __slots__ = ("name", "cat", "tid", "ts", "dur", "args", "launch", "correlation")
+    __slots__ = ("name", "cat", "tid", "ts", "dur", "args", "launch", "correlation", "runtime")
 
     def __init__(self) -> None:
         self.name: list[str] = []
@@ -397,6 +401,7 @@ class _Kept:
         self.args: list[dict] = []
         self.launch: dict[object, float] = {}
         self.correlation: dict[int, object] = {}
+        self.runtime: list[tuple] = []   # runtime calls: (name, cat, tid, ts, dur, args)
 
     def add(self, name: str, cat: str, tid: object, ts: float, dur: float, args: dict) -> None:
         if cat in _GPU_CATS and "correlation" in args:
@@ -455,6 +460,8 @@ def _collect(raw: list) -> _Kept:
                     kept.add(str(e.get("name", "")), cat if isinstance(cat, str) else "", e.get("tid"), ts, dur, args)
             elif cat in _LAUNCH_CATS and "correlation" in args and isinstance(e.get("ts"), (int, float)):
                 kept.launch[args["correlation"]] = e["ts"]
+                if isinstance(e.get("dur", 0), (int, float)):
+                    kept.runtime.append((str(e.get("name", "")), cat, e.get("tid"), e["ts"], e.get("dur", 0), args))
         elif ph == "B" and (cat in _KEEP_CATS or "Collective name" in args):
             open_.setdefault((e.get("pid"), e.get("tid")), []).append(e)
         elif ph == "E":
@@ -626,7 +633,7 @@ class _CommContext:
 
 def _category(name: str, src_cat: str, on_gpu: bool, mirror: bool) -> str:
     """The events-table category of a non-step, non-canonical-comm event (see the module doc)."""
-    if mirror or name.startswith("c10d::"):
+    if mirror or name.startswith("c10d::") or src_cat in _LAUNCH_CATS:
         return "other"
     if src_cat in _ANNOTATION_CATS:
         return "optimizer" if name.startswith("Optimizer.") and not on_gpu else "other"

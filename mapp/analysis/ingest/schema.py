@@ -100,6 +100,14 @@ COMM_WAIT_NAMES = ("grad_sync_wait", "param_sync_wait")
 # handle's ``wait()`` returns).
 LAUNCH_NAMES = ("grad_reduce", "param_gather")
 
+# CUDA runtime and driver calls (``cudaMemcpyAsync``, ``cudaLaunchKernel``, ``cuLaunchKernel``,
+# ...). The Kineto reader keeps them (``cat="other"``, on the calling thread) on a rank whose
+# trace holds no GPU activity though its job ran on GPUs (profiled with ``ProfilerActivity.CPU``
+# alone): there the CPU ops are all there is, and the time an op spends inside such a call is
+# the host waiting on its GPU's queue (a copy from pageable memory waits for the stream, a launch
+# for room in the queue), not work of its own (``detect.same_work.self_times``).
+RUNTIME_PATTERN = r"^cu(da)?[A-Z]"
+
 
 def empty_events() -> pl.DataFrame:
     """An events table with no rows and the full schema."""

@@ -2046,3 +2046,33 @@ def test_pipeline_stages_keep_their_kernels_quicker_calls_as_their_typical_time(
     case = FRESH_CASES["gpt-pp2-prof-nosh-seqlognorm1.05-f71-gpu2"]
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     assert verdict.suspects == []
+
+
+def test_replicas_of_other_lengths_are_compared_on_the_kernels_whose_grids_tell_their_size():
+    # DP2 on 2 H200s under the profiler's defaults (no shapes), lognormal lengths per replica,
+    # no fault (``--set fresh85``, held out): a third of each rank's kernel time in kernels of
+    # grids its peer never ran; on the persistent GEMMs, one grid whatever they multiply, rank 1
+    # took 1.19x its peer's time a call, on the kernels of grids both ran 1.0x: "slow compute 1
+    # 1.13x" before
+    case = FRESH_CASES["gpt-dp2-prof-nosh-seqlognorm0.9-f85-gpu2"]
+    assert case.expect is None and case.cls == "imbalance"
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert not any(b.kind == "slow_compute" for b in verdict.below)
+
+
+def test_a_gpu_job_traced_host_only_is_said_to_hide_its_gpus(tmp_path):
+    # the 2-GPU NCCL fixture as profiled with ProfilerActivity.CPU alone (its GPU events dropped)
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "kineto_nccl"
+    gpu = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g"}
+    for path in sorted(fixture.glob("rank-*.json")):
+        doc = json.loads(path.read_text())
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in gpu]
+        (tmp_path / path.name).write_text(json.dumps(doc))
+    said = "ranks 0,1 ran on GPUs but their traces hold no GPU activity"
+    verdict = detect_bundle(load_bundle(tmp_path), threshold=0.1)
+    assert any(n.startswith(said) for n in verdict.notes), verdict.notes
+    copy = tmp_path / "with-gpu"
+    shutil.copytree(fixture, copy)
+    verdict = detect_bundle(load_bundle(copy), threshold=0.1)
+    assert not any("hold no GPU activity" in n for n in verdict.notes)

@@ -16,6 +16,7 @@ from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import compare_peers, leaf_ops
+from mapp.analysis.detect.same_work import self_times
 from mapp.analysis.detect.thresholds import Thresholds
 from mapp.analysis.detect.verdict import combine
 from mapp.analysis.graph.matching import match_events
@@ -189,6 +190,24 @@ def test_stage1_waiting_inside_an_op_is_not_its_compute():
     leaves = leaf_ops(ev).sort("ts_ns")
     assert leaves["name"].to_list() == ["fwd", "bwd"]
     assert leaves["self_ns"].to_list() == [int(1.5 * MS), 4 * MS]
+
+
+def test_stage1_a_hosts_time_in_the_cuda_runtime_is_not_its_ops_compute():
+    # A GPU job traced host-only: a 100 ms copy of the batch to the GPU that spent 90 ms in
+    # cudaMemcpyAsync (its stream draining first) computed for 10 ms; a 1 ms launch of which
+    # 0.2 ms was cudaLaunchKernel for 0.8 ms. The runtime calls are no ops of their own.
+    ev = frame([
+        dict(rank=0, name="aten::copy_", cat="compute", lane="cpu:1", ts_ns=0, dur_ns=100 * MS, iteration=0),
+        dict(rank=0, name="cudaMemcpyAsync", cat="other", lane="cpu:1", ts_ns=5 * MS, dur_ns=90 * MS, iteration=0),
+        dict(rank=0, name="aten::mm", cat="compute", lane="cpu:1", ts_ns=101 * MS, dur_ns=MS, iteration=0),
+        dict(rank=0, name="cudaLaunchKernel", cat="other", lane="cpu:1", ts_ns=101 * MS + MS // 2, dur_ns=MS // 5,
+             iteration=0),
+        # an annotation of the same category is no runtime call
+        dict(rank=0, name="custom", cat="other", lane="cpu:1", ts_ns=103 * MS, dur_ns=MS, iteration=0),
+    ], _STAGE1)
+    ops = self_times(ev).sort("ts_ns")
+    assert ops["name"].to_list() == ["aten::copy_", "aten::mm"]
+    assert ops["self_ns"].to_list() == [10 * MS, MS - MS // 5]
 
 
 def test_stage1_without_a_layout_or_peers_says_why():

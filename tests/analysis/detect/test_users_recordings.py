@@ -149,3 +149,26 @@ def test_a_gpu_shared_with_another_process_is_named_not_its_victim():
     case = CASES["ddp2-transformer-tb-gpu-gpuhog0.25-r0-sync"]
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_compute")]
+
+
+def test_the_calls_a_rank_adds_are_costed_as_its_peer_runs_them_alone():
+    # 2 H200s, a user's DDP transformer under autocast, 1.5x the forward's matmuls on rank 0 (48
+    # more ``aten::mm`` calls a step, each with its casts): rank 1's backward GEMMs all ran beside
+    # its all-reduces, waiting on rank 0, and at their measured times its 74 ``aten::mm`` calls a
+    # step cost more than rank 0's 122; the added calls read as less than no work, and the idle
+    # time their launches cost named "slow host 0"
+    case = CASES["ddp2-transformer-tb-gpu-amp-fwd1.5x-r0"]
+    top = detect_bundle(load_bundle(case.directory), threshold=0.1).suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_compute")
+    added = top.evidence["peers"]["added_work"]
+    assert added["slowdown"] > 1.1 and added["excess_ms_per_iteration"] > 0.5
+
+
+def test_a_gpu_slower_by_the_threshold_on_the_same_kernels_is_no_host_for_its_stalls():
+    # 2 H200s, the same job with a neighbour process busy 30% of rank 0's GPU, record_function
+    # ranges around each phase: rank 0's kernels, timed alone, 1.31x its peer's (7.4 ms a step);
+    # its stream stalled 4.8 ms a step more while the neighbour ran: "slow host 0"
+    case = CASES["ddp2-transformer-tb-gpu-amp-annotate-gpuhog0.3-r0"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_compute")]
+    assert verdict.suspects[0].slowdown > 1.2

@@ -479,3 +479,24 @@ def test_cycles_of_a_process_that_never_communicates_are_all_kept(tmp_path):
     assert events.filter(pl.col("cat").is_in(["collective", "p2p"])).height == 0
     assert sorted(events.filter(pl.col("cat") == "iteration")["iteration"].to_list()) == [2, 3, 4, 5, 8, 9, 10, 11]
     assert not any("left out" in w for w in warnings)
+
+
+def test_a_gpu_job_traced_host_only_keeps_its_hosts_time_in_the_cuda_runtime(tmp_path):
+    # the NCCL fixture as the profiler writes it with ProfilerActivity.CPU alone: no kernels or
+    # other GPU events, its 7 cudaLaunchKernel calls still there
+    doc = json.loads(NCCL[0].read_text())
+    launches = [e for e in doc["traceEvents"] if e.get("name") == "cudaLaunchKernel"]
+    assert len(launches) == 7
+    gpu = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g"}
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in gpu]
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps(doc))
+    events, ranks = _read([path])
+    runtime = events.filter(pl.col("name") == "cudaLaunchKernel")
+    assert runtime.height == 7 and runtime["cat"].unique().to_list() == ["other"]
+    assert runtime["lane"].str.starts_with("cpu:").all()
+    assert sorted(runtime["dur_ns"].to_list()) == sorted(round(e["dur"] * 1000) for e in launches)
+    assert ranks["device"].to_list() != [None]
+    # with its GPU events the launches are only what dates the kernels they launched
+    events, _ = _read(NCCL[:1])
+    assert events.filter(pl.col("name") == "cudaLaunchKernel").height == 0
