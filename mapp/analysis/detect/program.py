@@ -14,6 +14,11 @@ traces nor ``--layout`` say who does the same work, it is read off the work itse
   rank to rank (dynamic padding) launches its kernels with other grids, and cuBLAS picks other
   GEMM kernels, on every rank. A DDP transformer on 2 H200s, lengths drawn lognormal per rank:
   0.15-0.21 by name and shape, 0.89-0.92 by name (2 groups of 1 rank: nothing compared);
+- or whose kernels' launching ops are nearly the same set (a kernel by the CPU op that launched
+  it, where the trace ties them): under autocast cuBLASLt picks a GEMM kernel of its own tile
+  shape for nearly every problem size, and with dynamic padding the same DDP transformer's
+  ranks shared 0.69 of their kernels' names, 28 of 89 of them ``nvjet`` GEMMs and split-K
+  reductions of one rank only, every one launched by ``aten::mm`` or ``aten::addmm`` on both;
 
 - and, where the traces record the members of their collectives' process groups, peers must
   be joined by them, directly or through other ranks (a world, DP, TP or unlabelled group):
@@ -29,6 +34,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from mapp.analysis.detect.added_work import LAUNCHED, op_of
+
 __all__ = ["SAME_PROGRAM", "program_groups"]
 
 SAME_PROGRAM = 0.75
@@ -43,11 +50,14 @@ def program_groups(ops: pl.DataFrame, p2p_pairs: set[tuple[int, int]], ranks: li
     together = _together(groups or [])
     sets = _op_sets(ops.select("rank", key=pl.concat_str(pl.col("name"), pl.col("shape").fill_null(""), separator="|")), ranks)
     names = _op_sets(ops.select("rank", key=pl.col("name")), ranks)
+    launchers = _op_sets(_launching_ops(ops), ranks)
     found: list[list[int]] = []
     for rank in sorted(ranks):
         for members in found:
             first = members[0]
-            if max(_jaccard(sets[rank], sets[first]), _jaccard(names[rank], names[first])) >= SAME_PROGRAM and all(
+            alike = max(_jaccard(sets[rank], sets[first]), _jaccard(names[rank], names[first]),
+                        _jaccard(launchers[rank], launchers[first]))
+            if alike >= SAME_PROGRAM and all(
                     _may_pair(rank, m, p2p_pairs, together) for m in members):
                 members.append(rank)
                 break
@@ -63,6 +73,15 @@ def program_groups(ops: pl.DataFrame, p2p_pairs: set[tuple[int, int]], ranks: li
         sizes = sorted((len(g) for g in groups), reverse=True)
         what = f"{len(groups)} groups of ranks running the same program (sizes {', '.join(map(str, sizes))})"
     return frame, what
+
+
+def _launching_ops(ops: pl.DataFrame) -> pl.DataFrame:
+    """``rank``, ``key``: the ops that launched a rank's kernels, where the trace ties any of its
+    kernels to one (kernels launched before the profiler's window have no launch of record and
+    are left out), else its ops' names."""
+    keyed = ops.select("rank", "name", pl.col("shape").cast(pl.String)).with_columns(
+        tied=pl.col("shape").fill_null("").str.contains(LAUNCHED, literal=True))
+    return keyed.filter(pl.col("tied") | ~pl.col("tied").any().over("rank")).select("rank", key=op_of())
 
 
 def _op_sets(keyed: pl.DataFrame, ranks: list[int]) -> dict[int, frozenset]:

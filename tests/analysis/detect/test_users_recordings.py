@@ -172,3 +172,20 @@ def test_a_gpu_slower_by_the_threshold_on_the_same_kernels_is_no_host_for_its_st
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_compute")]
     assert verdict.suspects[0].slowdown > 1.2
+
+
+def test_ranks_whose_gemm_kernels_differ_by_size_run_one_program_by_their_launching_ops():
+    # 2 H200s, the same transformer under autocast, each rank padding its batches to its own
+    # lengths: cuBLASLt picked an ``nvjet`` GEMM of its own tile shape for nearly every size,
+    # and the ranks shared 0.69 of their kernels' names (28 of 89 GEMMs and split-K reductions
+    # of one rank only, each launched by ``aten::mm`` or ``aten::addmm`` on both): two programs
+    # of one rank, nothing compared; FSDP2's 1.5x forward on rank 1 "no suspect", and the healthy
+    # job "slow compute 0" by who arrived last alone
+    case = CASES["fsdp2-transformer-tb-gpu-amp-seqlognorm0.6-fwd1.5x-r1"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert "all 2 compared" in verdict.layout
+    assert (verdict.suspects[0].rank, verdict.suspects[0].kind) == (1, "slow_compute")
+    healthy = CASES["ddp2-transformer-tb-gpu-amp-seqlognorm0.7"]
+    verdict = detect_bundle(load_bundle(healthy.directory), threshold=0.1)
+    assert "all 2 compared" in verdict.layout
+    assert not any(s.kind == "slow_compute" for s in verdict.suspects)
