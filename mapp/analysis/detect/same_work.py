@@ -253,6 +253,41 @@ def _other_sizes(work: pl.DataFrame, peers: list[str]) -> pl.Expr:
     return pl.lit(flags)
 
 
+DISPERSED = 1.25
+"""Where calls are paired by their order alone (no shapes), the spread (inter-quartile range of
+the log) of a rank's time over its peers' call by call above which its calls are not the same
+work as theirs: 3.5x between its quartiles."""
+
+
+def _dispersion(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
+    """Per rank: the weighted inter-quartile range of log(its time / its peers' median) over the
+    n-th calls of its ops (``peers._nth_call``: a trace without shapes) in each iteration, each
+    weighted by its time and theirs; None where no such kinds are shared.
+
+    The n-th call of an op is the same work on every rank only where every rank's microbatches
+    are alike. Replicas of other sequence lengths pair a long microbatch's call with a short
+    one's: 2 gloo processes on 2 cores, megatron-core DP2 under the profiler's defaults,
+    lognormal lengths, no fault: the replica of longer sequences took 1.7-2.5x its peer's time a
+    step, its calls 0.6x-17x its peer's one by one, and read "slow compute 1.81x" (1.32x in
+    another job); 1.51-1.69 here in four runs of the two. A slow rank is slow call by call
+    alike, and work it adds is calls: the held-out DP2, TP2 and plain DDP/FSDP2 pairs under the
+    profiler with a fault read 0.12-0.53, healthy pairs 0.07-0.09."""
+    nth = work.filter(pl.col("shape").str.starts_with("#") & (pl.col("n") >= 2)).sort(
+        [*peers, "iteration", "name", "shape"])
+    if nth.is_empty():
+        return None
+    gid = nth.select(pl.struct(*peers, "iteration", "name", "shape").rank("dense")).to_series().to_numpy()
+    nth = nth.with_columns(peer_t=pl.Series(others_median(gid, nth["t"].to_numpy()))).filter(
+        (pl.col("peer_t") > 0) & (pl.col("t") > 0))
+    if nth.is_empty():
+        return None
+    # (weighted by both times: between two ranks each reads the other's spread)
+    ranked = nth.with_columns(lr=(pl.col("t") / pl.col("peer_t")).log(), w=pl.col("t") + pl.col("peer_t")).sort(
+        "rank", "lr").with_columns(past=pl.col("w").cum_sum().over("rank") / pl.col("w").sum().over("rank"))
+    return ranked.group_by("rank").agg(
+        dispersion=pl.col("lr").filter(pl.col("past") >= 0.75).first() - pl.col("lr").filter(pl.col("past") >= 0.25).first())
+
+
 def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
     """``per`` with each rank's ``own`` and ``peer`` work taken at whichever typical call makes
     it the less slow over the iterations: each kind's ``QUICK`` quantile or its fastest call.
@@ -588,6 +623,17 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         gap_its=pl.col("iteration").filter(pl.col(idle) > 0).sort(),
     ).with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
     ranks = with_added(ranks, added)
+    # Calls paired by order that differ by several times either way are no same work
+    # (``_dispersion``): the rank's time on them is not compared (its added calls still count).
+    # Between two processes only: with four on two cores a process descheduled call by call
+    # reads as far apart (megatron-core PP2 x DP2 and DP4 under the profiler, a rank with 1.4x
+    # its layers' work: 1.2-2.2 on faulted and healthy ranks alike; two processes: 0.1-0.5)
+    if (shared_cpus and work["rank"].n_unique() == 2
+            and (spread_of := _dispersion(work, peers)) is not None):
+        apart = pl.col("dispersion").fill_null(0.0) >= DISPERSED
+        ranks = ranks.join(spread_of, on="rank", how="left").with_columns(
+            *[pl.when(apart).then(0.0).otherwise(c).alias(c) for c in ("effect", "low", "consistent", "excess_ns")],
+        ).drop("dispersion")
     # Noise: how far ranks' slowdowns scatter (most ranks are healthy), and how much a rank's
     # own slowdown varies between iterations; with two peers only the latter means anything.
     spread = 0.0 if pairs else float((ranks["effect"].abs()).median() or 0.0)

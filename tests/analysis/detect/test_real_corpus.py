@@ -2076,3 +2076,16 @@ def test_a_gpu_job_traced_host_only_is_said_to_hide_its_gpus(tmp_path):
     shutil.copytree(fixture, copy)
     verdict = detect_bundle(load_bundle(copy), threshold=0.1)
     assert not any("hold no GPU activity" in n for n in verdict.notes)
+
+
+@pytest.mark.parametrize("case_id", ["gpt-dp2-prof-nosh-seqlognorm1.05-f87", "gpt-dp2-prof-nosh-seqlognorm0.9-f85"])
+def test_replicas_whose_calls_differ_by_several_times_either_way_are_not_compared_call_by_call(case_id):
+    # DP2 under the profiler's defaults (no shapes), lognormal lengths per replica, 2 gloo
+    # processes on 2 cores, no fault (``--set fresh87``/``fresh85``, held out): the n-th call of
+    # each op paired a long microbatch's with a short one's, 1.06x-17x apart by their quartiles
+    # (``same_work._dispersion``, 1.5-1.7 in the log): "slow compute 1 1.81x", "slow compute 0 1.32x"
+    case = FRESH_CASES[case_id]
+    assert case.expect is None and case.cls == "imbalance"
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert not any(b.kind == "slow_compute" for b in verdict.below)
