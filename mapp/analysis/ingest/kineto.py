@@ -284,9 +284,11 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> _File:
 
     kept = _collect(raw)
     if str(dist.get("backend", "")).lower() == "nccl" and not any(c in _GPU_CATS for c in kept.cat):
-        for call in kept.runtime:   # a GPU job traced host-only: its hosts' time in the runtime
-            if re.match(schema.RUNTIME_PATTERN, call[0]):
-                kept.add(*call)
+        for e in kept.runtime:   # a GPU job traced host-only: its hosts' time in the runtime
+            name, dur = str(e.get("name", "")), e.get("dur", 0)
+            if re.match(schema.RUNTIME_PATTERN, name) and isinstance(dur, (int, float)):
+                args = e.get("args")
+                kept.add(name, str(e.get("cat")), e.get("tid"), e["ts"], dur, args if isinstance(args, dict) else {})
     inferred = _infer_steps(kept)
     if inferred:
         warn(f"{path}: no ProfilerStep spans (profiled without a schedule); {inferred} iterations "
@@ -401,7 +403,7 @@ class _Kept:
         self.args: list[dict] = []
         self.launch: dict[object, float] = {}
         self.correlation: dict[int, object] = {}
-        self.runtime: list[tuple] = []   # runtime calls: (name, cat, tid, ts, dur, args)
+        self.runtime: list[dict] = []   # runtime calls' events, for a trace without GPU events
 
     def add(self, name: str, cat: str, tid: object, ts: float, dur: float, args: dict) -> None:
         if cat in _GPU_CATS and "correlation" in args:
@@ -460,8 +462,7 @@ def _collect(raw: list) -> _Kept:
                     kept.add(str(e.get("name", "")), cat if isinstance(cat, str) else "", e.get("tid"), ts, dur, args)
             elif cat in _LAUNCH_CATS and "correlation" in args and isinstance(e.get("ts"), (int, float)):
                 kept.launch[args["correlation"]] = e["ts"]
-                if isinstance(e.get("dur", 0), (int, float)):
-                    kept.runtime.append((str(e.get("name", "")), cat, e.get("tid"), e["ts"], e.get("dur", 0), args))
+                kept.runtime.append(e)   # (the event itself: most traces never need it)
         elif ph == "B" and (cat in _KEEP_CATS or "Collective name" in args):
             open_.setdefault((e.get("pid"), e.get("tid")), []).append(e)
         elif ph == "E":
