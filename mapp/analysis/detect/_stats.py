@@ -73,6 +73,17 @@ def others_median(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return out
 
 
+def weighted_quantiles(frame: pl.DataFrame, value: str, weight: str, by: list[str],
+                       quantiles: dict[str, float]) -> pl.DataFrame:
+    """Per ``by``: for each named quantile q, the least ``value`` at which the running share of
+    ``weight`` (values in ascending order) reaches q. Where the weights sum to nothing every
+    share is NaN, which polars orders above any number: the least value."""
+    ranked = frame.sort([*by, value]).with_columns(
+        _past=pl.col(weight).cum_sum().over(by) / pl.col(weight).sum().over(by))
+    return ranked.group_by(by).agg(
+        **{name: pl.col(value).filter(pl.col("_past") >= q).first() for name, q in quantiles.items()})
+
+
 def binomial_tail(k: np.ndarray, m: np.ndarray, p: np.ndarray) -> np.ndarray:
     """P(X >= k) for X ~ Binomial(m, p), elementwise (scipy's survival function, finite for
     counts by the thousand, where C(m, j) overflows a float)."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.added_work import LAUNCHED, op_of
+from mapp.analysis.detect.added_work import launched, op_of
 
 __all__ = ["SAME_PROGRAM", "program_groups"]
 
@@ -79,8 +79,7 @@ def _launching_ops(ops: pl.DataFrame) -> pl.DataFrame:
     """``rank``, ``key``: the ops that launched a rank's kernels, where the trace ties any of its
     kernels to one (kernels launched before the profiler's window have no launch of record and
     are left out), else its ops' names."""
-    keyed = ops.select("rank", "name", pl.col("shape").cast(pl.String)).with_columns(
-        tied=pl.col("shape").fill_null("").str.contains(LAUNCHED, literal=True))
+    keyed = ops.select("rank", "name", pl.col("shape").cast(pl.String)).with_columns(tied=launched())
     return keyed.filter(pl.col("tied") | ~pl.col("tied").any().over("rank")).select("rank", key=op_of())
 
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, within_rank_scale,
-                                         z_critical)
+from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, weighted_quantiles,
+                                         within_rank_scale, z_critical)
 from mapp.analysis.detect.added_work import (LAUNCHED, added_work, launched, launched_with_dims, op_calls, op_of,
                                              with_added)
 from mapp.analysis.detect.layout import middle_stages
@@ -282,10 +282,9 @@ def _dispersion(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     if nth.is_empty():
         return None
     # (weighted by both times: between two ranks each reads the other's spread)
-    ranked = nth.with_columns(lr=(pl.col("t") / pl.col("peer_t")).log(), w=pl.col("t") + pl.col("peer_t")).sort(
-        "rank", "lr").with_columns(past=pl.col("w").cum_sum().over("rank") / pl.col("w").sum().over("rank"))
-    return ranked.group_by("rank").agg(
-        dispersion=pl.col("lr").filter(pl.col("past") >= 0.75).first() - pl.col("lr").filter(pl.col("past") >= 0.25).first())
+    logs = nth.select("rank", lr=(pl.col("t") / pl.col("peer_t")).log(), w=pl.col("t") + pl.col("peer_t"))
+    quartiles = weighted_quantiles(logs, "lr", "w", ["rank"], {"q1": 0.25, "q3": 0.75})
+    return quartiles.select("rank", dispersion=pl.col("q3") - pl.col("q1"))
 
 
 def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
@@ -423,9 +422,7 @@ def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarr
         r=pl.Series(work["calls"].to_numpy() / np.maximum(peer_calls, 1e-9)), w=pl.Series(np.minimum(peer_ns, own_ns)),
         row=pl.int_range(pl.len()))
     g = ["rank", "iteration"]
-    scale = (frame.sort([*g, "r"]).with_columns(
-        past=pl.col("w").cum_sum().over(g) / pl.col("w").sum().over(g))
-        .filter(pl.col("past") >= 0.5).group_by(g).agg(scale=pl.col("r").first()))
+    scale = weighted_quantiles(frame, "r", "w", g, {"scale": 0.5})
     return frame.join(scale, on=g, how="left").sort("row")["scale"].fill_null(1.0).to_numpy()
 
 
