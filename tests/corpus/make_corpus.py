@@ -3197,6 +3197,66 @@ def fresh88_set(seed: int = FRESH88_SEED) -> list[Case]:
     ]
 
 
+
+FRESH89_SEED = 569
+# --set fresh89 on GPUs: a thirty-first model shape (hidden 3200, 50 heads, sequence 1664, 2
+# sequences a microbatch, 5 microbatches)
+GPT_GPU_FRESH89 = ["--layers", "8", "--hidden", "3200", "--heads", "50", "--seq", "1664", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "5", "--bf16"]
+
+
+def fresh89_set(seed: int = FRESH89_SEED) -> list[Case]:
+    """Held out at the start of the fiftieth session, before any change (``--set fresh89``, 2
+    ranks, seed 569, for CPUs and for a machine of 2 GPUs, on which the model shape is a
+    thirty-first): issue 13's classes in DP2, TP2 and PP2 under both captures and plain DDP/FSDP2
+    (sleeps in the data path and in the training loop), with values no other set uses; the
+    ``gpuhog`` job runs on GPUs only. Ids end in ``-f89``."""
+    g = _held_out_gpt(seed, "-f89", GPT_GPU_FRESH89)
+    r = _recorded
+
+    return [
+        r(g("dp2", "kineto", "hostsleep", rank=0, ms=26), "default"),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.36),
+        r(g("tp2", "kineto", "beforemb", rank=1, ms=24), "default"),
+        r(g("tp2", "kineto", "seqlognorm", sigma=0.85), "default"),
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.48),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.38), "default"),
+        r(g("pp2", "kineto", "laststage", last_layers=2), "default"),
+        g("pp2", "mapp-v1", "hostsleep", rank=1, ms=25),
+        r(_plain("ddp2", "dp2", seed, rank=1, step_sleep_ms=26, tag="-f89"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, sleep_ms=27, tag="-f89"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=0, factor=1.37, tag="-f89"), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f89"), "default"),
+        # GPUs only
+        r(g("tp2", "kineto", "gpuhog", rank=0, duty=0.33), "default"),
+    ]
+
+
+FRESH90_SEED = 571
+
+
+def fresh90_set(seed: int = FRESH90_SEED) -> list[Case]:
+    """``fresh89``'s 4-rank jobs (``--set fresh90``, seed 571, 4 gloo processes on 2 cores): DP4,
+    TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures, faults beside healthy and
+    imbalanced jobs, and plain DDP/FSDP under the profiler. Ids end in ``-f90``."""
+    g = _held_out_gpt(seed, "-f90", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("dp4", "kineto", "hostsleep", rank=1, ms=24), "default"),
+        r(g("tp2dp2", "kineto", "seqlognorm", sigma=0.95), "default"),
+        g("pp2dp2", "mapp-v1", "layer", rank=2, factor=1.39),
+        r(g("tp2pp2", "kineto", "layer", rank=3, factor=1.46), "default"),
+        r(g("pp4", "kineto", "laststage", last_layers=2), "default"),
+        g("dp4", "mapp-v1", "beforemb", rank=0, ms=23),
+        r(g("pp2dp2", "kineto", "beforemb", rank=3, ms=22), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=2, step_sleep_ms=24, tag="-f90"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=1, sleep_ms=23, tag="-f90"), "default"),
+        r(_plain("ddp4", "dp4", seed, tag="-f90"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3759,6 +3819,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh83": fresh83_set, "fresh84": fresh84_set,
         "fresh85": fresh85_set, "fresh86": fresh86_set,
         "fresh87": fresh87_set, "fresh88": fresh88_set,
+        "fresh89": fresh89_set, "fresh90": fresh90_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
