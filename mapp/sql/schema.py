@@ -85,6 +85,7 @@ TABLES: dict[str, Table] = {t.name: t for t in [
         "peer": "the other rank of a p2p call", "bytes": "payload bytes",
         "src_file": "trace file the event came from", "src_line": "line in that file",
         "args": "the event's original args as JSON text",
+        "launch_ns": "GPU work: start of the runtime call that launched it (ts_ns - launch_ns: its wait in the queue); null otherwise",
         "end_ns": "ts_ns + dur_ns (rank's own clock)",
         "ts_aligned_ns": "start on the reference rank's clock (null without a clock model)",
         "end_aligned_ns": "end on the reference rank's clock (null without a clock model)",

@@ -29,6 +29,10 @@ What this reader keeps and how it maps it:
   recorded, i.e. before the profiling window); null outside any step. A trace with no step
   spans (profiled without ``schedule``/``step()``) gets ``mapp:iteration#N`` spans from its
   optimizer steps (``Optimizer.step#*`` annotations; ``_infer_steps``) and a warning says so.
+* ``launch_ns``: GPU work's launching runtime call's start (by ``correlation``; a collective
+  timed by its kernel, the kernel's), on the same clock as ``ts_ns``; null for host events and
+  for work launched before the profiling window. The gap to ``ts_ns`` is the work's wait in the
+  queue, which tells a GPU held by another process from one its host starves.
 * communication, one canonical event per call so that nothing is counted twice:
   GPU events carrying ``Collective name`` if the rank has any; else CPU events carrying it
   (``record_param_comms`` and friends). ``gloo:*`` annotations are canonical unless the rank
@@ -354,18 +358,24 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> _File:
         date_ns[i] = launch_ns.get(corr)
     on_host = [c not in _GPU_CATS for c in kept.cat]
     iteration = _assign_steps(iteration, date_ns, ts_ns, dur_ns, cat, on_host)
+    # GPU work's launch (a collective timed by its kernel: the kernel's), for the queue
+    launched: list[int | None] = [None] * n
+    for i, corr in kept.correlation.items():
+        launched[i] = launch_ns.get(corr)
+    for i, k in timed_by.items():
+        launched[i] = launched[k]
 
     events = pl.DataFrame(
         {
             "rank": [rank] * n, "ph": ["X"] * n, "name": names, "cat": cat, "lane": lanes,
             "ts_ns": ts_ns, "dur_ns": dur_ns, "iteration": iteration, "group": group,
             "group_ranks": group_ranks, "seq": seq, "peer": peer, "bytes": nbytes,
-            "src_file": [str(path)] * n, "args": args_text, _gloo_groups.LOCAL: peer_local,
+            "src_file": [str(path)] * n, "args": args_text, "launch_ns": launched, _gloo_groups.LOCAL: peer_local,
         },
         schema_overrides={"group_ranks": pl.List(pl.Int32()), "iteration": pl.Int32(), "seq": pl.Int64(),
                           "peer": pl.Int32(), "bytes": pl.Int64(), "group": pl.String(), "cat": pl.String(),
                           "lane": pl.String(), "name": pl.String(), "args": pl.String(), "src_file": pl.String(),
-                          _gloo_groups.LOCAL: pl.Int32()},
+                          "launch_ns": pl.Int64(), _gloo_groups.LOCAL: pl.Int32()},
     )
     events = schema.conform(events, {**schema.EVENTS_SCHEMA, _gloo_groups.LOCAL: pl.Int32()}).sort(
         ["ts_ns", "dur_ns"], descending=[False, True], maintain_order=True)

@@ -432,6 +432,7 @@ def _events(batch: pa.RecordBatch, files: _FileTable, skipped_phases: dict[str, 
     columns = {name: files.column(name, codes, runs) for name in ("rank", *COORDS)}
     columns["src_file"] = files.src_file(codes, runs)
     columns["src_line"] = pa.array(_line_numbers(codes, files.next_line, runs))
+    columns["launch_ns"] = pa.nulls(len(codes), pa.int64())   # v1 records no launches
     events = pa.table({name: columns[name] if name in columns else batch.column(name)
                        for name in EVENTS_ARROW_SCHEMA.names if name not in ARG_COLUMNS})
     keep, other = _phase_masks(batch.column("ph"))

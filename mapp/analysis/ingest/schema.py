@@ -40,6 +40,11 @@ EVENTS_SCHEMA: dict[str, pl.DataType] = {
     "src_file": pl.String(),
     "src_line": pl.Int64(),
     "args": pl.String(),
+    # GPU work of a profiler trace: when the host call that launched it started (its runtime
+    # call, joined by correlation), on the same clock as ``ts_ns``; null elsewhere. A GPU that
+    # idles while its next kernel was already launched is held by something other than its
+    # host (another process's time slices), which ``ts_ns`` alone cannot tell.
+    "launch_ns": pl.Int64(),
 }
 
 _ARROW_TYPES = {pl.Int32(): pa.int32(), pl.Int64(): pa.int64(), pl.String(): pa.string(),

@@ -226,6 +226,26 @@ def test_nccl_gpu_work_dated_by_its_launch(nccl):
     assert sorted(gemm["iteration"].to_list()) == [5, 5, 6, 6]
 
 
+def test_gpu_work_carries_the_start_of_the_runtime_call_that_launched_it(nccl):
+    # read from the file itself: each kernel's launching cudaLaunchKernel by correlation id
+    events, _ = nccl
+    for rank, path in enumerate(NCCL):
+        doc = json.loads(path.read_text())
+        base = doc.get("baseTimeNanoseconds", 0)
+        launched = {e["args"]["correlation"]: round(e["ts"] * 1000) + base for e in doc["traceEvents"]
+                    if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+        kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+        truth = sorted((round(e["ts"] * 1000) + base, launched.get(e["args"]["correlation"])) for e in kernels)
+        mine = events.filter((pl.col("rank") == rank) & pl.col("lane").str.starts_with("stream:")
+                             & pl.col("cat").is_in(["compute", "collective", "p2p", "other"]))
+        got = sorted(mine.select("ts_ns", "launch_ns").rows())
+        assert [t for t in truth if t[1] is not None] == [g for g in got if g[1] is not None]
+        assert all(launch <= start for start, launch in got if launch is not None)
+    # and no host event has one
+    assert events.filter(pl.col("lane").str.starts_with("cpu:"))["launch_ns"].null_count() == \
+        events.filter(pl.col("lane").str.starts_with("cpu:")).height
+
+
 def test_cpu_comm_ops_are_canonical_without_gpu_comm_args(tmp_path):
     doc = json.loads(NCCL[0].read_text())
     comm_keys = {"Collective name", "Process Group Ranks", "Seq", "In msg nelems", "Process Group Name",
