@@ -3257,6 +3257,38 @@ def fresh90_set(seed: int = FRESH90_SEED) -> list[Case]:
     ]
 
 
+
+FRESH91_SEED = 577
+# --set fresh91 on GPUs: a thirty-second model shape (hidden 2944, 46 heads, sequence 1600, 2
+# sequences a microbatch, 6 microbatches)
+GPT_GPU_FRESH91 = ["--layers", "8", "--hidden", "2944", "--heads", "46", "--seq", "1600", "--vocab", "50304",
+                   "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh91_set(seed: int = FRESH91_SEED) -> list[Case]:
+    """Held out after the fiftieth session's change (a GPU's idle time with its next kernel
+    already launched is held, not its host's: ``--set fresh91``, 2 ranks, seed 577, for a
+    machine of 2 GPUs, on which the model shape is a thirty-second): neighbours on one GPU in
+    DP2, TP2 and PP2 under the profiler beside healthy, imbalanced and other faults' jobs, where
+    a GPU verdict from held time would be a false alarm. Ids end in ``-f91``."""
+    g = _held_out_gpt(seed, "-f91", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        r(g("dp2", "kineto", "gpuhog", rank=1, duty=0.25), "default"),
+        r(g("tp2", "kineto", "gpuhog", rank=1, duty=0.2), "default"),
+        r(g("pp2", "kineto", "gpuhog", rank=0, duty=0.3), "default"),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        r(g("tp2", "kineto", "healthy"), "default"),
+        r(g("dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("pp2", "kineto", "laststage", last_layers=3), "default"),
+        r(g("tp2", "kineto", "layer", rank=0, factor=1.4), "default"),
+        r(g("dp2", "kineto", "beforemb", rank=1, ms=22), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f91"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.42, tag="-f91"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3819,7 +3851,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh83": fresh83_set, "fresh84": fresh84_set,
         "fresh85": fresh85_set, "fresh86": fresh86_set,
         "fresh87": fresh87_set, "fresh88": fresh88_set,
-        "fresh89": fresh89_set, "fresh90": fresh90_set,
+        "fresh89": fresh89_set, "fresh90": fresh90_set, "fresh91": fresh91_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
