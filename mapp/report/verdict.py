@@ -146,6 +146,9 @@ def _evidence_line(s) -> str:
     if p and s.kind in ("slow_compute", "slow_host"):
         beyond = ">" if p["z"] > p["cut"] else "<="    # a host's compute need not stand out
         parts.append(f"compute {p['slowdown']:.2f}x {p['mode']} (z {p['z']:.1f} {beyond} {p['cut']:.1f})")
+        if p.get("held_ms_per_iteration"):
+            parts.append(f"its GPU idle {p['held_ms_per_iteration']:.2f} ms/it more than its peers' with its next kernel "
+                         "already launched (another process's time slices)")
         if p.get("steady_layers") is not None:
             parts.append(f"its transformer layers {p['steady_layers']:.2f}x its peers' or more in every traced iteration")
         if p.get("fastest_ops") is not None:

@@ -23,7 +23,7 @@ from mapp.analysis.ingest.schema import COMM_WAIT_NAMES
 
 __all__ = ["StageEvidence", "detect_bundle", "stage_evidence"]
 
-_COLUMNS = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer"]
+_COLUMNS = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer", "launch_ns"]
 
 
 class StageEvidence(NamedTuple):

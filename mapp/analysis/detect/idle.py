@@ -26,6 +26,16 @@ paces its GPU leaves gaps of tens to hundreds of microseconds (2 H100s, megatron
 the profiler: 50-500 us)."""
 
 
+QUEUED_NS = 50_000
+"""The least time a GPU holds launched work idle that ``idle_gaps`` counts as held, not its
+host's: between two queued kernels a GPU idles a few microseconds, which over thousands of
+kernels a step add up to milliseconds, more on the rank whose host ran further ahead (2 H200s,
+DDP under autocast, no fault: 4.4 ms a step on one rank in 1,599 such gaps, 2.6 ms on its peer;
+read as held, "slow compute 0" 1.11x); another process's time slice lasts far longer (a
+neighbour's 4096 x 4096 matmuls: 0.2-3 ms). In healthy jobs on 2 H200s (fourteen of them) gaps of
+50 us and more with the next kernel already launched summed 0.2 ms at most over a trace."""
+
+
 def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
               min_effect: float, starts: pl.DataFrame | None = None,
               stalled: pl.DataFrame | None = None, recurring: bool = False,
@@ -63,19 +73,26 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     cols = ["rank", "iteration", "ts_ns", "end_ns"] + (["name"] if recurring or "name" in leaves.columns else [])
     other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | waiting)
                           & pl.col("iteration").is_not_null()).select(
-        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "name"
-    ).select(cols)
-    leaves = leaves.select(cols).with_columns(compute=pl.lit(True))
-    cols = cols + ["compute"]
+        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "name", _launched(events)
+    ).select(cols + ["launch_ns"])
+    leaves = leaves.with_columns(_launched(leaves)).select(cols + ["launch_ns"]).with_columns(compute=pl.lit(True))
+    cols = cols + ["launch_ns", "compute"]
     other = other.with_columns(compute=pl.lit(False)).select(cols)
-    parts = [leaves, other.cast(leaves.schema)]
+    # a GPU's own copies and fills (``memory``) say only whether the GPU was busy with this
+    # rank's work while its next kernel waited (``_held_apart``)
+    memory = events.filter((pl.col("cat") == "memory") & pl.col("iteration").is_not_null()).select(
+        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "name", _launched(events)
+    ).select(cols[:-1]).with_columns(compute=pl.lit(False), memory=pl.lit(True))
+    parts = [leaves.with_columns(memory=pl.lit(False)), other.with_columns(memory=pl.lit(False)).cast(
+        leaves.schema | {"memory": pl.Boolean})]
     if starts is not None and len(starts):
         marks = starts.join(leaves.select("rank", "iteration").unique(), on=["rank", "iteration"], how="semi")
-        parts.append(marks.with_columns(end_ns=pl.col("ts_ns"), name=pl.lit("<start>"), compute=pl.lit(False))
-                     .select(cols).cast(leaves.schema))
-    tl = pl.concat(parts).sort(["rank", "ts_ns"])
-    prev = pl.col("end_ns").cum_max().shift(1).over("rank")
-    tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0))
+        parts.append(marks.with_columns(end_ns=pl.col("ts_ns"), name=pl.lit("<start>"), launch_ns=pl.lit(None, pl.Int64),
+                                        compute=pl.lit(False)).select(cols).with_columns(memory=pl.lit(False))
+                     .cast(leaves.schema | {"memory": pl.Boolean}))
+    if len(memory):
+        parts.append(memory.cast(leaves.schema | {"memory": pl.Boolean}))
+    tl = _held_apart(pl.concat(parts).sort(["rank", "ts_ns"]))
     stall = pl.col("gap") >= LONG_GAP_NS
     # a stall where the forward pass hands over to the backward: the next span a backward one,
     # the compute span before it (collectives and transfers between them) a forward one
@@ -88,6 +105,7 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
         tl = tl.with_columns(_recurring(tl).alias("recurring"))
         stall = stall & pl.col("recurring")
     per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
+                                                 queued_ns=pl.col("queued_gap").sum(),
                                                  long_ns=pl.col("gap").filter(stall).sum(),
                                                  handover_ns=pl.col("gap").filter(pl.col("handover")).sum(),
                                                  span_ns=pl.col("end_ns").max() - pl.col("ts_ns").min())
@@ -103,6 +121,7 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
                            long_excess_ns=(pl.col("long_ns") - pl.col("long_ns").median().over(g)).cast(pl.Float64),
                            handover_excess_ns=(pl.col("handover_ns") - pl.col("handover_ns").median().over(g))
                            .cast(pl.Float64),
+                           queued_excess_ns=(pl.col("queued_ns") - pl.col("queued_ns").median().over(g)).cast(pl.Float64),
                            n_peers=pl.len().over(g))
     per = _readers_wait(per)
     if group != ["rank"] and per["n_peers"].min() == 2:
@@ -111,7 +130,8 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
         scale = per.select(within_rank_scale("gap_excess_ns")).item() or 0.0
         # against the other, not the mean
         per = per.with_columns(gap_excess_ns=2 * pl.col("gap_excess_ns"), long_excess_ns=2 * pl.col("long_excess_ns"),
-                               handover_excess_ns=2 * pl.col("handover_excess_ns"))
+                               handover_excess_ns=2 * pl.col("handover_excess_ns"),
+                               queued_excess_ns=2 * pl.col("queued_excess_ns"))
     else:
         scale = per.select(robust_scale("gap_excess_ns")).item() or 0.0
     # Trace timestamps are microseconds: each gap carries up to 1 us of rounding, which adds up
@@ -125,7 +145,35 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     return per.with_columns(gap_z=pl.col("gap_excess_ns") / max(scale, floor)).with_columns(
         gap_flagged=pl.col("gap_z") > z_crit, gap_share=pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns")
     ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share", "long_excess_ns",
-             "handover_excess_ns")
+             "handover_excess_ns", "queued_excess_ns")
+
+
+def _held_apart(tl: pl.DataFrame) -> pl.DataFrame:
+    """A rank's timeline (sorted by start, ``memory`` marking its GPU's copies and fills) with
+    each event's ``gap``, the idle time before it, split into the host's and ``queued_gap``.
+
+    A gap is its host's only until the GPU work after it was launched: from then on the work
+    sat in the queue while the GPU ran something else, another process's time slices (2 H200s,
+    FSDP2 under autocast, a neighbour busy 35% of each 20 ms on rank 0's GPU: 47 ms of its idle
+    time over four steps with the next kernel already queued, 4.5 ms on its peer; read as its
+    host's, rank 0 idled less than its peer, whose host paced its GPU more slowly, and nothing
+    was found). Not the microseconds a GPU takes between two queued kernels (``QUEUED_NS``), nor
+    while the GPU ran this rank's own copies or fills (their time stays in the gap, as before),
+    nor where the launch is unknown (host events, the marks of iteration starts)."""
+    prev = pl.when(~pl.col("memory")).then(pl.col("end_ns")).cum_max().forward_fill().shift(1).over("rank")
+    busy_until = pl.col("end_ns").cum_max().shift(1).over("rank")
+    tl = tl.with_columns(gap=(pl.col("ts_ns") - prev).clip(lower_bound=0).fill_null(0), busy_until=busy_until)
+    waited = pl.col("ts_ns") - pl.max_horizontal(pl.col("launch_ns"), pl.col("busy_until"))
+    held = pl.when(pl.col("launch_ns").is_not_null() & pl.col("busy_until").is_not_null()).then(
+        pl.min_horizontal(pl.col("gap"), waited.clip(lower_bound=0))).otherwise(0)
+    held = pl.when(held >= QUEUED_NS).then(held).otherwise(0)
+    return tl.filter(~pl.col("memory")).with_columns(queued_gap=held).with_columns(
+        gap=pl.col("gap") - pl.col("queued_gap")).drop("memory", "busy_until")
+
+
+def _launched(frame: pl.DataFrame) -> pl.Expr:
+    """``launch_ns`` where ``frame`` has it (GPU work of a profiler trace), else null."""
+    return pl.col("launch_ns") if "launch_ns" in frame.columns else pl.lit(None, pl.Int64).alias("launch_ns")
 
 
 def _loss_stage(per: pl.DataFrame, last_stage: int | None) -> pl.DataFrame:

@@ -127,6 +127,11 @@ def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _launches(ops: pl.DataFrame) -> list[str]:
+    """``launch_ns`` where the ops have it (``idle.idle_gaps`` tells queued GPU work by it)."""
+    return ["launch_ns"] if "launch_ns" in ops.columns else []
+
+
 def _mode(sizes: dict[str, int] | None, iterations: int, programs: bool) -> tuple[str, list[str], list[str], str | None]:
     if sizes is None and programs:
         return "program peers", ["pp"], _KEY, None
@@ -181,7 +186,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
         ops = contended(ops, timed)
-        gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns", "name"), group, coords, min_effect,
+        gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns", "name", *_launches(ops)), group, coords, min_effect,
                          starts, recurring=shared_cpus)
         # (ops the stages do not call alike are no one's same work; the gaps above were measured
         # between all ops, so their time stays busy, not idle)

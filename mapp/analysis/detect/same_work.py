@@ -287,6 +287,23 @@ def _dispersion(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
     return quartiles.select("rank", dispersion=pl.col("q3") - pl.col("q1"))
 
 
+def _held(per: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+    """``per`` with each rank's time held in its GPU's queue beyond its peers' (``idle.idle_gaps``:
+    idle while its next kernel was already launched) added to its work, as its GPU's: a GPU
+    another process shares runs that process's time slices between this one's kernels, which
+    take no longer themselves (2 H200s, FSDP2 under autocast, a neighbour busy 35% of each 20
+    ms on rank 0's GPU: its kernels 1.01x its peer's, 6-12 ms a step held in its queue beyond
+    its peer's, of 33 ms of kernels; "no suspect"). A healthy GPU holds a launched kernel only
+    for the microseconds between two kernels, as its peers do."""
+    if "queued_excess_ns" not in gaps.columns:
+        return per.with_columns(held_ns=pl.lit(0.0))
+    held = gaps.select("rank", "iteration", held_ns=pl.col("queued_excess_ns").clip(lower_bound=0.0))
+    per = per.join(held, on=["rank", "iteration"], how="left").with_columns(pl.col("held_ns").fill_null(0.0))
+    grown = 1 + pl.col("held_ns") / pl.max_horizontal(pl.col("busy_ns"), pl.lit(1.0))
+    return per.with_columns(own=pl.col("own") * grown, own_fast=pl.col("own_fast") * grown,
+                            busy_ns=pl.col("busy_ns") + pl.col("held_ns"))
+
+
 def _least_slowdown(per: pl.DataFrame) -> pl.DataFrame:
     """``per`` with each rank's ``own`` and ``peer`` work taken at whichever typical call makes
     it the less slow over the iterations: each kind's ``QUICK`` quantile or its fastest call.
@@ -589,6 +606,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     if own_program is not None:
         per = per.join(own_program, on=["rank", "iteration"], how="left").with_columns(
             busy_ns=pl.col("busy_ns") + pl.col("own_program_ns").fill_null(0.0)).drop("own_program_ns")
+    per = _held(per, gaps)
     per = _least_slowdown(per)
     per = per.with_columns(effect=(pl.col("own") / pl.col("peer")).log())
     per = per.with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
@@ -613,7 +631,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         share_slow=pl.col("share_slow").median(), n_ops=pl.col("n_ops").sum(),
         busy_ns=pl.col("busy_ns").median(), work_ns=pl.col("work_ns").median(), all_work_ns=pl.col("all_work_ns").median(),
         gap_excess_ns=pl.col("gap_excess_ns").median(), gap_ns=pl.col("gap_ns").mean(),
-        long_excess_ns=pl.col("long_excess_ns").median(),
+        long_excess_ns=pl.col("long_excess_ns").median(), held_ns=pl.col("held_ns").median(),
         gap_consistent=(pl.col(idle) > 0).mean(),
         low=pl.col("effect").min(),
         slow_its=pl.col("iteration").filter(pl.col("effect").exp() - 1 >= min_effect).sort(),
@@ -666,7 +684,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
              "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", "added", "added_excess_ns",
-             "added_base_ns", "work_ns", "all_work_ns").sort("rank")
+             "added_base_ns", "work_ns", "all_work_ns", "held_ns").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),

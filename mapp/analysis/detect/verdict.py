@@ -703,6 +703,8 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         evidence["peers"]["fastest_ops"] = round(math.exp(float(row["ops_floor"])), 3)
     if row.get("steady") is not None and not host:
         evidence["peers"]["steady_layers"] = round(float(row["steady"]), 3)
+    if (row.get("held_ns") or 0.0) > 0 and not host:   # its GPU's, in its slowdown (``same_work._held``)
+        evidence["peers"]["held_ms_per_iteration"] = round(float(row["held_ns"]) / 1e6, 4)
     if launch:
         evidence["launch_bound"] = {"why": row["launch_why"], **{
             k: None if row.get(k) is None else round(float(row[k]), 3) for k in ("ops_spread", "ops_median", "peers_spread")}}

@@ -10,8 +10,10 @@ more come from a job written as a user writes one (``tests/corpus/user_ddp_trans
 transformer encoder under DDP, traces named by ``tensorboard_trace_handler``): one of 4 CPU
 processes, one of CPU processes on a machine with GPUs, one profiled over two of the schedule's
 cycles (three files a process), and three whose batches each rank pads to its own lengths, two on
-2 H200s (one faulted, one not), one on CPUs recorded with shapes; and two on 2 H200s, one of
-whose GPUs another process shared.
+2 H200s (one faulted, one not), one on CPUs recorded with shapes; and three on 2 H200s, one of
+whose GPUs another process shared (``-amp-gpuhog0.3-r0``, held out in the fiftieth session, read
+as "slow host 0" while its GPU's idle time with the next kernel already launched, the
+neighbour's time slices, counted as its host's).
 """
 
 from __future__ import annotations

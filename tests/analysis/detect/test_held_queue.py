@@ -1,0 +1,86 @@
+"""A GPU's idle time with its next kernel already launched (``idle.idle_gaps``'s ``queued``) is
+no host's: another process held the GPU. Counted apart, and as the GPU's (``same_work._held``).
+
+On hand-built timelines, then on real profiler traces of 2 H200s (tests/corpus/cases-users): a
+DDP job under autocast whose rank 0 shared its GPU with a neighbour busy 0.3 of every 20 ms,
+beside healthy jobs whose ranks pad their batches to lengths of their own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from mapp.analysis.detect.detector import stage_evidence
+from mapp.analysis.detect.idle import QUEUED_NS, idle_gaps
+from mapp.analysis.detect.thresholds import Thresholds
+from mapp.analysis.ingest import load_bundle
+
+USERS = Path(__file__).resolve().parents[2] / "corpus" / "cases-users"
+MS = 1_000_000
+
+
+def _gaps(kernels: dict[int, list[tuple[int, int, int | None]]]) -> pl.DataFrame:
+    """``idle_gaps`` of two ranks of one DP group over one iteration, each rank's kernels given as
+    (start, end, launch) in ns: one compute leaf each."""
+    rows = [{"rank": r, "iteration": 0, "ts_ns": s, "end_ns": e, "name": "k", "launch_ns": launch}
+            for r, ks in kernels.items() for s, e, launch in ks]
+    leaves = pl.DataFrame(rows, schema={"rank": pl.Int32, "iteration": pl.Int32, "ts_ns": pl.Int64,
+                                        "end_ns": pl.Int64, "name": pl.String, "launch_ns": pl.Int64})
+    events = pl.DataFrame(schema={"rank": pl.Int32, "iteration": pl.Int32, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
+                                  "name": pl.String, "cat": pl.String, "lane": pl.String, "launch_ns": pl.Int64})
+    coords = pl.DataFrame({"rank": [0, 1], "tp": [0, 0], "pp": [0, 0], "dp": [0, 1]},
+                          schema={"rank": pl.Int32, "tp": pl.Int32, "pp": pl.Int32, "dp": pl.Int32})
+    return idle_gaps(events, leaves, ["pp", "tp"], coords, 0.1).sort("rank")
+
+
+def test_a_gap_before_work_already_launched_is_held_not_idle():
+    # rank 0: 3 ms idle, its next kernel launched before the first ended; rank 1: 3 ms idle,
+    # its next kernel launched at the end of the gap (its host was late)
+    out = _gaps({0: [(0, 1 * MS, 0), (4 * MS, 5 * MS, MS // 2)],
+                 1: [(0, 1 * MS, 0), (4 * MS, 5 * MS, 4 * MS)]})
+    gap = dict(zip(out["rank"], out["gap_ns"]))
+    assert gap == {0: 0, 1: 3 * MS}
+    # two peers: each against the other, 3 ms held beyond its peer's
+    assert out["queued_excess_ns"].to_list() == [3.0 * MS, -3.0 * MS]
+
+
+def test_a_gap_is_the_hosts_until_the_launch_and_held_after_it():
+    out = _gaps({0: [(0, 1 * MS, 0), (4 * MS, 5 * MS, 2 * MS)], 1: [(0, 1 * MS, 0), (4 * MS, 5 * MS, 4 * MS)]})
+    assert dict(zip(out["rank"], out["gap_ns"])) == {0: 1 * MS, 1: 3 * MS}
+
+
+def test_microseconds_between_queued_kernels_stay_the_hosts():
+    # a GPU's hand-off between two queued kernels: under QUEUED_NS, not another process's slice
+    short = QUEUED_NS // 2
+    out = _gaps({0: [(0, MS, 0), (MS + short, 2 * MS, 0)], 1: [(0, MS, 0), (MS + short, 2 * MS, 0)]})
+    assert out["gap_ns"].to_list() == [short, short]
+    assert out["queued_excess_ns"].to_list() == [0.0, 0.0]
+
+
+def _held(case: str) -> dict[int, float]:
+    ev = stage_evidence(load_bundle(USERS / case), Thresholds.derive(0.1))
+    return dict(zip(ev.peers.ranks["rank"], ev.peers.ranks["held_ns"]))
+
+
+def test_the_gpu_a_neighbour_shared_holds_its_launched_work_and_its_peer_does_not():
+    held = _held("ddp2-transformer-tb-gpu-amp-gpuhog0.3-r0")
+    assert held[0] > 1 * MS and held[1] == 0
+
+
+@pytest.mark.parametrize("case", ["ddp2-transformer-tb-gpu-seqlognorm0.8", "ddp2-transformer-tb-gpu-amp-seqlognorm0.7"])
+def test_healthy_gpus_hold_next_to_nothing(case):
+    # (a rank of the first held 0.2 ms a step beyond its peer: a slice of a millisecond's
+    # scale, once; the neighbour's GPU above, every step, several)
+    assert max(_held(case).values()) < 0.5 * MS
+
+
+def test_the_verdict_names_the_shared_gpu_and_says_what_it_held():
+    from mapp.analysis.detect import detect_bundle
+    from mapp.report.verdict import _evidence_line
+
+    top = detect_bundle(load_bundle(USERS / "ddp2-transformer-tb-gpu-amp-gpuhog0.3-r0"), threshold=0.1).suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_compute")
+    assert top.evidence["peers"]["held_ms_per_iteration"] > 1
+    assert "with its next kernel already launched" in _evidence_line(top)
