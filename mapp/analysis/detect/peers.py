@@ -186,8 +186,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
         ops = contended(ops, timed)
-        gaps = idle_gaps(events, ops.select("rank", "iteration", "ts_ns", "end_ns", "name", *_launches(ops)), group, coords, min_effect,
-                         starts, recurring=shared_cpus)
+        leaves = ops.select("rank", "iteration", "ts_ns", "end_ns", "name", *_launches(ops))
+        gaps = idle_gaps(events, leaves, group, coords, min_effect, starts, recurring=shared_cpus)
         # (ops the stages do not call alike are no one's same work; the gaps above were measured
         # between all ops, so their time stays busy, not idle)
         compared = ops.filter(pl.col("shape") != _UNLIKE) if by_order and mode == "layer peers" else ops
