@@ -33,8 +33,8 @@ kernels a step add up to milliseconds, more on the rank whose host ran further a
 DDP under autocast, no fault: 4.4 ms a step on one rank in 1,599 such gaps, 2.6 ms on its peer;
 read as held, "slow compute 0" 1.11x); another process's time slice lasts far longer (a
 neighbour's 4096 x 4096 matmuls: 0.2-3 ms). Held beyond its peer's, a step, at this floor: at
-most 0.11 ms on any rank of 55 jobs on 2 H200s without a neighbour (healthy, imbalanced, other
-faults), 1.6-17.8 ms on the shared GPU of 15 of 17 jobs with one."""
+most 0.11 ms on any rank of 63 jobs on 2 H200s without a neighbour (healthy, imbalanced, other
+faults), 1.6-17.8 ms on the shared GPU of 18 of 20 jobs with one."""
 
 
 def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coords: pl.DataFrame,
