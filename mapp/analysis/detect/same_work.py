@@ -291,10 +291,11 @@ def _held(per: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
     """``per`` with each rank's time held in its GPU's queue beyond its peers' (``idle.idle_gaps``:
     idle while its next kernel was already launched) added to its work, as its GPU's: a GPU
     another process shares runs that process's time slices between this one's kernels, which
-    take no longer themselves (2 H200s, FSDP2 under autocast, a neighbour busy 35% of each 20
-    ms on rank 0's GPU: its kernels 1.01x its peer's, 6-12 ms a step held in its queue beyond
-    its peer's, of 33 ms of kernels; "no suspect"). A healthy GPU holds a launched kernel only
-    for the microseconds between two kernels, as its peers do."""
+    take no longer, or not by as much (2 H200s, DDP under autocast, a neighbour busy 30% of each
+    20 ms on rank 0's GPU: its kernels 1.17x its peer's, 3.4 ms a step held beyond its peer's,
+    1.29x with it, "slow host 0" before; FSDP2 under autocast, one busy 30% on rank 1's GPU: 14.8
+    ms a step held, 1.58x, "slow host 1" before). A healthy GPU holds a launched kernel only for
+    the microseconds between two kernels, as its peers do."""
     if "queued_excess_ns" not in gaps.columns:
         return per.with_columns(held_ns=pl.lit(0.0))
     held = gaps.select("rank", "iteration", held_ns=pl.col("queued_excess_ns").clip(lower_bound=0.0))
