@@ -3289,6 +3289,59 @@ def fresh91_set(seed: int = FRESH91_SEED) -> list[Case]:
     ]
 
 
+FRESH92_SEED = 587
+
+
+def fresh92_set(seed: int = FRESH92_SEED) -> list[Case]:
+    """Held out at the start of the fifty-first session, before any change (``--set fresh92``, 2
+    ranks, seed 587, for CPUs; its GPU runs take fresh91's model shape): issue 13's classes in
+    DP2, TP2 and PP2 under both captures and plain DDP/FSDP2, with values no other set uses, a
+    jittering before-microbatch load among them. Ids end in ``-f92``."""
+    g = _held_out_gpt(seed, "-f92", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        r(g("dp2", "kineto", "layer", rank=0, factor=1.33), "default"),
+        r(g("dp2", "kineto", "seqlognorm", sigma=1.05), "default"),
+        g("dp2", "mapp-v1", "hostsleep", rank=1, ms=21),
+        r(_jittering(g("tp2", "kineto", "beforemb", rank=0, ms=27), sigma=0.6), "default"),
+        r(g("tp2", "kineto", "healthy"), "default"),
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=23),
+        r(g("pp2", "kineto", "hostsleep", rank=0, ms=23), "default"),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.41),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        r(_plain("ddp2", "dp2", seed, rank=0, step_sleep_ms=22, tag="-f92"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, factor=1.44, tag="-f92"), "default"),
+        r(_plain("ddp2", "dp2", seed, tag="-f92"), "default"),
+    ]
+
+
+FRESH93_SEED = 593
+
+
+def fresh93_set(seed: int = FRESH93_SEED) -> list[Case]:
+    """``fresh92``'s 4-rank jobs (``--set fresh93``, seed 593, 4 gloo processes on 2 cores): DP4,
+    TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures, a heavier pipeline link beside
+    slow ranks, healthy and imbalanced jobs, and plain DDP/FSDP and DP x TP under the profiler.
+    Ids end in ``-f93``."""
+    g = _held_out_gpt(seed, "-f93", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("tp2dp2", "kineto", "hostsleep", rank=2, ms=25), "default"),
+        g("pp2dp2", "mapp-v1", "link", link=(0, 2), link_bytes=3_200_000),
+        r(g("pp2dp2", "kineto", "layer", rank=1, factor=1.43), "default"),
+        g("tp2pp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        r(g("dp4", "kineto", "beforemb", rank=3, ms=21), "default"),
+        g("pp4", "mapp-v1", "layer", rank=2, factor=1.37),
+        r(g("pp4", "kineto", "healthy"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=2, factor=1.45, tag="-f93"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=3, step_sleep_ms=25, tag="-f93"), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=1, sleep_ms=24, tag="-f93"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f93"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3852,6 +3905,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh85": fresh85_set, "fresh86": fresh86_set,
         "fresh87": fresh87_set, "fresh88": fresh88_set,
         "fresh89": fresh89_set, "fresh90": fresh90_set, "fresh91": fresh91_set,
+        "fresh92": fresh92_set, "fresh93": fresh93_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
