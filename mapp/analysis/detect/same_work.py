@@ -253,38 +253,48 @@ def _other_sizes(work: pl.DataFrame, peers: list[str]) -> pl.Expr:
     return pl.lit(flags)
 
 
-DISPERSED = 1.25
-"""Where calls are paired by their order alone (no shapes), the spread (inter-quartile range of
-the log) of a rank's time over its peers' call by call above which its calls are not the same
-work as theirs: 3.5x between its quartiles."""
+VARIES = 0.3
+"""How much a rank's calls paired by order (no shapes) may vary from one iteration to the next
+(the standard deviation of log(time), ``_varies``) before its data is taken to vary: its
+microbatches are of other sizes each step. Two gloo processes on 2 cores, megatron-core DP2 and
+TP2, plain DDP and FSDP2 under the profiler's defaults, 26 held-out jobs twice each: healthy or
+with a fault, 0.02-0.32 on a rank and at most 0.19 on the lesser of the two; lognormal lengths,
+0.37-0.91 on each."""
 
 
-def _dispersion(work: pl.DataFrame, peers: list[str]) -> pl.DataFrame | None:
-    """Per rank: the weighted inter-quartile range of log(its time / its peers' median) over the
-    n-th calls of its ops (``peers._nth_call``: a trace without shapes) in each iteration, each
-    weighted by its time and theirs; None where no such kinds are shared.
+def _varies(work: pl.DataFrame) -> pl.DataFrame | None:
+    """Per rank: how much its calls paired by order (``peers._nth_call``: a trace without
+    shapes) vary between iterations: over its kinds called in three or more of them, the
+    standard deviation of log(the kind's time in an iteration), the median over the kinds
+    weighted by their time; None where it has no such kinds.
 
-    The n-th call of an op is the same work on every rank only where every rank's microbatches
-    are alike. Replicas of other sequence lengths pair a long microbatch's call with a short
-    one's: 2 gloo processes on 2 cores, megatron-core DP2 under the profiler's defaults,
-    lognormal lengths, no fault: the replica of longer sequences took 1.7-2.5x its peer's time a
-    step, its calls 0.6x-17x its peer's one by one, and read "slow compute 1.81x" (1.32x in
-    another job); 1.51-1.69 here in four runs of the two. A slow rank is slow call by call
-    alike, and work it adds is calls: the held-out DP2, TP2 and plain DDP/FSDP2 pairs under the
-    profiler with a fault read 0.12-0.53, healthy pairs 0.07-0.09."""
-    nth = work.filter(pl.col("shape").str.starts_with("#") & (pl.col("n") >= 2)).sort(
-        [*peers, "iteration", "name", "shape"])
-    if nth.is_empty():
+    A kind paired by order is the same layer's same op in the same microbatch of every
+    iteration: its time is the same each step unless what it works on changes size. Replicas
+    of heavy-tailed sequence lengths draw other lengths every microbatch, and their n-th calls
+    are other work each step, as each is the other's (2 gloo processes on 2 cores, megatron-core
+    DP2 under the profiler's defaults, lognormal lengths, no fault: the replica with the longer
+    sequences in all four traced steps computed 1.41x its peer and read "slow compute 0"; its
+    calls varied 0.81 between steps, its peer's 0.74). A rank slow or doing added work is slow
+    or adds it every step alike, and its peer's calls stay put (held-out DP2, TP2 and plain
+    DDP/FSDP2 pairs with a fault: at most 0.24 on the peer)."""
+    nth = work.filter(pl.col("shape").str.starts_with("#") & (pl.col("t") > 0))
+    kinds = nth.group_by("rank", "name", "shape").agg(
+        sd=pl.col("t").log().std(), w=pl.col("t").mean(), steps=pl.len()).filter(pl.col("steps") >= 3)
+    if kinds.is_empty():
         return None
-    gid = nth.select(pl.struct(*peers, "iteration", "name", "shape").rank("dense")).to_series().to_numpy()
-    nth = nth.with_columns(peer_t=pl.Series(others_median(gid, nth["t"].to_numpy()))).filter(
-        (pl.col("peer_t") > 0) & (pl.col("t") > 0))
-    if nth.is_empty():
-        return None
-    # (weighted by both times: between two ranks each reads the other's spread)
-    logs = nth.select("rank", lr=(pl.col("t") / pl.col("peer_t")).log(), w=pl.col("t") + pl.col("peer_t"))
-    quartiles = weighted_quantiles(logs, "lr", "w", ["rank"], {"q1": 0.25, "q3": 0.75})
-    return quartiles.select("rank", dispersion=pl.col("q3") - pl.col("q1"))
+    return weighted_quantiles(kinds.select("rank", "sd", "w"), "sd", "w", ["rank"], {"varies": 0.5})
+
+
+def _replicas_vary(work: pl.DataFrame, coords: pl.DataFrame) -> bool:
+    """Whether the ranks of ``work`` are replicas (of other data-parallel ranks) whose data
+    varies from step to step on every one of them (``_varies``): their calls paired by order
+    are then no same work. Ranks of one replica (tensor-parallel peers) see the same data: their
+    n-th calls are the same work however it varies."""
+    ranks = work["rank"].unique()
+    dps = coords.filter(pl.col("rank").is_in(ranks.implode()))["dp"]
+    if dps.n_unique() < len(ranks) or (spread := _varies(work)) is None or len(spread) < len(ranks):
+        return False
+    return bool(spread["varies"].min() >= VARIES)
 
 
 def _held(per: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -639,17 +649,11 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         gap_its=pl.col("iteration").filter(pl.col(idle) > 0).sort(),
     ).with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
     ranks = with_added(ranks, added)
-    # Calls paired by order that differ by several times either way are no same work
-    # (``_dispersion``): the rank's time on them is not compared (its added calls still count).
-    # Between two processes only: with four on two cores a process descheduled call by call
-    # reads as far apart (megatron-core PP2 x DP2 and DP4 under the profiler, a rank with 1.4x
-    # its layers' work: 1.2-2.2 on faulted and healthy ranks alike; two processes: 0.1-0.5)
-    if (shared_cpus and work["rank"].n_unique() == 2
-            and (spread_of := _dispersion(work, peers)) is not None):
-        apart = pl.col("dispersion").fill_null(0.0) >= DISPERSED
-        ranks = ranks.join(spread_of, on="rank", how="left").with_columns(
-            *[pl.when(apart).then(0.0).otherwise(c).alias(c) for c in ("effect", "low", "consistent", "excess_ns")],
-        ).drop("dispersion")
+    # Replicas whose data varies every step do different work in their calls paired by order
+    # (``_replicas_vary``): their time on them is not compared (added calls still count, and
+    # idle time). Between two processes only, where it was measured (``VARIES``).
+    if shared_cpus and work["rank"].n_unique() == 2 and _replicas_vary(work, coords):
+        ranks = ranks.with_columns(*[pl.lit(0.0).alias(c) for c in ("effect", "low", "consistent", "excess_ns")])
     # Noise: how far ranks' slowdowns scatter (most ranks are healthy), and how much a rank's
     # own slowdown varies between iterations; with two peers only the latter means anything.
     spread = 0.0 if pairs else float((ranks["effect"].abs()).median() or 0.0)

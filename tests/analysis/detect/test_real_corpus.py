@@ -2078,14 +2078,45 @@ def test_a_gpu_job_traced_host_only_is_said_to_hide_its_gpus(tmp_path):
     assert not any("hold no GPU activity" in n for n in verdict.notes)
 
 
-@pytest.mark.parametrize("case_id", ["gpt-dp2-prof-nosh-seqlognorm1.05-f87", "gpt-dp2-prof-nosh-seqlognorm0.9-f85"])
-def test_replicas_whose_calls_differ_by_several_times_either_way_are_not_compared_call_by_call(case_id):
+@pytest.mark.parametrize("case_id", ["gpt-dp2-prof-nosh-seqlognorm1.05-f87", "gpt-dp2-prof-nosh-seqlognorm0.9-f85",
+                                     "gpt-dp2-prof-nosh-seqlognorm1.05-f92"])
+def test_replicas_whose_data_varies_every_step_are_not_compared_call_by_call(case_id):
     # DP2 under the profiler's defaults (no shapes), lognormal lengths per replica, 2 gloo
-    # processes on 2 cores, no fault (``--set fresh87``/``fresh85``, held out): the n-th call of
-    # each op paired a long microbatch's with a short one's, 1.06x-17x apart by their quartiles
-    # (``same_work._dispersion``, 1.5-1.7 in the log): "slow compute 1 1.81x", "slow compute 0 1.32x"
+    # processes on 2 cores, no fault (``--set fresh87``/``fresh85``/``fresh92``, held out): the
+    # n-th call of each op is another length each step on both replicas (``same_work._varies``,
+    # 0.37-0.91). f87 and f85 paired a long microbatch's call with a short one's: "slow compute 1
+    # 1.81x", "slow compute 0 1.32x"; in f92 rank 0 drew the longer sequences in all four traced
+    # steps and computed 1.41x its peer in each, its calls 1.36x its peer's or more in three
+    # quarters of its time: "slow compute 0 1.41x"
     case = FRESH_CASES[case_id]
     assert case.expect is None and case.cls == "imbalance"
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     assert verdict.suspects == []
     assert not any(b.kind == "slow_compute" for b in verdict.below)
+
+
+def _paired_by_order(case_id: str, coords: pl.DataFrame) -> pl.DataFrame:
+    """A committed case's time per (rank, iteration, op, n-th call), as stage 1 pairs them."""
+    from mapp.analysis.detect.peers import _nth_call
+    from mapp.analysis.detect.same_work import self_times
+    events = load_bundle(FRESH_CASES[case_id].directory).events.filter(pl.col("iteration").is_not_null())
+    ops = self_times(_nth_call(events, coords))
+    return ops.group_by("rank", "iteration", "name", "shape").agg(t=pl.col("self_ns").sum().cast(pl.Float64))
+
+
+def test_data_that_varies_is_told_from_a_fault_by_how_the_calls_vary_between_steps():
+    # the lognormal replicas above against a held-out fault of the same job (``--set fresh92``,
+    # DP2, rank 0's layers with 1.33x their matmuls: 1.57x its peer's matmul time, named "slow
+    # compute 0"), whose n-th calls vary 0.10-0.11 from step to step: compared, and still named;
+    # the lognormal traces read as one replica's two TP ranks (same data) are compared too
+    from mapp.analysis.detect.same_work import _replicas_vary
+    dp2 = pl.DataFrame({"rank": [0, 1], "tp": [0, 0], "pp": [0, 0], "dp": [0, 1]})
+    tp2 = dp2.with_columns(tp=pl.col("rank"), dp=pl.lit(0))
+    varying = _paired_by_order("gpt-dp2-prof-nosh-seqlognorm1.05-f92", dp2)
+    assert _replicas_vary(varying, dp2)
+    assert not _replicas_vary(varying, tp2)
+    fault = FRESH_CASES["gpt-dp2-prof-nosh-layer1.33x-r0-f92"]
+    assert not _replicas_vary(_paired_by_order(fault.id, dp2), dp2)
+    verdict = detect_bundle(load_bundle(fault.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_compute")
