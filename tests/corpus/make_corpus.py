@@ -3342,6 +3342,44 @@ def fresh93_set(seed: int = FRESH93_SEED) -> list[Case]:
     ]
 
 
+def _on_lognormal(case: Case, sigma: float) -> Case:
+    """A fault ``case`` of megatron-core whose replicas also draw their sequence lengths
+    lognormal (``--seq-lognormal``, as ``gpt_case``'s ``seqlognorm``): the fault on data that
+    varies every step. Its id gains ``-seqlognorm<sigma>`` after the variant."""
+    assert case.job == "gpt" and case.cls == "fault", case.id
+    head, _, rank_and_tag = case.id.rpartition("-r")
+    case.id = f"{head}-seqlognorm{sigma:g}-r{rank_and_tag}"
+    case.args += ["--seq-lognormal", f"{sigma:g}", "--seq", "256", "--hidden", "256"]
+    case.gpu_args += ["--seq-lognormal", f"{sigma:g}"]
+    case.baseline = None
+    return case
+
+
+FRESH94_SEED = 599
+
+
+def fresh94_set(seed: int = FRESH94_SEED) -> list[Case]:
+    """Made after the fifty-first session's change (replicas whose calls paired by order vary
+    every step are not compared call by call), to find what it could hide (``--set fresh94``, 2
+    ranks, seed 599, for CPUs): faults on replicas of lognormal lengths in DP2 under the
+    profiler's defaults (a slower layer, a host sleep, work before each microbatch), the same in
+    TP2 and with shapes recorded and under mapp's capture, beside lognormal jobs without a
+    fault. Ids end in ``-f94``."""
+    g = _held_out_gpt(seed, "-f94", GPT_GPU_FRESH91)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(ln(g("dp2", "kineto", "layer", rank=1, factor=1.45), 0.9), "default"),
+        r(ln(g("dp2", "kineto", "hostsleep", rank=0, ms=24), 1.0), "default"),
+        r(ln(g("dp2", "kineto", "beforemb", rank=1, ms=22), 0.8), "default"),
+        r(g("dp2", "kineto", "seqlognorm", sigma=0.7), "default"),
+        r(g("dp2", "kineto", "seqlognorm", sigma=1.2), "default"),
+        r(ln(g("tp2", "kineto", "layer", rank=0, factor=1.4), 0.9), "default"),
+        ln(g("dp2", "kineto", "layer", rank=0, factor=1.4), 0.9),
+        ln(g("dp2", "mapp-v1", "layer", rank=1, factor=1.4), 0.9),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3905,7 +3943,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh85": fresh85_set, "fresh86": fresh86_set,
         "fresh87": fresh87_set, "fresh88": fresh88_set,
         "fresh89": fresh89_set, "fresh90": fresh90_set, "fresh91": fresh91_set,
-        "fresh92": fresh92_set, "fresh93": fresh93_set,
+        "fresh92": fresh92_set, "fresh93": fresh93_set, "fresh94": fresh94_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
