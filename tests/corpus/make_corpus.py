@@ -3380,6 +3380,26 @@ def fresh94_set(seed: int = FRESH94_SEED) -> list[Case]:
     ]
 
 
+FRESH95_SEED = 601
+
+
+def fresh95_set(seed: int = FRESH95_SEED) -> list[Case]:
+    """``fresh94``'s question for 4 gloo processes on 2 cores (``--set fresh95``, seed 601): DP4,
+    TP2 x DP2 and PP2 x DP2 under the profiler's defaults on replicas of lognormal lengths, with and
+    without a fault. Ids end in ``-f95``."""
+    g = _held_out_gpt(seed, "-f95", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(g("dp4", "kineto", "seqlognorm", sigma=1.0), "default"),
+        r(g("tp2dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("pp2dp2", "kineto", "seqlognorm", sigma=1.1), "default"),
+        r(ln(g("dp4", "kineto", "layer", rank=2, factor=1.45), 0.9), "default"),
+        r(ln(g("dp4", "kineto", "hostsleep", rank=1, ms=25), 0.9), "default"),
+        r(ln(g("tp2dp2", "kineto", "layer", rank=3, factor=1.45), 0.8), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3943,7 +3963,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh85": fresh85_set, "fresh86": fresh86_set,
         "fresh87": fresh87_set, "fresh88": fresh88_set,
         "fresh89": fresh89_set, "fresh90": fresh90_set, "fresh91": fresh91_set,
-        "fresh92": fresh92_set, "fresh93": fresh93_set, "fresh94": fresh94_set,
+        "fresh92": fresh92_set, "fresh93": fresh93_set, "fresh94": fresh94_set, "fresh95": fresh95_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
