@@ -303,6 +303,20 @@ def test_megatronapp_format(tmp_path):
     assert v.layout.endswith("(from traces)")
 
 
+@pytest.mark.parametrize("fmt", ["megatronapp", "mapp"])
+def test_uneven_lengths_in_the_original_format_are_fitted_per_microbatch_on_the_layers(tmp_path, fmt):
+    # TP4 x PP2 x DP4 on lengths of sigma 0.3, no fault (the suite's seqlen-082). The original
+    # tracer puts the microbatch on the pipeline steps only; the layers' scopes inside them had
+    # none, so the replicas' data was not fitted on them and one replica's first stage, its
+    # four TP ranks, read "slow compute" 1.15-1.17x in that format (none in mapp's own). They
+    # take their step's microbatch now (``ingest.megatronapp._within_steps``).
+    v = detect(tmp_path, "seqlen_imbalance::0.3", tp=4, pp=2, dp=4, microbatches=4, iterations=2, layers=4,
+               hidden=4096, seq_length=2048, host_ahead=True, host_overhead_us=100.0, host_noise_us=10.0,
+               data_load_us=200.0, jitter_sigma=0.01, vocab_size=50304, per_layer=True, format=fmt, seed=237964108)
+    assert v.suspects == []
+    assert "sequence_length" in [i.kind for i in v.imbalance]
+
+
 def test_megatronapp_tp_peer_waiting_inside_its_spans_is_a_victim(tmp_path):
     # The original tracer's TP barriers sit inside the spans it times: rank 4 waits there for its
     # slow TP peer 5 and its spans read 1.44x (it was named second). Last at none of their TP

@@ -265,3 +265,23 @@ def test_committed_fixture_reads():
     assert events.filter(pl.col("cat") == "iteration").height == 4
     assert set(events["cat"].unique().to_list()) == {"iteration", "compute", "collective", "p2p", "optimizer"}
     assert events["peer"].drop_nulls().len() == events.filter(pl.col("cat") == "p2p").height
+
+
+def test_the_layers_scopes_take_the_microbatch_of_the_step_they_ran_inside(tp2pp2, tmp_path):
+    # the tracer puts micro_batch_index on the pipeline steps only; the layer's scopes inside a
+    # forward are that microbatch's work (stage 1 fits each replica's data per microbatch on them)
+    _, events, _ = tp2pp2
+    steps = events.filter(pl.col("name").is_in(["forward", "forward-warmup"]))
+    inner = events.filter(pl.col("name").is_in(["transformer_layer", "attention", "mlp"]))
+    assert inner.height == 2 * 2 * 4 * 3 and inner["microbatch"].null_count() == 0
+    for row in inner.iter_rows(named=True):
+        around = steps.filter((pl.col("rank") == row["rank"]) & (pl.col("ts_ns") <= row["ts_ns"])
+                              & (pl.col("ts_ns") + pl.col("dur_ns") >= row["ts_ns"] + row["dur_ns"]))
+        assert around["microbatch"].to_list() == [row["microbatch"]]
+    assert sorted(inner["microbatch"].unique().to_list()) == [0, 1]
+    # collectives keep what they recorded (none); without pipeline steps (PP 1) nothing is guessed
+    assert events.filter(pl.col("name") == "_reduce")["microbatch"].null_count() == 2 * 2 * 2 * 4
+    written = fx.write_trace_dir(tmp_path / "pp1", tp=2, pp=1, dp=2, iterations=2)
+    flat, _ = _read(written.files.values())
+    assert flat.filter(pl.col("name") == "attention")["microbatch"].null_count() == flat.filter(
+        pl.col("name") == "attention").height > 0
