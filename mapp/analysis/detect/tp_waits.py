@@ -160,15 +160,17 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
     one TP rank: a forward paced 1.7x its peer's, named slow compute), and its launch gaps are
     not judged (``detector``)."""
     out = []
+    role = _role_pace(pace, coords)
     for row in pace.iter_rows(named=True):
-        lasting = row["flagged"] and row["pace"] > 1 + min_effect
-        window = not lasting and bool(row["window"]) and row["window_pace"] > 1 + min_effect
+        usual = role.get(row["rank"], 1.0)
+        lasting = row["flagged"] and row["pace"] / usual > 1 + min_effect
+        window = not lasting and bool(row["window"]) and row["window_pace"] / usual > 1 + min_effect
         if not (lasting or window):
             continue
-        slowdown = row["pace"] if lasting else row["window_pace"]
+        slowdown = (row["pace"] if lasting else row["window_pace"]) / usual
         evidence = {"pace": round(row["pace"], 3), "stretches": row["stretches"],
                     "share_slower": round(row["share_slower"], 3), "iterations_slower": round(row["lasting"], 3),
-                    "z": round(row["z"], 2)}
+                    "z": round(row["z"], 2)} | ({"role_pace": round(usual, 3)} if usual != 1.0 else {})
         if window:
             evidence.update(window=row["window"], window_pace=round(row["window_pace"], 3))
         out.append(Suspect(
@@ -186,6 +188,30 @@ def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, 
                         "slow alike; its cost is a lower bound (the backward's TP reductions are not recorded)"},
         ))
     return in_place_of_lower(suspects, out)
+
+
+def _role_pace(pace: pl.DataFrame, coords: dict) -> dict[int, float]:
+    """Per rank, the median pace of the ranks of the same TP index and stage in the other
+    replicas (its *role*), where there are any: what its stretches take against its TP peers'
+    by the program, not by its GPU. TP rank 0 alone reads each batch and hands it on (megatron-core's
+    broadcast of the data within a TP group), so in a healthy job the TP ranks 0 of the first
+    stage pace their groups slower (simulated in that format, TP2 x PP2 x DP8 on lengths of
+    sigma 0.5, no fault: 1.00-1.10x on the eight TP ranks 0 of the first stage, 0.91-1.00x on
+    its TP ranks 1, 0.97-1.03x on the last stage's; the 1.10x one named "slow compute"). A slow
+    GPU is slower than its role as than its peers."""
+    roles: dict[tuple, list[tuple[int, float]]] = {}
+    for rank, value in pace.select("rank", "pace").iter_rows():
+        c = coords.get(rank) or {}
+        if c.get("tp") is not None and c.get("dp") is not None:
+            roles.setdefault((c["tp"], c.get("pp")), []).append((rank, value))
+    out = {}
+    for members in roles.values():
+        for rank, _ in members:
+            others = sorted(v for r, v in members if r != rank)
+            if others:
+                n = len(others)
+                out[rank] = others[n // 2] if n % 2 else (others[n // 2 - 1] + others[n // 2]) / 2
+    return out
 
 
 def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence, overruled: list[Overruled],

@@ -317,6 +317,25 @@ def test_uneven_lengths_in_the_original_format_are_fitted_per_microbatch_on_the_
     assert "sequence_length" in [i.kind for i in v.imbalance]
 
 
+_TP0_READS = dict(tp=2, pp=2, dp=8, layers=2, microbatches=8, iterations=2, hidden=4096, seq_length=2048,
+                  host_overhead_us=100.0, host_ahead=True, host_noise_us=10.0, data_load_us=200.0,
+                  seqlen_sigma=0.5, vocab_size=32768, jitter_sigma=0.03, format="megatronapp", seed=238606423)
+
+
+@pytest.mark.parametrize("faults,named", [((), []), (("slow_gpu:4:1.12",), [(4, "slow_compute")])])
+def test_megatronapp_tp_pace_is_judged_against_the_same_tp_rank_of_other_replicas(tmp_path, faults, named):
+    # The suite's seqlen-356 in the original's format (TP2 x PP2 x DP8, lengths sigma 0.5, no
+    # fault): TP rank 0 alone reads each batch, so the first stage's TP ranks 0 pace their groups
+    # 1.00-1.10x and its TP ranks 1 0.91-1.00x; rank 4, at 1.10x, was named "slow compute".
+    # Against the other replicas' TP ranks 0 it is 1.05x. A 1.12x GPU on rank 4 stays named, at
+    # its slowdown (1.13x; against its TP peer alone, as before, 1.19x).
+    v = detect(tmp_path, *faults, **_TP0_READS)
+    assert [(s.rank, s.kind) for s in v.suspects] == named
+    if named:
+        assert "tp_pace" in v.suspects[0].evidence
+        assert v.suspects[0].slowdown == pytest.approx(1.12, rel=0.03)
+
+
 def test_megatronapp_tp_peer_waiting_inside_its_spans_is_a_victim(tmp_path):
     # The original tracer's TP barriers sit inside the spans it times: rank 4 waits there for its
     # slow TP peer 5 and its spans read 1.44x (it was named second). Last at none of their TP
