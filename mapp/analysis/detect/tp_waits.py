@@ -27,6 +27,8 @@ uneven sequences no rank's is (at most 1.06x over the suite's negatives in that 
 
 from __future__ import annotations
 
+import statistics
+
 import polars as pl
 
 from mapp.analysis.detect._stats import margin, robust_scale, z_critical
@@ -204,14 +206,8 @@ def _role_pace(pace: pl.DataFrame, coords: dict) -> dict[int, float]:
         c = coords.get(rank) or {}
         if c.get("tp") is not None and c.get("dp") is not None:
             roles.setdefault((c["tp"], c.get("pp")), []).append((rank, value))
-    out = {}
-    for members in roles.values():
-        for rank, _ in members:
-            others = sorted(v for r, v in members if r != rank)
-            if others:
-                n = len(others)
-                out[rank] = others[n // 2] if n % 2 else (others[n // 2 - 1] + others[n // 2]) / 2
-    return out
+    return {rank: statistics.median(v for r, v in members if r != rank)
+            for members in roles.values() if len(members) >= 2 for rank, _ in members}
 
 
 def tp_victims(suspects: list[Suspect], lateness: LatenessEvidence, overruled: list[Overruled],
