@@ -492,7 +492,8 @@ def _within_steps(events: pl.DataFrame) -> pl.DataFrame:
     found = inner.sort("rank", "ts_ns").join_asof(
         steps.sort("rank", "step_ts"), left_on="ts_ns", right_on="step_ts", by="rank", strategy="backward",
         check_sortedness=False).filter(pl.col("ts_ns") + pl.col("dur_ns") <= pl.col("step_end"))
-    return events.join(found.select("_row", "step_mb"), on="_row", how="left").with_columns(
+    # (in the rows' own order: the sort after this keeps it among scopes of one start and length)
+    return events.join(found.select("_row", "step_mb"), on="_row", how="left").sort("_row").with_columns(
         microbatch=pl.coalesce("microbatch", "step_mb")).drop("_row", "step_mb")
 
 
