@@ -30,9 +30,11 @@ QUEUED_NS = 50_000
 """The least time a GPU holds launched work idle that ``idle_gaps`` counts as held, not its
 host's: between two queued kernels a GPU idles a few microseconds, which over thousands of
 kernels a step add up to milliseconds, more on the rank whose host ran further ahead (2 H200s,
-DDP under autocast, no fault: 4.4 ms over four steps on one rank in 1,599 such gaps, 2.6 ms
-on its peer; read as held, up to 4.3 ms a step beyond the peer's, "slow compute 0" 1.11x); another process's time slice lasts far longer (a
-neighbour's 4096 x 4096 matmuls: 0.2-3 ms). Held beyond its peer's, a step, at this floor: at
+a user's DDP transformer under autocast with ``--clip``, no fault: 19.5 ms over four steps on
+one rank in 2,906 gaps under 50 us, 3.6 ms on its peer in 1,112; counted as held, 3.6-4.4 ms a
+step beyond the peer's and "slow host 0" 1.73x, 1.2-1.7 ms and 1.31x in a second run; at this
+floor no suspect in either). Another process's time slice lasts far longer (a neighbour's 4096 x 4096
+matmuls: 0.2-3 ms). Held beyond its peer's, a step, at this floor: at
 most 0.11 ms on any rank of 63 jobs on 2 H200s without a neighbour (healthy, imbalanced, other
 faults), 1.6-17.8 ms on the shared GPU of 18 of 20 jobs with one."""
 
