@@ -3400,6 +3400,59 @@ def fresh95_set(seed: int = FRESH95_SEED) -> list[Case]:
     ]
 
 
+FRESH96_SEED = 607
+
+
+def fresh96_set(seed: int = FRESH96_SEED) -> list[Case]:
+    """Held out at the start of the fifty-second session, before any change (``--set fresh96``, 2
+    ranks, seed 607, for CPUs; its GPU runs take fresh91's model shape): issue 13's classes in
+    DP2, TP2 and PP2 under both captures and plain DDP/FSDP2, with values no other set uses, a
+    heavier pipeline link and lognormal pipeline data among them. Ids end in ``-f96``."""
+    g = _held_out_gpt(seed, "-f96", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        r(g("dp2", "kineto", "hostsleep", rank=0, ms=26), "default"),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.36),
+        r(g("tp2", "kineto", "layer", rank=1, factor=1.39), "default"),
+        g("tp2", "mapp-v1", "hostsleep", rank=0, ms=24),
+        r(_jittering(g("pp2", "kineto", "beforemb", rank=1, ms=25), sigma=0.5), "default"),
+        g("pp2", "mapp-v1", "link", link=(0, 1), link_bytes=3_600_000),
+        r(g("pp2", "kineto", "seqlognorm", sigma=0.95), "default"),
+        r(g("pp2", "kineto", "laststage", last_layers=3), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, sleep_ms=25, tag="-f96"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.38, tag="-f96"), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f96"), "default"),
+    ]
+
+
+FRESH97_SEED = 613
+
+
+def fresh97_set(seed: int = FRESH97_SEED) -> list[Case]:
+    """``fresh96``'s 4-rank jobs (``--set fresh97``, seed 613, 4 gloo processes on 2 cores): DP4,
+    TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures, a heavier pipeline link beside
+    slow ranks, healthy and imbalanced jobs, and plain DDP/FSDP and DP x TP under the profiler.
+    Ids end in ``-f97``."""
+    g = _held_out_gpt(seed, "-f97", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(g("dp4", "kineto", "layer", rank=1, factor=1.42), "default"),
+        g("tp2dp2", "mapp-v1", "beforemb", rank=3, ms=24),
+        r(g("pp2dp2", "kineto", "hostsleep", rank=2, ms=26), "default"),
+        g("pp4", "mapp-v1", "link", link=(1, 2), link_bytes=3_400_000),
+        r(g("tp2pp2", "kineto", "layer", rank=0, factor=1.38), "default"),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        r(g("tp2dp2", "kineto", "healthy"), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=2, factor=1.41, tag="-f97"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=1, sleep_ms=25, tag="-f97"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=0, step_sleep_ms=23, tag="-f97"), "default"),
+        r(_plain("ddp4", "dp4", seed, tag="-f97"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -3964,6 +4017,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh87": fresh87_set, "fresh88": fresh88_set,
         "fresh89": fresh89_set, "fresh90": fresh90_set, "fresh91": fresh91_set,
         "fresh92": fresh92_set, "fresh93": fresh93_set, "fresh94": fresh94_set, "fresh95": fresh95_set,
+        "fresh96": fresh96_set, "fresh97": fresh97_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
