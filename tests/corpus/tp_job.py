@@ -16,6 +16,11 @@ flattened into one buffer and all-reduced (averaged) over the DP group; then SGD
 (a block's forward + backward is 6 matmuls of these shapes), spread over the blocks as evenly
 as whole numbers allow, each a real aten matmul of the block's own input and weight shard with
 the result discarded (no autograd): its compute takes about F times as long.
+``--slow-mode data-sleep --slow-ms MS``: rank R sleeps MS ms on its host before it draws each
+batch (its data path; the job has no DataLoader, its batches are drawn in the loop).
+``--slow-mode step-sleep --slow-ms MS``: rank R sleeps MS ms at the start of each step, before
+anything else of it. (The job once took both modes and ignored them: a rank "slowed" so ran as
+its peers did, which a held-out set found by its manifest's ``injected_ms_per_step`` of 0.)
 """
 
 from __future__ import annotations
@@ -116,7 +121,10 @@ def main() -> None:
     torch.manual_seed(args.seed + tp_ranks.index(rank))   # same weights across DP replicas
     injected = _job.Injected()
     slow = args.slow_rank == rank
-    extra = _job.extra_counts(args.slow_factor, args.layers, per_slot=6) if slow else [0] * args.layers
+    extra = (_job.extra_counts(args.slow_factor, args.layers, per_slot=6) if slow and args.slow_mode == "matmul"
+             else [0] * args.layers)
+    data_delay = args.slow_ms / 1e3 if slow and args.slow_mode == "data-sleep" else 0.0
+    step_delay = args.slow_ms / 1e3 if slow and args.slow_mode == "step-sleep" else 0.0
     blocks = nn.Sequential(*[TPBlock(args.width, args.ffn // args.tp, tp_group, e, injected) for e in extra]).to(device)
     params = [q for q in blocks.parameters()]
     opt = torch.optim.SGD(params, lr=1e-3)
@@ -129,6 +137,11 @@ def main() -> None:
     for _ in range(args.steps):
         _job.sync(device)
         t0 = time.perf_counter()
+        for delay in (step_delay, data_delay):   # the step's start, then its data path
+            if delay:
+                t1 = time.perf_counter()
+                time.sleep(delay)
+                injected.add(time.perf_counter() - t1)
         x = torch.randn(args.batch, args.width, generator=gen).to(device)
         y = x.roll(1, dims=1).tanh()
         loss = F.mse_loss(blocks(x), y)
