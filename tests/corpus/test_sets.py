@@ -4,6 +4,8 @@ Cheap: nothing is run."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
 import subprocess
 import sys
@@ -581,3 +583,18 @@ def test_a_bursty_neighbour_runs_on_gpus_only_with_irregular_bursts():
     out = subprocess.run([sys.executable, str(HERE / "make_corpus.py"), "--set", "fresh45", "--list"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert len(out) == 11 and all(i.endswith("-f45-gpu2") for i in out)
+
+
+@pytest.mark.parametrize("mode", ["data-sleep", "step-sleep"])
+def test_the_plain_dp_x_tp_job_sleeps_where_it_is_told(tmp_path, mode):
+    # tp_job.py took --slow-mode data-sleep and ran no fault (a held-out case of fresh97 measured
+    # 0 ms injected): both sleep modes now sleep on the slow rank alone, and say how long
+    timings = tmp_path / "t.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                    str(HERE / "tp_job.py"), "--tp", "2", "--layers", "1", "--width", "16", "--ffn", "32",
+                    "--batch", "4", "--steps", "3", "--slow-rank", "1", "--slow-mode", mode, "--slow-ms", "30",
+                    "--timings-json", str(timings)], check=True, env=env, cwd=tmp_path, capture_output=True, timeout=120)
+    injected = json.loads(timings.read_text())["injected_s"]
+    assert injected[0] == [0.0, 0.0, 0.0]
+    assert all(0.03 <= s < 0.5 for s in injected[1])
