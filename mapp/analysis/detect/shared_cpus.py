@@ -20,8 +20,9 @@ from mapp.analysis.detect.findings import Overruled, Suspect
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "ONE_RANK_A_STAGE", "TWO_PEERS", "above_shared_cpus",
-           "late_above_contention", "layers_by_contention", "slowest_other", "stands_out", "typical_slowdown"]
+__all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "ONE_RANK_A_STAGE", "TWO_PEERS", "WITH_REPLICA", "above_shared_cpus",
+           "late_above_contention", "layers_by_contention", "slowest_other", "stands_out", "typical_slowdown",
+           "with_replica"]
 
 FAR_MORE = 2.0
 """On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""
@@ -88,9 +89,49 @@ peer's, in every step (one core of the pair busier for the whole run; 1.16x and 
 before each microbatch; 21 jobs) read 1.28-2.04x, and no other rank was flagged."""
 
 
+WITH_REPLICA = 0.5
+"""On CPU processes sharing cores, the least share of a rank's slowdown (log-ratio to its peers,
+over the iterations it is flagged in) that the other ranks of its data-parallel replica show
+against their own peers in those iterations for the slowdown to be its replica's, not its own.
+A slow rank does not slow its replica's other stages or TP ranks on their own work (they wait
+for it in their transfers, and its cores' time is no more theirs than anyone's); a replica whose
+processes the scheduler crowds onto the busier core, or whose data is longer, is slower
+together. Megatron-core PP2 x DP2 and TP2 x DP2 (mapp's capture and the profiler), 4 processes on
+2 cores, 92 jobs: the faulted ranks flagged slow (layer faults of 1.2-1.5x, work before each
+microbatch, extra matmuls) at most 0.28 of their slowdown in their replica's other ranks; a
+PP2 x DP2 job with a heavier last stage and no fault, its replica 1 crowded in 3 steps of 4,
+its last stage "slow compute 1.47x" at 0.55; a culprit's victims flagged by its waits, 2.2-4.5."""
+
+
+def with_replica(peers: PeerEvidence, rank: int, iterations: list[int], coords: dict[int, dict],
+                 stages_only: bool = False) -> tuple[list[int], float, float] | None:
+    """The other ranks of ``rank``'s data-parallel replica (``coords``: rank -> its ``tp``, ``pp``
+    and ``dp``; ``stages_only``: only its other pipeline stages, of its own TP rank) and their
+    mean effect, beside ``rank``'s own, over ``iterations`` (log-ratios to their own peers,
+    ``PeerEvidence.rank_iterations``); None where it has no such rank or nothing was kept per
+    iteration. Also None where each rank is compared with the other stages (one rank a stage,
+    "layer peers"): there its replica's other ranks are its peers, and their effects mirror its
+    own."""
+    me = coords.get(rank) or {}
+    if me.get("dp") is None or peers.mode == "layer peers":
+        return None
+    others = [r for r, c in coords.items() if r != rank and c.get("dp") == me["dp"]
+              and (not stages_only or (c.get("tp") == me.get("tp") and c.get("pp") != me.get("pp")))]
+    per = peers.rank_iterations
+    if not others or not iterations or per.is_empty() or "effect" not in per.columns:
+        return None
+    there = per.filter(pl.col("iteration").is_in(iterations))
+    own = there.filter(pl.col("rank") == rank)["effect"].mean()
+    theirs = there.filter(pl.col("rank").is_in(others))["effect"].mean()
+    if own is None or theirs is None:
+        return None
+    return others, float(own), float(theirs)
+
+
 def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
                       overruled: list[Overruled], last_stage: frozenset[int] = frozenset(),
-                      middle_stages: frozenset[int] = frozenset()) -> list[Suspect]:
+                      middle_stages: frozenset[int] = frozenset(),
+                      coords: dict[int, dict] | None = None) -> list[Suspect]:
     """Where compute is timed on CPUs, a rank timed slower than its peers is a suspect only if it
     is also slower than every other rank of the job by the threshold: processes that share cores
     slow each other for as long as they run, so one of two peers doing the same work is slower
@@ -108,7 +149,16 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
     of a 64-CPU machine beside 3 other such jobs, no fault: one rank 1.45x its peers at z 8.7 in
     2 of 4 steps). Work counted, not timed, is no chance (``added_work``). ``last_stage``: the
     ranks held to ``LAST_STAGE`` instead of ``CONTENTION`` where calls are counted (under the
-    profiler), and to ``CONTENTION`` instead of ``ONE_RANK_A_STAGE`` where they are not."""
+    profiler), and to ``CONTENTION`` instead of ``ONE_RANK_A_STAGE`` where they are not.
+    ``coords`` (rank -> its ``tp``, ``pp``, ``dp``, where the layout is known): a rank whose
+    replica's other ranks are slower than their own peers in the same iterations, by
+    ``WITH_REPLICA`` of its slowdown or more, is slower with its replica (``with_replica``); so
+    is a slow host whose replica's other pipeline stages then compute slower than their peers by
+    the threshold (a host that stalls leaves its other stages waiting, not computing slower:
+    5 host faults of PP2 x DP2 jobs, their other stages -0.10 to -0.04 in log-ratio; a crowded
+    replica's first stage, idling 7 ms a step more beside its last stage at 1.31x, 0.27; TP peers
+    are left out, for under mapp's capture a TP rank's spans hold its waits for its peer's stalls,
+    +0.10 to +0.19)."""
     traced = peers.rank_iterations["iteration"].n_unique() if not peers.rank_iterations.is_empty() else 0
     kept = []
     for s in suspects:
@@ -121,10 +171,29 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
         # mean in every step, is held to CONTENTION wherever it sits: ONE_RANK_A_STAGE says why)
         steady = "steady_layers" in s.evidence.get("peers", {})
         typical = typical_slowdown(peers, s.rank, own) if timed else None
+        along = with_replica(peers, s.rank, s.iterations, coords or {}) if timed else None
+        stages = (with_replica(peers, s.rank, s.iterations, coords or {}, stages_only=True)
+                  if s.kind == "slow_host" else None)
         if timed and traced and len(s.iterations) < CONSISTENT * traced:
             overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers in {len(s.iterations)} of "
                                                f"{traced} iterations: not a suspect (on shared CPUs, slower by its "
                                                "times alone in some iterations only: contention comes and goes)"))
+        elif along is not None and along[1] > 0 and along[2] >= WITH_REPLICA * along[1]:
+            others, mine, theirs = along
+            overruled.append(Overruled(s.rank, f"rank {s.rank} computes {math.exp(mine):.2f}x its peers where "
+                                               f"{_ranks(others)} of its replica {_compute(others)} {math.exp(theirs):.2f}x "
+                                               f"against {_its(others)} peers in the same iterations: not a "
+                                               "suspect (on shared CPUs, slower with its replica: its cores or its "
+                                               "data, for a slow rank does not slow the other ranks of its replica "
+                                               "on their own work)"))
+        elif stages is not None and stages[2] >= math.log1p(slowdown_threshold):
+            others, _, theirs = stages
+            overruled.append(Overruled(s.rank, f"rank {s.rank} idles longer than its peers while {_ranks(others)}, "
+                                               f"the other stage{'s' if len(others) > 1 else ''} of its replica, "
+                                               f"{_compute(others)} {math.exp(theirs):.2f}x against {_its(others)} peers in "
+                                               "the same iterations: not a suspect (on shared CPUs, "
+                                               "its replica's processes crowded together: a host that stalls leaves "
+                                               "its other stages waiting, not computing slower)"))
         elif timed and beside is not None and not stands_out(typical, beside, slowdown_threshold):
             overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers ({typical:.2f}x in its "
                                                f"typical iteration): not a suspect (on shared CPUs: rank {beside[0]} "
@@ -151,6 +220,18 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
         else:
             kept.append(s)
     return kept
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def _compute(ranks: list[int]) -> str:
+    return "computes" if len(ranks) == 1 else "compute (their mean)"
+
+
+def _its(ranks: list[int]) -> str:
+    return "its" if len(ranks) == 1 else "their"
 
 
 def layers_by_contention(peers: PeerEvidence, slowdown: float, stage: int | None, steady: bool = False) -> bool:

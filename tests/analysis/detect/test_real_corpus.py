@@ -2114,6 +2114,37 @@ def test_replicas_whose_data_varies_every_step_are_not_compared_call_by_call(cas
     assert not any(b.kind == "slow_compute" for b in verdict.below)
 
 
+def test_a_replica_slower_together_is_neither_a_slow_gpu_nor_a_slow_host():
+    # megatron-core PP2 x DP2 under mapp's capture, a heavier last stage (3 layers of 4), no
+    # fault, 4 gloo processes on 2 cores (``--set fresh97``, held out, its second run): replica 1's
+    # two processes were crowded in three steps of four, its last stage (rank 3) 1.39-1.57x its
+    # stage peer and its first stage (rank 1) 1.15-1.54x its own in the same steps. Read "slow
+    # compute 3 1.47x" and, behind it, "slow host 1 1.13x" (its idle time 7 ms a step more). A
+    # slow rank does not slow its replica's other stage on that stage's own work
+    case = FRESH_CASES["gpt-pp2dp2-mapp-laststage3of4-f97"]
+    assert case.expect is None and case.cls == "imbalance"
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert any(n.startswith("rank 3 computes") and "rank 1 of its replica" in n for n in verdict.notes), verdict.notes
+    assert any(n.startswith("rank 1 idles") and "rank 3, the other stage of its replica" in n
+               for n in verdict.notes), verdict.notes
+
+
+@pytest.mark.parametrize("corpus,case_id,rank,kind", [
+    ("fresh", "gpt-pp2dp2-mapp-layer1.5x-r3-v", 3, "slow_compute"),
+    ("fresh", "gpt-pp2dp2-mapp-layer1.4x-r3-f21", 3, "slow_compute"),
+    ("cases", "gpt-pp2dp2-mapp-hostsleep20ms-r0", 0, "slow_host"),
+    ("cases", "gpt-tp2dp2-mapp-layer1.5x-r1", 1, "slow_compute")])
+def test_a_slow_rank_of_a_replica_stays_named_beside_its_replica(corpus, case_id, rank, kind):
+    # the same layouts and capture with a fault: the faulted rank's replica's other ranks were
+    # at most 0.24 of its slowdown in the steps it was slow in (``shared_cpus.WITH_REPLICA``), a
+    # sleeping host's other stage faster than its peers (-0.04 in log-ratio)
+    case = (FRESH_CASES if corpus == "fresh" else CASES)[case_id]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert (verdict.suspects[0].rank, verdict.suspects[0].kind) == (rank, kind)
+    assert not any("of its replica" in n for n in verdict.notes if n.startswith(f"rank {rank} ")), verdict.notes
+
+
 def _paired_by_order(case_id: str, coords: pl.DataFrame) -> pl.DataFrame:
     """A committed case's time per (rank, iteration, op, n-th call), as stage 1 pairs them."""
     from mapp.analysis.detect.peers import _nth_call
