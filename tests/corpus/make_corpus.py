@@ -3453,6 +3453,34 @@ def fresh97_set(seed: int = FRESH97_SEED) -> list[Case]:
     ]
 
 
+FRESH98_SEED = 617
+
+
+def fresh98_set(seed: int = FRESH98_SEED) -> list[Case]:
+    """Made after the fifty-second session's change (on shared CPUs a rank slower with its
+    replica is not named), to find what it could hide (``--set fresh98``, seed 617, 4 gloo
+    processes on 2 cores): PP2 x DP2 and TP2 x DP2 under both captures, faults of every kind on
+    one rank of a replica beside jobs with none (healthy, a heavier last stage, lognormal
+    lengths). Ids end in ``-f98``."""
+    g = _held_out_gpt(seed, "-f98", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=1, ms=25),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=0, ms=22),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.8),
+        r(g("pp2dp2", "kineto", "laststage", last_layers=3), "default"),
+        r(g("pp2dp2", "kineto", "layer", rank=2, factor=1.4), "default"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=2, factor=1.4),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        r(g("tp2dp2", "kineto", "hostsleep", rank=1, ms=24), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4017,7 +4045,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh87": fresh87_set, "fresh88": fresh88_set,
         "fresh89": fresh89_set, "fresh90": fresh90_set, "fresh91": fresh91_set,
         "fresh92": fresh92_set, "fresh93": fresh93_set, "fresh94": fresh94_set, "fresh95": fresh95_set,
-        "fresh96": fresh96_set, "fresh97": fresh97_set,
+        "fresh96": fresh96_set, "fresh97": fresh97_set, "fresh98": fresh98_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
