@@ -12,7 +12,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale
 
-__all__ = ["polish", "POLISH_ROUNDS", "LEAVE_ONE_OUT"]
+__all__ = ["polish", "POLISH_ROUNDS", "LEAVE_ONE_OUT", "with_replica"]
 
 POLISH_ROUNDS = 3
 """Rounds of alternating peer and replica medians (they settle within two or three)."""
@@ -75,6 +75,39 @@ def polish(ops: pl.DataFrame, g: list[str], first: dict | bool | None = None) ->
     info = {"spread": round(float(spread), 4), "chance": round(float(chance), 4),
             "relative_spread": round(float(spread) * 1.7320508, 3), "sd": round(_between_sd(e), 4)}
     return _fit_data(ops, g, info["sd"]), info
+
+
+def with_replica(peers, rank: int, iterations: list[int], coords: dict[int, dict],
+                 among: str = "replica") -> tuple[list[int], float, float] | None:
+    """Other ranks of ``rank``'s data-parallel replica and their mean effect, beside ``rank``'s
+    own, over ``iterations`` (log-ratios to their own peers, ``PeerEvidence.rank_iterations``);
+    None where it has no such rank or nothing was kept per iteration. ``coords``: rank -> its
+    ``tp``, ``pp`` and ``dp``. ``among``: ``"replica"`` (all of its other ranks), ``"stages"``
+    (its other pipeline stages, of its own TP rank) or ``"tp"`` (its TP peers, of its own stage).
+
+    What ``polish`` leaves of a replica slower together: its fit takes out what a replica's data
+    adds per microbatch, not a replica slowed as a whole in some steps (its processes crowded
+    on shared cores, its stage's spans holding waits for its pipeline: ``shared_cpus``,
+    ``tp_waits``). A slow rank does not slow the other ranks of its replica on their own work.
+
+    Also None where each rank is compared with the other stages (one rank a stage, "layer
+    peers"): there its replica's other ranks are its peers, and their effects mirror its own."""
+    me = coords.get(rank) or {}
+    if me.get("dp") is None or peers.mode == "layer peers":
+        return None
+    same = {"replica": lambda c: True,
+            "stages": lambda c: c.get("tp") == me.get("tp") and c.get("pp") != me.get("pp"),
+            "tp": lambda c: c.get("pp") == me.get("pp") and c.get("tp") != me.get("tp")}[among]
+    others = [r for r, c in coords.items() if r != rank and c.get("dp") == me["dp"] and same(c)]
+    per = peers.rank_iterations
+    if not others or not iterations or per.is_empty() or "effect" not in per.columns:
+        return None
+    there = per.filter(pl.col("iteration").is_in(iterations))
+    own = there.filter(pl.col("rank") == rank)["effect"].mean()
+    theirs = there.filter(pl.col("rank").is_in(others))["effect"].mean()
+    if own is None or theirs is None:
+        return None
+    return others, float(own), float(theirs)
 
 
 def _between_sd(e: pl.DataFrame) -> float:

