@@ -23,20 +23,27 @@ does the same work, and each rank's stretch from the one's end to its arrival at
 timed on its own clock, so no alignment is needed. The slow GPU's stretch is its peers' times
 its slowdown, at nearly every collective (those two: 1.199x and 1.302x); with healthy GPUs or
 uneven sequences no rank's is (at most 1.06x over the suite's negatives in that format).
+
+And a group slower alike with no member pacing it, nor last at its collectives, waited on
+something outside it (``tp_group_alike``): its pipeline's other stages, whose waits its spans
+hold too, or its data.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import polars as pl
 
 from mapp.analysis.detect._stats import margin, robust_scale, z_critical
 from mapp.analysis.detect.findings import Overruled, Suspect, in_place_of_lower
+from mapp.analysis.detect.gates import keeps_waiting
 from mapp.analysis.detect.lateness import LatenessEvidence
+from mapp.analysis.detect.replicas import with_replica
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["tp_pace", "tp_pace_suspects", "tp_victims"]
+__all__ = ["TP_ALIKE", "tp_group_alike", "tp_pace", "tp_pace_suspects", "tp_victims"]
 
 SHORT_STRETCH = 2.0
 """The longest stretch between two TP collectives that ``tp_pace`` compares, in multiples of the
@@ -146,6 +153,61 @@ def _windows(stretches: pl.DataFrame, short: pl.DataFrame, cut: float) -> pl.Dat
     told = per["iteration"].n_unique() >= 3
     return per.with_columns(slower_it=(pl.col("e") > 0) & (pl.col("slower") >= CONSISTENT)).with_columns(
         window=pl.lit(told) & pl.col("slower_it") & (pl.col("e") / scale >= WINDOW * cut))
+
+
+TP_ALIKE = 0.5
+"""The least share of a stage-1 suspect's slowdown (log-ratio, over the iterations it is flagged
+in) that its TP peers of the same replica and stage show too, for its slowness to be its TP
+group's (``tp_group_alike``). Not what tells a slow GPU from a group that waited: its peers wait
+for it inside their spans, so its group is slower alike too (the suite's slow_gpu-077 in that
+format, TP8 x PP4 x DP16, a 1.3x GPU: its peers 0.55 of its 1.14x); its pace does."""
+
+
+def tp_group_alike(suspects: list[Suspect], peers, coords: dict, lateness: LatenessEvidence, pace: pl.DataFrame,
+                   overruled: list[Overruled]) -> list[Suspect]:
+    """``suspects`` without stage 1's slow compute of a rank whose TP group, that of its replica
+    and stage, is slower alike (``TP_ALIKE``) while none of its members paces the group
+    (``tp_pace``'s: none slower than its peers between their collectives in nearly every stretch
+    by ``min_effect`` over its role, whether or not that cleared the cut-off, which eight
+    stretches cannot: TP8 x PP4 x DP16, a 1.3x GPU paced 1.30x in all 8, z 2.8 under 4.1) and
+    none is last at nearly all of its TP collectives (stage 2, ``lateness``, which
+    ``tp_victims`` then asks): a line for each in ``overruled``.
+
+    The tracer's barriers and the backward's unrecorded TP reductions put every wait of a TP
+    group inside its members' spans, so what one member waits for, the group waits for: a slow
+    member paces the group, and a group slower with none pacing it waited on something outside
+    it, its pipeline's other stages or its data. Simulated in that format (the suite's stage-276),
+    TP8 x PP4 x DP16 with a heavier last stage on lengths of sigma 0.3, no fault: the first stage
+    of one replica spent ~1.2 ms more in two of its eight spans of an iteration, each holding a
+    wait for a later stage; 4 of its 8 TP ranks read "slow compute" 1.39-1.40x, their TP peers
+    0.67-0.77 of their slowdown, paced at most 1.01x."""
+    role = _role_pace(pace, coords)
+    paced = {s.rank for s in suspects if "tp_pace" in s.evidence} | {
+        r["rank"] for r in pace.iter_rows(named=True)
+        if r["share_slower"] >= CONSISTENT and r["pace"] / role.get(r["rank"], 1.0) > 1 + peers.min_effect}
+    late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)} if lateness.ran else {}
+    kept = []
+    for s in suspects:
+        alike = (with_replica(peers, s.rank, s.iterations, coords, among="tp")
+                 if s.kind == "slow_compute" and "tp_pace" not in s.evidence and "peers" in s.evidence else None)
+        led = alike is not None and any(_leads(late.get(m)) for m in [s.rank, *alike[0]])
+        if alike is None or alike[1] <= 0 or alike[2] < TP_ALIKE * alike[1] or paced & {s.rank, *alike[0]} or led:
+            kept.append(s)
+            continue
+        others, mine, theirs = alike
+        overruled.append(Overruled(s.rank, f"rank {s.rank} (slow compute {s.slowdown:.2f}x): over iterations "
+                                           f"{', '.join(map(str, s.iterations))} it computes {math.exp(mine):.2f}x its "
+                                           f"peers and its TP group ({', '.join(map(str, others))}) "
+                                           f"{math.exp(theirs):.2f}x theirs, none of them pacing it or last at its "
+                                           "collectives: not a suspect (the tracer's barriers hold the group's waits "
+                                           "inside its spans: it waited on its pipeline or its data)"))
+    return kept
+
+
+def _leads(late: dict | None) -> bool:
+    """Stage 2 finds the rank keeping the others waiting (``gates.keeps_waiting``) or last at
+    nearly all of its TP collectives."""
+    return late is not None and (keeps_waiting(late) or (late.get("share_last_tp") or 0.0) >= CONSISTENT)
 
 
 def tp_pace_suspects(pace: pl.DataFrame, suspects: list[Suspect], coords: dict, iteration_ns: float | None,

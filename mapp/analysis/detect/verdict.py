@@ -37,7 +37,7 @@ from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared
 from mapp.analysis.detect.stalls import stalls_a_real_share, stalls_alone, stalls_lasting, stalls_most_of_idle
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.time_slices import sliced_suspects
-from mapp.analysis.detect.tp_waits import tp_pace_suspects, tp_victims
+from mapp.analysis.detect.tp_waits import tp_group_alike, tp_pace_suspects, tp_victims
 
 # (the findings' types are re-exported: ``verdict`` was their home before ``findings``)
 __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "Combined", "combine", "paced_pairs"]
@@ -126,6 +126,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                                measured_waits=peers.mode != "layer peers")
     if tp_pace is not None:
         suspects = tp_pace_suspects(tp_pace, suspects, coords, iteration_ns, peers.min_effect)
+        suspects = tp_group_alike(suspects, peers, coords, lateness, tp_pace, overruled)
     if bandwidth.ran:
         hosts = {s.rank: s for s in suspects if s.kind == "slow_host"}
         for f in bandwidth.findings:
