@@ -100,7 +100,8 @@ together. Megatron-core PP2 x DP2 and TP2 x DP2 (mapp's capture and the profiler
 2 cores, 92 jobs: the faulted ranks flagged slow (layer faults of 1.2-1.5x, work before each
 microbatch, extra matmuls) at most 0.28 of their slowdown in their replica's other ranks; a
 PP2 x DP2 job with a heavier last stage and no fault, its replica 1 crowded in 3 steps of 4,
-its last stage "slow compute 1.47x" at 0.55; a culprit's victims flagged by its waits, 2.2-4.5."""
+its last stage "slow compute 1.47x" at 0.55. (Ranks flagged beside a faulted rank of their own
+replica, its victims, see 2.3x their slowdown and more in it.)"""
 
 
 def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_threshold: float,
@@ -129,7 +130,7 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
     replica's other ranks are slower than their own peers in the same iterations, by
     ``WITH_REPLICA`` of its slowdown or more, is slower with its replica (``with_replica``); so
     is a slow host whose replica's other pipeline stages then compute slower than their peers by
-    the threshold and lose more time to it than it idles (``_crowded``: a host that stalls leaves
+    the threshold and spend more time beyond their peers' than it idles (``_crowded``: a host that stalls leaves
     its other stages waiting, not computing slower; TP peers are left out, for under mapp's
     capture a TP rank's spans hold its waits for its peer's stalls)."""
     traced = peers.rank_iterations["iteration"].n_unique() if not peers.rank_iterations.is_empty() else 0
@@ -247,8 +248,8 @@ def late_above_contention(suspects: list[Suspect], peers: PeerEvidence, overrule
 def _crowded(peers: PeerEvidence, s: Suspect, coords: dict, slowdown_threshold: float
              ) -> tuple[list[int], float, float, float] | None:
     """A slow host ``s`` whose replica's other pipeline stages compute slower than their own
-    peers by the threshold in the iterations it is named for, and lose more time to it than it
-    idles beyond its peers: what crowded it crowded them (its other stages, their mean effect,
+    peers by the threshold in the iterations it is named for, and spend more time beyond their
+    peers' computing than it idles beyond its own: what crowded it crowded them (its other stages, their mean effect,
     its idle excess and their compute excess, ms an iteration); None otherwise.
 
     Its idle time must be no more than theirs, for a replica of two processes crowded on one

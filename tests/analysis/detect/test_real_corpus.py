@@ -2117,7 +2117,7 @@ def test_replicas_whose_data_varies_every_step_are_not_compared_call_by_call(cas
 def test_a_replica_slower_together_is_neither_a_slow_gpu_nor_a_slow_host():
     # megatron-core PP2 x DP2 under mapp's capture, a heavier last stage (3 layers of 4), no
     # fault, 4 gloo processes on 2 cores (``--set fresh97``, held out, its second run): replica 1's
-    # two processes were crowded in three steps of four, its last stage (rank 3) 1.39-1.57x its
+    # two processes were crowded in three steps of four, its last stage (rank 3) 1.44-1.57x its
     # stage peer and its first stage (rank 1) 1.15-1.54x its own in the same steps. Read "slow
     # compute 3 1.47x" and, behind it, "slow host 1 1.13x" (its idle time 7 ms a step more). A
     # slow rank does not slow its replica's other stage on that stage's own work
