@@ -264,3 +264,18 @@ def test_a_link_whose_fastest_transfers_were_raised_is_not_excused_as_chance():
                                      "floor_ratio": pl.Float64})
     chance = {tuple(obs): c for obs, c in _by_chance(per).group_by("obs").agg(pl.col("chance").all()).iter_rows()}
     assert chance == {(0, 1): False, (2, 3): True, (4, 5): True, (6, 7): True}
+
+
+def test_a_link_slow_at_one_size_only_while_its_other_transfers_keep_pace_is_not_slow(tmp_path):
+    # The suite's healthy-250 in the original tracer's format (TP8 x PP4 x DP8, lengths of sigma
+    # 0.3, no fault): each link's one steady-state exchange of an iteration holds the wait for
+    # the later stage, and link 93-157's read "slow link 1.28x" while its sends of the warm-up,
+    # in the same iterations, were as fast as their like links' (``_steady_at_other_sizes``).
+    # A link made 8x slower stays named: it moves every size slowly
+    from tests.analysis.detect._sim import detect
+    job = dict(tp=8, pp=4, dp=8, microbatches=4, iterations=2, layers=4, hidden=4096, seq_length=2048,
+               host_ahead=True, host_overhead_us=100.0, host_noise_us=5.0, data_load_us=200.0, seqlen_sigma=0.3,
+               jitter_sigma=0.02, vocab_size=50304, format="megatronapp", seed=952767284)
+    assert detect(tmp_path, name="healthy", **job).suspects == []
+    v = detect(tmp_path, "slow_link:93-157:8", name="slow", **job)
+    assert (v.suspects[0].kind, {v.suspects[0].rank, v.suspects[0].peer}) == ("slow_link", {93, 157})
