@@ -597,4 +597,4 @@ def test_the_plain_dp_x_tp_job_sleeps_where_it_is_told(tmp_path, mode):
                     "--timings-json", str(timings)], check=True, env=env, cwd=tmp_path, capture_output=True, timeout=120)
     injected = json.loads(timings.read_text())["injected_s"]
     assert injected[0] == [0.0, 0.0, 0.0]
-    assert all(0.03 <= s < 0.5 for s in injected[1])
+    assert all(0.03 <= s < 3.0 for s in injected[1])   # (a loaded machine may oversleep, never undersleep)
