@@ -17,6 +17,7 @@ import math
 import polars as pl
 
 from mapp.analysis.detect.findings import Overruled, Suspect
+from mapp.analysis.graph.diagnose import rank_list
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.replicas import with_replica
 from mapp.analysis.detect.thresholds import CONSISTENT
@@ -197,7 +198,7 @@ def above_shared_cpus(suspects: list[Suspect], peers: PeerEvidence, slowdown_thr
 
 
 def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + rank_list(ranks)
 
 
 def _compute(ranks: list[int]) -> str:

@@ -41,6 +41,7 @@ from mapp.analysis.detect.findings import Overruled, Suspect, in_place_of_lower
 from mapp.analysis.detect.gates import keeps_waiting
 from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.replicas import with_replica
+from mapp.analysis.graph.diagnose import rank_list
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["TP_ALIKE", "tp_group_alike", "tp_pace", "tp_pace_suspects", "tp_victims"]
@@ -197,7 +198,7 @@ def tp_group_alike(suspects: list[Suspect], peers, coords: dict, lateness: Laten
         others, mine, theirs = alike
         overruled.append(Overruled(s.rank, f"rank {s.rank} (slow compute {s.slowdown:.2f}x): over iterations "
                                            f"{', '.join(map(str, s.iterations))} it computes {math.exp(mine):.2f}x its "
-                                           f"peers and its TP group ({', '.join(map(str, others))}) "
+                                           f"peers and its TP group ({rank_list(others)}) "
                                            f"{math.exp(theirs):.2f}x theirs, none of them pacing it or last at its "
                                            "collectives: not a suspect (the tracer's barriers hold the group's waits "
                                            "inside its spans: it waited on its pipeline or its data)"))
