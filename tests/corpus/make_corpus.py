@@ -3481,6 +3481,60 @@ def fresh98_set(seed: int = FRESH98_SEED) -> list[Case]:
     ]
 
 
+FRESH99_SEED = 619
+
+
+def fresh99_set(seed: int = FRESH99_SEED) -> list[Case]:
+    """Held out at the start of the fifty-third session, before any change (``--set fresh99``, 2
+    ranks, seed 619, for CPUs; its GPU runs take fresh91's model shape): issue 13's classes in
+    DP2, TP2 and PP2 under both captures and plain DDP/FSDP2, with values no other set uses (a
+    mild layer fault under mapp's capture in DP2 among them). Ids end in ``-f99``."""
+    g = _held_out_gpt(seed, "-f99", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.33),
+        g("dp2", "mapp-v1", "healthy"),
+        r(g("dp2", "kineto", "layer", rank=1, factor=1.37), "default"),
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.41),
+        r(g("tp2", "kineto", "hostsleep", rank=1, ms=27), "default"),
+        g("pp2", "mapp-v1", "beforemb", rank=0, ms=23),
+        r(g("pp2", "kineto", "link", link=(0, 1), link_bytes=3_200_000), "default"),
+        g("pp2", "mapp-v1", "seqlognorm", sigma=1.05),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        r(_plain("ddp2", "dp2", seed, rank=0, step_sleep_ms=22, tag="-f99"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, factor=1.4, tag="-f99"), "default"),
+        r(_plain("ddp2", "dp2", seed, tag="-f99"), "default"),
+    ]
+
+
+FRESH100_SEED = 631
+
+
+def fresh100_set(seed: int = FRESH100_SEED) -> list[Case]:
+    """``fresh99``'s 4-rank jobs (``--set fresh100``, seed 631, 4 gloo processes on 2 cores): DP4
+    (on lognormal lengths too), TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures,
+    healthy and imbalanced jobs, and plain DDP/FSDP and DP x TP under the profiler. Ids end in
+    ``-f100``."""
+    g = _held_out_gpt(seed, "-f100", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        g("dp4", "mapp-v1", "layer", rank=3, factor=1.38),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        r(g("tp2dp2", "kineto", "layer", rank=0, factor=1.37), "default"),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=3, ms=27),
+        g("tp2pp2", "mapp-v1", "link", link=(0, 2), link_bytes=3_300_000),
+        r(g("pp4", "kineto", "layer", rank=2, factor=1.4), "default"),
+        g("pp4", "mapp-v1", "healthy"),
+        r(g("tp2pp2", "kineto", "laststage", last_layers=3), "default"),
+        r(ln(g("dp4", "kineto", "hostsleep", rank=0, ms=24), 0.8), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=2, factor=1.38, tag="-f100"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f100"), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=3, sleep_ms=26, tag="-f100"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4046,6 +4100,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh89": fresh89_set, "fresh90": fresh90_set, "fresh91": fresh91_set,
         "fresh92": fresh92_set, "fresh93": fresh93_set, "fresh94": fresh94_set, "fresh95": fresh95_set,
         "fresh96": fresh96_set, "fresh97": fresh97_set, "fresh98": fresh98_set,
+        "fresh99": fresh99_set, "fresh100": fresh100_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
