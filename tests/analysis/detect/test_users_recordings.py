@@ -13,7 +13,9 @@ cycles (three files a process), and three whose batches each rank pads to its ow
 2 H200s (one faulted, one not), one on CPUs recorded with shapes; and three on 2 H200s, one of
 whose GPUs another process shared (``-amp-gpuhog0.3-r0``, held out in the fiftieth session, read
 as "slow host 0" while its GPU's idle time with the next kernel already launched, the
-neighbour's time slices, counted as its host's).
+neighbour's time slices, counted as its host's). Two more, held out in the fifty-second and
+fifty-third sessions, sleep before each step on one of 4 CPU processes sharing 2 cores, where the
+scheduler gave the sleeper's core to the others and it came out waiting on them.
 """
 
 from __future__ import annotations
@@ -191,3 +193,18 @@ def test_ranks_whose_gemm_kernels_differ_by_size_run_one_program_by_their_launch
     verdict = detect_bundle(load_bundle(healthy.directory), threshold=0.1)
     assert "all 2 compared" in verdict.layout
     assert not any(s.kind == "slow_compute" for s in verdict.suspects)
+
+
+@pytest.mark.parametrize("case_id,rank", [("ddp4-transformer-tb-loader2-sleep34ms-r3", 3),
+                                          ("ddp4-transformer-tb-accum2-sleep40ms-r2", 2)])
+def test_a_sleeper_on_shared_cores_is_named_however_stage_2_nets_it(case_id, rank):
+    # 4 processes on 2 cores, a 34 ms (40 ms) sleep before each step: the sleeper idled 38 (42)
+    # ms a step more than its peers at one place of every step, z 10 (9.7), yet waited on the
+    # others 94 (381) ms net, last at 2 (0) of 8 all-reduces, its core the others' while it
+    # slept: "no suspect" (stage 2 does not agree) before
+    case = CASES[case_id]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (rank, "slow_host")
+    assert top.excess_ns > 25e6          # what its stalls cost a step, near the sleep
+    assert len(verdict.suspects) == 1
