@@ -3535,6 +3535,61 @@ def fresh100_set(seed: int = FRESH100_SEED) -> list[Case]:
     ]
 
 
+FRESH101_SEED = 641
+
+
+def fresh101_set(seed: int = FRESH101_SEED) -> list[Case]:
+    """Made after the fifty-third session's change (on shared CPUs with counted calls, recurring
+    stalls standing out stand whatever stage 2 nets), to find what it could hide or invent
+    (``--set fresh101``, seed 641, 4 gloo processes on 2 cores): profiler jobs with no fault
+    (plain DDP/FSDP and DP x TP, megatron-core healthy, on lognormal lengths and with a heavier
+    last stage) beside host sleeps, work before each microbatch and extra matmuls. Ids end in
+    ``-f101``."""
+    g = _held_out_gpt(seed, "-f101", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(_plain("ddp4", "dp4", seed, tag="-f101"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f101"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, tag="-f101"), "default"),
+        r(g("dp4", "kineto", "seqlognorm", sigma=1.0), "default"),
+        r(g("pp2dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("tp2dp2", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "laststage", last_layers=3), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=1, step_sleep_ms=24, tag="-f101"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=2, sleep_ms=27, tag="-f101"), "default"),
+        r(g("dp4", "kineto", "hostsleep", rank=2, ms=26), "default"),
+        r(g("tp2pp2", "kineto", "beforemb", rank=1, ms=24), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=0, factor=1.45, tag="-f101"), "default"),
+    ]
+
+
+FRESH102_SEED = 643
+
+
+def fresh102_set(seed: int = FRESH102_SEED) -> list[Case]:
+    """``fresh101``'s question for 2 ranks (``--set fresh102``, seed 643, 2 processes on 2
+    cores; its GPU runs take fresh91's model shape): profiler jobs with no fault beside host
+    sleeps, work before each microbatch and extra matmuls. Ids end in ``-f102``."""
+    g = _held_out_gpt(seed, "-f102", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        r(_plain("ddp2", "dp2", seed, tag="-f102"), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f102"), "default"),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        r(g("tp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("pp2", "kineto", "laststage", last_layers=3), "default"),
+        g("dp2", "mapp-v1", "healthy"),
+        r(_plain("ddp2", "dp2", seed, rank=1, step_sleep_ms=25, tag="-f102"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, sleep_ms=23, tag="-f102"), "default"),
+        r(g("dp2", "kineto", "hostsleep", rank=1, ms=25), "default"),
+        r(g("tp2", "kineto", "beforemb", rank=0, ms=22), "default"),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.4), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=0, factor=1.4, tag="-f102"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4101,6 +4156,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh92": fresh92_set, "fresh93": fresh93_set, "fresh94": fresh94_set, "fresh95": fresh95_set,
         "fresh96": fresh96_set, "fresh97": fresh97_set, "fresh98": fresh98_set,
         "fresh99": fresh99_set, "fresh100": fresh100_set,
+        "fresh101": fresh101_set, "fresh102": fresh102_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
