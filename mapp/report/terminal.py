@@ -71,9 +71,13 @@ class ReportView:
                             if b.get(axis) and (b.get(axis) > 1 or axis in ("tp", "pp", "dp")))
         if (b.get("vpp") or 1) > 1:
             layout += f" (VPP{b['vpp']})"
+        traced, world = b.get("traced_ranks"), b.get("world_size")
+        # (a process profiled without torch.distributed records no world size)
+        ranks = (f"{traced} rank{'' if traced == 1 else 's'} traced" + (f" of {world}" if world else "")
+                 + (f": {layout}" if layout else ""))
         lines = [
             f"[bold]{b.get('directory')}[/]  ({b.get('format')})",
-            f"{b.get('traced_ranks')} ranks traced of {b.get('world_size')}: {layout}",
+            ranks,
             f"{b.get('events', 0):,} events; clocks "
             + (f"aligned to rank {b.get('reference_rank')}" if b.get("aligned") else "[mapp.warning]not aligned[/]"),
         ]

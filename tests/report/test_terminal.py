@@ -64,3 +64,27 @@ def test_a_job_without_a_layout_shows_no_none():
     assert "time per rank" in text and "last arrivers" in text
     assert "None" not in text
     assert re.search(r"│ 0\s+│ -\s+│ -\s+│ -\s+│", text)
+
+
+def test_a_lone_process_s_trace_has_no_world_size_to_show(tmp_path):
+    # one process profiled without torch.distributed: "1 ranks traced of None:" before
+    import gzip
+    import json
+    from pathlib import Path
+
+    from mapp.report import build_summary
+    from mapp.sql import open_database
+
+    src = Path(__file__).resolve().parents[1] / "fixtures" / "kineto_gloo" / "rank-0.json"
+    doc = json.loads(src.read_bytes())
+    doc.pop("distributedInfo")
+    (tmp_path / "trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    db = open_database(tmp_path)
+    try:
+        text = _render(build_summary(db))
+    finally:
+        db.close()
+    import re
+
+    assert re.search(r"│ 1 rank traced\s+│", text)
+    assert "None" not in text

@@ -13,7 +13,8 @@ What this reader keeps and how it maps it:
 * files: one per rank, or one per profiling cycle of a rank (``schedule`` repeats its cycle and
   ``tensorboard_trace_handler`` writes each to a file): a rank's files of one OS process whose
   steps are disjoint are one trace (``_cycles_joined``).
-* ``rank`` from ``distributedInfo.rank`` (else a number in the file name); coordinates
+* ``rank`` from ``distributedInfo.rank`` (else a number in the file name, else 0 for the only
+  trace of a bundle: a process profiled without torch.distributed); coordinates
   (``tp``, ``pp``, ``dp`` and the ``layout_*`` sizes) from the megatron-core process groups
   that ``pg_config`` lists (the rank's place in each), else null (a plain DDP or FSDP job has no
   such layout).
@@ -89,7 +90,7 @@ import orjson
 import polars as pl
 
 from mapp.analysis.ingest import _gloo_groups, schema
-from mapp.analysis.ingest._json import load_document, paused_gc
+from mapp.analysis.ingest._json import HEAD_BYTES, load_document, paused_gc, read_head
 from mapp.errors import TraceFormatError
 
 __all__ = ["NAME", "sniff", "read"]
@@ -169,7 +170,24 @@ def sniff(path: pathlib.Path, head: bytes) -> bool:
     ``deviceProperties`` of an 8-GPU node push ``traceEvents`` well past the head (4 KB: the
     4-GPU traces of ``tests/corpus`` re-indented put it at 4.4 KB). A file cut off before
     ``traceEvents`` is then the damaged trace it is, which the reader reports."""
-    return head.lstrip().startswith(b"{") and any(key in head for key in _KINETO_KEYS)
+    if not head.lstrip().startswith(b"{"):
+        return False
+    if any(key in head for key in _KINETO_KEYS):
+        return True
+    deep = head if len(head) < HEAD_BYTES else read_head(path, DEEP_HEAD_BYTES)
+    return b'"traceEvents"' in deep and _KINETO_CATEGORY.search(deep) is not None
+
+
+DEEP_HEAD_BYTES = 1 << 20
+"""How much of a file ``sniff`` reads where the head shows a JSON object but none of Kineto's
+own keys: traces passed through other tools come with their keys reordered, an object of the
+tool's own first and Kineto's keys last (TraceLens's H100 and MI300 test traces: a 26 KB
+``metadata`` object, then ``traceEvents``, ``schemaVersion`` 8.6 MB in). Their events then
+tell: a ``traceEvents`` array holding events of Kineto's categories, which other Chrome traces
+do not use."""
+
+_KINETO_CATEGORY = re.compile(rb'"cat"\s*:\s*"(cpu_op|kernel|cuda_runtime|cuda_driver|python_function|'
+                              rb'user_annotation|gpu_user_annotation|gpu_memcpy|gpu_memset|ac2g)"')
 
 
 def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -178,7 +196,7 @@ def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.
     by_rank: dict[int, list[_File]] = {}
     for path in files:
         with paused_gc():
-            one = _read_one(path, warn)
+            one = _read_one(path, warn, alone=len(files) == 1)
         by_rank.setdefault(one.rank, []).append(one)
     events, ranks, groups, joined = [], [], {}, {}
     for rank, parts in by_rank.items():
@@ -262,8 +280,10 @@ def _process_id(raw: list) -> object:
     return None
 
 
-def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> _File:
-    """One file: its events, its rank's row, its process groups' members, its process id."""
+def _read_one(path: pathlib.Path, warn: Callable[[str], None], alone: bool = False) -> _File:
+    """One file: its events, its rank's row, its process groups' members, its process id.
+    ``alone``: the only trace of the bundle, which is rank 0 where nothing says its rank (a
+    process profiled without ``torch.distributed``: one GPU, or inference)."""
     document, salvage = load_document(path, (b"]}", b"]", b"}"), "PyTorch profiler trace (JSON object)")
     if isinstance(document, list):          # the bare Chrome array form: events only
         document = {"traceEvents": document}
@@ -277,6 +297,10 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None]) -> _File:
     rank = dist.get("rank")
     if not isinstance(rank, int):
         found = _RANK_IN_NAME.search(path.name)
+        if found is None and alone:
+            warn(f"{path}: no distributedInfo.rank and no rank number in the file name: read as rank 0, "
+                 "the only trace here")
+            found = ("rank0", "0")
         if found is None:
             raise TraceFormatError(f"{path}: the trace has no distributedInfo.rank and the file name no rank number",
                                    "profile with torch.distributed initialised, or name the file rank-<N>.json")
