@@ -187,7 +187,8 @@ tell: a ``traceEvents`` array holding events of Kineto's categories, which other
 do not use."""
 
 _KINETO_CATEGORY = re.compile(rb'"cat"\s*:\s*"(cpu_op|kernel|cuda_runtime|cuda_driver|python_function|'
-                              rb'user_annotation|gpu_user_annotation|gpu_memcpy|gpu_memset|ac2g)"')
+                              rb'user_annotation|gpu_user_annotation|gpu_memcpy|gpu_memset|ac2g|'
+                              rb'Operator|Kernel|Memcpy|Memset|Runtime)"')   # (older Kineto's spellings)
 
 
 def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:

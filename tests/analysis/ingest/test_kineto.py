@@ -392,6 +392,14 @@ def test_sniff_does_not_take_other_chrome_traces_for_kineto(tmp_path):
     events = [{"name": f"task{i}", "cat": "v8", "ph": "X", "ts": i, "dur": 1, "pid": 1, "tid": 1} for i in range(200)]
     other.write_text(json.dumps({"metadata": {"x": "y" * 5000}, "traceEvents": events}))
     assert not kineto.sniff(other, other.read_bytes()[:4096])
+    # an older Kineto's trace, traceEvents first, its own keys after them (HTA's test traces):
+    # found by its categories' old spellings
+    old = tmp_path / "inference_rank_1.json"
+    events = [{"ph": "X", "cat": "Kernel", "name": "void elementwise_kernel<128, 4>" + "x" * 300, "ts": i,
+               "dur": 1, "pid": 0, "tid": 7} for i in range(20)]
+    old.write_text(json.dumps({"traceEvents": events, "schemaVersion": 1}, indent=2))
+    assert b'"schemaVersion"' not in old.read_bytes()[:4096]
+    assert kineto.sniff(old, old.read_bytes()[:4096])
 
 
 # --- a trace profiled without a schedule: no ProfilerStep spans --------------------------------
