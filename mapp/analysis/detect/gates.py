@@ -70,10 +70,11 @@ def recurring_stalls_stand(peers: PeerEvidence, late: dict | None, shared_cpus: 
     10.5, its ops 0.79x its peers', last at 2 of 8 all-reduces, waiting 94 ms net, and 42 ms,
     z 13, 163 ms in a second run; with ``--accum 2``, a 40 ms sleep on rank 2: 42 ms at z 9.7,
     last at none of 8, 381 ms net; DDP4 under the profiler, a 21 ms data-path sleep: 22 ms at z
-    12, 34 ms net; "no suspect" all, eight runs in all). On shared CPUs with counted calls no
-    rank of a healthy, imbalanced or other fault job stalled so among those stage 1 named, over
-    541 corpus jobs and 120 runs of the user's job: those whose gaps stood out stalled 5% of
-    their work at most (``benchmarks/detect_evidence.py`` has the ranks' figures)."""
+    12, waiting 34 ms net; "no suspect" all, eight runs in all). On shared CPUs with counted
+    calls, among the ranks stage 1 named over 541 corpus jobs and 156 runs of the user's job, no
+    rank of a healthy, imbalanced or other fault job stalled so with its idle time standing out
+    (one PP2 stage rank stalled so at z 1.6); those whose idle time stood out stalled 5% of
+    their work at most (their idle time's excess and z: ``benchmarks/detect_evidence.py``)."""
     if not (shared_cpus and peers.counted and late is not None):
         return False
     return standing_out or late["net_ns"] > -stalled
