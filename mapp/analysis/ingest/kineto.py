@@ -298,14 +298,15 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None], alone: bool = Fal
     rank = dist.get("rank")
     if not isinstance(rank, int):
         found = _RANK_IN_NAME.search(path.name)
-        if found is None and alone:
+        if found is not None:
+            rank = int(found[1])
+        elif alone:
             warn(f"{path}: no distributedInfo.rank and no rank number in the file name: read as rank 0, "
                  "the only trace here")
-            found = ("rank0", "0")
-        if found is None:
+            rank = 0
+        else:
             raise TraceFormatError(f"{path}: the trace has no distributedInfo.rank and the file name no rank number",
                                    "profile with torch.distributed initialised, or name the file rank-<N>.json")
-        rank = int(found[1])
     base = document.get("baseTimeNanoseconds")
     base = base if isinstance(base, int) else 0
     pgs = [pg for pg in dist.get("pg_config") or [] if isinstance(pg, dict)]
