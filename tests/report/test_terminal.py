@@ -70,6 +70,7 @@ def test_a_lone_process_s_trace_has_no_world_size_to_show(tmp_path):
     # one process profiled without torch.distributed: "1 ranks traced of None:" before
     import gzip
     import json
+    import re
     from pathlib import Path
 
     from mapp.report import build_summary
@@ -84,7 +85,5 @@ def test_a_lone_process_s_trace_has_no_world_size_to_show(tmp_path):
         text = _render(build_summary(db))
     finally:
         db.close()
-    import re
-
     assert re.search(r"│ 1 rank traced\s+│", text)
     assert "None" not in text
