@@ -8,9 +8,14 @@ and leaves each op's residual, in which a slow GPU stays and the data does not.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale
+
+if TYPE_CHECKING:   # (peers imports this module for polish)
+    from mapp.analysis.detect.peers import PeerEvidence
 
 __all__ = ["polish", "POLISH_ROUNDS", "LEAVE_ONE_OUT", "with_replica"]
 
@@ -77,7 +82,7 @@ def polish(ops: pl.DataFrame, g: list[str], first: dict | bool | None = None) ->
     return _fit_data(ops, g, info["sd"]), info
 
 
-def with_replica(peers, rank: int, iterations: list[int], coords: dict[int, dict],
+def with_replica(peers: PeerEvidence, rank: int, iterations: list[int], coords: dict[int, dict],
                  among: str = "replica") -> tuple[list[int], float, float] | None:
     """Other ranks of ``rank``'s data-parallel replica and their mean effect, beside ``rank``'s
     own, over ``iterations`` (log-ratios to their own peers, ``PeerEvidence.rank_iterations``);

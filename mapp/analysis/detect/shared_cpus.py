@@ -17,10 +17,10 @@ import math
 import polars as pl
 
 from mapp.analysis.detect.findings import Overruled, Suspect
-from mapp.analysis.graph.diagnose import rank_list
 from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.replicas import with_replica
 from mapp.analysis.detect.thresholds import CONSISTENT
+from mapp.analysis.graph.diagnose import rank_list
 
 __all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "ONE_RANK_A_STAGE", "TWO_PEERS", "WITH_REPLICA", "above_shared_cpus",
            "late_above_contention", "layers_by_contention", "slowest_other", "stands_out", "typical_slowdown"]

@@ -40,9 +40,10 @@ from mapp.analysis.detect._stats import margin, robust_scale, z_critical
 from mapp.analysis.detect.findings import Overruled, Suspect, in_place_of_lower
 from mapp.analysis.detect.gates import keeps_waiting
 from mapp.analysis.detect.lateness import LatenessEvidence
+from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.replicas import with_replica
-from mapp.analysis.graph.diagnose import rank_list
 from mapp.analysis.detect.thresholds import CONSISTENT
+from mapp.analysis.graph.diagnose import rank_list
 
 __all__ = ["TP_ALIKE", "tp_group_alike", "tp_pace", "tp_pace_suspects", "tp_victims"]
 
@@ -164,8 +165,8 @@ for it inside their spans, so its group is slower alike too (the suite's slow_gp
 format, TP8 x PP4 x DP16, a 1.3x GPU: its peers 0.55 of its 1.14x); its pace does."""
 
 
-def tp_group_alike(suspects: list[Suspect], peers, coords: dict, lateness: LatenessEvidence, pace: pl.DataFrame,
-                   overruled: list[Overruled]) -> list[Suspect]:
+def tp_group_alike(suspects: list[Suspect], peers: PeerEvidence, coords: dict, lateness: LatenessEvidence,
+                   pace: pl.DataFrame, overruled: list[Overruled]) -> list[Suspect]:
     """``suspects`` without stage 1's slow compute of a rank whose TP group, that of its replica
     and stage, is slower alike (``TP_ALIKE``) while none of its members paces the group
     (``tp_pace``'s: none slower than its peers between their collectives in nearly every stretch
