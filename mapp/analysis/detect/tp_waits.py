@@ -181,7 +181,7 @@ def tp_group_alike(suspects: list[Suspect], peers: PeerEvidence, coords: dict, l
     it, its pipeline's other stages or its data. Simulated in that format (the suite's stage-276),
     TP8 x PP4 x DP16 with a heavier last stage on lengths of sigma 0.3, no fault: the first stage
     of one replica spent ~1.2 ms more in two of its eight spans of an iteration, each holding a
-    wait for a later stage; 4 of its 8 TP ranks read "slow compute" 1.39-1.40x, their TP peers
+    wait for a later stage; 6 of its 8 TP ranks read "slow compute" 1.39-1.42x, their TP peers
     0.67-0.77 of their slowdown, paced at most 1.01x."""
     role = _role_pace(pace, coords)
     paced = {s.rank for s in suspects if "tp_pace" in s.evidence} | {
