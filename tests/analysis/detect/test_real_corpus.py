@@ -2139,7 +2139,7 @@ def test_a_replica_slower_together_is_neither_a_slow_gpu_nor_a_slow_host():
     ("fresh", "gpt-pp2dp2-mapp-beforemb22ms-r0-f98", 0, "slow_host")])
 def test_a_slow_rank_of_a_replica_stays_named_beside_its_replica(corpus, case_id, rank, kind):
     # the same layouts and capture with a fault: the faulted rank's replica's other ranks were
-    # at most 0.24 of its slowdown in the steps it was slow in (``shared_cpus.WITH_REPLICA``), a
+    # at most 0.25 of its slowdown in the steps it was slow in (``shared_cpus.WITH_REPLICA``), a
     # sleeping host's other stage faster than its peers (-0.04 in log-ratio). And two host faults
     # held out after the change (``--set fresh98``), whose other stages read 1.13x and 1.25x
     # beside them by the pair comparison's noise, 1-8 ms a step, while they idled 86-103 ms more
