@@ -3590,6 +3590,59 @@ def fresh102_set(seed: int = FRESH102_SEED) -> list[Case]:
     ]
 
 
+FRESH103_SEED = 647
+
+
+def fresh103_set(seed: int = FRESH103_SEED) -> list[Case]:
+    """Held out at the start of the fifty-fourth session, before any change (``--set fresh103``,
+    2 ranks, seed 647, for CPUs; its GPU runs take fresh91's model shape): issue 13's classes in
+    DP2, TP2 and PP2 under both captures and plain DDP/FSDP2, healthy jobs beside faults, with
+    values no other set uses. Ids end in ``-f103``."""
+    g = _held_out_gpt(seed, "-f103", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.42),
+        g("dp2", "mapp-v1", "hostsleep", rank=0, ms=29),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        r(g("tp2", "kineto", "layer", rank=0, factor=1.43), "default"),
+        g("tp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "link", link=(0, 1), link_bytes=3_600_000),
+        r(g("pp2", "kineto", "hostsleep", rank=1, ms=28), "default"),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.44),
+        r(g("tp2", "kineto", "seqlognorm", sigma=1.1), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, step_sleep_ms=26, tag="-f103"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=0, sleep_ms=28, tag="-f103"), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f103"), "default"),
+    ]
+
+
+FRESH104_SEED = 653
+
+
+def fresh104_set(seed: int = FRESH104_SEED) -> list[Case]:
+    """``fresh103``'s 4-rank jobs (``--set fresh104``, seed 653, 4 gloo processes on 2 cores):
+    DP4, TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures, healthy and imbalanced jobs,
+    and plain DDP/FSDP and DP x TP under the profiler. Ids end in ``-f104``."""
+    g = _held_out_gpt(seed, "-f104", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(g("dp4", "kineto", "layer", rank=1, factor=1.41), "default"),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=2, ms=28),
+        g("pp2dp2", "mapp-v1", "layer", rank=0, factor=1.39),
+        r(g("pp4", "kineto", "link", link=(1, 2), link_bytes=3_400_000), "default"),
+        g("tp2pp2", "mapp-v1", "beforemb", rank=2, ms=26),
+        g("dp4", "mapp-v1", "healthy"),
+        r(g("pp2dp2", "kineto", "healthy"), "default"),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=0.95),
+        r(ln(g("dp4", "kineto", "layer", rank=3, factor=1.4), 0.85), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=3, factor=1.42, tag="-f104"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=1, sleep_ms=27, tag="-f104"), "default"),
+        r(_plain("ddp4", "dp4", seed, tag="-f104"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4157,6 +4210,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh96": fresh96_set, "fresh97": fresh97_set, "fresh98": fresh98_set,
         "fresh99": fresh99_set, "fresh100": fresh100_set,
         "fresh101": fresh101_set, "fresh102": fresh102_set,
+        "fresh103": fresh103_set, "fresh104": fresh104_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
