@@ -185,6 +185,13 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        stalls a step at z 97, net 78 ms a step imposed, last at 48% of its TP pair's calls), its
        idle time standing out or its stalls alone the threshold's share of its work
        (``big_stalls``: TP2 x DP2 under the profiler, 27 ms more stalls a step at z 2.5, 46%).
+       On shared CPUs where calls are counted, by recurring stalls too (``recurring_stalls_stand``,
+       below): the gate is for compute compared between two ranks, each the other's mirror, where
+       idle gaps are weighed against every peer's (a user's DDP transformer, 4 processes on 2
+       cores, 2 loader workers a process and ``record_function`` ranges, a 38 ms sleep before
+       each step on rank 0: 38 ms more stalls a step at z 5.7, last at 2 of 8 all-reduces, 7 ms
+       net waited; "no suspect" before, the one rank over the corpora, the held-out sets and 184
+       runs of that job so vetoed that had big stalls, counted calls and idle time standing out).
        In a pipeline a rank slower by its compute is passed by its replica too
        (``verdict._replica_waits``): another stage of it keeps its own peers waiting.
     2. One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
@@ -247,8 +254,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
                 and stalls_last(peers, row["rank"]))
     # (on shared CPUs, recurring stalls a real share of its work that stage 2 does not
     # contradict: ``recurring_stalls_stand``)
-    stalls = stalls or holds_up or (big_stalls and recurring_stalls_stand(peers, late, shared_cpus, stalled,
-                                                                           standing_out=bool(row["gap_flagged"])))
+    recurring = big_stalls and recurring_stalls_stand(peers, late, shared_cpus, stalled,
+                                                      standing_out=bool(row["gap_flagged"]))
+    stalls = stalls or holds_up or recurring
     # One rank a stage: stage 2 cannot stand guard (gate 2), for a host either, whose few
     # collectives a step the pipeline's order decides; stalls in nearly every iteration, a real
     # share of its work, do (4 H200s, megatron-core PP4 under the profiler, a 40 ms data-path
@@ -262,7 +270,7 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,
-         bool(row.get("layer_alone")) or counted_work or alone or (host and holds_up)
+         bool(row.get("layer_alone")) or counted_work or alone or (host and (holds_up or recurring))
          or (replica and not host and bool(row["flagged"])),
          "two-peer comparison: stage 2 does not agree"),
         (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= traced_iterations(peers),

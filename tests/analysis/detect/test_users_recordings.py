@@ -208,3 +208,15 @@ def test_a_sleeper_on_shared_cores_is_named_however_stage_2_nets_it(case_id, ran
     assert (top.rank, top.kind) == (rank, "slow_host")
     assert top.excess_ns > 25e6          # what its stalls cost a step, near the sleep
     assert len(verdict.suspects) == 1
+
+
+def test_a_sleeper_compared_in_pairs_is_named_by_its_recurring_stalls():
+    # 4 processes on 2 cores, 2 loader workers a process and record_function ranges, a 38 ms
+    # sleep before each step on rank 0: some ops are compared between two ranks only, and the
+    # two-peer gate let a host through only for holding the others up; rank 0 idled 38 ms a
+    # step more than its peers at z 5.7, last at 2 of 8 all-reduces (chance), 7 ms net waited:
+    # "no suspect" before
+    case = CASES["ddp4-transformer-tb-annotate-loader2-sleep38ms-r0"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_host")]
+    assert 30e6 < verdict.suspects[0].excess_ns < 50e6    # what its stalls cost a step, near the sleep
