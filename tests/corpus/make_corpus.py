@@ -3643,6 +3643,60 @@ def fresh104_set(seed: int = FRESH104_SEED) -> list[Case]:
     ]
 
 
+FRESH105_SEED = 659
+
+
+def fresh105_set(seed: int = FRESH105_SEED) -> list[Case]:
+    """Made after the fifty-fourth session's change (on shared CPUs with counted calls, recurring
+    stalls that stand out pass the two-peer gate too), to find what it could hide or invent
+    (``--set fresh105``, seed 659, 4 gloo processes on 2 cores): profiler jobs with no fault
+    (plain DDP/FSDP and DP x TP, megatron-core healthy and on lognormal lengths) beside host
+    sleeps (one on lognormal lengths), data-path sleeps and extra matmuls. Ids end in ``-f105``."""
+    g = _held_out_gpt(seed, "-f105", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(_plain("ddp4", "dp4", seed, tag="-f105"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f105"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, tag="-f105"), "tutorial"),
+        r(g("dp4", "kineto", "healthy"), "default"),
+        r(g("tp2dp2", "kineto", "seqlognorm", sigma=0.95), "default"),
+        r(ln(g("dp4", "kineto", "hostsleep", rank=2, ms=25), 0.9), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=2, step_sleep_ms=29, tag="-f105"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=1, step_sleep_ms=27, tag="-f105"), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=3, sleep_ms=31, tag="-f105"), "default"),
+        r(g("dp4", "kineto", "hostsleep", rank=1, ms=28), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=0, factor=1.43, tag="-f105"), "default"),
+        r(g("pp2dp2", "kineto", "layer", rank=3, factor=1.42), "default"),
+    ]
+
+
+FRESH106_SEED = 661
+
+
+def fresh106_set(seed: int = FRESH106_SEED) -> list[Case]:
+    """``fresh105``'s question for 2 ranks (``--set fresh106``, seed 661, 2 processes on 2
+    cores; its GPU runs take fresh91's model shape): profiler jobs with no fault beside host
+    sleeps, data-path sleeps and extra matmuls. Ids end in ``-f106``."""
+    g = _held_out_gpt(seed, "-f106", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        r(_plain("ddp2", "dp2", seed, tag="-f106"), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f106"), "tutorial"),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        r(g("pp2", "kineto", "seqlognorm", sigma=1.0), "default"),
+        g("dp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        r(_plain("ddp2", "dp2", seed, rank=0, step_sleep_ms=27, tag="-f106"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, sleep_ms=29, tag="-f106"), "default"),
+        r(g("dp2", "kineto", "hostsleep", rank=0, ms=27), "default"),
+        r(g("tp2", "kineto", "layer", rank=1, factor=1.41), "default"),
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.43),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.42, tag="-f106"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4211,6 +4265,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh99": fresh99_set, "fresh100": fresh100_set,
         "fresh101": fresh101_set, "fresh102": fresh102_set,
         "fresh103": fresh103_set, "fresh104": fresh104_set,
+        "fresh105": fresh105_set, "fresh106": fresh106_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
