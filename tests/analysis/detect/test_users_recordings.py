@@ -210,6 +210,17 @@ def test_a_sleeper_on_shared_cores_is_named_however_stage_2_nets_it(case_id, ran
     assert len(verdict.suspects) == 1
 
 
+def test_a_second_users_job_without_step_marks_names_its_sleeper():
+    # a job unlike the transformer one in every way the detector could lean on: convolutions,
+    # batches read in the training process, one profile block with no schedule and no
+    # prof.step() (iterations from the optimizer's steps), export_chrome_trace; 4 processes on
+    # 2 cores, a 25 ms sleep before each step on rank 0
+    case = CASES["ddp4-cnn-nomarks-sleep25ms-r0"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_host")]
+    assert 15e6 < verdict.suspects[0].excess_ns < 40e6    # what its stalls cost a step, near the sleep
+
+
 def test_a_sleeper_compared_in_pairs_is_named_by_its_recurring_stalls():
     # 4 processes on 2 cores, 2 loader workers a process and record_function ranges, a 38 ms
     # sleep before each step on rank 0: some ops are compared between two ranks only, and the
