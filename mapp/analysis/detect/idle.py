@@ -15,7 +15,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, within_rank_scale, z_critical
 from mapp.analysis.detect.thresholds import CONSISTENT
-from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN, COMM_WAIT_NAMES
+from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN, COMM_OP_PREFIXES, COMM_WAIT_NAMES
 
 __all__ = ["idle_gaps", "stalls", "lasting_gaps", "launch_bound", "BACKWARD", "STALL", "STEADY"]
 
@@ -70,9 +70,11 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     # begins (2 processes on 2 cores, megatron-core PP2 under the profiler, two layers on the
     # last stage and one on the first, no fault: the last stage's ``c10d::send`` calls took
     # 23 ms a step before their ``gloo:send``, its idle time 49 ms a step more than the first
-    # stage's, "slow host 1"). (On GPUs such an op only launches the collective's kernel.)
+    # stage's, "slow host 1"). (On GPUs such an op only launches the collective's kernel.) So
+    # is a functional collective's ``wait_tensor`` (``schema.COMM_OP_PREFIXES``)
     if not events.filter(pl.col("lane").str.starts_with("stream:")).height:
-        waiting = waiting | ((pl.col("cat") == "other") & pl.col("name").str.starts_with("c10d::"))
+        dispatch = pl.any_horizontal([pl.col("name").str.starts_with(p) for p in COMM_OP_PREFIXES])
+        waiting = waiting | ((pl.col("cat") == "other") & dispatch)
     cols = ["rank", "iteration", "ts_ns", "end_ns"] + (["name"] if recurring or "name" in leaves.columns else [])
     other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | waiting)
                           & pl.col("iteration").is_not_null()).select(

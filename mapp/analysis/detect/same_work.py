@@ -34,7 +34,7 @@ from mapp.analysis.detect.added_work import (LAUNCHED, added_work, launched, lau
                                              with_added)
 from mapp.analysis.detect.layout import middle_stages
 from mapp.analysis.detect.thresholds import CONSISTENT
-from mapp.analysis.ingest.schema import RUNTIME_PATTERN
+from mapp.analysis.ingest.schema import COMM_OP_PREFIXES, RUNTIME_PATTERN
 
 __all__ = ["self_times", "compare_same_work"]
 
@@ -54,14 +54,15 @@ def self_times(events: pl.DataFrame) -> pl.DataFrame:
     in its own kernel, not in the tiny ``aten::resolve_conj`` it calls first, so the finest
     spans alone (leaves) would miss most of the work.
 
-    An op that issues a collective or p2p call itself (a ``c10d::*`` dispatch op directly
+    An op that issues a collective or p2p call itself (a ``c10d::*`` dispatch op or a
+    functional collective's, ``schema.COMM_OP_PREFIXES``, directly
     inside it, as a tensor-parallel autograd function does) waits for its peers inside its own
     time: that is communication, not compute, so such ops are left out. An op's time inside
     CUDA runtime calls (``schema.RUNTIME_PATTERN``, kept where a GPU job was traced host-only)
     is its host waiting on the GPU's queue, not the op's own work (2 H200s, DDP profiled with
     ``ProfilerActivity.CPU`` alone: the batch's ``aten::copy_`` to the GPU waited 90-113 ms a
     step in ``cudaMemcpyAsync`` for the stream to drain, and read as "compute 1.26x")."""
-    marks = pl.col("name").str.starts_with("c10d::")
+    marks = pl.any_horizontal([pl.col("name").str.starts_with(p) for p in COMM_OP_PREFIXES])
     waits = (pl.col("cat") == "other") & pl.col("name").str.contains(RUNTIME_PATTERN)
     comp = (
         events.filter((pl.col("cat") == "compute") | marks | waits)

@@ -65,7 +65,8 @@ What this reader keeps and how it maps it:
   ``optimizer`` on CPU-only ranks); on a rank with GPU kernels, compute is kernels
   (``cat="compute"``), memcpy/memset are ``memory``, and CPU ops are ``other`` (host-side launches);
   on a CPU-only rank (gloo) CPU ops are ``compute``. The ``c10d::*`` dispatch ops that start a comm
-  call, comm kernels that are not canonical and the other copies of a call are ``other``.
+  call and the functional collectives' ops (``_c10d_functional::*``: ``schema.COMM_OP_PREFIXES``),
+  comm kernels that are not canonical and the other copies of a call are ``other``.
   ``microbatch``, ``chunk``, ``layer`` are null; ``args`` is the event's own args.
 
 Parsing: ``orjson.loads`` of the whole file with the cyclic GC paused, then one Python pass
@@ -670,7 +671,7 @@ class _CommContext:
 
 def _category(name: str, src_cat: str, on_gpu: bool, mirror: bool) -> str:
     """The events-table category of a non-step, non-canonical-comm event (see the module doc)."""
-    if mirror or name.startswith("c10d::") or src_cat in _LAUNCH_CATS:
+    if mirror or name.startswith(schema.COMM_OP_PREFIXES) or src_cat in _LAUNCH_CATS:
         return "other"
     if src_cat in _ANNOTATION_CATS:
         return "optimizer" if name.startswith("Optimizer.") and not on_gpu else "other"

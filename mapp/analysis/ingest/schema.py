@@ -92,6 +92,15 @@ BUILD_KEY = "mapp_build"
 # and not idle: a regular expression, matched case-insensitively from the name's start.
 COMM_KERNEL_PATTERN = r"^(nccl|rccl|ncclDevKernel|ncclKernel)"
 
+# The name prefixes of PyTorch's communication dispatch ops in a profiler trace: ``c10d::*``
+# (``allreduce_``, ``send``, ...) and the functional collectives that DTensor and torch.compile
+# call (``_c10d_functional::all_reduce``, ``wait_tensor``; ``c10d_functional::`` in older
+# PyTorch). Never compute: on CPUs alone (gloo) a ``wait_tensor`` is its host blocked until its
+# peers join the collective (a user's DTensor TP2 x FSDP2 job, 4 processes on 2 cores, extra
+# matmuls on rank 1: its TP peer rank 0 spent 65 ms a step in ``wait_tensor``, its peers 21-25,
+# read as rank 0 computing 1.56x its peers).
+COMM_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::")
+
 # mapp capture's host waits for overlapped data-parallel communication (``megatron_hooks.ddp``:
 # ``finish_grad_sync`` / ``finish_param_sync``), ``cat="other"``. With ``overlap_grad_reduce``
 # the ``grad_reduce`` event only launches the all-reduce; a rank whose peers are late waits
