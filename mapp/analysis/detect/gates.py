@@ -190,7 +190,7 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        idle gaps are weighed against every peer's (a user's DDP transformer, 4 processes on 2
        cores, 2 loader workers a process and ``record_function`` ranges, a 38 ms sleep before
        each step on rank 0: 38 ms more stalls a step at z 5.7, last at 2 of 8 all-reduces, 7 ms
-       net waited; "no suspect" before, the one rank over the corpora, the held-out sets and 184
+       net waited; "no suspect" before, the one rank over the corpora, the held-out sets and 173
        runs of that job so vetoed that had big stalls, counted calls and idle time standing out).
        In a pipeline a rank slower by its compute is passed by its replica too
        (``verdict._replica_waits``): another stage of it keeps its own peers waiting.
