@@ -3651,7 +3651,8 @@ def fresh105_set(seed: int = FRESH105_SEED) -> list[Case]:
     stalls that stand out pass the two-peer gate too), to find what it could hide or invent
     (``--set fresh105``, seed 659, 4 gloo processes on 2 cores): profiler jobs with no fault
     (plain DDP/FSDP and DP x TP, megatron-core healthy and on lognormal lengths) beside host
-    sleeps (one on lognormal lengths), data-path sleeps and extra matmuls. Ids end in ``-f105``."""
+    sleeps (one on lognormal lengths), sleeps before each step, data-path sleeps, extra matmuls
+    and a PP2 x DP2 layer fault. Ids end in ``-f105``."""
     g = _held_out_gpt(seed, "-f105", GPT_GPU_FRESH14)
     r, ln = _recorded, _on_lognormal
 
@@ -3676,8 +3677,9 @@ FRESH106_SEED = 661
 
 def fresh106_set(seed: int = FRESH106_SEED) -> list[Case]:
     """``fresh105``'s question for 2 ranks (``--set fresh106``, seed 661, 2 processes on 2
-    cores; its GPU runs take fresh91's model shape): profiler jobs with no fault beside host
-    sleeps, data-path sleeps and extra matmuls. Ids end in ``-f106``."""
+    cores; its GPU runs take fresh91's model shape): jobs with no fault under the profiler and
+    mapp's capture (healthy, lognormal lengths) beside sleeps, extra matmuls and layer faults.
+    Ids end in ``-f106``."""
     g = _held_out_gpt(seed, "-f106", GPT_GPU_FRESH91)
     r = _recorded
 

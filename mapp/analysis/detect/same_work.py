@@ -48,6 +48,11 @@ _FLOOR = 0.005
 """Below half a percent no difference in work is told from the timers' own noise."""
 
 
+SUBCLASS_DISPATCH = "PythonSubclass"
+"""The profiler's span for a dispatch to a tensor subclass's ``__torch_dispatch__`` (DTensor,
+FSDP2's sharded parameters): the op it sits in is a shell around the ops nested in it."""
+
+
 def self_times(events: pl.DataFrame) -> pl.DataFrame:
     """Every compute op with ``self_ns``: its duration minus that of the ops directly inside it
     on the same thread or stream (a profiler's "self time"). An ``aten::addmm`` spends its time
@@ -84,11 +89,6 @@ def self_times(events: pl.DataFrame) -> pl.DataFrame:
     return comp.with_columns(
         self_ns=pl.Series(np.maximum(comp["dur_ns"].to_numpy() - child, 0)), waits=pl.Series(waits),
     ).filter(~pl.col("mark") & ~pl.col("waits") & ~pl.col("host_wait")).drop("mark", "waits", "host_wait")
-
-
-SUBCLASS_DISPATCH = "PythonSubclass"
-"""The profiler's span for a dispatch to a tensor subclass's ``__torch_dispatch__`` (DTensor,
-FSDP2's sharded parameters): the op it sits in is a shell around the ops nested in it."""
 
 
 def _child_time(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray,
