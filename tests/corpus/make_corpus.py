@@ -3699,6 +3699,59 @@ def fresh106_set(seed: int = FRESH106_SEED) -> list[Case]:
     ]
 
 
+FRESH107_SEED = 673
+
+
+def fresh107_set(seed: int = FRESH107_SEED) -> list[Case]:
+    """Held out at the start of the fifty-fifth session, before any change (``--set fresh107``,
+    seed 673, 4 gloo processes on 2 cores): issue 13's classes with values no other set uses,
+    jittered extra work before each microbatch, data-path sleeps on lognormal lengths, a heavier
+    last stage and healthy jobs beside layer faults, under both captures and plain DDP/FSDP2 and
+    DP x TP. Ids end in ``-f107``."""
+    g = _held_out_gpt(seed, "-f107", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(g("tp2dp2", "kineto", "layer", rank=3, factor=1.37), "default"),
+        _jittering(g("dp4", "mapp-v1", "beforemb", rank=1, ms=27), 0.6),
+        r(g("pp2dp2", "kineto", "laststage", last_layers=3), "default"),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        r(ln(g("pp2dp2", "kineto", "hostsleep", rank=1, ms=26), 0.8), "default"),
+        g("dp4", "mapp-v1", "layer", rank=2, factor=1.38),
+        r(g("tp2pp2", "kineto", "seqlognorm", sigma=0.85), "default"),
+        r(g("pp4", "kineto", "layer", rank=2, factor=1.46), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=2, sleep_ms=30, tag="-f107"), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=1, factor=1.39, tag="-f107"), "tutorial"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.44, tag="-f107"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f107"), "default"),
+    ]
+
+
+FRESH108_SEED = 677
+
+
+def fresh108_set(seed: int = FRESH108_SEED) -> list[Case]:
+    """``fresh107``'s question for 2 ranks (``--set fresh108``, seed 677, 2 processes on 2
+    cores; its GPU runs take fresh91's model shape). Ids end in ``-f108``."""
+    g = _held_out_gpt(seed, "-f108", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.39), "default"),
+        g("tp2", "mapp-v1", "beforemb", rank=0, ms=28),
+        r(g("dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        g("pp2", "mapp-v1", "hostsleep", rank=0, ms=31),
+        r(g("tp2", "kineto", "healthy"), "default"),
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.47),
+        r(g("pp2", "kineto", "laststage", last_layers=2), "default"),
+        r(g("dp2", "kineto", "hostsleep", rank=1, ms=30), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, step_sleep_ms=30, tag="-f108"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, factor=1.41, tag="-f108"), "default"),
+        r(_plain("ddp2", "dp2", seed, tag="-f108"), "tutorial"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, sleep_ms=33, tag="-f108"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4268,6 +4321,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh101": fresh101_set, "fresh102": fresh102_set,
         "fresh103": fresh103_set, "fresh104": fresh104_set,
         "fresh105": fresh105_set, "fresh106": fresh106_set,
+        "fresh107": fresh107_set, "fresh108": fresh108_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
