@@ -32,8 +32,9 @@ from mapp.analysis.detect.lateness import LatenessEvidence
 from mapp.analysis.detect.link_ends import link_ends, links_beside_a_busy_host, own_slowness
 from mapp.analysis.detect.layout import LayoutInfo, middle_stages
 from mapp.analysis.detect.peers import PeerEvidence
-from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, late_above_contention,
-                                               layers_by_contention, slowest_other, stands_out, typical_slowdown)
+from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, counted_first,
+                                               late_above_contention, layers_by_contention, slowest_other, stands_out,
+                                               typical_slowdown)
 from mapp.analysis.detect.stalls import stalls_a_real_share, stalls_alone, stalls_lasting, stalls_most_of_idle
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.time_slices import sliced_suspects
@@ -158,6 +159,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     # traced iteration alone, 104 ms; rank 1 1.56x in all four, 68 ms each)
     traced = traced_iterations(peers) if peers.mode != "skipped" else 0
     suspects.sort(key=lambda s: (-_spread_cost(s, traced), -s.confidence))
+    if shared_cpus:
+        suspects = counted_first(suspects)
     imbalance = workload_imbalance(peers, imbalance_threshold, layout)
     suspects = heavy_replicas(suspects, peers, layout, imbalance)
     # a rank slower in one iteration of several, and not by far, is noise, not a fault

@@ -15,7 +15,9 @@ whose GPUs another process shared (``-amp-gpuhog0.3-r0``, held out in the fiftie
 as "slow host 0" while its GPU's idle time with the next kernel already launched, the
 neighbour's time slices, counted as its host's). Two more, held out in the fifty-second and
 fifty-third sessions, sleep before each step on one of 4 CPU processes sharing 2 cores, where the
-scheduler gave the sleeper's core to the others and it came out waiting on them.
+scheduler gave the sleeper's core to the others and it came out waiting on them. A second user
+job (``tests/corpus/user_ddp_cnn.py``, a CNN exported with ``export_chrome_trace``) gives a
+sleeper without step marks and a rank whose extra pass is counted, not timed.
 """
 
 from __future__ import annotations
@@ -231,3 +233,16 @@ def test_a_sleeper_compared_in_pairs_is_named_by_its_recurring_stalls():
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_host")]
     assert 30e6 < verdict.suspects[0].excess_ns < 50e6    # what its stalls cost a step, near the sleep
+
+
+def test_work_counted_beyond_the_peers_goes_ahead_of_a_rank_slower_by_its_times_alone():
+    # the CNN job, 4 processes on 2 cores, one more pass of the middle block in each forward on
+    # rank 2: 878 calls a step to its peers' 832, 1.66x on the ops it calls more often, yet its
+    # whole compute 1.09x; rank 3 1.51x its peers by its times alone (contention), calling no op
+    # more often: "slow compute 3" first before
+    case = CASES["ddp4-cnn-c48-extra1-r2"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_compute")
+    assert "added_work" in top.evidence["peers"]
+
