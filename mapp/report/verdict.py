@@ -157,6 +157,11 @@ def _evidence_line(s) -> str:
         if p.get("added_work") and s.kind == "slow_compute":
             parts.append(f"the ops it calls more often than its peers {p['added_work']['slowdown']:.2f}x their time "
                          f"(+{p['added_work']['excess_ms_per_iteration']:.2f} ms/it)")
+        if p.get("launched_more") and s.kind == "slow_compute":
+            lm, g = p["launched_more"], e.get("launch_gaps") or {}
+            parts.append(f"{lm['calls_per_iteration']:.0f} calls/it beyond its peers' {lm['peers_calls_per_iteration']:.0f} "
+                         f"in every iteration, its GPU idle +{g.get('excess_ms_per_iteration', 0.0):.2f} ms/it while its "
+                         "host launches them (work added)")
     lb = e.get("launch_bound")
     if lb and s.kind == "slow_host":
         # (a number the ops could not give, none of their ratios known, is left out)

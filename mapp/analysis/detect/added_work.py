@@ -19,7 +19,8 @@ from mapp.analysis.detect._stats import others_median
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["ADDED_SHARE", "ADDED_PART", "LAUNCHED", "added_work", "launched", "launched_with_dims", "op_calls", "op_of",
-           "with_added", "does_extra_work", "adds_work", "added_slowdown", "added_evidence"]
+           "with_added", "ADDED_COLUMNS", "does_extra_work", "adds_work", "added_slowdown", "added_evidence",
+           "launches_more"]
 
 LAUNCHED = " <- "
 """Joins a kernel's grid and block to the op that launched it in ``shape``
@@ -96,7 +97,9 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     """Per rank: ``added``, its time over its peers' on the ops it *calls more often* than they
     do (per op, every shape: ``op_calls``; calls x typical time), where it makes more calls of that op
     in nearly every traced iteration (``CONSISTENT``); ``added_excess_ns``, that time beyond
-    the peers' per iteration, and ``added_base_ns``, the peers' time on those names. None where
+    the peers' per iteration, and ``added_base_ns``, the peers' time on those names;
+    ``added_calls``, its calls of them beyond its peers' in a typical iteration, and
+    ``calls_base``, its peers' calls of every op there (:func:`launches_more`). None where
     no rank calls any op more often than its peers, or where ranks are compared across
     pipeline stages (``peers`` empty: stages run different programs, and an uneven split of
     layers is imbalance).
@@ -151,6 +154,9 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
         more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median(),
         calls=pl.col("calls").median(), peer_calls=pl.col("peer_calls").median(), top=pl.col("top").median())
     more = more.filter((pl.col("more") >= CONSISTENT) & (pl.col("peer") > 0))
+    # the peers' calls of every op in a typical iteration: what its surplus calls are a share of
+    calls_base = grid.group_by("rank", "iteration").agg(pl.col("peer_calls").sum()).group_by("rank").agg(
+        calls_base=pl.col("peer_calls").median())
     # What the rank adds on a name is at most its surplus calls, each at its dearest kind of
     # call of that name: time beyond that is calls of other shapes, which the data sets (a
     # replica that drew longer sequences copies longer tensors), not work added. (The last
@@ -161,17 +167,23 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     more = more.with_columns(own=pl.min_horizontal("own", pl.col("peer") + surplus))
     if more.is_empty():
         return None
-    return more.group_by("rank").agg(own=pl.col("own").sum(), peer=pl.col("peer").sum()).select(
+    return more.group_by("rank").agg(own=pl.col("own").sum(), peer=pl.col("peer").sum(),
+                                     added_calls=(pl.col("calls") - pl.col("peer_calls")).sum()).join(
+        calls_base, on="rank", how="left").select(
         "rank", added=pl.col("own") / pl.col("peer"), added_excess_ns=pl.col("own") - pl.col("peer"),
-        added_base_ns=pl.col("peer"))
+        added_base_ns=pl.col("peer"), added_calls="added_calls", calls_base="calls_base")
+
+
+ADDED_COLUMNS = ("added", "added_excess_ns", "added_base_ns", "added_calls", "calls_base")
+"""What :func:`added_work` gives each rank (``added_calls`` and ``calls_base`` only where ranks
+run one program: the readings across pipeline stages count no calls)."""
 
 
 def with_added(ranks: pl.DataFrame, added: pl.DataFrame | None) -> pl.DataFrame:
-    """``ranks`` with ``added``, ``added_excess_ns``, ``added_base_ns`` (null where none)."""
-    if added is None:
-        return ranks.with_columns(added=pl.lit(None, pl.Float64), added_excess_ns=pl.lit(None, pl.Float64),
-                                  added_base_ns=pl.lit(None, pl.Float64))
-    return ranks.join(added, on="rank", how="left")
+    """``ranks`` with :data:`ADDED_COLUMNS` (null where none)."""
+    if added is not None:
+        ranks = ranks.join(added, on="rank", how="left")
+    return ranks.with_columns(pl.lit(None, pl.Float64).alias(c) for c in ADDED_COLUMNS if c not in ranks.columns)
 
 
 def does_extra_work(row: dict, min_effect: float) -> bool:
@@ -228,6 +240,19 @@ def added_slowdown(row: dict, min_effect: float, threshold: float) -> float | No
     if not does_extra_work(row, min_effect) or float(row["slowdown"]) >= 1 + threshold:
         return None
     return float(row["added"]) if row["added"] > float(row["slowdown"]) else None
+
+
+def launches_more(row: dict, min_effect: float) -> bool:
+    """Whether a rank calls ops more often than its peers by ``min_effect`` of all their calls,
+    in nearly every iteration (``added_work``): on a GPU whose host launches slower than its
+    kernels run, work added is the host's time launching it, not the kernels' (2 H200s, a user's
+    DDP transformer under autocast, 1.4x the forward's matmuls on rank 1: 832 kernels a step to
+    its peer's 717, in every step, its kernels' time no more than its peer's, its launch gaps
+    24 ms a step more, "slow host 1"). Counts are exact: a host that sleeps or waits, a GPU
+    another process shares, a replica's longer sequences all left both ranks at one count a step
+    in every such job traced on 2 H200s (46 jobs)."""
+    calls, base = row.get("added_calls"), row.get("calls_base")
+    return calls is not None and base is not None and base > 0 and calls >= min_effect * base
 
 
 def added_evidence(row: dict) -> dict:

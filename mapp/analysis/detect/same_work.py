@@ -30,8 +30,8 @@ import polars as pl
 
 from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, weighted_quantiles,
                                          within_rank_scale, z_critical)
-from mapp.analysis.detect.added_work import (LAUNCHED, added_work, launched, launched_with_dims, op_calls, op_of,
-                                             with_added)
+from mapp.analysis.detect.added_work import (ADDED_COLUMNS, LAUNCHED, added_work, launched, launched_with_dims,
+                                             op_calls, op_of, with_added)
 from mapp.analysis.detect.layout import middle_stages
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.ingest.schema import COMM_OP_PREFIXES, RUNTIME_PATTERN
@@ -704,8 +704,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         iterations=pl.when(pl.col("flagged")).then(pl.col("slow_its")).when(pl.col("gap_flagged"))
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
-             "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", "added", "added_excess_ns",
-             "added_base_ns", "work_ns", "all_work_ns", "held_ns").sort("rank")
+             "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", *ADDED_COLUMNS,
+             "work_ns", "all_work_ns", "held_ns").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),

@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from mapp.analysis.detect._stats import margin
-from mapp.analysis.detect.added_work import added_evidence, added_slowdown, adds_work, does_extra_work
+from mapp.analysis.detect.added_work import (added_evidence, added_slowdown, adds_work, does_extra_work,
+                                             launches_more)
 from mapp.analysis.detect.bandwidth import BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, Overruled, StageStatus, Suspect, Verdict
 from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled_why, stage2_agrees,
@@ -714,12 +715,25 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     if launch:
         evidence["launch_bound"] = {"why": row["launch_why"], **{
             k: None if row.get(k) is None else round(float(row[k]), 3) for k in ("ops_spread", "ops_median", "peers_spread")}}
+    # A host named by its gaps that launches more than its peers in nearly every iteration is
+    # launching work added, as fast GPUs wait on (``added_work.launches_more``): the work is the
+    # fault, the gaps its cost
+    launching = host and not shared_cpus and launches_more(row, peers.min_effect)
+    if launching:
+        host = False
+        evidence["peers"]["launched_more"] = _launched_evidence(row)
     return Suspect(
         rank=row["rank"], kind="slow_host" if host else "slow_compute", coords=coords.get(row["rank"]),
         confidence=min(0.99, 0.5 + 0.3 * c1 + 0.19 * c2), slowdown=slowdown,
         iterations=[int(i) for i in row["iterations"]], excess_ns=excess, iteration_ns=iteration_ns,
         evidence=evidence,
     )
+
+
+def _launched_evidence(row: dict) -> dict:
+    """A rank's calls beyond its peers' a typical iteration, and theirs of every op."""
+    return {"calls_per_iteration": round(float(row["added_calls"]), 1),
+            "peers_calls_per_iteration": round(float(row["calls_base"]), 1)}
 
 
 def _under_threshold(row: dict, gap_excess: float, iteration_ns: float | None, threshold: float) -> str | None:

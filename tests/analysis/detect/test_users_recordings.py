@@ -17,7 +17,8 @@ neighbour's time slices, counted as its host's). Two more, held out in the fifty
 fifty-third sessions, sleep before each step on one of 4 CPU processes sharing 2 cores, where the
 scheduler gave the sleeper's core to the others and it came out waiting on them. A second user
 job (``tests/corpus/user_ddp_cnn.py``, a CNN exported with ``export_chrome_trace``) gives a
-sleeper without step marks and a rank whose extra pass is counted, not timed.
+sleeper without step marks and a rank whose extra pass is counted, not timed; and a GPU rank
+under autocast launches extra matmuls its GPU runs faster than its host launches them.
 """
 
 from __future__ import annotations
@@ -246,3 +247,14 @@ def test_work_counted_beyond_the_peers_goes_ahead_of_a_rank_slower_by_its_times_
     assert (top.rank, top.kind) == (2, "slow_compute")
     assert "added_work" in top.evidence["peers"]
 
+
+def test_a_gpu_rank_that_launches_added_work_is_slow_compute_not_a_slow_host():
+    # 2 H200s, the forward under autocast, 1.4x its matmuls on rank 1: 832 kernels a step to its
+    # peer's 717 in every step, its kernels' time no more than its peer's, its GPU idle 24 ms a
+    # step more while its host launches them: "slow host 1" before
+    case = CASES["ddp2-transformer-tb-gpu-amp-fwd1.4x-r1"]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (1, "slow_compute")
+    launched = top.evidence["peers"]["launched_more"]
+    assert launched["calls_per_iteration"] >= 0.1 * launched["peers_calls_per_iteration"]
