@@ -3752,6 +3752,60 @@ def fresh108_set(seed: int = FRESH108_SEED) -> list[Case]:
     ]
 
 
+FRESH109_SEED = 683
+
+
+def fresh109_set(seed: int = FRESH109_SEED) -> list[Case]:
+    """Made after the fifty-fifth session's changes (on shared CPUs a rank whose added work is
+    counted goes ahead of ranks slower by their times alone; a GPU host that launches more calls
+    than its peers is slow compute), to find what they could hide or invent (``--set fresh109``,
+    seed 683, 4 gloo processes on 2 cores): profiler jobs with extra matmuls (plain DDP/FSDP2,
+    DP x TP, megatron-core layers and work before each microbatch) beside healthy and imbalanced
+    jobs and host sleeps. Ids end in ``-f109``."""
+    g = _held_out_gpt(seed, "-f109", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(_plain("ddp4", "dp4", seed, rank=3, factor=1.36, tag="-f109"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=0, factor=1.45, tag="-f109"), "tutorial"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=2, factor=1.4, tag="-f109"), "default"),
+        r(g("dp4", "kineto", "layer", rank=0, factor=1.35), "default"),
+        r(g("tp2dp2", "kineto", "beforemb", rank=1, ms=24), "default"),
+        r(ln(g("dp4", "kineto", "layer", rank=2, factor=1.44), 0.9), "default"),
+        r(_plain("ddp4", "dp4", seed, tag="-f109"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, tag="-f109"), "default"),
+        r(g("dp4", "kineto", "seqlognorm", sigma=1.0), "default"),
+        r(g("pp2dp2", "kineto", "healthy"), "tutorial"),
+        r(_plain("fsdp4", "dp4", seed, rank=1, step_sleep_ms=28, tag="-f109"), "default"),
+        r(g("tp2dp2", "kineto", "hostsleep", rank=3, ms=27), "default"),
+    ]
+
+
+FRESH110_SEED = 691
+
+
+def fresh110_set(seed: int = FRESH110_SEED) -> list[Case]:
+    """``fresh109``'s question for 2 ranks (``--set fresh110``, seed 691, 2 processes on 2
+    cores; its GPU runs take fresh91's model shape). Ids end in ``-f110``."""
+    g = _held_out_gpt(seed, "-f110", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        r(_plain("ddp2", "dp2", seed, rank=0, factor=1.38, tag="-f110"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, factor=1.46, tag="-f110"), "default"),
+        r(g("dp2", "kineto", "layer", rank=0, factor=1.37), "default"),
+        r(g("tp2", "kineto", "beforemb", rank=1, ms=26), "default"),
+        r(g("pp2", "kineto", "layer", rank=0, factor=1.43), "default"),
+        r(_plain("ddp2", "dp2", seed, tag="-f110"), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f110"), "default"),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        r(g("tp2", "kineto", "seqlognorm", sigma=0.95), "default"),
+        g("dp2", "mapp-v1", "healthy"),
+        r(_plain("ddp2", "dp2", seed, rank=1, sleep_ms=31, tag="-f110"), "default"),
+        r(g("dp2", "kineto", "hostsleep", rank=0, ms=29), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4322,6 +4376,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh103": fresh103_set, "fresh104": fresh104_set,
         "fresh105": fresh105_set, "fresh106": fresh106_set,
         "fresh107": fresh107_set, "fresh108": fresh108_set,
+        "fresh109": fresh109_set, "fresh110": fresh110_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
