@@ -2175,3 +2175,15 @@ def test_data_that_varies_is_told_from_a_fault_by_how_the_calls_vary_between_ste
     verdict = detect_bundle(load_bundle(fault.directory), threshold=0.1)
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (0, "slow_compute")
+
+
+def test_on_shared_cpus_a_rank_flagged_by_its_times_is_judged_on_the_work_it_adds():
+    # plain DDP, 4 processes on 2 cores, 1.41x the forward's matmuls on rank 2 (held out, two
+    # runs alike): 1.25x on the ops it calls more often, 2.0 ms a step of its 4.5 ms timed
+    # excess, its whole compute 1.07x: "below threshold: slow compute 2 1.073x" before
+    verdict = detect_bundle(load_bundle(FRESH_CASES["ddp4-prof-nosh-fwd1.41x-r2-f97"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_compute")
+    assert top.slowdown == pytest.approx(top.evidence["peers"]["added_work"]["slowdown"], abs=0.01)
+    assert top.slowdown > 1.1 > top.evidence["peers"]["slowdown"]
+
