@@ -3806,6 +3806,60 @@ def fresh110_set(seed: int = FRESH110_SEED) -> list[Case]:
     ]
 
 
+FRESH111_SEED = 701
+
+
+def fresh111_set(seed: int = FRESH111_SEED) -> list[Case]:
+    """Made after the fifty-fifth session's last changes (on shared CPUs a rank flagged on its
+    times that does counted work is given the added work's slowdown; the same work timed slower
+    names a rank only beyond 1.5x), to find what they could hide or invent (``--set fresh111``,
+    seed 701, 2 processes on 2 cores; its GPU runs take fresh91's model shape): two-rank jobs
+    with no fault, where one core of the pair may be slower all run, beside extra matmuls of
+    1.3-1.4x and sleeps. Ids end in ``-f111``."""
+    g = _held_out_gpt(seed, "-f111", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        r(_plain("ddp2", "dp2", seed, tag="-f111"), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f111"), "default"),
+        r(_plain("ddp2", "dp2", seed, tag="-f111-b"), "tutorial"),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        r(g("tp2", "kineto", "healthy"), "tutorial"),
+        r(g("dp2", "kineto", "seqlognorm", sigma=1.1), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.32, tag="-f111"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, factor=1.36, tag="-f111"), "default"),
+        r(g("dp2", "kineto", "layer", rank=1, factor=1.33), "default"),
+        r(g("tp2", "kineto", "layer", rank=0, factor=1.38), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, step_sleep_ms=26, tag="-f111"), "default"),
+        r(g("tp2", "kineto", "beforemb", rank=0, ms=23), "default"),
+    ]
+
+
+FRESH112_SEED = 709
+
+
+def fresh112_set(seed: int = FRESH112_SEED) -> list[Case]:
+    """``fresh111``'s question for 4 gloo processes on 2 cores (``--set fresh112``, seed 709).
+    Ids end in ``-f112``."""
+    g = _held_out_gpt(seed, "-f112", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(_plain("ddp4", "dp4", seed, tag="-f112"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f112"), "tutorial"),
+        r(_plain("tp2dp2", "tp2dp2", seed, tag="-f112"), "default"),
+        r(g("dp4", "kineto", "seqlognorm", sigma=1.05), "default"),
+        r(g("tp2dp2", "kineto", "healthy"), "default"),
+        r(g("pp2dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=0, factor=1.33, tag="-f112"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=3, factor=1.37, tag="-f112"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=1, factor=1.35, tag="-f112"), "default"),
+        r(ln(g("dp4", "kineto", "layer", rank=1, factor=1.34), 0.9), "default"),
+        r(g("tp2dp2", "kineto", "layer", rank=2, factor=1.36), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=2, sleep_ms=30, tag="-f112"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4377,6 +4431,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh105": fresh105_set, "fresh106": fresh106_set,
         "fresh107": fresh107_set, "fresh108": fresh108_set,
         "fresh109": fresh109_set, "fresh110": fresh110_set,
+        "fresh111": fresh111_set, "fresh112": fresh112_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
