@@ -248,9 +248,10 @@ def launches_more(row: dict, min_effect: float) -> bool:
     kernels run, work added is the host's time launching it, not the kernels' (2 H200s, a user's
     DDP transformer under autocast, 1.4x the forward's matmuls on rank 1: 832 kernels a step to
     its peer's 717, in every step, its kernels' time no more than its peer's, its launch gaps
-    24 ms a step more, "slow host 1"). Counts are exact: a host that sleeps or waits, a GPU
-    another process shares, a replica's longer sequences all left both ranks at one count a step
-    in every such job traced on 2 H200s (46 jobs)."""
+    24 ms a step more, "slow host 1"). Counts are exact: a host that sleeps, a GPU another
+    process shares and lengths padded per step left no rank calling more than its peer in nearly
+    every step (25 such runs of that job on 2 H200s; padded lengths moved either rank's count in
+    some steps)."""
     calls, base = row.get("added_calls"), row.get("calls_base")
     return calls is not None and base is not None and base > 0 and calls >= min_effect * base
 
