@@ -23,8 +23,8 @@ from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.graph.diagnose import rank_list
 
 __all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "ONE_RANK_A_STAGE", "TIMES_ALONE", "TWO_PEERS", "WITH_REPLICA",
-           "above_shared_cpus",
-           "counted_first", "late_above_contention", "layers_by_contention", "slowest_other", "stands_out", "typical_slowdown"]
+           "above_shared_cpus", "counted_first", "late_above_contention", "layers_by_contention", "slowest_other",
+           "stands_out", "typical_slowdown"]
 
 FAR_MORE = 2.0
 """On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""
@@ -45,7 +45,7 @@ TIMES_ALONE = 1.5
 """``CONTENTION`` for a rank flagged by its times alone where calls are counted (under the
 profiler) and it calls no op more often than its peers: the same work, timed slower. Over the
 corpora, the held-out sets and the user jobs' runs (1,150 jobs, about 700 of them profiler
-traces on shared CPUs), each of 280 faulted ranks named slow compute there did counted work
+traces on shared CPUs), each of 277 faulted ranks named slow compute there did counted work
 (``added_work``), and the three ranks named by their times alone were in jobs with no fault,
 1.30-1.44x (plain DDP and a CNN of two processes on 2 cores, one core of the pair slower all
 run; megatron-core DP4 on lognormal lengths, no shapes recorded). A core that is slower at the
