@@ -160,7 +160,7 @@ def _evidence_line(s) -> str:
         if p.get("launched_more") and s.kind == "slow_compute":
             lm, g = p["launched_more"], e.get("launch_gaps") or {}
             parts.append(f"{lm['calls_per_iteration']:.0f} calls/it beyond its peers' {lm['peers_calls_per_iteration']:.0f} "
-                         f"in every iteration, its GPU idle +{g.get('excess_ms_per_iteration', 0.0):.2f} ms/it while its "
+                         f"in nearly every iteration, its GPU idle +{g.get('excess_ms_per_iteration', 0.0):.2f} ms/it while its "
                          "host launches them (work added)")
     lb = e.get("launch_bound")
     if lb and s.kind == "slow_host":
