@@ -20,7 +20,7 @@ from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["ADDED_SHARE", "ADDED_PART", "LAUNCHED", "added_work", "launched", "launched_with_dims", "op_calls", "op_of",
            "with_added", "ADDED_COLUMNS", "does_extra_work", "adds_work", "added_slowdown", "added_evidence",
-           "launches_more"]
+           "launches_more", "launched_evidence"]
 
 LAUNCHED = " <- "
 """Joins a kernel's grid and block to the op that launched it in ``shape``
@@ -261,3 +261,10 @@ def added_evidence(row: dict) -> dict:
     return {"slowdown": round(float(row["added"]), 3),
             "excess_ms_per_iteration": round(float(row["added_excess_ns"]) / 1e6, 4),
             "peers_ms_per_iteration": round(float(row["added_base_ns"]) / 1e6, 4)}
+
+
+def launched_evidence(row: dict) -> dict:
+    """The suspect's evidence of the calls it launches beyond its peers' (``peers.launched_more``):
+    its surplus calls in a typical iteration, and its peers' calls of every op there."""
+    return {"calls_per_iteration": round(float(row["added_calls"]), 1),
+            "peers_calls_per_iteration": round(float(row["calls_base"]), 1)}

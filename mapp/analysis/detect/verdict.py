@@ -22,7 +22,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import margin
 from mapp.analysis.detect.added_work import (added_evidence, added_slowdown, adds_work, does_extra_work,
-                                             launches_more)
+                                             launched_evidence, launches_more)
 from mapp.analysis.detect.bandwidth import BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, Overruled, StageStatus, Suspect, Verdict
 from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled_why, stage2_agrees,
@@ -730,19 +730,13 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                  and max(row.get("long_excess_ns") or 0.0, 0.0) < STALLS_SHARE * gap_excess)
     if launching:
         host = False
-        evidence["peers"]["launched_more"] = _launched_evidence(row)
+        evidence["peers"]["launched_more"] = launched_evidence(row)
     return Suspect(
         rank=row["rank"], kind="slow_host" if host else "slow_compute", coords=coords.get(row["rank"]),
         confidence=min(0.99, 0.5 + 0.3 * c1 + 0.19 * c2), slowdown=slowdown,
         iterations=[int(i) for i in row["iterations"]], excess_ns=excess, iteration_ns=iteration_ns,
         evidence=evidence,
     )
-
-
-def _launched_evidence(row: dict) -> dict:
-    """A rank's calls beyond its peers' a typical iteration, and theirs of every op."""
-    return {"calls_per_iteration": round(float(row["added_calls"]), 1),
-            "peers_calls_per_iteration": round(float(row["calls_base"]), 1)}
 
 
 def _under_threshold(row: dict, gap_excess: float, iteration_ns: float | None, threshold: float) -> str | None:
