@@ -3860,6 +3860,59 @@ def fresh112_set(seed: int = FRESH112_SEED) -> list[Case]:
     ]
 
 
+FRESH113_SEED = 719
+
+
+def fresh113_set(seed: int = FRESH113_SEED) -> list[Case]:
+    """Held out at the start of the fifty-sixth session, before any change (``--set fresh113``,
+    seed 719, 4 gloo processes on 2 cores): issue 13's classes with values no other set uses,
+    under mapp's capture and the profiler, plain DDP/FSDP2 and DP x TP: layer faults of
+    1.3-1.5x, a heavier pipeline link, jittered work before each microbatch, host and step
+    sleeps, beside healthy, imbalanced and lognormal jobs. Ids end in ``-f113``."""
+    g = _held_out_gpt(seed, "-f113", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        g("dp4", "mapp-v1", "layer", rank=3, factor=1.42),
+        r(g("pp2dp2", "kineto", "link", link=(1, 3)), "default"),
+        r(_jittering(g("tp2dp2", "kineto", "beforemb", rank=2, ms=25), 0.8), "default"),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        r(ln(g("dp4", "kineto", "hostsleep", rank=0, ms=28), 0.7), "default"),
+        r(g("tp2pp2", "kineto", "layer", rank=1, factor=1.41), "tutorial"),
+        r(g("pp4", "kineto", "laststage", last_layers=2), "default"),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.75),
+        r(_plain("ddp4", "dp4", seed, rank=0, step_sleep_ms=29, tag="-f113"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=2, factor=1.39, tag="-f113"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=0, factor=1.47, tag="-f113"), "tutorial"),
+        r(_plain("ddp4", "dp4", seed, tag="-f113"), "tutorial"),
+    ]
+
+
+FRESH114_SEED = 727
+
+
+def fresh114_set(seed: int = FRESH114_SEED) -> list[Case]:
+    """``fresh113``'s question for 2 ranks (``--set fresh114``, seed 727, 2 processes on 2
+    cores; its GPU runs take fresh91's model shape). Ids end in ``-f114``."""
+    g = _held_out_gpt(seed, "-f114", GPT_GPU_FRESH91)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.39),
+        g("dp2", "mapp-v1", "healthy"),
+        r(g("pp2", "kineto", "hostsleep", rank=1, ms=27), "default"),
+        r(g("tp2", "kineto", "layer", rank=1, factor=1.45), "default"),
+        r(ln(g("dp2", "kineto", "layer", rank=0, factor=1.42), 0.8), "default"),
+        r(g("pp2", "kineto", "healthy"), "tutorial"),
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=26),
+        r(g("dp2", "kineto", "seqlognorm", sigma=0.85), "tutorial"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, factor=1.43, tag="-f114"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=0, sleep_ms=32, tag="-f114"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.37, tag="-f114"), "tutorial"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f114"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4432,6 +4485,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh107": fresh107_set, "fresh108": fresh108_set,
         "fresh109": fresh109_set, "fresh110": fresh110_set,
         "fresh111": fresh111_set, "fresh112": fresh112_set,
+        "fresh113": fresh113_set, "fresh114": fresh114_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
