@@ -30,7 +30,11 @@ import polars as pl
 from mapp.analysis.detect._stats import binomial_tail, others_median, robust_scale, z_critical
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["BandwidthEvidence", "LinkFinding", "link_bandwidth"]
+__all__ = ["BandwidthEvidence", "COUNTED", "LinkFinding", "link_bandwidth"]
+
+COUNTED = ("bytes moved", "messages moved")
+"""An observation's ``compared`` where its link's transfers were counted, not timed
+(``_added_traffic``: by their bytes, or by their messages where no size was recorded)."""
 
 
 @dataclass(slots=True)
@@ -64,7 +68,7 @@ class BandwidthEvidence:
     link judged by its fastest transfers: ``_raised_floors``), ``floor_ratio`` (where its fastest
     transfers were raised above its like links': their ratio, else null). A finding's
     observations say what was compared where it was not like transfers' typical times:
-    ``compared`` "fastest transfers" or "bytes moved" (``_added_traffic``); and ``fastest_ratio``
+    ``compared`` "fastest transfers", or one of ``COUNTED`` (``_added_traffic``); and ``fastest_ratio``
     where its fastest transfers were raised too."""
     findings: list[LinkFinding] = field(default_factory=list)
     z_crit: float = 0.0
@@ -433,7 +437,8 @@ def _added_traffic(matching) -> list[LinkFinding]:
     are not counted. Its cost per iteration is the fastest of those transfers' times (a blocking
     side's time spans the wait for the other end too) times their number, unknown (0, the
     observation's ``timed`` false) where every one was posted asynchronously; its ``slowdown`` is
-    its bytes per iteration over its like links' median."""
+    its bytes per iteration over its like links' median. Where no transfer's size was recorded,
+    messages are counted instead (``_added_messages``)."""
     p = matching.p2p.filter(pl.col("bytes_match") & (pl.col("src") != pl.col("dst")) & pl.col("iteration").is_not_null())
     if p.is_empty():
         return []
@@ -445,6 +450,8 @@ def _added_traffic(matching) -> list[LinkFinding]:
             pl.when(~pl.col("recv_async")).then(pl.col("recv_end_ns") - pl.col("recv_start_ns"))),
     ).with_columns(link=pl.format("{}-{}", "lo", "hi"))
     iterations = p["iteration"].n_unique()
+    if p["bytes"].null_count() == len(p):
+        return _added_messages(p, iterations)
     counts = p.group_by("link", "bytes", "iteration").agg(n=pl.len())
     links_of = counts.group_by("bytes").agg(links=pl.col("link").unique())
     own = links_of.filter(pl.col("links").list.len() == 1)["bytes"].to_list()
@@ -486,6 +493,42 @@ def _added_traffic(matching) -> list[LinkFinding]:
                                "iterations": sorted(int(i) for i in more["iteration"].to_list()),
                                "compared": "bytes moved", "timed": timed}],
             ))
+    return findings
+
+
+def _added_messages(p: pl.DataFrame, iterations: int) -> list[LinkFinding]:
+    """``_added_traffic`` where no transfer's size was recorded (gloo under the profiler's
+    defaults, record_shapes=False): p2p links that carry more messages than their like links.
+
+    Links are *like* here when each carries messages in every iteration (the pipeline links of
+    the DP replicas of PP2 x DP2: as many exchanges a microbatch on each). A link that in nearly
+    every iteration (``CONSISTENT``) carries more messages than the median of the others moves
+    work they do not: megatron-core PP2 x DP2 on 4 gloo processes, every exchange of link 1-3
+    also moving a 4 MB tensor on a group of its own: 16 messages each way a step to link 0-2's 8,
+    every step (the same job with shapes recorded is 32x by its bytes). Its ``slowdown`` is its
+    messages over its like links' median. Its cost is unknown (0, ``timed`` false): no size says
+    which of its messages are the surplus, and its fastest message times the surplus understates
+    it (0.4 ms a step in the second run of that job, whose surplus messages each moved 4 MB)."""
+    per_link = p.group_by("link", "iteration").agg(n=pl.len())
+    every = per_link.group_by("link").agg(its=pl.len()).filter(pl.col("its") == iterations)["link"].to_list()
+    if len(every) < 2:
+        return []
+    per_link = per_link.filter(pl.col("link").is_in(every))
+    findings = []
+    for link in sorted(every):
+        like = (per_link.filter(pl.col("link") != link).group_by("iteration").agg(n_like=pl.col("n").median()))
+        both = per_link.filter(pl.col("link") == link).join(like, on="iteration")
+        more = both.filter(pl.col("n") > pl.col("n_like"))
+        if len(more) < CONSISTENT * iterations:
+            continue
+        ratio = float(both["n"].median()) / max(float(both["n_like"].median()), 1.0)
+        ranks = [int(r) for r in link.split("-")]
+        findings.append(LinkFinding(
+            kind="slow_link", ranks=tuple(ranks), slowdown=ratio, z=0.0, excess_ns=0.0,
+            observations=[{"ranks": ranks, "what": "p2p", "ratio": round(ratio, 3),
+                           "iterations": sorted(int(i) for i in more["iteration"].to_list()),
+                           "compared": "messages moved", "timed": False}],
+        ))
     return findings
 
 

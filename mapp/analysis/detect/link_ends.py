@@ -11,7 +11,7 @@ a link that loses a fraction of what a slow host costs is that host's doing
 
 from __future__ import annotations
 
-from mapp.analysis.detect.bandwidth import FLOOR_RATIO
+from mapp.analysis.detect.bandwidth import COUNTED, FLOOR_RATIO
 from mapp.analysis.detect.findings import Overruled, Suspect
 
 __all__ = ["LINK_EXPLAINS", "own_slowness", "link_ends", "links_beside_a_busy_host", "tp_peers"]
@@ -20,12 +20,12 @@ __all__ = ["LINK_EXPLAINS", "own_slowness", "link_ends", "links_beside_a_busy_ho
 def own_slowness(f) -> bool:
     """A link finding whose every observation is slow by itself, whatever its ends do: its
     fastest transfers raised above its like link's (``bandwidth._raised_floors``: waiting only
-    adds, so a late end does not raise them), more bytes moved than its like links
+    adds, so a late end does not raise them), more bytes or messages moved than its like links
     (``bandwidth._added_traffic``), or a job's only link whose typical message, once both ends
     were there, took longer than the slowest fabric would (``bandwidth._only_link``: a late end
     delays when a message starts, not how long it takes then; PP2 on 2 CPUs, 4 MB more a
     message: 26.7 ms of transfers beyond it a step, beside 1.1 ms of launch gaps on one end)."""
-    return all(o.get("compared") == "bytes moved" or o.get("fastest_ratio") is not None or o.get("against") == "fabric"
+    return all(o.get("compared") in COUNTED or o.get("fastest_ratio") is not None or o.get("against") == "fabric"
                for o in f.observations)
 
 

@@ -23,7 +23,7 @@ import polars as pl
 from mapp.analysis.detect._stats import margin
 from mapp.analysis.detect.added_work import (added_evidence, added_slowdown, adds_work, does_extra_work,
                                              launched_evidence, launches_more)
-from mapp.analysis.detect.bandwidth import BandwidthEvidence
+from mapp.analysis.detect.bandwidth import COUNTED, BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, Overruled, StageStatus, Suspect, Verdict
 from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled_why, stage2_agrees,
                                         stalled_iterations, traced_iterations)
@@ -149,7 +149,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             # (one whose extra transfers were all posted asynchronously has no cost to weigh: a GPU
             # rank's batched p2p under the profiler, 4 H200s, PP2 x DP2, 512 MB more per exchange
             # on link 1-3, 31.5x its like link's bytes, and no transfer time in the trace)
-            untimed = all(o.get("compared") == "bytes moved" and o.get("timed") is False for o in f.observations)
+            untimed = all(o.get("compared") in COUNTED and o.get("timed") is False for o in f.observations)
             if iteration_ns and f.excess_ns < LINK_COST * peers.min_effect * iteration_ns and not untimed:
                 continue
             suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))

@@ -53,9 +53,11 @@ What this reader keeps and how it maps it:
   ``Rank`` (group-local, mapped through the group's ranks), for gloo from the enclosing
   ``c10d::send``/``c10d::recv_`` call's arguments (group-local too, and gloo names no group:
   mapped to a global rank across the ranks read together, see ``_gloo_groups``), or the other
-  rank of a 2-rank world. A ``gloo:send`` gets ``args["async"] = true``: its span lasts until
-  its caller waits on it, which is not when the receive ends. A gloo collective that names no
-  group gets one where the ranks' calls show which (``_gloo_groups``).
+  rank of a 2-rank world; where shapes were not recorded (no c10d arguments), a pipeline
+  neighbour of megatron-core's (``_gloo_groups``, from each rank's pipeline group). A
+  ``gloo:send`` gets ``args["async"] = true``: its span lasts until its caller waits on it,
+  which is not when the receive ends. A gloo collective that names no group gets one where the
+  ranks' calls show which (``_gloo_groups``).
 * on a rank that recorded GPU kernels the CPU runs ahead of the GPU, so its CPU side says little
   about when work happened: the canonical comm event of a call is its collective kernel (a CPU
   ``record_param_comms`` that is canonical takes the timing and stream of the NCCL/RCCL kernel it
@@ -200,7 +202,7 @@ def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.
         with paused_gc():
             one = _read_one(path, warn, alone=len(files) == 1)
         by_rank.setdefault(one.rank, []).append(one)
-    events, ranks, groups, joined = [], [], {}, {}
+    events, ranks, groups, pipelines, joined = [], [], {}, {}, {}
     for rank, parts in by_rank.items():
         whole, how = _cycles_joined(parts)
         if how:
@@ -209,22 +211,26 @@ def read(files: list[pathlib.Path], *, warn: Callable[[str], None]) -> tuple[pl.
             events.append(one.events)
             ranks.append(one.row)
             groups[rank] = one.members
+            pipelines[rank] = one.pipeline
     for how, which in joined.items():
         warn(f"{'rank' if len(which) == 1 else 'ranks'} {_ranges(which)}: {how}")
     if not events:
         return schema.empty_events(), pl.DataFrame(schema=schema.RANKS_SCHEMA)
-    return _gloo_groups.resolve(pl.concat(events, how="vertical"), groups, warn), pl.concat(ranks, how="vertical")
+    return (_gloo_groups.resolve(pl.concat(events, how="vertical"), groups, warn, pipelines),
+            pl.concat(ranks, how="vertical"))
 
 
 @dataclass(slots=True)
 class _File:
     """One trace file read: its events (with the ``_gloo_groups.LOCAL`` column), its rank's row,
-    the members of the rank's process groups, and the OS process that recorded it."""
+    the members of the rank's process groups and of its pipeline group, and the OS process that
+    recorded it."""
 
     rank: int
     events: pl.DataFrame
     row: pl.DataFrame
     members: list[tuple]
+    pipeline: tuple[int, ...] | None
     pid: object
 
     def steps(self) -> set[int]:
@@ -259,7 +265,7 @@ def _cycles_joined(parts: list[_File]) -> tuple[list[_File], str | None]:
            f"steps {', '.join(_ranges(sorted(p.steps())) for p in kept)}"
            + (f"; {left} without a communication call left out" if left else ""))
     events = pl.concat([p.events for p in kept], how="vertical")
-    return [_File(parts[0].rank, events, kept[0].row, kept[0].members, kept[0].pid)], how
+    return [_File(parts[0].rank, events, kept[0].row, kept[0].members, kept[0].pipeline, kept[0].pid)], how
 
 
 def _ranges(values: list[int]) -> str:
@@ -423,7 +429,8 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None], alone: bool = Fal
         **{k: [v] for k, v in _megatron_coords(rank, world_size, pgs).items()},
     }, schema_overrides={"world_size": pl.Int32(), "host": pl.String(), "device": pl.String()})
     members = [tuple(r) for r in (_rank_list(pg.get("ranks")) for pg in pgs) if r and rank in r]
-    return _File(rank, events, schema.conform(ranks, schema.RANKS_SCHEMA), members, _process_id(raw))
+    return _File(rank, events, schema.conform(ranks, schema.RANKS_SCHEMA), members, _pipeline_group(rank, pgs),
+                 _process_id(raw))
 
 
 class _Kept:
@@ -728,6 +735,16 @@ def _megatron_coords(rank: int, world_size: int | None, pgs: list[dict]) -> dict
         return {}
     return {**{axis: place for axis, (place, _) in found.items()},
             **{f"layout_{axis}": size for axis, (_, size) in found.items()}}
+
+
+def _pipeline_group(rank: int, pgs: list[dict]) -> tuple[int, ...] | None:
+    """The members of ``rank``'s pipeline group (megatron-core's PIPELINE_MODEL_PARALLEL_GROUP,
+    in stage order), for ``_gloo_groups`` to place the p2p calls whose peer gloo did not record;
+    None unless the rank lists exactly one."""
+    found = {tuple(members) for pg in pgs
+             if _group_label(pg.get("pg_desc"), None) == "pp" and (members := _rank_list(pg.get("ranks"))) is not None
+             and rank in members}
+    return found.pop() if len(found) == 1 else None
 
 
 def _group_label(desc: object, name: object) -> str | None:

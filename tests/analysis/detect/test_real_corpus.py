@@ -2196,3 +2196,27 @@ def test_on_shared_cpus_the_same_work_timed_slower_names_no_rank_under_times_alo
     verdict = detect_bundle(load_bundle(FRESH_CASES[case_id].directory), threshold=0.1)
     assert verdict.suspects == []
     assert [n for n in verdict.notes if "by its times alone, under 1.5x" in n]
+
+
+@pytest.mark.parametrize("case, link", [("gpt-pp2dp2-prof-nosh-link1-3-f113", (1, 3)),
+                                        ("gpt-pp4-prof-nosh-link1-2-f104", (1, 2))])
+def test_a_link_carrying_more_messages_is_named_where_no_size_was_recorded(case, link):
+    # megatron-core under the profiler's defaults (record_shapes=False) on 4 gloo processes,
+    # every pipeline exchange of one link also moving a 4 MB tensor on a group of its own (held
+    # out, both runs alike): no call records its peer or size, and every gloo send is posted
+    # asynchronously: "no suspect" before. Its ends exchange twice the messages of the others
+    verdict = detect_bundle(load_bundle(FRESH_CASES[case].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", set(link))
+    (seen,) = top.evidence["bandwidth"]["observations"]
+    assert seen["compared"] == "messages moved" and seen["ratio"] == pytest.approx(2.0)
+    buf = io.StringIO()
+    Console(file=buf, width=250, color_system=None).print(DetectReport(verdict))
+    assert f"p2p {link[0]}-{link[1]} carries 2.0x the messages of its like links (sizes not recorded)" in buf.getvalue()
+
+
+def test_pipelines_of_like_links_name_no_link_where_no_size_was_recorded():
+    # the same jobs with no fault: every link carries as many messages as its like links
+    for case in ("gpt-pp4-prof-nosh-healthy-f68", "gpt-pp4-prof-nosh-layer1.5x-r1-f68"):
+        verdict = detect_bundle(load_bundle(FRESH_CASES[case].directory), threshold=0.1)
+        assert not [s for s in verdict.suspects if s.kind == "slow_link"], case

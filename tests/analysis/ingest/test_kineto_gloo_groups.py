@@ -167,3 +167,69 @@ def test_tp_calls_on_shared_cores_are_placed_by_how_tightly_their_members_end_th
     tp = bundle.scan().filter((pl.col("cat") == "collective") & (pl.col("bytes") == 131072)).collect()
     assert sorted(tp.group_by("rank", "group_ranks").len().rows()) == [
         (0, [0, 1], 48), (1, [0, 1], 48), (2, [2, 3], 48), (3, [2, 3], 48)]
+
+
+FRESH = CASE.parent.parent / "cases-fresh"
+
+
+def _copy_of(case: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    for f in case.glob("rank-*.json.gz"):
+        shutil.copy(f, tmp_path / f.name)
+    return tmp_path
+
+
+def test_pp2_p2p_without_shapes_goes_to_the_pipeline_partner(tmp_path):
+    # megatron-core PP2 x DP2 under the profiler's defaults (record_shapes=False): no c10d input
+    # names the peer. Ranks 0,1 are stage 0, 2,3 stage 1; link 1-3 also carries an extra
+    # exchange on a group of its own every time, so its ends make twice the calls
+    bundle = load_bundle(_copy_of(FRESH / "gpt-pp2dp2-prof-nosh-link1-3-f113", tmp_path), warn=lambda _: None)
+    p2p = bundle.scan().filter(pl.col("cat") == "p2p").collect()
+    assert sorted(p2p.group_by("rank", "name", "peer").len().rows()) == [
+        (0, "recv", 2, 8), (0, "send", 2, 8), (1, "recv", 3, 16), (1, "send", 3, 16),
+        (2, "recv", 0, 8), (2, "send", 0, 8), (3, "recv", 1, 16), (3, "send", 1, 16)]
+    matching = match_bundle(bundle)
+    assert sorted(matching.p2p.group_by("src", "dst").len().rows()) == [(0, 2, 8), (1, 3, 16), (2, 0, 8), (3, 1, 16)]
+    assert not [f for f in matching.findings if f.kind in ("no_peer", "unmatched_send", "unmatched_recv")]
+
+
+def test_pp4_middle_stages_without_shapes_are_paired_by_when_their_calls_end(tmp_path):
+    # PP4 under the profiler's defaults: stages 0 and 3 have one neighbour each, stages 1 and 2
+    # two. Each step, rank 0 exchanges 2 messages each way with rank 1 (its trace, 4 steps);
+    # link 1-2 carries twice that (an extra exchange injected there), link 2-3 as many as 0-1
+    bundle = load_bundle(_copy_of(FRESH / "gpt-pp4-prof-nosh-link1-2-f104", tmp_path), warn=lambda _: None)
+    p2p = bundle.scan().filter(pl.col("cat") == "p2p").collect()
+    assert sorted(p2p.group_by("rank", "name", "peer").len().rows()) == [
+        (0, "recv", 1, 8), (0, "send", 1, 8),
+        (1, "recv", 0, 8), (1, "recv", 2, 16), (1, "send", 0, 8), (1, "send", 2, 16),
+        (2, "recv", 1, 16), (2, "recv", 3, 8), (2, "send", 1, 16), (2, "send", 3, 8),
+        (3, "recv", 2, 8), (3, "send", 2, 8)]
+    matching = match_bundle(bundle)
+    assert not [f for f in matching.findings if f.kind in ("no_peer", "unmatched_send", "unmatched_recv")]
+
+
+def test_pairing_by_ends_finds_the_peers_shapes_record():
+    # the same pairing on PP4 traces recorded with shapes, their peers taken away: every call
+    # gets the peer its c10d input named, on fixed and on lognormal lengths
+    pipe = (0, 1, 2, 3)
+    for name in ("gpt-pp4-prof-layer1.5x-r2-f2", "gpt-pp4-prof-seqlognorm0.95-f9"):
+        events = load_bundle(FRESH / name, warn=lambda _: None).scan().collect()
+        recorded = events.filter(pl.col("cat") == "p2p")["peer"].to_list()
+        assert None not in recorded and len(recorded) >= 96
+        blind = events.with_columns(peer=pl.when(pl.col("cat") == "p2p").then(None).otherwise(pl.col("peer")))
+        paired = _gloo_groups._pipeline_peers(blind, {r: pipe for r in pipe})
+        assert paired.filter(pl.col("cat") == "p2p")["peer"].to_list() == recorded, name
+
+
+def test_a_pipeline_call_left_without_a_partner_leaves_every_call_without_a_peer():
+    # three stages; rank 1 sends to 0 and 2, but only rank 0 receives: the trace of rank 2's
+    # side is cut short, so no pairing takes every call (nothing is guessed)
+    def call(rank, name, end):
+        return dict(rank=rank, name=name, cat="p2p", ph="X", ts_ns=end - 10, dur_ns=10)
+
+    events = _events([call(1, "send", 100), call(0, "recv", 101), call(1, "send", 200),
+                      call(2, "send", 300), call(1, "recv", 301)]).drop(_gloo_groups.LOCAL)
+    pipes = {0: (0, 1, 2), 1: (0, 1, 2), 2: (0, 1, 2)}
+    assert _gloo_groups._pipeline_peers(events, pipes)["peer"].to_list() == [None] * 5
+    # with rank 2's receive there, each call gets the neighbour whose call ended with it
+    whole = pl.concat([events, _events([call(2, "recv", 202)]).drop(_gloo_groups.LOCAL)])
+    assert _gloo_groups._pipeline_peers(whole, pipes)["peer"].to_list() == [0, 1, 2, 1, 2, 1]
