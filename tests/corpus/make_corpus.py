@@ -3913,6 +3913,39 @@ def fresh114_set(seed: int = FRESH114_SEED) -> list[Case]:
     ]
 
 
+FRESH115_SEED = 733
+
+
+def fresh115_set(seed: int = FRESH115_SEED) -> list[Case]:
+    """Made after the fifty-sixth session's change (a gloo p2p call recorded without shapes
+    goes to a pipeline neighbour: the one, or the one whose call ended with it; where no size
+    was recorded a link is counted by its messages), to find what it could hide or invent
+    (``--set fresh115``, seed 733, 4 gloo processes on 2 cores): megatron-core pipelines under
+    the profiler's defaults, heavier links on PP2 x DP2, TP2 x PP2 and PP4 (an end's link and a
+    middle one, with and without interleaving), beside healthy, imbalanced and faulted
+    pipelines, and one link with shapes recorded. Ids end in ``-f115``."""
+    g = _held_out_gpt(seed, "-f115", GPT_GPU_FRESH14)
+    r = _recorded
+
+    def v(case: Case) -> Case:
+        return _scheduled(case, vpp=2)
+
+    return [
+        r(g("pp2dp2", "kineto", "link", link=(0, 2)), "default"),
+        r(g("tp2pp2", "kineto", "link", link=(1, 3)), "default"),
+        r(g("pp4", "kineto", "link", link=(0, 1)), "default"),
+        r(g("pp4", "kineto", "link", link=(2, 3)), "default"),
+        r(v(g("pp4", "kineto", "link", link=(2, 3))), "default"),
+        r(v(g("pp4", "kineto", "healthy")), "default"),
+        r(v(g("pp2dp2", "kineto", "layer", rank=2, factor=1.43)), "default"),
+        r(g("pp2dp2", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("tp2pp2", "kineto", "hostsleep", rank=0, ms=27), "default"),
+        r(g("pp4", "kineto", "layer", rank=3, factor=1.38), "default"),
+        r(g("pp2dp2", "kineto", "link", link=(1, 3)), "tutorial"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4486,6 +4519,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh109": fresh109_set, "fresh110": fresh110_set,
         "fresh111": fresh111_set, "fresh112": fresh112_set,
         "fresh113": fresh113_set, "fresh114": fresh114_set,
+        "fresh115": fresh115_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
