@@ -3946,6 +3946,37 @@ def fresh115_set(seed: int = FRESH115_SEED) -> list[Case]:
     ]
 
 
+FRESH116_SEED = 739
+
+
+def fresh116_set(seed: int = FRESH116_SEED) -> list[Case]:
+    """Made after the fifty-sixth session's second change (a pipeline's calls without a peer are
+    paired with its two ends neighbours too where that pairs them far closer: interleaved 1F1B),
+    to find what it could hide or invent (``--set fresh116``, seed 739, 4 gloo processes on 2
+    cores): megatron-core pipelines under the profiler's defaults, interleaved (2 model chunks a
+    rank) and not, healthy, imbalanced, faulted and with a heavier link. Ids end in ``-f116``."""
+    g = _held_out_gpt(seed, "-f116", GPT_GPU_FRESH14)
+    r = _recorded
+
+    def v(case: Case) -> Case:
+        return _scheduled(case, vpp=2)
+
+    return [
+        r(v(g("pp4", "kineto", "healthy")), "default"),
+        r(v(g("pp4", "kineto", "layer", rank=1, factor=1.42)), "default"),
+        r(v(g("pp4", "kineto", "hostsleep", rank=2, ms=28)), "default"),
+        r(v(g("pp4", "kineto", "link", link=(2, 3))), "default"),
+        r(v(g("pp4", "kineto", "seqlognorm", sigma=0.85)), "default"),
+        r(v(g("pp2dp2", "kineto", "link", link=(1, 3))), "default"),
+        r(v(g("pp2dp2", "kineto", "healthy")), "default"),
+        r(v(g("pp2dp2", "kineto", "hostsleep", rank=0, ms=26)), "default"),
+        r(g("pp4", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "beforemb", rank=2, ms=24), "default"),
+        r(g("tp2pp2", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "laststage", last_layers=3), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4519,7 +4550,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh109": fresh109_set, "fresh110": fresh110_set,
         "fresh111": fresh111_set, "fresh112": fresh112_set,
         "fresh113": fresh113_set, "fresh114": fresh114_set,
-        "fresh115": fresh115_set,
+        "fresh115": fresh115_set, "fresh116": fresh116_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
