@@ -236,16 +236,17 @@ def test_a_pipeline_call_left_without_a_partner_leaves_every_call_without_a_peer
 
 
 
-def test_an_interleaved_pipeline_pairs_its_last_stage_with_its_first(tmp_path):
+
+def test_an_interleaved_pipeline_keeps_its_calls_without_a_peer(tmp_path):
     # megatron-core PP4 with 2 model chunks a rank (interleaved 1F1B), no fault, the profiler's
-    # defaults: each microbatch goes from stage 3 back to stage 0 for its second chunk, and its
-    # gradient back the other way, once a chunk boundary: half as often as on the other links
-    # (16 messages each way over the trace's 4 steps, 32 on the others). Paired without that
-    # link, the ends' calls were forced onto their other neighbours: link 1-2 16, the others 48
+    # defaults: each microbatch also goes from stage 3 back to stage 0. Paired as a pipeline that
+    # does not interleave, a third of the calls were forced onto other neighbours (link 1-2 16
+    # messages each way, the others 48, where the ends' link carries 16 and the others 32)
     case = FRESH / "gpt-pp4-vpp2-prof-nosh-healthy-f115"
     bundle = load_bundle(_copy_of(case, tmp_path), warn=lambda _: None)
-    sends = bundle.scan().filter((pl.col("cat") == "p2p") & (pl.col("name") == "send")).collect()
-    count = {(a, b): n for a, b, n in sends.group_by("rank", "peer").len().rows()}
-    assert None not in {b for _, b in count}
-    assert 14 <= count[3, 0] <= 18 and 14 <= count[0, 3] <= 18
-    assert all(29 <= count[a, b] <= 35 for a, b in [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)]), count
+    p2p = bundle.scan().filter(pl.col("cat") == "p2p").collect()
+    assert len(p2p) == 448 and p2p["peer"].null_count() == 448
+    # the same calls of a pipeline that does not interleave are paired (the PP4 case above)
+    p2p = load_bundle(FRESH / "gpt-pp4-prof-nosh-link1-2-f104", warn=lambda _: None).scan().filter(
+        pl.col("cat") == "p2p").collect()
+    assert p2p["peer"].null_count() == 0
