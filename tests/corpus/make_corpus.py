@@ -3977,6 +3977,38 @@ def fresh116_set(seed: int = FRESH116_SEED) -> list[Case]:
     ]
 
 
+FRESH117_SEED = 743
+
+
+def fresh117_set(seed: int = FRESH117_SEED) -> list[Case]:
+    """Made after the fifty-sixth session's third change (an interleaved pipeline's calls
+    recorded without shapes keep no peer; a plain pipeline's are paired by their ends), to find
+    what the three could hide or invent (``--set fresh117``, seed 743, 4 gloo processes on 2
+    cores): megatron-core pipelines under the profiler's defaults, interleaved (2 model chunks
+    a rank) and not, healthy, imbalanced, faulted and with a heavier link. Ids end in
+    ``-f117``."""
+    g = _held_out_gpt(seed, "-f117", GPT_GPU_FRESH14)
+    r = _recorded
+
+    def v(case: Case) -> Case:
+        return _scheduled(case, vpp=2)
+
+    return [
+        r(v(g("pp4", "kineto", "healthy")), "default"),
+        r(v(g("pp4", "kineto", "layer", rank=3, factor=1.37)), "default"),
+        r(v(g("pp4", "kineto", "beforemb", rank=0, ms=26)), "default"),
+        r(v(g("pp4", "kineto", "link", link=(2, 3))), "default"),
+        r(v(g("pp4", "kineto", "hostsleep", rank=1, ms=25)), "default"),
+        r(g("pp4", "kineto", "link", link=(1, 2)), "default"),
+        r(g("pp4", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "seqlognorm", sigma=1.0), "default"),
+        r(g("pp4", "kineto", "hostsleep", rank=3, ms=29), "default"),
+        r(g("pp2dp2", "kineto", "link", link=(0, 2)), "default"),
+        r(g("pp2dp2", "kineto", "seqlognorm", sigma=0.8), "default"),
+        r(g("tp2pp2", "kineto", "layer", rank=2, factor=1.4), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4551,6 +4583,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh111": fresh111_set, "fresh112": fresh112_set,
         "fresh113": fresh113_set, "fresh114": fresh114_set,
         "fresh115": fresh115_set, "fresh116": fresh116_set,
+        "fresh117": fresh117_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
