@@ -164,8 +164,11 @@ def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] |
     complete together (one host's clock: the processes of a gloo job on one machine). The
     calls of megatron-core PP4 under the profiler with shapes recorded, their peers known,
     paired so: 552 of 552 (five jobs, one on lognormal lengths). A pipeline any of whose calls
-    finds no partner (a trace cut short, or a schedule that exchanges between its ends, which
-    are no neighbours here) keeps its calls without a peer, as before."""
+    finds no partner (a trace cut short), or that interleaves (``_paired_by_ends``), keeps its
+    calls without a peer, as before. (Ends are compared on each rank's own clock, which the
+    processes of one machine share; across machines whose clocks differ by more than the time
+    between exchanges, calls would pair wrongly. Not guarded: a Kineto trace seldom names its
+    host, and gloo jobs recorded without shapes over several machines are rare.)"""
     unknown = events.with_row_index("_row").filter(
         (pl.col("cat") == "p2p") & pl.col("peer").is_null() & pl.col("name").is_in(["send", "recv"])
         & pl.col("rank").is_in([r for r, p in pipelines.items() if p and len(p) >= 2]))
