@@ -24,7 +24,11 @@ CASE = pathlib.Path(__file__).parent.parent.parent / "corpus" / "cases" / "gpt-p
 
 
 def _copy(tmp_path: pathlib.Path) -> pathlib.Path:
-    for f in CASE.glob("rank-*.json.gz"):  # a copy: the bundle writes its cache beside the traces
+    return _copy_of(CASE, tmp_path)
+
+
+def _copy_of(case: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    for f in case.glob("rank-*.json.gz"):  # a copy: the bundle writes its cache beside the traces
         shutil.copy(f, tmp_path / f.name)
     return tmp_path
 
@@ -170,12 +174,6 @@ def test_tp_calls_on_shared_cores_are_placed_by_how_tightly_their_members_end_th
 
 
 FRESH = CASE.parent.parent / "cases-fresh"
-
-
-def _copy_of(case: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
-    for f in case.glob("rank-*.json.gz"):
-        shutil.copy(f, tmp_path / f.name)
-    return tmp_path
 
 
 def test_pp2_p2p_without_shapes_goes_to_the_pipeline_partner(tmp_path):
