@@ -2216,7 +2216,8 @@ def test_a_link_carrying_more_messages_is_named_where_no_size_was_recorded(case,
 
 
 def test_pipelines_of_like_links_name_no_link_where_no_size_was_recorded():
-    # the same jobs with no fault: every link carries as many messages as its like links
+    # PP4 jobs with no heavier link (no fault; a slower layer): each link carries as many
+    # messages as its like links
     for case in ("gpt-pp4-prof-nosh-healthy-f68", "gpt-pp4-prof-nosh-layer1.5x-r1-f68"):
         verdict = detect_bundle(load_bundle(FRESH_CASES[case].directory), threshold=0.1)
         assert not [s for s in verdict.suspects if s.kind == "slow_link"], case
