@@ -159,9 +159,10 @@ def _evidence_line(s) -> str:
                          f"(+{p['added_work']['excess_ms_per_iteration']:.2f} ms/it)")
         if p.get("launched_more") and s.kind == "slow_compute":
             lm, g = p["launched_more"], e.get("launch_gaps") or {}
-            parts.append(f"{lm['calls_per_iteration']:.0f} calls/it beyond its peers' {lm['peers_calls_per_iteration']:.0f} "
-                         f"in nearly every iteration, its GPU idle +{g.get('excess_ms_per_iteration', 0.0):.2f} ms/it while its "
-                         "host launches them (work added)")
+            idle = g.get("excess_ms_per_iteration", 0.0)
+            parts.append(f"{lm['calls_per_iteration']:.0f} calls/it beyond its peers' "
+                         f"{lm['peers_calls_per_iteration']:.0f} in nearly every iteration, its GPU idle "
+                         f"+{idle:.2f} ms/it while its host launches them (work added)")
     lb = e.get("launch_bound")
     if lb and s.kind == "slow_host":
         # (a number the ops could not give, none of their ratios known, is left out)

@@ -724,8 +724,9 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # A host named by its gaps that launches more than its peers in nearly every iteration is
     # launching work added, as fast GPUs wait on (``added_work.launches_more``): the work is the
     # fault, the gaps its cost. Launching idles the GPU in short gaps all over (the autocast run
-    # ``launches_more`` names: 2.7 ms of its 23.9 ms more idle a step in gaps of 1 ms or more); a host whose extra idle
-    # time is mostly stalls stalls, whatever else it calls (a log line's few ``item`` calls)
+    # ``launches_more`` names: 2.7 ms of its 23.9 ms more idle a step in gaps of 1 ms or more);
+    # a host whose extra idle time is mostly stalls is stalling, whatever else it calls (a log
+    # line's few ``item`` calls)
     launching = (host and not shared_cpus and launches_more(row, peers.min_effect)
                  and max(row.get("long_excess_ns") or 0.0, 0.0) < STALLS_SHARE * gap_excess)
     if launching:
