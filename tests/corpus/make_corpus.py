@@ -4009,6 +4009,59 @@ def fresh117_set(seed: int = FRESH117_SEED) -> list[Case]:
     ]
 
 
+FRESH118_SEED = 751
+
+
+def fresh118_set(seed: int = FRESH118_SEED) -> list[Case]:
+    """Held out at the start of the fifty-seventh session, before any change (``--set fresh118``,
+    seed 751, 4 gloo processes on 2 cores): issue 13's classes across its 4-rank layouts, plain
+    DDP/FSDP and DP x TP under the profiler, megatron-core under both captures, healthy and
+    imbalanced jobs beside faults, with values no other set uses. Ids end in ``-f118``."""
+    g = _held_out_gpt(seed, "-f118", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(_plain("ddp4", "dp4", seed, rank=2, factor=1.34, tag="-f118"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=1, factor=1.46, tag="-f118"), "tutorial"),
+        r(_plain("fsdp4", "dp4", seed, rank=3, sleep_ms=31, tag="-f118"), "default"),
+        r(_plain("ddp4", "dp4", seed, tag="-f118"), "default"),
+        g("tp2dp2", "mapp-v1", "layer", rank=3, factor=1.41),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=1, ms=27),
+        g("tp2pp2", "mapp-v1", "seqlognorm", sigma=0.95),
+        g("dp4", "mapp-v1", "healthy"),
+        r(g("tp2dp2", "kineto", "hostsleep", rank=0, ms=28), "default"),
+        r(ln(g("pp2dp2", "kineto", "layer", rank=3, factor=1.44), 0.7), "tutorial"),
+        r(g("pp4", "kineto", "laststage", last_layers=2), "default"),
+        r(g("tp2pp2", "kineto", "healthy"), "default"),
+    ]
+
+
+FRESH119_SEED = 757
+
+
+def fresh119_set(seed: int = FRESH119_SEED) -> list[Case]:
+    """``fresh118``'s 2-rank companion (``--set fresh119``, seed 757, for CPUs; its GPU runs take
+    fresh91's model shape): DP2, TP2 and PP2 under both captures and plain DDP/FSDP2, healthy and
+    imbalanced jobs beside faults, with values no other set uses. Ids end in ``-f119``."""
+    g = _held_out_gpt(seed, "-f119", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.46),
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=29),
+        g("pp2", "mapp-v1", "healthy"),
+        r(g("dp2", "kineto", "hostsleep", rank=1, ms=31), "default"),
+        r(g("tp2", "kineto", "layer", rank=1, factor=1.39), "tutorial"),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.42), "default"),
+        r(g("dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("tp2", "kineto", "healthy"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.48, tag="-f119"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, step_sleep_ms=33, tag="-f119"), "default"),
+        r(_plain("ddp2", "dp2", seed, tag="-f119"), "tutorial"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, sleep_ms=34, tag="-f119"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4584,6 +4637,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh113": fresh113_set, "fresh114": fresh114_set,
         "fresh115": fresh115_set, "fresh116": fresh116_set,
         "fresh117": fresh117_set,
+        "fresh118": fresh118_set,
+        "fresh119": fresh119_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
