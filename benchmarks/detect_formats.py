@@ -11,7 +11,9 @@ DP2 job with a heavier last stage). Per format and seed this simulates:
   with a heavier last (1.2x) or first (1.3x) stage, DP8 (sigma 0.8); the right answer is no
   suspect of any kind;
 - positives: a 1.3x GPU in PP2 x DP32, PP4 x DP2, TP2 x PP2 x DP4 (lengths sigma 0.8) and DP2
-  (sigma 0.3); the right answer is that rank first, as slow compute.
+  (sigma 0.3); the right answer is that rank first, as slow compute;
+- with the layers traced (the original tracer's default granularity) and sequences of one
+  length: DP2 healthy, and a 1.3x GPU in DP2 and DP4.
 
 Host overhead and noise, jitter and iterations are drawn per job from the suite's ranges.
 Prints one table: per format and class, the jobs, how many are right, and the wrong answers.
@@ -49,6 +51,15 @@ NEGATIVES = {
     "PP4 x DP2, last stage 1.2x": dict(tp=1, pp=4, dp=2, layers=8, microbatches=8, faults=["stage_imbalance:3:1.2"]),
     "PP4 x DP2, first stage 1.3x": dict(tp=1, pp=4, dp=2, layers=8, microbatches=8, faults=["stage_imbalance:0:1.3"]),
     "DP8, lengths sigma 0.8": dict(tp=1, pp=1, dp=8, layers=4, microbatches=4, seqlen_sigma=0.8),
+}
+# Jobs with the layers traced (the original tracer's default granularity "full"), sequences of
+# one length: a DP-only job, whose gradient reduction that tracer does not record (no collective
+# at all), beside its healthy twin. Drawn after the rows above, from their own generator, so that
+# those rows' draws stay as they were.
+LAYERS_TRACED = {  # (slow rank or None, layout)
+    "DP2, layers traced": (None, (1, 1, 2)),
+    "1.3x GPU, DP2, layers traced": (1, (1, 1, 2)),
+    "1.3x GPU, DP4, layers traced": (2, (1, 1, 4)),
 }
 POSITIVES = {  # (layout, slow rank, lengths sigma)
     "1.3x GPU, PP2 x DP32": ((1, 2, 32), 37, 0.8),
@@ -124,6 +135,22 @@ def main() -> None:
                     if top is None or (top.kind, top.rank) != ("slow_compute", rank):
                         wrong.append(f"seed {seed}: " + (f"{top.kind} {top.label()}" if top else "none"))
                 rows.append((fmt, "1.3x GPU", name, args.seeds, args.seeds - len(wrong), "; ".join(wrong)))
+        rng = random.Random(11)
+        for fmt in ("megatronapp", "mapp"):
+            for name, (rank, (tp, pp, dp)) in LAYERS_TRACED.items():
+                wrong = []
+                for seed in range(args.seeds):
+                    fields = dict(tp=tp, pp=pp, dp=dp, layers=4, microbatches=8,
+                                  faults=[f"slow_gpu:{rank}:1.3"] if rank is not None else [])
+                    cfg = dataclasses.replace(_config(rng, fmt, seed, fields), per_layer=True)
+                    v = _verdict(cfg, work)
+                    top = v.suspects[0] if v.suspects else None
+                    if rank is None and top is not None:
+                        wrong.append(f"seed {seed}: {top.kind} {top.label()}")
+                    elif rank is not None and (top is None or (top.kind, top.rank) != ("slow_compute", rank)):
+                        wrong.append(f"seed {seed}: " + (f"{top.kind} {top.label()}" if top else "none"))
+                rows.append((fmt, "negative" if rank is None else "1.3x GPU", name, args.seeds,
+                             args.seeds - len(wrong), "; ".join(wrong)))
     table = Table(title="detector on jobs outside the suite (threshold 0.1)", title_justify="left")
     for col in ("format", "class", "job", "runs", "right", "wrong answers"):
         table.add_column(col, justify="right" if col in ("runs", "right") else "left")

@@ -193,7 +193,11 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        net waited; "no suspect" before, the one rank over the corpora, the held-out sets and 173
        runs of that job so vetoed that had big stalls, counted calls and idle time standing out).
        In a pipeline a rank slower by its compute is passed by its replica too
-       (``verdict._replica_waits``): another stage of it keeps its own peers waiting.
+       (``verdict._replica_waits``): another stage of it keeps its own peers waiting. Where the
+       traces record no collective at all, stage 2 cannot run and so cannot disagree: off shared
+       CPUs, a rank slower in nearly every iteration passes (the original MegatronApp tracer's
+       DP-only jobs: their layers recorded, their gradient reduction not; a 1.3x GPU of DP2
+       timed 1.31x in every iteration was "no suspect").
     2. One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
        last, whatever its speed); a stage's layers must instead be slower than another stage's
        same layers in most traced iterations, not in one noisy one.
@@ -267,10 +271,15 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     light = light_stage(peers, stage, threshold) if peers.mode == "layer peers" and not host else None
     idle_excess = max(float(row["gap_excess_ns"] or 0.0), stalled)
     slack = idle_in_slack(peers, stage, idle_excess) if peers.mode == "layer peers" and host else None
+    # Stage 2 with nothing to go on, no collective recorded (the original MegatronApp tracer's
+    # DP-only jobs: it records no gradient reduction where there is no pipeline), cannot disagree;
+    # off shared CPUs the same ops timed slower in nearly every iteration are the rank's own
+    unjudged = (late is None and not shared_cpus and not host
+                and len(row["iterations"] or []) >= CONSISTENT * traced_iterations(peers))
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,
-         bool(row.get("layer_alone")) or counted_work or alone or (host and (holds_up or recurring))
+         bool(row.get("layer_alone")) or counted_work or alone or unjudged or (host and (holds_up or recurring))
          or (replica and not host and bool(row["flagged"])),
          "two-peer comparison: stage 2 does not agree"),
         (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= traced_iterations(peers),

@@ -431,6 +431,26 @@ def test_megatronapp_tp_peers_of_a_paced_gpu_are_its_victims(tmp_path):
     assert {0, 1, 3} <= set(v.victims)
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_megatronapp_data_parallel_only_names_the_slower_rank_of_two(tmp_path, seed):
+    # DP2 without TP or PP: the original tracer records the layers (its default granularity
+    # "full") but neither the gradient reduction nor any step, so stage 2 has no collective to
+    # judge. Stage 1 found rank 1's same layers 1.31x its peer's in every iteration and the
+    # two-rank gate, waiting for a stage 2 that could not run, set it aside: "no suspect".
+    v = detect(tmp_path, "slow_gpu:1:1.3", tp=1, pp=1, dp=2, iterations=3, hidden=4096, seq_length=2048,
+               per_layer=True, format="megatronapp", seed=seed)
+    assert [(s.rank, s.kind) for s in v.suspects] == [(1, "slow_compute")]
+    assert v.suspects[0].slowdown == pytest.approx(1.3, rel=0.03)
+    assert v.suspects[0].evidence["lateness"] is None
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_megatronapp_data_parallel_only_healthy_has_no_suspect(tmp_path, seed):
+    v = detect(tmp_path, tp=1, pp=1, dp=2, iterations=3, per_layer=True, format="megatronapp", jitter_sigma=0.05,
+               seed=seed)
+    assert v.suspects == []
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_megatronapp_without_pipeline_healthy_has_no_suspect(tmp_path, seed):
     v = detect(tmp_path, tp=2, pp=1, dp=2, iterations=3, format="megatronapp", jitter_sigma=0.05, seed=seed)
