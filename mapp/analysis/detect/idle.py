@@ -15,6 +15,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, within_rank_scale, z_critical
 from mapp.analysis.detect.thresholds import CONSISTENT
+from mapp.analysis.ingest import megatronapp
 from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN, COMM_OP_PREFIXES, COMM_WAIT_NAMES
 
 __all__ = ["idle_gaps", "stalls", "lasting_gaps", "launch_bound", "BACKWARD", "STALL", "STEADY"]
@@ -102,9 +103,12 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     # a stall where the forward pass hands over to the backward: the next span a backward one,
     # the compute span before it (collectives and transfers between them) a forward one
     # (``verdict`` reads it)
+    # (in the original MegatronApp tracer's records: a backward step after a layer's forward
+    # scope, for it times no backward layer)
     last_compute = pl.when(pl.col("compute")).then(pl.col("name")).shift(1).forward_fill().over("rank")
-    handover = (stall & pl.col("name").str.ends_with(".backward") & last_compute.str.ends_with(".forward").fill_null(False)
-                if "name" in cols else pl.lit(False))
+    backward = pl.col("name").str.ends_with(".backward") | pl.col("name").is_in(list(megatronapp.BACKWARD_STEPS))
+    forward = last_compute.str.ends_with(".forward") | last_compute.is_in(list(megatronapp.LAYER_SCOPES))
+    handover = (stall & backward & forward.fill_null(False) if "name" in cols else pl.lit(False))
     tl = tl.with_columns(handover=handover)
     if recurring:
         tl = tl.with_columns(_recurring(tl).alias("recurring"))

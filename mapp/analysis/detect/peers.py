@@ -38,6 +38,7 @@ from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
 from mapp.analysis.detect.steady import steady_layers
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.time_slices import kernel_places, scattered
+from mapp.analysis.ingest import megatronapp
 
 __all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]
 
@@ -50,6 +51,9 @@ _KEY = ["iteration", "name", "microbatch", "chunk", "layer"]
 _LAYER_KEY = ["iteration", "name", "microbatch"]
 _LAYER_SPANS = ("layer.", "attention.", "mlp.", "self_attention.", "core_attention.", "linear_qkv.", "linear_proj.",
                 "linear_fc1.", "linear_fc2.")
+# (and the original MegatronApp tracer's scopes of a layer's forward: ``transformer_layer`` ...)
+_IS_LAYER = pl.any_horizontal(pl.col("name").is_in(list(megatronapp.LAYER_SCOPES)),
+                              *(pl.col("name").str.starts_with(w) for w in _LAYER_SPANS))
 
 
 @dataclass(slots=True)
@@ -216,7 +220,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     leaves = ops.select("rank", "iteration", "ts_ns", "end_ns", "name")
     stage_gaps = False
     if mode == "layer peers":
-        ops = ops.filter(pl.any_horizontal(pl.col("name").str.starts_with(w) for w in _LAYER_SPANS))
+        ops = ops.filter(_IS_LAYER)
         if ops.is_empty() or ops["rank"].n_unique() < 2:   # no layer spans: each rank against itself
             if iterations < 2:
                 return PeerEvidence("skipped", "one rank per pipeline stage, no layer spans and a single "

@@ -87,7 +87,7 @@ from mapp.analysis.ingest import megatronapp_aggregated, schema
 from mapp.analysis.ingest._json import load_document, paused_gc
 from mapp.errors import TraceFormatError
 
-__all__ = ["NAME", "sniff", "read"]
+__all__ = ["NAME", "LAYER_SCOPES", "BACKWARD_STEPS", "sniff", "read"]
 
 NAME = "megatronapp"
 
@@ -113,6 +113,11 @@ _P2P_DIRECTION = {
 }
 # the data-parallel gradient reduction: the original records no group on it
 _DP_REDUCTIONS = frozenset({"allreduce"})
+LAYER_SCOPES = frozenset({"transformer_layer", "_forward_attention", "attention", "_forward_mlp", "mlp",
+                          "MLP.forward"})
+"""The original's scopes of a transformer layer's forward and its parts (``decoder`` holds them all)."""
+BACKWARD_STEPS = frozenset({"backward", "backward-cooldown"})
+"""The original's 1F1B steps of a backward pass (it times no backward layer)."""
 
 
 def sniff(path: pathlib.Path, head: bytes) -> bool:
