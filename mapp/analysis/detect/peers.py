@@ -46,12 +46,13 @@ _KEY = ["iteration", "name", "microbatch", "chunk", "layer"]
 # One rank per pipeline stage: no rank does another's work, but every stage's transformer
 # layers do the same work on the same microbatch (the k-th layer call of one stage against the
 # k-th of another, told apart by order). Only spans mapp's capture names as transformer layers
-# or their parts are compared so; the embedding, output layer and loss are one stage's, and
-# ops of other names may differ between stages.
+# or their parts, and the original MegatronApp tracer's scopes of a layer's forward
+# (``transformer_layer`` ...: judged against their own history alone, a PP2 GPU whose layers ran
+# 1.19x the other stage's in every step went unnamed), are compared so; the embedding, output
+# layer and loss are one stage's, and ops of other names may differ between stages.
 _LAYER_KEY = ["iteration", "name", "microbatch"]
 _LAYER_SPANS = ("layer.", "attention.", "mlp.", "self_attention.", "core_attention.", "linear_qkv.", "linear_proj.",
                 "linear_fc1.", "linear_fc2.")
-# (and the original MegatronApp tracer's scopes of a layer's forward: ``transformer_layer`` ...)
 _IS_LAYER = pl.any_horizontal(pl.col("name").is_in(list(megatronapp.LAYER_SCOPES)),
                               *(pl.col("name").str.starts_with(w) for w in _LAYER_SPANS))
 
