@@ -69,3 +69,12 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "out").exists()
     done = _run(str(SOURCE), str(SOURCE))
     assert done.returncode != 0 and "OUT is SRC" in done.stderr
+
+
+def test_a_rerun_into_the_same_out_replaces_nothing(tmp_path):
+    out = tmp_path / "ma"
+    assert _run(str(SOURCE), str(out), "--only", CASE).returncode == 0
+    written = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    done = _run(str(SOURCE), str(out), "--only", CASE)
+    assert done.returncode != 0 and done.stderr.strip().count("\n") == 0 and "exists" in done.stderr
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == written

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 import polars as pl  # noqa: E402
 
 from mapp.analysis.ingest import load_bundle  # noqa: E402
+from mapp.errors import MappError  # noqa: E402
 
 _BYTES_PER_GIBIT = 2 ** 27  # the original's bandwidth unit: data / 2**27 per second
 _MERGE_NS = 1_000_000  # a send and a receive starting within 1 ms are one batched call
@@ -193,17 +194,24 @@ def convert_case(src: Path, out: Path, *, gzipped: bool = True) -> int:
     return written
 
 
+def _rewritable(src: Path, case: dict) -> bool:
+    """A megatron-core case under mapp's capture, on GPUs: the original times its scopes with
+    CUDA events, and processes sharing CPU cores, read as GPUs, would be judged without the
+    rules for shared cores."""
+    return (case.get("format") == "mapp-v1" and case.get("source", "").startswith("GPU")
+            and (src / case["path"]).is_dir())
+
+
 def convert_set(src: Path, out: Path, *, only: set[str] | None = None, gzipped: bool = True) -> list[str]:
     """Every mapp-v1 megatron-core case of a set directory run on GPUs (those of ``only``, source
     ids, where given); returns the new ids."""
     manifest = json.loads((src / "manifest.json").read_text())
+    wanted = [c for c in manifest["cases"] if _rewritable(src, c) and (only is None or c["id"] in only)]
+    taken = [c["path"] + "-ma" for c in wanted if (out / (c["path"] + "-ma")).exists()]
+    if taken:   # checked before anything is written: a rerun replaces nothing
+        raise FileExistsError(f"{out / taken[0]} exists ({len(taken)} of the cases): pass another OUT or remove them")
     cases = []
-    for case in manifest["cases"]:
-        # GPU runs only: the original times its scopes with CUDA events, and processes sharing
-        # CPU cores, read as GPUs, would be judged without the rules for shared cores
-        if (case.get("format") != "mapp-v1" or not case.get("source", "").startswith("GPU")
-                or not (src / case["path"]).is_dir() or (only is not None and case["id"] not in only)):
-            continue
+    for case in wanted:
         new = {**case, "id": case["id"] + "-ma", "path": case["path"] + "-ma", "format": "megatronapp",
                "source": case["source"] + "; rewritten in the original MegatronApp tracer's records "
                                           "(tests/corpus/to_megatronapp.py)"}
@@ -230,8 +238,11 @@ def main() -> None:
     if args.out.resolve() == args.src.resolve():
         sys.exit("error: OUT is SRC: pass another directory, the source is not rewritten")
     args.out.mkdir(parents=True, exist_ok=True)
-    for case_id in convert_set(args.src, args.out, only=set(args.only) if args.only else None,
-                               gzipped=not args.no_gzip):
+    try:
+        ids = convert_set(args.src, args.out, only=set(args.only) if args.only else None, gzipped=not args.no_gzip)
+    except (FileExistsError, MappError) as e:   # OUT taken, or a source trace the reader cannot take
+        sys.exit(f"error: {e}")
+    for case_id in ids:
         print(case_id)
 
 
