@@ -4062,6 +4062,60 @@ def fresh119_set(seed: int = FRESH119_SEED) -> list[Case]:
     ]
 
 
+
+FRESH120_SEED = 761
+
+
+def fresh120_set(seed: int = FRESH120_SEED) -> list[Case]:
+    """Held out at the start of the fifty-eighth session, before any change (``--set fresh120``,
+    seed 761, 4 gloo processes on 2 cores): issue 13's classes across its 4-rank layouts, plain
+    DDP/FSDP and DP x TP under the profiler, megatron-core under both captures, healthy and
+    imbalanced jobs beside faults, with values no other set uses. Ids end in ``-f120``."""
+    g = _held_out_gpt(seed, "-f120", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(_plain("ddp4", "dp4", seed, rank=1, sleep_ms=27, tag="-f120"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=0, factor=1.43, tag="-f120"), "tutorial"),
+        r(_plain("tp2dp2", "tp2dp2", seed, tag="-f120"), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=3, step_sleep_ms=29, tag="-f120"), "default"),
+        g("pp2dp2", "mapp-v1", "layer", rank=2, factor=1.38),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=1, ms=26),
+        g("pp4", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.85),
+        r(g("tp2pp2", "kineto", "beforemb", rank=3, ms=28), "default"),
+        r(ln(g("dp4", "kineto", "layer", rank=2, factor=1.47), 0.75), "tutorial"),
+        r(g("pp2dp2", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "layer", rank=1, factor=1.36), "default"),
+    ]
+
+
+FRESH121_SEED = 769
+
+
+def fresh121_set(seed: int = FRESH121_SEED) -> list[Case]:
+    """``fresh120``'s 2-rank companion (``--set fresh121``, seed 769, for CPUs; its GPU runs take
+    fresh91's model shape): DP2, TP2 and PP2 under both captures and plain DDP/FSDP2, healthy and
+    imbalanced jobs beside faults, with values no other set uses. Ids end in ``-f121``."""
+    g = _held_out_gpt(seed, "-f121", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        g("tp2", "mapp-v1", "layer", rank=0, factor=1.43),
+        g("pp2", "mapp-v1", "hostsleep", rank=1, ms=28),
+        g("dp2", "mapp-v1", "healthy"),
+        r(g("pp2", "kineto", "beforemb", rank=0, ms=30), "default"),
+        r(g("dp2", "kineto", "layer", rank=1, factor=1.37), "tutorial"),
+        r(g("tp2", "kineto", "hostsleep", rank=0, ms=27), "default"),
+        r(g("pp2", "kineto", "seqlognorm", sigma=0.95), "default"),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, factor=1.41, tag="-f121"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=0, sleep_ms=32, tag="-f121"), "tutorial"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f121"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, step_sleep_ms=30, tag="-f121"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4639,6 +4693,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh117": fresh117_set,
         "fresh118": fresh118_set,
         "fresh119": fresh119_set,
+        "fresh120": fresh120_set,
+        "fresh121": fresh121_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
