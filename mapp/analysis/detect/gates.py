@@ -213,6 +213,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     6. One rank a stage: a host whose extra idle time fits in its stage's wait on a heavier
        stage (``idle_in_slack``; ``stage``: the rank's pipeline stage) is not what the pipeline
        waits on either. Not passed.
+    7. On shared CPUs, a rank whose spans outside its transformer layers are slower than its
+       peers' by half its layers' slowdown or more (``whole_process``) ran slower as a process,
+       not on more work: the cores gave it less time. Not passed.
 
     *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
     stage 2 that matched calls of no known group by their order on every rank is one and does
@@ -276,6 +279,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     # off shared CPUs the same ops timed slower in nearly every iteration are the rank's own
     unjudged = (late is None and not shared_cpus and not host
                 and len(row["iterations"] or []) >= CONSISTENT * traced_iterations(peers))
+    # On shared CPUs a rank whose spans outside its layers are slower by as much is a process the
+    # cores gave less time, not one with more work (``whole_process``)
+    whole = shared_cpus and not host and bool(row.get("whole_process"))
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,
@@ -292,5 +298,8 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
                                    f"1/{1 + threshold:g}: the pipeline waits on that one" if light else ""),
         (slack is not None, False, f"its stage computes less than stage {slack} by more than it idles: the pipeline "
                                    "waits on that one, its idle time inside that wait"),
+        (whole, False, f"its spans outside the transformer layers {row.get('outside_ratio') or 0:.2f}x its peers' "
+                       f"beside its layers' {row.get('layers_ratio') or 0:.2f}x: its whole process ran slower on "
+                       "shared cores, no work of its own"),
     )
     return next((why for applies, passed, why in gates if applies and not passed), None)

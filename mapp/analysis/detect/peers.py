@@ -36,6 +36,7 @@ from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
 from mapp.analysis.detect.steady import steady_layers
+from mapp.analysis.detect.whole_process import whole_process
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.time_slices import kernel_places, scattered
 from mapp.analysis.ingest import megatronapp
@@ -215,7 +216,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         sliced = scattered(kernel_places(ops, coords, group, slow_op), min_effect) if time_slices else None
         return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs, counted=True,
                             sliced=sliced, scope=None if compared is ops else _scope(compared, ops))
-    ops = leaf_ops(timed)
+    ops = all_leaves = leaf_ops(timed)
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
     leaves = ops.select("rank", "iteration", "ts_ns", "end_ns", "name")
@@ -260,6 +261,10 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     if shared_cpus and (mode in ("dp peers", "stage peers") or (mode == "layer peers" and sizes["pp"] >= 3)):
         per = steady_layers(timed, coords, group, per, per_call=mode == "layer peers")
     ranks = _per_rank(per, z_crit, judge_gaps, min_effect)
+    if shared_cpus and mode in ("dp peers", "stage peers") and coords.height == 2:
+        # (a rank whose spans outside its layers are as slow: contention, ``whole_process``)
+        whole = whole_process(all_leaves, coords, group)
+        ranks = ranks.join(whole.with_columns(pl.col("rank").cast(ranks["rank"].dtype)), on="rank", how="left")
     if gpu_spans:
         # what the GPU-bound ops say is the GPU's slowdown: host-paced forward ops, where a slow
         # GPU merely idles less, would water it down (4 H100s: 1.18x on every backward op of

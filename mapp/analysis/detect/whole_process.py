@@ -1,0 +1,71 @@
+"""A rank whose whole process ran slower, on CPU processes that share cores: contention, not its
+work (stage 1's evidence, the verdict's gate ``gates.overruled_why``).
+
+A fault slows the work it sits in: extra matmuls or sleeps inside a rank's transformer layers
+leave its embedding, output layer and the rest of its step at its peers' pace. A process that the
+cores it shares with others give less time runs everything slower alike, and on two cores shared
+by two ranks that can last the whole run: megatron-core DP2 under mapp's capture, 2 processes on
+2 CPUs, no fault (sessions 48-58): in 4 of 49 jobs rank 0's layers took 1.29-1.45x its peer's in
+every step, keeping it waiting at every gradient reduction, and its spans outside the layers
+1.24-1.36x theirs, 0.85-0.99 of its layers' slowdown in logs (and a PP2 x DP2 job's alike). In
+50 layer faults of 1.33-1.47x there (layers 1.44-1.92x their peers'), at most 0.30.
+
+Only where a rank's layers are compared with peers running the same program (data or tensor
+parallel peers): a pipeline stage's spans outside its layers are its own (the first stage's
+embedding, the last's output layer). And only in jobs of two ranks (``peers.compare_peers``):
+with more processes than cores, a rank whose layers sleep gives its core away at each sleep and
+waits to get it back, and its other spans stretch too (4 processes on 2 CPUs, DP4 and PP2 x DP2,
+layer faults of 1.2-1.45x: 3 of 22 faulted ranks ran their other spans 1.44-1.62x their peers',
+beside layers 1.62-1.67x).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from mapp.analysis.detect.steady import LAYER_SPANS, SAME_TOKENS
+
+__all__ = ["WHOLE", "whole_process"]
+
+WHOLE = 0.5
+"""Share of a rank's layers' slowdown over its peers (in logs) at or beyond which its spans
+outside the layers being slower too says its whole process was slowed."""
+
+
+def whole_process(leaves: pl.DataFrame, coords: pl.DataFrame, group: list[str]) -> pl.DataFrame:
+    """Per rank: ``layers_ratio`` and ``outside_ratio``, the self time of its transformer layer
+    spans and of its other leaf spans (``peers.leaf_ops``: waits for peers nested in them left
+    out) over the mean of its group's other ranks' (``group``: the coordinates peers share),
+    geometric means over the iterations whose layers worked on as many tokens on every rank of
+    the group (``steady.SAME_TOKENS``), and ``whole_process``: its layers slower and its other
+    spans by ``WHOLE`` or more of that. Only span names every rank of the group ran in an
+    iteration count (the same work). Empty where nothing compares."""
+    empty = pl.DataFrame(schema={"rank": pl.Int64, "layers_ratio": pl.Float64, "outside_ratio": pl.Float64,
+                                 "whole_process": pl.Boolean})
+    if "self_ns" not in leaves.columns or "tokens" not in leaves.columns:
+        return empty
+    rows = leaves.filter(pl.col("iteration").is_not_null()).with_columns(
+        part=pl.when(pl.col("name").str.starts_with(LAYER_SPANS)).then(pl.lit("layers")).otherwise(pl.lit("outside")))
+    per = rows.group_by("rank", "iteration", "part", "name").agg(t=pl.col("self_ns").sum(), tokens=pl.col("tokens").sum()).join(
+        coords.select("rank", *group), on="rank")
+    # a name some rank of the group did not run in that iteration is no one's same work
+    per = per.with_columns(n=pl.len().over([*group, "iteration", "part", "name"])).filter(
+        pl.col("n") == pl.col("rank").n_unique().over([*group, "iteration"]))
+    per = per.group_by("rank", *group, "iteration", "part").agg(pl.col("t").sum().cast(pl.Float64), pl.col("tokens").sum())
+    over = [*group, "iteration", "part"]
+    layers = pl.col("part") == "layers"
+    same = pl.col("tokens").max().over(over) <= SAME_TOKENS * pl.col("tokens").min().over(over)
+    per = per.with_columns(n=pl.len().over(over), total=pl.col("t").sum().over(over), alike=same & (pl.col("tokens") > 0))
+    # (iterations whose layers worked on as many tokens on every rank: a replica that drew longer
+    # sequences has more work everywhere)
+    alike = per.filter(layers).group_by(*group, "iteration").agg(pl.col("alike").all())
+    per = per.drop("alike").join(alike, on=[*group, "iteration"]).filter(
+        (pl.col("n") >= 2) & (pl.col("total") > pl.col("t")) & (pl.col("t") > 0) & pl.col("alike"))
+    if per.is_empty():
+        return empty
+    per = per.with_columns(lr=(pl.col("t") / ((pl.col("total") - pl.col("t")) / (pl.col("n") - 1))).log())
+    both = per.filter(layers).select("rank", "iteration", "lr").join(
+        per.filter(~layers).select("rank", "iteration", lo="lr"), on=["rank", "iteration"])
+    out = both.group_by("rank").agg(pl.col("lr").mean(), pl.col("lo").mean())
+    return out.select(pl.col("rank").cast(pl.Int64), layers_ratio=pl.col("lr").exp(), outside_ratio=pl.col("lo").exp(),
+                      whole_process=(pl.col("lr") > 0) & (pl.col("lo") >= WHOLE * pl.col("lr")))

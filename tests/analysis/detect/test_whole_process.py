@@ -1,0 +1,62 @@
+"""``whole_process``: a rank whose spans outside its transformer layers are as much slower as
+its layers is a process the shared cores gave less time, on plain frames (the real jobs are in
+``test_real_corpus``)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from mapp.analysis.detect.peers import leaf_ops
+from mapp.analysis.detect.whole_process import whole_process
+
+COORDS = pl.DataFrame({"rank": [0, 1], "pp": [0, 0], "tp": [0, 0]}, schema_overrides={"rank": pl.Int32})
+
+
+def _timed(layers: dict[int, float], outside: dict[int, float], iterations=(2, 3, 4)) -> pl.DataFrame:
+    """Per rank and iteration, in sequence: an embedding (2 ms), two layer spans (10 ms each) and
+    an optimizer step (4 ms), the layers times ``layers[rank]``, the others ``outside[rank]``;
+    each layer on 1,024 tokens."""
+    rows = []
+    for it in iterations:
+        for rank in (0, 1):
+            ts = it * 1_000_000_000
+            for name, ms, f in (("embedding.forward", 2, outside.get(rank, 1.0)), ("layer.forward", 10, layers.get(rank, 1.0)),
+                                ("layer.backward", 10, layers.get(rank, 1.0)), ("optimizer_step", 4, outside.get(rank, 1.0))):
+                dur = int(ms * 1e6 * f)
+                rows.append((rank, it, name, "compute", ts, dur, 1024 if name.startswith("layer.") else None))
+                ts += dur + 100_000
+    return pl.DataFrame(rows, schema={"rank": pl.Int32, "iteration": pl.Int32, "name": pl.Utf8, "cat": pl.Utf8,
+                                      "ts_ns": pl.Int64, "dur_ns": pl.Int64, "tokens": pl.Int64}, orient="row").with_columns(
+        lane=pl.lit("compute"))
+
+
+def _judged(timed: pl.DataFrame) -> dict[int, tuple[float, float, bool]]:
+    out = whole_process(leaf_ops(timed), COORDS, ["pp"])
+    return {r: (round(lr, 3), round(lo, 3), w) for r, lr, lo, w in
+            out.select("rank", "layers_ratio", "outside_ratio", "whole_process").iter_rows()}
+
+
+def test_a_rank_slower_at_everything_alike_is_its_whole_process():
+    judged = _judged(_timed({1: 1.4}, {1: 1.3}))
+    assert judged[1] == (1.4, 1.3, True)
+    # its peer, faster at both, is not
+    assert judged[0][2] is False
+
+
+def test_a_rank_slower_in_its_layers_alone_is_not():
+    judged = _judged(_timed({1: 1.5}, {1: 1.05}))
+    assert judged[1] == (1.5, 1.05, False)
+
+
+def test_the_cut_is_half_the_layers_slowdown_in_logs():
+    # layers 1.44x: its other spans at 1.2x (half, in logs) are its whole process, at 1.15x not
+    assert _judged(_timed({1: 1.44}, {1: 1.2}))[1][2] is True
+    assert _judged(_timed({1: 1.44}, {1: 1.15}))[1][2] is False
+
+
+def test_a_span_one_rank_alone_ran_is_no_same_work():
+    timed = _timed({1: 1.5}, {1: 1.0})
+    # a 30 ms span only rank 1 ran in each iteration: not compared, so not its whole process
+    extra = timed.filter((pl.col("rank") == 1) & (pl.col("name") == "optimizer_step")).with_columns(
+        name=pl.lit("checkpoint"), ts_ns=pl.col("ts_ns") + 50_000_000, dur_ns=pl.lit(30_000_000, pl.Int64))
+    assert _judged(pl.concat([timed, extra]))[1][2] is False
