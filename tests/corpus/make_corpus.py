@@ -4116,6 +4116,60 @@ def fresh121_set(seed: int = FRESH121_SEED) -> list[Case]:
     ]
 
 
+
+FRESH122_SEED = 773
+
+
+def fresh122_set(seed: int = FRESH122_SEED) -> list[Case]:
+    """Held out after the fifty-eighth session's change (``--set fresh122``, seed 773, 4 gloo
+    processes on 2 cores): issue 13's classes across its 4-rank layouts, plain DDP/FSDP and DP x
+    TP under the profiler, megatron-core under both captures, healthy and imbalanced jobs beside
+    faults, with values no other set uses. Ids end in ``-f122``."""
+    g = _held_out_gpt(seed, "-f122", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(_plain("fsdp4", "dp4", seed, rank=2, sleep_ms=33, tag="-f122"), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=1, factor=1.44, tag="-f122"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.52, tag="-f122"), "tutorial"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f122"), "default"),
+        g("dp4", "mapp-v1", "layer", rank=1, factor=1.42),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=2, ms=29),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        r(g("pp4", "kineto", "beforemb", rank=2, ms=27), "default"),
+        r(ln(g("tp2dp2", "kineto", "layer", rank=0, factor=1.45), 0.8), "tutorial"),
+        r(g("dp4", "kineto", "healthy"), "default"),
+        r(g("pp2dp2", "kineto", "hostsleep", rank=3, ms=26), "default"),
+    ]
+
+
+FRESH123_SEED = 787
+
+
+def fresh123_set(seed: int = FRESH123_SEED) -> list[Case]:
+    """``fresh122``'s 2-rank companion (``--set fresh123``, seed 787, for CPUs; its GPU runs take
+    fresh91's model shape): DP2, TP2 and PP2 under both captures and plain DDP/FSDP2, healthy and
+    imbalanced jobs beside faults, with values no other set uses. Ids end in ``-f123``."""
+    g = _held_out_gpt(seed, "-f123", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.44),
+        g("tp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "beforemb", rank=0, ms=27),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=0.85),
+        r(g("tp2", "kineto", "layer", rank=0, factor=1.46), "default"),
+        r(g("pp2", "kineto", "hostsleep", rank=1, ms=32), "tutorial"),
+        r(g("dp2", "kineto", "beforemb", rank=0, ms=28), "default"),
+        r(g("pp2", "kineto", "healthy"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=0, factor=1.45, tag="-f123"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, step_sleep_ms=31, tag="-f123"), "tutorial"),
+        r(_plain("ddp2", "dp2", seed, tag="-f123"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, sleep_ms=29, tag="-f123"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4695,6 +4749,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh119": fresh119_set,
         "fresh120": fresh120_set,
         "fresh121": fresh121_set,
+        "fresh122": fresh122_set,
+        "fresh123": fresh123_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
