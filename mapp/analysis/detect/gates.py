@@ -214,8 +214,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        stage (``idle_in_slack``; ``stage``: the rank's pipeline stage) is not what the pipeline
        waits on either. Not passed.
     7. On shared CPUs, a rank whose spans outside its transformer layers are slower than its
-       peers' by half its layers' slowdown or more (``whole_process``) ran slower as a process,
-       not on more work: the cores gave it less time. Not passed.
+       peers' by half its layers' slowdown or more (``whole_process``), its layers slower than
+       that by less than the threshold, ran slower as a process, not on more work: the cores
+       gave it less time. Not passed.
 
     *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
     stage 2 that matched calls of no known group by their order on every rank is one and does
@@ -280,8 +281,11 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     unjudged = (late is None and not shared_cpus and not host
                 and len(row["iterations"] or []) >= CONSISTENT * traced_iterations(peers))
     # On shared CPUs a rank whose spans outside its layers are slower by as much is a process the
-    # cores gave less time, not one with more work (``whole_process``)
-    whole = shared_cpus and not host and bool(row.get("whole_process"))
+    # cores gave less time, not one with more work (``whole_process``), where what its layers lose
+    # beyond that is under the threshold: a fault on the rank the cores favour less shows there
+    # (DP2, 1.33x layers on rank 0: its layers 1.80x, its other spans 1.33x, 1.36x beyond them)
+    whole = (shared_cpus and not host and bool(row.get("whole_process"))
+             and float(row["layers_ratio"]) < (1 + threshold) * float(row["outside_ratio"]))
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,

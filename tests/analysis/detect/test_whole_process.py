@@ -60,3 +60,30 @@ def test_a_span_one_rank_alone_ran_is_no_same_work():
     extra = timed.filter((pl.col("rank") == 1) & (pl.col("name") == "optimizer_step")).with_columns(
         name=pl.lit("checkpoint"), ts_ns=pl.col("ts_ns") + 50_000_000, dur_ns=pl.lit(30_000_000, pl.Int64))
     assert _judged(pl.concat([timed, extra]))[1][2] is False
+
+
+def _why(layers: float, outside: float, *, shared_cpus: bool = True, threshold: float = 0.1) -> str | None:
+    from mapp.analysis.detect.gates import overruled_why
+    from mapp.analysis.detect.peers import PeerEvidence
+
+    row = {"rank": 0, "iterations": [2, 3, 4], "flagged": True, "gap_flagged": False, "gap_excess_ns": 0.0,
+           "whole_process": True, "layers_ratio": layers, "outside_ratio": outside}
+    return overruled_why(row, PeerEvidence("stage peers"), None, host=False, counted=False, extra=False, guessed=False,
+                         stalled=0.0, busy=1e8, shared_cpus=shared_cpus, threshold=threshold)
+
+
+def test_the_gate_sets_aside_a_rank_whose_layers_lose_little_beyond_its_whole_process():
+    why = _why(1.40, 1.28)
+    assert why is not None and "its whole process ran slower on shared cores" in why
+    assert "outside the transformer layers 1.28x" in why and "layers' 1.40x" in why
+
+
+def test_a_fault_on_the_rank_the_cores_favour_less_still_shows_beyond_its_whole_process():
+    # DP2, 1.33x layers on rank 0, the busier core's: its layers 1.80x, its other spans 1.33x
+    assert _why(1.80, 1.33) is None
+    # at a lower threshold, what is left beyond the process (1.09x) counts too
+    assert _why(1.40, 1.28, threshold=0.05) is None
+
+
+def test_off_shared_cpus_the_gate_does_not_apply():
+    assert _why(1.40, 1.28, shared_cpus=False) is None
