@@ -7,8 +7,9 @@
 3. effective bandwidth (``bandwidth``): p2p links and collective transfers once all are ready;
 
 and combines them (``verdict``; where the ranks are CPU processes sharing cores, also
-``shared_cpus``, and ``whole_process`` where one of two ran slower at everything alike; where a rank's spans are its host's pace, ``host_paced``; where its stalls name
-its host, ``stalls``; where a slow link and a slow host stand side by side, ``link_ends``; where
+``shared_cpus``, and ``whole_process`` where one of two ran slower at everything alike; where a
+rank's spans are its host's pace, ``host_paced``; where its stalls name its host, ``stalls``;
+where a slow link and a slow host stand side by side, ``link_ends``; where
 a rank's ops are slower at random places, as a neighbour time-slicing its GPU makes them,
 ``time_slices``; where the MegatronApp tracer's spans hold TP waits, ``tp_waits``) into
 ranked suspects, workload imbalance and victims (``findings``: the types it reports). The
