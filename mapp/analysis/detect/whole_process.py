@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.steady import LAYER_SPANS, SAME_TOKENS
+from mapp.analysis.detect.steady import LAYER_SPANS
 
 __all__ = ["WHOLE", "whole_process"]
 
@@ -37,37 +37,36 @@ outside the layers being slower too says its whole process was slowed."""
 
 
 def whole_process(leaves: pl.DataFrame, coords: pl.DataFrame, group: list[str]) -> pl.DataFrame:
-    """Per rank: ``layers_ratio`` and ``outside_ratio``, the self time of its transformer layer
-    spans and of its other leaf spans (``peers.leaf_ops``: waits for peers nested in them left
-    out) over the mean of its group's other ranks' (``group``: the coordinates peers share),
-    geometric means over the iterations whose layers worked on as many tokens on every rank of
-    the group (``steady.SAME_TOKENS``), and ``whole_process``: its layers slower and its other
-    spans by ``WHOLE`` or more of that. Only span names every rank of the group ran in an
-    iteration count (the same work). Empty where nothing compares."""
+    """Per rank: ``layers_ratio`` and ``outside_ratio``, the self time per token of its
+    transformer layer spans and of its other leaf spans (``peers.leaf_ops``: waits for peers
+    nested in them left out; spans that record their tokens) over the mean of its group's other
+    ranks' (``group``: the coordinates peers share), geometric means over the iterations, and
+    ``whole_process``: its layers slower and its other spans by ``WHOLE`` or more of that. Only
+    span names every rank of the group ran in an iteration count (the same work). Per token, for
+    replicas draw other lengths (on as many tokens it is their time): a small span's fixed cost
+    makes the rank on fewer tokens read slower per token in both parts alike, which the share
+    and the threshold's margin leave to the layers (DP2, lognormal lengths, 1.4x layers on rank
+    1: layers 1.72x per token, other spans 1.29x, named). Empty where nothing compares."""
     empty = pl.DataFrame(schema={"rank": pl.Int64, "layers_ratio": pl.Float64, "outside_ratio": pl.Float64,
                                  "whole_process": pl.Boolean})
     if "self_ns" not in leaves.columns or "tokens" not in leaves.columns:
         return empty
-    rows = leaves.filter(pl.col("iteration").is_not_null()).with_columns(
+    rows = leaves.filter(pl.col("iteration").is_not_null() & (pl.col("tokens").fill_null(0) > 0)).with_columns(
         part=pl.when(pl.col("name").str.starts_with(LAYER_SPANS)).then(pl.lit("layers")).otherwise(pl.lit("outside")))
     per = rows.group_by("rank", "iteration", "part", "name").agg(t=pl.col("self_ns").sum(), tokens=pl.col("tokens").sum()).join(
         coords.select("rank", *group), on="rank")
     # a name some rank of the group did not run in that iteration is no one's same work
     per = per.with_columns(n=pl.len().over([*group, "iteration", "part", "name"])).filter(
         pl.col("n") == pl.col("rank").n_unique().over([*group, "iteration"]))
-    per = per.group_by("rank", *group, "iteration", "part").agg(pl.col("t").sum().cast(pl.Float64), pl.col("tokens").sum())
+    per = per.group_by("rank", *group, "iteration", "part").agg(
+        rate=pl.col("t").sum().cast(pl.Float64) / pl.col("tokens").sum().cast(pl.Float64))
     over = [*group, "iteration", "part"]
-    layers = pl.col("part") == "layers"
-    same = pl.col("tokens").max().over(over) <= SAME_TOKENS * pl.col("tokens").min().over(over)
-    per = per.with_columns(n=pl.len().over(over), total=pl.col("t").sum().over(over), alike=same & (pl.col("tokens") > 0))
-    # (iterations whose layers worked on as many tokens on every rank: a replica that drew longer
-    # sequences has more work everywhere)
-    alike = per.filter(layers).group_by(*group, "iteration").agg(pl.col("alike").all())
-    per = per.drop("alike").join(alike, on=[*group, "iteration"]).filter(
-        (pl.col("n") >= 2) & (pl.col("total") > pl.col("t")) & (pl.col("t") > 0) & pl.col("alike"))
+    per = per.with_columns(n=pl.len().over(over), total=pl.col("rate").sum().over(over)).filter(
+        (pl.col("n") >= 2) & (pl.col("total") > pl.col("rate")) & (pl.col("rate") > 0))
     if per.is_empty():
         return empty
-    per = per.with_columns(lr=(pl.col("t") / ((pl.col("total") - pl.col("t")) / (pl.col("n") - 1))).log())
+    per = per.with_columns(lr=(pl.col("rate") / ((pl.col("total") - pl.col("rate")) / (pl.col("n") - 1))).log())
+    layers = pl.col("part") == "layers"
     both = per.filter(layers).select("rank", "iteration", "lr").join(
         per.filter(~layers).select("rank", "iteration", lo="lr"), on=["rank", "iteration"])
     out = both.group_by("rank").agg(pl.col("lr").mean(), pl.col("lo").mean())

@@ -2251,6 +2251,16 @@ def test_between_two_processes_on_shared_cores_one_slower_at_everything_alike_is
     assert outside >= 1.2 and layers >= 1.25
 
 
+def test_between_two_replicas_on_other_lengths_one_slower_per_token_at_everything_alike_is_no_suspect():
+    # 3. the same job on lognormal lengths, no fault (held out, fresh123): rank 0's layers
+    # 1.03-1.38x its peer's per token over the steps, never on as many tokens, "slow compute 0"
+    # at 1.29x; its embedding and output layer 1.36x per token (``whole_process``)
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-dp2-mapp-seqlognorm0.85-f123"].directory), threshold=0.1)
+    assert verdict.suspects == []
+    said = [n for n in verdict.notes if n.startswith("rank 0 computes")]
+    assert len(said) == 1 and "its whole process ran slower on shared cores" in said[0], verdict.notes
+
+
 def test_between_two_processes_on_shared_cores_one_slower_in_its_layers_alone_is_named():
     # the same job and cores, each layer of rank 0 stretched 1.33x (a sleep): its layers 1.46-1.62x
     # its peer's, its other spans 0.86-1.22x, 1.04x over the steps

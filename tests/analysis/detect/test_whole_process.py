@@ -12,18 +12,22 @@ from mapp.analysis.detect.whole_process import whole_process
 COORDS = pl.DataFrame({"rank": [0, 1], "pp": [0, 0], "tp": [0, 0]}, schema_overrides={"rank": pl.Int32})
 
 
-def _timed(layers: dict[int, float], outside: dict[int, float], iterations=(2, 3, 4)) -> pl.DataFrame:
-    """Per rank and iteration, in sequence: an embedding (2 ms), two layer spans (10 ms each) and
-    an optimizer step (4 ms), the layers times ``layers[rank]``, the others ``outside[rank]``;
-    each layer on 1,024 tokens."""
+def _timed(layers: dict[int, float], outside: dict[int, float], iterations=(2, 3, 4),
+           tokens: dict[int, int] | None = None) -> pl.DataFrame:
+    """Per rank and iteration, in sequence: an embedding (2 ms), two layer spans (10 ms each), an
+    output layer (4 ms) and an optimizer step (6 ms, no tokens recorded), the layers times
+    ``layers[rank]``, the embedding and output layer ``outside[rank]``; each span on 1,024 tokens
+    (``tokens[rank]``, its times scaled alike)."""
     rows = []
     for it in iterations:
         for rank in (0, 1):
             ts = it * 1_000_000_000
+            n = (tokens or {}).get(rank, 1024)
             for name, ms, f in (("embedding.forward", 2, outside.get(rank, 1.0)), ("layer.forward", 10, layers.get(rank, 1.0)),
-                                ("layer.backward", 10, layers.get(rank, 1.0)), ("optimizer_step", 4, outside.get(rank, 1.0))):
-                dur = int(ms * 1e6 * f)
-                rows.append((rank, it, name, "compute", ts, dur, 1024 if name.startswith("layer.") else None))
+                                ("layer.backward", 10, layers.get(rank, 1.0)), ("output_layer.forward", 4, outside.get(rank, 1.0)),
+                                ("optimizer_step", 6, 1.0)):
+                dur = int(ms * 1e6 * f * (n / 1024 if name != "optimizer_step" else 1.0))
+                rows.append((rank, it, name, "compute", ts, dur, None if name == "optimizer_step" else n))
                 ts += dur + 100_000
     return pl.DataFrame(rows, schema={"rank": pl.Int32, "iteration": pl.Int32, "name": pl.Utf8, "cat": pl.Utf8,
                                       "ts_ns": pl.Int64, "dur_ns": pl.Int64, "tokens": pl.Int64}, orient="row").with_columns(
@@ -57,9 +61,24 @@ def test_the_cut_is_half_the_layers_slowdown_in_logs():
 def test_a_span_one_rank_alone_ran_is_no_same_work():
     timed = _timed({1: 1.5}, {1: 1.0})
     # a 30 ms span only rank 1 ran in each iteration: not compared, so not its whole process
-    extra = timed.filter((pl.col("rank") == 1) & (pl.col("name") == "optimizer_step")).with_columns(
+    extra = timed.filter((pl.col("rank") == 1) & (pl.col("name") == "output_layer.forward")).with_columns(
         name=pl.lit("checkpoint"), ts_ns=pl.col("ts_ns") + 50_000_000, dur_ns=pl.lit(30_000_000, pl.Int64))
     assert _judged(pl.concat([timed, extra]))[1][2] is False
+
+
+def test_replicas_on_other_lengths_are_compared_per_token():
+    # rank 1 drew twice the tokens: its spans twice as long, no slower per token
+    assert _judged(_timed({}, {}, tokens={1: 2048}))[1] == (1.0, 1.0, False)
+    # and slower at everything alike per token on those lengths: its whole process
+    assert _judged(_timed({1: 1.4}, {1: 1.3}, tokens={1: 2048}))[1] == (1.4, 1.3, True)
+
+
+def test_spans_that_record_no_tokens_are_left_out():
+    # the optimizer step (no tokens) 3x on rank 1 changes nothing
+    timed = _timed({1: 1.5}, {1: 1.0}).with_columns(
+        dur_ns=pl.when((pl.col("rank") == 1) & (pl.col("name") == "optimizer_step")).then(pl.col("dur_ns") * 3)
+        .otherwise(pl.col("dur_ns")))
+    assert _judged(timed)[1] == (1.5, 1.0, False)
 
 
 def _why(layers: float, outside: float, *, shared_cpus: bool = True, threshold: float = 0.1) -> str | None:
