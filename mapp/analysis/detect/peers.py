@@ -263,7 +263,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     ranks = _per_rank(per, z_crit, judge_gaps, min_effect)
     if shared_cpus and mode in ("dp peers", "stage peers") and coords.height == 2:
         # (a rank whose spans outside its layers are as slow: contention, ``whole_process``)
-        whole = whole_process(all_leaves, coords, group)
+        whole = whole_process(all_leaves, coords, group, _IS_LAYER)
         ranks = ranks.join(whole.with_columns(pl.col("rank").cast(ranks["rank"].dtype)), on="rank", how="left")
     if gpu_spans:
         # what the GPU-bound ops say is the GPU's slowdown: host-paced forward ops, where a slow

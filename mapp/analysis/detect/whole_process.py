@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.steady import LAYER_SPANS
-
 __all__ = ["WHOLE", "whole_process"]
 
 WHOLE = 0.5
@@ -36,7 +34,7 @@ WHOLE = 0.5
 outside the layers being slower too says its whole process was slowed."""
 
 
-def whole_process(leaves: pl.DataFrame, coords: pl.DataFrame, group: list[str]) -> pl.DataFrame:
+def whole_process(leaves: pl.DataFrame, coords: pl.DataFrame, group: list[str], is_layer: pl.Expr) -> pl.DataFrame:
     """Per rank: ``layers_ratio`` and ``outside_ratio``, the self time per token of its
     transformer layer spans and of its other leaf spans (``peers.leaf_ops``: waits for peers
     nested in them left out; spans that record their tokens) over the mean of its group's other
@@ -46,13 +44,15 @@ def whole_process(leaves: pl.DataFrame, coords: pl.DataFrame, group: list[str]) 
     replicas draw other lengths (on as many tokens it is their time): a small span's fixed cost
     makes the rank on fewer tokens read slower per token in both parts alike, which the share
     and the threshold's margin leave to the layers (DP2, lognormal lengths, 1.4x layers on rank
-    1: layers 1.72x per token, other spans 1.29x, named). Empty where nothing compares."""
+    1: layers 1.72x per token, other spans 1.29x, named). ``is_layer``: which spans are a
+    transformer layer's or its parts' (``peers._IS_LAYER``, the one definition). Empty where
+    nothing compares."""
     empty = pl.DataFrame(schema={"rank": pl.Int64, "layers_ratio": pl.Float64, "outside_ratio": pl.Float64,
                                  "whole_process": pl.Boolean})
     if "self_ns" not in leaves.columns or "tokens" not in leaves.columns:
         return empty
     rows = leaves.filter(pl.col("iteration").is_not_null() & (pl.col("tokens").fill_null(0) > 0)).with_columns(
-        part=pl.when(pl.col("name").str.starts_with(LAYER_SPANS)).then(pl.lit("layers")).otherwise(pl.lit("outside")))
+        part=pl.when(is_layer).then(pl.lit("layers")).otherwise(pl.lit("outside")))
     per = rows.group_by("rank", "iteration", "part", "name").agg(t=pl.col("self_ns").sum(), tokens=pl.col("tokens").sum()).join(
         coords.select("rank", *group), on="rank")
     # a name some rank of the group did not run in that iteration is no one's same work

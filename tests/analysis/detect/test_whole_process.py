@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.peers import leaf_ops
+from mapp.analysis.detect.peers import _IS_LAYER, leaf_ops
 from mapp.analysis.detect.whole_process import whole_process
 
 COORDS = pl.DataFrame({"rank": [0, 1], "pp": [0, 0], "tp": [0, 0]}, schema_overrides={"rank": pl.Int32})
@@ -35,7 +35,7 @@ def _timed(layers: dict[int, float], outside: dict[int, float], iterations=(2, 3
 
 
 def _judged(timed: pl.DataFrame) -> dict[int, tuple[float, float, bool]]:
-    out = whole_process(leaf_ops(timed), COORDS, ["pp"])
+    out = whole_process(leaf_ops(timed), COORDS, ["pp"], _IS_LAYER)
     return {r: (round(lr, 3), round(lo, 3), w) for r, lr, lo, w in
             out.select("rank", "layers_ratio", "outside_ratio", "whole_process").iter_rows()}
 
@@ -106,3 +106,10 @@ def test_a_fault_on_the_rank_the_cores_favour_less_still_shows_beyond_its_whole_
 
 def test_off_shared_cpus_the_gate_does_not_apply():
     assert _why(1.40, 1.28, shared_cpus=False) is None
+
+
+def test_a_layers_parts_are_its_layers():
+    # traced below the layer (attention and MLP spans): still the layers' part, not the rest
+    timed = _timed({1: 1.5}, {1: 1.0}).with_columns(
+        name=pl.col("name").replace({"layer.forward": "self_attention.forward", "layer.backward": "mlp.backward"}))
+    assert _judged(timed)[1] == (1.5, 1.0, False)
