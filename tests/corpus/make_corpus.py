@@ -4170,6 +4170,59 @@ def fresh123_set(seed: int = FRESH123_SEED) -> list[Case]:
     ]
 
 
+FRESH124_SEED = 797
+
+
+def fresh124_set(seed: int = FRESH124_SEED) -> list[Case]:
+    """Held out at the start of the fifty-ninth session, before any change (``--set fresh124``,
+    seed 797, 4 gloo processes on 2 cores): issue 13's classes across its 4-rank layouts, plain
+    DDP/FSDP and DP x TP under the profiler, megatron-core under both captures, healthy and
+    imbalanced jobs beside faults, with values no other set uses. Ids end in ``-f124``."""
+    g = _held_out_gpt(seed, "-f124", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(_plain("ddp4", "dp4", seed, rank=2, factor=1.39, tag="-f124"), "tutorial"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=0, sleep_ms=31, tag="-f124"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=3, step_sleep_ms=34, tag="-f124"), "default"),
+        r(_plain("ddp4", "dp4", seed, tag="-f124"), "default"),
+        g("tp2dp2", "mapp-v1", "layer", rank=3, factor=1.48),
+        g("pp4", "mapp-v1", "beforemb", rank=1, ms=31),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "seqlognorm", sigma=0.95),
+        r(g("dp4", "kineto", "hostsleep", rank=0, ms=33), "default"),
+        r(ln(g("pp2dp2", "kineto", "layer", rank=1, factor=1.41), 0.85), "tutorial"),
+        r(g("tp2pp2", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "layer", rank=3, factor=1.37), "default"),
+    ]
+
+
+FRESH125_SEED = 809
+
+
+def fresh125_set(seed: int = FRESH125_SEED) -> list[Case]:
+    """``fresh124``'s 2-rank companion (``--set fresh125``, seed 809, for CPUs; its GPU runs take
+    fresh91's model shape): DP2, TP2 and PP2 under both captures and plain DDP/FSDP2, healthy and
+    imbalanced jobs beside faults, with values no other set uses. Ids end in ``-f125``."""
+    g = _held_out_gpt(seed, "-f125", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.47),
+        g("dp2", "mapp-v1", "hostsleep", rank=0, ms=33),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2", "mapp-v1", "healthy"),
+        r(g("dp2", "kineto", "layer", rank=0, factor=1.38), "default"),
+        r(g("tp2", "kineto", "beforemb", rank=1, ms=29), "tutorial"),
+        r(g("dp2", "kineto", "seqlognorm", sigma=0.8), "default"),
+        r(g("tp2", "kineto", "healthy"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, factor=1.49, tag="-f125"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, sleep_ms=35, tag="-f125"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=0, step_sleep_ms=33, tag="-f125"), "tutorial"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f125"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4751,6 +4804,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh121": fresh121_set,
         "fresh122": fresh122_set,
         "fresh123": fresh123_set,
+        "fresh124": fresh124_set,
+        "fresh125": fresh125_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
