@@ -31,7 +31,7 @@ from typing import Any
 
 from mapp.errors import InputError
 
-__all__ = ["RealCase", "RealResult", "load_corpus", "run_case", "run_corpus", "summary_rows"]
+__all__ = ["RealCase", "RealResult", "load_corpus", "result_record", "run_case", "run_corpus", "summary_rows"]
 
 MANIFEST = "manifest.json"
 
@@ -149,6 +149,24 @@ def load_corpus(directory: Path | str) -> list[RealCase]:
                 raise InputError(f"{path}: case {item.get('id', '?') if isinstance(item, dict) else item!r} "
                                  f"lacks {error}", "each case needs id, path and expect.suspect") from None
     return cases
+
+
+def expected_label(case: RealCase) -> str:
+    """The answer a case expects, as ``print_real`` shows it: "kind/kind rank[<->peer]" or "none"."""
+    e = case.expect
+    if e is None:
+        return "none"
+    return f"{'/'.join(e.get('kinds', []))} {e['rank']}" + (f"<->{e['peer']}" if "peer" in e else "")
+
+
+def result_record(result: RealResult) -> dict[str, Any]:
+    """One scored case as plain JSON: where it lies (``key``, its trace directory's absolute
+    path, the same for the same files in any later run), what it is, expected and found."""
+    c = result.case
+    return {"key": str(Path(c.directory).resolve()), "id": c.id, "dir": str(Path(c.directory).parent),
+            "class": c.cls, "source": c.source, "format": c.format, "injected": c.describe_injection(),
+            "expected": expected_label(c), "top": result.top, "right": bool(result.right),
+            "said_below": result.said_below, "error": result.error}
 
 
 def _label(suspect) -> str:

@@ -96,16 +96,14 @@ def print_suite(console, result, title: str) -> None:
 
 def print_real(console, results, title: str) -> None:
     """One row per recorded job (its source, what was injected, expected and found), then a summary."""
-    from mapp.bench.real import summary_rows
+    from mapp.bench.real import expected_label, summary_rows
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
     for col in ("case", "source", "injected", "expected", "top suspect", "ok"):
         # Ids and answers stay whole; the prose columns wrap on words in a narrow terminal.
         table.add_column(col, no_wrap=col not in ("source", "injected"))
     for r in results:
-        e = r.case.expect
-        expected = "none" if e is None else f"{'/'.join(e.get('kinds', []))} {e['rank']}" + (
-            f"<->{e['peer']}" if "peer" in e else "")
+        expected = expected_label(r.case)
         found = r.error or r.top or "none"
         if r.said_below:
             weak = f"{r.weak:.0%} of its step" if r.weak is not None else f"its hit part {r.weak_part:.2f}x its peers'"

@@ -1,0 +1,66 @@
+"""``benchmarks/detect_real.py``: many corpora scored at once, saved, and compared run to run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from mapp.bench.real import load_corpus, result_record, run_case
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "tests" / "corpus" / "cases"
+IDS = ("tp2dp2-plain-prof-healthy", "tp2dp2-plain-prof-2.5x-r2")
+
+
+def _corpus(tmp_path: Path, expect_fault: dict) -> Path:
+    """The two committed jobs above in a corpus of their own, the fault's answer as given."""
+    out = tmp_path / "corpus"
+    cases = [c for c in json.loads((SOURCE / "manifest.json").read_text())["cases"] if c["id"] in IDS]
+    for c in cases:
+        if not (out / c["path"]).exists():
+            shutil.copytree(SOURCE / c["path"], out / c["path"])
+        if c["expect"]["suspect"] is not None:
+            c["expect"] = {"suspect": expect_fault}
+    (out / "manifest.json").write_text(json.dumps({"version": 1, "cases": cases}))
+    return out
+
+
+def _run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "detect_real.py"), *map(str, args),
+                           "--workers", "1"], capture_output=True, text=True, env={"COLUMNS": "200", "PATH": ""},
+                          timeout=300)
+
+
+def test_a_saved_case_records_where_it_lies_what_was_expected_and_what_was_found():
+    case = next(c for c in load_corpus(SOURCE) if c.id == "tp2dp2-plain-prof-2.5x-r2")
+    record = result_record(run_case(case))
+    assert record["key"] == str((SOURCE / case.directory.name).resolve())
+    assert record["expected"] == "slow_compute 2"
+    assert record["right"] is True and record["top"].endswith(" 2")
+    assert json.loads(json.dumps(record)) == record   # plain JSON
+
+
+def test_a_second_run_lists_the_cases_whose_answer_changed(tmp_path):
+    corpus = _corpus(tmp_path, {"rank": 2, "kinds": ["slow_compute"]})
+    first = _run(corpus, "--save", tmp_path / "before.jsonl")
+    assert first.returncode == 0, first.stderr
+    saved = [json.loads(line) for line in (tmp_path / "before.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in saved) == sorted(IDS) and all(r["right"] for r in saved)
+    # the same traces, now expected to name another rank: that job reads "broken", the other stays
+    _corpus(tmp_path, {"rank": 0, "kinds": ["slow_compute"]})
+    second = _run(corpus, "--compare", tmp_path / "before.jsonl")
+    assert second.returncode == 0, second.stderr
+    assert "2 jobs in both, right 2 then, 1 now" in second.stdout
+    assert "broken tp2dp2-plain-prof-2.5x-r2" in second.stdout
+    assert "tp2dp2-plain-prof-healthy (" not in second.stdout.split("compared with")[1]
+
+
+def test_a_results_file_that_is_not_one_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "before.jsonl"
+    bad.write_text("not json\n")
+    result = _run(_corpus(tmp_path, {"rank": 2, "kinds": ["slow_compute"]}), "--compare", bad)
+    assert result.returncode == 2 and "not a file of saved results" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
