@@ -4223,6 +4223,60 @@ def fresh125_set(seed: int = FRESH125_SEED) -> list[Case]:
     ]
 
 
+FRESH126_SEED = 811
+
+
+def fresh126_set(seed: int = FRESH126_SEED) -> list[Case]:
+    """Held out after the fifty-ninth session's change (``--set fresh126``, seed 811, 4 gloo
+    processes on 2 cores): issue 13's classes across its 4-rank layouts, plain DDP/FSDP and DP x
+    TP under the profiler, megatron-core under both captures, healthy and imbalanced jobs beside
+    faults, with values no other set uses. Ids end in ``-f126``."""
+    g = _held_out_gpt(seed, "-f126", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(_plain("fsdp4", "dp4", seed, rank=1, sleep_ms=36, tag="-f126"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, tag="-f126"), "tutorial"),
+        r(_plain("ddp4", "dp4", seed, rank=3, factor=1.46, tag="-f126"), "default"),
+        g("pp4", "mapp-v1", "hostsleep", rank=2, ms=34),
+        g("pp2dp2", "mapp-v1", "layer", rank=0, factor=1.44),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=0.85),
+        g("dp4", "mapp-v1", "beforemb", rank=3, ms=30),
+        r(g("pp4", "kineto", "healthy"), "default"),
+        r(ln(g("tp2pp2", "kineto", "layer", rank=1, factor=1.43), 0.9), "tutorial"),
+        r(g("pp2dp2", "kineto", "beforemb", rank=2, ms=32), "default"),
+        r(g("dp4", "kineto", "seqlognorm", sigma=0.95), "default"),
+    ]
+
+
+FRESH127_SEED = 821
+
+
+def fresh127_set(seed: int = FRESH127_SEED) -> list[Case]:
+    """``fresh126``'s 2-rank companion (``--set fresh127``, seed 821, for CPUs; its GPU runs take
+    fresh91's model shape): PP2 under both captures above all (the change's layout), DP2 and TP2,
+    plain DDP/FSDP2, healthy and imbalanced jobs beside faults, with values no other set uses.
+    Ids end in ``-f127``."""
+    g = _held_out_gpt(seed, "-f127", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        g("pp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "beforemb", rank=1, ms=34),
+        g("pp2", "mapp-v1", "seqlognorm", sigma=0.8),
+        g("tp2", "mapp-v1", "layer", rank=1, factor=1.42),
+        r(g("pp2", "kineto", "healthy"), "tutorial"),
+        r(g("pp2", "kineto", "hostsleep", rank=0, ms=31), "default"),
+        r(g("pp2", "kineto", "layer", rank=0, factor=1.49), "default"),
+        r(g("dp2", "kineto", "healthy"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.47, tag="-f127"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, sleep_ms=33, tag="-f127"), "tutorial"),
+        r(_plain("ddp2", "dp2", seed, tag="-f127"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, step_sleep_ms=35, tag="-f127"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4806,6 +4860,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh123": fresh123_set,
         "fresh124": fresh124_set,
         "fresh125": fresh125_set,
+        "fresh126": fresh126_set,
+        "fresh127": fresh127_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
