@@ -461,7 +461,7 @@ def _forward_median(forward: pl.DataFrame, flagged: pl.DataFrame) -> pl.DataFram
         fwd_median=pl.col("r_adj").median())
 
 
-def lasting_gaps(gap: pl.Expr, z_crit: float) -> pl.Expr:
+def lasting_gaps(gap: pl.Expr, z_crit: float, together: bool = True) -> pl.Expr:
     """Per (rank, iteration): idle-time flags ``gap`` that last.
 
     A slow host is a lasting condition (no transient exemption: a first traced iteration often
@@ -471,10 +471,11 @@ def lasting_gaps(gap: pl.Expr, z_crit: float) -> pl.Expr:
     sqrt(iterations) of it): on busy hosts one iteration's gaps scatter by tens of ms, and a
     stall of that size is judged on all iterations together. Only with three traced iterations
     or more: the median of two is their mean, one far iteration and one barely positive would
-    pass, and that is a hiccup, not a lasting stall."""
+    pass, and that is a hiccup, not a lasting stall. ``together`` False: flags in nearly every
+    iteration only (``peers._per_rank`` says where)."""
     n_it = pl.col("gap_z").count().over("rank").cast(pl.Float64)
     median_z = pl.col("gap_z").median().over("rank") * n_it.sqrt() / MEDIAN_SE
     positive = (pl.col("gap_excess_ns") > 0).mean().over("rank") >= CONSISTENT
-    judged_together = (n_it >= 3) & (median_z > z_crit) & positive
+    judged_together = (n_it >= 3) & (median_z > z_crit) & positive & pl.lit(together)
     lasting = (gap.mean().over("rank") >= CONSISTENT) | judged_together
     return (gap | (pl.col("gap_excess_ns") > 0)) & lasting
