@@ -609,9 +609,10 @@ def _effect_spread(per: pl.DataFrame, pairs: bool) -> float:
 
 
 STAGES_IDLE_TOGETHER = False
-"""One rank a stage on shared CPUs, whether a rank's idle time may stand out by its median over
-the iterations (``idle.lasting_gaps``' ``together``) as it may elsewhere: not, only in nearly
-every iteration (``compare_peers`` says why)."""
+"""One rank a stage on shared CPUs, whether a rank's idle time may also stand out by its median
+over the iterations (``idle.lasting_gaps``' ``together``), as it may elsewhere. False: there it
+must stand out in nearly every iteration (``compare_peers`` says why); tests switch it on to
+reach the rules that judged such idle time before."""
 
 
 def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_effect: float = 0.0,
