@@ -36,9 +36,9 @@ from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
 from mapp.analysis.detect.steady import steady_layers
-from mapp.analysis.detect.whole_process import whole_process
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.time_slices import kernel_places, scattered
+from mapp.analysis.detect.whole_process import whole_process
 from mapp.analysis.ingest import megatronapp
 
 __all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]

@@ -41,7 +41,7 @@ def whole_process(leaves: pl.DataFrame, coords: pl.DataFrame, group: list[str], 
     ranks' (``group``: the coordinates peers share), geometric means over the iterations, and
     ``whole_process``: its layers slower and its other spans by ``WHOLE`` or more of that. Only
     span names every rank of the group ran in an iteration count (the same work). Per token, for
-    replicas draw other lengths (on as many tokens it is their time): a small span's fixed cost
+    replicas that draw other lengths (on as many tokens it is their time): a small span's fixed cost
     makes the rank on fewer tokens read slower per token in both parts alike, which the share
     and the threshold's margin leave to the layers (DP2, lognormal lengths, 1.4x layers on rank
     1: layers 1.72x per token, other spans 1.29x, named). ``is_layer``: which spans are a
