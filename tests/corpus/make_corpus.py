@@ -4277,6 +4277,61 @@ def fresh127_set(seed: int = FRESH127_SEED) -> list[Case]:
     ]
 
 
+FRESH128_SEED = 823
+
+
+def fresh128_set(seed: int = FRESH128_SEED) -> list[Case]:
+    """Held out at the start of the sixtieth session, before any change (``--set fresh128``, seed
+    823, 4 gloo processes on 2 cores): issue 13's classes across its 4-rank layouts, a heavier
+    pipeline link and a heavier last stage among them, plain DDP/FSDP and DP x TP under the
+    profiler, megatron-core under both captures, with values no other set uses. Ids end in
+    ``-f128``."""
+    g = _held_out_gpt(seed, "-f128", GPT_GPU_FRESH14)
+    r, ln = _recorded, _on_lognormal
+
+    return [
+        r(_plain("ddp4", "dp4", seed, rank=1, step_sleep_ms=32, tag="-f128"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=2, factor=1.43, tag="-f128"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f128"), "tutorial"),
+        g("pp4", "mapp-v1", "link", link=(1, 2)),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=2),
+        g("dp4", "mapp-v1", "hostsleep", rank=2, ms=35),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=3, ms=29),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        r(g("pp2dp2", "kineto", "laststage", last_layers=2), "default"),
+        r(g("tp2dp2", "kineto", "layer", rank=1, factor=1.45), "default"),
+        r(ln(g("dp4", "kineto", "hostsleep", rank=3, ms=30), 0.9), "tutorial"),
+        r(g("pp4", "kineto", "beforemb", rank=0, ms=33), "default"),
+    ]
+
+
+FRESH129_SEED = 827
+
+
+def fresh129_set(seed: int = FRESH129_SEED) -> list[Case]:
+    """``fresh128``'s 2-rank companion (``--set fresh129``, seed 827, for CPUs; its GPU runs take
+    fresh91's model shape): DP2, TP2 and PP2 under both captures (a heavier last stage among
+    them), plain DDP/FSDP2, healthy and imbalanced jobs beside faults, with values no other set
+    uses. Ids end in ``-f129``."""
+    g = _held_out_gpt(seed, "-f129", GPT_GPU_FRESH91)
+    r = _recorded
+
+    return [
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp2", "mapp-v1", "layer", rank=1, factor=1.44),
+        g("tp2", "mapp-v1", "hostsleep", rank=0, ms=32),
+        g("dp2", "mapp-v1", "healthy"),
+        r(g("pp2", "kineto", "beforemb", rank=0, ms=30), "default"),
+        r(g("tp2", "kineto", "seqlognorm", sigma=0.85), "tutorial"),
+        r(g("dp2", "kineto", "hostsleep", rank=1, ms=34), "default"),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.46), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=1, factor=1.41, tag="-f129"), "default"),
+        r(_plain("ddp2", "dp2", seed, rank=0, step_sleep_ms=31, tag="-f129"), "default"),
+        r(_plain("fsdp2", "dp2", seed, tag="-f129"), "tutorial"),
+        r(_plain("ddp2", "dp2", seed, rank=1, sleep_ms=36, tag="-f129"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4862,6 +4917,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh125": fresh125_set,
         "fresh126": fresh126_set,
         "fresh127": fresh127_set,
+        "fresh128": fresh128_set,
+        "fresh129": fresh129_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
