@@ -4332,6 +4332,67 @@ def fresh129_set(seed: int = FRESH129_SEED) -> list[Case]:
     ]
 
 
+FRESH130_SEED = 829
+
+
+def fresh130_set(seed: int = FRESH130_SEED) -> list[Case]:
+    """Held out in the sixtieth session, before any change (``--set fresh130``, 8 ranks, seed 829,
+    for CPUs: 8 gloo processes on 4 cores): the 8-rank jobs again, twenty-five sessions of
+    changes after ``fresh42`` -- DP8, PP4 x DP2, PP2 x DP4 and TP2 x PP2 x DP2 under both
+    captures, healthy, with issue 13's heavier last stage and lognormal lengths, and faults with
+    values no other 8-rank set uses. Ids end in ``-f130``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f130", **k)
+    r = _recorded
+
+    return [
+        r(_plain("ddp8", "dp8", seed, rank=3, factor=1.45, tag="-f130"), "default"),
+        r(_plain("fsdp8", "dp8", seed, tag="-f130"), "default"),
+        # megatron-core, mapp capture
+        g("pp4dp2", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "layer", rank=2, factor=1.45),
+        g("pp2dp4", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp4", "mapp-v1", "hostsleep", rank=5, ms=27),
+        g("tp2pp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("dp8", "mapp-v1", "beforemb", rank=6, ms=26),
+        # megatron-core, torch.profiler
+        r(g("pp4dp2", "kineto", "laststage", last_layers=3), "default"),
+        r(g("pp2dp4", "kineto", "layer", rank=4, factor=1.5), "default"),
+        r(g("tp2pp2dp2", "kineto", "healthy"), "default"),
+        r(g("dp8", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("pp4dp2", "kineto", "hostsleep", rank=7, ms=28), "tutorial"),
+    ]
+
+
+FRESH131_SEED = 839
+
+
+def fresh131_set(seed: int = FRESH131_SEED) -> list[Case]:
+    """Held out in the sixtieth session, before any change (``--set fresh131``, 16 ranks, seed
+    839, for CPUs: 16 gloo processes on 8 cores): ``fresh44``'s widths again -- PP4 x DP4,
+    PP2 x DP8, TP2 x PP2 x DP4 and DP16 under both captures, healthy, with a heavier last stage
+    and lognormal lengths, and faults with values no other 16-rank set uses. Ids end in
+    ``-f131``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f131", **k)
+    r = _recorded
+
+    return [
+        r(_plain("ddp16", "dp16", seed, rank=12, sleep_ms=29, tag="-f131"), "default"),
+        # megatron-core, mapp capture
+        g("pp4dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4dp4", "mapp-v1", "hostsleep", rank=9, ms=26),
+        g("pp2dp8", "mapp-v1", "layer", rank=11, factor=1.45),
+        g("tp2pp2dp4", "mapp-v1", "healthy"),
+        g("dp16", "mapp-v1", "layer", rank=5, factor=1.5),
+        # megatron-core, torch.profiler
+        r(g("pp4dp4", "kineto", "healthy"), "default"),
+        r(g("pp2dp8", "kineto", "laststage", last_layers=3), "default"),
+        r(g("tp2pp2dp4", "kineto", "layer", rank=10, factor=1.45), "default"),
+        r(g("pp4dp4", "kineto", "beforemb", rank=14, ms=27), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -4919,6 +4980,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh127": fresh127_set,
         "fresh128": fresh128_set,
         "fresh129": fresh129_set,
+        "fresh130": fresh130_set,
+        "fresh131": fresh131_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
