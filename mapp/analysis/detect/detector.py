@@ -35,7 +35,6 @@ class StageEvidence(NamedTuple):
     bandwidth: BandwidthEvidence
     layout: LayoutInfo
     iteration_ns: float | None
-    microbatches: int
     shared_cpus: bool
     traced: list[int]
     notes: list[str]
@@ -101,8 +100,7 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
                                shared_cpus=on_cpus, iteration_ns=iteration_ns)
     lap("bandwidth")
     pace = tp_pace(matching, len(traced)) if _synchronizing_tracer(bundle) else None
-    microbatches = events.filter(pl.col("cat") == "compute")["microbatch"].drop_nulls().n_unique()
-    return StageEvidence(peers, lateness, bandwidth, info, iteration_ns, microbatches, on_cpus,
+    return StageEvidence(peers, lateness, bandwidth, info, iteration_ns, on_cpus,
                          traced, notes, pace, device_counters(bundle.scan()))
 
 
@@ -128,12 +126,12 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         timings[name] = now - t
         t = now
 
-    peers, lateness, bandwidth, info, iteration_ns, microbatches, on_cpus, traced, notes, pace, counters = \
+    peers, lateness, bandwidth, info, iteration_ns, on_cpus, traced, notes, pace, counters = \
         stage_evidence(bundle, cuts, layout, analysis, lap)
     seen = neighbours(counters)
     suspects, imbalance, victims, grid, below, overruled = combine(
         peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
-        iteration_ns=iteration_ns, microbatches=microbatches, shared_cpus=on_cpus, tp_pace=pace, neighbours=seen)
+        iteration_ns=iteration_ns, shared_cpus=on_cpus, tp_pace=pace, neighbours=seen)
     notes += paced_pairs(peers, lateness, suspects + below)
     notes += [o.line for o in overruled]
     if below:

@@ -45,14 +45,6 @@ from mapp.analysis.detect.tp_waits import tp_group_alike, tp_pace_suspects, tp_v
 __all__ = ["Suspect", "Imbalance", "StageStatus", "Verdict", "Combined", "combine", "paced_pairs"]
 
 
-def _pipeline_factor(pp: int, microbatches: int) -> float:
-    """A stage slower by x per iteration delays a 1F1B pipeline by about x (m + pp - 1) / m:
-    every microbatch waits on it, and so do the warm-up and cool-down steps."""
-    if pp <= 1 or microbatches <= 0:
-        return 1.0
-    return (microbatches + pp - 1) / microbatches
-
-
 LINK_COST = 1 / 10
 """A slow link is a suspect only when its transfers' excess is at least this share of
 ``min_effect`` of the iteration (0.33% at ``--threshold 0.1``): transfers are a small part of
@@ -76,7 +68,7 @@ class Combined(NamedTuple):
 
 def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: BandwidthEvidence, layout: LayoutInfo,
             *, slowdown_threshold: float, imbalance_threshold: float, iteration_ns: float | None,
-            microbatches: int, shared_cpus: bool = False, tp_pace: pl.DataFrame | None = None,
+            shared_cpus: bool = False, tp_pace: pl.DataFrame | None = None,
             neighbours: dict[int, dict] | None = None) -> Combined:
     """Suspects (ranked), imbalance, victims, the per-rank grid, the would-be suspects below the
     threshold and the candidates overruled, from the stages' evidence.
@@ -92,13 +84,12 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     """
     coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in layout.ranks.iter_rows(named=True)}
     late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)} if lateness.ran else {}
-    pfac = _pipeline_factor(layout.sizes["pp"] if layout.sizes else 1, microbatches)
     suspects: list[Suspect] = []
     overruled: list[Overruled] = []
     if peers.mode != "skipped":
         replica = _replica_waits(peers, late, coords)
         for row in peers.ranks.iter_rows(named=True):
-            s = _compute_suspect(row, peers, late.get(row["rank"]), lateness.z_crit, coords, pfac, iteration_ns,
+            s = _compute_suspect(row, peers, late.get(row["rank"]), lateness.z_crit, coords, iteration_ns,
                                  slowdown_threshold, overruled, shared_cpus, row["rank"] in replica)
             if s is not None:
                 suspects.append(s)
@@ -428,7 +419,7 @@ STALLS_SHARE = 0.5
 
 
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
-                     pfac: float, iteration_ns: float | None, slowdown_threshold: float,
+                     iteration_ns: float | None, slowdown_threshold: float,
                      overruled: list[Overruled] | None = None, shared_cpus: bool = False,
                      replica: bool = False) -> Suspect | None:
     busy = row["busy_ns"] or 0.0
@@ -675,14 +666,20 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # its spans' part no more than the median of its ops says: a few long ops make an
         # excess that median does not share (a simulated data reader's forward steps)
         row = {**row, "excess_ns": excess_at(row, busy, float(row["slowdown"]))}
-    excess = (max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)) * pfac
+    # What it costs a step is the time it adds to its own step: in a 1F1B pipeline a stage that
+    # adds x over its microbatches delays the step by about x (m x its microbatch time plus the
+    # other stages' ramp), not x (m + pp - 1) / m, as the warm-up and cool-down steps cross it
+    # once each way (megatron-core PP2 x DP2 and PP4 x DP4 under mapp's capture, a data-path
+    # sleep before each microbatch of one stage: costed 1.26-1.84x the time it slept, a 16-rank
+    # job's 191.7 ms a step beyond its 182.8 ms step; without the factor 1.00-1.03x)
+    excess = max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)
     shows_added = (extra or (adds and shared_cpus)) and not host
     if shows_added:
         # it costs at least the work it adds, however its whole compute's times scatter (a
         # user's DDP transformer, 4 processes on 2 cores, 1.4x the forward's matmuls on rank 0:
         # its compute 0.87-0.98x its peers' by their times, 5.8-6.7 ms a step more on the ops it
         # calls more often; no cost was shown)
-        excess = max(excess, max(row.get("added_excess_ns") or 0.0, 0.0) * pfac)
+        excess = max(excess, max(row.get("added_excess_ns") or 0.0, 0.0))
     added = None if host else added_slowdown(row, peers.min_effect, slowdown_threshold)
     # (where stage 1 timed a sliver of the stages' work, the ops they call alike without shapes
     # (``peers.scope``), its slowdown is no whole compute's: the added work's figure is shown,

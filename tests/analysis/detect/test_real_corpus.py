@@ -2306,3 +2306,19 @@ def test_one_rank_a_stage_on_shared_cores_sleeping_in_every_step_is_still_a_slow
     # (fresh121): its stalls stand out in every step
     verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-mapp-hostsleep28ms-r1-f121"].directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(1, "slow_host")]
+
+
+@pytest.mark.parametrize("case", ["gpt-pp2-mapp-hostsleep28ms-r1-f121", "gpt-pp2dp2-mapp-hostsleep25ms-r1-f98",
+                                  "gpt-pp2dp2-mapp-beforemb22ms-r0-f98"])
+def test_a_sleeping_pipeline_stage_costs_a_step_the_time_it_sleeps(case):
+    # PP2 and PP2 x DP2 under mapp's capture, a sleep in one rank's data path before each of its
+    # 4 microbatches: the job measured 89-112 ms slept a step (the manifest's
+    # ``injected_ms_per_step``). Each was costed 1.21-1.29x that (the time it added, times
+    # (m + pp - 1) / m for the pipeline's warm-up and cool-down), more than a step can lose to it
+    c = FRESH_CASES[case]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (c.expect["rank"], "slow_host")
+    slept_ns = c.measured["injected_ms_per_step"] * 1e6
+    assert 0.9 * slept_ns < top.excess_ns < 1.1 * slept_ns
+    assert top.without_ns > 0.25 * top.iteration_ns

@@ -445,7 +445,7 @@ def _rank_2_slow_and_last(slowdown_threshold: float):
     late = collective_lateness(matching, [0, 1, 2, 3])
     bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
     return combine(peers, late, bw, info, slowdown_threshold=slowdown_threshold, imbalance_threshold=CUTS.imbalance,
-                   iteration_ns=20 * MS, microbatches=4)
+                   iteration_ns=20 * MS)
 
 
 def test_combine_a_slow_gpu_with_stage_2_agreeing():
@@ -488,8 +488,7 @@ def test_combine_turns_a_slow_link_into_a_suspect_and_stage_imbalance_into_imbal
     bw = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=CUTS.link)
     late = LatenessEvidence(False, "no complete collective instance with two or more traced members")
     suspects, imbalance, victims, grid, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
-                                                 imbalance_threshold=CUTS.imbalance, iteration_ns=30 * MS,
-                                                 microbatches=4)
+                                                 imbalance_threshold=CUTS.imbalance, iteration_ns=30 * MS)
     assert [(s.rank, s.kind, s.peer) for s in suspects] == [(0, "slow_link", 3)]
     assert suspects[0].slowdown == pytest.approx(4.0)
     assert suspects[0].label() == "0<->3"
@@ -514,14 +513,14 @@ def test_combine_a_stage_1_flag_that_stage_2_contradicts_is_dropped_with_two_pee
     assert row_of(late.ranks, 1)["net_ns"] < 0
     bw = BandwidthEvidence(False, "no matched p2p message or complete collective")
     suspects, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
-                           imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS, microbatches=4)
+                           imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS)
     assert suspects == []
     # the same stage-1 evidence with stage 2 agreeing (rank 1 last) is a suspect
     starts = {"ar": {0: 0, 1: 2 * MS}}
     late = collective_lateness(matched(collective_calls(4, starts, {"ar": 3 * MS}, {"ar": [0, 1]}, {"ar": "tp"}),
                                        world=2), [0, 1])
     suspects, *_ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
-                           imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS, microbatches=4)
+                           imbalance_threshold=CUTS.imbalance, iteration_ns=20 * MS)
     assert [(s.rank, s.kind) for s in suspects] == [(1, "slow_compute")]
 
 
@@ -564,7 +563,7 @@ def _combined(ev: pl.DataFrame, sizes: dict, late: LatenessEvidence | None = Non
     late = late or LatenessEvidence(False, "no complete collective instance with two or more traced members")
     bw = BandwidthEvidence(False, "no matched p2p message or complete collective")
     suspects, _, _, _, below, _ = combine(peers, late, bw, info, slowdown_threshold=CUTS.slowdown,
-                                       imbalance_threshold=CUTS.imbalance, iteration_ns=80 * MS, microbatches=1)
+                                       imbalance_threshold=CUTS.imbalance, iteration_ns=80 * MS)
     return suspects + below     # what was judged, the threshold's cut aside (the tests read slowdowns)
 
 

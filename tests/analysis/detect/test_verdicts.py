@@ -770,7 +770,7 @@ def test_a_rank_idling_in_short_gaps_beyond_its_stalls_is_no_slow_host():
     peers = PeerEvidence("stage peers", None, per, ranks, z_crit=2.81, min_effect=0.1 / 3, pairs=True, counted=True)
 
     def judged(r):
-        return _compute_suspect(r, peers, late, 2.81, coords, 1.0, 249.7 * ms, 0.1)
+        return _compute_suspect(r, peers, late, 2.81, coords, 249.7 * ms, 0.1)
 
     assert judged(row) is None
     # the same rank with most of its extra idle time in stalls: a host that sleeps or waits
@@ -805,7 +805,7 @@ def test_a_gpu_rank_idling_in_short_gaps_beside_work_it_adds_is_slow_compute():
     peers = PeerEvidence("dp peers", None, per, ranks, z_crit=2.81, min_effect=0.1 / 3, pairs=False, counted=True)
 
     def judged(r):
-        return _compute_suspect(r, peers, late, 2.81, coords, 1.0, 551.7 * ms, 0.1)
+        return _compute_suspect(r, peers, late, 2.81, coords, 551.7 * ms, 0.1)
 
     s = judged(row)
     assert (s.rank, s.kind) == (0, "slow_compute")
@@ -845,7 +845,7 @@ def test_backward_ops_slower_alike_beside_gaps_grown_alike_are_a_slow_gpu():
     peers = PeerEvidence("stage peers", None, per, ranks, z_crit=2.94, min_effect=0.1 / 3, pairs=True)
 
     def judged(r):
-        return _compute_suspect(r, peers, late, 2.58, coords, 1.0, 378.7 * ms, 0.1)
+        return _compute_suspect(r, peers, late, 2.58, coords, 378.7 * ms, 0.1)
 
     s = judged(row)
     assert (s.rank, s.kind) == (1, "slow_compute")
@@ -882,7 +882,7 @@ def test_slower_layers_on_a_stage_lighter_than_the_heaviest_by_the_threshold_are
         peers = PeerEvidence("layer peers", None, per, ranks, z_crit=2.94, min_effect=0.1 / 3, stages=stages,
                              pairs=True)
         overruled = []
-        return (_compute_suspect(row, peers, None, 0.0, coords, 1.25, 41.9 * ms, 0.1, overruled, shared_cpus=True),
+        return (_compute_suspect(row, peers, None, 0.0, coords, 41.9 * ms, 0.1, overruled, shared_cpus=True),
                 overruled)
 
     s, overruled = judged(25.77)
@@ -926,7 +926,7 @@ def test_between_two_gpu_ranks_idle_time_mostly_in_short_gaps_names_no_host():
     peers = PeerEvidence("stage peers", None, per, ranks, z_crit=2.58, min_effect=0.1 / 3, pairs=True, counted=True)
 
     def judged(r):
-        return _compute_suspect(r, peers, late, 2.58, coords, 1.0, 337.5 * ms, 0.1)
+        return _compute_suspect(r, peers, late, 2.58, coords, 337.5 * ms, 0.1)
 
     assert judged(row) is None
     # the same rank with most of its extra idle time in stalls: a host that sleeps or waits
@@ -959,7 +959,7 @@ def test_one_rank_a_stage_stalls_a_real_share_of_its_work_in_every_step_name_its
                             "gap_excess_ns": [g * ms for g in gap_excess_ms]})
         peers = PeerEvidence("layer peers", None, per, ranks, z_crit=2.81, min_effect=0.1 / 3, pairs=True,
                              counted=True)
-        return _compute_suspect(row, peers, None, 0.0, coords, 1.0, 272.6 * ms, 0.1, [], shared_cpus=True)
+        return _compute_suspect(row, peers, None, 0.0, coords, 272.6 * ms, 0.1, [], shared_cpus=True)
 
     s = judged([16.5, 27.9, 8.9, 71.4])
     assert (s.rank, s.kind) == (2, "slow_host") and s.iterations == [2, 3, 4, 5]
