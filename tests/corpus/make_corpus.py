@@ -227,9 +227,13 @@ def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "
              factor: float = 1.5, ms: float = 20.0, link: tuple[int, int] | None = None,
              link_bytes: int = 4_000_000, last_layers: int = 3, sigma: float = 0.8,
              windows: tuple[list[str], list[str]] | None = None, gpu_ms: float | None = None,
-             numbered: bool = True, duty: float = 0.3) -> Case:
+             numbered: bool = True, duty: float = 0.3, work: str | None = None) -> Case:
     """One megatron-core case: ``variant`` is healthy, layer, beforemb, hostsleep, link, laststage,
     seqlognorm, or gpuhog (GPUs only: another process shares the rank's GPU ``duty`` of the time).
+
+    ``work``: how a layer fault slows its layers on CPUs, ``sleep`` or ``matmul`` (default: sleep
+    under mapp's capture, matmuls under the profiler); the id says ``-matmul`` where it is not
+    the default.
 
     ``windows``: (mapp capture, profiler) iteration windows, default (MAPP_WINDOW, PROF_WINDOW).
     ``gpu_ms``: the before-microbatch / host-sleep ms on GPUs where it differs from ``ms``.
@@ -251,14 +255,16 @@ def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "
     if variant == "healthy":
         return Case(base, "gpt", fmt, lay, "healthy", args, gpu_args=gpu)
     if variant == "layer":
-        work = "sleep" if fmt == "mapp-v1" else "matmul"
+        default = "sleep" if fmt == "mapp-v1" else "matmul"
+        work = work or default
         extra = ["--slow-rank", str(rank), "--slow-factor", str(factor), "--slow-work", work]
         head = "extra work inside forward/backward of each transformer layer's attention and MLP: "
         how = (head + ("sleep for" if work == "sleep" else "real matmuls of the layer's activations for")
                + f" ({factor}-1)x each call's measured time")
         gpu_how = (head + "real (hidden x hidden) matmuls of the layer's activations, "
                    f"({factor}-1)x the module's FLOPs")
-        return Case(f"gpt-{layout}-{short}-layer{factor}x-r{rank}" + tag, "gpt", fmt, lay, "fault",
+        mark = "" if work == default else f"-{work}"
+        return Case(f"gpt-{layout}-{short}-layer{factor}x{mark}-r{rank}" + tag, "gpt", fmt, lay, "fault",
                     args + extra, [{"how": how, "rank": rank, "factor": factor}],
                     _slow(rank, ["slow_compute"]), "layers" if fmt == "mapp-v1" else "matmuls", base,
                     gpu + ["--slow-rank", str(rank), "--slow-factor", str(factor)],
@@ -4393,6 +4399,43 @@ def fresh131_set(seed: int = FRESH131_SEED) -> list[Case]:
     ]
 
 
+FRESH132_SEED = 853
+
+
+def _matmul_layers(seed: int, tag: str):
+    """A held-out set's layer faults under mapp's capture on CPUs done with real matmuls of the
+    layer's activations for (F-1)x each call's measured time (``gpt_case``'s ``work``)."""
+    g = _held_out_gpt(seed, tag, GPT_GPU_FRESH91)
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return mm
+
+
+def fresh132_set(seed: int = FRESH132_SEED) -> list[Case]:
+    """Held out in the sixtieth session (``--set fresh132``, seed 853, for CPUs: 2 gloo processes
+    on 2 cores): issue 13's "extra matmuls inside forward" under mapp's capture, which no set had
+    (its layer faults there slept, so that the ranks sharing the cores were not slowed too):
+    megatron-core DP2, TP2 and PP2, each layer of one rank doing real matmuls of its activations
+    (``_matmul_layers``). Ids end in ``-f132``."""
+    mm = _matmul_layers(seed, "-f132")
+    return [mm("dp2", 1, 1.5), mm("dp2", 0, 1.4), mm("tp2", 1, 1.45), mm("tp2", 0, 1.6),
+            mm("pp2", 1, 1.5), mm("pp2", 0, 1.4)]
+
+
+FRESH133_SEED = 857
+
+
+def fresh133_set(seed: int = FRESH133_SEED) -> list[Case]:
+    """``fresh132``'s 4-rank companion (``--set fresh133``, seed 857, 4 gloo processes on 2 cores):
+    DP4, TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under mapp's capture, one rank's layers doing
+    real matmuls (``_matmul_layers``). Ids end in ``-f133``."""
+    mm = _matmul_layers(seed, "-f133")
+    return [mm("dp4", 2, 1.5), mm("tp2dp2", 3, 1.45), mm("pp2dp2", 1, 1.5), mm("tp2pp2", 2, 1.4),
+            mm("pp4", 1, 1.5), mm("dp4", 0, 1.4)]
+
+
 FRESH28_SEED = 181
 
 
@@ -4982,6 +5025,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh129": fresh129_set,
         "fresh130": fresh130_set,
         "fresh131": fresh131_set,
+        "fresh132": fresh132_set,
+        "fresh133": fresh133_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
