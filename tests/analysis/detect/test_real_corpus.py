@@ -2322,3 +2322,14 @@ def test_a_sleeping_pipeline_stage_costs_a_step_the_time_it_sleeps(case):
     slept_ns = c.measured["injected_ms_per_step"] * 1e6
     assert 0.9 * slept_ns < top.excess_ns < 1.1 * slept_ns
     assert top.without_ns > 0.25 * top.iteration_ns
+
+
+@pytest.mark.parametrize("case", ["gpt-dp2-mapp-layer1.5x-matmul-r1-f132", "gpt-tp2-mapp-layer1.6x-matmul-r0-f132",
+                                  "gpt-pp2-mapp-layer1.5x-matmul-r1-f132"])
+def test_real_matmuls_in_one_ranks_layers_on_shared_cores_name_it_under_mapps_capture(case):
+    # Issue 13's "extra matmuls inside forward" under mapp's capture (fresh132, 2 processes on 2
+    # cores): each layer of one rank doing real matmuls of its activations, which also take the
+    # core its peer would get. The corpus's layer faults under mapp's capture had all slept.
+    c = FRESH_CASES[case]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(c.expect["rank"], "slow_compute")]
