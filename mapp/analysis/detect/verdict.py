@@ -671,7 +671,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # other stages' ramp), not x (m + pp - 1) / m, as the warm-up and cool-down steps cross it
     # once each way (megatron-core PP2 x DP2 and PP4 x DP4 under mapp's capture, a data-path
     # sleep before each microbatch of one stage: costed 1.26-1.84x the time it slept, a 16-rank
-    # job's 191.7 ms a step beyond its 182.8 ms step; without the factor 1.00-1.03x)
+    # job's 191.7 ms a step beyond its 182.8 ms step; without the factor 1.01-1.05x)
     excess = max(row["excess_ns"] or 0.0, 0.0) + (gap_excess if host else 0.0)
     shows_added = (extra or (adds and shared_cpus)) and not host
     if shows_added:
