@@ -601,3 +601,19 @@ def test_the_plain_dp_x_tp_job_sleeps_where_it_is_told(tmp_path, mode):
     injected = json.loads(timings.read_text())["injected_s"]
     assert injected[0] == [0.0, 0.0, 0.0]
     assert all(0.03 <= s < 3.0 for s in injected[1])   # (a loaded machine may oversleep, never undersleep)
+
+
+def test_the_fresh132_and_fresh133_sets_slow_layers_under_mapps_capture_with_real_matmuls():
+    # every other layer fault under mapp's capture on CPUs sleeps (``--slow-work sleep``); these
+    # run real matmuls, and their ids say so where the default would not
+    for name, tag, world in (("fresh132", "-f132", 2), ("fresh133", "-f133", 4)):
+        cases = make_corpus.SETS[name]()
+        assert len(cases) == 6 and {c.fmt for c in cases} == {"mapp-v1"} and {c.cls for c in cases} == {"fault"}
+        for case in cases:
+            assert case.id.endswith(tag) and "-matmul-" in case.id
+            args = make_corpus.job_args(case, gpu=False)
+            assert args[args.index("--slow-work") + 1] == "matmul"
+            assert "real matmuls" in case.injected[0]["how"]
+            assert make_corpus.world_of(case.layout) == world
+    slept = make_corpus.gpt_case("dp2", "mapp-v1", "layer", rank=1, factor=1.5)
+    assert "-matmul" not in slept.id and make_corpus.job_args(slept, gpu=False)[-1] == "sleep"
