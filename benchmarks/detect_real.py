@@ -13,13 +13,19 @@ source (CPU processes or GPUs, mapp's capture or the profiler), then every case 
 right or not); ``--compare FILE`` reads such a file from an earlier run (another commit, say)
 and lists every case both runs scored whose answer changed, "fixed" or "broken", with the
 totals of both on the cases they share: a detector change is judged on every job at once, not
-one directory at a time.
+one directory at a time. A case is the same case by its trace directory, or else by its
+corpus directory's name and its id (the committed corpora of another worktree).
+
+Then, for the fault jobs named right whose manifest measured the injected time a step
+(``injected_ms_per_step``: the sleep or extra work the job timed), what the verdict costed a
+step against it, by the suspect's kind and whether the job is a pipeline.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -56,6 +62,38 @@ def _read(path: Path) -> dict[str, dict]:
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise InputError(f"{path}: not a file of saved results ({type(error).__name__}: {error})",
                          "pass a file written by --save") from None
+
+
+def _same(records: list[dict], before: dict[str, dict]) -> list[tuple[dict, dict]]:
+    """(now, then) for every case both runs scored: by trace directory, else by corpus name and id."""
+    by_name = {(Path(r["dir"]).name, r["id"]): r for r in before.values()}
+    pairs = []
+    for r in records:
+        old = before.get(r["key"]) or by_name.get((Path(r["dir"]).name, r["id"]))
+        if old is not None:
+            pairs.append((r, old))
+    return pairs
+
+
+def _cost_table(records: list[dict]) -> Table | None:
+    """Cost / injected time a step of the fault jobs named right whose manifest measured it."""
+    rows: dict[str, list[tuple[float, bool]]] = {}
+    for r in records:
+        injected, cost = r.get("injected_ms_per_step"), r.get("cost_ms")
+        if not r["right"] or r["class"] != "fault" or not injected or cost is None:
+            continue
+        key = f"{r['top'].split()[0]}, {'pipeline' if r['pipeline'] else 'no pipeline'}"
+        rows.setdefault(key, []).append((cost / injected, bool(r["iteration_ms"]) and cost > r["iteration_ms"]))
+    if not rows:
+        return None
+    table = Table(title="cost a step / injected time a step (fault jobs named right)", title_justify="left")
+    for col in ("suspect, job", "jobs", "median", "lowest", "highest", "over its step"):
+        table.add_column(col, justify="left" if col.startswith("suspect") else "right")
+    for key in sorted(rows):
+        ratios = [x for x, _ in rows[key]]
+        table.add_row(key, str(len(ratios)), f"{statistics.median(ratios):.2f}", f"{min(ratios):.2f}",
+                      f"{max(ratios):.2f}", str(sum(over for _, over in rows[key])))
+    return table
 
 
 def main() -> None:
@@ -96,12 +134,13 @@ def main() -> None:
         if not r["right"]:
             console.print(f"wrong {r['id']} ({r['dir']}): expected {r['expected']}, got {r['error'] or r['top'] or 'none'}"
                           + (" (weak, said below threshold)" if r["said_below"] else ""), soft_wrap=True)
+    if (costs := _cost_table(records)) is not None:
+        console.print(costs)
     if before is not None:
-        common = [r for r in records if r["key"] in before]
+        common = _same(records, before)
         console.print(f"compared with {args.compare}: {len(common)} jobs in both, right "
-                      f"{sum(before[r['key']]['right'] for r in common)} then, {sum(r['right'] for r in common)} now")
-        for r in common:
-            old = before[r["key"]]
+                      f"{sum(old['right'] for _, old in common)} then, {sum(r['right'] for r, _ in common)} now")
+        for r, old in common:
             if old["right"] != r["right"] or old["top"] != r["top"]:
                 change = "fixed" if r["right"] and not old["right"] else "broken" if old["right"] else "changed"
                 console.print(f"{change} {r['id']} ({r['dir']}): {old['top'] or 'none'} -> {r['top'] or 'none'}",

@@ -64,3 +64,33 @@ def test_a_results_file_that_is_not_one_is_a_one_line_error(tmp_path):
     result = _run(_corpus(tmp_path, {"rank": 2, "kinds": ["slow_compute"]}), "--compare", bad)
     assert result.returncode == 2 and "not a file of saved results" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_the_same_corpus_elsewhere_is_compared_case_for_case(tmp_path):
+    # another worktree's committed corpora lie under another path: the same corpus name and id
+    # are the same case
+    corpus = _corpus(tmp_path / "a", {"rank": 2, "kinds": ["slow_compute"]})
+    assert _run(corpus, "--save", tmp_path / "before.jsonl").returncode == 0
+    elsewhere = tmp_path / "b" / "corpus"
+    shutil.copytree(corpus, elsewhere)
+    second = _run(elsewhere, "--compare", tmp_path / "before.jsonl")
+    assert second.returncode == 0, second.stderr
+    assert "2 jobs in both, right 2 then, 2 now" in second.stdout
+
+
+def test_a_sleeping_pipeline_stage_is_costed_the_time_its_job_measured_it_slept(tmp_path):
+    # PP2 under mapp's capture, 28 ms slept before each of rank 1's 4 microbatches: the job timed
+    # 112.3 ms a step (its manifest's injected_ms_per_step); the verdict costs it 114.2 ms
+    fresh = ROOT / "tests" / "corpus" / "cases-fresh"
+    case = next(c for c in json.loads((fresh / "manifest.json").read_text())["cases"]
+                if c["id"] == "gpt-pp2-mapp-hostsleep28ms-r1-f121")
+    out = tmp_path / "corpus"
+    shutil.copytree(fresh / case["path"], out / case["path"])
+    (out / "manifest.json").write_text(json.dumps({"version": 1, "cases": [case]}))
+    result = _run(out, "--save", tmp_path / "after.jsonl")
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "after.jsonl").read_text())
+    assert record["pipeline"] is True and record["injected_ms_per_step"] == case["measured"]["injected_ms_per_step"]
+    assert 0.95 < record["cost_ms"] / record["injected_ms_per_step"] < 1.05
+    row = next(line for line in result.stdout.splitlines() if "slow_host, pipeline" in line)
+    assert row.split("│")[2].strip() == "1"            # one job

@@ -50,6 +50,8 @@ class RealCase:
     """The expected top suspect (``rank``, ``kinds``, optional ``peer``), or None for none."""
     format: str | None = None
     measured: dict[str, Any] = field(default_factory=dict)
+    layout: dict[str, Any] = field(default_factory=dict)
+    """The job's ``tp``/``pp``/``dp`` as its manifest gives them (empty where it does not)."""
 
     @property
     def negative(self) -> bool:
@@ -109,6 +111,10 @@ class RealResult:
     weak_part: float | None = None
     """``RealCase.weak_part``: on GPUs, the hit part's slowdown over its peers', where under the
     threshold."""
+    cost_ms: float | None = None
+    """The top suspect's cost per iteration (``Suspect.excess_ns``), ms."""
+    iteration_ms: float | None = None
+    """The iteration time the verdict measured, ms."""
 
     @property
     def is_weak(self) -> bool:
@@ -144,6 +150,7 @@ def load_corpus(directory: Path | str) -> list[RealCase]:
                     id=str(item["id"]), directory=path.parent / item["path"], source=str(item.get("source", "")),
                     cls=str(item.get("class", "fault" if expect else "healthy")), injected=list(item.get("injected") or []),
                     expect=expect, format=item.get("format"), measured=dict(item.get("measured") or {}),
+                    layout=dict(item.get("layout") or {}),
                 ))
             except (KeyError, TypeError) as error:
                 raise InputError(f"{path}: case {item.get('id', '?') if isinstance(item, dict) else item!r} "
@@ -166,7 +173,9 @@ def result_record(result: RealResult) -> dict[str, Any]:
     return {"key": str(Path(c.directory).resolve()), "id": c.id, "dir": str(Path(c.directory).parent),
             "class": c.cls, "source": c.source, "format": c.format, "injected": c.describe_injection(),
             "expected": expected_label(c), "top": result.top, "right": bool(result.right),
-            "said_below": result.said_below, "error": result.error}
+            "said_below": result.said_below, "error": result.error,
+            "pipeline": int(c.layout.get("pp") or 1) > 1, "cost_ms": result.cost_ms,
+            "iteration_ms": result.iteration_ms, "injected_ms_per_step": c.measured.get("injected_ms_per_step")}
 
 
 def _label(suspect) -> str:
@@ -205,7 +214,9 @@ def run_case(case: RealCase, *, threshold: float = 0.1) -> RealResult:
         right = top is not None and _is_expected(top, case.expect)
         below = any(_is_expected(s, case.expect) for s in verdict.below)
     return RealResult(case, right, None if top is None else _label(top), len(verdict.suspects), elapsed,
-                      below=below, weak=case.weak_share(threshold), weak_part=case.weak_part(threshold))
+                      below=below, weak=case.weak_share(threshold), weak_part=case.weak_part(threshold),
+                      cost_ms=None if top is None else top.excess_ns / 1e6,
+                      iteration_ms=None if top is None or top.iteration_ns is None else top.iteration_ns / 1e6)
 
 
 def run_corpus(cases: list[RealCase], *, threshold: float = 0.1,
