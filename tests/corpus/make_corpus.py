@@ -110,7 +110,9 @@ LAYOUTS = {"tp2dp2": {"tp": 2, "pp": 1, "dp": 2}, "pp2dp2": {"tp": 1, "pp": 2, "
            "tp2pp2dp2": {"tp": 2, "pp": 2, "dp": 2}, "dp8": {"tp": 1, "pp": 1, "dp": 8},
            "pp2dp32": {"tp": 1, "pp": 2, "dp": 32},
            "pp4dp4": {"tp": 1, "pp": 4, "dp": 4}, "pp2dp8": {"tp": 1, "pp": 2, "dp": 8},
-           "tp2pp2dp4": {"tp": 2, "pp": 2, "dp": 4}, "dp16": {"tp": 1, "pp": 1, "dp": 16}}
+           "tp2pp2dp4": {"tp": 2, "pp": 2, "dp": 4}, "dp16": {"tp": 1, "pp": 1, "dp": 16},
+           "pp2dp16": {"tp": 1, "pp": 2, "dp": 16}, "pp4dp8": {"tp": 1, "pp": 4, "dp": 8},
+           "tp2pp2dp8": {"tp": 2, "pp": 2, "dp": 8}, "dp32": {"tp": 1, "pp": 1, "dp": 32}}
 GPT_LAYOUT_ARGS = {"tp2dp2": ["--tp", "2", "--pp", "1"], "pp2dp2": ["--tp", "1", "--pp", "2"],
                    "tp2pp2": ["--tp", "2", "--pp", "2"], "dp4": ["--tp", "1", "--pp", "1"],
                    "dp2": ["--tp", "1", "--pp", "1"], "tp2": ["--tp", "2", "--pp", "1"],
@@ -119,7 +121,9 @@ GPT_LAYOUT_ARGS = {"tp2dp2": ["--tp", "2", "--pp", "1"], "pp2dp2": ["--tp", "1",
                    "tp2pp2dp2": ["--tp", "2", "--pp", "2"], "dp8": ["--tp", "1", "--pp", "1"],
                    "pp2dp32": ["--tp", "1", "--pp", "2"],
                    "pp4dp4": ["--tp", "1", "--pp", "4"], "pp2dp8": ["--tp", "1", "--pp", "2"],
-                   "tp2pp2dp4": ["--tp", "2", "--pp", "2"], "dp16": ["--tp", "1", "--pp", "1"]}
+                   "tp2pp2dp4": ["--tp", "2", "--pp", "2"], "dp16": ["--tp", "1", "--pp", "1"],
+                   "pp2dp16": ["--tp", "1", "--pp", "2"], "pp4dp8": ["--tp", "1", "--pp", "4"],
+                   "tp2pp2dp8": ["--tp", "2", "--pp", "2"], "dp32": ["--tp", "1", "--pp", "1"]}
 
 
 def world_of(layout: dict) -> int:
@@ -4436,6 +4440,35 @@ def fresh133_set(seed: int = FRESH133_SEED) -> list[Case]:
             mm("pp4", 1, 1.5), mm("dp4", 0, 1.4)]
 
 
+FRESH134_SEED = 859
+
+
+def fresh134_set(seed: int = FRESH134_SEED) -> list[Case]:
+    """Held out in the sixty-first session, before any change (``--set fresh134``, 32 ranks, seed
+    859, for CPUs: 32 gloo processes on 16 cores): a width between the 16-rank sets and ``scale``'s
+    64, which no set had -- PP2 x DP16, PP4 x DP8, TP2 x PP2 x DP8 and DP32 under both captures,
+    healthy, with issue 13's heavier last stage and lognormal lengths, and faults. Ids end in
+    ``-f134``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f134", **k)
+    r = _recorded
+
+    return [
+        r(_plain("ddp32", "dp32", seed, rank=17, factor=1.45, tag="-f134"), "default"),
+        # megatron-core, mapp capture
+        g("pp2dp16", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4dp8", "mapp-v1", "layer", rank=13, factor=1.5),
+        g("tp2pp2dp8", "mapp-v1", "hostsleep", rank=22, ms=28),
+        g("dp32", "mapp-v1", "healthy"),
+        g("pp2dp16", "mapp-v1", "laststage", last_layers=3),
+        # megatron-core, torch.profiler
+        r(g("pp2dp16", "kineto", "layer", rank=27, factor=1.45), "default"),
+        r(g("pp4dp8", "kineto", "healthy"), "default"),
+        r(g("tp2pp2dp8", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("dp32", "kineto", "beforemb", rank=9, ms=27), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5027,6 +5060,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh131": fresh131_set,
         "fresh132": fresh132_set,
         "fresh133": fresh133_set,
+        "fresh134": fresh134_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

@@ -617,3 +617,16 @@ def test_the_fresh132_and_fresh133_sets_slow_layers_under_mapps_capture_with_rea
             assert make_corpus.world_of(case.layout) == world
     slept = make_corpus.gpt_case("dp2", "mapp-v1", "layer", rank=1, factor=1.5)
     assert "-matmul" not in slept.id and make_corpus.job_args(slept, gpu=False)[-1] == "sleep"
+
+
+def test_the_fresh134_set_holds_32_rank_layouts_out_under_both_captures():
+    cases = _held_out("fresh134", "-f134")
+    assert all(make_corpus.world_of(c.layout) == 32 for c in cases)
+    layouts = {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases}
+    assert layouts == {(1, 1, 32), (1, 2, 16), (1, 4, 8), (2, 2, 8)}
+    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
+    # each rank a fault names is one of the job's 32, and each job runs on 32 processes
+    assert all(0 <= c.expect["suspect"]["rank"] < 32 for c in cases if c.cls == "fault")
+    for case in cases:
+        cmd = make_corpus.command(case, "/tmp/t", "/tmp/t.json", False, 32)
+        assert "--nproc_per_node=32" in cmd
