@@ -4469,6 +4469,41 @@ def fresh134_set(seed: int = FRESH134_SEED) -> list[Case]:
     ]
 
 
+FRESH135_SEED = 863
+
+
+def fresh135_set(seed: int = FRESH135_SEED) -> list[Case]:
+    """Held out in the sixty-first session, before any change (``--set fresh135``, seed 863, for
+    CPUs: 4 gloo processes on **4 cores**, one each, where every other 4-rank set of the last
+    thirty sessions shared 2): issue 13's 4-rank classes -- plain DDP/FSDP and DP x TP under the
+    profiler, megatron-core DP4, TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 under both captures,
+    healthy, heavier last stages, lognormal lengths, a heavier link and faults, with values no
+    other set uses. Ids end in ``-f135``."""
+    g = _held_out_gpt(seed, "-f135", GPT_GPU_FRESH14)
+    r = _recorded
+
+    return [
+        r(_plain("ddp4", "dp4", seed, rank=2, factor=1.5, tag="-f135"), "default"),
+        r(_plain("ddp4", "dp4", seed, rank=0, step_sleep_ms=21, tag="-f135"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.6, tag="-f135"), "tutorial"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f135"), "default"),
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "layer", rank=3, factor=1.45),
+        g("tp2dp2", "mapp-v1", "layer", rank=0, factor=1.5, work="matmul"),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=1, ms=26),
+        g("pp2dp2", "mapp-v1", "link", link=(1, 3)),
+        # megatron-core, torch.profiler
+        r(g("tp2dp2", "kineto", "beforemb", rank=2, ms=24), "default"),
+        r(g("dp4", "kineto", "layer", rank=1, factor=1.4), "default"),
+        r(g("pp4", "kineto", "healthy"), "tutorial"),
+        r(g("tp2pp2", "kineto", "seqlognorm", sigma=0.8), "default"),
+        r(g("pp2dp2", "kineto", "hostsleep", rank=0, ms=31), "default"),
+        r(g("pp2dp2", "kineto", "laststage", last_layers=3), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5061,6 +5096,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh132": fresh132_set,
         "fresh133": fresh133_set,
         "fresh134": fresh134_set,
+        "fresh135": fresh135_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

@@ -630,3 +630,12 @@ def test_the_fresh134_set_holds_32_rank_layouts_out_under_both_captures():
     for case in cases:
         cmd = make_corpus.command(case, "/tmp/t", "/tmp/t.json", False, 32)
         assert "--nproc_per_node=32" in cmd
+
+
+def test_the_fresh135_set_holds_issue_13s_4_rank_classes_out_under_both_captures():
+    cases = _held_out("fresh135", "-f135")
+    assert all(make_corpus.world_of(c.layout) == 4 for c in cases)
+    layouts = {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases}
+    assert layouts == {(1, 1, 4), (2, 1, 2), (1, 2, 2), (2, 2, 1), (1, 4, 1)}
+    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
+    assert all(0 <= c.expect["suspect"]["rank"] < 4 for c in cases if c.cls == "fault")
