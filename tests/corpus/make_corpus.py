@@ -4504,6 +4504,32 @@ def fresh135_set(seed: int = FRESH135_SEED) -> list[Case]:
     ]
 
 
+FRESH136_SEED = 877
+
+
+def fresh136_set(seed: int = FRESH136_SEED) -> list[Case]:
+    """``fresh135``'s 8-rank companion (``--set fresh136``, seed 877, for CPUs: 8 gloo processes on
+    8 cores, one each): DDP8, megatron-core PP4 x DP2, PP2 x DP4, TP2 x PP2 x DP2 and DP8 under
+    both captures, healthy, a heavier last stage, lognormal lengths and faults, with values no
+    other 8-rank set uses. Ids end in ``-f136``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f136", **k)
+    r = _recorded
+
+    return [
+        r(_plain("ddp8", "dp8", seed, rank=5, sleep_ms=24, tag="-f136"), "default"),
+        # megatron-core, mapp capture
+        g("pp4dp2", "mapp-v1", "layer", rank=6, factor=1.45),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=0.85),
+        g("tp2pp2dp2", "mapp-v1", "beforemb", rank=4, ms=23),
+        g("dp8", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        r(g("pp4dp2", "kineto", "laststage", last_layers=3), "default"),
+        r(g("tp2pp2dp2", "kineto", "layer", rank=2, factor=1.5), "default"),
+        r(g("pp2dp4", "kineto", "hostsleep", rank=1, ms=25), "tutorial"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5097,6 +5123,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh133": fresh133_set,
         "fresh134": fresh134_set,
         "fresh135": fresh135_set,
+        "fresh136": fresh136_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

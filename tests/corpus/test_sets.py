@@ -639,3 +639,12 @@ def test_the_fresh135_set_holds_issue_13s_4_rank_classes_out_under_both_captures
     assert layouts == {(1, 1, 4), (2, 1, 2), (1, 2, 2), (2, 2, 1), (1, 4, 1)}
     assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
     assert all(0 <= c.expect["suspect"]["rank"] < 4 for c in cases if c.cls == "fault")
+
+
+def test_the_fresh136_set_holds_8_rank_layouts_out_under_both_captures():
+    cases = _held_out("fresh136", "-f136")
+    assert all(make_corpus.world_of(c.layout) == 8 for c in cases)
+    layouts = {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases}
+    assert layouts == {(1, 1, 8), (1, 4, 2), (1, 2, 4), (2, 2, 2)}
+    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
+    assert all(0 <= c.expect["suspect"]["rank"] < 8 for c in cases if c.cls == "fault")
