@@ -155,8 +155,10 @@ def _evidence_line(s) -> str:
             parts.append(f"its fastest spans of a kind, where its GPU and not its host sets the pace, "
                          f"{p['fastest_ops']:.2f}x its peers' alike in every iteration")
         if p.get("added_work") and s.kind == "slow_compute":
+            clock = p["added_work"].get("by_clock_ms_per_iteration")
             parts.append(f"the ops it calls more often than its peers {p['added_work']['slowdown']:.2f}x their time "
-                         f"(+{p['added_work']['excess_ms_per_iteration']:.2f} ms/it)")
+                         f"(+{p['added_work']['excess_ms_per_iteration']:.2f} ms/it"
+                         + (f" at their typical call, +{clock:.2f} ms/it by its clock)" if clock else ")"))
         if p.get("launched_more") and s.kind == "slow_compute":
             lm, g = p["launched_more"], e.get("launch_gaps") or {}
             idle = g.get("excess_ms_per_iteration", 0.0)

@@ -537,6 +537,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
               if "contended" in ops.columns and not stages_alone else [])
     counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64),
                                                                       t=pl.col("self_ns").sum().cast(pl.Float64),
+                                                                      longest=pl.col("self_ns").max().cast(pl.Float64),
                                                                       *launches, *beside)
     work = counts.join(per_call, on=["rank", *peers, *kind])
     if beside:

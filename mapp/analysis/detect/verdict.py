@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from mapp.analysis.detect._stats import margin
-from mapp.analysis.detect.added_work import (added_evidence, added_slowdown, adds_work, does_extra_work,
+from mapp.analysis.detect.added_work import (added_cost_ns, added_evidence, added_slowdown, adds_work, does_extra_work,
                                              launched_evidence, launches_more)
 from mapp.analysis.detect.bandwidth import COUNTED, BandwidthEvidence
 from mapp.analysis.detect.findings import Imbalance, Overruled, StageStatus, Suspect, Verdict
@@ -679,7 +679,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
         # user's DDP transformer, 4 processes on 2 cores, 1.4x the forward's matmuls on rank 0:
         # its compute 0.87-0.98x its peers' by their times, 5.8-6.7 ms a step more on the ops it
         # calls more often; no cost was shown)
-        excess = max(excess, max(row.get("added_excess_ns") or 0.0, 0.0))
+        excess = max(excess, added_cost_ns(row))
     added = None if host else added_slowdown(row, peers.min_effect, slowdown_threshold)
     # (where stage 1 timed a sliver of the stages' work, the ops they call alike without shapes
     # (``peers.scope``), its slowdown is no whole compute's: the added work's figure is shown,

@@ -102,3 +102,32 @@ def test_work_a_peer_added_to_one_kind_does_not_set_another_stages_scale():
     scale = dict(zip(work["rank"].to_list(), _program_scale(work, peer_calls, peer_ns)))
     assert scale[0] == 1.0      # the first stage runs the same layer: not a tenth of the last
     assert scale[1] == 1.0
+
+
+def _timed(work, times):
+    """``work`` with each (rank, name)'s real time ``t`` and longest call (``times``: us, us)."""
+    t = pl.DataFrame([{"rank": r, "name": n, "t": a * 1e3, "longest": b * 1e3} for (r, n), (a, b) in times.items()])
+    return work.with_columns(pl.col("shape").cast(pl.String)).join(t.cast({"rank": pl.Int32}), on=["rank", "name"],
+                                                                   how="left")
+
+
+def test_surplus_calls_of_a_larger_size_cost_what_they_took_by_the_ranks_clock():
+    # no shapes recorded: rank 1's 48 extra aten::mm calls are 1 ms matmuls where the model's 30
+    # are 0.4 ms ones, so the op's typical call prices them at 0.4 ms (19.2 ms); they took 48 ms
+    work = _timed(_work([(0, "aten::mm", None, 30, 400.0), (1, "aten::mm", None, 78, 400.0),
+                         (0, "aten::add", None, 40, 5.0), (1, "aten::add", None, 40, 5.0)]),
+                  {(0, "aten::mm"): (12_000.0, 450.0), (1, "aten::mm"): (60_000.0, 1_100.0),
+                   (0, "aten::add"): (200.0, 6.0), (1, "aten::add"): (200.0, 6.0)})
+    added = added_work(work, ["pp"]).row(0, named=True)
+    assert added["rank"] == 1
+    assert abs(added["added_excess_ns"] - 48 * 400e3) < 1e-3       # counted: the decision's figure
+    assert abs(added["added_real_ns"] - 48_000e3) < 1e-3           # by its clock: the cost's
+
+
+def test_by_its_clock_a_rank_adds_no_more_than_its_surplus_calls_at_its_longest_call():
+    # one more copy a step (a log line) beside copies of longer tensors: by the clock it took 1 ms
+    # more, but one surplus call of at most 26 us is all it added
+    work = _timed(_work([(0, "aten::copy_", None, 59, 10.0), (1, "aten::copy_", None, 60, 26.0)]),
+                  {(0, "aten::copy_"): (590.0, 12.0), (1, "aten::copy_"): (1_560.0, 26.0)})
+    added = added_work(work, ["pp"]).row(0, named=True)
+    assert added["rank"] == 1 and abs(added["added_real_ns"] - 26e3) < 1e-3

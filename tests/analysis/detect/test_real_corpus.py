@@ -2349,3 +2349,16 @@ def test_at_32_ranks_on_shared_cores_uneven_lengths_are_no_fault_and_a_slow_rank
         assert named == []
     else:
         assert named[:1] == [(c.expect["rank"], "slow_compute")]
+
+
+def test_work_added_in_calls_of_another_size_costs_what_its_calls_took_without_recorded_shapes():
+    # Held out (fresh135, 4 processes on 4 cores, the profiler's defaults: no shapes): 24 ms of
+    # matmuls of another size than the model's before each of two microbatches on rank 2. Its
+    # surplus aten::mm calls, priced at the op's typical call (the model's smaller matmuls), cost
+    # 14 ms a step where the job measured 49 ms slept in them; the cost is what they took.
+    c = FRESH_CASES["gpt-tp2dp2-prof-nosh-beforemb24ms-r2-f135"]
+    top = detect_bundle(load_bundle(c.directory), threshold=0.1).suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_compute")
+    injected_ns = c.measured["injected_ms_per_step"] * 1e6
+    assert 0.85 * injected_ns < top.excess_ns < 1.15 * injected_ns
+    assert top.evidence["peers"]["added_work"]["by_clock_ms_per_iteration"] > 40
