@@ -99,7 +99,9 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     in nearly every traced iteration (``CONSISTENT``); ``added_excess_ns``, that time beyond
     the peers' per iteration, and ``added_base_ns``, the peers' time on those names;
     ``added_calls``, its calls of them beyond its peers' in a typical iteration, and
-    ``calls_base``, its peers' calls of every op there (:func:`launches_more`). None where
+    ``calls_base``, its peers' calls of every op there (:func:`launches_more`);
+    ``added_real_ns``, what its surplus calls took by its clock (``_with_real_surplus``), which
+    costs it (:func:`added_cost_ns`) and decides nothing. None where
     no rank calls any op more often than its peers, or where ranks are compared across
     pipeline stages (``peers`` empty: stages run different programs, and an uneven split of
     layers is imbalance).
