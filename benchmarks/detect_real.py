@@ -16,9 +16,11 @@ totals of both on the cases they share: a detector change is judged on every job
 one directory at a time. A case is the same case by its trace directory, or else by its
 corpus directory's name and its id (the committed corpora of another worktree).
 
-Then, for the fault jobs named right whose manifest measured the injected time a step
+Then, for the CPU fault jobs named right whose manifest measured the injected time a step
 (``injected_ms_per_step``: the sleep or extra work the job timed), what the verdict costed a
-step against it, by the suspect's kind and whether the job is a pipeline.
+step against it, by the suspect's kind and whether the job is a pipeline. Not on GPUs: there the
+job times its injected GPU work on its host as launched (0.2 ms a step for a DDP rank's 1.5x
+matmuls on 2 H200s), not as it ran.
 """
 
 from __future__ import annotations
@@ -76,11 +78,13 @@ def _same(records: list[dict], before: dict[str, dict]) -> list[tuple[dict, dict
 
 
 def _cost_table(records: list[dict]) -> Table | None:
-    """Cost / injected time a step of the fault jobs named right whose manifest measured it."""
+    """Cost / injected time a step of the CPU fault jobs named right whose manifest measured it
+    (on GPUs the job's host timed its GPU work as launched: the module doc)."""
     rows: dict[str, list[tuple[float, bool]]] = {}
     for r in records:
         injected, cost = r.get("injected_ms_per_step"), r.get("cost_ms")
-        if not r["right"] or r["class"] != "fault" or not injected or cost is None:
+        if (not r["right"] or r["class"] != "fault" or not injected or cost is None
+                or not r["source"].startswith("CPU")):
             continue
         key = f"{r['top'].split()[0]}, {'pipeline' if r['pipeline'] else 'no pipeline'}"
         rows.setdefault(key, []).append((cost / injected, bool(r["iteration_ms"]) and cost > r["iteration_ms"]))

@@ -94,3 +94,19 @@ def test_a_sleeping_pipeline_stage_is_costed_the_time_its_job_measured_it_slept(
     assert 0.95 < record["cost_ms"] / record["injected_ms_per_step"] < 1.05
     row = next(line for line in result.stdout.splitlines() if "slow_host, pipeline" in line)
     assert row.split("│")[2].strip() == "1"            # one job
+
+
+def test_a_gpu_jobs_injected_work_timed_on_its_host_is_no_cost_to_compare_with(tmp_path):
+    # 2 H200s, plain DDP, 1.5x the forward's matmuls on rank 1: its host timed the extra matmuls
+    # as launched, 0.2 ms a step, against a verdict's cost of ~11 ms: no row of the cost table
+    gpu2 = ROOT / "tests" / "corpus" / "cases-gpu2"
+    case = next(c for c in json.loads((gpu2 / "manifest.json").read_text())["cases"]
+                if c["id"] == "ddp2-prof-fwd1.5x-r1-gpu2")
+    out = tmp_path / "corpus"
+    shutil.copytree(gpu2 / case["path"], out / case["path"])
+    (out / "manifest.json").write_text(json.dumps({"version": 1, "cases": [case]}))
+    result = _run(out, "--save", tmp_path / "after.jsonl")
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "after.jsonl").read_text())
+    assert record["right"] is True and record["injected_ms_per_step"] == 0.2 and record["cost_ms"] > 1.0
+    assert "cost a step" not in result.stdout
