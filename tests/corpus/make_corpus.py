@@ -4530,6 +4530,36 @@ def fresh136_set(seed: int = FRESH136_SEED) -> list[Case]:
     ]
 
 
+FRESH137_SEED = 881
+
+
+def fresh137_set(seed: int = FRESH137_SEED) -> list[Case]:
+    """Held out in the sixty-second session, before any change (``--set fresh137``, seed 881, for
+    CPUs: 16 gloo processes on **16 cores**, one each, where ``fresh44`` and ``fresh131`` shared
+    8): plain DDP16 under the profiler, megatron-core PP4 x DP4, PP2 x DP8, TP2 x PP2 x DP4 and
+    DP16 under both captures, healthy, a heavier last stage, lognormal lengths and faults, with
+    values no other 16-rank set uses. Ids end in ``-f137``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f137", **k)
+    r = _recorded
+
+    return [
+        r(_plain("ddp16", "dp16", seed, rank=11, factor=1.5, tag="-f137"), "default"),
+        r(_plain("ddp16", "dp16", seed, rank=3, step_sleep_ms=23, tag="-f137"), "tutorial"),
+        # megatron-core, mapp capture
+        g("pp4dp4", "mapp-v1", "layer", rank=7, factor=1.45),
+        g("dp16", "mapp-v1", "layer", rank=10, factor=1.5),
+        g("pp2dp8", "mapp-v1", "healthy"),
+        g("tp2pp2dp4", "mapp-v1", "seqlognorm", sigma=0.85),
+        g("pp4dp4", "mapp-v1", "beforemb", rank=2, ms=25),
+        # megatron-core, torch.profiler
+        r(g("pp2dp8", "kineto", "layer", rank=13, factor=1.45), "default"),
+        r(g("dp16", "kineto", "healthy"), "default"),
+        r(g("tp2pp2dp4", "kineto", "hostsleep", rank=6, ms=27), "default"),
+        r(g("pp4dp4", "kineto", "laststage", last_layers=3), "tutorial"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5124,6 +5154,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh134": fresh134_set,
         "fresh135": fresh135_set,
         "fresh136": fresh136_set,
+        "fresh137": fresh137_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

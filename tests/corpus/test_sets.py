@@ -648,3 +648,14 @@ def test_the_fresh136_set_holds_8_rank_layouts_out_under_both_captures():
     assert layouts == {(1, 1, 8), (1, 4, 2), (1, 2, 4), (2, 2, 2)}
     assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
     assert all(0 <= c.expect["suspect"]["rank"] < 8 for c in cases if c.cls == "fault")
+
+
+def test_the_fresh137_set_holds_16_rank_layouts_out_under_both_captures():
+    cases = _held_out("fresh137", "-f137")
+    assert all(make_corpus.world_of(c.layout) == 16 for c in cases)
+    layouts = {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases}
+    assert layouts == {(1, 1, 16), (1, 4, 4), (1, 2, 8), (2, 2, 4)}
+    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
+    assert all(0 <= c.expect["suspect"]["rank"] < 16 for c in cases if c.cls == "fault")
+    for case in cases:
+        assert "--nproc_per_node=16" in make_corpus.command(case, "/tmp/t", "/tmp/t.json", False, 16)
