@@ -4560,6 +4560,28 @@ def fresh137_set(seed: int = FRESH137_SEED) -> list[Case]:
     ]
 
 
+FRESH138_SEED = 883
+
+
+def fresh138_set(seed: int = FRESH138_SEED) -> list[Case]:
+    """Held out in the sixty-second session, before any change (``--set fresh138``, seed 883, for
+    CPUs: **64 gloo processes on 16 cores**, four a core, where ``scale`` ran one a core of 64):
+    issue 13's class 3 at its own width -- megatron-core PP2 x DP32 on lognormal lengths under
+    both captures -- beside a layer fault, work before each microbatch and a healthy job.
+    Ids end in ``-f138``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f138", **k)
+    r = _recorded
+
+    return [
+        g("pp2dp32", "mapp-v1", "seqlognorm", sigma=0.95),
+        r(g("pp2dp32", "kineto", "seqlognorm", sigma=0.95), "default"),
+        g("pp2dp32", "mapp-v1", "layer", rank=45, factor=1.45),
+        r(g("pp2dp32", "kineto", "healthy"), "default"),
+        r(g("pp2dp32", "kineto", "beforemb", rank=50, ms=26), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5155,6 +5177,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh135": fresh135_set,
         "fresh136": fresh136_set,
         "fresh137": fresh137_set,
+        "fresh138": fresh138_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

@@ -659,3 +659,15 @@ def test_the_fresh137_set_holds_16_rank_layouts_out_under_both_captures():
     assert all(0 <= c.expect["suspect"]["rank"] < 16 for c in cases if c.cls == "fault")
     for case in cases:
         assert "--nproc_per_node=16" in make_corpus.command(case, "/tmp/t", "/tmp/t.json", False, 16)
+
+
+def test_the_fresh138_set_holds_issue_13s_class_3_out_at_64_ranks_under_both_captures():
+    cases = _held_out("fresh138", "-f138")
+    assert {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases} == {(1, 2, 32)}
+    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
+    # the lognormal lengths of issue 13's class 3, under both captures, labelled no fault
+    lognormal = [c for c in cases if "seqlognorm" in c.id]
+    assert {c.fmt for c in lognormal} == {"kineto", "mapp-v1"} and {c.cls for c in lognormal} == {"imbalance"}
+    assert all(0 <= c.expect["suspect"]["rank"] < 64 for c in cases if c.cls == "fault")
+    for case in cases:
+        assert "--nproc_per_node=64" in make_corpus.command(case, "/tmp/t", "/tmp/t.json", False, 64)
