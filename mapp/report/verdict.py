@@ -154,6 +154,10 @@ def _evidence_line(s) -> str:
         if p.get("fastest_ops") is not None:
             parts.append(f"its fastest spans of a kind, where its GPU and not its host sets the pace, "
                          f"{p['fastest_ops']:.2f}x its peers' alike in every iteration")
+        if p.get("as_slow_beside"):
+            b = p["as_slow_beside"]
+            parts.append(f"rank {b['rank']} as slow by its times alone ({b['slowdown']:.2f}x its peers, on shared CPUs), "
+                         "but only this rank keeps the others waiting at the collectives")
         if p.get("added_work") and s.kind == "slow_compute":
             clock = p["added_work"].get("by_clock_ms_per_iteration")
             parts.append(f"the ops it calls more often than its peers {p['added_work']['slowdown']:.2f}x their time "

@@ -96,7 +96,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
         if shared_cpus:
             suspects = above_shared_cpus(suspects, peers, slowdown_threshold, overruled,
                                          _last_stage(layout) if peers.mode == "layer peers" else frozenset(),
-                                         _middle_stages(layout), coords)
+                                         _middle_stages(layout), coords, late)
         if peers.mode == "program peers" and lateness.ran:
             stand_ins = _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns,
                                        slowdown_threshold)

@@ -2377,3 +2377,15 @@ def test_at_64_ranks_four_a_core_uneven_lengths_are_no_fault_and_a_slow_rank_is_
         assert named == []
     else:
         assert named[:1] == [(c.expect["rank"], "slow_compute")]
+
+
+def test_on_shared_cpus_of_two_ranks_as_slow_by_their_times_the_one_keeping_the_others_waiting_is_named():
+    # DP16 under mapp's capture, 16 gloo processes on 16 cores (fresh137, held out), each layer
+    # of rank 10 1.5x: rank 10 1.67x its peers in its typical step, healthy rank 2 1.62x, so by
+    # their times alone neither is slower than every other by the threshold ("no suspect"
+    # before). Stage 2 flags rank 10 alone: last at 2 of the 4 gradient all-reduces, +29.8 ms net
+    # of its own waits; rank 2's net is -5.0 ms.
+    verdict = detect_bundle(load_bundle(FRESH_CASES["gpt-dp16-mapp-layer1.5x-r10-f137"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(10, "slow_compute")]
+    assert verdict.suspects[0].evidence["peers"]["as_slow_beside"]["rank"] == 2
+    assert any(n.startswith("note: rank 2 computes") or "rank 2 computes 1.62x" in n for n in verdict.notes)

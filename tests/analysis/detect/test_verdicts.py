@@ -13,6 +13,7 @@ from rich.console import Console
 
 from mapp.analysis.detect import detect_bundle, parse_layout
 from mapp.analysis.detect.peers import _per_rank
+from mapp.analysis.detect.shared_cpus import late_alone
 from mapp.report.verdict import DetectReport
 from mapp.analysis.ingest import load_bundle
 from mapp.report.theme import THEME
@@ -1022,3 +1023,12 @@ def test_a_rank_slower_in_one_iteration_of_two_is_no_suspect_and_the_notes_say_s
     assert v.suspects == []
     assert any(n.startswith("rank 3 (slow compute) 1.5") and "in 1 of 2 traced iterations" in n
                and "noise, not a fault" in n for n in v.notes)
+
+
+def test_of_two_ranks_alike_by_their_times_stage_2_tells_one_only_where_it_flags_that_one_alone():
+    late = {10: {"flagged": True}, 2: {"flagged": False}, 5: {"flagged": True}}
+    assert late_alone(late, 10, 2)
+    assert not late_alone(late, 2, 10)
+    assert not late_alone(late, 10, 5)      # both flagged: stage 2 cannot tell them apart either
+    assert late_alone({10: {"flagged": True}}, 10, 7)   # 7 unflagged where stage 2 has no row for it
+    assert not late_alone(None, 10, 2) and not late_alone({}, 10, 2)   # stage 2 did not run
