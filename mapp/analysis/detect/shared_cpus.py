@@ -24,8 +24,7 @@ from mapp.analysis.graph.diagnose import rank_list
 
 __all__ = ["FAR_MORE", "CONTENTION", "LAST_STAGE", "ONE_RANK_A_STAGE", "TIMES_ALONE", "TWO_PEERS", "WITH_REPLICA",
            "above_shared_cpus", "counted_first", "late_above_contention", "late_alone", "layers_by_contention",
-           "slowest_other",
-           "stands_out", "typical_slowdown"]
+           "slowest_other", "stands_out", "typical_slowdown"]
 
 FAR_MORE = 2.0
 """On CPUs, ops losing this many times the time its gaps lose make a rank slow compute, not a slow host."""

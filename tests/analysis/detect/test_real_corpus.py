@@ -2335,6 +2335,16 @@ def test_real_matmuls_in_one_ranks_layers_on_shared_cores_name_it_under_mapps_ca
     assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(c.expect["rank"], "slow_compute")]
 
 
+def _no_one_or_the_slowed_rank_first(c) -> None:
+    """A case with no fault names no one; one with a slowed rank names it first, as slow compute."""
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    named = [(s.rank, s.kind) for s in verdict.suspects]
+    if c.expect is None:
+        assert named == []
+    else:
+        assert named[:1] == [(c.expect["rank"], "slow_compute")]
+
+
 @pytest.mark.parametrize("case", ["gpt-pp2dp16-mapp-seqlognorm0.9-f134", "gpt-dp32-mapp-healthy-f134",
                                   "gpt-pp4dp8-mapp-layer1.5x-r13-f134"])
 def test_at_32_ranks_on_shared_cores_uneven_lengths_are_no_fault_and_a_slow_rank_is_named(case):
@@ -2342,13 +2352,7 @@ def test_at_32_ranks_on_shared_cores_uneven_lengths_are_no_fault_and_a_slow_rank
     # the 64-rank one): issue 13's class 3 at width -- each replica's lengths drawn lognormal per
     # microbatch, and a healthy DP32 job, name no one; one rank of 32 whose layers take 1.5x is
     # named, first, as slow compute.
-    c = FRESH_CASES[case]
-    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
-    named = [(s.rank, s.kind) for s in verdict.suspects]
-    if c.expect is None:
-        assert named == []
-    else:
-        assert named[:1] == [(c.expect["rank"], "slow_compute")]
+    _no_one_or_the_slowed_rank_first(FRESH_CASES[case])
 
 
 def test_work_added_in_calls_of_another_size_costs_what_its_calls_took_without_recorded_shapes():
@@ -2370,13 +2374,7 @@ def test_at_64_ranks_four_a_core_uneven_lengths_are_no_fault_and_a_slow_rank_is_
     # four a core): PP2 x DP32 with each replica's microbatch lengths drawn lognormal (sigma
     # 0.95) names no one -- the job that once named 52 GPU suspects -- while one rank of the 64
     # whose layers take 1.45x, in the last stage, is named first as slow compute.
-    c = FRESH_CASES[case]
-    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
-    named = [(s.rank, s.kind) for s in verdict.suspects]
-    if c.expect is None:
-        assert named == []
-    else:
-        assert named[:1] == [(c.expect["rank"], "slow_compute")]
+    _no_one_or_the_slowed_rank_first(FRESH_CASES[case])
 
 
 def test_on_shared_cpus_of_two_ranks_as_slow_by_their_times_the_one_keeping_the_others_waiting_is_named():
