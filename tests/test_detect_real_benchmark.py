@@ -78,15 +78,21 @@ def test_the_same_corpus_elsewhere_is_compared_case_for_case(tmp_path):
     assert "2 jobs in both, right 2 then, 2 now" in second.stdout
 
 
+def _one_case_corpus(corpus: str, case_id: str, tmp_path: Path) -> tuple[dict, Path]:
+    """The manifest entry of ``case_id`` in committed ``corpus``, and a corpus of it alone under
+    ``tmp_path`` (the committed one is never written to)."""
+    src = ROOT / "tests" / "corpus" / corpus
+    case = next(c for c in json.loads((src / "manifest.json").read_text())["cases"] if c["id"] == case_id)
+    out = tmp_path / "corpus"
+    shutil.copytree(src / case["path"], out / case["path"])
+    (out / "manifest.json").write_text(json.dumps({"version": 1, "cases": [case]}))
+    return case, out
+
+
 def test_a_sleeping_pipeline_stage_is_costed_the_time_its_job_measured_it_slept(tmp_path):
     # PP2 under mapp's capture, 28 ms slept before each of rank 1's 4 microbatches: the job timed
     # 112.3 ms a step (its manifest's injected_ms_per_step); the verdict costs it 114.2 ms
-    fresh = ROOT / "tests" / "corpus" / "cases-fresh"
-    case = next(c for c in json.loads((fresh / "manifest.json").read_text())["cases"]
-                if c["id"] == "gpt-pp2-mapp-hostsleep28ms-r1-f121")
-    out = tmp_path / "corpus"
-    shutil.copytree(fresh / case["path"], out / case["path"])
-    (out / "manifest.json").write_text(json.dumps({"version": 1, "cases": [case]}))
+    case, out = _one_case_corpus("cases-fresh", "gpt-pp2-mapp-hostsleep28ms-r1-f121", tmp_path)
     result = _run(out, "--save", tmp_path / "after.jsonl")
     assert result.returncode == 0, result.stderr
     record = json.loads((tmp_path / "after.jsonl").read_text())
@@ -99,12 +105,7 @@ def test_a_sleeping_pipeline_stage_is_costed_the_time_its_job_measured_it_slept(
 def test_a_gpu_jobs_injected_work_timed_on_its_host_is_no_cost_to_compare_with(tmp_path):
     # 2 H200s, plain DDP, 1.5x the forward's matmuls on rank 1: its host timed the extra matmuls
     # as launched, 0.2 ms a step, against a verdict's cost of ~11 ms: no row of the cost table
-    gpu2 = ROOT / "tests" / "corpus" / "cases-gpu2"
-    case = next(c for c in json.loads((gpu2 / "manifest.json").read_text())["cases"]
-                if c["id"] == "ddp2-prof-fwd1.5x-r1-gpu2")
-    out = tmp_path / "corpus"
-    shutil.copytree(gpu2 / case["path"], out / case["path"])
-    (out / "manifest.json").write_text(json.dumps({"version": 1, "cases": [case]}))
+    case, out = _one_case_corpus("cases-gpu2", "ddp2-prof-fwd1.5x-r1-gpu2", tmp_path)
     result = _run(out, "--save", tmp_path / "after.jsonl")
     assert result.returncode == 0, result.stderr
     record = json.loads((tmp_path / "after.jsonl").read_text())

@@ -619,55 +619,38 @@ def test_the_fresh132_and_fresh133_sets_slow_layers_under_mapps_capture_with_rea
     assert "-matmul" not in slept.id and make_corpus.job_args(slept, gpu=False)[-1] == "sleep"
 
 
-def test_the_fresh134_set_holds_32_rank_layouts_out_under_both_captures():
-    cases = _held_out("fresh134", "-f134")
-    assert all(make_corpus.world_of(c.layout) == 32 for c in cases)
-    layouts = {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases}
-    assert layouts == {(1, 1, 32), (1, 2, 16), (1, 4, 8), (2, 2, 8)}
+def _held_out_width(name: str, tag: str, world: int, layouts: set[tuple[int, int, int]]) -> list:
+    """``_held_out``'s cases of ``name``, each job of ``world`` ranks in one of ``layouts`` (tp,
+    pp, dp), under both captures, each rank a fault names one of the job's, each job launched on
+    ``world`` processes."""
+    cases = _held_out(name, tag)
+    assert all(make_corpus.world_of(c.layout) == world for c in cases)
+    assert {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases} == layouts
     assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
-    # each rank a fault names is one of the job's 32, and each job runs on 32 processes
-    assert all(0 <= c.expect["suspect"]["rank"] < 32 for c in cases if c.cls == "fault")
+    assert all(0 <= c.expect["suspect"]["rank"] < world for c in cases if c.cls == "fault")
     for case in cases:
-        cmd = make_corpus.command(case, "/tmp/t", "/tmp/t.json", False, 32)
-        assert "--nproc_per_node=32" in cmd
+        assert f"--nproc_per_node={world}" in make_corpus.command(case, "/tmp/t", "/tmp/t.json", False, world)
+    return cases
+
+
+def test_the_fresh134_set_holds_32_rank_layouts_out_under_both_captures():
+    _held_out_width("fresh134", "-f134", 32, {(1, 1, 32), (1, 2, 16), (1, 4, 8), (2, 2, 8)})
 
 
 def test_the_fresh135_set_holds_issue_13s_4_rank_classes_out_under_both_captures():
-    cases = _held_out("fresh135", "-f135")
-    assert all(make_corpus.world_of(c.layout) == 4 for c in cases)
-    layouts = {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases}
-    assert layouts == {(1, 1, 4), (2, 1, 2), (1, 2, 2), (2, 2, 1), (1, 4, 1)}
-    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
-    assert all(0 <= c.expect["suspect"]["rank"] < 4 for c in cases if c.cls == "fault")
+    _held_out_width("fresh135", "-f135", 4, {(1, 1, 4), (2, 1, 2), (1, 2, 2), (2, 2, 1), (1, 4, 1)})
 
 
 def test_the_fresh136_set_holds_8_rank_layouts_out_under_both_captures():
-    cases = _held_out("fresh136", "-f136")
-    assert all(make_corpus.world_of(c.layout) == 8 for c in cases)
-    layouts = {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases}
-    assert layouts == {(1, 1, 8), (1, 4, 2), (1, 2, 4), (2, 2, 2)}
-    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
-    assert all(0 <= c.expect["suspect"]["rank"] < 8 for c in cases if c.cls == "fault")
+    _held_out_width("fresh136", "-f136", 8, {(1, 1, 8), (1, 4, 2), (1, 2, 4), (2, 2, 2)})
 
 
 def test_the_fresh137_set_holds_16_rank_layouts_out_under_both_captures():
-    cases = _held_out("fresh137", "-f137")
-    assert all(make_corpus.world_of(c.layout) == 16 for c in cases)
-    layouts = {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases}
-    assert layouts == {(1, 1, 16), (1, 4, 4), (1, 2, 8), (2, 2, 4)}
-    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
-    assert all(0 <= c.expect["suspect"]["rank"] < 16 for c in cases if c.cls == "fault")
-    for case in cases:
-        assert "--nproc_per_node=16" in make_corpus.command(case, "/tmp/t", "/tmp/t.json", False, 16)
+    _held_out_width("fresh137", "-f137", 16, {(1, 1, 16), (1, 4, 4), (1, 2, 8), (2, 2, 4)})
 
 
 def test_the_fresh138_set_holds_issue_13s_class_3_out_at_64_ranks_under_both_captures():
-    cases = _held_out("fresh138", "-f138")
-    assert {tuple(c.layout[a] for a in ("tp", "pp", "dp")) for c in cases} == {(1, 2, 32)}
-    assert {c.fmt for c in cases} == {"kineto", "mapp-v1"}
+    cases = _held_out_width("fresh138", "-f138", 64, {(1, 2, 32)})
     # the lognormal lengths of issue 13's class 3, under both captures, labelled no fault
     lognormal = [c for c in cases if "seqlognorm" in c.id]
     assert {c.fmt for c in lognormal} == {"kineto", "mapp-v1"} and {c.cls for c in lognormal} == {"imbalance"}
-    assert all(0 <= c.expect["suspect"]["rank"] < 64 for c in cases if c.cls == "fault")
-    for case in cases:
-        assert "--nproc_per_node=64" in make_corpus.command(case, "/tmp/t", "/tmp/t.json", False, 64)
