@@ -4582,6 +4582,35 @@ def fresh138_set(seed: int = FRESH138_SEED) -> list[Case]:
     ]
 
 
+FRESH139_SEED = 887
+
+
+def fresh139_set(seed: int = FRESH139_SEED) -> list[Case]:
+    """Held out in the sixty-third session, before any change (``--set fresh139``, seed 887, for
+    CPUs: 8 gloo processes on 8 cores, one each): faults nearer issue 13's 10% floor than most
+    sets use (layers 1.2-1.3x, forward matmuls 1.25x, a 15 ms sleep) and heavier pipeline links at
+    8 ranks (PP4 x DP2, PP2 x DP4), which only two jobs of one other set had, beside a healthy
+    job and lognormal lengths. Ids end in ``-f139``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f139", **k)
+    r = _recorded
+
+    return [
+        r(_plain("ddp8", "dp8", seed, rank=2, factor=1.25, tag="-f139"), "default"),
+        # megatron-core, mapp capture
+        g("pp4dp2", "mapp-v1", "layer", rank=5, factor=1.25),
+        g("pp2dp4", "mapp-v1", "layer", rank=2, factor=1.22),
+        g("dp8", "mapp-v1", "layer", rank=3, factor=1.3),
+        g("pp4dp2", "mapp-v1", "link", link=(2, 4)),
+        g("pp2dp4", "mapp-v1", "hostsleep", rank=7, ms=15),
+        g("tp2pp2dp2", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        r(g("dp8", "kineto", "layer", rank=6, factor=1.25), "default"),
+        r(g("pp2dp4", "kineto", "link", link=(1, 5)), "default"),
+        r(g("pp4dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5178,6 +5207,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh136": fresh136_set,
         "fresh137": fresh137_set,
         "fresh138": fresh138_set,
+        "fresh139": fresh139_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

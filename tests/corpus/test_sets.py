@@ -654,3 +654,12 @@ def test_the_fresh138_set_holds_issue_13s_class_3_out_at_64_ranks_under_both_cap
     # the lognormal lengths of issue 13's class 3, under both captures, labelled no fault
     lognormal = [c for c in cases if "seqlognorm" in c.id]
     assert {c.fmt for c in lognormal} == {"kineto", "mapp-v1"} and {c.cls for c in lognormal} == {"imbalance"}
+
+
+def test_the_fresh139_set_holds_faults_near_the_10_percent_floor_and_8_rank_links_out():
+    cases = _held_out_width("fresh139", "-f139", 8, {(1, 1, 8), (1, 4, 2), (1, 2, 4), (2, 2, 2)})
+    factors = [i["factor"] for c in cases for i in c.injected if "factor" in i]
+    assert factors and max(factors) <= 1.3
+    # a loaded link under each capture, each between neighbouring stages of one pipeline
+    links = [c for c in cases if c.cls == "fault" and c.expect["suspect"]["kinds"] == ["slow_link"]]
+    assert {c.fmt for c in links} == {"kineto", "mapp-v1"}
