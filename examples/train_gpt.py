@@ -28,6 +28,11 @@ Software fault injectors (``--slow-rank R`` picks the rank, ``--slow-mode`` what
   makes its bursts irregular, as a neighbour serving requests: each burst's length and the wait
   to the next are multiplied by ``exp(SIGMA * N(0, 1))`` draws of their own (the median duty
   stays D).
+- ``cpu-hog`` (CPUs only), with ``--slow-duty D``: rank R is pinned to one core of those it may
+  use and another process, pinned to the same core, spins for D of every 20 ms (``--slow-jitter``
+  as for ``gpu-hog``): the kernel's scheduler shares the core between the two, so every op of
+  rank R, its waits' polling included, may run at half speed while the neighbour spins (a stray
+  process on a training node; nothing in rank R's own program changes).
 
 ``--link-slow SRC,DST --link-extra-bytes N`` makes one pipeline link carry more traffic:
 every pipeline exchange between the two ranks (activations forward, gradients backward)
@@ -100,17 +105,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--clip-grad", type=float, default=1.0, help="gradient clipping norm (0: none)")
     p.add_argument("--slow-rank", type=int, default=None, help="rank to slow down (fault injector)")
     p.add_argument("--slow-factor", type=float, default=1.0, help="compute slowdown of --slow-rank")
-    p.add_argument("--slow-mode", default="layer", choices=["layer", "before-microbatch", "host-sleep", "gpu-hog"],
+    p.add_argument("--slow-mode", default="layer", choices=["layer", "before-microbatch", "host-sleep", "gpu-hog", "cpu-hog"],
                    help="what --slow-rank does (see the module doc)")
     p.add_argument("--slow-work", default="auto", choices=["auto", "sleep", "matmul"],
                    help="--slow-mode layer: sleep or real matmuls (auto: sleep on CPU, matmuls on GPU)")
     p.add_argument("--slow-ms", type=float, default=20.0,
                    help="--slow-mode before-microbatch/host-sleep: ms of extra work/sleep per microbatch")
     p.add_argument("--slow-duty", type=float, default=0.3,
-                   help="--slow-mode gpu-hog: share of each 20 ms the other process keeps the GPU busy")
+                   help="--slow-mode gpu-hog / cpu-hog: share of each 20 ms the other process keeps the GPU / core busy")
     p.add_argument("--slow-jitter", type=float, default=0.0, metavar="SIGMA",
                    help="--slow-mode before-microbatch: each microbatch's --slow-ms times exp(SIGMA * N(0, 1)); "
-                        "gpu-hog: each burst's length and period so")
+                        "gpu-hog, cpu-hog: each burst's length and period so")
     p.add_argument("--link-slow", default=None, metavar="SRC,DST",
                    help="two ranks of one pipeline link that exchange extra bytes with every p2p")
     p.add_argument("--link-extra-bytes", type=int, default=0, help="bytes of the extra tensor (--link-slow)")
@@ -501,6 +506,41 @@ def start_gpu_hog(device: torch.device, duty: float, jitter: float = 0.0, seed: 
     return hog
 
 
+# the neighbour of --slow-mode cpu-hog: a process pinned to the slowed rank's core that spins
+# for its duty of every 20 ms and leaves as soon as its parent is gone
+_CPU_HOG = """
+import os, random, sys, time
+cpu, duty, parent, sigma, seed = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+os.sched_setaffinity(0, {cpu})
+draw = random.Random(seed * 16 + cpu)
+print(f"cpu-hog: spinning {duty:g} of every 20 ms on CPU {cpu}", flush=True)
+while os.getppid() == parent:
+    t0 = time.perf_counter()
+    busy = 0.02 * duty * draw.lognormvariate(0.0, sigma)
+    while time.perf_counter() - t0 < busy:
+        pass
+    time.sleep(max(0.0, 0.02 * (1.0 - duty) * draw.lognormvariate(0.0, sigma)))
+"""
+
+
+def start_cpu_hog(rank: int, duty: float, jitter: float = 0.0, seed: int = 0):
+    """Pins this process to one of the cores it may use (the ``rank``-th, wrapping) and starts the
+    neighbour process of ``--slow-mode cpu-hog`` on the same core; returns it once it runs. Stop
+    it with ``terminate``."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = cpus[rank % len(cpus)]
+    os.sched_setaffinity(0, {cpu})
+    hog = subprocess.Popen([sys.executable, "-c", _CPU_HOG, str(cpu), f"{duty:g}", str(os.getpid()), f"{jitter:g}",
+                            str(seed)], stdout=subprocess.PIPE, text=True)
+    ready, _, _ = select.select([hog.stdout], [], [], 60.0)
+    first = hog.stdout.readline().strip() if ready else ""
+    if not first:
+        hog.kill()
+        raise SystemExit(f"--slow-mode cpu-hog: the neighbour process did not start (exit {hog.wait()})")
+    print(first, flush=True)
+    return hog
+
+
 class BeforeMicrobatch:
     """Fault injector (``--slow-mode before-microbatch``): real matmuls for about ``ms`` ms
     before each microbatch's forward, outside the model. CPU: :class:`CpuBurner` matmuls of a
@@ -730,10 +770,12 @@ def main(argv=None) -> None:
         raise SystemExit("--fbd-forward-tp and --fbd-placement need --fbd")
     if args.slow_mode == "gpu-hog" and not torch.cuda.is_available():
         raise SystemExit("--slow-mode gpu-hog needs a GPU: it shares the slowed rank's GPU with another process")
+    if args.slow_mode == "cpu-hog" and torch.cuda.is_available():
+        raise SystemExit("--slow-mode cpu-hog is for CPU runs (gloo): on a GPU use --slow-mode gpu-hog")
     if not 0 < args.slow_duty < 1:
         raise SystemExit("--slow-duty takes a share of the time between 0 and 1, e.g. 0.3")
-    if args.slow_jitter and (args.slow_jitter < 0 or args.slow_mode not in ("before-microbatch", "gpu-hog")):
-        raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch or gpu-hog")
+    if args.slow_jitter and (args.slow_jitter < 0 or args.slow_mode not in ("before-microbatch", "gpu-hog", "cpu-hog")):
+        raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch, gpu-hog or cpu-hog")
     if args.overlap_param_gather and not (args.distributed_optimizer and args.overlap_grad_reduce):
         raise SystemExit("--overlap-param-gather needs --distributed-optimizer and --overlap-grad-reduce")
     if args.sequence_parallel and args.tp < 2:
@@ -777,6 +819,8 @@ def main(argv=None) -> None:
     if args.link_slow:
         install_link_slow(args, rank, device, injected)
     hog = start_gpu_hog(device, args.slow_duty, args.slow_jitter, args.seed) if slow and args.slow_mode == "gpu-hog" else None
+    if slow and args.slow_mode == "cpu-hog":
+        hog = start_cpu_hog(rank, args.slow_duty, args.slow_jitter, args.seed)
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer=args.optimizer, lr=1e-4, bf16=args.bf16,
                         use_distributed_optimizer=args.distributed_optimizer,

@@ -233,7 +233,8 @@ def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "
              windows: tuple[list[str], list[str]] | None = None, gpu_ms: float | None = None,
              numbered: bool = True, duty: float = 0.3, work: str | None = None) -> Case:
     """One megatron-core case: ``variant`` is healthy, layer, beforemb, hostsleep, link, laststage,
-    seqlognorm, or gpuhog (GPUs only: another process shares the rank's GPU ``duty`` of the time).
+    seqlognorm, gpuhog (GPUs only: another process shares the rank's GPU ``duty`` of the time) or
+    cpuhog (CPUs only: another process spins on the rank's core ``duty`` of the time).
 
     ``work``: how a layer fault slows its layers on CPUs, ``sleep`` or ``matmul`` (default: sleep
     under mapp's capture, matmuls under the profiler); the id says ``-matmul`` where it is not
@@ -319,6 +320,14 @@ def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "
                 "rank": rank, "duty": duty}]
         return Case(f"gpt-{layout}-{short}-gpuhog{duty:g}-r{rank}" + tag, "gpt", fmt, lay, "fault", args + extra,
                     how, _slow(rank, ["slow_compute"]), "gpu", base, gpu + extra)
+    if variant == "cpuhog":
+        extra = ["--slow-rank", str(rank), "--slow-mode", "cpu-hog", "--slow-duty", f"{duty:g}"]
+        how = [{"how": f"the rank pinned to one core, and another process pinned there spinning for {duty:g} of "
+                       "every 20 ms (the kernel shares the core between the two: every op of the rank may run at "
+                       "half speed)", "rank": rank, "duty": duty}]
+        # the whole process slows: its layers (compute) and its host work alike
+        return Case(f"gpt-{layout}-{short}-cpuhog{duty:g}-r{rank}" + tag, "gpt", fmt, lay, "fault", args + extra,
+                    how, _slow(rank, ["slow_compute", "slow_host"]), "host", base, gpu + extra)
     if variant == "laststage":
         pp = lay["pp"]
         n = last_layers + pp - 1   # every other stage keeps one layer
@@ -4611,6 +4620,62 @@ def fresh139_set(seed: int = FRESH139_SEED) -> list[Case]:
     ]
 
 
+FRESH140_SEED = 907
+
+
+def fresh140_set(seed: int = FRESH140_SEED) -> list[Case]:
+    """Held out in the sixty-third session, before any change (``--set fresh140``, seed 907, for
+    CPUs: 8 gloo processes on 8 cores, one each): a fault no other set injects, a stray process on
+    one rank's core (``cpuhog``: the rank pinned to a core where another process spins ``duty``
+    of every 20 ms) -- the CPU's form of two jobs sharing one GPU, every op of the rank slowed by
+    turns -- in DP8, PP4 x DP2, PP2 x DP4 and TP2 x PP2 x DP2 under both captures, beside a healthy
+    job and lognormal lengths. Ids end in ``-f140``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f140", **k)
+    r = _recorded
+
+    return [
+        # megatron-core, mapp capture
+        g("dp8", "mapp-v1", "cpuhog", rank=3, duty=0.5),
+        g("pp4dp2", "mapp-v1", "cpuhog", rank=6, duty=0.6),
+        g("pp2dp4", "mapp-v1", "cpuhog", rank=1, duty=0.4),
+        g("tp2pp2dp2", "mapp-v1", "cpuhog", rank=5, duty=0.5),
+        g("pp4dp2", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        r(g("dp8", "kineto", "cpuhog", rank=0, duty=0.5), "default"),
+        r(g("pp4dp2", "kineto", "cpuhog", rank=2, duty=0.4), "default"),
+        r(g("tp2pp2dp2", "kineto", "cpuhog", rank=7, duty=0.6), "default"),
+        r(g("pp2dp4", "kineto", "seqlognorm", sigma=0.85), "default"),
+    ]
+
+
+FRESH141_SEED = 911
+
+
+def fresh141_set(seed: int = FRESH141_SEED) -> list[Case]:
+    """``fresh140``'s 4-rank companion (``--set fresh141``, seed 911, for CPUs: 4 gloo processes on
+    4 cores, one each): a stray process on one rank's core in DP4, TP2 x DP2, PP2 x DP2, PP4 and
+    TP2 x PP2 under both captures, beside a healthy job and a heavier last stage. Ids end in
+    ``-f141``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f141", **k)
+    r = _recorded
+
+    return [
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "cpuhog", rank=2, duty=0.5),
+        g("tp2dp2", "mapp-v1", "cpuhog", rank=1, duty=0.45),
+        g("pp2dp2", "mapp-v1", "cpuhog", rank=3, duty=0.55),
+        g("pp4", "mapp-v1", "cpuhog", rank=0, duty=0.5),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        r(g("dp4", "kineto", "cpuhog", rank=1, duty=0.5), "default"),
+        r(g("tp2pp2", "kineto", "cpuhog", rank=2, duty=0.5), "default"),
+        r(g("pp2dp2", "kineto", "cpuhog", rank=0, duty=0.4), "default"),
+        r(g("pp4", "kineto", "laststage", last_layers=3), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5208,6 +5273,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh137": fresh137_set,
         "fresh138": fresh138_set,
         "fresh139": fresh139_set,
+        "fresh140": fresh140_set,
+        "fresh141": fresh141_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

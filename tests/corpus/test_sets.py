@@ -663,3 +663,19 @@ def test_the_fresh139_set_holds_faults_near_the_10_percent_floor_and_8_rank_link
     # a loaded link under each capture, each between neighbouring stages of one pipeline
     links = [c for c in cases if c.cls == "fault" and c.expect["suspect"]["kinds"] == ["slow_link"]]
     assert {c.fmt for c in links} == {"kineto", "mapp-v1"}
+
+
+def test_the_fresh140_and_fresh141_sets_hold_a_stray_process_on_one_ranks_core_out():
+    for name, tag, world, layouts in (
+            ("fresh140", "-f140", 8, {(1, 1, 8), (1, 4, 2), (1, 2, 4), (2, 2, 2)}),
+            ("fresh141", "-f141", 4, {(1, 1, 4), (2, 1, 2), (1, 2, 2), (1, 4, 1), (2, 2, 1)})):
+        cases = _held_out_width(name, tag, world, layouts)
+        hogs = [c for c in cases if "cpuhog" in c.id]
+        assert {c.fmt for c in hogs} == {"kineto", "mapp-v1"}
+        for case in hogs:
+            args = make_corpus.job_args(case, gpu=False)
+            assert args[args.index("--slow-mode") + 1] == "cpu-hog"
+            assert 0 < float(args[args.index("--slow-duty") + 1]) < 1
+            # the whole process slows: its layers and its host work alike
+            assert case.expect["suspect"]["kinds"] == ["slow_compute", "slow_host"]
+        assert any(c.cls == "healthy" for c in cases)

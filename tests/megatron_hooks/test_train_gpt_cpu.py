@@ -18,6 +18,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -243,6 +244,22 @@ def test_detect_finds_the_slowed_rank(tp2pp2: Run, dp2pp2_vpp2: Run):
     # in the healthy job looks like the 3x fault.
     clean = detect.detect_bundle(ingest.load_bundle(dp2pp2_vpp2.trace_dir))
     assert all(s.slowdown < 2.0 for s in clean.suspects), clean.suspects
+
+
+def test_a_cpu_neighbour_shares_the_slowed_ranks_core_and_leaves_with_it(tmp_path):
+    # `--slow-mode cpu-hog`: rank 1 pinned to one core, beside a process pinned there that spins
+    # by turns; the job runs to its end and the neighbour goes with it
+    run = run_example(tmp_path / "trace", ["--tp", "1", "--pp", "1", *COMMON, "--slow-rank", "1",
+                                           "--slow-mode", "cpu-hog", "--slow-duty", "0.4"], nproc=2)
+    said = [line for line in run.output.splitlines() if line.startswith("cpu-hog:")]
+    assert len(said) == 1 and said[0].startswith("cpu-hog: spinning 0.4 of every 20 ms on CPU ")
+    assert sorted(run.events) == [0, 1]
+    for _ in range(100):   # (under load a terminated process may take a moment to go)
+        alive = subprocess.run(["pgrep", "-f", "import os, random, sys, time"], capture_output=True, text=True)
+        if not alive.stdout.strip():
+            break
+        time.sleep(0.1)
+    assert alive.stdout.strip() == ""
 
 
 @pytest.mark.parametrize("args, said", [
