@@ -4676,6 +4676,49 @@ def fresh141_set(seed: int = FRESH141_SEED) -> list[Case]:
     ]
 
 
+FRESH142_SEED = 919
+
+# ``fresh142``'s CPU model shapes: every other CPU set ran GPT_MAPP's (hidden 64, seq 32) and
+# GPT_PROF's (hidden 512, seq 32); these make each layer's ops tens of times longer
+CPU_SHAPE_142 = {"mapp-v1": {"--hidden": "256", "--heads": "8", "--seq": "128"},
+                 "kineto": {"--hidden": "768", "--heads": "12", "--seq": "64"}}
+
+
+def _cpu_shaped(case: Case, shape: dict[str, dict[str, str]]) -> Case:
+    """``case`` with the CPU model's ``--hidden``/``--heads``/``--seq`` of ``shape[case.fmt]`` (a
+    variant's own later flags, such as lognormal lengths' ``--seq``, still win)."""
+    for flag, value in shape[case.fmt].items():
+        case.args[case.args.index(flag) + 1] = value
+    return case
+
+
+def fresh142_set(seed: int = FRESH142_SEED) -> list[Case]:
+    """Held out in the sixty-third session, before any change (``--set fresh142``, seed 919, for
+    CPUs: 4 gloo processes on 4 cores, one each): the CPU model shape no other set used
+    (``CPU_SHAPE_142``: hidden 256 and seq 128 under mapp's capture, hidden 768 and seq 64 under
+    the profiler), DP4, TP2 x DP2, PP2 x DP2, PP4 and TP2 x PP2 under both captures, healthy, a
+    heavier last stage, lognormal lengths, a heavier link and faults. Ids end in ``-f142``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f142", **k), CPU_SHAPE_142)
+    r = _recorded
+
+    return [
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "layer", rank=1, factor=1.3),
+        g("tp2dp2", "mapp-v1", "layer", rank=2, factor=1.35),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=3, ms=20),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "link", link=(1, 3)),
+        # megatron-core, torch.profiler
+        r(g("dp4", "kineto", "layer", rank=0, factor=1.35), "default"),
+        r(g("tp2dp2", "kineto", "beforemb", rank=3, ms=25), "default"),
+        r(g("pp2dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("pp4", "kineto", "healthy"), "default"),
+        r(g("tp2pp2", "kineto", "hostsleep", rank=1, ms=25), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5275,6 +5318,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh139": fresh139_set,
         "fresh140": fresh140_set,
         "fresh141": fresh141_set,
+        "fresh142": fresh142_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

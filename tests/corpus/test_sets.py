@@ -679,3 +679,17 @@ def test_the_fresh140_and_fresh141_sets_hold_a_stray_process_on_one_ranks_core_o
             # the whole process slows: its layers and its host work alike
             assert case.expect["suspect"]["kinds"] == ["slow_compute", "slow_host"]
         assert any(c.cls == "healthy" for c in cases)
+
+
+def test_the_fresh142_set_holds_a_cpu_model_shape_no_other_set_used_out():
+    cases = _held_out_width("fresh142", "-f142", 4, {(1, 1, 4), (2, 1, 2), (1, 2, 2), (1, 4, 1), (2, 2, 1)})
+    for case in cases:
+        args = make_corpus.job_args(case, gpu=False)
+        shape = make_corpus.CPU_SHAPE_142[case.fmt]
+        usual = make_corpus.GPT_MAPP if case.fmt == "mapp-v1" else make_corpus.GPT_PROF
+        # the last of a flag given twice is the one argparse keeps
+        last = {flag: args[len(args) - 1 - args[::-1].index(flag) + 1] for flag in shape}
+        if "seqlognorm" in case.id:
+            assert last["--hidden"] == "256"
+            continue
+        assert last == shape and last["--hidden"] != usual[usual.index("--hidden") + 1]
