@@ -4719,6 +4719,34 @@ def fresh142_set(seed: int = FRESH142_SEED) -> list[Case]:
     ]
 
 
+FRESH143_SEED = 929
+
+
+def fresh143_set(seed: int = FRESH143_SEED) -> list[Case]:
+    """``fresh142``'s 2-rank companion (``--set fresh143``, seed 929, for CPUs: 2 gloo processes on
+    2 cores, one each), the same CPU model shapes (``CPU_SHAPE_142``): megatron-core DP2, TP2 and
+    PP2 under both captures, where issue 13 asks that a job of two ranks be decided -- healthy,
+    a heavier last stage, lognormal lengths, a heavier link and faults. Ids end in ``-f143``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f143", **k), CPU_SHAPE_142)
+    r = _recorded
+
+    return [
+        # megatron-core, mapp capture
+        g("dp2", "mapp-v1", "layer", rank=0, factor=1.35),
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=22),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "link", link=(0, 1)),
+        # megatron-core, torch.profiler
+        r(g("tp2", "kineto", "layer", rank=0, factor=1.4), "default"),
+        r(g("dp2", "kineto", "hostsleep", rank=1, ms=24), "default"),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.35), "default"),
+        r(g("dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("tp2", "kineto", "healthy"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5319,6 +5347,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh140": fresh140_set,
         "fresh141": fresh141_set,
         "fresh142": fresh142_set,
+        "fresh143": fresh143_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

@@ -681,8 +681,12 @@ def test_the_fresh140_and_fresh141_sets_hold_a_stray_process_on_one_ranks_core_o
         assert any(c.cls == "healthy" for c in cases)
 
 
-def test_the_fresh142_set_holds_a_cpu_model_shape_no_other_set_used_out():
-    cases = _held_out_width("fresh142", "-f142", 4, {(1, 1, 4), (2, 1, 2), (1, 2, 2), (1, 4, 1), (2, 2, 1)})
+@pytest.mark.parametrize("name, tag, world, layouts", [
+    ("fresh142", "-f142", 4, {(1, 1, 4), (2, 1, 2), (1, 2, 2), (1, 4, 1), (2, 2, 1)}),
+    ("fresh143", "-f143", 2, {(1, 1, 2), (2, 1, 1), (1, 2, 1)}),
+])
+def test_the_fresh142_and_fresh143_sets_hold_a_cpu_model_shape_no_other_set_used_out(name, tag, world, layouts):
+    cases = _held_out_width(name, tag, world, layouts)
     for case in cases:
         args = make_corpus.job_args(case, gpu=False)
         shape = make_corpus.CPU_SHAPE_142[case.fmt]
