@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -255,11 +256,23 @@ def test_a_cpu_neighbour_shares_the_slowed_ranks_core_and_leaves_with_it(tmp_pat
     assert len(said) == 1 and said[0].startswith("cpu-hog: spinning 0.4 of every 20 ms on CPU ")
     assert sorted(run.events) == [0, 1]
     for _ in range(100):   # (under load a terminated process may take a moment to go)
-        alive = subprocess.run(["pgrep", "-f", "import os, random, sys, time"], capture_output=True, text=True)
-        if not alive.stdout.strip():
+        if not _cpu_hogs():
             break
         time.sleep(0.1)
-    assert alive.stdout.strip() == ""
+    assert _cpu_hogs() == []
+
+
+def _cpu_hogs() -> list[int]:
+    """Processes running train_gpt's cpu-hog neighbour (its code is passed with ``-c``)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:   # (not a process, or gone meanwhile)
+            continue
+        if b"spinning" in cmdline and b"sched_setaffinity" in cmdline:
+            pids.append(int(proc.name))
+    return pids
 
 
 @pytest.mark.parametrize("args, said", [
