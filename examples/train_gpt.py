@@ -28,11 +28,12 @@ Software fault injectors (``--slow-rank R`` picks the rank, ``--slow-mode`` what
   makes its bursts irregular, as a neighbour serving requests: each burst's length and the wait
   to the next are multiplied by ``exp(SIGMA * N(0, 1))`` draws of their own (the median duty
   stays D).
-- ``cpu-hog`` (CPUs only), with ``--slow-duty D``: rank R is pinned to one core of those it may
-  use and another process, pinned to the same core, spins for D of every 20 ms (``--slow-jitter``
-  as for ``gpu-hog``): the kernel's scheduler shares the core between the two, so every op of
-  rank R, its waits' polling included, may run at half speed while the neighbour spins (a stray
-  process on a training node; nothing in rank R's own program changes).
+- ``cpu-hog`` (CPUs only), with ``--slow-duty D``: rank R's main thread (where it computes) is
+  pinned to one core of those it may use and another process, pinned to the same core, spins for
+  D of every 20 ms (``--slow-jitter`` as for ``gpu-hog``): the kernel's scheduler shares the core
+  between the two, so rank R's ops may run at up to half speed while the neighbour spins (a stray
+  process on a training node; nothing in rank R's own program changes; gloo's worker threads,
+  started before, keep their cores).
 
 ``--link-slow SRC,DST --link-extra-bytes N`` makes one pipeline link carry more traffic:
 every pipeline exchange between the two ranks (activations forward, gradients backward)
@@ -524,9 +525,9 @@ while os.getppid() == parent:
 
 
 def start_cpu_hog(rank: int, duty: float, jitter: float = 0.0, seed: int = 0):
-    """Pins this process to one of the cores it may use (the ``rank``-th, wrapping) and starts the
-    neighbour process of ``--slow-mode cpu-hog`` on the same core; returns it once it runs. Stop
-    it with ``terminate``."""
+    """Pins the calling thread (the main one, where the rank computes) to one of the cores it may
+    use (the ``rank``-th, wrapping) and starts the neighbour process of ``--slow-mode cpu-hog`` on
+    the same core; returns it once it runs. Stop it with ``terminate``."""
     cpus = sorted(os.sched_getaffinity(0))
     cpu = cpus[rank % len(cpus)]
     os.sched_setaffinity(0, {cpu})

@@ -322,7 +322,7 @@ def gpt_case(layout: str, fmt: str, variant: str, seed: int = 1234, tag: str = "
                     how, _slow(rank, ["slow_compute"]), "gpu", base, gpu + extra)
     if variant == "cpuhog":
         extra = ["--slow-rank", str(rank), "--slow-mode", "cpu-hog", "--slow-duty", f"{duty:g}"]
-        how = [{"how": f"the rank pinned to one core, and another process pinned there spinning for {duty:g} of "
+        how = [{"how": f"the rank's main thread pinned to one core, and another process pinned there spinning for {duty:g} of "
                        "every 20 ms (the kernel shares the core between the two: every op of the rank may run at "
                        "half speed)", "rank": rank, "duty": duty}]
         # the whole process slows: its layers (compute) and its host work alike
@@ -4626,7 +4626,7 @@ FRESH140_SEED = 907
 def fresh140_set(seed: int = FRESH140_SEED) -> list[Case]:
     """Held out in the sixty-third session, before any change (``--set fresh140``, seed 907, for
     CPUs: 8 gloo processes on 8 cores, one each): a fault no other set injects, a stray process on
-    one rank's core (``cpuhog``: the rank pinned to a core where another process spins ``duty``
+    one rank's core (``cpuhog``: the rank's main thread pinned to a core where another process spins ``duty``
     of every 20 ms) -- the CPU's form of two jobs sharing one GPU, every op of the rank slowed by
     turns -- in DP8, PP4 x DP2, PP2 x DP4 and TP2 x PP2 x DP2 under both captures, beside a healthy
     job and lognormal lengths. Ids end in ``-f140``."""
