@@ -496,13 +496,19 @@ def start_gpu_hog(device: torch.device, duty: float, jitter: float = 0.0, seed: 
     """Starts the neighbour process of ``--slow-mode gpu-hog`` on ``device`` and returns it once it
     runs (its first line: it has measured its matmuls), so that every traced iteration shares the
     GPU; stop it with ``terminate``."""
-    hog = subprocess.Popen([sys.executable, "-c", _HOG, str(device.index), f"{duty:g}", str(os.getpid()), f"{jitter:g}", str(seed)],
-                           stdout=subprocess.PIPE, text=True)
-    ready, _, _ = select.select([hog.stdout], [], [], 120.0)   # torch and CUDA start in seconds
+    # (torch and CUDA start in seconds)
+    return _start_neighbour("gpu-hog", _HOG, [device.index, f"{duty:g}", os.getpid(), f"{jitter:g}", seed], 120.0)
+
+
+def _start_neighbour(mode: str, code: str, argv: list, wait_s: float):
+    """Runs ``code`` in a process of its own with ``argv`` and returns it once it has printed its
+    first line (which is printed here too), or exits with a one-line error if it did not."""
+    hog = subprocess.Popen([sys.executable, "-c", code, *map(str, argv)], stdout=subprocess.PIPE, text=True)
+    ready, _, _ = select.select([hog.stdout], [], [], wait_s)
     first = hog.stdout.readline().strip() if ready else ""
     if not first:
         hog.kill()
-        raise SystemExit(f"--slow-mode gpu-hog: the neighbour process did not start (exit {hog.wait()})")
+        raise SystemExit(f"--slow-mode {mode}: the neighbour process did not start (exit {hog.wait()})")
     print(first, flush=True)
     return hog
 
@@ -531,15 +537,7 @@ def start_cpu_hog(rank: int, duty: float, jitter: float = 0.0, seed: int = 0):
     cpus = sorted(os.sched_getaffinity(0))
     cpu = cpus[rank % len(cpus)]
     os.sched_setaffinity(0, {cpu})
-    hog = subprocess.Popen([sys.executable, "-c", _CPU_HOG, str(cpu), f"{duty:g}", str(os.getpid()), f"{jitter:g}",
-                            str(seed)], stdout=subprocess.PIPE, text=True)
-    ready, _, _ = select.select([hog.stdout], [], [], 60.0)
-    first = hog.stdout.readline().strip() if ready else ""
-    if not first:
-        hog.kill()
-        raise SystemExit(f"--slow-mode cpu-hog: the neighbour process did not start (exit {hog.wait()})")
-    print(first, flush=True)
-    return hog
+    return _start_neighbour("cpu-hog", _CPU_HOG, [cpu, f"{duty:g}", os.getpid(), f"{jitter:g}", seed], 60.0)
 
 
 class BeforeMicrobatch:
