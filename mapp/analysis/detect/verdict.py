@@ -174,6 +174,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
         overruled += _under_the_cut_off(peers, below, overruled, slowdown_threshold)
         if not shared_cpus:
             overruled += _hosts_under_the_threshold(peers, late, below, overruled, iteration_ns, slowdown_threshold)
+        else:
+            overruled += _kept_waiting_on_shared_cpus(lateness, peers, below, overruled) if not imbalance else []
     imbalance = suspects_stages(imbalance, suspects, layout)
     flagged = {s.rank for s in suspects} | {s.peer for s in suspects if s.peer is not None}
     victims = sorted(set(_victims(lateness, suspects, layout)) | set(waiting))
@@ -207,6 +209,35 @@ def _under_the_cut_off(peers: PeerEvidence, named: list[Suspect], overruled: lis
         lines.append(Overruled(r, f"rank {r} computes {slowdown:.2f}x its peers (at most z {z:.1f} in an iteration, "
                                   f"under the cut-off {peers.z_crit:.1f}): not a suspect (within the noise of the "
                                   "comparison)"))
+    return lines
+
+
+def _kept_waiting_on_shared_cpus(lateness: LatenessEvidence, peers: PeerEvidence, named: list[Suspect],
+                                 overruled: list[Overruled]) -> list[Overruled]:
+    """Where no rank is a suspect on shared CPUs, one line per rank that stage 2 flags (last far
+    more often than chance, keeping the others waiting more than it waits) and nothing else
+    speaks of: on shared cores a process that the scheduler gives less time than its peers
+    holds them up without being slower at its own work (the CPU's form of a GPU another job
+    time-slices), so it is no suspect, but the user who asks who held the job up is told (4
+    gloo processes on 4 cores, DP4 under the profiler, another process spinning half of every
+    20 ms on rank 1's core: last at 29 of 32 all-reduces, 99 ms net a step imposed, its matmuls
+    1.38x its peers' by their sum and 1.06x by its typical call; "no suspect" and no word of it,
+    before)."""
+    if not lateness.ran or lateness.ranks.is_empty():
+        return []
+    said = _said(named, overruled)
+    traced = max(traced_iterations(peers), 1) if peers.mode != "skipped" else 1
+    lines = []
+    for row in lateness.ranks.filter(pl.col("flagged")).sort("rank").iter_rows(named=True):
+        r = row["rank"]
+        if r in said or not keeps_waiting(row):
+            continue
+        lines.append(Overruled(r, f"rank {r} kept the others waiting at the collectives (last at {row['last']} of "
+                                  f"{row['instances']}; they waited {row['net_ns'] / traced / 1e6:.1f} ms a step for it "
+                                  "in all, net of its own waits): not a "
+                                  "suspect (on shared CPUs, its own work no slower than its peers' by the threshold: "
+                                  "the cores gave it less time, as another process on its core or a busy machine "
+                                  "would)"))
     return lines
 
 

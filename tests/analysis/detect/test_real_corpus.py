@@ -2407,3 +2407,16 @@ def test_held_out_a_cpu_model_of_another_shape_and_a_link_of_an_8_rank_pipeline_
     verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
     top = verdict.suspects[0]
     assert (top.kind, {top.rank} | ({top.peer} if top.peer is not None else set())) == named
+
+
+def test_on_shared_cpus_a_rank_that_holds_the_others_up_unnamed_is_told_of():
+    # Held out in the sixty-third session (fresh141, DP4 under the profiler's defaults, 4 gloo
+    # processes on 4 cores): another process spins half of every 20 ms on rank 1's core. Rank 1
+    # is last at 29 of the 32 all-reduces, yet its typical call is 1.06x its peers' (its matmuls
+    # 1.38x by their sum): on shared CPUs a process the cores give less time is no suspect by
+    # its times (a busy machine does the same), but who held the job up is said
+    c = FRESH_CASES["gpt-dp4-prof-nosh-cpuhog0.5-r1-f141"]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    assert verdict.suspects == []
+    told = [n for n in verdict.notes if "kept the others waiting at the collectives" in n]
+    assert len(told) == 1 and told[0].startswith("rank 1 kept the others waiting") and "last at 29 of 32" in told[0]
