@@ -220,11 +220,10 @@ def _kept_waiting_on_shared_cpus(lateness: LatenessEvidence, peers: PeerEvidence
     and that nothing else speaks of: on shared cores a process that the scheduler gives less
     time than its peers holds them up without being slower at its own work (the CPU's form of a
     GPU another job time-slices), so it is no suspect, but the user who asks who held the job
-    up is told (4
-    gloo processes on 4 cores, DP4 under the profiler, another process spinning half of every
-    20 ms on rank 1's core: last at 29 of 32 all-reduces, 99 ms net a step imposed, its matmuls
-    1.38x its peers' by their sum and 1.06x by its typical call; "no suspect" and no word of it,
-    before)."""
+    up is told (4 gloo processes on 4 cores, DP4 under the profiler, another process spinning
+    half of every 20 ms on rank 1's core: last at 29 of 32 all-reduces, 99 ms net a step
+    imposed, its matmuls 1.38x its peers' by their sum and 1.06x by its typical call; "no
+    suspect" and no word of it, before)."""
     if not lateness.ran or lateness.ranks.is_empty():
         return []
     said = _said(named, overruled)
