@@ -11,7 +11,7 @@ from mapp.analysis.detect.added_work import LAUNCHED
 from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
-from mapp.analysis.detect.layout import LayoutInfo, parse_layout, resolve_layout
+from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
 from mapp.analysis.detect.peers import PeerEvidence, compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
@@ -69,7 +69,7 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
         matching.collectives.select("instance_id", "group", "group_ranks"), on="instance_id"
     ).select("rank", "group", "group_ranks").unique(subset=["rank", "group"]) if len(matching.members) else pl.DataFrame(
         schema={"rank": pl.Int32, "group": pl.String, "group_ranks": pl.List(pl.Int32)})
-    info = resolve_layout(bundle.ranks, groups, layout, bundle.world_size)
+    info = from_p2p_chain(resolve_layout(bundle.ranks, groups, layout, bundle.world_size), matching.p2p)
     if not info.known:
         info = _program_peers(info, events, matching, groups)
     notes += info.notes

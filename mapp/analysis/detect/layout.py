@@ -1,9 +1,10 @@
 """Which rank sits where: the (tp, pp, dp) coordinates the peer stage needs, and who was not traced.
 
 Taken, in order of preference, from the traces (trace format v1 metadata, MegatronApp file
-names), from the user (``--layout tp=2,pp=1,dp=2``), or from the process groups that profiler
-traces record (a rank's position in its ``tp``/``dp``/``pp`` group is its coordinate).
-Without any of them the layout is unknown and the stages that need it do not run.
+names), from the user (``--layout tp=2,pp=1,dp=2``), from the process groups that profiler
+traces record (a rank's position in its ``tp``/``dp``/``pp`` group is its coordinate), or from
+the p2p messages of a pipeline whose traces name no group (``from_p2p_chain``). Without any of
+them the layout is unknown and peers are found by program (``detect.program``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import polars as pl
 
 from mapp.errors import InputError, LayoutError
 
-__all__ = ["LayoutInfo", "middle_stages", "parse_layout", "resolve_layout"]
+__all__ = ["LayoutInfo", "from_p2p_chain", "middle_stages", "parse_layout", "resolve_layout"]
 
 _AXES = ("tp", "pp", "dp")
 
@@ -139,6 +140,49 @@ def resolve_layout(ranks: pl.DataFrame, groups: pl.DataFrame, layout: dict[str, 
     info = LayoutInfo(sizes, source, coords.join(hosts, on="rank", how="left"), world,
                       _unrecorded(traced, groups, world), notes)
     return info
+
+
+def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame) -> LayoutInfo:
+    """``info`` with a pipeline's layout where it is unknown and the matched p2p messages
+    (``src``, ``dst``, ``send_start_aligned_ns``) join every traced rank into one chain: each
+    rank exchanging with at most two others, no cycle. Each rank is then a stage, in chain
+    order, the first the end that sent the earliest message (a pipeline's first message is the
+    first stage's first activation); ``pp`` is the chain's length. Else ``info`` as it is.
+
+    A pipeline written without Megatron (``torch.distributed.pipelining`` on the world group
+    alone) names no group, and its stages run different programs (the first embeds, the last
+    computes the loss): found by program, each stage stood alone with no peer and a fault on
+    it went unseen (PP2 and the last stage of PP4, 14 of 14 runs on 16 cores). As stages, they
+    are timed against each other on the work every stage does, as megatron-core's are."""
+    ranks = set(info.ranks["rank"].to_list())
+    # (a stage whose trace is missing would leave a chain of the others, one stage short)
+    if info.known or len(ranks) < 2 or p2p.is_empty() or info.unrecorded or (info.world_size or 0) > len(ranks):
+        return info
+    edges = {tuple(sorted((int(a), int(b)))) for a, b in p2p.select("src", "dst").unique().iter_rows() if a != b}
+    nearby: dict[int, set[int]] = {r: set() for r in ranks}
+    for a, b in edges:
+        if a not in ranks or b not in ranks:
+            return info
+        nearby[a].add(b)
+        nearby[b].add(a)
+    ends = [r for r, n in nearby.items() if len(n) == 1]
+    if len(edges) != len(ranks) - 1 or any(len(n) > 2 for n in nearby.values()) or len(ends) != 2:
+        return info
+    chain = [min(ends)]
+    while len(chain) < len(ranks):
+        step = nearby[chain[-1]] - set(chain[-2:-1])
+        if len(step) != 1:
+            return info
+        chain.append(step.pop())
+    first = p2p.sort("send_start_aligned_ns", nulls_last=True).row(0, named=True)
+    if chain.index(int(first["src"])) > chain.index(int(first["dst"])):
+        chain.reverse()
+    stage = {r: i for i, r in enumerate(chain)}
+    coords = info.ranks.with_columns(
+        tp=pl.lit(0, pl.Int32), dp=pl.lit(0, pl.Int32),
+        pp=pl.col("rank").replace_strict(stage, return_dtype=pl.Int32)).select("rank", *_AXES, "host")
+    return LayoutInfo({"tp": 1, "pp": len(chain), "dp": 1}, "p2p chain", coords, info.world_size,
+                      info.unrecorded, info.notes)
 
 
 def _hosts(ranks: pl.DataFrame, world_size: int | None, notes: list[str]) -> pl.DataFrame:

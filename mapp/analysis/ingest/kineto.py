@@ -54,7 +54,8 @@ What this reader keeps and how it maps it:
   ``c10d::send``/``c10d::recv_`` call's arguments (group-local too, and gloo names no group:
   mapped to a global rank across the ranks read together, see ``_gloo_groups``), or the other
   rank of a 2-rank world; where shapes were not recorded (no c10d arguments), a pipeline
-  neighbour of megatron-core's (``_gloo_groups``, from each rank's pipeline group). A
+  neighbour of megatron-core's (``_gloo_groups``, from each rank's pipeline group, or from the
+  world's rank order where the world is a rank's only group: ``_pipeline_group``). A
   ``gloo:send`` gets ``args["async"] = true``: its span lasts until its caller waits on it,
   which is not when the receive ends. A gloo collective that names no group gets one where the
   ranks' calls show which (``_gloo_groups``).
@@ -740,10 +741,19 @@ def _megatron_coords(rank: int, world_size: int | None, pgs: list[dict]) -> dict
 def _pipeline_group(rank: int, pgs: list[dict]) -> tuple[int, ...] | None:
     """The members of ``rank``'s pipeline group (megatron-core's PIPELINE_MODEL_PARALLEL_GROUP,
     in stage order), for ``_gloo_groups`` to place the p2p calls whose peer gloo did not record;
-    None unless the rank lists exactly one."""
+    None unless the rank lists exactly one.
+
+    A job whose only process group is the world (``torch.distributed.pipelining`` as its
+    tutorials run it: stage ``i`` on rank ``i``, no other group) has its world in rank order:
+    ``_gloo_groups`` pairs its calls with a neighbour's only where the calls' ends pair every one
+    of them so, and otherwise leaves them without a peer."""
     found = {tuple(members) for pg in pgs
              if _group_label(pg.get("pg_desc"), None) == "pp" and (members := _rank_list(pg.get("ranks"))) is not None
              and rank in members}
+    if not found:
+        found = {tuple(sorted(members)) for pg in pgs if (members := _rank_list(pg.get("ranks"))) is not None}
+        if len(found) != 1 or rank not in next(iter(found)):
+            return None
     return found.pop() if len(found) == 1 else None
 
 

@@ -737,6 +737,58 @@ def test_ranks_joined_by_their_groups_through_others_run_one_program():
     assert programs.sort("rank")["program"].to_list() == [0, 0, 1, 1]
 
 
+def _unknown(ranks: list[int]) -> LayoutInfo:
+    none = pl.Series([None] * len(ranks), dtype=pl.Int32)
+    table = pl.DataFrame({"rank": pl.Series(ranks, dtype=pl.Int32), "tp": none, "pp": none, "dp": none,
+                          "host": pl.Series([None] * len(ranks), dtype=pl.String)})
+    return LayoutInfo(None, "unknown", table, len(ranks))
+
+
+def _messages(pairs: list[tuple[int, int, int]]) -> pl.DataFrame:
+    """Matched p2p messages (src, dst, when the send started, in ms)."""
+    return pl.DataFrame({"src": [a for a, _, _ in pairs], "dst": [b for _, b, _ in pairs],
+                         "send_start_aligned_ns": [t * MS for _, _, t in pairs]},
+                        schema={"src": pl.Int32, "dst": pl.Int32, "send_start_aligned_ns": pl.Int64})
+
+
+def test_ranks_whose_messages_form_one_chain_are_a_pipelines_stages_in_its_order():
+    # a pipeline on the world group alone (torch.distributed.pipelining): ranks 2 - 0 - 3 - 1,
+    # the first activation sent by rank 1 at 1 ms, gradients back later
+    from mapp.analysis.detect.layout import from_p2p_chain
+
+    chain = [(1, 3, 1), (3, 0, 2), (0, 2, 3), (2, 0, 4), (0, 3, 5), (3, 1, 6)]
+    info = from_p2p_chain(_unknown([0, 1, 2, 3]), _messages(chain))
+    assert info.known and info.sizes == {"tp": 1, "pp": 4, "dp": 1} and info.source == "p2p chain"
+    assert dict(info.ranks.select("rank", "pp").iter_rows()) == {1: 0, 3: 1, 0: 2, 2: 3}
+    assert info.describe() == "tp=1,pp=4,dp=1 (from p2p chain)"
+    # the same messages, the first one sent the other way: the chain's other end is its first stage
+    turned = from_p2p_chain(_unknown([0, 1, 2, 3]), _messages([(2, 0, 0)] + chain))
+    assert dict(turned.ranks.select("rank", "pp").iter_rows()) == {2: 0, 0: 1, 3: 2, 1: 3}
+
+
+@pytest.mark.parametrize("pairs", [
+    [(0, 1, 1), (1, 2, 2), (2, 3, 3), (3, 0, 4)],     # a ring: no first stage
+    [(0, 1, 1), (0, 2, 2), (0, 3, 3)],                # a star: rank 0 talks to every other
+    [(0, 1, 1), (2, 3, 2)],                           # two chains: two jobs, or replicas of one
+    [(0, 1, 1), (1, 2, 2)],                           # rank 3 exchanges with no one
+])
+def test_messages_that_are_no_single_chain_leave_the_layout_unknown(pairs):
+    from mapp.analysis.detect.layout import from_p2p_chain
+
+    info = from_p2p_chain(_unknown([0, 1, 2, 3]), _messages(pairs))
+    assert not info.known and info.source == "unknown"
+
+
+def test_a_chain_of_the_traced_ranks_of_a_larger_world_is_no_whole_pipeline():
+    # ranks 0-2 of a world of 4 traced: the fourth stage's trace is missing
+    from mapp.analysis.detect.layout import from_p2p_chain
+
+    partial = _unknown([0, 1, 2])
+    partial.world_size = 4
+    assert not from_p2p_chain(partial, _messages([(0, 1, 1), (1, 2, 2)])).known
+    assert from_p2p_chain(_unknown([0, 1, 2]), _messages([(0, 1, 1), (1, 2, 2)])).sizes["pp"] == 3
+
+
 def test_ranks_whose_ops_differ_only_in_their_shapes_run_one_program():
     # one op set by name, launched with other grids on each rank (batches of their own lengths)
     from mapp.analysis.detect.program import program_groups

@@ -18,7 +18,10 @@ fifty-third sessions, sleep before each step on one of 4 CPU processes sharing 2
 scheduler gave the sleeper's core to the others and it came out waiting on them. A second user
 job (``tests/corpus/user_ddp_cnn.py``, a CNN exported with ``export_chrome_trace``) gives a
 sleeper without step marks and a rank whose extra pass is counted, not timed; and a GPU rank
-under autocast launches extra matmuls its GPU runs faster than its host launches them.
+under autocast launches extra matmuls its GPU runs faster than its host launches them. A fourth
+(``tests/corpus/user_pipe.py``, held out in the sixty-fourth session) is a pipeline written with
+``torch.distributed.pipelining`` on the world group alone, one process a core: no group says who
+is a stage, and gloo, without input shapes, names no p2p peer.
 """
 
 from __future__ import annotations
@@ -258,3 +261,20 @@ def test_a_gpu_rank_that_launches_added_work_is_slow_compute_not_a_slow_host():
     assert (top.rank, top.kind) == (1, "slow_compute")
     launched = top.evidence["peers"]["launched_more"]
     assert launched["calls_per_iteration"] >= 0.1 * launched["peers_calls_per_iteration"]
+
+
+def test_a_pipeline_on_the_world_group_alone_is_read_as_stages_by_its_messages():
+    # 4 stages of 2 MLP blocks, the last of 4 (an imbalance): each gloo call pairs with a
+    # neighbour's along the world's order, and the messages chain the ranks into the pipeline;
+    # found by program instead, the last stage (the loss) stood alone, with no peer to compare
+    from mapp.analysis.run import analyse
+
+    bundle = load_bundle(CASES["pp4-pipe-last4"].directory)
+    links = analyse(bundle).matching.p2p.group_by("src", "dst").len()
+    assert dict(((a, b), n) for a, b, n in links.iter_rows()) == {
+        (0, 1): 16, (1, 0): 16, (1, 2): 16, (2, 1): 16, (2, 3): 16, (3, 2): 16}
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.layout_sizes == {"tp": 1, "pp": 4, "dp": 1} and "p2p chain" in verdict.layout
+    assert dict(verdict.grid.select("rank", "pp").iter_rows()) == {0: 0, 1: 1, 2: 2, 3: 3}
+    assert verdict.suspects == []
+
