@@ -278,3 +278,16 @@ def test_a_pipeline_on_the_world_group_alone_is_read_as_stages_by_its_messages()
     assert dict(verdict.grid.select("rank", "pp").iter_rows()) == {0: 0, 1: 1, 2: 2, 3: 3}
     assert verdict.suspects == []
 
+
+def test_a_gpipe_stages_sends_that_end_together_still_pair_with_their_receives():
+    # ScheduleGPipe, PP3 over 6 microbatches: a stage sends its microbatches one after another
+    # and waits on all of them at once, its sends' ends far from their receives'; weighing 4
+    # receives a side no pairing took every call, and no stage had a peer (rank 0's 20 ms sleep
+    # before each step went unnamed)
+    from mapp.analysis.run import analyse
+
+    bundle = load_bundle(CASES["pp3-pipe-gpipe-sleep20ms-r0"].directory)
+    links = analyse(bundle).matching.p2p.group_by("src", "dst").len()
+    assert dict(((a, b), n) for a, b, n in links.iter_rows()) == {(0, 1): 24, (1, 0): 24, (1, 2): 24, (2, 1): 24}
+    assert "p2p chain" in detect_bundle(bundle, threshold=0.1).layout
+
