@@ -291,3 +291,16 @@ def test_a_gpipe_stages_sends_that_end_together_still_pair_with_their_receives()
     assert dict(((a, b), n) for a, b, n in links.iter_rows()) == {(0, 1): 24, (1, 0): 24, (1, 2): 24, (2, 1): 24}
     assert "p2p chain" in detect_bundle(bundle, threshold=0.1).layout
 
+
+def test_a_pipeline_whose_ends_exchange_half_as_often_is_paired_as_one_that_does_not_interleave():
+    # PP4 on 2 shared cores, the last stage sleeping 25 ms before each step: its calls paired 2.5x
+    # closer with the ends' link than without, which alone read as an interleaved pipeline (no
+    # peer found, rank 3 unnamed); its ends' 32 calls each to the middle stages' 64 say it is not
+    # (an interleaved one's ends exchange with each other too: tests/analysis/ingest's
+    # interleaved PP4 keeps its calls without a peer)
+    from mapp.analysis.run import analyse
+
+    bundle = load_bundle(CASES["pp4-pipe-2cores-sleep25ms-r3"].directory)
+    links = analyse(bundle).matching.p2p.group_by("src", "dst").len()
+    assert {(a, b) for a, b, _ in links.iter_rows()} == {(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)}
+
