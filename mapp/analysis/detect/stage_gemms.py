@@ -21,6 +21,13 @@ neighbours than of the work.
 
 (A first stage that runs GEMMs of its own, a vision encoder before the language model's layers,
 would read as adding them; no such job was seen.)
+
+The first stage may call *fewer*: where its input is data, not an embedding's output, nothing
+asks for that input's gradient, and its first linear layer skips one of its backward GEMMs (a
+``torch.distributed.pipelining`` PP8 of one MLP block a stage, no fault: the first stage 3
+``aten::mm`` calls a microbatch to the others' 4; held to it, every middle stage read "slow
+compute" 1.33x). So where three stages or more stand, the first stage's calls do not set a
+layer's; of two, the last stage has no other to be held to, and they still do.
 """
 
 from __future__ import annotations
@@ -88,8 +95,14 @@ def stage_gemms(ops: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | None:
             .join(calls, on=["rank", "iteration", "name"], how="left").drop("units")
             .join(units, on=["rank", "iteration"]).with_columns(pl.col("calls").fill_null(0.0)))
     # a layer's calls: the leanest stage's per layer (a middle stage, like the first, is held to
-    # them); the last stage's, with its output layer's at most (a call more for rounding)
-    lean = pl.col("units") * (pl.col("calls") / pl.col("units")).min().over("iteration", "name")
+    # them), the first stage's aside where another stage than the last stands beside it (its
+    # input may need no gradient: the module doc); the last stage's, with its output layer's at
+    # most (a call more for rounding)
+    per_unit = pl.col("calls") / pl.col("units")
+    first = stages.filter(pl.col("pp") == pl.col("pp").min())["rank"].to_list()
+    if stages["pp"].n_unique() >= 3:
+        per_unit = pl.when(pl.col("rank").is_in(first)).then(None).otherwise(per_unit)
+    lean = pl.col("units") * per_unit.min().over("iteration", "name")
     grid = grid.with_columns(expected=pl.when(pl.col("rank").is_in(last)).then((1 + OUTPUT_SHARE) * lean).otherwise(lean))
     grid = grid.with_columns(more=pl.col("calls") > pl.col("expected") + 0.5).join(price, on="name")
     traced = grid.group_by("rank").agg(n_it=pl.col("iteration").n_unique())

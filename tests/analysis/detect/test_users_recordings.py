@@ -30,6 +30,7 @@ import gzip
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from mapp.analysis.detect import detect_bundle
@@ -303,4 +304,17 @@ def test_a_pipeline_whose_ends_exchange_half_as_often_is_paired_as_one_that_does
     bundle = load_bundle(CASES["pp4-pipe-2cores-sleep25ms-r3"].directory)
     links = analyse(bundle).matching.p2p.group_by("src", "dst").len()
     assert {(a, b) for a, b, _ in links.iter_rows()} == {(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)}
+
+
+def test_a_first_stage_that_skips_its_inputs_gradient_sets_no_stages_gemms():
+    # PP8 of one MLP block a stage, no fault: the first stage's input is data, so its backward
+    # skips one GEMM (3 aten::mm calls a microbatch to the others' 4); held to it, the middle
+    # stages read as adding GEMMs ("slow compute" 1.33x on six ranks)
+    bundle = load_bundle(CASES["pp8-pipe-healthy"].directory)
+    mm = bundle.scan().filter((pl.col("name") == "aten::mm") & pl.col("iteration").is_not_null()).group_by(
+        "rank").len().collect()
+    per_step = {r: n // 4 for r, n in mm.iter_rows()}
+    assert per_step[0] == 24 and all(per_step[r] == 32 for r in range(1, 8))
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.layout_sizes == {"tp": 1, "pp": 8, "dp": 1} and verdict.suspects == []
 
