@@ -8,7 +8,9 @@ Its process groups are the world group alone: no trace says which stage a rank i
 A rank is slowed in software: ``--extra N`` runs the slow rank's blocks N more times in each
 microbatch's forward (results discarded: more of the same work), ``--sleep-ms`` sleeps on its
 host before each step. ``--last-blocks K`` gives the last stage K blocks where the others have
-``--blocks`` (a heavier last stage: an imbalance, not a fault).
+``--blocks`` (a heavier last stage: an imbalance, not a fault). ``--dp N`` runs N replicas of the
+pipeline on a 2-D ``DeviceMesh`` (``("pp", "dp")``: its groups are ``pg_config``'s ``mesh_pp``
+and ``mesh_dp``), each stage under ``DistributedDataParallel`` over its ``dp`` group.
 
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
         tests/corpus/user_pipe.py --out DIR --slow-rank 2 --extra 1
@@ -23,7 +25,9 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def main() -> None:
@@ -40,14 +44,18 @@ def main() -> None:
     p.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe"])
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--shapes", action="store_true", help="record_shapes=True")
+    p.add_argument("--dp", type=int, default=1, help="replicas of the pipeline (a 2-D mesh, DDP over dp)")
     a = p.parse_args()
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     slow = rank == a.slow_rank
-    torch.manual_seed(rank)
+    pp = world // a.dp
+    mesh = init_device_mesh("cpu", (pp, a.dp), mesh_dim_names=("pp", "dp")) if a.dp > 1 else None
+    stage_index = mesh["pp"].get_local_rank() if mesh is not None else rank
+    torch.manual_seed(stage_index)
     w = a.width
-    n_blocks = a.last_blocks if rank == world - 1 and a.last_blocks else a.blocks
+    n_blocks = a.last_blocks if stage_index == pp - 1 and a.last_blocks else a.blocks
 
     class Part(nn.Module):
         def __init__(self):
@@ -67,7 +75,9 @@ def main() -> None:
             return x
 
     part = Part()
-    stage = PipelineStage(part, rank, world, torch.device("cpu"))
+    model = part if mesh is None else DDP(part, process_group=mesh["dp"].get_group())
+    stage = PipelineStage(model, stage_index, pp, torch.device("cpu"),
+                          group=None if mesh is None else mesh["pp"].get_group())
 
     def loss_fn(out, target):
         return nn.functional.mse_loss(out, target)
@@ -75,7 +85,7 @@ def main() -> None:
     kind = Schedule1F1B if a.schedule == "1f1b" else ScheduleGPipe
     schedule = kind(stage, n_microbatches=a.microbatches, loss_fn=loss_fn)
     opt = torch.optim.SGD(part.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(7)
+    g = torch.Generator().manual_seed(7 + (0 if mesh is None else mesh["dp"].get_local_rank()))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=a.shapes,
                                 schedule=torch.profiler.schedule(wait=1, warmup=1, active=a.steps - 2)) as prof:
         for _ in range(a.steps):
@@ -83,9 +93,9 @@ def main() -> None:
             if slow and a.sleep_ms:
                 time.sleep(a.sleep_ms / 1000)
             opt.zero_grad()
-            if rank == 0:
+            if stage_index == 0:
                 schedule.step(x)
-            elif rank == world - 1:
+            elif stage_index == pp - 1:
                 schedule.step(target=y)
             else:
                 schedule.step()
