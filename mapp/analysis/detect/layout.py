@@ -145,7 +145,7 @@ def resolve_layout(ranks: pl.DataFrame, groups: pl.DataFrame, layout: dict[str, 
 def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame) -> LayoutInfo:
     """``info`` with a pipeline's layout where it is unknown and the matched p2p messages
     (``src``, ``dst``, ``send_start_aligned_ns``) join every traced rank into one chain: each
-    rank exchanging with at most two others, no cycle. Each rank is then a stage, in chain
+    rank exchanging with at most two others, both ways, no cycle. Each rank is then a stage, in chain
     order, the first the end that sent the earliest message (a pipeline's first message is the
     first stage's first activation); ``pp`` is the chain's length. Else ``info`` as it is.
 
@@ -158,7 +158,12 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame) -> LayoutInfo:
     # (a stage whose trace is missing would leave a chain of the others, one stage short)
     if info.known or len(ranks) < 2 or p2p.is_empty() or info.unrecorded or (info.world_size or 0) > len(ranks):
         return info
-    edges = {tuple(sorted((int(a), int(b)))) for a, b in p2p.select("src", "dst").unique().iter_rows() if a != b}
+    sent = {(int(a), int(b)) for a, b in p2p.select("src", "dst").unique().iter_rows() if a != b}
+    edges = {tuple(sorted(e)) for e in sent}
+    # a training pipeline sends gradients back along every link it sends activations down; a
+    # message one way only (two peers handing each other a value) makes no stages of them
+    if any((b, a) not in sent for a, b in sent):
+        return info
     nearby: dict[int, set[int]] = {r: set() for r in ranks}
     for a, b in edges:
         if a not in ranks or b not in ranks:

@@ -744,6 +744,11 @@ def _unknown(ranks: list[int]) -> LayoutInfo:
     return LayoutInfo(None, "unknown", table, len(ranks))
 
 
+def _both(pairs: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Each message and one back, later (a pipeline's activations and gradients)."""
+    return pairs + [(b, a, t + 100) for a, b, t in pairs]
+
+
 def _messages(pairs: list[tuple[int, int, int]]) -> pl.DataFrame:
     """Matched p2p messages (src, dst, when the send started, in ms)."""
     return pl.DataFrame({"src": [a for a, _, _ in pairs], "dst": [b for _, b, _ in pairs],
@@ -767,12 +772,13 @@ def test_ranks_whose_messages_form_one_chain_are_a_pipelines_stages_in_its_order
 
 
 @pytest.mark.parametrize("pairs", [
-    [(0, 1, 1), (1, 2, 2), (2, 3, 3), (3, 0, 4)],     # a ring: no first stage
-    [(0, 1, 1), (0, 2, 2), (0, 3, 3)],                # a star: rank 0 talks to every other
-    [(0, 1, 1), (2, 3, 2)],                           # two chains: two jobs, or replicas of one
-    [(0, 1, 1), (1, 2, 2)],                           # rank 3 exchanges with no one
+    _both([(0, 1, 1), (1, 2, 2), (2, 3, 3), (3, 0, 4)]),     # a ring: no first stage
+    _both([(0, 1, 1), (0, 2, 2), (0, 3, 3)]),                # a star: rank 0 talks to every other
+    _both([(0, 1, 1), (2, 3, 2)]),                           # two chains: two jobs, or replicas of one
+    _both([(0, 1, 1), (1, 2, 2)]),                           # rank 3 exchanges with no one
+    [(0, 1, 1), (1, 2, 2), (2, 3, 3)],                # one way only: no gradient comes back
 ])
-def test_messages_that_are_no_single_chain_leave_the_layout_unknown(pairs):
+def test_messages_that_are_no_pipelines_chain_leave_the_layout_unknown(pairs):
     from mapp.analysis.detect.layout import from_p2p_chain
 
     info = from_p2p_chain(_unknown([0, 1, 2, 3]), _messages(pairs))
@@ -785,8 +791,8 @@ def test_a_chain_of_the_traced_ranks_of_a_larger_world_is_no_whole_pipeline():
 
     partial = _unknown([0, 1, 2])
     partial.world_size = 4
-    assert not from_p2p_chain(partial, _messages([(0, 1, 1), (1, 2, 2)])).known
-    assert from_p2p_chain(_unknown([0, 1, 2]), _messages([(0, 1, 1), (1, 2, 2)])).sizes["pp"] == 3
+    assert not from_p2p_chain(partial, _messages(_both([(0, 1, 1), (1, 2, 2)]))).known
+    assert from_p2p_chain(_unknown([0, 1, 2]), _messages(_both([(0, 1, 1), (1, 2, 2)]))).sizes["pp"] == 3
 
 
 def test_ranks_whose_ops_differ_only_in_their_shapes_run_one_program():
