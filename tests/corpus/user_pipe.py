@@ -10,7 +10,9 @@ microbatch's forward (results discarded: more of the same work), ``--sleep-ms`` 
 host before each step. ``--last-blocks K`` gives the last stage K blocks where the others have
 ``--blocks`` (a heavier last stage: an imbalance, not a fault). ``--dp N`` runs N replicas of the
 pipeline on a 2-D ``DeviceMesh`` (``("pp", "dp")``: its groups are ``pg_config``'s ``mesh_pp``
-and ``mesh_dp``), each stage under ``DistributedDataParallel`` over its ``dp`` group.
+and ``mesh_dp``), each stage under ``DistributedDataParallel`` over its ``dp`` group. ``--vpp V``
+gives each process V stages, looped (stage ``i`` on process ``i mod world``: the last process
+hands each microbatch back to the first), run by ``ScheduleInterleaved1F1B`` (world only).
 
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
         tests/corpus/user_pipe.py --out DIR --slow-rank 2 --extra 1
@@ -26,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
@@ -45,6 +47,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--shapes", action="store_true", help="record_shapes=True")
     p.add_argument("--dp", type=int, default=1, help="replicas of the pipeline (a 2-D mesh, DDP over dp)")
+    p.add_argument("--vpp", type=int, default=1, help="stages a process, looped (ScheduleInterleaved1F1B)")
     a = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -58,7 +61,7 @@ def main() -> None:
     n_blocks = a.last_blocks if stage_index == pp - 1 and a.last_blocks else a.blocks
 
     class Part(nn.Module):
-        def __init__(self):
+        def __init__(self, n_blocks: int):
             super().__init__()
             self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(w, 2 * w), nn.GELU(), nn.Linear(2 * w, w))
                                         for _ in range(n_blocks))
@@ -74,17 +77,28 @@ def main() -> None:
                             h = h + b(h)
             return x
 
-    part = Part()
-    model = part if mesh is None else DDP(part, process_group=mesh["dp"].get_group())
-    stage = PipelineStage(model, stage_index, pp, torch.device("cpu"),
-                          group=None if mesh is None else mesh["pp"].get_group())
-
     def loss_fn(out, target):
         return nn.functional.mse_loss(out, target)
 
-    kind = Schedule1F1B if a.schedule == "1f1b" else ScheduleGPipe
-    schedule = kind(stage, n_microbatches=a.microbatches, loss_fn=loss_fn)
-    opt = torch.optim.SGD(part.parameters(), lr=1e-3)
+    if a.vpp > 1:
+        # stage i on process i mod world, the last stage's blocks --last-blocks
+        n_stages = world * a.vpp
+        ids = [rank + k * world for k in range(a.vpp)]
+        parts = [Part(a.last_blocks if i == n_stages - 1 and a.last_blocks else a.blocks) for i in ids]
+        stages = [PipelineStage(m, i, n_stages, torch.device("cpu")) for m, i in zip(parts, ids)]
+        schedule = ScheduleInterleaved1F1B(stages, n_microbatches=a.microbatches, loss_fn=loss_fn)
+        params = [q for m in parts for q in m.parameters()]
+        first, last = rank == 0, rank == world - 1
+    else:
+        part = Part(n_blocks)
+        model = part if mesh is None else DDP(part, process_group=mesh["dp"].get_group())
+        stage = PipelineStage(model, stage_index, pp, torch.device("cpu"),
+                              group=None if mesh is None else mesh["pp"].get_group())
+        kind = Schedule1F1B if a.schedule == "1f1b" else ScheduleGPipe
+        schedule = kind(stage, n_microbatches=a.microbatches, loss_fn=loss_fn)
+        params = list(part.parameters())
+        first, last = stage_index == 0, stage_index == pp - 1
+    opt = torch.optim.SGD(params, lr=1e-3)
     g = torch.Generator().manual_seed(7 + (0 if mesh is None else mesh["dp"].get_local_rank()))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=a.shapes,
                                 schedule=torch.profiler.schedule(wait=1, warmup=1, active=a.steps - 2)) as prof:
@@ -93,9 +107,9 @@ def main() -> None:
             if slow and a.sleep_ms:
                 time.sleep(a.sleep_ms / 1000)
             opt.zero_grad()
-            if stage_index == 0:
+            if first:
                 schedule.step(x)
-            elif stage_index == pp - 1:
+            elif last:
                 schedule.step(target=y)
             else:
                 schedule.step()
