@@ -60,7 +60,7 @@ def resolve(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
     where one group fits, and ``LOCAL`` dropped. ``groups``: each traced rank's process groups
     (members in group-rank order); ``pipelines``: each traced rank's pipeline group (stage
     order), where its trace names one."""
-    events = _pipeline_peers(_peers(events, groups, warn), pipelines or {})
+    events = _pipeline_peers(_peers(events, groups, warn), pipelines or {}, groups)
     return _collective_groups(events, groups, warn)
 
 
@@ -157,7 +157,8 @@ and with 4 a side no pairing took every call. (Megatron-core's PP4 and interleav
 profiler's defaults, 67 jobs: every verdict the same at 4 and at 16.)"""
 
 
-def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] | None]) -> pl.DataFrame:
+def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] | None],
+                    groups: dict[int, list[tuple[int, ...]]] | None = None) -> pl.DataFrame:
     """The peers of a pipeline's p2p calls that record none (gloo under the profiler's defaults,
     record_shapes=False: c10d's peer is an input, and inputs are not recorded).
 
@@ -169,10 +170,13 @@ def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] |
     calls of megatron-core PP4 under the profiler with shapes recorded, their peers known,
     paired so: 552 of 552 (five jobs, one on lognormal lengths). A pipeline any of whose calls
     finds no partner (a trace cut short), or that interleaves (``_paired_by_ends``), keeps its
-    calls without a peer, as before. (Ends are compared on each rank's own clock, which the
-    processes of one machine share; across machines whose clocks differ by more than the time
-    between exchanges, calls would pair wrongly. Not guarded: a Kineto trace seldom names its
-    host, and gloo jobs recorded without shapes over several machines are rare.)"""
+    calls without a peer, as before. A pipeline that is no group's but the world's (its ranks
+    list no other, ``kineto._pipeline_group``) is paired only where its ends show a line
+    (``_ends_exchange_half``): nothing else says that it does not loop back. (Ends are compared
+    on each rank's own clock, which the processes of one machine share; across machines whose
+    clocks differ by more than the time between exchanges, calls would pair wrongly. Not
+    guarded: a Kineto trace seldom names its host, and gloo jobs recorded without shapes over
+    several machines are rare.)"""
     unknown = events.with_row_index("_row").filter(
         (pl.col("cat") == "p2p") & pl.col("peer").is_null() & pl.col("name").is_in(["send", "recv"])
         & pl.col("rank").is_in([r for r, p in pipelines.items() if p and len(p) >= 2]))
@@ -184,7 +188,8 @@ def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] |
         if len(pipe) == 2:
             found.update((row, pipe[1 - pipe.index(rank)]) for row, rank in zip(calls["_row"], calls["rank"]))
         else:
-            found.update(_paired_by_ends(calls, pipe))
+            world_only = groups is not None and all({tuple(sorted(g)) for g in groups.get(r, [])} == {pipe} for r in pipe)
+            found.update(_paired_by_ends(calls, pipe, line_only=world_only))
     if not found:
         return events
     placed = pl.DataFrame({"_row": list(found), "_peer": list(found.values())},
@@ -198,7 +203,7 @@ INTERLEAVED = 1.2
 too, for a pipeline to be taken as interleaved (``_paired_by_ends``)."""
 
 
-def _paired_by_ends(calls: pl.DataFrame, pipe: tuple[int, ...]) -> dict[int, int]:
+def _paired_by_ends(calls: pl.DataFrame, pipe: tuple[int, ...], *, line_only: bool = False) -> dict[int, int]:
     """{row: peer} for every call of a pipeline of three stages or more: each send paired with a
     neighbour's receive, the pairs together ending closest (least summed distance between the
     two ends: a matching of the whole pipeline, not closest first, which on lognormal lengths
@@ -214,12 +219,18 @@ def _paired_by_ends(calls: pl.DataFrame, pipe: tuple[int, ...]) -> dict[int, int
     others 48): a link named in a healthy job either way. A trace does not say whether it
     interleaves; pairs that end far closer together with the ends' link than without it
     (``INTERLEAVED``) do: 1.30-2.02x by their median in 13 interleaved runs, 0.61-1.04x in 21
-    that do not interleave. Its calls keep no peer, as before."""
+    that do not interleave. Its calls keep no peer, as before. ``line_only``: paired only where
+    the ends show a line (``_ends_exchange_half``), the ends' matching not asked: a looped
+    ``torch.distributed.pipelining`` PP4 of 2 stages a process (``ScheduleInterleaved1F1B``,
+    4 processes on 2 cores) paired as a line, its ends' link carrying none of its 32 messages
+    each way, and "slow link 0<->1" was named for the extra work of rank 1."""
     line = _matching(calls, pipe, ring=False)
     if line is None:
         return {}
     if _ends_exchange_half(calls, pipe):
         return line[0]
+    if line_only:
+        return {}
     ring = _matching(calls, pipe, ring=True)
     if ring is not None and ring[1] * INTERLEAVED < line[1]:
         return {}

@@ -318,3 +318,20 @@ def test_a_first_stage_that_skips_its_inputs_gradient_sets_no_stages_gemms():
     verdict = detect_bundle(bundle, threshold=0.1)
     assert verdict.layout_sizes == {"tp": 1, "pp": 8, "dp": 1} and verdict.suspects == []
 
+
+def test_a_looped_pipeline_on_the_world_group_alone_keeps_its_calls_without_a_peer():
+    # 8 stages looped over 4 processes (ScheduleInterleaved1F1B): the last process hands each
+    # microbatch back to the first, so the world in rank order is no line. Paired as one, the
+    # ends' link carried none of its messages and "slow link 0<->1" was named for rank 1's extra
+    # work; its ends call 3/4 as often as its middle (a line's: 1/2), so nothing shows a line and
+    # no call is paired
+    from mapp.analysis.run import analyse
+
+    bundle = load_bundle(CASES["pp4-pipe-vpp2-extra1-r1"].directory)
+    p2p = bundle.scan().filter(pl.col("cat") == "p2p").collect()
+    calls = dict(p2p.group_by("rank").len().iter_rows())
+    assert calls[0] == calls[3] == 0.75 * calls[1] == 0.75 * calls[2] and p2p["peer"].null_count() == len(p2p)
+    assert analyse(bundle).matching.p2p.is_empty()
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert not verdict.layout_sizes and verdict.suspects[0].kind != "slow_link"
+
