@@ -746,7 +746,8 @@ def _pipeline_group(rank: int, pgs: list[dict]) -> tuple[int, ...] | None:
     A job whose only process group is the world (``torch.distributed.pipelining`` as its
     tutorials run it: stage ``i`` on rank ``i``, no other group) has its world in rank order:
     ``_gloo_groups`` pairs its calls with a neighbour's only where the calls' ends pair every one
-    of them so, and otherwise leaves them without a peer."""
+    of them so and its two ends call half as often as its middle (no loop back from the last
+    rank to the first), and otherwise leaves them without a peer."""
     found = {tuple(members) for pg in pgs
              if _group_label(pg.get("pg_desc"), None) == "pp" and (members := _rank_list(pg.get("ranks"))) is not None
              and rank in members}
