@@ -3,7 +3,8 @@
 MLP blocks split by hand into one ``PipelineStage`` a process, run by ``ScheduleGPipe`` or
 ``Schedule1F1B`` over gloo, profiled with ``torch.profiler`` (the profiler's defaults: no input
 shapes, unless ``--shapes``) and written with ``export_chrome_trace`` (``trace-rank<r>.json``).
-Its process groups are the world group alone: no trace says which stage a rank is.
+Its process groups are the world group alone (without ``--dp``): no trace says which stage a
+rank is.
 
 A rank is slowed in software: ``--extra N`` runs the slow rank's blocks N more times in each
 microbatch's forward (results discarded: more of the same work), ``--sleep-ms`` sleeps on its
@@ -50,8 +51,12 @@ def main() -> None:
     p.add_argument("--vpp", type=int, default=1, help="stages a process, looped (ScheduleInterleaved1F1B)")
     a = p.parse_args()
 
+    if a.batch % a.microbatches:
+        p.error(f"--batch {a.batch} does not split into --microbatches {a.microbatches}: give a multiple of it")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    if world % a.dp:
+        p.error(f"--dp {a.dp} does not divide the world of {world} processes: give a divisor of it")
     slow = rank == a.slow_rank
     pp = world // a.dp
     mesh = init_device_mesh("cpu", (pp, a.dp), mesh_dim_names=("pp", "dp")) if a.dp > 1 else None
