@@ -148,6 +148,15 @@ def _peers(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
     return out
 
 
+def only_group(groups: list[tuple[int, ...]] | list[list[int]]) -> tuple[int, ...] | None:
+    """The members (sorted) that every one of a rank's process groups lists, where they all list
+    the same ones (a job whose only group is the world, however many times pg_config names it);
+    None where they differ or there is none. ``kineto._pipeline_group`` takes such a world, in
+    rank order, for a pipeline; ``_pipeline_peers`` pairs its calls only where its ends show a line."""
+    found = {tuple(sorted(g)) for g in groups}
+    return found.pop() if len(found) == 1 else None
+
+
 _NEAREST = 16
 """How many of a neighbour's receives on each side of a send, by their ends, ``_paired_by_ends``
 weighs as the send's partner. A schedule that sends a stage's microbatches one after another and
@@ -188,7 +197,7 @@ def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] |
         if len(pipe) == 2:
             found.update((row, pipe[1 - pipe.index(rank)]) for row, rank in zip(calls["_row"], calls["rank"]))
         else:
-            world_only = groups is not None and all({tuple(sorted(g)) for g in groups.get(r, [])} == {pipe} for r in pipe)
+            world_only = groups is not None and all(only_group(groups.get(r, [])) == pipe for r in pipe)
             found.update(_paired_by_ends(calls, pipe, line_only=world_only))
     if not found:
         return events

@@ -752,9 +752,8 @@ def _pipeline_group(rank: int, pgs: list[dict]) -> tuple[int, ...] | None:
              if _group_label(pg.get("pg_desc"), None) == "pp" and (members := _rank_list(pg.get("ranks"))) is not None
              and rank in members}
     if not found:
-        found = {tuple(sorted(members)) for pg in pgs if (members := _rank_list(pg.get("ranks"))) is not None}
-        if len(found) != 1 or rank not in next(iter(found)):
-            return None
+        world = _gloo_groups.only_group([m for pg in pgs if (m := _rank_list(pg.get("ranks"))) is not None])
+        return world if world is not None and rank in world else None
     return found.pop() if len(found) == 1 else None
 
 
