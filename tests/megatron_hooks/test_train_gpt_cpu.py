@@ -247,9 +247,11 @@ def test_detect_finds_the_slowed_rank(tp2pp2: Run, dp2pp2_vpp2: Run):
     assert all(s.slowdown < 2.0 for s in clean.suspects), clean.suspects
 
 
-def test_a_cpu_neighbour_shares_the_slowed_ranks_core_and_leaves_with_it(tmp_path):
+def test_a_cpu_neighbour_starts_on_one_core_and_leaves_with_the_job(tmp_path):
     # `--slow-mode cpu-hog`: rank 1 pinned to one core, beside a process pinned there that spins
-    # by turns; the job runs to its end and the neighbour goes with it
+    # by turns. Asserted: the neighbour starts (and says which core it spins on), the job runs to
+    # its end with both ranks traced, and the neighbour goes with it (which core the rank runs on
+    # is not seen from here)
     run = run_example(tmp_path / "trace", ["--tp", "1", "--pp", "1", *COMMON, "--slow-rank", "1",
                                            "--slow-mode", "cpu-hog", "--slow-duty", "0.4"], nproc=2)
     said = [line for line in run.output.splitlines() if line.startswith("cpu-hog:")]
