@@ -84,6 +84,8 @@ def main() -> None:
             return samples
 
         def __getitem__(self, i):
+            if i >= samples:   # the end of iteration by index (the length-grouped sampler reads them all so)
+                raise IndexError(i)
             g = torch.Generator().manual_seed(100_000 * rank + i)
             length = a.seq
             if a.seq_sigma:
