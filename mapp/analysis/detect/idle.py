@@ -16,7 +16,7 @@ import polars as pl
 from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale, within_rank_scale, z_critical
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.ingest import megatronapp
-from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN, COMM_OP_PREFIXES, COMM_WAIT_NAMES
+from mapp.analysis.ingest.schema import COMM_KERNEL_PATTERN, COMM_OP_PREFIXES, COMM_WAIT_NAMES, DATA_WAIT_PREFIX
 
 __all__ = ["idle_gaps", "stalls", "lasting_gaps", "launch_bound", "BACKWARD", "STALL", "STEADY"]
 
@@ -98,6 +98,8 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
                      .cast(leaves.schema | {"memory": pl.Boolean}))
     if len(memory):
         parts.append(memory.cast(leaves.schema | {"memory": pl.Boolean}))
+    if recurring:
+        parts.append(_data_marks(events, cols).cast(leaves.schema | {"memory": pl.Boolean}))
     tl = _held_apart(pl.concat(parts).sort(["rank", "ts_ns"]))
     stall = pl.col("gap") >= LONG_GAP_NS
     # a stall where the forward pass hands over to the backward: the next span a backward one,
@@ -111,7 +113,7 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     handover = (stall & backward & forward.fill_null(False) if "name" in cols else pl.lit(False))
     tl = tl.with_columns(handover=handover)
     if recurring:
-        tl = tl.with_columns(_recurring(tl).alias("recurring"))
+        tl = tl.with_columns(_recurring(_in_data(tl, events)).alias("recurring"))
         stall = stall & pl.col("recurring")
     per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
                                                  queued_ns=pl.col("queued_gap").sum(),
@@ -209,16 +211,51 @@ def _loss_stage(per: pl.DataFrame, last_stage: int | None) -> pl.DataFrame:
 def _recurring(tl: pl.DataFrame) -> pl.Series:
     """Per gap of ``tl`` (``rank``, ``iteration``, ``name``, ``ts_ns``, ``gap``): whether the rank
     stalls (``LONG_GAP_NS``) before the n-th call of that op in nearly every iteration
-    (``CONSISTENT``). A host that sleeps, waits on its data or runs work of its own does so at
-    one place of its program each step; a process descheduled on a shared core stalls wherever
-    it was (megatron-core TP2 x DP2 under the profiler, 4 processes on 2 cores beside a fifth:
-    a healthy rank's stalls 45 ms before one all-reduce in one step, 83 ms before another in the
-    next, 10 ms in the two after; a rank sleeping 20 ms before each microbatch: before the same
-    two ops in all four steps)."""
+    (``CONSISTENT``), or in its data loader (``_data_marks``). A host that sleeps, waits on its
+    data or runs work of its own does so at one place of its program each step; a process
+    descheduled on a shared core stalls wherever it was (megatron-core TP2 x DP2 under the
+    profiler, 4 processes on 2 cores beside a fifth: a healthy rank's stalls 45 ms before one
+    all-reduce in one step, 83 ms before another in the next, 10 ms in the two after; a rank
+    sleeping 20 ms before each microbatch: before the same two ops in all four steps).
+
+    Where the profiler names the place as the data loader, a stall there is the input pipeline's
+    however few steps it stalls in: loader workers that fall behind hand a batch over late every
+    few steps, not every step (4 processes on 4 cores, a ``transformers.Trainer`` job whose
+    dataset sleeps 30 ms a sample on rank 2, two loader workers: 85 and 117 ms in its loader in
+    two steps of four, none in the others; the step 115 ms against 84 without the sleep)."""
     nth = pl.int_range(pl.len()).over("rank", "iteration", "name", order_by="ts_ns")
     stalls = (pl.col("gap") >= LONG_GAP_NS).sum().over("rank", "name", "nth")
     share = stalls / pl.col("iteration").n_unique().over("rank")
-    return tl.with_columns(nth=nth).select(share >= CONSISTENT).to_series()
+    return tl.with_columns(nth=nth).select((share >= CONSISTENT) | pl.col("in_data")).to_series()
+
+
+def _data_spans(events: pl.DataFrame) -> pl.DataFrame:
+    """Each rank's data-loader spans (``schema.DATA_WAIT_PREFIX``): ``rank``, ``iteration``,
+    ``ts_ns``, ``end_ns``."""
+    return events.filter(pl.col("name").str.starts_with(DATA_WAIT_PREFIX) & pl.col("iteration").is_not_null()).select(
+        "rank", "iteration", "ts_ns", end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
+
+
+def _data_marks(events: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """Marks of no length at the end of each data-loader span on a rank's timeline: the idle
+    time before one is its host fetching or waiting for a batch, where no op ran after it in
+    the span."""
+    return _data_spans(events).select(
+        "rank", "iteration", ts_ns=pl.col("end_ns"), end_ns=pl.col("end_ns"), name=pl.lit("<data>"),
+        launch_ns=pl.lit(None, pl.Int64), compute=pl.lit(False), memory=pl.lit(False)).select(*cols, "memory")
+
+
+def _in_data(tl: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """``tl`` with ``in_data``: the gap before the event ends inside one of its rank's data-loader
+    spans, or at its end."""
+    spans = _data_spans(events).select("rank", data_ts="ts_ns", data_end="end_ns").sort("data_ts")
+    if spans.is_empty():
+        return tl.with_columns(in_data=pl.lit(False))
+    order = tl.with_columns(_row=pl.int_range(pl.len())).sort("ts_ns")
+    found = order.join_asof(spans, left_on="ts_ns", right_on="data_ts", by="rank", strategy="backward",
+                            check_sortedness=False)
+    return found.with_columns(in_data=(pl.col("ts_ns") <= pl.col("data_end")).fill_null(False)).sort("_row").drop(
+        "_row", "data_ts", "data_end")
 
 
 def _readers_wait(per: pl.DataFrame) -> pl.DataFrame:

@@ -107,6 +107,11 @@ COMM_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::")
 # here instead, so this time is waiting for peers, not host work and not idle.
 COMM_WAIT_NAMES = ("grad_sync_wait", "param_sync_wait")
 
+# The profiler's span around each ``next()`` of a ``torch.utils.data.DataLoader`` iterator
+# (``_BaseDataLoaderIter.__next__`` records ``enumerate(DataLoader)#<its class>.__next__``): time
+# inside it is the host fetching its batch, or waiting for its loader workers to hand one over.
+DATA_WAIT_PREFIX = "enumerate(DataLoader)#"
+
 # The capture's events for that overlapped communication: with ``async`` in their args the span
 # is only the launch; each wait above is for the launches of one of these, in this order
 # (``grad_sync_wait`` for ``grad_reduce``, ``param_sync_wait`` for ``param_gather``). Not so other

@@ -335,3 +335,20 @@ def test_a_looped_pipeline_on_the_world_group_alone_keeps_its_calls_without_a_pe
     verdict = detect_bundle(bundle, threshold=0.1)
     assert not verdict.layout_sizes and verdict.suspects[0].kind != "slow_link"
 
+
+
+def test_a_data_loader_whose_workers_fall_behind_every_other_step_names_its_host():
+    # transformers.Trainer, 4 processes on 4 cores, rank 2's dataset sleeping 30 ms a sample
+    # behind 2 loader workers: they hand its batch over late in every other step (the step 115 ms
+    # against 84 without the sleep). Its stalls recur at no op in nearly every step, as a
+    # descheduled process's would not, but the profiler names their place: the data loader
+    rank = 2
+    bundle = load_bundle(CASES["ddp4-hf-trainer-loader2-datasleep30ms-r2"].directory)
+    loader = bundle.scan().filter(pl.col("name").str.starts_with("enumerate(DataLoader)#")
+                                  & pl.col("iteration").is_not_null()).collect()
+    per_step = loader.group_by("rank", "iteration").agg(ms=pl.col("dur_ns").sum() / 1e6)
+    slow_steps = per_step.filter((pl.col("rank") == rank) & (pl.col("ms") > 20))["iteration"].to_list()
+    assert len(slow_steps) == 2 and per_step.filter(pl.col("rank") != rank)["ms"].max() < 5
+    verdict = detect_bundle(bundle, threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (rank, "slow_host") and len(verdict.suspects) == 1
