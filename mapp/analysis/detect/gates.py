@@ -160,8 +160,16 @@ def stalled_iterations(peers: PeerEvidence, rank: int) -> list[int]:
 
 
 def stalls_last(peers: PeerEvidence, rank: int) -> bool:
-    """``rank`` stalled longer than its peers in nearly every iteration (``CONSISTENT``)."""
-    return len(stalled_iterations(peers, rank)) >= CONSISTENT * traced_iterations(peers)
+    """``rank`` stalled longer than its peers in nearly every iteration (``CONSISTENT``), or waited
+    in its data loader in bursts that last (``idle.data_stalls``)."""
+    return (len(stalled_iterations(peers, rank)) >= CONSISTENT * traced_iterations(peers)
+            or _data_stalls(peers, rank))
+
+
+def _data_stalls(peers: PeerEvidence, rank: int) -> bool:
+    if "data_stalls" not in peers.ranks.columns:
+        return False
+    return bool(peers.ranks.filter((pl.col("rank") == rank) & pl.col("data_stalls").fill_null(False)).height)
 
 
 def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,

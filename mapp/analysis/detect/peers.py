@@ -31,7 +31,8 @@ import polars as pl
 
 from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z_critical
 from mapp.analysis.detect.contention import contended
-from mapp.analysis.detect.idle import BACKWARD, NOISE, idle_gaps, lasting_gaps, launch_bound, no_slower, stalls
+from mapp.analysis.detect.idle import (BACKWARD, NOISE, data_stalls, idle_gaps, lasting_gaps, launch_bound, no_slower,
+                                      stalls)
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
@@ -660,6 +661,7 @@ def _per_rank(per: pl.DataFrame, z_crit: float, judge_gaps: bool = True, min_eff
         gap_idle=pl.col("gap_idle").fill_null(False).any(),
         gap_ns=pl.col("gap_ns").mean(),
         long_excess_ns=pl.col("long_excess_ns").mean(),
+        data_stalls=data_stalls(min_effect) if "data_excess_ns" in per.columns else pl.lit(False),
         handover_excess_ns=pl.col("handover_excess_ns").mean() if "handover_excess_ns" in per.columns else pl.lit(0.0),
         steady=pl.col("steady").max() if "steady" in per.columns else pl.lit(None, dtype=pl.Float64),
     ).sort("rank")

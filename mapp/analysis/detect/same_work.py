@@ -32,6 +32,7 @@ from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median,
                                          within_rank_scale, z_critical)
 from mapp.analysis.detect.added_work import (ADDED_COLUMNS, LAUNCHED, added_work, launched, launched_with_dims,
                                              op_calls, op_of, with_added)
+from mapp.analysis.detect.idle import data_stalls
 from mapp.analysis.detect.layout import middle_stages
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.ingest.schema import COMM_OP_PREFIXES, RUNTIME_PATTERN
@@ -658,6 +659,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         gap_excess_ns=pl.col("gap_excess_ns").median(), gap_ns=pl.col("gap_ns").mean(),
         long_excess_ns=pl.col("long_excess_ns").median(), held_ns=pl.col("held_ns").median(),
         gap_consistent=(pl.col(idle) > 0).mean(),
+        data_stalls=data_stalls(min_effect),
         low=pl.col("effect").min(),
         slow_its=pl.col("iteration").filter(pl.col("effect").exp() - 1 >= min_effect).sort(),
         gap_its=pl.col("iteration").filter(pl.col(idle) > 0).sort(),
@@ -695,7 +697,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         gap_z=pl.col(idle) / (MEDIAN_SE * gap_scale / pl.col("n_it").cast(pl.Float64).sqrt()),
     ).with_columns(
         flagged=(pl.col("z") > z_crit) & (pl.col("effect").exp() - 1 >= min_effect) & (pl.col("consistent") >= CONSISTENT),
-        gap_flagged=(pl.col("gap_z") > z_crit) & (pl.col("gap_consistent") >= CONSISTENT)
+        gap_flagged=(pl.col("gap_z") > z_crit) & ((pl.col("gap_consistent") >= CONSISTENT) | pl.col("data_stalls"))
         # (and, between two, stalls that are a real share of its work: a steady 4.6 ms a step,
         # 2.8%, beside a host pacing its GPU 163 ms a step more in short gaps, is no stall; and
         # between pipeline stages, which idle differently by the schedule's design: ``peers``)
@@ -705,7 +707,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         iterations=pl.when(pl.col("flagged")).then(pl.col("slow_its")).when(pl.col("gap_flagged"))
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
-             "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", *ADDED_COLUMNS,
+             "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", "data_stalls", *ADDED_COLUMNS,
              "work_ns", "all_work_ns", "held_ns").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
