@@ -21,7 +21,9 @@ sleeper without step marks and a rank whose extra pass is counted, not timed; an
 under autocast launches extra matmuls its GPU runs faster than its host launches them. A fourth
 (``tests/corpus/user_pipe.py``, held out in the sixty-fourth session) is a pipeline written with
 ``torch.distributed.pipelining`` on the world group alone, one process a core: no group says who
-is a stage, and gloo, without input shapes, names no p2p peer.
+is a stage, and gloo, without input shapes, names no p2p peer. A fifth
+(``tests/corpus/user_hf_trainer.py``, held out in the sixty-fifth session) trains GPT-2 with
+``transformers.Trainer``, whose data loader's workers fall behind a slow dataset in bursts.
 """
 
 from __future__ import annotations
