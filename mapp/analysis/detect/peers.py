@@ -75,7 +75,8 @@ class PeerEvidence:
     ``handover_excess_ns`` (the stalls where a forward pass hands over to the backward)."""
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     """Per rank: ``slowdown``, ``z``, ``share_slow``, ``n_ops``, ``flagged``, ``iterations``
-    (flagged ones), ``excess_ns`` and ``busy_ns`` per iteration, and the same for gaps."""
+    (flagged ones), ``excess_ns`` and ``busy_ns`` per iteration, the same for gaps, and
+    ``data_stalls`` (its waits in its data loader last: ``idle.data_stalls``)."""
     z_crit: float = 0.0
     min_effect: float = 0.0
     seqlen: dict | None = None
