@@ -19,7 +19,8 @@ sequence length x a lognormal draw of sigma S) padded per batch by the collator 
 an imbalance, not a fault); ``--accum N`` is the Trainer's ``gradient_accumulation_steps``;
 ``--group-by-length`` sorts samples into batches of like length (the Trainer's
 ``train_sampling_strategy="group_by_length"``);
-``--shapes`` records input shapes.
+``--shapes`` records input shapes; ``--seed`` draws other lengths and another sample order (the
+Trainer's ``seed``).
 
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
         tests/corpus/user_hf_trainer.py --out DIR --slow-rank 1 --factor 1.5
@@ -51,6 +52,7 @@ def main() -> None:
     p.add_argument("--seq-sigma", type=float, default=0.0, help="each sample's length: --seq x lognormal(0, S)")
     p.add_argument("--group-by-length", action="store_true", help="batches of like length (needs --seq-sigma)")
     p.add_argument("--shapes", action="store_true", help="record_shapes=True")
+    p.add_argument("--seed", type=int, default=0, help="the samples' lengths and order (the Trainer's seed)")
     a = p.parse_args()
     if a.group_by_length and not a.seq_sigma:
         p.error("--group-by-length sorts samples of different lengths: add --seq-sigma")
@@ -86,7 +88,7 @@ def main() -> None:
         def __getitem__(self, i):
             if i >= samples:   # the end of iteration by index (the length-grouped sampler reads them all so)
                 raise IndexError(i)
-            g = torch.Generator().manual_seed(100_000 * rank + i)
+            g = torch.Generator().manual_seed(10_000_000 * a.seed + 100_000 * rank + i)
             length = a.seq
             if a.seq_sigma:
                 draw = torch.empty(1).log_normal_(0.0, a.seq_sigma, generator=g).item()
@@ -134,7 +136,7 @@ def main() -> None:
         output_dir=os.path.join(a.out, "trainer"), per_device_train_batch_size=a.batch, max_steps=a.steps,
         gradient_accumulation_steps=a.accum, learning_rate=1e-3, logging_steps=1, save_strategy="no",
         report_to="none", use_cpu=True, ddp_backend="gloo", dataloader_num_workers=a.loader_workers,
-        train_sampling_strategy="group_by_length" if a.group_by_length else "random", disable_tqdm=True, seed=0)
+        train_sampling_strategy="group_by_length" if a.group_by_length else "random", disable_tqdm=True, seed=a.seed)
     trainer = Trainer(model=model, args=args, train_dataset=Samples(), data_collator=collate, callbacks=[Profile()])
     trainer.train()
 
