@@ -20,7 +20,9 @@ an imbalance, not a fault); ``--accum N`` is the Trainer's ``gradient_accumulati
 ``--group-by-length`` sorts samples into batches of like length (the Trainer's
 ``train_sampling_strategy="group_by_length"``);
 ``--shapes`` records input shapes; ``--seed`` draws other lengths and another sample order (the
-Trainer's ``seed``).
+Trainer's ``seed``); ``--grad-ckpt`` turns on the Trainer's ``gradient_checkpointing`` (each
+block's forward run again in the backward). (The Trainer's ``fsdp`` does nothing on CPUs: it
+trains under DDP there.)
 
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
         tests/corpus/user_hf_trainer.py --out DIR --slow-rank 1 --factor 1.5
@@ -53,6 +55,7 @@ def main() -> None:
     p.add_argument("--group-by-length", action="store_true", help="batches of like length (needs --seq-sigma)")
     p.add_argument("--shapes", action="store_true", help="record_shapes=True")
     p.add_argument("--seed", type=int, default=0, help="the samples' lengths and order (the Trainer's seed)")
+    p.add_argument("--grad-ckpt", action="store_true", help="gradient_checkpointing (each block's forward again in backward)")
     a = p.parse_args()
     if a.group_by_length and not a.seq_sigma:
         p.error("--group-by-length sorts samples of different lengths: add --seq-sigma")
@@ -136,7 +139,8 @@ def main() -> None:
         output_dir=os.path.join(a.out, "trainer"), per_device_train_batch_size=a.batch, max_steps=a.steps,
         gradient_accumulation_steps=a.accum, learning_rate=1e-3, logging_steps=1, save_strategy="no",
         report_to="none", use_cpu=True, ddp_backend="gloo", dataloader_num_workers=a.loader_workers,
-        train_sampling_strategy="group_by_length" if a.group_by_length else "random", disable_tqdm=True, seed=a.seed)
+        train_sampling_strategy="group_by_length" if a.group_by_length else "random", disable_tqdm=True, seed=a.seed,
+        gradient_checkpointing=a.grad_ckpt)
     trainer = Trainer(model=model, args=args, train_dataset=Samples(), data_collator=collate, callbacks=[Profile()])
     trainer.train()
 
