@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from mapp.analysis.detect._stats import margin
+from mapp.analysis.detect._stats import MAD_TO_SIGMA, margin
 from mapp.analysis.detect.added_work import (added_cost_ns, added_evidence, added_slowdown, adds_work, does_extra_work,
                                              launched_evidence, launches_more)
 from mapp.analysis.detect.bandwidth import COUNTED, BandwidthEvidence
@@ -415,6 +415,29 @@ def _slower_iterations(peers: PeerEvidence, rank: int) -> list[int]:
     return sorted(int(i) for i in per.filter((pl.col("rank") == rank) & (pl.col("effect") > 0))["iteration"].to_list())
 
 
+def _steadily_slower(peers: PeerEvidence, rank: int, coords: dict) -> bool:
+    """Whether ``rank``'s busy time over its stage-mates' median leads, from one traced iteration
+    to the next, by at least twice its own scatter (the median log ratio against ``MAD_TO_SIGMA``
+    x its median absolute deviation). A slowed rank leads by about as much each step; a replica
+    that draws other lengths each step leads by what it draws (``transformers.Trainer``, DDP8 on
+    lognormal lengths padded per batch, no fault: rank 1 1.68, 2.03, 1.07 and 1.11x its peers,
+    last at a third of the all-reduces, "slow compute 1" 1.6x jointly; the ranks the two stages
+    named jointly and right, megatron-core DP4 and TP2 layer faults: 1.13-1.25x, 1.14-1.19x,
+    1.41-1.54x)."""
+    per = peers.rank_iterations
+    if per.is_empty() or "busy_ns" not in per.columns:
+        return True
+    stage = pl.Series([coords.get(r, {}).get("pp") for r in per["rank"].to_list()], dtype=pl.Int64)
+    ratio = (per.with_columns(stage=stage)
+             .with_columns(lr=(pl.col("busy_ns") / pl.col("busy_ns").median().over("stage", "iteration")).log())
+             .filter(pl.col("rank") == rank)["lr"].drop_nulls().drop_nans())
+    if len(ratio) < 2:
+        return True
+    lead = float(ratio.median())
+    scatter = MAD_TO_SIGMA * float((ratio - lead).abs().median())
+    return lead >= 2 * scatter
+
+
 def paced_pairs(peers: PeerEvidence, lateness: LatenessEvidence, suspects: list[Suspect]) -> list[str]:
     """Notes for a job of two ranks in which one kept the other waiting in nearly every iteration
     yet is no suspect: its extra idle time was nearly all in short gaps (under ``idle.LONG_GAP_NS``),
@@ -547,8 +570,11 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # step, "no suspect" before. Unflagged ranks leaning so in healthy and imbalanced jobs on
     # shared CPUs (942 jobs, ``benchmarks/detect_evidence.py``): at most 1.19x, the example above
     beyond_contention = not shared_cpus or float(row["slowdown"]) >= CONTENTION
+    # And only a rank slower steadily: the rule is for one whose peers scatter, not one whose own
+    # lead swings from step to step by as much as it leads (``_steadily_slower``)
     joint = (not row["flagged"] and (leans or pair_leans) and (row["z"] or 0.0) > peers.z_crit / 2
-             and beyond_contention and float(row["slowdown"]) - 1 >= peers.min_effect)
+             and beyond_contention and float(row["slowdown"]) - 1 >= peers.min_effect
+             and _steadily_slower(peers, row["rank"], coords))
     if joint or (row["flagged"] and leans):
         # (named jointly, with no iteration flagged on its own: the iterations it computed slower in)
         row = {**row, "flagged": True, "lasting": True,

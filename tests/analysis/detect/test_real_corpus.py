@@ -1100,9 +1100,9 @@ def test_where_every_ranks_spans_are_host_paced_a_host_is_named_only_by_idle_tim
 FRESH_CASES = {c.id: c for c in load_corpus(CORPUS.parent / "cases-fresh")}
 
 
-@pytest.mark.parametrize("case_id,paced", [("gpt-tp2-mapp-seqlognorm0.95-f51-gpu2", 0),
-                                            ("gpt-tp2-mapp-seqlognorm0.95-f51-gpu2-run2", 1)])
-def test_of_two_ranks_whose_spans_disagree_unevenly_neither_host_is_named_for_pacing(case_id, paced):
+@pytest.mark.parametrize("case_id,paced,why", [("gpt-tp2-mapp-seqlognorm0.95-f51-gpu2", 0, "within the noise"),
+                                                ("gpt-tp2-mapp-seqlognorm0.95-f51-gpu2-run2", 1, "paced by its host")])
+def test_of_two_ranks_whose_spans_disagree_unevenly_neither_host_is_named_for_pacing(case_id, paced, why):
     # 3. 2 H200s, megatron-core TP2 under mapp's capture, lognormal lengths, no fault (``--set
     # fresh51``, held out, run twice). Short microbatches leave the job launch-bound: one rank's
     # layers took ~1.5 ms whatever their tokens (0.4-3.8 k), its peer's scaled with them and it
@@ -1110,10 +1110,12 @@ def test_of_two_ranks_whose_spans_disagree_unevenly_neither_host_is_named_for_pa
     # second (layers' self time 2.2x its peer's, 2-4% of its work in stalls). The second run's
     # rank was a clear outlier, so its peer was its own baseline, every op of its "0", and the
     # peer's spans read as steady: "slow host 1.39x". Measured against each other, two ranks
-    # that disagree unevenly cannot say whose host paces them (``idle._calm_spread``)
+    # that disagree unevenly cannot say whose host paces them (``idle._calm_spread``). (The first
+    # run's rank 0, 0.97-1.3x its peer's busy time from step to step, is no longer weighed jointly
+    # with stage 2 at all: its lead swings by as much as it leads, ``verdict._steadily_slower``)
     verdict = detect_bundle(load_bundle(FRESH_CASES[case_id].directory), threshold=0.1)
     assert verdict.suspects == []
-    assert any(f"rank {paced} computes" in n and "paced by its host" in n for n in verdict.notes), verdict.notes
+    assert any(f"rank {paced} computes" in n and why in n for n in verdict.notes), verdict.notes
 
 
 def test_a_tp_peer_slower_in_one_step_ranks_below_the_rank_slower_in_all():
