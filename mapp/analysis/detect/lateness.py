@@ -25,7 +25,7 @@ from mapp.analysis.detect._stats import robust_scale, z_critical
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.ingest.schema import COMM_WAIT_NAMES, LAUNCH_NAMES
 
-__all__ = ["LatenessEvidence", "collective_lateness"]
+__all__ = ["LatenessEvidence", "as_evidence", "collective_lateness"]
 
 
 @dataclass(slots=True)
@@ -193,3 +193,20 @@ def _launched_waits(m: pl.DataFrame, blame: pl.DataFrame, waits: pl.DataFrame | 
     found = found.with_columns(dur=pl.min_horizontal("dur", (pl.col("last") - pl.col("own")).clip(lower_bound=0.0)))
     return found.filter(pl.col("dur") > 0).select(pl.col("rank").cast(pl.Int32), pl.col("iteration").cast(pl.Int32),
                                                   "dur", pl.col("who").cast(pl.Int32), pl.col("n").cast(pl.Int32))
+
+
+def as_evidence(row: dict | None) -> dict | None:
+    """A rank's row of ``LatenessEvidence.ranks`` as a verdict shows it (ms, rounded), or None."""
+    if row is None:
+        return None
+    out = {"share_last": round(row["share_last"], 3), "expected_share": round(row["expected_share"], 3),
+           "blame_ms": round(row["blame_ns"] / 1e6, 4), "waited_ms": round(row["waited_ns"] / 1e6, 4),
+           "net_delay_ms": round(row["net_ns"] / 1e6, 4), "last_z": round(row["last_z"], 2), "net_z": round(row["net_z"], 2)}
+    for k, v in row.items():
+        if k.startswith("share_last_") and v is not None:
+            out[k] = round(v, 3)
+    # last at one point of nearly every iteration (``lateness._recurring``), where it says
+    # something: a millisecond an iteration or more
+    if (row.get("recurring_ns") or 0.0) >= 1e6:
+        out["recurring_ms"] = round(row["recurring_ns"] / 1e6, 3)
+    return out

@@ -3,10 +3,10 @@
 A *suspect* is a rank (or link) whose own behaviour explains lost time: slow compute (stage 1:
 its self time beats its peers'), a slow host (idle launch gaps on its timeline), a slow link or
 NIC (stage 3). Stage 2 corroborates (a culprit arrives last and makes others wait) and stands
-in for stage 1 when no layout is known. Ranks that only wait are *victims*, never suspects.
-Whatever slows every peer of a stage alike (a heavier last stage) or every rank of a replica
-alike on some microbatches (long sequences) is *imbalance*: reported, never a faulty GPU
-(``imbalance``).
+in for stage 1 when no layout is known (``stage2_alone``). Ranks that only wait are *victims*,
+never suspects. Whatever slows every peer of a stage alike (a heavier last stage) or every rank
+of a replica alike on some microbatches (long sequences) is *imbalance*: reported, never a
+faulty GPU (``imbalance``).
 
 Confidence: 0.5 for passing a stage's outlier test at all, up to +0.3 as its z-score clears
 the cut-off (1 - cut/z), up to +0.19 when a second, independent stage agrees. Suspects are
@@ -29,10 +29,11 @@ from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled
                                         stalled_iterations, traced_iterations)
 from mapp.analysis.detect.host_paced import excess_at, launch_bound_verdict
 from mapp.analysis.detect.imbalance import heavy_replicas, suspects_stages, workload_imbalance
-from mapp.analysis.detect.lateness import LatenessEvidence
+from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
 from mapp.analysis.detect.link_ends import link_ends, links_beside_a_busy_host, own_slowness
 from mapp.analysis.detect.layout import LayoutInfo, middle_stages
 from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.stage2_alone import late_stand_ins, late_suspect, lasting_stand_ins
 from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, counted_first,
                                                late_above_contention, layers_by_contention, slowest_other, stands_out,
                                                typical_slowdown)
@@ -98,10 +99,10 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                                          _last_stage(layout) if peers.mode == "layer peers" else frozenset(),
                                          _middle_stages(layout), coords, late)
         if peers.mode == "program peers" and lateness.ran:
-            stand_ins = _late_stand_in(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns,
+            stand_ins = late_stand_ins(peers, lateness, layout, {s.rank for s in suspects}, coords, iteration_ns,
                                        slowdown_threshold)
             stand_ins = late_above_contention(stand_ins, peers, overruled) if shared_cpus else stand_ins
-            suspects += _lasting_stand_ins(stand_ins, lateness, overruled)
+            suspects += lasting_stand_ins(stand_ins, lateness, overruled)
     elif lateness.ran:
         # Stage 2 alone (the MegatronApp tracer writes no compute where PP is 1: TP x DP jobs
         # record only their TP mappings and the optimizer). A rank last far more often than
@@ -111,7 +112,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
         # 96 of 96 TP reductions, net z 1.3). Its cost then says whether it is above the threshold.
         for row in lateness.ranks.iter_rows(named=True):
             if row["flagged"] or (row["last_z"] > lateness.z_crit and keeps_waiting(row)):
-                suspects.append(_late_suspect(row, None, peers, lateness, coords, iteration_ns,
+                suspects.append(late_suspect(row, None, peers, lateness, coords, iteration_ns,
                                               "stage 1 could not run: slow compute or slow host"))
     # a neighbour time-slicing a rank's GPU: its median op no slower, its sum slower, at random
     # places (``time_slices``)
@@ -298,100 +299,6 @@ def _waited_on(peers: PeerEvidence, late: dict[int, dict], coords: dict) -> tupl
     return peers.sliced, {r for r, c in coords.items() if c.get("pp") == heaviest}
 
 
-def _late_stand_in(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],
-                   coords: dict, iteration_ns: float | None, slowdown_threshold: float) -> list[Suspect]:
-    """Stage 2 stands in for stage 1 where peers are only a guess by program (no layout).
-
-    On shared or busy hosts the time of single ops says little (a rank's ops stretch whenever
-    another process holds its core, and a straggler's last ops often run alone and fast), while
-    who arrives last at the job's collectives and who waits there is measured directly. A rank
-    that stage 2 flags (last far more often than chance, imposing far more waiting than it
-    suffers) is a suspect when it is the only such rank among the ranks running its program (a
-    whole group of them late alike is a heavier part of the job, not a fault) and stage 1 does
-    not find it faster than its peers (and, for the verdict, where it keeps the others waiting
-    in every traced iteration: ``_lasting_stand_ins``).
-    """
-    flagged = lateness.ranks.filter(pl.col("flagged"))
-    if flagged.is_empty():
-        return []
-    program = dict(zip(layout.ranks["rank"].to_list(), layout.ranks["pp"].to_list()))
-    per_program: dict[int, int] = {}
-    for r in flagged["rank"].to_list():
-        per_program[program.get(r)] = per_program.get(program.get(r), 0) + 1
-    stage1 = {r["rank"]: r for r in peers.ranks.iter_rows(named=True)}
-    out = []
-    for row in flagged.iter_rows(named=True):
-        r = row["rank"]
-        own = stage1.get(r)
-        if r in named or per_program[program.get(r)] > 1:
-            continue
-        if own is not None and float(own["slowdown"]) < 1 / (1 + peers.min_effect):
-            continue
-        out.append(_late_suspect(row, own, peers, lateness, coords, iteration_ns,
-                                 f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown",
-                                 slowdown_threshold))
-    return out
-
-
-def _lasting_stand_ins(stand_ins: list[Suspect], lateness: LatenessEvidence, overruled: list[Overruled]) -> list[Suspect]:
-    """The stand-ins of stage 2 that keep the others waiting in every traced iteration
-    (``STAND_IN_LASTING``); the others overruled, with a note."""
-    rows = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)}
-    kept = []
-    for s in stand_ins:
-        row = rows[s.rank]
-        if (row.get("net_lasting") or 0.0) >= STAND_IN_LASTING:
-            kept.append(s)
-            continue
-        overruled.append(Overruled(s.rank, f"rank {s.rank} kept the others waiting (last at {row['last']} of "
-                                           f"{row['instances']} collectives) in {row['net_lasting'] or 0.0:.0%} of the "
-                                           "traced iterations: not a suspect (stage 1 found no clear slowdown, and stage 2 "
-                                           "alone names a rank only in every one: a fault lasts, while ranks drawing other "
-                                           "work each step are last in most steps by chance)"))
-    return kept
-
-
-STAND_IN_LASTING = 1.0
-"""Share of the traced iterations in which a rank that stage 1 finds no slower must keep the
-others waiting for stage 2 to name it alone: every one. Replicas of heavy-tailed lengths padded
-per batch draw other work each step, and the one that draws the longest batches in most steps is
-last and keeps the others waiting there, as a fault does, which lasts (``transformers.Trainer``,
-DDP4 under the profiler's defaults, lognormal lengths, no fault: a rank 1.31-1.45x its peers'
-busy time in 3 of 4 steps and 1.0x in the fourth, net waiting imposed in 3 of 4, "slow compute 1"
-2.03x; healthy, 4 loader workers a process: 1.09-1.22x in 3 of 4 and 0.95x, "slow host 3"). Over
-the 880 jobs recorded before (477 under the profiler) no suspect stage 2 stood in for was named
-right by it."""
-
-
-def _late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: LatenessEvidence, coords: dict,
-                  iteration_ns: float | None, note: str, slowdown_threshold: float | None = None) -> Suspect:
-    """A suspect from stage 2 alone: the net waiting it imposes per iteration is its cost (its
-    slowdown that of the iteration; where that stays under ``slowdown_threshold`` and the rank
-    calls ops more often than its peers, theirs: ``added_work.added_slowdown``). A slow host where stage
-    1's launch gaps account for more of it than its ops do, unless it does extra work."""
-    traced = traced_iterations(peers) if peers.mode != "skipped" else lateness.iterations
-    excess = max(row["net_ns"], 0.0) / max(traced, 1)
-    gap = max((own or {}).get("gap_excess_ns") or 0.0, 0.0)
-    extra = own is not None and does_extra_work(own, peers.min_effect)
-    host = own is not None and not extra and gap > max((own.get("excess_ns") or 0.0), 0.0)
-    slowdown = iteration_ns / max(iteration_ns - excess, 1.0) if iteration_ns else float("nan")
-    evidence: dict[str, Any] = {"lateness": _late_evidence(row), "note": note}
-    if own is not None:
-        evidence["peers"] = {"mode": peers.mode, "slowdown": round(float(own["slowdown"]), 3),
-                             "z": round(float(own["z"]), 2), "cut": round(peers.z_crit, 2)}
-        evidence["launch_gaps"] = {"excess_ms_per_iteration": round(gap / 1e6, 4),
-                                   "z": round(float(own["gap_z"] or 0.0), 2)}
-        if extra:
-            evidence["peers"]["added_work"] = added_evidence(own)
-            if slowdown_threshold is not None and not slowdown >= 1 + slowdown_threshold:
-                slowdown = max(float(own["added"]), slowdown) if slowdown == slowdown else float(own["added"])
-    return Suspect(
-        rank=row["rank"], kind="slow_host" if host else "slow_compute", coords=coords.get(row["rank"]),
-        confidence=0.5 + 0.3 * margin(row["net_z"], lateness.z_crit),
-        slowdown=slowdown, excess_ns=excess, iteration_ns=iteration_ns, evidence=evidence,
-    )
-
-
 def _spread_cost(s: Suspect, traced: int) -> float:
     """What ``s`` costs the job per traced iteration: its cost in the iterations it was slow in,
     times their share of the ``traced`` ones (all of them where either is unknown)."""
@@ -460,22 +367,6 @@ def paced_pairs(peers: PeerEvidence, lateness: LatenessEvidence, suspects: list[
         out.append(f"rank {rank} kept its peer waiting {waited:.1f} ms an iteration; it idled {gap / 1e6:.1f} ms "
                    "more between its ops, nearly all in gaps under 1 ms: a host pacing its work more slowly, as two "
                    "healthy processes can differ, with no stall and no slower work: not a suspect")
-    return out
-
-
-def _late_evidence(row: dict | None) -> dict | None:
-    if row is None:
-        return None
-    out = {"share_last": round(row["share_last"], 3), "expected_share": round(row["expected_share"], 3),
-           "blame_ms": round(row["blame_ns"] / 1e6, 4), "waited_ms": round(row["waited_ns"] / 1e6, 4),
-           "net_delay_ms": round(row["net_ns"] / 1e6, 4), "last_z": round(row["last_z"], 2), "net_z": round(row["net_z"], 2)}
-    for k, v in row.items():
-        if k.startswith("share_last_") and v is not None:
-            out[k] = round(v, 3)
-    # last at one point of nearly every iteration (``lateness._recurring``), where it says
-    # something: a millisecond an iteration or more
-    if (row.get("recurring_ns") or 0.0) >= 1e6:
-        out["recurring_ms"] = round(row["recurring_ns"] / 1e6, 3)
     return out
 
 
@@ -793,7 +684,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                   "excess_ms_per_iteration": round((row.get("layers_excess_ns", row["excess_ns"]) or 0.0) / 1e6, 4)},
         "launch_gaps": {"excess_ms_per_iteration": round(gap_excess / 1e6, 4), "z": round(float(row["gap_z"] or 0.0), 2),
                         "flagged": bool(row["gap_flagged"])} | ({"by": "stalls"} if row.get("by_stalls") else {}),
-        "lateness": _late_evidence(late),
+        "lateness": as_evidence(late),
     }
     # (on shared CPUs counted work is the evidence whether or not it explains most of the timed
     # excess: ``shared_cpus.above_shared_cpus`` reads it)

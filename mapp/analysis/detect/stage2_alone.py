@@ -1,0 +1,115 @@
+"""Suspects from stage 2 alone: where stage 1 could not run (the MegatronApp tracer records no
+compute where PP is 1) or, with peers only a guess by program, found no clear slowdown, a rank
+that stage 2 finds last far more often than chance and keeping the others waiting stands in
+(``late_stand_ins``), where it does so in every traced iteration (``lasting_stand_ins``). Its
+cost is the net waiting it imposes (``late_suspect``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from mapp.analysis.detect._stats import margin
+from mapp.analysis.detect.added_work import added_evidence, does_extra_work
+from mapp.analysis.detect.findings import Overruled, Suspect
+from mapp.analysis.detect.gates import traced_iterations
+from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
+from mapp.analysis.detect.layout import LayoutInfo
+from mapp.analysis.detect.peers import PeerEvidence
+
+__all__ = ["STAND_IN_LASTING", "late_stand_ins", "late_suspect", "lasting_stand_ins"]
+
+
+def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],
+                   coords: dict, iteration_ns: float | None, slowdown_threshold: float) -> list[Suspect]:
+    """Stage 2 stands in for stage 1 where peers are only a guess by program (no layout).
+
+    On shared or busy hosts the time of single ops says little (a rank's ops stretch whenever
+    another process holds its core, and a straggler's last ops often run alone and fast), while
+    who arrives last at the job's collectives and who waits there is measured directly. A rank
+    that stage 2 flags (last far more often than chance, imposing far more waiting than it
+    suffers) is a suspect when it is the only such rank among the ranks running its program (a
+    whole group of them late alike is a heavier part of the job, not a fault) and stage 1 does
+    not find it faster than its peers (and, for the verdict, where it keeps the others waiting
+    in every traced iteration: ``lasting_stand_ins``).
+    """
+    flagged = lateness.ranks.filter(pl.col("flagged"))
+    if flagged.is_empty():
+        return []
+    program = dict(zip(layout.ranks["rank"].to_list(), layout.ranks["pp"].to_list()))
+    per_program: dict[int, int] = {}
+    for r in flagged["rank"].to_list():
+        per_program[program.get(r)] = per_program.get(program.get(r), 0) + 1
+    stage1 = {r["rank"]: r for r in peers.ranks.iter_rows(named=True)}
+    out = []
+    for row in flagged.iter_rows(named=True):
+        r = row["rank"]
+        own = stage1.get(r)
+        if r in named or per_program[program.get(r)] > 1:
+            continue
+        if own is not None and float(own["slowdown"]) < 1 / (1 + peers.min_effect):
+            continue
+        out.append(late_suspect(row, own, peers, lateness, coords, iteration_ns,
+                                 f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown",
+                                 slowdown_threshold))
+    return out
+
+
+def lasting_stand_ins(stand_ins: list[Suspect], lateness: LatenessEvidence, overruled: list[Overruled]) -> list[Suspect]:
+    """The stand-ins of stage 2 that keep the others waiting in every traced iteration
+    (``STAND_IN_LASTING``); the others overruled, with a note."""
+    rows = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)}
+    kept = []
+    for s in stand_ins:
+        row = rows[s.rank]
+        if (row.get("net_lasting") or 0.0) >= STAND_IN_LASTING:
+            kept.append(s)
+            continue
+        overruled.append(Overruled(s.rank, f"rank {s.rank} kept the others waiting (last at {row['last']} of "
+                                           f"{row['instances']} collectives) in {row['net_lasting'] or 0.0:.0%} of the "
+                                           "traced iterations: not a suspect (stage 1 found no clear slowdown, and stage 2 "
+                                           "alone names a rank only in every one: a fault lasts, while ranks drawing other "
+                                           "work each step are last in most steps by chance)"))
+    return kept
+
+
+STAND_IN_LASTING = 1.0
+"""Share of the traced iterations in which a rank that stage 1 finds no slower must keep the
+others waiting for stage 2 to name it alone: every one. Replicas of heavy-tailed lengths padded
+per batch draw other work each step, and the one that draws the longest batches in most steps is
+last and keeps the others waiting there, as a fault does, which lasts (``transformers.Trainer``,
+DDP4 under the profiler's defaults, lognormal lengths, no fault: a rank 1.31-1.45x its peers'
+busy time in 3 of 4 steps and 1.0x in the fourth, net waiting imposed in 3 of 4, "slow compute 1"
+2.03x; healthy, 4 loader workers a process: 1.09-1.22x in 3 of 4 and 0.95x, "slow host 3"). Over
+the 880 jobs recorded before (477 under the profiler) no suspect stage 2 stood in for was named
+right by it."""
+
+
+def late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: LatenessEvidence, coords: dict,
+                  iteration_ns: float | None, note: str, slowdown_threshold: float | None = None) -> Suspect:
+    """A suspect from stage 2 alone: the net waiting it imposes per iteration is its cost (its
+    slowdown that of the iteration; where that stays under ``slowdown_threshold`` and the rank
+    calls ops more often than its peers, theirs: ``added_work.added_slowdown``). A slow host where stage
+    1's launch gaps account for more of it than its ops do, unless it does extra work."""
+    traced = traced_iterations(peers) if peers.mode != "skipped" else lateness.iterations
+    excess = max(row["net_ns"], 0.0) / max(traced, 1)
+    gap = max((own or {}).get("gap_excess_ns") or 0.0, 0.0)
+    extra = own is not None and does_extra_work(own, peers.min_effect)
+    host = own is not None and not extra and gap > max((own.get("excess_ns") or 0.0), 0.0)
+    slowdown = iteration_ns / max(iteration_ns - excess, 1.0) if iteration_ns else float("nan")
+    evidence: dict[str, Any] = {"lateness": as_evidence(row), "note": note}
+    if own is not None:
+        evidence["peers"] = {"mode": peers.mode, "slowdown": round(float(own["slowdown"]), 3),
+                             "z": round(float(own["z"]), 2), "cut": round(peers.z_crit, 2)}
+        evidence["launch_gaps"] = {"excess_ms_per_iteration": round(gap / 1e6, 4),
+                                   "z": round(float(own["gap_z"] or 0.0), 2)}
+        if extra:
+            evidence["peers"]["added_work"] = added_evidence(own)
+            if slowdown_threshold is not None and not slowdown >= 1 + slowdown_threshold:
+                slowdown = max(float(own["added"]), slowdown) if slowdown == slowdown else float(own["added"])
+    return Suspect(
+        rank=row["rank"], kind="slow_host" if host else "slow_compute", coords=coords.get(row["rank"]),
+        confidence=0.5 + 0.3 * margin(row["net_z"], lateness.z_crit),
+        slowdown=slowdown, excess_ns=excess, iteration_ns=iteration_ns, evidence=evidence,
+    )
