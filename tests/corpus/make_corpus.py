@@ -4747,6 +4747,60 @@ def fresh143_set(seed: int = FRESH143_SEED) -> list[Case]:
     ]
 
 
+FRESH144_SEED = 941
+
+
+def fresh144_set(seed: int = FRESH144_SEED) -> list[Case]:
+    """Held out in the sixty-sixth session, after its three changes (``--set fresh144``, seed 941,
+    for CPUs: 4 gloo processes on 4 cores, one each): lognormal lengths, where a replica draws
+    the longest microbatches in most steps by chance, in DP4, TP2 x DP2 and PP2 x DP2 under both
+    captures, beside healthy jobs and layer faults, host sleeps and work before each microbatch of
+    the same layouts. Ids end in ``-f144``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f144", **k)
+    r = _recorded
+
+    return [
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.8),
+        g("dp4", "mapp-v1", "layer", rank=2, factor=1.35),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "beforemb", rank=1, ms=20),
+        # megatron-core, torch.profiler
+        r(g("dp4", "kineto", "seqlognorm", sigma=1.0), "default"),
+        r(g("tp2dp2", "kineto", "seqlognorm", sigma=0.8), "default"),
+        r(g("dp4", "kineto", "hostsleep", rank=1, ms=25), "default"),
+        r(g("tp2dp2", "kineto", "layer", rank=0, factor=1.4), "default"),
+        r(g("pp2dp2", "kineto", "healthy"), "default"),
+    ]
+
+
+FRESH145_SEED = 947
+
+
+def fresh145_set(seed: int = FRESH145_SEED) -> list[Case]:
+    """``fresh144``'s 8-rank companion (``--set fresh145``, seed 947, for CPUs: 8 gloo processes on
+    8 cores, one each): lognormal lengths in DP8, PP2 x DP4 and TP2 x PP2 x DP2 under both captures,
+    beside a healthy job and layer faults and host sleeps. Ids end in ``-f145``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f145", **k)
+    r = _recorded
+
+    return [
+        # megatron-core, mapp capture
+        g("dp8", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("tp2pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("dp8", "mapp-v1", "layer", rank=5, factor=1.35),
+        # megatron-core, torch.profiler
+        r(g("dp8", "kineto", "seqlognorm", sigma=1.0), "default"),
+        r(g("pp2dp4", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("dp8", "kineto", "hostsleep", rank=6, ms=20), "default"),
+        r(g("tp2pp2dp2", "kineto", "healthy"), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5348,6 +5402,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh141": fresh141_set,
         "fresh142": fresh142_set,
         "fresh143": fresh143_set,
+        "fresh144": fresh144_set,
+        "fresh145": fresh145_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
