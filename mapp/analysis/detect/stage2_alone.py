@@ -51,9 +51,21 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
         if own is not None and float(own["slowdown"]) < 1 / (1 + peers.min_effect):
             continue
         out.append(late_suspect(row, own, peers, lateness, coords, iteration_ns,
-                                 f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown",
-                                 slowdown_threshold))
+                                f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown",
+                                slowdown_threshold))
     return out
+
+
+STAND_IN_LASTING = 1.0
+"""Share of the traced iterations in which a rank that stage 1 finds no slower must keep the
+others waiting for stage 2 to name it alone: every one. Replicas of heavy-tailed lengths padded
+per batch draw other work each step, and the one that draws the longest batches in most steps is
+last and keeps the others waiting there, as a fault does, which lasts (``transformers.Trainer``,
+DDP4 under the profiler's defaults, lognormal lengths, no fault: a rank 1.31-1.45x its peers'
+busy time in 3 of 4 steps and 1.0x in the fourth, net waiting imposed in 3 of 4, "slow compute 1"
+2.03x; healthy, 4 loader workers a process: 1.09-1.22x in 3 of 4 and 0.95x, "slow host 3"). Over
+the 880 jobs recorded before (477 under the profiler) no suspect stage 2 stood in for was named
+right by it."""
 
 
 def lasting_stand_ins(stand_ins: list[Suspect], lateness: LatenessEvidence, overruled: list[Overruled]) -> list[Suspect]:
@@ -74,20 +86,8 @@ def lasting_stand_ins(stand_ins: list[Suspect], lateness: LatenessEvidence, over
     return kept
 
 
-STAND_IN_LASTING = 1.0
-"""Share of the traced iterations in which a rank that stage 1 finds no slower must keep the
-others waiting for stage 2 to name it alone: every one. Replicas of heavy-tailed lengths padded
-per batch draw other work each step, and the one that draws the longest batches in most steps is
-last and keeps the others waiting there, as a fault does, which lasts (``transformers.Trainer``,
-DDP4 under the profiler's defaults, lognormal lengths, no fault: a rank 1.31-1.45x its peers'
-busy time in 3 of 4 steps and 1.0x in the fourth, net waiting imposed in 3 of 4, "slow compute 1"
-2.03x; healthy, 4 loader workers a process: 1.09-1.22x in 3 of 4 and 0.95x, "slow host 3"). Over
-the 880 jobs recorded before (477 under the profiler) no suspect stage 2 stood in for was named
-right by it."""
-
-
 def late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: LatenessEvidence, coords: dict,
-                  iteration_ns: float | None, note: str, slowdown_threshold: float | None = None) -> Suspect:
+                 iteration_ns: float | None, note: str, slowdown_threshold: float | None = None) -> Suspect:
     """A suspect from stage 2 alone: the net waiting it imposes per iteration is its cost (its
     slowdown that of the iteration; where that stays under ``slowdown_threshold`` and the rank
     calls ops more often than its peers, theirs: ``added_work.added_slowdown``). A slow host where stage

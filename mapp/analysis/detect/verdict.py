@@ -33,10 +33,10 @@ from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
 from mapp.analysis.detect.link_ends import link_ends, links_beside_a_busy_host, own_slowness
 from mapp.analysis.detect.layout import LayoutInfo, middle_stages
 from mapp.analysis.detect.peers import PeerEvidence
-from mapp.analysis.detect.stage2_alone import late_stand_ins, late_suspect, lasting_stand_ins
 from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, counted_first,
                                                late_above_contention, layers_by_contention, slowest_other, stands_out,
                                                typical_slowdown)
+from mapp.analysis.detect.stage2_alone import late_stand_ins, late_suspect, lasting_stand_ins
 from mapp.analysis.detect.stalls import stalls_a_real_share, stalls_alone, stalls_lasting, stalls_most_of_idle
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.time_slices import sliced_suspects
@@ -113,7 +113,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
         for row in lateness.ranks.iter_rows(named=True):
             if row["flagged"] or (row["last_z"] > lateness.z_crit and keeps_waiting(row)):
                 suspects.append(late_suspect(row, None, peers, lateness, coords, iteration_ns,
-                                              "stage 1 could not run: slow compute or slow host"))
+                                             "stage 1 could not run: slow compute or slow host"))
     # a neighbour time-slicing a rank's GPU: its median op no slower, its sum slower, at random
     # places (``time_slices``)
     sliced, waited_on = _waited_on(peers, late, coords)
