@@ -301,14 +301,19 @@ def _varies(work: pl.DataFrame) -> pl.DataFrame | None:
 
 def _replicas_vary(work: pl.DataFrame, coords: pl.DataFrame) -> bool:
     """Whether the ranks of ``work`` are replicas (of other data-parallel ranks) whose data
-    varies from step to step on every one of them (``_varies``): their calls paired by order
+    varies from step to step (``_varies``) on one of them at least: their calls paired by order
     are then no same work. Ranks of one replica (tensor-parallel peers) see the same data: their
-    n-th calls are the same work however it varies."""
+    n-th calls are the same work however it varies. One replica's is enough: lengths clipped at
+    a longest one can pad a replica that draws long samples to it every step, whose calls then
+    hold still while its peer's vary (``transformers.Trainer``, DDP2 on 2 cores, lognormal lengths of
+    sigma 1 clipped at 4x: rank 1's calls 0.04, rank 0's 0.36; rank 1 1.06-2.8x its peer's busy
+    time, "slow compute 1" 1.64x). Over the 1,028 jobs recorded before, no verdict moved: a
+    faulted pair's slow rank may vary, but the rank named there added calls, which still count."""
     ranks = work["rank"].unique()
     dps = coords.filter(pl.col("rank").is_in(ranks.implode()))["dp"]
     if dps.n_unique() < len(ranks) or (spread := _varies(work)) is None or len(spread) < len(ranks):
         return False
-    return bool(spread["varies"].min() >= VARIES)
+    return bool(spread["varies"].max() >= VARIES)
 
 
 def _mostly_pairs(work: pl.DataFrame) -> bool:
