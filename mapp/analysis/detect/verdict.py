@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from mapp.analysis.detect._stats import MAD_TO_SIGMA, margin
+from mapp.analysis.detect._stats import margin, robust_scale
 from mapp.analysis.detect.added_work import (added_cost_ns, added_evidence, added_slowdown, adds_work, does_extra_work,
                                              launched_evidence, launches_more)
 from mapp.analysis.detect.bandwidth import COUNTED, BandwidthEvidence
@@ -324,8 +324,8 @@ def _slower_iterations(peers: PeerEvidence, rank: int) -> list[int]:
 
 def _steadily_slower(peers: PeerEvidence, rank: int, coords: dict) -> bool:
     """Whether ``rank``'s busy time over its stage-mates' median leads, from one traced iteration
-    to the next, by at least twice its own scatter (the median log ratio against ``MAD_TO_SIGMA``
-    x its median absolute deviation). A slowed rank leads by about as much each step; a replica
+    to the next, by at least twice its own scatter (the median log ratio against its
+    ``_stats.robust_scale``). A slowed rank leads by about as much each step; a replica
     that draws other lengths each step leads by what it draws (``transformers.Trainer``, DDP8 on
     lognormal lengths padded per batch, no fault: rank 1 1.68, 2.03, 1.07 and 1.11x its peers,
     last at a third of the all-reduces, "slow compute 1" 1.6x jointly; the ranks the two stages
@@ -337,11 +337,10 @@ def _steadily_slower(peers: PeerEvidence, rank: int, coords: dict) -> bool:
     stage = pl.Series([coords.get(r, {}).get("pp") for r in per["rank"].to_list()], dtype=pl.Int64)
     ratio = (per.with_columns(stage=stage)
              .with_columns(lr=(pl.col("busy_ns") / pl.col("busy_ns").median().over("stage", "iteration")).log())
-             .filter(pl.col("rank") == rank)["lr"].drop_nulls().drop_nans())
-    if len(ratio) < 2:
+             .filter((pl.col("rank") == rank) & pl.col("lr").is_finite()).select("lr"))
+    if ratio.height < 2:
         return True
-    lead = float(ratio.median())
-    scatter = MAD_TO_SIGMA * float((ratio - lead).abs().median())
+    lead, scatter = ratio.select(pl.col("lr").median(), robust_scale("lr").alias("s")).row(0)
     return lead >= 2 * scatter
 
 
