@@ -15,7 +15,10 @@ A rank is slowed in software: ``--factor F`` adds (F - 1) x 12 matmuls of each e
 decoder layer's output against a ``d x d`` weight to the layer's forward (a forward hook; results
 discarded), ``--sleep-ms`` sleeps on its host at the start of each step
 (``on_train_batch_start``), ``--data-sleep-ms`` sleeps in its dataset for each sample (a slow
-input pipeline, hidden by ``--loader-workers`` until it outruns them).
+input pipeline, hidden by ``--loader-workers`` until it outruns them). ``--timings FILE`` has
+every rank write what it timed as JSON lines: each step's start (``perf_counter``, ms: steps
+follow one another, the loader's fetch between them) and the injected work and sleeps of each
+step (the dataset's sleeps for its batch included), to read the injection's share of the step by.
 
 Ways users' jobs differ, each a flag: ``--seq-sigma S`` gives each sample its own length (the
 sequence length x a lognormal draw of sigma S) padded per batch (an imbalance, not a fault);
@@ -29,6 +32,7 @@ keyword Lightning passes on); ``--seed`` draws other lengths.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -52,6 +56,7 @@ def main() -> None:
     p.add_argument("--seq-sigma", type=float, default=0.0, help="each sample's length: --seq x lognormal(0, S)")
     p.add_argument("--shapes", action="store_true", help="record_shapes=True")
     p.add_argument("--seed", type=int, default=0, help="the samples' lengths")
+    p.add_argument("--timings", help="append each rank's step and injected times (ms) to this file as JSON lines")
     a = p.parse_args()
     try:
         import lightning as L
@@ -66,6 +71,7 @@ def main() -> None:
     slow = rank == a.slow_rank
     vocab = 1000
     samples = a.steps * a.accum * a.batch   # one epoch of this rank's shard
+    injected = [0.0]   # ms of extra work and sleeps since the step began (the loader's too: workers=0)
 
     class Samples(torch.utils.data.Dataset):
         """Sample ``i`` of this rank: its own length under --seq-sigma, a sleep under --data-sleep-ms."""
@@ -81,6 +87,7 @@ def main() -> None:
                 length = max(8, min(4 * a.seq, round(a.seq * draw)))
             if slow and a.data_sleep_ms:
                 time.sleep(a.data_sleep_ms / 1000)
+                injected[0] += a.data_sleep_ms
             ids = torch.randint(0, vocab, (length + 1,), generator=g)
             return ids[:-1], ids[1:]
 
@@ -102,8 +109,10 @@ def main() -> None:
                 extra = int((a.factor - 1) * 12)
 
                 def more_work(_module, _inputs, out):
+                    t = time.perf_counter()
                     for _ in range(extra):
                         _ = out @ w
+                    injected[0] += (time.perf_counter() - t) * 1000
                 layers = list(self.model.transformer.encoder.layers) + list(self.model.transformer.decoder.layers)
                 for layer in layers:
                     layer.register_forward_hook(more_work)
@@ -114,8 +123,17 @@ def main() -> None:
             return torch.nn.functional.nll_loss(out, targets.reshape(-1), ignore_index=-100)
 
         def on_train_batch_start(self, batch, batch_idx):
+            self.began = time.perf_counter()
             if slow and a.sleep_ms:
                 time.sleep(a.sleep_ms / 1000)
+                injected[0] += a.sleep_ms
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            if a.timings:
+                with open(a.timings, "a") as f:
+                    f.write(json.dumps({"rank": rank, "batch": batch_idx, "injected_ms": round(injected[0], 3),
+                                        "start_ms": round(self.began * 1000, 3)}) + "\n")
+            injected[0] = 0.0
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
