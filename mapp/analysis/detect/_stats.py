@@ -8,7 +8,7 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
-__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "z_critical", "margin", "robust_scale", "within_rank_scale",
+__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "FALSE_ALARM", "z_critical", "margin", "robust_scale", "within_rank_scale",
            "others_median", "binomial_tail"]
 
 MAD_TO_SIGMA = 1.4826

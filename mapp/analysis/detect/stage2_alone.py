@@ -1,8 +1,9 @@
 """Suspects from stage 2 alone: where stage 1 could not run (the MegatronApp tracer records no
 compute where PP is 1) or, with peers only a guess by program, found no clear slowdown, a rank
 that stage 2 finds last far more often than chance and keeping the others waiting stands in
-(``late_stand_ins``), where it does so in (nearly) every traced iteration
-(``lasting_stand_ins``). Its cost is the net waiting it imposes (``late_suspect``)."""
+(``late_stand_ins``), where it does so in (nearly) every traced iteration, more of them than
+chance gives one of its peers (``lasting_stand_ins``). Its cost is the net waiting it imposes
+(``late_suspect``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from mapp.analysis.detect._stats import margin
+from mapp.analysis.detect._stats import FALSE_ALARM, binomial_tail, margin
 from mapp.analysis.detect.added_work import added_evidence, does_extra_work
 from mapp.analysis.detect.findings import Overruled, Suspect
 from mapp.analysis.detect.gates import traced_iterations
@@ -18,7 +19,7 @@ from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peers import PeerEvidence
 
-__all__ = ["STAND_IN_LASTING", "late_stand_ins", "late_suspect", "lasting_stand_ins"]
+__all__ = ["STAND_IN_LASTING", "late_stand_ins", "late_suspect", "lasting_by_chance", "lasting_stand_ins"]
 
 
 def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: LayoutInfo, named: set[int],
@@ -69,22 +70,43 @@ the 880 jobs recorded before (477 under the profiler) no suspect stage 2 stood i
 right by it."""
 
 
+def lasting_by_chance(lateness: LatenessEvidence, net_lasting: float) -> float:
+    """The chance that some rank keeps the others waiting in as many of the traced iterations as
+    ``net_lasting`` says, were it only its turn: each rank in each iteration at the share of
+    (rank, iteration) pairs in which one did (the mean of ``net_lasting``), over the ranks
+    (a union bound). Every one of three steps is no rare event among four ranks taking turns:
+    one of them does so about one time in seven (PyTorch Lightning's profiler traces three
+    steps by default)."""
+    shares = lateness.ranks["net_lasting"].fill_null(0.0)
+    n = max(int(lateness.iterations), 1)
+    k = round(net_lasting * n)
+    p = min(max(float(shares.mean() or 0.0), 0.0), 1.0)
+    return min(1.0, shares.len() * float(binomial_tail([k], [n], [p])[0]))
+
+
 def lasting_stand_ins(stand_ins: list[Suspect], lateness: LatenessEvidence,
                       overruled: list[Overruled]) -> list[Suspect]:
     """The stand-ins of stage 2 that keep the others waiting in (nearly) every traced iteration
-    (``STAND_IN_LASTING``); the others overruled, with a note."""
+    (``STAND_IN_LASTING``), in more of them than the ranks' turns give one by chance
+    (``lasting_by_chance`` under ``_stats.FALSE_ALARM``); the others overruled, with a note."""
     rows = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)}
     kept = []
     for s in stand_ins:
         row = rows[s.rank]
-        if (row.get("net_lasting") or 0.0) >= STAND_IN_LASTING:
+        lasting = row.get("net_lasting") or 0.0
+        chance = lasting_by_chance(lateness, lasting) if lasting >= STAND_IN_LASTING else 1.0
+        if chance < FALSE_ALARM:
             kept.append(s)
             continue
+        why = ("alone names a rank only in (nearly) every one: a fault lasts, while ranks drawing other work "
+               "each step are last in most steps by chance" if lasting < STAND_IN_LASTING else
+               f"alone names a rank only where that is no turn of chance: with {lateness.iterations} iterations traced, "
+               f"one of {lateness.ranks.height} ranks taking turns does so about one time in "
+               f"{max(round(1 / max(chance, 1e-9)), 1)}")
         overruled.append(Overruled(s.rank, f"rank {s.rank} kept the others waiting (last at {row['last']} of "
-                                           f"{row['instances']} collectives) in {row['net_lasting'] or 0.0:.0%} of the "
-                                           "traced iterations: not a suspect (stage 1 found no clear slowdown, and stage 2 "
-                                           "alone names a rank only in (nearly) every one: a fault lasts, while ranks "
-                                           "drawing other work each step are last in most steps by chance)"))
+                                           f"{row['instances']} collectives) in {lasting:.0%} of the "
+                                           f"traced iterations: not a suspect (stage 1 found no clear slowdown, and stage 2 "
+                                           f"{why})"))
     return kept
 
 

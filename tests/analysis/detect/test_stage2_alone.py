@@ -30,3 +30,27 @@ def test_a_stand_in_lasts_in_all_but_one_of_ten_steps_or_is_overruled_with_a_not
     if not kept:
         assert overruled[0].rank == 0
         assert f"(last at 30 of 40 collectives) in {net_lasting:.0%} of the traced iterations" in overruled[0].line
+
+
+def _turns(net_lasting: list[float], iterations: int) -> LatenessEvidence:
+    n = len(net_lasting)
+    ranks = pl.DataFrame({"rank": list(range(n)), "instances": [3 * iterations] * n, "last": [2 * iterations] + [1] * (n - 1),
+                          "net_lasting": net_lasting})
+    return LatenessEvidence(ran=True, ranks=ranks, z_crit=2.6, iterations=iterations)
+
+
+@pytest.mark.parametrize(("net_lasting", "iterations", "kept"), [
+    ([1.0, 1 / 3, 0.0, 0.0], 3, False),     # 4 ranks, 3 steps: 4 x (1/3)^3, about one time in 7
+    ([1.0, 0.0, 0.0, 0.0], 3, False),       # 4 x (1/4)^3 = 1 in 16
+    ([1.0, 1 / 3, 0.0, 0.0], 6, True),      # 4 x (1/3)^6, about 1 in 180
+    ([1.0] + [0.0] * 7, 3, False),          # 8 x (1/8)^3 = 1 in 64, above the false-alarm budget of 1 in 100
+    ([1.0] + [0.0] * 7, 4, True),           # 8 x (1/8)^4 = 1 in 512
+])
+def test_a_stand_in_that_every_step_names_is_kept_only_where_turns_of_chance_would_not(net_lasting, iterations, kept):
+    overruled = []
+    out = lasting_stand_ins([Suspect(rank=0, kind="slow_compute", confidence=0.6, slowdown=1.4)],
+                            _turns(net_lasting, iterations), overruled)
+    assert [s.rank for s in out] == ([0] if kept else [])
+    if not kept:
+        assert "in 100% of the traced iterations" in overruled[0].line
+        assert f"with {iterations} iterations traced, one of {len(net_lasting)} ranks taking turns" in overruled[0].line
