@@ -100,12 +100,13 @@ def lasting_stand_ins(stand_ins: list[Suspect], lateness: LatenessEvidence,
             continue
         why = ("alone names a rank only in (nearly) every one: a fault lasts, while ranks drawing other work "
                "each step are last in most steps by chance" if lasting < STAND_IN_LASTING else
-               f"alone names a rank only where that is no turn of chance: with {lateness.iterations} iterations traced, "
-               f"one of {lateness.ranks.height} ranks taking turns does so about one time in "
+               "alone names a rank only where that is no turn of chance: with "
+               f"{lateness.iterations} iterations traced, one of {lateness.ranks.height} ranks taking turns does so "
+               "about one time in "
                f"{max(round(1 / max(chance, 1e-9)), 1)}")
         overruled.append(Overruled(s.rank, f"rank {s.rank} kept the others waiting (last at {row['last']} of "
                                            f"{row['instances']} collectives) in {lasting:.0%} of the "
-                                           f"traced iterations: not a suspect (stage 1 found no clear slowdown, and stage 2 "
+                                           "traced iterations: not a suspect (stage 1 found no clear slowdown, and stage 2 "
                                            f"{why})"))
     return kept
 

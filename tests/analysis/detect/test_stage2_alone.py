@@ -34,8 +34,8 @@ def test_a_stand_in_lasts_in_all_but_one_of_ten_steps_or_is_overruled_with_a_not
 
 def _turns(net_lasting: list[float], iterations: int) -> LatenessEvidence:
     n = len(net_lasting)
-    ranks = pl.DataFrame({"rank": list(range(n)), "instances": [3 * iterations] * n, "last": [2 * iterations] + [1] * (n - 1),
-                          "net_lasting": net_lasting})
+    ranks = pl.DataFrame({"rank": list(range(n)), "instances": [3 * iterations] * n,
+                          "last": [2 * iterations] + [1] * (n - 1), "net_lasting": net_lasting})
     return LatenessEvidence(ran=True, ranks=ranks, z_crit=2.6, iterations=iterations)
 
 
