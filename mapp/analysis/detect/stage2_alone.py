@@ -67,7 +67,9 @@ DDP4 under the profiler's defaults, lognormal lengths, no fault: a rank 1.31-1.4
 busy time in 3 of 4 steps and 1.0x in the fourth, net waiting imposed in 3 of 4, "slow compute 1"
 2.03x; healthy, 4 loader workers a process: 1.09-1.22x in 3 of 4 and 0.95x, "slow host 3"). Over
 the 880 jobs recorded before (477 under the profiler) no suspect stage 2 stood in for was named
-right by it."""
+right by it. The share is necessary, not enough: the lead must also be no turn of chance among the
+ranks (``lasting_by_chance``), which few ranks over few steps are not (two ranks: 9 of 10 steps is
+one time in 50)."""
 
 
 def lasting_by_chance(lateness: LatenessEvidence, net_lasting: float) -> float:

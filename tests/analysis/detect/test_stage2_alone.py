@@ -1,5 +1,6 @@
 """Stage 2's stand-ins (``stage2_alone.lasting_stand_ins``): a rank that stage 1 finds no slower is
-named by stage 2 alone only where it keeps the others waiting in (nearly) every traced iteration.
+named by stage 2 alone only where it keeps the others waiting in (nearly) every traced iteration,
+more of them than ranks taking turns would by chance (``lasting_by_chance``).
 The real runs that set the rule are in ``test_users_recordings.py``; here, its reach over traces
 of other lengths, on the rows stage 2 writes."""
 
