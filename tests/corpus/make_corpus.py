@@ -4801,6 +4801,74 @@ def fresh145_set(seed: int = FRESH145_SEED) -> list[Case]:
     ]
 
 
+
+FRESH146_SEED = 971
+# ``fresh146``'s CPU model shapes: between GPT_MAPP's and ``CPU_SHAPE_142``'s, no other set's
+CPU_SHAPE_146 = {"mapp-v1": {"--hidden": "192", "--heads": "6", "--seq": "192"},
+                 "kineto": {"--hidden": "640", "--heads": "10", "--seq": "96"}}
+
+
+def fresh146_set(seed: int = FRESH146_SEED) -> list[Case]:
+    """Held out in the sixty-eighth session, before any change (``--set fresh146``, seed 971, for
+    CPUs: 4 gloo processes on 4 cores, one each), a CPU model shape no other set used
+    (``CPU_SHAPE_146``): issue 13's plain DDP / FSDP2 and DP x TP profiler jobs, megatron-core DP4,
+    TP2 x DP2, PP2 x DP2, PP4 and TP2 x PP2 under both captures -- healthy, a heavier last stage,
+    lognormal lengths, a rank sharing its core with a spinning process, and faults. Ids end in
+    ``-f146``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f146", **k), CPU_SHAPE_146)
+    r = _recorded
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=2, factor=1.5, tag="-f146"),
+        _plain("fsdp4", "dp4", seed, rank=1, sleep_ms=25, tag="-f146"),
+        _plain("tp2dp2", "tp2dp2", seed, tag="-f146"),
+        _plain("ddp4", "dp4", seed, rank=3, step_sleep_ms=24, tag="-f146"),
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=2, ms=25),
+        g("dp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("dp4", "mapp-v1", "cpuhog", rank=0, duty=0.5),
+        # megatron-core, torch.profiler
+        r(g("dp4", "kineto", "beforemb", rank=2, ms=25), "default"),
+        r(g("tp2dp2", "kineto", "healthy"), "default"),
+        r(g("pp4", "kineto", "laststage", last_layers=3), "default"),
+        r(g("pp2dp2", "kineto", "layer", rank=0, factor=1.45), "default"),
+        r(g("tp2dp2", "kineto", "seqlognorm", sigma=1.0), "default"),
+        r(g("dp4", "kineto", "hostsleep", rank=0, ms=25), "default"),
+    ]
+
+
+FRESH147_SEED = 977
+
+
+def fresh147_set(seed: int = FRESH147_SEED) -> list[Case]:
+    """``fresh146``'s 8-rank companion (``--set fresh147``, seed 977, for CPUs: 8 gloo processes on
+    8 cores, one each), the same CPU model shapes: issue 13's PP4 x DP2 with a heavier last stage
+    and lognormal lengths, beside a healthy DP8 and faults in PP4 x DP2, PP2 x DP4, TP2 x PP2 x DP2
+    and DP8 under both captures. Ids end in ``-f147``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f147", **k), CPU_SHAPE_146)
+    r = _recorded
+
+    return [
+        # megatron-core, mapp capture
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp2", "mapp-v1", "layer", rank=6, factor=1.4),
+        g("dp8", "mapp-v1", "healthy"),
+        g("tp2pp2dp2", "mapp-v1", "hostsleep", rank=5, ms=25),
+        # megatron-core, torch.profiler
+        r(g("pp4dp2", "kineto", "laststage", last_layers=3), "default"),
+        r(g("pp4dp2", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("pp2dp4", "kineto", "layer", rank=3, factor=1.4), "default"),
+        r(g("dp8", "kineto", "beforemb", rank=4, ms=25), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5404,6 +5472,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh143": fresh143_set,
         "fresh144": fresh144_set,
         "fresh145": fresh145_set,
+        "fresh146": fresh146_set,
+        "fresh147": fresh147_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
