@@ -4869,6 +4869,64 @@ def fresh147_set(seed: int = FRESH147_SEED) -> list[Case]:
     ]
 
 
+
+FRESH148_SEED = 983
+
+
+def fresh148_set(seed: int = FRESH148_SEED) -> list[Case]:
+    """Held out in the sixty-eighth session, after ``fresh146``'s runs and the changes they led to
+    (``--set fresh148``, seed 983, for CPUs: 4 gloo processes on 4 cores, one each), the CPU model
+    shapes of most sets: PP2 x DP2 with a heavier last stage beside faults on either stage of a
+    balanced one, DP4 and TP2 x DP2 faults, a rank sharing its core with a spinning process,
+    lognormal lengths and healthy jobs, under both captures. Ids end in ``-f148``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f148", **k)
+    r = _recorded
+
+    return [
+        # megatron-core, mapp capture
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "mapp-v1", "layer", rank=0, factor=1.4),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=2, ms=25),
+        g("dp4", "mapp-v1", "layer", rank=1, factor=1.35),
+        g("tp2dp2", "mapp-v1", "layer", rank=3, factor=1.4),
+        g("dp4", "mapp-v1", "cpuhog", rank=2, duty=0.5),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        # megatron-core, torch.profiler
+        r(g("pp2dp2", "kineto", "laststage", last_layers=2), "default"),
+        r(g("pp2dp2", "kineto", "layer", rank=1, factor=1.4), "default"),
+        r(g("dp4", "kineto", "layer", rank=2, factor=1.4), "default"),
+        r(g("dp4", "kineto", "seqlognorm", sigma=0.9), "default"),
+    ]
+
+
+FRESH149_SEED = 991
+
+
+def fresh149_set(seed: int = FRESH149_SEED) -> list[Case]:
+    """``fresh148``'s 8-rank companion (``--set fresh149``, seed 991, for CPUs: 8 gloo processes on
+    8 cores, one each): PP4 x DP2 and PP2 x DP4 with a heavier last stage beside faults on the
+    first and middle stages of balanced ones, a host sleep and a DP8 layer fault, under both
+    captures. Ids end in ``-f149``."""
+    def g(*a, **k):
+        return gpt_case(*a, seed=seed, tag="-f149", **k)
+    r = _recorded
+
+    return [
+        # megatron-core, mapp capture
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp2", "mapp-v1", "layer", rank=0, factor=1.4),
+        g("pp4dp2", "mapp-v1", "hostsleep", rank=1, ms=25),
+        g("pp2dp4", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp4", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("dp8", "mapp-v1", "layer", rank=3, factor=1.35),
+        # megatron-core, torch.profiler
+        r(g("pp4dp2", "kineto", "laststage", last_layers=2), "default"),
+        r(g("pp4dp2", "kineto", "layer", rank=2, factor=1.45), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5474,6 +5532,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh145": fresh145_set,
         "fresh146": fresh146_set,
         "fresh147": fresh147_set,
+        "fresh148": fresh148_set,
+        "fresh149": fresh149_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
