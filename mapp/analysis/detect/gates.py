@@ -11,7 +11,7 @@ from mapp.analysis.detect.peers import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["holds_up_at_one_point", "idle_in_slack", "keeps_waiting", "light_stage", "most_steps", "overruled_line",
-           "overruled_why", "recurring_stalls_stand", "stage2_agrees",
+           "overruled_why", "recurring_stalls_stand", "stage2_agrees", "stage2_contradicts",
            "stalled_iterations", "stalls_last", "traced_iterations"]
 
 
@@ -28,6 +28,19 @@ def stage2_agrees(late: dict | None) -> bool:
     collectives per iteration, being last "more than chance" cannot be shown; a victim, which
     waits, is still told apart.)"""
     return late is not None and late["net_ns"] > 0 and late["share_last"] >= late["expected_share"]
+
+
+def stage2_contradicts(late: dict | None) -> bool:
+    """Stage 2 finds the rank no straggler on both counts: last no more often than chance, and
+    waiting on the others, net, at least as long as they wait on it. On shared CPUs a slower
+    core stretches a healthy process's layers in every step as a fault would, but only what the
+    job waits for keeps the others waiting (megatron-core DP4 under mapp's capture, 4 processes
+    on 4 CPUs of a 16-CPU machine beside other jobs, a process spinning on rank 0's core half the
+    time: rank 1's layers 1.20x its peers' at z 7.4 in three steps of four, last at 4 of 16
+    all-reduces, waiting 24 ms net, "slow compute 1"). A rank slowed in a pipeline may wait at its
+    transfers more than it makes others wait and still be last more often than chance (PP4 x DP8
+    on 16 cores, 1.9x layers on rank 13: last at 25%, chance 12.5%, 23 ms net waited)."""
+    return late is not None and late["net_ns"] <= 0 and late["share_last"] <= late["expected_share"]
 
 
 def most_steps(late: dict | None) -> bool:
@@ -105,9 +118,17 @@ def _stage_compute(peers: PeerEvidence, stage: int | None) -> float | None:
     return None if own.is_empty() else float(own["compute_ns"][0])
 
 
-def light_stage(peers: PeerEvidence, stage: int | None, threshold: float) -> tuple[int, float] | None:
+def _rank_compute(peers: PeerEvidence, rank: int) -> float | None:
+    """What ``rank`` computes a step (its median over the traced iterations), its slowness and all."""
+    own = peers.rank_iterations.filter(pl.col("rank") == rank)
+    return None if own.is_empty() else float(own["busy_ns"].median())
+
+
+def light_stage(peers: PeerEvidence, stage: int | None, threshold: float,
+                rank: int | None = None) -> tuple[int, float] | None:
     """One rank a stage: the heaviest stage and the share of its work that stage ``stage`` does,
-    where that is under 1 / (1 + ``threshold``), or None.
+    where that is under 1 / (1 + ``threshold``), or None. With ``rank``, the share that rank does
+    itself, its slowness and all (for a rank compared with its own stage's replicas).
 
     A pipeline runs at its heaviest stage's pace, so a stage that computes less than that one by
     more than the threshold, its slower layers and all, sets no pace a suspect must set; on shared
@@ -117,8 +138,18 @@ def light_stage(peers: PeerEvidence, stage: int | None, threshold: float) -> tup
     of the heaviest's work ("slow compute 0" 1.63x at 51%, when the bar was half of it). Ranks
     slowed by injected layer faults, GPU hogs and work before each microbatch and named, one rank
     a stage, on CPUs and GPUs: their stage the heaviest in each of 42 runs. (A stage's work is
-    all its ops', also where a profiler trace without shapes compares a few of them.)"""
-    heaviest, own = _heaviest_stage(peers), _stage_compute(peers, stage)
+    all its ops', also where a profiler trace without shapes compares a few of them.)
+
+    The same holds for a rank slower than its stage's other replicas on shared CPUs, where its
+    own work stays so far under the heaviest stage's: megatron-core PP4 x DP2 under mapp's capture
+    with 3 of 6 layers on the last stage, 8 processes on 8 CPUs of a 16-CPU machine beside other
+    jobs, no fault: rank 0's layers 1.19x its replica's at z 5.9 in every step, the rank doing 46%
+    of the last stage's work, "slow compute 0" in one run of three (issue 13's PP4 x DP2 class).
+    Not off shared CPUs: the simulated suite's pipelines carry the output layer on the last stage,
+    their first stage doing 61-78% of its work, and a GPU 1.2-1.3x slower there is a fault it
+    asks to be named."""
+    heaviest = _heaviest_stage(peers)
+    own = _stage_compute(peers, stage) if rank is None else _rank_compute(peers, rank)
     if heaviest is None or own is None or float(heaviest["compute_ns"]) <= 0:
         return None
     share = own / float(heaviest["compute_ns"])
@@ -226,7 +257,8 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     4. Idle gaps stretch on any busy host by chance: a host named for its gaps alone must also
        keep the others waiting. Passed by stalls.
     5. One rank a stage: slower layers on a stage that computes less than the heaviest by more
-       than the slowdown ``threshold`` are not what the pipeline waits on (``light_stage``). Not
+       than the slowdown ``threshold`` are not what the pipeline waits on (``light_stage``); on
+       shared CPUs, nor a rank slower than its stage's replicas whose own work is so light. Not
        passed.
     6. One rank a stage: a host whose extra idle time fits in its stage's wait on a heavier
        stage (``idle_in_slack``; ``stage``: the rank's pipeline stage) is not what the pipeline
@@ -235,6 +267,12 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        peers' by half its layers' slowdown or more (``whole_process``), its layers slower than
        that by less than the threshold, ran slower as a process, not on more work: the cores
        gave it less time. Not passed.
+
+    8. On shared CPUs, a rank compared with more than one peer of its stage or replica group
+       whom stage 2 finds no straggler on both counts (``stage2_contradicts``: last no more often
+       than chance, waiting on the others net) is a process on a slower core, not what the job
+       waits for. Passed by counted work and by layers slower than every other stage's same
+       layers (``peers._layer_alone``).
 
     *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
     stage 2 that matched calls of no known group by their order on every rank is one and does
@@ -290,7 +328,10 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     # of its collectives, for the first stage finishes every step last)
     if peers.mode == "layer peers" and not stalls and stalled >= peers.min_effect * busy:
         stalls = len(stalled_iterations(peers, row["rank"])) >= CONSISTENT * traced_iterations(peers)
-    light = light_stage(peers, stage, threshold) if peers.mode == "layer peers" and not host else None
+    # (compared with its stage's replicas on shared CPUs: what the rank itself computes, ``light_stage``)
+    light = (light_stage(peers, stage, threshold) if peers.mode == "layer peers" and not host else
+             light_stage(peers, stage, threshold, rank=int(row["rank"])) if peers.mode == "stage peers" and shared_cpus
+             and not host else None)
     idle_excess = max(float(row["gap_excess_ns"] or 0.0), stalled)
     slack = idle_in_slack(peers, stage, idle_excess) if peers.mode == "layer peers" and host else None
     # Stage 2 with nothing to go on, no collective recorded (the original MegatronApp tracer's
@@ -310,6 +351,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          bool(row.get("layer_alone")) or counted_work or alone or unjudged or (host and (holds_up or recurring))
          or (replica and not host and bool(row["flagged"])),
          "two-peer comparison: stage 2 does not agree"),
+        (shared_cpus and not host and not peers.pairs and peers.mode in ("dp peers", "stage peers")
+         and stage2_contradicts(late),
+         bool(row.get("layer_alone")) or counted_work, "stage 2 finds it waiting on the others more than they wait on it"),
         (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= traced_iterations(peers),
          False, "one rank a stage: slower than the other stage's same layers in half the iterations or fewer"),
         (peers.mode == "program peers" and late is not None and not (agrees and (not shared_cpus or most_steps(late))),
@@ -318,7 +362,8 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          "iterations, not most"),
         (host and not row["flagged"] and late is not None and not agrees,
          stalls, "idle gaps alone: stage 2 does not agree"),
-        (light is not None, False, f"its stage computes {light[1]:.0%} of stage {light[0]}'s work, under "
+        (light is not None, False, f"{'its stage computes' if peers.mode == 'layer peers' else 'it computes'} "
+                                   f"{light[1]:.0%} of stage {light[0]}'s work, under "
                                    f"1/{1 + threshold:g}: the pipeline waits on that one" if light else ""),
         (slack is not None, False, f"its stage computes less than stage {slack} by more than it idles: the pipeline "
                                    "waits on that one, its idle time inside that wait"),

@@ -2422,3 +2422,30 @@ def test_on_shared_cpus_a_rank_that_holds_the_others_up_unnamed_is_told_of():
     assert verdict.suspects == []
     told = [n for n in verdict.notes if "kept the others waiting at the collectives" in n]
     assert len(told) == 1 and told[0].startswith("rank 1 kept the others waiting") and "last at 29 of 32" in told[0]
+
+
+def test_on_shared_cpus_a_rank_slower_than_its_dp_peers_that_waits_on_them_is_no_suspect():
+    # Held out in the sixty-eighth session (fresh146, DP4 under mapp's capture, 4 gloo processes
+    # on 4 cores of a 16-CPU machine beside other jobs, another process spinning half the time on
+    # rank 0's core). Rank 1, whose core was merely slower, computed 1.20x its peers at z 7.4,
+    # yet was last at 4 of the 16 all-reduces (chance) and waited 24 ms more than it made the
+    # others wait: "slow compute 1" before, a healthy rank named in the culprit's place
+    c = FRESH_CASES["gpt-dp4-mapp-cpuhog0.5-r0-f146"]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    assert 1 not in {s.rank for s in verdict.suspects}
+    told = [n for n in verdict.notes if n.startswith("rank 1 computes")]
+    assert len(told) == 1 and "waiting on the others more than they wait on it" in told[0], verdict.notes
+
+
+def test_on_shared_cpus_a_replica_of_a_light_stage_slower_than_its_twin_is_no_slow_gpu():
+    # Held out in the sixty-eighth session (fresh147, issue 13's class: PP4 x DP2 under mapp's
+    # capture, 3 of 6 layers on the last stage, 8 gloo processes on 8 cores, no fault). Rank 0
+    # computed 1.19x its stage-0 replica at z 5.9 in every step and was last at 75% of its
+    # collectives, but its own work was under half the last stage's: the pipeline waits on that
+    # stage, which is named as imbalance. "slow compute 0" before, in one run of three
+    c = FRESH_CASES["gpt-pp4dp2-mapp-laststage3of6-f147"]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert [i.evidence["stage"] for i in verdict.imbalance] == [3]
+    told = [n for n in verdict.notes if n.startswith("rank 0 computes")]
+    assert len(told) == 1 and "of stage 3's work" in told[0] and "the pipeline waits on that one" in told[0]
