@@ -4927,6 +4927,55 @@ def fresh149_set(seed: int = FRESH149_SEED) -> list[Case]:
     ]
 
 
+
+FRESH150_SEED = 997
+
+
+def fresh150_set(seed: int = FRESH150_SEED) -> list[Case]:
+    """Held out in the sixty-eighth session after its change (``--set fresh150``, seed 997, for
+    CPUs: 4 gloo processes on 4 cores, one each), ``CPU_SHAPE_146``'s model shapes: DP4 layer
+    faults and healthy DP4, heavier last stages and lognormal lengths in PP2 x DP2 and TP2 x DP2,
+    under both captures. Ids end in ``-f150``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f150", **k), CPU_SHAPE_146)
+    r = _recorded
+
+    return [
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "layer", rank=0, factor=1.3),
+        g("dp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.35),
+        # megatron-core, torch.profiler
+        r(g("dp4", "kineto", "layer", rank=3, factor=1.35), "default"),
+        r(g("pp2dp2", "kineto", "laststage", last_layers=3), "default"),
+        r(g("dp4", "kineto", "healthy"), "default"),
+    ]
+
+
+FRESH151_SEED = 1009
+
+
+def fresh151_set(seed: int = FRESH151_SEED) -> list[Case]:
+    """``fresh150``'s 8-rank companion (``--set fresh151``, seed 1009, for CPUs: 8 gloo processes
+    on 8 cores, one each): PP4 x DP2 and PP2 x DP4 with a heavier last stage or lognormal lengths
+    beside a layer fault on a replica of the first stage and work before each microbatch. Ids end
+    in ``-f151``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f151", **k), CPU_SHAPE_146)
+    r = _recorded
+
+    return [
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4dp2", "mapp-v1", "layer", rank=1, factor=1.35),
+        g("pp2dp4", "mapp-v1", "laststage", last_layers=3),
+        r(g("pp2dp4", "kineto", "laststage", last_layers=3), "default"),
+        r(g("pp4dp2", "kineto", "beforemb", rank=4, ms=25), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5534,6 +5583,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh147": fresh147_set,
         "fresh148": fresh148_set,
         "fresh149": fresh149_set,
+        "fresh150": fresh150_set,
+        "fresh151": fresh151_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
