@@ -149,8 +149,10 @@ def light_stage(peers: PeerEvidence, stage: int | None, threshold: float,
     their first stage doing 61-78% of its work, and a GPU 1.2-1.3x slower there is a fault it
     asks to be named."""
     heaviest = _heaviest_stage(peers)
+    if heaviest is None or float(heaviest["compute_ns"]) <= 0:
+        return None
     own = _stage_compute(peers, stage) if rank is None else _rank_compute(peers, rank)
-    if heaviest is None or own is None or float(heaviest["compute_ns"]) <= 0:
+    if own is None:
         return None
     share = own / float(heaviest["compute_ns"])
     return (int(heaviest["pp"]), share) if share < 1 / (1 + threshold) else None
@@ -267,7 +269,6 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        peers' by half its layers' slowdown or more (``whole_process``), its layers slower than
        that by less than the threshold, ran slower as a process, not on more work: the cores
        gave it less time. Not passed.
-
     8. On shared CPUs, a rank compared with more than one peer of its stage or replica group
        whom stage 2 finds no straggler on both counts (``stage2_contradicts``: last no more often
        than chance, waiting on the others net) is a process on a slower core, not what the job
