@@ -131,11 +131,14 @@ class TraceDatabase:
         """``execute`` on a worker thread so Ctrl-C (KeyboardInterrupt here) cancels the query
         through ``connection.interrupt()`` and leaves the connection usable."""
         outcome: dict[str, Any] = {}
-        done = threading.Event()
+        go, done = threading.Event(), threading.Event()
+        cancelled = False
 
         def work() -> None:
+            go.wait()
             try:
-                outcome["results"] = self.execute(sql, params)
+                if not cancelled:
+                    outcome["results"] = self.execute(sql, params)
             except BaseException as error:  # handed back to the calling thread
                 outcome["error"] = error
             finally:
@@ -143,15 +146,25 @@ class TraceDatabase:
 
         # Waited for by polling an Event between short sleeps, not by Thread.join: the wait is
         # plain Python between sleeps, where a KeyboardInterrupt lands cleanly, and after the
-        # interrupt no join on a thread that may be ending is needed.
+        # interrupt no join on a thread that may be ending is needed. The query starts only once
+        # this thread is inside the ``try``: a Ctrl-C landing while the worker was being started
+        # escaped it and left the query running, the connection busy for good (the interrupt
+        # test, under load, once).
         worker = threading.Thread(target=work, name="mapp-sql-query", daemon=True)
-        worker.start()
         try:
+            worker.start()
+            go.set()
             while not done.is_set():
                 time.sleep(0.05)
         except KeyboardInterrupt:
-            self.connection.interrupt()
+            if not go.is_set():   # the query never began
+                cancelled = True
+                go.set()
+                raise KeyboardInterrupt from None
+            # interrupting a connection with no query running does nothing: repeated until the
+            # query, which may be starting only now, has ended
             while not done.is_set():
+                self.connection.interrupt()
                 time.sleep(0.01)
             self._wait_until_idle()
             raise KeyboardInterrupt from None

@@ -185,3 +185,30 @@ def test_interrupt_cancels_a_running_query(faulty):
     finally:
         signal.signal(signal.SIGINT, previous)
         db.connection.remove_function("mark_running")
+
+
+def test_ctrl_c_while_the_query_is_being_started_leaves_no_query_running(monkeypatch):
+    """Ctrl-C landing while the worker thread starts (before the wait that catches it) must not
+    leave the query running on: the connection then stayed busy for good (seen once under load).
+    Here Ctrl-C is made to land there, after the thread has started, every time."""
+    import threading
+
+    from mapp.sql.database import TraceDatabase
+
+    real_start = threading.Thread.start
+
+    def start_then_ctrl_c(thread):
+        real_start(thread)
+        if thread.name == "mapp-sql-query":
+            raise KeyboardInterrupt
+
+    db = TraceDatabase(duckdb.connect())
+    monkeypatch.setattr(threading.Thread, "start", start_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        # cannot finish on its own, were it to start
+        db.execute_interruptibly("SELECT sum(t.i % 7) FROM range(1000000000000) t(i)")
+    monkeypatch.undo()
+    try:
+        assert db.query("SELECT 2 AS still").rows() == [(2,)]
+    finally:
+        db.connection.interrupt()   # (were the query running after all, the test ends anyway)
