@@ -4976,6 +4976,69 @@ def fresh151_set(seed: int = FRESH151_SEED) -> list[Case]:
     ]
 
 
+FRESH152_SEED = 1013
+# ``fresh152``'s CPU model shapes, no other set's: narrower and longer than ``CPU_SHAPE_146``'s
+CPU_SHAPE_152 = {"mapp-v1": {"--hidden": "160", "--heads": "4", "--seq": "224"},
+                 "kineto": {"--hidden": "576", "--heads": "8", "--seq": "80"}}
+
+
+def fresh152_set(seed: int = FRESH152_SEED) -> list[Case]:
+    """Held out in the sixty-ninth session, before any change (``--set fresh152``, seed 1013, for
+    CPUs as issue 13's held-out jobs ran: 4 gloo processes on 2 cores), a CPU model shape no other
+    set used (``CPU_SHAPE_152``): issue 13's plain jobs by its own words (DDP4 with 1.5x the
+    forward's work or a 20 ms stall before each step, TP2 x DP2 with a rank 1.6x or 2.5x slower),
+    megatron-core DP4, TP2 x DP2, PP2 x DP2, PP4 and TP2 x PP2 under both captures: healthy, a
+    heavier last stage, lognormal lengths and faults. Ids end in ``-f152``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f152", **k), CPU_SHAPE_152)
+    r = _recorded
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=1, factor=1.5, tag="-f152"),
+        _plain("ddp4", "dp4", seed, rank=2, step_sleep_ms=20, tag="-f152"),
+        _plain("ddp4", "dp4", seed, tag="-f152"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.6, tag="-f152"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=0, factor=2.5, tag="-f152"),
+        _plain("fsdp4", "dp4", seed, rank=0, sleep_ms=25, tag="-f152"),
+        # megatron-core, mapp capture
+        g("tp2dp2", "mapp-v1", "layer", rank=1, factor=1.5),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=3, ms=20),
+        g("dp4", "mapp-v1", "hostsleep", rank=2, ms=20),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("dp4", "mapp-v1", "layer", rank=0, factor=1.35),
+        # megatron-core, torch.profiler
+        r(g("tp2dp2", "kineto", "layer", rank=2, factor=1.5), "default"),
+        r(g("pp2dp2", "kineto", "laststage", last_layers=3), "default"),
+        r(g("dp4", "kineto", "seqlognorm", sigma=0.9), "default"),
+        r(g("pp4", "kineto", "layer", rank=2, factor=1.4), "default"),
+        r(g("tp2dp2", "kineto", "beforemb", rank=1, ms=20), "default"),
+        r(g("dp4", "kineto", "healthy"), "default"),
+    ]
+
+
+FRESH153_SEED = 1019
+
+
+def fresh153_set(seed: int = FRESH153_SEED) -> list[Case]:
+    """``fresh152``'s 8-rank companion (``--set fresh153``, seed 1019, for CPUs: 8 gloo processes
+    on 4 cores), its CPU model shapes: issue 13's PP4 x DP2 with a heavier last stage and PP2 x DP4
+    on lognormal lengths beside layer faults and a host sleep. Ids end in ``-f153``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f153", **k), CPU_SHAPE_152)
+    r = _recorded
+
+    return [
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp4dp2", "mapp-v1", "layer", rank=5, factor=1.4),
+        r(g("pp4dp2", "kineto", "laststage", last_layers=3), "default"),
+        r(g("dp8", "kineto", "layer", rank=6, factor=1.4), "default"),
+        r(g("pp2dp4", "kineto", "hostsleep", rank=1, ms=25), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5585,6 +5648,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh149": fresh149_set,
         "fresh150": fresh150_set,
         "fresh151": fresh151_set,
+        "fresh152": fresh152_set,
+        "fresh153": fresh153_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
