@@ -5039,6 +5039,43 @@ def fresh153_set(seed: int = FRESH153_SEED) -> list[Case]:
     ]
 
 
+FRESH154_SEED = 1021
+
+
+def fresh154_set(seed: int = FRESH154_SEED) -> list[Case]:
+    """Held out in the sixty-ninth session after ``fresh152``/``fresh153``'s runs (``--set
+    fresh154``, seed 1021, for CPUs as issue 13's held-out jobs ran: 4 gloo processes on 2 cores;
+    its 8-rank jobs on 4), ``CPU_SHAPE_152``'s model shapes: layer faults under mapp's capture done
+    as issue 13 does them, with real matmuls inside the forward (``gpt_case``'s ``work="matmul"``:
+    on shared cores the extra work slows the rank's neighbours too, where a sleep gives its core
+    away), in DP4, TP2 x DP2, PP2 x DP2, TP2 x PP2, PP4 and PP4 x DP2, beside healthy, heavier-last-
+    stage and lognormal jobs of the same layouts. Ids end in ``-f154``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f154", **k), CPU_SHAPE_152)
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        mm("dp4", 2, 1.4),
+        mm("dp4", 0, 1.3),
+        mm("tp2dp2", 3, 1.5),
+        mm("tp2dp2", 0, 1.35),
+        mm("pp2dp2", 1, 1.45),
+        mm("pp2dp2", 2, 1.35),
+        mm("tp2pp2", 2, 1.5),
+        mm("pp4", 1, 1.5),
+        mm("pp4dp2", 6, 1.45),
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp4", "mapp-v1", "beforemb", rank=1, ms=25),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5650,6 +5687,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh151": fresh151_set,
         "fresh152": fresh152_set,
         "fresh153": fresh153_set,
+        "fresh154": fresh154_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
