@@ -5048,8 +5048,8 @@ def fresh154_set(seed: int = FRESH154_SEED) -> list[Case]:
     its 8-rank jobs on 4), ``CPU_SHAPE_152``'s model shapes: layer faults under mapp's capture done
     as issue 13 does them, with real matmuls inside the forward (``gpt_case``'s ``work="matmul"``:
     on shared cores the extra work slows the rank's neighbours too, where a sleep gives its core
-    away), in DP4, TP2 x DP2, PP2 x DP2, TP2 x PP2, PP4 and PP4 x DP2, beside healthy, heavier-last-
-    stage and lognormal jobs of the same layouts. Ids end in ``-f154``."""
+    away), in DP4, TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4, beside healthy, heavier-last-stage and
+    lognormal jobs of the same layouts. Ids end in ``-f154``."""
     def g(*a, **k):
         return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f154", **k), CPU_SHAPE_152)
 
@@ -5065,14 +5065,28 @@ def fresh154_set(seed: int = FRESH154_SEED) -> list[Case]:
         mm("pp2dp2", 2, 1.35),
         mm("tp2pp2", 2, 1.5),
         mm("pp4", 1, 1.5),
-        mm("pp4dp2", 6, 1.45),
         g("dp4", "mapp-v1", "healthy"),
         g("tp2dp2", "mapp-v1", "healthy"),
         g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
         g("tp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
         g("pp4", "mapp-v1", "healthy"),
-        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
         g("dp4", "mapp-v1", "beforemb", rank=1, ms=25),
+    ]
+
+
+FRESH155_SEED = 1031
+
+
+def fresh155_set(seed: int = FRESH155_SEED) -> list[Case]:
+    """``fresh154``'s 8-rank companion (``--set fresh155``, seed 1031, for CPUs: 8 gloo processes
+    on 4 cores), its model shapes and matmul layer faults: PP4 x DP2 with a 1.45x layer fault on a
+    replica of the last stage beside a heavier last stage, no fault. Ids end in ``-f155``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f155", **k), CPU_SHAPE_152)
+
+    return [
+        g("pp4dp2", "mapp-v1", "layer", rank=6, factor=1.45, work="matmul"),
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
     ]
 
 
@@ -5688,6 +5702,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh152": fresh152_set,
         "fresh153": fresh153_set,
         "fresh154": fresh154_set,
+        "fresh155": fresh155_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
