@@ -2449,3 +2449,16 @@ def test_on_shared_cpus_a_replica_of_a_light_stage_slower_than_its_twin_is_no_sl
     assert [i.evidence["stage"] for i in verdict.imbalance] == [3]
     told = [n for n in verdict.notes if n.startswith("rank 0 computes")]
     assert len(told) == 1 and "of stage 3's work" in told[0] and "the pipeline waits on that one" in told[0]
+
+
+def test_on_shared_cpus_a_host_whose_stalls_stand_out_in_every_step_is_named_though_it_waits_net():
+    # Held out in the sixty-ninth session (fresh152, megatron-core PP2 x DP2 under mapp's capture,
+    # 4 gloo processes on 2 cores, 20 ms of matmuls before each microbatch on rank 3, outside the
+    # model's spans). Its idle time stood out in all 4 steps (82 ms a step more than its stage
+    # peer's, z 41-55), yet, its one DP peer being the only one to compare with, it was last at 2
+    # of the 4 all-reduces and waited 29 ms net: which process the two cores run while it works
+    # decides who waits. "no suspect" before (two-peer comparison: stage 2 does not agree)
+    c = FRESH_CASES["gpt-pp2dp2-mapp-beforemb20ms-r3-f152"]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects[:1]] == [(3, "slow_host")]
+    assert verdict.suspects[0].slowdown > 1.1
