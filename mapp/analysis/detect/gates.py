@@ -69,8 +69,8 @@ def holds_up_at_one_point(late: dict | None, stalled: float) -> bool:
 def recurring_stalls_stand(peers: PeerEvidence, late: dict | None, shared_cpus: bool, stalled: float,
                            standing_out: bool = False) -> bool:
     """Stage 2 does not contradict a rank's stalls on shared CPUs where stage 1 counted calls
-    (its stalls are then those that recur at one place of its program, ``idle._recurring``), or
-    where its idle time stands out (below), and
+    (its stalls are then those that recur at one place of its program, ``idle._recurring``), or,
+    where they are not, its idle time stands out (below), and
     the rank waits on the others, net over the run, less than it stalls beyond its peers in one
     iteration (``stalled``), however seldom it is last: a process that sleeps hands its core to
     the others, whose ops then run faster, so who reaches a collective last is the cores' chance,
@@ -99,13 +99,17 @@ def recurring_stalls_stand(peers: PeerEvidence, late: dict | None, shared_cpus: 
     rank of a healthy, imbalanced or other fault job stalled so with its idle time standing out
     (one PP2 stage rank stalled so at z 1.6); those whose idle time stood out stalled 5% of
     their work at most (their idle time's excess and z: ``benchmarks/detect_evidence.py``).
-    Idle time standing out so needs no counted calls: it holds under mapp's capture too, whose
-    spans are compared by name (megatron-core PP2 x DP2, 4 processes on 2 cores, 20 ms of matmuls
-    before each microbatch on rank 3: 82 ms more stalls a step at z 41-55 in all 4 steps, its one
-    DP peer to compare with, last at 2 of 4 all-reduces, waiting 29 ms net; "no suspect" before,
-    in one run of six; over the committed corpora and 173 held-out runs nothing else changed)."""
-    if not (shared_cpus and late is not None and (peers.counted or standing_out)):
+    Where calls are not counted (mapp's capture, whose spans are compared by name) it takes both,
+    idle time standing out and a net wait under one iteration's stalls: megatron-core PP2 x DP2,
+    4 processes on 2 cores, 20 ms of matmuls before each microbatch on rank 3: 82 ms more stalls a
+    step at z 41-55 in all 4 steps, its one DP peer to compare with, last at 2 of 4 all-reduces,
+    waiting 29 ms net over the run ("no suspect" before, in one run of six); a healthy TP2 x DP2's
+    rank 2 idled 12.8 ms a step more at z 19.9, standing out too, but waited 202 ms net (named a
+    host at threshold 0.03 with standing out alone)."""
+    if not (shared_cpus and late is not None):
         return False
+    if not peers.counted:   # spans by name (mapp's capture): both (see above)
+        return standing_out and late["net_ns"] > -stalled
     return standing_out or late["net_ns"] > -stalled
 
 
@@ -242,8 +246,8 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        stalls a step at z 97, net 78 ms a step imposed, last at 48% of its TP pair's calls), its
        idle time standing out or its stalls alone the threshold's share of its work
        (``big_stalls``: TP2 x DP2 under the profiler, 27 ms more stalls a step at z 2.5, 46%).
-       On shared CPUs where calls are counted or its idle time stands out, by recurring stalls too
-       (``recurring_stalls_stand``,
+       On shared CPUs where calls are counted (or, where not, its idle time stands out), by
+       recurring stalls too (``recurring_stalls_stand``,
        below): the gate is for compute compared between two ranks, each the other's mirror, where
        idle gaps are weighed against every peer's (a user's DDP transformer, 4 processes on 2
        cores, 2 loader workers a process and ``record_function`` ranges, a 38 ms sleep before
