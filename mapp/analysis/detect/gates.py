@@ -69,9 +69,10 @@ def holds_up_at_one_point(late: dict | None, stalled: float) -> bool:
 def recurring_stalls_stand(peers: PeerEvidence, late: dict | None, shared_cpus: bool, stalled: float,
                            standing_out: bool = False) -> bool:
     """Stage 2 does not contradict a rank's stalls on shared CPUs where stage 1 counted calls
-    (its stalls are then those that recur at one place of its program, ``idle._recurring``), or,
-    where they are not, its idle time stands out (below), and
-    the rank waits on the others, net over the run, less than it stalls beyond its peers in one
+    (its stalls are then those that recur at one place of its program, ``idle._recurring``) and
+    the rank's idle time stands out or (first paragraph) it waits little net; where calls are not
+    counted, only with both (last paragraph). Waiting little net: the rank waits on the others,
+    net over the run, less than it stalls beyond its peers in one
     iteration (``stalled``), however seldom it is last: a process that sleeps hands its core to
     the others, whose ops then run faster, so who reaches a collective last is the cores' chance,
     and what it imposes nets out at about nothing, where a victim waits at every collective of
