@@ -6,6 +6,13 @@ anchor; :meth:`anchor` says which wall-clock instant that is, and goes into the 
 metadata event as ``clock_anchor: {"unix_ns": ..., "trace_us": 0.0}``.
 
 - :class:`HostClock` (``clock: "host"``): stamps are ``time.perf_counter_ns()`` integers.
+- :class:`ThreadTimeClock` (``clock: "host"``, the tracer's default there): the host clock whose
+  stamps also read the training thread's CPU time and run-queue wait, which the writer records as each
+  span's ``tts``/``tdur`` (the Chrome trace format's thread clock: CPU time) and ``rdur`` (time
+  runnable, waiting for a core). On cores shared with other processes a span's wall time
+  includes the time its thread waited for a core; ``dur - rdur`` does not, so the time a span's
+  own work took (its computing, and any sleep or lock inside it) can be told from the time the
+  machine's other processes took from it.
 - :class:`CudaClock` (``clock: "cuda"``): stamps are CUDA events taken from a bounded pool and
   recorded on the current stream; nothing synchronizes. Each traced iteration records one
   *iteration anchor* event; an event's time is
@@ -25,11 +32,12 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import os
 import threading
 import time
 from typing import Any
 
-__all__ = ["HostClock", "CudaClock", "NotReady"]
+__all__ = ["HostClock", "ThreadTimeClock", "CudaClock", "NotReady"]
 
 
 class NotReady(Exception):
@@ -73,6 +81,65 @@ class HostClock:
     def anchor(self) -> dict[str, Any]:
         """The metadata that maps trace time to wall-clock time."""
         return {"unix_ns": self.base_unix_ns, "trace_us": 0.0, "source": "perf_counter_ns"}
+
+
+class ThreadTimeClock(HostClock):
+    """The host clock with the training thread's CPU time and run-queue wait in each stamp.
+
+    A stamp is ``(perf_counter_ns, thread_time_ns, schedstat, thread id)``: the thread's CPU
+    time (``CLOCK_THREAD_CPUTIME_ID``, exact) and the raw text of its
+    ``/proc/thread-self/schedstat`` (one ``pread`` of a file kept open, parsed later on the
+    writer thread), whose second field is the time the thread has spent runnable, waiting for
+    a core. (Its first field, CPU time, lags by up to a scheduler tick for a running thread;
+    the wait is exact when the thread reads it itself, running.) ~2 us a stamp: nothing at
+    layer granularity, where a span lasts milliseconds. Where Linux offers no such file, the
+    stamp holds the CPU time alone (``schedstat`` None).
+
+    The times are those of the thread that made the clock (the training thread): a stamp taken
+    on another thread (a backward hook on autograd's device thread) has none. With
+    ``OMP_NUM_THREADS=1`` (gloo jobs on CPUs) that thread does all of an op's work; with more
+    intra-op threads, its share and its wait for the others (spinning threads count as running)."""
+
+    def __init__(self, get_ns=time.perf_counter_ns, get_unix_ns=time.time_ns, schedstat: str | None = None,
+                 get_thread_ns=time.thread_time_ns, get_thread=threading.get_ident):
+        super().__init__(get_ns, get_unix_ns)
+        self._get_thread_ns = get_thread_ns
+        self._get_thread = get_thread
+        self.owner = get_thread()
+        fd: int | None = None
+        try:
+            fd = os.open(schedstat or "/proc/thread-self/schedstat", os.O_RDONLY)
+            _run_delay(os.pread(fd, 96, 0))
+        except (OSError, ValueError, IndexError):
+            if fd is not None:
+                os.close(fd)
+            fd = None
+        # kept open for the process's life: a hook may stamp after the tracer closed
+        self._read = (lambda: os.pread(fd, 96, 0)) if fd is not None else (lambda: None)
+        self.runnable = fd is not None
+        """Whether stamps hold the time runnable (``schedstat``), not the CPU time alone."""
+
+    def stamp(self, anchor: Any = None) -> tuple[int, int, Any, int]:
+        self.last = t = (self._get_ns(), self._get_thread_ns(), self._read(), self._get_thread())
+        return t
+
+    def to_us(self, stamp: tuple[int, int, Any, int], anchor: Any = None, checked: bool = True) -> float:
+        return (stamp[0] - self.base_ns) / 1000.0
+
+    def thread_us(self, t0: tuple, t1: tuple) -> tuple[float, float, float | None] | None:
+        """``(tts, tdur, rdur)`` in microseconds: the thread's CPU clock at ``t0``, its advance
+        to ``t1``, and the time between them that the thread was runnable but waited for a core
+        (None without ``schedstat``); None where another thread took either stamp."""
+        if t0[3] != self.owner or t1[3] != self.owner:
+            return None
+        tdur = max(t1[1] - t0[1], 0) / 1000.0
+        rdur = None if t0[2] is None or t1[2] is None else max(_run_delay(t1[2]) - _run_delay(t0[2]), 0) / 1000.0
+        return t0[1] / 1000.0, tdur, rdur
+
+
+def _run_delay(schedstat: bytes) -> int:
+    """A ``schedstat`` line's time waiting on a run queue (ns): its second field."""
+    return int(schedstat.split()[1])
 
 
 class CudaClock:

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator
 
 from mapp.trace_format import file_name, metadata_events
 
-from .clock import CudaClock, HostClock
+from .clock import CudaClock, HostClock, ThreadTimeClock
 from .window import Window
 from .writer import (EventSpec, TraceWriter, call_record, counter_record, free_record, release_record, span_record,
                      spec_record)
@@ -93,6 +93,10 @@ class TracerConfig:
     """How fine the trace is (iteration < schedule < layer < op)."""
     clock: str = "auto"
     """``host``, ``cuda`` (CUDA events), or ``auto``: ``cuda`` when torch sees a GPU."""
+    thread_time: bool = True
+    """On the host clock, also record each span's thread CPU time (``tts``/``tdur``): on cores
+    shared with other processes, what tells the work a span did from the time it waited for a
+    core (``clock.ThreadTimeClock``)."""
     layout: dict[str, int] = field(default_factory=dict)
     """Parallel sizes (tp, pp, dp, cp, ep, vpp) for the metadata event."""
     coords: dict[str, int] = field(default_factory=dict)
@@ -202,7 +206,7 @@ class Tracer:
         if kind == "cuda":
             return CudaClock(pool_size=config.event_pool)
         if kind == "host":
-            return HostClock()
+            return ThreadTimeClock() if config.thread_time else HostClock()
         raise ValueError(f"unknown trace clock {config.clock!r} (use host, cuda or auto)")
 
     def _header(self) -> list[dict[str, Any]]:

@@ -150,6 +150,7 @@ class TraceWriter:
         self._tails: dict[tuple, str] = {}
         self._pid_text = json.dumps(pid)
         self._bulk = getattr(clock, "kind", "host") == "cuda" and hasattr(clock, "newest_ready")
+        self._thread_us = getattr(clock, "thread_us", None)   # ``ThreadTimeClock``: tts/tdur/rdur too
         self._wake = threading.Event()
         self._stop = False
         self._lock = threading.Lock()
@@ -318,9 +319,14 @@ class TraceWriter:
         if kind != SPEC_LENT:
             clock.release(t1)
         ts, dur = round(start, 3), round(max(end - start, 0.0), 3)
+        thread = self._thread_us(t0, t1) if self._thread_us is not None else None
         if not (math.isfinite(ts) and math.isfinite(dur)):
-            return encode_event({"ph": "X", "name": name, "cat": cat, "pid": self.pid, "tid": tid,
-                                 "ts": ts, "dur": dur, "args": {"iteration": iteration, **(args or {})}})
+            event = {"ph": "X", "name": name, "cat": cat, "pid": self.pid, "tid": tid, "ts": ts, "dur": dur}
+            if thread is not None:
+                event.update(tts=round(thread[0], 3), tdur=round(thread[1], 3))
+                if thread[2] is not None:
+                    event["rdur"] = round(thread[2], 3)
+            return encode_event({**event, "args": {"iteration": iteration, **(args or {})}})
         key = (name, cat, tid)
         head = self._heads.get(key)
         if head is None:
@@ -329,6 +335,11 @@ class TraceWriter:
             self._heads[key] = head
         if tail is None:
             tail = self._tail(iteration, args)
+        if thread is not None:
+            tts, tdur, rdur = thread
+            runnable = f',"rdur":{_float_repr(round(rdur, 3))}' if rdur is not None else ""
+            return (f'{head}{_float_repr(ts)},"dur":{_float_repr(dur)},"tts":{_float_repr(round(tts, 3))},'
+                    f'"tdur":{_float_repr(round(tdur, 3))}{runnable},"args":{tail}')
         return f'{head}{_float_repr(ts)},"dur":{_float_repr(dur)},"args":{tail}'
 
     def _tail(self, iteration: Any, args: dict[str, Any] | None) -> str:

@@ -86,6 +86,8 @@ TABLES: dict[str, Table] = {t.name: t for t in [
         "src_file": "trace file the event came from", "src_line": "line in that file",
         "args": "the event's original args as JSON text",
         "launch_ns": "GPU work: start of the runtime call that launched it (ts_ns - launch_ns: its wait in the queue); null otherwise",
+        "thread_dur_ns": "a span timed on the host by mapp's capture: its thread's CPU time (the trace's tdur); null otherwise",
+        "runnable_ns": "the same spans: time its thread was runnable but waited for a core (rdur); dur_ns - runnable_ns is the span's own time on shared cores",
         "end_ns": "ts_ns + dur_ns (rank's own clock)",
         "ts_aligned_ns": "start on the reference rank's clock (null without a clock model)",
         "end_aligned_ns": "end on the reference rank's clock (null without a clock model)",

@@ -44,7 +44,7 @@ _KEPT_BYTE[np.frombuffer("".join(_KEPT_PHASES).encode(), dtype=np.uint8)] = True
 _GROUP_RANKS_TYPE = EVENTS_ARROW_SCHEMA.field("group_ranks").type
 _COLUMNS = (
     "{ph:'VARCHAR',name:'VARCHAR',cat:'VARCHAR',pid:'BIGINT',tid:'VARCHAR',"
-    "ts:'DOUBLE',dur:'DOUBLE',args:'JSON'}"
+    "ts:'DOUBLE',dur:'DOUBLE',tdur:'DOUBLE',rdur:'DOUBLE',args:'JSON'}"
 )
 # DuckDB parses a JSON array file on one thread, and rows must come out in file order: parsing
 # files side by side makes DuckDB hold the files ahead (and a 32 MiB read buffer per thread),
@@ -239,6 +239,8 @@ def _query(paths: list[str]) -> str:
         SELECT file_index, ph, name, cat, tid AS lane,
                CAST(round(ts * 1000) AS BIGINT) AS ts_ns,
                CAST(round(coalesce(dur, 0) * 1000) AS BIGINT) AS dur_ns,
+               CAST(round(tdur * 1000) AS BIGINT) AS thread_dur_ns,
+               CAST(round(rdur * 1000) AS BIGINT) AS runnable_ns,
                CAST(args AS VARCHAR) AS args
         FROM read_json({file_list}, format = 'array', columns = {_COLUMNS})
     """

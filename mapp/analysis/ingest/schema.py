@@ -45,6 +45,13 @@ EVENTS_SCHEMA: dict[str, pl.DataType] = {
     # idles while its next kernel was already launched is held by something other than its
     # host (another process's time slices), which ``ts_ns`` alone cannot tell.
     "launch_ns": pl.Int64(),
+    # A span timed on the host by mapp's capture (``ThreadTimeClock``): its thread's CPU time
+    # (the trace's ``tdur``) and the time its thread was runnable but waited for a core
+    # (``rdur``); null elsewhere. On cores shared with other processes ``dur_ns - runnable_ns``
+    # is the time the span's own work took (its computing, and any sleep inside it), without
+    # the time the other processes took from it.
+    "thread_dur_ns": pl.Int64(),
+    "runnable_ns": pl.Int64(),
 }
 
 _ARROW_TYPES = {pl.Int32(): pa.int32(), pl.Int64(): pa.int64(), pl.String(): pa.string(),
