@@ -5090,6 +5090,68 @@ def fresh155_set(seed: int = FRESH155_SEED) -> list[Case]:
     ]
 
 
+FRESH156_SEED = 1039
+# ``fresh156``'s CPU model shape under mapp's capture, no other set's
+CPU_SHAPE_156 = {"mapp-v1": {"--hidden": "256", "--heads": "8", "--seq": "160"},
+                 "kineto": {"--hidden": "512", "--heads": "8", "--seq": "96"}}
+
+
+def fresh156_set(seed: int = FRESH156_SEED) -> list[Case]:
+    """Held out in the seventieth session, after mapp's capture began to record each host span's
+    run-queue wait (``rdur``) and before any run (``--set fresh156``, seed 1039, for CPUs as
+    issue 13's held-out jobs ran: 4 gloo processes on 2 cores), ``CPU_SHAPE_156``: megatron-core
+    under mapp's capture in DP4, TP2 x DP2, PP2 x DP2, TP2 x PP2 and PP4 with layer faults of real
+    matmuls and of sleeps, work or a sleep before each microbatch, another process on a rank's
+    core, beside healthy, heavier-last-stage and lognormal jobs. Ids end in ``-f156``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f156", **k), CPU_SHAPE_156)
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        mm("dp4", 1, 1.3),
+        mm("dp4", 3, 1.4),
+        mm("tp2dp2", 2, 1.35),
+        mm("pp2dp2", 0, 1.4),
+        mm("pp2dp2", 3, 1.3),
+        mm("tp2pp2", 1, 1.4),
+        mm("pp4", 2, 1.35),
+        g("dp4", "mapp-v1", "layer", rank=2, factor=1.35),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("dp4", "mapp-v1", "beforemb", rank=0, ms=25),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=2, ms=20),
+        g("dp4", "mapp-v1", "cpuhog", rank=1, duty=0.5),
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+    ]
+
+
+FRESH157_SEED = 1049
+
+
+def fresh157_set(seed: int = FRESH157_SEED) -> list[Case]:
+    """``fresh156``'s 8-rank companion (``--set fresh157``, seed 1049, for CPUs: 8 gloo processes
+    on 4 cores), its model shape: PP4 x DP2 and DP8 with matmul layer faults beside a healthy PP4 x
+    DP2, a heavier last stage and PP2 x DP4 on lognormal lengths. Ids end in ``-f157``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f157", **k), CPU_SHAPE_156)
+
+    return [
+        g("pp4dp2", "mapp-v1", "layer", rank=5, factor=1.4, work="matmul"),
+        g("dp8", "mapp-v1", "layer", rank=6, factor=1.35, work="matmul"),
+        g("pp4dp2", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=1.0),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5703,6 +5765,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh153": fresh153_set,
         "fresh154": fresh154_set,
         "fresh155": fresh155_set,
+        "fresh156": fresh156_set,
+        "fresh157": fresh157_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
