@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, NamedTuple
 
@@ -9,8 +10,10 @@ import polars as pl
 
 from mapp.analysis.detect.added_work import LAUNCHED
 from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
+from mapp.analysis.detect.core_waits import absorbed, records_waits, waited
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
+from mapp.analysis.detect.own_time import RUNNABLE
 from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
 from mapp.analysis.detect.peers import PeerEvidence, compare_peers
 from mapp.analysis.detect.program import program_groups
@@ -23,7 +26,7 @@ from mapp.analysis.ingest.schema import COMM_WAIT_NAMES
 
 __all__ = ["StageEvidence", "detect_bundle", "stage_evidence"]
 
-_COLUMNS = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer", "launch_ns"]
+_COLUMNS = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer", "launch_ns", "runnable_ns"]
 
 
 class StageEvidence(NamedTuple):
@@ -44,17 +47,26 @@ class StageEvidence(NamedTuple):
     recorded."""
     counters: pl.DataFrame | None = None
     """Per rank, its device counters (``device.device_counters``; empty without NVML samples)."""
+    waited: dict[int, dict[str, float]] | None = None
+    """Where the spans carry their waits for a core (``core_waits``): the ranks whose waits stand
+    out (``core_waits.waited``); None where none are recorded or ``own_time`` was off."""
+    analysis: Any = None
+    """The bundle's ``mapp.analysis.run.Analysis`` the stages used."""
 
 
 def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = None, analysis: Any = None,
-                   lap=lambda name: None) -> StageEvidence:
+                   lap=lambda name: None, own_time: bool = True) -> StageEvidence:
     """Run the three stages over ``bundle`` (a ``TraceBundle``) at the cuts ``cuts``; ``lap(name)``
-    is called as each step ends (``detect_bundle`` times them)."""
+    is called as each step ends (``detect_bundle`` times them). ``own_time``: compare spans less
+    their waits for a core where the trace records them (``own_time``); off, their wall times."""
     from mapp.analysis.run import analyse
 
     scan = bundle.scan().filter(pl.col("ph") == "X")
     events = _launched_by(scan.filter(pl.col("cat") != "iteration").select(
         _COLUMNS + _shape(bundle) + _tokens(bundle)).collect())
+    waits = own_time and records_waits(events)
+    if not waits:
+        events = events.drop(RUNNABLE)
     iters = scan.filter(pl.col("cat") == "iteration").select("rank", "iteration", "ts_ns", "dur_ns").collect()
     lap("read")
     if analysis is None:
@@ -73,6 +85,9 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     if not info.known:
         info = _program_peers(info, events, matching, groups)
     notes += info.notes
+    if waits:
+        notes.append("ops compared by their own time: their spans less the time their threads waited for a core "
+                     "(the trace records it)")
     traced = bundle.ranks["rank"].to_list()
     lap("layout")
     # the original MegaScan tracer calls cuda.synchronize and TP barriers inside the traced
@@ -94,6 +109,8 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
                      "path, so a slow GPU's own host idles too")
     lap("peers")
     lateness = collective_lateness(matching, traced, _comm_waits(events, analysis.clock))
+    if waits and peers.mode != "skipped":
+        peers = dataclasses.replace(peers, ranks=absorbed(peers.ranks, lateness.ranks if lateness.ran else None))
     lap("lateness")
     iteration_ns = _iteration_ns(iters, events)
     bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
@@ -101,7 +118,8 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     lap("bandwidth")
     pace = tp_pace(matching, len(traced)) if _synchronizing_tracer(bundle) else None
     return StageEvidence(peers, lateness, bandwidth, info, iteration_ns, on_cpus,
-                         traced, notes, pace, device_counters(bundle.scan()))
+                         traced, notes, pace, device_counters(bundle.scan()),
+                         waited(events) if waits else None, analysis)
 
 
 def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, layout: dict[str, int] | str | None = None,
@@ -126,12 +144,22 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         timings[name] = now - t
         t = now
 
-    peers, lateness, bandwidth, info, iteration_ns, on_cpus, traced, notes, pace, counters = \
-        stage_evidence(bundle, cuts, layout, analysis, lap)
+    evidence = stage_evidence(bundle, cuts, layout, analysis, lap)
+    judged = _combine(evidence, cuts)
+    if evidence.waited is not None and not any(s.kind in _RANK_KINDS for s in judged[0]):
+        # own time names no one: a rank the wall times name is a slow host where it waited for
+        # its cores far more than its peers (``core_waits``)
+        walled = stage_evidence(bundle, cuts, layout, evidence.analysis, own_time=False)
+        hosts = _waited_hosts(_combine(walled, cuts), evidence.waited)
+        if hosts is not None:
+            evidence, judged = walled, hosts
+            evidence.notes.extend(
+                f"rank {s.rank} waited for a core {s.evidence['core_wait']['share']:.0%} of its compute time, its peers "
+                f"{s.evidence['core_wait']['peers_share']:.0%}: another process shares its cores (its own work is no "
+                "slower than its peers')" for s in hosts.suspects if "core_wait" in s.evidence)
+    peers, lateness, bandwidth, info, iteration_ns, on_cpus, traced, notes, pace, counters = evidence[:10]
     seen = neighbours(counters)
-    suspects, imbalance, victims, grid, below, overruled = combine(
-        peers, lateness, bandwidth, info, slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
-        iteration_ns=iteration_ns, shared_cpus=on_cpus, tp_pace=pace, neighbours=seen)
+    suspects, imbalance, victims, grid, below, overruled = judged
     notes += paced_pairs(peers, lateness, suspects + below)
     notes += [o.line for o in overruled]
     if below:
@@ -165,6 +193,31 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
                    layout_sizes=info.sizes, traced=len(traced), unrecorded=info.unrecorded, victims=victims,
                    grid=grid, iteration_ns=iteration_ns, threshold=cuts.slowdown, thresholds=cuts,
                    timings_s=timings, notes=notes, below=below)
+
+
+_RANK_KINDS = ("slow_compute", "slow_host")
+
+
+def _combine(evidence: StageEvidence, cuts: Thresholds):
+    """``verdict.combine`` over one set of the stages' evidence."""
+    return combine(evidence.peers, evidence.lateness, evidence.bandwidth, evidence.layout,
+                   slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
+                   iteration_ns=evidence.iteration_ns, shared_cpus=evidence.shared_cpus, tp_pace=evidence.tp_pace,
+                   neighbours=neighbours(evidence.counters))
+
+
+def _waited_hosts(judged, waits: dict[int, dict[str, float]]):
+    """``judged`` (``combine``'s result on wall times) with its rank suspects kept only where the
+    rank's waits for a core stand out (``waits``), each then a slow host; None where none is."""
+    suspects = judged[0]
+    hosts = [s for s in suspects if s.kind in _RANK_KINDS and s.rank in waits]
+    if not hosts:
+        return None
+    for s in hosts:
+        s.kind = "slow_host"
+        s.evidence["core_wait"] = {k: round(v, 3) for k, v in waits[s.rank].items()}
+    kept = [s for s in suspects if s.kind not in _RANK_KINDS or s in hosts]
+    return judged._replace(suspects=kept)
 
 
 def _synchronizing_tracer(bundle) -> bool:

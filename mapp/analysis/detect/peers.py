@@ -33,6 +33,7 @@ from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z
 from mapp.analysis.detect.contention import contended
 from mapp.analysis.detect.idle import (BACKWARD, NOISE, data_stalls, idle_gaps, lasting_gaps, launch_bound, no_slower,
                                       stalls)
+from mapp.analysis.detect.own_time import own_ns
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
@@ -130,8 +131,9 @@ def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
     else:
         leaves = leaves.with_columns(nested_ns=pl.lit(0, pl.Int64))
     # never below the 1 us resolution of the traces: a fully nested op keeps a finite log
+    # (on shared cores, less the time the op waited for one: ``own_time``)
     return leaves.with_columns(
-        self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("nested_ns").fill_null(0), pl.lit(1000))
+        self_ns=pl.max_horizontal(own_ns(leaves) - pl.col("nested_ns").fill_null(0), pl.lit(1000))
     )
 
 

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from mapp.analysis.detect.own_time import own_ns
+
 # Held-out jobs of megatron-core under mapp's capture with DP >= 2, CPU processes on shared cores
 # (sessions 28-32), three or more traced steps: the lowest per-step ratio of a rank in a healthy or
 # imbalanced job was at most 1.20x (456 ranks of 121 jobs) but once, 1.42x, a pair of CPUs on
@@ -93,7 +95,7 @@ def _layer_ratios(timed: pl.DataFrame, coords: pl.DataFrame, group: list[str],
     if layers.is_empty():
         return pl.DataFrame(), 0
     how = pl.Expr.mean if per_call else pl.Expr.sum
-    per = layers.group_by("rank", "iteration").agg(t=how(pl.col("dur_ns")), tokens=how(pl.col("tokens"))).join(
+    per = layers.group_by("rank", "iteration").agg(t=how(own_ns(layers)), tokens=how(pl.col("tokens"))).join(
         coords.select("rank", *group), on="rank", how="left")
     over = [*group, "iteration"]
     same = pl.col("tokens").max().over(over) <= SAME_TOKENS * pl.col("tokens").min().over(over)

@@ -2462,3 +2462,38 @@ def test_on_shared_cpus_a_host_whose_stalls_stand_out_in_every_step_is_named_tho
     verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects[:1]] == [(3, "slow_host")]
     assert verdict.suspects[0].slowdown > 1.1
+
+
+def test_on_shared_cores_layers_are_compared_without_their_waits_for_a_core():
+    # Held out in the seventieth session (fresh156, megatron-core DP4 under mapp's capture, 4 gloo
+    # processes on 2 CPUs, real matmuls in rank 3's layers for 0.4x their time), the capture
+    # recording each span's wait for a core (rdur). The ranks' layer spans took 0.9-1.5x each
+    # other's wall time as the two cores went to one process or another; less those waits, rank 3's
+    # took ~1.4x its peers'. "no suspect" before (wall times)
+    c = FRESH_CASES["gpt-dp4-mapp-layer1.4x-matmul-r3-f156"]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(3, "slow_compute")]
+    assert 1.25 < verdict.suspects[0].slowdown < 1.7
+    assert any("own time" in n for n in verdict.notes)
+
+
+def test_a_rank_whose_core_another_process_takes_is_a_slow_host_that_waited_for_it():
+    # fresh156, DP4 on 4 CPUs, another process spinning half the time on rank 1's core: rank 1
+    # waited for its core 30% of its compute time, its peers 3%, and did its own work no slower.
+    # "slow compute" before (its wall times)
+    c = FRESH_CASES["gpt-dp4-mapp-cpuhog0.5-r1-f156"]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_host")]
+    waits = verdict.suspects[0].evidence["core_wait"]
+    assert waits["share"] > 0.2 and waits["peers_share"] < 0.1
+    assert any("waited for a core" in n for n in verdict.notes)
+
+
+def test_own_time_that_cost_no_one_names_no_one():
+    # fresh157, PP4 x DP2, 8 processes on 4 CPUs, no fault: rank 1's forward layers took 1.3-1.6x
+    # its stage peer's CPU time (a core shared with another process: colder caches), its backward
+    # 0.92x; its peer was last at 3 of their 4 all-reduces and rank 1 waited 104 ms more for it
+    # than it made it wait. Own time alone read "slow compute 1" at 1.22x
+    c = FRESH_CASES["gpt-pp4dp2-mapp-healthy-f157"]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    assert verdict.suspects == []

@@ -1,0 +1,75 @@
+"""Ranks whose processes waited for a CPU core, where the capture recorded it (``runnable_ns``).
+
+Stage 1 compares ranks' own time (``own_time``): a span's duration less the time its thread
+waited on a run queue. Two things follow where CPU processes share cores.
+
+- Extra own time that cost no one is no fault. A process that shares a core with another runs
+  its ops with colder caches, and their CPU time itself grows: megatron-core PP4 x DP2 under
+  mapp's capture, 8 processes on 4 CPUs, no fault: rank 1's forward layers took 1.3-1.6x its
+  stage peer's CPU time in every step, its backward 0.92x, 1.22x over its ops at z 4.6; yet
+  its peer was last at 3 of 4 of their collectives and rank 1 waited 104 ms more for it than
+  it made it wait. A rank its own time flags is a suspect only where it does not wait for its
+  peers more than they wait for it (``absorbed``; every rank of 33 layer faults of 1.3-1.4x
+  made its peers wait on net).
+- A rank slowed because another process takes its core does its own work as fast as its peers
+  and is slower by the wait alone (DP4, 4 processes on 4 CPUs, another process spinning half
+  the time on rank 1's core: rank 1 waited 394 ms for its core over 4 steps, its peers 25 ms,
+  and they waited 400 ms for it at the gradient all-reduce). Where own time names no one, the
+  wall times are judged as on traces without the field, and a rank they name whose waits for
+  a core stand out (``waited``, in every traced iteration) is a slow host: its cores are
+  shared, its work is not slower (``detector.detect_bundle``).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from mapp.analysis.detect.own_time import RUNNABLE
+
+__all__ = ["records_waits", "absorbed", "waited", "STANDS_OUT", "MIN_SHARE"]
+
+STANDS_OUT = 2.0
+"""A rank's share of its compute time spent waiting for a core, over its peers' median share,
+in every traced iteration (the DP4 above: 30% against 2-3%; 4 processes on 2 cores, no fault:
+the ranks' shares 10-45%, no rank twice the others' median in every step)."""
+MIN_SHARE = 0.05
+"""... and at least this share of its compute time."""
+
+
+def records_waits(events: pl.DataFrame) -> bool:
+    """Whether the compute spans of ``events`` carry their waits for a core."""
+    if RUNNABLE not in events.columns:
+        return False
+    compute = events.filter(pl.col("cat") == "compute")
+    return compute.height > 0 and compute[RUNNABLE].null_count() < compute.height
+
+
+def absorbed(ranks: pl.DataFrame, lateness_ranks: pl.DataFrame | None) -> pl.DataFrame:
+    """``ranks`` (stage 1's per-rank table) with ``flagged`` cleared for ranks that waited for
+    their peers at collectives more than the peers waited for them (stage 2's ``net_ns`` below
+    zero): their extra own time cost the job nothing."""
+    if lateness_ranks is None or lateness_ranks.is_empty() or "flagged" not in ranks.columns:
+        return ranks
+    waiters = lateness_ranks.filter(pl.col("net_ns") < 0)["rank"].cast(ranks["rank"].dtype)
+    return ranks.with_columns(flagged=pl.col("flagged") & ~pl.col("rank").is_in(waiters.implode()))
+
+
+def waited(events: pl.DataFrame) -> dict[int, dict[str, float]]:
+    """Ranks whose compute spans waited for a core far more than their peers' in every traced
+    iteration: rank -> its share of compute time spent waiting and its peers' median share."""
+    spans = events.filter((pl.col("cat") == "compute") & pl.col("iteration").is_not_null()
+                          & pl.col(RUNNABLE).is_not_null() & (pl.col("dur_ns") > 0))
+    if spans.is_empty() or spans["rank"].n_unique() < 2:
+        return {}
+    per = spans.group_by("rank", "iteration").agg(share=pl.col(RUNNABLE).sum() / pl.col("dur_ns").sum())
+    # each rank against the median of the others in the same iteration
+    others = per.join(per, on="iteration", suffix="_o").filter(pl.col("rank") != pl.col("rank_o")).group_by(
+        "rank", "iteration").agg(peers=pl.col("share_o").median())
+    per = per.join(others, on=["rank", "iteration"])
+    out = per.group_by("rank").agg(
+        every=((pl.col("share") >= STANDS_OUT * pl.col("peers")) & (pl.col("share") >= MIN_SHARE)).all(),
+        share=pl.col("share").median(), peers=pl.col("peers").median(), k=pl.len())
+    traced = per["iteration"].n_unique()
+    out = out.filter(pl.col("every") & (pl.col("k") == traced))
+    return {int(r["rank"]): {"share": float(r["share"]), "peers_share": float(r["peers"])}
+            for r in out.iter_rows(named=True)}
