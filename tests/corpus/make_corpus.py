@@ -5152,6 +5152,41 @@ def fresh157_set(seed: int = FRESH157_SEED) -> list[Case]:
     ]
 
 
+FRESH158_SEED = 1051
+
+
+def fresh158_set(seed: int = FRESH158_SEED) -> list[Case]:
+    """Held out in the seventieth session after its change (own time on shared cores, waits for a
+    core: ``--set fresh158``, seed 1051, 4 gloo processes on 2 cores, another process on a rank's
+    core on 4), ``CPU_SHAPE_156``: ``fresh156``'s kinds of job with other ranks and factors. Ids
+    end in ``-f158``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f158", **k), CPU_SHAPE_156)
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        mm("dp4", 0, 1.35),
+        mm("dp4", 2, 1.45),
+        mm("tp2dp2", 1, 1.4),
+        mm("pp2dp2", 2, 1.35),
+        mm("tp2pp2", 3, 1.35),
+        mm("pp4", 1, 1.4),
+        g("dp4", "mapp-v1", "layer", rank=3, factor=1.3),
+        g("tp2dp2", "mapp-v1", "layer", rank=0, factor=1.4),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=1, ms=25),
+        g("dp4", "mapp-v1", "hostsleep", rank=3, ms=20),
+        g("dp4", "mapp-v1", "cpuhog", rank=2, duty=0.5),
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5767,6 +5802,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh155": fresh155_set,
         "fresh156": fresh156_set,
         "fresh157": fresh157_set,
+        "fresh158": fresh158_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
