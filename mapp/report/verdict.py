@@ -169,6 +169,10 @@ def _evidence_line(s) -> str:
             parts.append(f"{lm['calls_per_iteration']:.0f} calls/it beyond its peers' "
                          f"{lm['peers_calls_per_iteration']:.0f} in nearly every iteration, its GPU idle "
                          f"+{idle:.2f} ms/it while its host launches them (work added)")
+    cw = e.get("core_wait")
+    if cw:
+        parts.append(f"waited for a core {cw['share']:.0%} of its compute time (its peers {cw['peers_share']:.0%}): "
+                     "another process shares its cores")
     lb = e.get("launch_bound")
     if lb and s.kind == "slow_host":
         # (a number the ops could not give, none of their ratios known, is left out)

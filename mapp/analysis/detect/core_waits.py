@@ -17,16 +17,20 @@ waited on a run queue. Two things follow where CPU processes share cores.
   and they waited 400 ms for it at the gradient all-reduce). Where own time names no one, the
   wall times are judged as on traces without the field, and a rank they name whose waits for
   a core stand out (``waited``, in every traced iteration) is a slow host: its cores are
-  shared, its work is not slower (``detector.detect_bundle``).
+  shared, its work is not slower (``detector.detect_bundle``). Where the wall times name no one
+  either (its ops a few percent slower each, within the noise), such a rank is a slow host where
+  stage 2 finds its peers waiting for it (``waiting_host``).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from mapp.analysis.detect.findings import Suspect
+from mapp.analysis.detect.lateness import as_evidence
 from mapp.analysis.detect.own_time import RUNNABLE
 
-__all__ = ["records_waits", "absorbed", "waited", "STANDS_OUT", "MIN_SHARE"]
+__all__ = ["records_waits", "absorbed", "waited", "waiting_host", "STANDS_OUT", "MIN_SHARE"]
 
 STANDS_OUT = 2.0
 """A rank's share of its compute time spent waiting for a core, over its peers' median share,
@@ -68,8 +72,34 @@ def waited(events: pl.DataFrame) -> dict[int, dict[str, float]]:
     per = per.join(others, on=["rank", "iteration"])
     out = per.group_by("rank").agg(
         every=((pl.col("share") >= STANDS_OUT * pl.col("peers")) & (pl.col("share") >= MIN_SHARE)).all(),
-        share=pl.col("share").median(), peers=pl.col("peers").median(), k=pl.len())
+        share=pl.col("share").median(), peers=pl.col("peers").median(), k=pl.len(),
+        iterations=pl.col("iteration").sort())
     traced = per["iteration"].n_unique()
     out = out.filter(pl.col("every") & (pl.col("k") == traced))
-    return {int(r["rank"]): {"share": float(r["share"]), "peers_share": float(r["peers"])}
+    return {int(r["rank"]): {"share": float(r["share"]), "peers_share": float(r["peers"]),
+                             "iterations": [int(i) for i in r["iterations"]]}
             for r in out.iter_rows(named=True)}
+
+
+def waiting_host(rank: int, waits: dict, late: dict | None, busy_ns: float | None, iteration_ns: float | None,
+                 threshold: float, coords: dict | None) -> Suspect | None:
+    """A slow host named by its waits for a core alone, where its peers wait for it: last at
+    more of its collectives than chance, and others waiting for it more than it for them (stage
+    2), by ``threshold`` of its work an iteration or more. Its slowdown is its compute time's over what it would be without the extra waits
+    (``busy_ns``: its compute time an iteration); a suspect only at ``1 + threshold`` or more."""
+    if late is None or not late["net_ns"] > 0 or not late["share_last"] > late["expected_share"] or not busy_ns:
+        return None
+    extra = max(waits["share"] - waits["peers_share"], 0.0) * busy_ns
+    slowdown = busy_ns / max(busy_ns - extra, 1.0)
+    # and what its peers waited for it is a real share of its work: a core shared now and then
+    # beside a job that waits on others costs the job nothing (DP4, another process spinning half
+    # the time on rank 2's core: the rank 1.35x slower by its waits, the others waiting for it
+    # 3 ms a step of 417)
+    waited_on = late["net_ns"] / max(len(waits["iterations"]), 1)
+    if slowdown < 1 + threshold or waited_on < threshold * (busy_ns - extra):
+        return None
+    return Suspect(rank=rank, kind="slow_host", coords=coords, confidence=0.6, slowdown=slowdown,
+                   iterations=waits["iterations"], excess_ns=min(extra, waited_on),
+                   iteration_ns=iteration_ns,
+                   evidence={"core_wait": {k: round(waits[k], 3) for k in ("share", "peers_share")},
+                             "lateness": as_evidence(late)})

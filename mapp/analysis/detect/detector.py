@@ -10,7 +10,7 @@ import polars as pl
 
 from mapp.analysis.detect.added_work import LAUNCHED
 from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
-from mapp.analysis.detect.core_waits import absorbed, records_waits, waited
+from mapp.analysis.detect.core_waits import absorbed, records_waits, waited, waiting_host
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.own_time import RUNNABLE
@@ -150,7 +150,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         # own time names no one: a rank the wall times name is a slow host where it waited for
         # its cores far more than its peers (``core_waits``)
         walled = stage_evidence(bundle, cuts, layout, evidence.analysis, own_time=False)
-        hosts = _waited_hosts(_combine(walled, cuts), evidence.waited)
+        hosts = _waited_hosts(_combine(walled, cuts), evidence.waited, walled, cuts.slowdown)
         if hosts is not None:
             evidence, judged = walled, hosts
             evidence.notes.extend(
@@ -206,16 +206,24 @@ def _combine(evidence: StageEvidence, cuts: Thresholds):
                    neighbours=neighbours(evidence.counters))
 
 
-def _waited_hosts(judged, waits: dict[int, dict[str, float]]):
+def _waited_hosts(judged, waits: dict[int, dict], evidence: StageEvidence, threshold: float):
     """``judged`` (``combine``'s result on wall times) with its rank suspects kept only where the
-    rank's waits for a core stand out (``waits``), each then a slow host; None where none is."""
+    rank's waits for a core stand out (``waits``), each then a slow host; else the ranks that
+    waited whose peers wait for them (``core_waits.waiting_host``); None where none is."""
     suspects = judged[0]
     hosts = [s for s in suspects if s.kind in _RANK_KINDS and s.rank in waits]
     if not hosts:
-        return None
+        late = {r["rank"]: r for r in evidence.lateness.ranks.iter_rows(named=True)} if evidence.lateness.ran else {}
+        busy = ({r["rank"]: r["busy_ns"] for r in evidence.peers.ranks.iter_rows(named=True)}
+                if evidence.peers.mode != "skipped" and "busy_ns" in evidence.peers.ranks.columns else {})
+        coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in evidence.layout.ranks.iter_rows(named=True)}
+        found = [waiting_host(r, w, late.get(r), busy.get(r), evidence.iteration_ns, threshold, coords.get(r))
+                 for r, w in sorted(waits.items())]
+        found = [s for s in found if s is not None]
+        return judged._replace(suspects=found + [s for s in suspects if s.kind not in _RANK_KINDS]) if found else None
     for s in hosts:
         s.kind = "slow_host"
-        s.evidence["core_wait"] = {k: round(v, 3) for k, v in waits[s.rank].items()}
+        s.evidence["core_wait"] = {k: round(waits[s.rank][k], 3) for k in ("share", "peers_share")}
     kept = [s for s in suspects if s.kind not in _RANK_KINDS or s in hosts]
     return judged._replace(suspects=kept)
 

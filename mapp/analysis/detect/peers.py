@@ -116,7 +116,8 @@ def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
     leaves = comp.filter(nxt_end.is_null() | (nxt_end > pl.col("end_ns") + 1000)).with_row_index("op_id")
     comm = (
         events.filter(pl.col("cat").is_in(["collective", "p2p"]))
-        .select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("c_end"))
+        .select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("c_end"),
+                (pl.col("dur_ns") - own_ns(events)).alias("c_waited"))
         .sort(["rank", "ts_ns"])
     )
     if len(comm) and len(leaves):
@@ -125,7 +126,8 @@ def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
             comm.join_asof(right, left_on="ts_ns", right_on="l_ts", by="rank", strategy="backward", check_sortedness=False)
             .filter(pl.col("op_id").is_not_null() & (pl.col("c_end") <= pl.col("l_end") + 1000))
             .group_by("op_id")
-            .agg(nested_ns=(pl.min_horizontal("c_end", "l_end") - pl.col("ts_ns")).sum())
+            # (less what the op's own time already left out: the waits for a core inside them)
+            .agg(nested_ns=(pl.min_horizontal("c_end", "l_end") - pl.col("ts_ns") - pl.col("c_waited")).sum())
         )
         leaves = leaves.join(nested, on="op_id", how="left")
     else:

@@ -2497,3 +2497,24 @@ def test_own_time_that_cost_no_one_names_no_one():
     c = FRESH_CASES["gpt-pp4dp2-mapp-healthy-f157"]
     verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
     assert verdict.suspects == []
+
+
+def test_a_rank_that_waited_for_its_core_while_its_peers_waited_for_it_is_a_slow_host():
+    # fresh156 again, another run: rank 1 waited for its core 28% of its compute time, its peers
+    # 2%; its ops' wall times only a few percent slower each (no rank flagged by them), but it
+    # was last at every all-reduce and its peers waited 61 ms a step for it. "no suspect" before
+    c = FRESH_CASES["gpt-dp4-mapp-cpuhog0.5-r1-f156-run2"]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_host")]
+    assert verdict.suspects[0].evidence["core_wait"]["share"] > 0.2
+    assert verdict.suspects[0].evidence["lateness"]["share_last"] > 0.5
+
+
+def test_a_tp_peers_waits_for_a_core_inside_its_collectives_are_not_left_out_twice():
+    # fresh156, TP2 x DP2, 1.35x matmuls in rank 2's layers: its TP peer's layers hold their TP
+    # all-reduces, whose time (less the waits for a core inside them) is the peer's waiting, not
+    # work. Those waits were left out of both the layer and the collective before: the TP
+    # peer's layers read as long as rank 2's, "no suspect"
+    c = FRESH_CASES["gpt-tp2dp2-mapp-layer1.35x-matmul-r2-f156-run2"]
+    verdict = detect_bundle(load_bundle(c.directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects[:1]] == [(2, "slow_compute")]
