@@ -5187,6 +5187,38 @@ def fresh158_set(seed: int = FRESH158_SEED) -> list[Case]:
     ]
 
 
+FRESH159_SEED = 1061
+
+
+def fresh159_set(seed: int = FRESH159_SEED) -> list[Case]:
+    """Held out in the seventieth session after its second change (nested waits for a core left
+    out once, a slow host that waited for its core: ``--set fresh159``, seed 1061, 4 gloo
+    processes on 2 cores, another process on a rank's core on 4), ``CPU_SHAPE_152``'s model
+    shapes: the kinds of job of ``fresh156``/``fresh158``. Ids end in ``-f159``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f159", **k), CPU_SHAPE_152)
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        mm("dp4", 1, 1.4),
+        mm("tp2dp2", 3, 1.4),
+        mm("pp2dp2", 1, 1.4),
+        mm("tp2pp2", 0, 1.4),
+        mm("pp4", 3, 1.35),
+        g("pp2dp2", "mapp-v1", "layer", rank=0, factor=1.35),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=2, ms=20),
+        g("dp4", "mapp-v1", "beforemb", rank=2, ms=25),
+        g("dp4", "mapp-v1", "cpuhog", rank=3, duty=0.5),
+        g("dp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=1.0),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5803,6 +5835,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh156": fresh156_set,
         "fresh157": fresh157_set,
         "fresh158": fresh158_set,
+        "fresh159": fresh159_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
