@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 import time
@@ -127,3 +128,27 @@ def test_ingest_reads_them_into_their_columns(tmp_path, monkeypatch):
     con = duckdb.connect()
     con.register("events", events.to_arrow())
     assert con.sql("SELECT dur_ns - runnable_ns FROM events WHERE name = 'forward'").fetchall() == [(8_000_000,)]
+
+
+def test_a_merged_trace_keeps_them(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from mapp.cli.app import app
+
+    path, pread = _schedstat(tmp_path, 2_000_000)
+    monkeypatch.setattr(os, "pread", pread)
+    clock = ThreadTimeClock(get_ns=Steps(0, 10_000_000), get_unix_ns=lambda: 1, schedstat=path,
+                            get_thread_ns=Steps(0, 6_000_000))
+    traces = tmp_path / "traces"
+    t = Tracer(TracerConfig(trace_dir=str(traces), rank=0, world_size=1, window=Window(interval=1, length=1)),
+               clock=clock)
+    with t.iteration(0):
+        with t.scope("forward", cat="compute", level=Granularity.SCHEDULE):
+            pass
+    t.close()
+    monkeypatch.undo()
+    out = tmp_path / "merged.json"
+    result = CliRunner().invoke(app, ["trace", "merge", str(traces), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (span,) = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("name") == "forward"]
+    assert (span["dur"], span["tdur"], span["rdur"]) == (10000.0, 6000.0, 2000.0)

@@ -33,7 +33,7 @@ MERGED_MARKER = trace_format.MERGED_MARKER
 # Lanes that get fixed, readable positions; any other lane follows in name order.
 _LANE_ORDER = ("iteration", "compute", "comm", "optimizer", "data", "other")
 _BATCH_ROWS = 1 << 18
-_EVENT_COLUMNS = ["rank", "ph", "name", "cat", "lane", "ts_ns", "dur_ns", "args"]
+_EVENT_COLUMNS = ["rank", "ph", "name", "cat", "lane", "ts_ns", "dur_ns", "thread_dur_ns", "runnable_ns", "args"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,12 @@ def _encode(frame: pl.DataFrame, tids: dict[str, int], clock: "ClockModel | None
         pl.col("name"), pl.col("cat"), pl.col("ph"), pid=pl.col("rank"), tid=pl.col("tid")
     ).struct.json_encode()
     dur = pl.when(pl.col("ph") == "X").then(pl.concat_str([pl.lit(',"dur":'), us_text(pl.col("dur_ns"))])).otherwise(pl.lit(""))
+    # a host span's thread time and wait for a core, as the capture wrote them (Perfetto shows
+    # ``tdur`` as the slice's thread duration)
+    thread = pl.concat_str([
+        pl.when(pl.col("thread_dur_ns").is_not_null()).then(pl.concat_str([pl.lit(',"tdur":'), us_text(pl.col("thread_dur_ns"))])).otherwise(pl.lit("")),
+        pl.when(pl.col("runnable_ns").is_not_null()).then(pl.concat_str([pl.lit(',"rdur":'), us_text(pl.col("runnable_ns"))])).otherwise(pl.lit("")),
+    ])
     scope = pl.when(pl.col("ph") == "i").then(pl.lit(',"s":"t"')).otherwise(pl.lit(""))
     line = pl.concat_str(
         [
@@ -80,6 +86,7 @@ def _encode(frame: pl.DataFrame, tids: dict[str, int], clock: "ClockModel | None
             pl.lit(',"ts":'),
             us_text(pl.col("ts_ns")),
             dur,
+            thread,
             scope,
             pl.lit(',"args":'),
             pl.col("args").fill_null("{}"),
