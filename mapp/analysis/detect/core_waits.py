@@ -30,7 +30,8 @@ from mapp.analysis.detect.findings import Suspect
 from mapp.analysis.detect.lateness import as_evidence
 from mapp.analysis.detect.own_time import RUNNABLE
 
-__all__ = ["records_waits", "absorbed", "waited", "waiting_host", "STANDS_OUT", "MIN_SHARE"]
+__all__ = ["records_waits", "absorbed", "waited", "waiting_host", "waiting_hosts", "waited_note", "RANK_KINDS",
+           "STANDS_OUT", "MIN_SHARE"]
 
 STANDS_OUT = 2.0
 """A rank's share of its compute time spent waiting for a core, over its peers' median share,
@@ -38,6 +39,8 @@ in every traced iteration (the DP4 above: 30% against 2-3%; 4 processes on 2 cor
 the ranks' shares 10-45%, no rank twice the others' median in every step)."""
 MIN_SHARE = 0.05
 """... and at least this share of its compute time."""
+RANK_KINDS = ("slow_compute", "slow_host")
+"""The kinds of suspect that name a rank's own compute or host."""
 
 
 def records_waits(events: pl.DataFrame) -> bool:
@@ -103,3 +106,29 @@ def waiting_host(rank: int, waits: dict, late: dict | None, busy_ns: float | Non
                    iteration_ns=iteration_ns,
                    evidence={"core_wait": {k: round(waits[k], 3) for k in ("share", "peers_share")},
                              "lateness": as_evidence(late)})
+
+
+def waiting_hosts(suspects: list[Suspect], waits: dict[int, dict], late: dict[int, dict], busy: dict[int, float],
+                  coords: dict[int, dict], iteration_ns: float | None, threshold: float) -> list[Suspect] | None:
+    """The suspects ``verdict.combine`` found on wall times, their rank suspects kept only where
+    the rank's waits for a core stand out (``waits``: ``waited``), each then a slow host; or where
+    the wall times name none of those, the ranks that waited whose peers waited for them
+    (``waiting_host``; ``late``: stage 2's rows, ``busy``: stage 1's compute time an iteration by
+    rank). None where no rank is so."""
+    hosts = [s for s in suspects if s.kind in RANK_KINDS and s.rank in waits]
+    for s in hosts:
+        s.kind = "slow_host"
+        s.evidence["core_wait"] = {k: round(waits[s.rank][k], 3) for k in ("share", "peers_share")}
+    if not hosts:
+        hosts = [h for r, w in sorted(waits.items())
+                 if (h := waiting_host(r, w, late.get(r), busy.get(r), iteration_ns, threshold, coords.get(r)))]
+    if not hosts:
+        return None
+    return hosts + [s for s in suspects if s.kind not in RANK_KINDS]
+
+
+def waited_note(suspect: Suspect) -> str:
+    """What a slow host named by its waits for a core says in the verdict's notes."""
+    w = suspect.evidence["core_wait"]
+    return (f"rank {suspect.rank} waited for a core {w['share']:.0%} of its compute time, its peers "
+            f"{w['peers_share']:.0%}: another process shares its cores (its own work is no slower than its peers')")

@@ -10,11 +10,11 @@ import polars as pl
 
 from mapp.analysis.detect.added_work import LAUNCHED
 from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
-from mapp.analysis.detect.core_waits import absorbed, records_waits, waited, waiting_host
+from mapp.analysis.detect.core_waits import RANK_KINDS, absorbed, records_waits, waited, waited_note, waiting_hosts
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
-from mapp.analysis.detect.own_time import RUNNABLE
 from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
+from mapp.analysis.detect.own_time import RUNNABLE
 from mapp.analysis.detect.peers import PeerEvidence, compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
@@ -146,17 +146,20 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
 
     evidence = stage_evidence(bundle, cuts, layout, analysis, lap)
     judged = _combine(evidence, cuts)
-    if evidence.waited is not None and not any(s.kind in _RANK_KINDS for s in judged[0]):
+    if evidence.waited is not None and not any(s.kind in RANK_KINDS for s in judged.suspects):
         # own time names no one: a rank the wall times name is a slow host where it waited for
         # its cores far more than its peers (``core_waits``)
         walled = stage_evidence(bundle, cuts, layout, evidence.analysis, own_time=False)
-        hosts = _waited_hosts(_combine(walled, cuts), evidence.waited, walled, cuts.slowdown)
+        on_walls = _combine(walled, cuts)
+        late = {r["rank"]: r for r in walled.lateness.ranks.iter_rows(named=True)} if walled.lateness.ran else {}
+        busy = ({r["rank"]: r["busy_ns"] for r in walled.peers.ranks.iter_rows(named=True)}
+                if walled.peers.mode != "skipped" and "busy_ns" in walled.peers.ranks.columns else {})
+        coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in walled.layout.ranks.iter_rows(named=True)}
+        hosts = waiting_hosts(on_walls.suspects, evidence.waited, late, busy, coords, walled.iteration_ns,
+                              cuts.slowdown)
         if hosts is not None:
-            evidence, judged = walled, hosts
-            evidence.notes.extend(
-                f"rank {s.rank} waited for a core {s.evidence['core_wait']['share']:.0%} of its compute time, its peers "
-                f"{s.evidence['core_wait']['peers_share']:.0%}: another process shares its cores (its own work is no "
-                "slower than its peers')" for s in hosts.suspects if "core_wait" in s.evidence)
+            evidence, judged = walled, on_walls._replace(suspects=hosts)
+            evidence.notes.extend(waited_note(s) for s in hosts if "core_wait" in s.evidence)
     peers, lateness, bandwidth, info, iteration_ns, on_cpus, traced, notes, pace, counters = evidence[:10]
     seen = neighbours(counters)
     suspects, imbalance, victims, grid, below, overruled = judged
@@ -195,37 +198,12 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
                    timings_s=timings, notes=notes, below=below)
 
 
-_RANK_KINDS = ("slow_compute", "slow_host")
-
-
 def _combine(evidence: StageEvidence, cuts: Thresholds):
     """``verdict.combine`` over one set of the stages' evidence."""
     return combine(evidence.peers, evidence.lateness, evidence.bandwidth, evidence.layout,
                    slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
                    iteration_ns=evidence.iteration_ns, shared_cpus=evidence.shared_cpus, tp_pace=evidence.tp_pace,
                    neighbours=neighbours(evidence.counters))
-
-
-def _waited_hosts(judged, waits: dict[int, dict], evidence: StageEvidence, threshold: float):
-    """``judged`` (``combine``'s result on wall times) with its rank suspects kept only where the
-    rank's waits for a core stand out (``waits``), each then a slow host; else the ranks that
-    waited whose peers wait for them (``core_waits.waiting_host``); None where none is."""
-    suspects = judged[0]
-    hosts = [s for s in suspects if s.kind in _RANK_KINDS and s.rank in waits]
-    if not hosts:
-        late = {r["rank"]: r for r in evidence.lateness.ranks.iter_rows(named=True)} if evidence.lateness.ran else {}
-        busy = ({r["rank"]: r["busy_ns"] for r in evidence.peers.ranks.iter_rows(named=True)}
-                if evidence.peers.mode != "skipped" and "busy_ns" in evidence.peers.ranks.columns else {})
-        coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in evidence.layout.ranks.iter_rows(named=True)}
-        found = [waiting_host(r, w, late.get(r), busy.get(r), evidence.iteration_ns, threshold, coords.get(r))
-                 for r, w in sorted(waits.items())]
-        found = [s for s in found if s is not None]
-        return judged._replace(suspects=found + [s for s in suspects if s.kind not in _RANK_KINDS]) if found else None
-    for s in hosts:
-        s.kind = "slow_host"
-        s.evidence["core_wait"] = {k: round(waits[s.rank][k], 3) for k in ("share", "peers_share")}
-    kept = [s for s in suspects if s.kind not in _RANK_KINDS or s in hosts]
-    return judged._replace(suspects=kept)
 
 
 def _synchronizing_tracer(bundle) -> bool:
