@@ -44,11 +44,12 @@ RANK_KINDS = ("slow_compute", "slow_host")
 
 
 def records_waits(events: pl.DataFrame) -> bool:
-    """Whether the compute spans of ``events`` carry their waits for a core."""
+    """Whether the compute spans of ``events`` carry their waits for a core: some wait recorded
+    (a kernel that keeps no scheduler statistics reads 0 for every thread)."""
     if RUNNABLE not in events.columns:
         return False
     compute = events.filter(pl.col("cat") == "compute")
-    return compute.height > 0 and compute[RUNNABLE].null_count() < compute.height
+    return compute.height > 0 and (compute[RUNNABLE].sum() or 0) > 0
 
 
 def absorbed(ranks: pl.DataFrame, lateness_ranks: pl.DataFrame | None) -> pl.DataFrame:
