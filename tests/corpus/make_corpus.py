@@ -5219,6 +5219,36 @@ def fresh159_set(seed: int = FRESH159_SEED) -> list[Case]:
     ]
 
 
+FRESH160_SEED = 1063
+
+
+def fresh160_set(seed: int = FRESH160_SEED) -> list[Case]:
+    """Held out in the seventieth session after its changes, for the development machine's own 2
+    cores (``--set fresh160``, seed 1063, 4 gloo processes on 2 cores as issue 13's held-out jobs
+    ran), ``CPU_SHAPE_156``'s model shape: matmul and sleep layer faults, work before each
+    microbatch and a data-path sleep beside healthy, heavier-last-stage and lognormal jobs. Ids
+    end in ``-f160``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f160", **k), CPU_SHAPE_156)
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        mm("dp4", 3, 1.35),
+        mm("tp2dp2", 0, 1.4),
+        mm("pp2dp2", 2, 1.4),
+        mm("pp4", 0, 1.4),
+        g("tp2pp2", "mapp-v1", "layer", rank=2, factor=1.4),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=0, ms=20),
+        g("dp4", "mapp-v1", "beforemb", rank=1, ms=25),
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5836,6 +5866,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh157": fresh157_set,
         "fresh158": fresh158_set,
         "fresh159": fresh159_set,
+        "fresh160": fresh160_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
