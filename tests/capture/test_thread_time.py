@@ -109,19 +109,25 @@ def test_thread_time_can_be_turned_off(tmp_path):
     assert "tdur" not in span and "rdur" not in span
 
 
-def test_ingest_reads_them_into_their_columns(tmp_path, monkeypatch):
+def _one_span(tmp_path, monkeypatch):
+    """A rank's trace of one ``forward`` span: 10 ms of wall time, 6 ms on a CPU, 2 ms waiting for a core."""
     path, pread = _schedstat(tmp_path, 2_000_000)
-    monkeypatch.setattr(os, "pread", pread)
-    clock = ThreadTimeClock(get_ns=Steps(0, 10_000_000), get_unix_ns=lambda: 1, schedstat=path,
-                            get_thread_ns=Steps(0, 6_000_000))
-    traces = tmp_path / "traces"
-    t = Tracer(TracerConfig(trace_dir=str(traces), rank=0, world_size=1, window=Window(interval=1, length=1)), clock=clock)
-    with t.iteration(0):
-        with t.scope("forward", cat="compute", level=Granularity.SCHEDULE):
-            pass
-    t.close()
-    monkeypatch.undo()
-    events = load_bundle(traces).events
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "pread", pread)
+        clock = ThreadTimeClock(get_ns=Steps(0, 10_000_000), get_unix_ns=lambda: 1, schedstat=path,
+                                get_thread_ns=Steps(0, 6_000_000))
+        traces = tmp_path / "traces"
+        t = Tracer(TracerConfig(trace_dir=str(traces), rank=0, world_size=1, window=Window(interval=1, length=1)),
+                   clock=clock)
+        with t.iteration(0):
+            with t.scope("forward", cat="compute", level=Granularity.SCHEDULE):
+                pass
+        t.close()
+    return traces
+
+
+def test_ingest_reads_them_into_their_columns(tmp_path, monkeypatch):
+    events = load_bundle(_one_span(tmp_path, monkeypatch)).events
     row = events.filter(events["name"] == "forward").select("dur_ns", "thread_dur_ns", "runnable_ns").row(0)
     assert row == (10_000_000, 6_000_000, 2_000_000)
     # and SQL sees them
@@ -135,18 +141,7 @@ def test_a_merged_trace_keeps_them(tmp_path, monkeypatch):
 
     from mapp.cli.app import app
 
-    path, pread = _schedstat(tmp_path, 2_000_000)
-    monkeypatch.setattr(os, "pread", pread)
-    clock = ThreadTimeClock(get_ns=Steps(0, 10_000_000), get_unix_ns=lambda: 1, schedstat=path,
-                            get_thread_ns=Steps(0, 6_000_000))
-    traces = tmp_path / "traces"
-    t = Tracer(TracerConfig(trace_dir=str(traces), rank=0, world_size=1, window=Window(interval=1, length=1)),
-               clock=clock)
-    with t.iteration(0):
-        with t.scope("forward", cat="compute", level=Granularity.SCHEDULE):
-            pass
-    t.close()
-    monkeypatch.undo()
+    traces = _one_span(tmp_path, monkeypatch)
     out = tmp_path / "merged.json"
     result = CliRunner().invoke(app, ["trace", "merge", str(traces), "-o", str(out)])
     assert result.exit_code == 0, result.output
