@@ -7,9 +7,9 @@ metadata event as ``clock_anchor: {"unix_ns": ..., "trace_us": 0.0}``.
 
 - :class:`HostClock` (``clock: "host"``): stamps are ``time.perf_counter_ns()`` integers.
 - :class:`ThreadTimeClock` (``clock: "host"``, the tracer's default there): the host clock whose
-  stamps also read the training thread's CPU time and run-queue wait, which the writer records as each
-  span's ``tts``/``tdur`` (the Chrome trace format's thread clock: CPU time) and ``rdur`` (time
-  runnable, waiting for a core). On cores shared with other processes a span's wall time
+  stamps also read the training thread's CPU time and run-queue wait, which the writer records
+  as each span's ``tts``/``tdur`` (the Chrome trace format's thread clock: CPU time) and
+  ``rdur`` (time runnable, waiting for a core). On cores shared with other processes a span's wall time
   includes the time its thread waited for a core; ``dur - rdur`` does not, so the time a span's
   own work took (its computing, and any sleep or lock inside it) can be told from the time the
   machine's other processes took from it.

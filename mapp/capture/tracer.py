@@ -94,9 +94,9 @@ class TracerConfig:
     clock: str = "auto"
     """``host``, ``cuda`` (CUDA events), or ``auto``: ``cuda`` when torch sees a GPU."""
     thread_time: bool = True
-    """On the host clock, also record each span's thread CPU time (``tts``/``tdur``): on cores
-    shared with other processes, what tells the work a span did from the time it waited for a
-    core (``clock.ThreadTimeClock``)."""
+    """On the host clock, also record each span's thread CPU time (``tts``/``tdur``) and its
+    wait for a core (``rdur``): on cores shared with other processes, what tells the time a
+    span's own work took from the time it waited for a core (``clock.ThreadTimeClock``)."""
     layout: dict[str, int] = field(default_factory=dict)
     """Parallel sizes (tp, pp, dp, cp, ep, vpp) for the metadata event."""
     coords: dict[str, int] = field(default_factory=dict)

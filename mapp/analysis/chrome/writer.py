@@ -63,6 +63,12 @@ def us_text(ns: pl.Expr) -> pl.Expr:
     return pl.concat_str([sign, whole, pl.lit("."), frac])
 
 
+def _us_field(key: str, column: str) -> pl.Expr:
+    """``,"key":<column in us>`` where the column is set, else nothing."""
+    return (pl.when(pl.col(column).is_not_null())
+            .then(pl.concat_str([pl.lit(f',"{key}":'), us_text(pl.col(column))])).otherwise(pl.lit("")))
+
+
 def _encode(frame: pl.DataFrame, tids: dict[str, int], clock: "ClockModel | None") -> pl.Series:
     frame = frame.with_columns(
         ts_ns=pl.col("ts_ns") if clock is None else clock.to_reference(pl.col("ts_ns"), pl.col("rank")),
@@ -75,10 +81,7 @@ def _encode(frame: pl.DataFrame, tids: dict[str, int], clock: "ClockModel | None
     dur = pl.when(pl.col("ph") == "X").then(pl.concat_str([pl.lit(',"dur":'), us_text(pl.col("dur_ns"))])).otherwise(pl.lit(""))
     # a host span's thread time and wait for a core, as the capture wrote them (Perfetto shows
     # ``tdur`` as the slice's thread duration)
-    thread = pl.concat_str([
-        pl.when(pl.col("thread_dur_ns").is_not_null()).then(pl.concat_str([pl.lit(',"tdur":'), us_text(pl.col("thread_dur_ns"))])).otherwise(pl.lit("")),
-        pl.when(pl.col("runnable_ns").is_not_null()).then(pl.concat_str([pl.lit(',"rdur":'), us_text(pl.col("runnable_ns"))])).otherwise(pl.lit("")),
-    ])
+    thread = pl.concat_str([_us_field("tdur", "thread_dur_ns"), _us_field("rdur", "runnable_ns")])
     scope = pl.when(pl.col("ph") == "i").then(pl.lit(',"s":"t"')).otherwise(pl.lit(""))
     line = pl.concat_str(
         [

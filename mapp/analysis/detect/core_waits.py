@@ -9,12 +9,12 @@ waited on a run queue. Two things follow where CPU processes share cores.
   stage peer's CPU time in every step, its backward 0.92x, 1.22x over its ops at z 4.6; yet
   its peer was last at 3 of 4 of their collectives and rank 1 waited 104 ms more for it than
   it made it wait. A rank its own time flags is a suspect only where it does not wait for its
-  peers more than they wait for it (``absorbed``; every rank of 33 layer faults of 1.3-1.4x
-  made its peers wait on net).
+  peers more than they wait for it (``absorbed``; in each of 26 layer faults of 1.3-1.4x with
+  collectives to judge, the slowed rank made its peers wait on net).
 - A rank slowed because another process takes its core does its own work as fast as its peers
   and is slower by the wait alone (DP4, 4 processes on 4 CPUs, another process spinning half
-  the time on rank 1's core: rank 1 waited 394 ms for its core over 4 steps, its peers 25 ms,
-  and they waited 400 ms for it at the gradient all-reduce). Where own time names no one, the
+  the time on rank 1's core: its layers waited 394 ms for their core over 4 steps, its peers'
+  25 ms, and the peers spent 409-474 ms in the gradient all-reduce, rank 1 52 ms). Where own time names no one, the
   wall times are judged as on traces without the field, and a rank they name whose waits for
   a core stand out (``waited``, in every traced iteration) is a slow host: its cores are
   shared, its work is not slower (``detector.detect_bundle``). Where the wall times name no one
@@ -27,16 +27,19 @@ from __future__ import annotations
 import polars as pl
 
 from mapp.analysis.detect.findings import Suspect
-from mapp.analysis.detect.lateness import as_evidence
+from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
+from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.own_time import RUNNABLE
+from mapp.analysis.detect.peers import PeerEvidence
 
 __all__ = ["records_waits", "absorbed", "waited", "waiting_host", "waiting_hosts", "waited_note", "RANK_KINDS",
            "STANDS_OUT", "MIN_SHARE"]
 
 STANDS_OUT = 2.0
 """A rank's share of its compute time spent waiting for a core, over its peers' median share,
-in every traced iteration (the DP4 above: 30% against 2-3%; 4 processes on 2 cores, no fault:
-the ranks' shares 10-45%, no rank twice the others' median in every step)."""
+in every traced iteration (the DP4 above: 30% against 2-3%; 86 healthy or imbalanced jobs of
+megatron-core under mapp's capture, 4 or 8 processes on 2 or 4 CPUs: the ranks' shares 1.6-54%,
+no rank so in any job)."""
 MIN_SHARE = 0.05
 """... and at least this share of its compute time."""
 RANK_KINDS = ("slow_compute", "slow_host")
@@ -89,8 +92,9 @@ def waiting_host(rank: int, waits: dict, late: dict | None, busy_ns: float | Non
                  threshold: float, coords: dict | None) -> Suspect | None:
     """A slow host named by its waits for a core alone, where its peers wait for it: last at
     more of its collectives than chance, and others waiting for it more than it for them (stage
-    2), by ``threshold`` of its work an iteration or more. Its slowdown is its compute time's over what it would be without the extra waits
-    (``busy_ns``: its compute time an iteration); a suspect only at ``1 + threshold`` or more."""
+    2), by ``threshold`` of its work an iteration or more. Its slowdown is its compute time's
+    over what it would be without the extra waits (``busy_ns``: its compute time an iteration);
+    a suspect only at ``1 + threshold`` or more."""
     if late is None or not late["net_ns"] > 0 or not late["share_last"] > late["expected_share"] or not busy_ns:
         return None
     extra = max(waits["share"] - waits["peers_share"], 0.0) * busy_ns
@@ -109,18 +113,23 @@ def waiting_host(rank: int, waits: dict, late: dict | None, busy_ns: float | Non
                              "lateness": as_evidence(late)})
 
 
-def waiting_hosts(suspects: list[Suspect], waits: dict[int, dict], late: dict[int, dict], busy: dict[int, float],
-                  coords: dict[int, dict], iteration_ns: float | None, threshold: float) -> list[Suspect] | None:
-    """The suspects ``verdict.combine`` found on wall times, their rank suspects kept only where
-    the rank's waits for a core stand out (``waits``: ``waited``), each then a slow host; or where
-    the wall times name none of those, the ranks that waited whose peers waited for them
-    (``waiting_host``; ``late``: stage 2's rows, ``busy``: stage 1's compute time an iteration by
-    rank). None where no rank is so."""
+def waiting_hosts(suspects: list[Suspect], waits: dict[int, dict], peers: PeerEvidence, lateness: LatenessEvidence,
+                  layout: LayoutInfo, iteration_ns: float | None, threshold: float) -> list[Suspect] | None:
+    """The suspects ``verdict.combine`` found on wall times (``peers``, ``lateness``, ``layout``:
+    the stages' evidence it judged), their rank suspects kept only where the rank's waits for a
+    core stand out (``waits``: ``waited``), each then a slow host; or where the wall times name
+    none of those, the ranks that waited whose peers waited for them (``waiting_host``). None
+    where no rank is so."""
     hosts = [s for s in suspects if s.kind in RANK_KINDS and s.rank in waits]
     for s in hosts:
         s.kind = "slow_host"
         s.evidence["core_wait"] = {k: round(waits[s.rank][k], 3) for k in ("share", "peers_share")}
     if not hosts:
+        late = {r["rank"]: r for r in lateness.ranks.iter_rows(named=True)} if lateness.ran else {}
+        # stage 1's compute time an iteration, by rank
+        busy = ({r["rank"]: r["busy_ns"] for r in peers.ranks.iter_rows(named=True)}
+                if peers.mode != "skipped" and "busy_ns" in peers.ranks.columns else {})
+        coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in layout.ranks.iter_rows(named=True)}
         hosts = [h for r, w in sorted(waits.items())
                  if (h := waiting_host(r, w, late.get(r), busy.get(r), iteration_ns, threshold, coords.get(r)))]
     if not hosts:

@@ -26,7 +26,8 @@ from mapp.analysis.ingest.schema import COMM_WAIT_NAMES
 
 __all__ = ["StageEvidence", "detect_bundle", "stage_evidence"]
 
-_COLUMNS = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer", "launch_ns", "runnable_ns"]
+_COLUMNS = ["rank", "name", "cat", "lane", "ts_ns", "dur_ns", "iteration", "microbatch", "chunk", "layer", "launch_ns",
+            "runnable_ns"]
 
 
 class StageEvidence(NamedTuple):
@@ -151,12 +152,8 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         # its cores far more than its peers (``core_waits``)
         walled = stage_evidence(bundle, cuts, layout, evidence.analysis, own_time=False)
         on_walls = _combine(walled, cuts)
-        late = {r["rank"]: r for r in walled.lateness.ranks.iter_rows(named=True)} if walled.lateness.ran else {}
-        busy = ({r["rank"]: r["busy_ns"] for r in walled.peers.ranks.iter_rows(named=True)}
-                if walled.peers.mode != "skipped" and "busy_ns" in walled.peers.ranks.columns else {})
-        coords = {r["rank"]: {a: r[a] for a in ("tp", "pp", "dp")} for r in walled.layout.ranks.iter_rows(named=True)}
-        hosts = waiting_hosts(on_walls.suspects, evidence.waited, late, busy, coords, walled.iteration_ns,
-                              cuts.slowdown)
+        hosts = waiting_hosts(on_walls.suspects, evidence.waited, walled.peers, walled.lateness, walled.layout,
+                              walled.iteration_ns, cuts.slowdown)
         if hosts is not None:
             evidence, judged = walled, on_walls._replace(suspects=hosts)
             evidence.notes.extend(waited_note(s) for s in hosts if "core_wait" in s.evidence)
