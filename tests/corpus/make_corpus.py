@@ -5249,6 +5249,72 @@ def fresh160_set(seed: int = FRESH160_SEED) -> list[Case]:
     ]
 
 
+FRESH161_SEED = 1069
+# ``fresh161``'s CPU model shapes, no other set's
+CPU_SHAPE_161 = {"mapp-v1": {"--hidden": "224", "--heads": "8", "--seq": "176"},
+                 "kineto": {"--hidden": "448", "--heads": "8", "--seq": "112"}}
+
+
+def fresh161_set(seed: int = FRESH161_SEED) -> list[Case]:
+    """Held out at the start of the seventy-first session, before any change (``--set fresh161``,
+    seed 1069, for CPUs as issue 13's held-out jobs ran: 4 gloo processes on 2 cores),
+    ``CPU_SHAPE_161``: issue 13's classes across its 4-rank layouts, plain DDP/FSDP and DP x TP
+    under the profiler (its defaults, and as the tutorial calls it), megatron-core under both
+    captures, healthy and imbalanced jobs beside faults, with values no other set uses. Ids end
+    in ``-f161``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f161", **k), CPU_SHAPE_161)
+
+    r = _recorded
+    return [
+        r(_plain("ddp4", "dp4", seed, rank=1, factor=1.42, tag="-f161"), "default"),
+        r(_plain("tp2dp2", "tp2dp2", seed, rank=2, factor=1.52, tag="-f161"), "default"),
+        r(_plain("fsdp4", "dp4", seed, rank=0, sleep_ms=29, tag="-f161"), "tutorial"),
+        r(_plain("ddp4", "dp4", seed, rank=3, step_sleep_ms=26, tag="-f161"), "default"),
+        r(_plain("ddp4", "dp4", seed, tag="-f161"), "default"),
+        r(_plain("fsdp4", "dp4", seed, tag="-f161"), "tutorial"),
+        r(g("dp4", "kineto", "layer", rank=2, factor=1.43), "default"),
+        r(g("tp2dp2", "kineto", "layer", rank=1, factor=1.47), "default"),
+        r(g("pp2dp2", "kineto", "beforemb", rank=3, ms=26), "default"),
+        r(g("tp2pp2", "kineto", "hostsleep", rank=0, ms=24), "tutorial"),
+        r(g("pp4", "kineto", "laststage", last_layers=2), "default"),
+        r(g("dp4", "kineto", "seqlognorm", sigma=0.85), "default"),
+        r(g("tp2dp2", "kineto", "healthy"), "default"),
+        r(g("pp2dp2", "kineto", "healthy"), "tutorial"),
+        g("dp4", "mapp-v1", "layer", rank=0, factor=1.42, work="matmul"),
+        g("tp2dp2", "mapp-v1", "layer", rank=3, factor=1.47, work="matmul"),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=2, ms=24),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.85),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "cpuhog", rank=1, duty=0.45),
+    ]
+
+
+FRESH162_SEED = 1087
+
+
+def fresh162_set(seed: int = FRESH162_SEED) -> list[Case]:
+    """``fresh161``'s 2-rank companion (``--set fresh162``, seed 1087, for CPUs, 2 gloo processes),
+    ``CPU_SHAPE_161``: DP2, TP2 and PP2 under both captures and plain DDP/FSDP2 under the profiler,
+    healthy and imbalanced jobs beside faults. Ids end in ``-f162``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f162", **k), CPU_SHAPE_161)
+
+    r = _recorded
+    return [
+        r(_plain("ddp2", "dp2", seed, rank=1, factor=1.44, tag="-f162"), "default"),
+        r(_plain("fsdp2", "dp2", seed, rank=0, step_sleep_ms=28, tag="-f162"), "default"),
+        r(_plain("ddp2", "dp2", seed, tag="-f162"), "tutorial"),
+        r(g("dp2", "kineto", "layer", rank=0, factor=1.41), "default"),
+        r(g("tp2", "kineto", "beforemb", rank=1, ms=27), "default"),
+        r(g("pp2", "kineto", "layer", rank=1, factor=1.43), "tutorial"),
+        r(g("tp2", "kineto", "healthy"), "default"),
+        r(g("dp2", "kineto", "seqlognorm", sigma=0.95), "default"),
+        g("pp2", "mapp-v1", "layer", rank=0, factor=1.42, work="matmul"),
+        g("tp2", "mapp-v1", "healthy"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -5867,6 +5933,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh158": fresh158_set,
         "fresh159": fresh159_set,
         "fresh160": fresh160_set,
+        "fresh161": fresh161_set,
+        "fresh162": fresh162_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
