@@ -5316,25 +5316,32 @@ def fresh162_set(seed: int = FRESH162_SEED) -> list[Case]:
 
 
 FRESH163_SEED = 1091
-# ``fresh163``/``fresh164``'s CPU model shapes under mapp's capture, no other set's
+# ``fresh163``-``fresh166``'s CPU model shapes under mapp's capture, no other set's
 CPU_SHAPE_163 = {"mapp-v1": {"--hidden": "288", "--heads": "8", "--seq": "144"},
                  "kineto": {"--hidden": "448", "--heads": "8", "--seq": "112"}}
-CPU_SHAPE_164 = {"mapp-v1": {"--hidden": "192", "--heads": "8", "--seq": "208"},
+CPU_SHAPE_165 = {"mapp-v1": {"--hidden": "192", "--heads": "8", "--seq": "208"},
                  "kineto": {"--hidden": "448", "--heads": "8", "--seq": "112"}}
+
+
+def _one_rank_a_stage(seed: int, tag: str, shape: dict[str, dict[str, str]]):
+    """The case makers of ``fresh163``-``fresh166``: ``gpt_case`` under mapp's capture with the
+    set's seed, tag and CPU model shape, and its layer faults of matmuls."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag=tag, **k), shape)
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return g, mm
 
 
 def fresh163_set(seed: int = FRESH163_SEED) -> list[Case]:
     """For the seventy-first session's study of one rank a pipeline stage under mapp's capture
     with the waits for a core recorded (``--set fresh163``, seed 1091, 2 gloo processes on 1
-    core for PP2, 4 on 2 for PP4; seen by its change), ``CPU_SHAPE_163``: PP2 and PP4 healthy,
-    with a heavier last stage or lognormal lengths, beside layer faults of matmuls and sleeps on
-    the first and later stages and work before each microbatch. Ids end in ``-f163``."""
-    def g(*a, **k):
-        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f163", **k), CPU_SHAPE_163)
-
-    def mm(layout: str, rank: int, factor: float) -> Case:
-        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
-
+    core; seen by its change), ``CPU_SHAPE_163``: PP2 healthy, with a heavier last stage or
+    lognormal lengths, beside layer faults of matmuls and sleeps on either stage and work
+    before each microbatch. Ids end in ``-f163``."""
+    g, mm = _one_rank_a_stage(seed, "-f163", CPU_SHAPE_163)
     return [
         g("pp2", "mapp-v1", "healthy"),
         g("pp2", "mapp-v1", "laststage", last_layers=3),
@@ -5343,10 +5350,6 @@ def fresh163_set(seed: int = FRESH163_SEED) -> list[Case]:
         mm("pp2", 1, 1.4),
         g("pp2", "mapp-v1", "layer", rank=0, factor=1.4),
         g("pp2", "mapp-v1", "beforemb", rank=0, ms=25),
-        g("pp4", "mapp-v1", "healthy"),
-        g("pp4", "mapp-v1", "laststage", last_layers=2),
-        g("pp4", "mapp-v1", "seqlognorm", sigma=0.9),
-        mm("pp4", 0, 1.4),
     ]
 
 
@@ -5354,15 +5357,26 @@ FRESH164_SEED = 1093
 
 
 def fresh164_set(seed: int = FRESH164_SEED) -> list[Case]:
-    """Held out from the seventy-first session's change (``--set fresh164``, seed 1093, run as
-    ``fresh163``), ``CPU_SHAPE_164``: ``fresh163``'s kinds of job with other ranks and factors.
-    Ids end in ``-f164``."""
-    def g(*a, **k):
-        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f164", **k), CPU_SHAPE_164)
+    """``fresh163``'s PP4 companion (``--set fresh164``, seed 1093, 4 gloo processes on 2 cores;
+    seen by the change), ``CPU_SHAPE_163``: healthy, a heavier last stage, lognormal lengths and
+    a matmul layer fault on the first stage. Ids end in ``-f164``."""
+    g, mm = _one_rank_a_stage(seed, "-f164", CPU_SHAPE_163)
+    return [
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "laststage", last_layers=2),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        mm("pp4", 0, 1.4),
+    ]
 
-    def mm(layout: str, rank: int, factor: float) -> Case:
-        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
 
+FRESH165_SEED = 1097
+
+
+def fresh165_set(seed: int = FRESH165_SEED) -> list[Case]:
+    """Held out from the seventy-first session's change (``--set fresh165``, seed 1097, run as
+    ``fresh163``), ``CPU_SHAPE_165``: ``fresh163``'s kinds of PP2 job with other ranks and
+    factors. Ids end in ``-f165``."""
+    g, mm = _one_rank_a_stage(seed, "-f165", CPU_SHAPE_165)
     return [
         g("pp2", "mapp-v1", "healthy"),
         g("pp2", "mapp-v1", "laststage", last_layers=3),
@@ -5370,12 +5384,22 @@ def fresh164_set(seed: int = FRESH164_SEED) -> list[Case]:
         mm("pp2", 0, 1.35),
         mm("pp2", 1, 1.45),
         g("pp2", "mapp-v1", "hostsleep", rank=1, ms=22),
+    ]
+
+
+FRESH166_SEED = 1103
+
+
+def fresh166_set(seed: int = FRESH166_SEED) -> list[Case]:
+    """``fresh165``'s PP4 companion, held out from the change (``--set fresh166``, seed 1103, run
+    as ``fresh164``), ``CPU_SHAPE_165``. Ids end in ``-f166``."""
+    g, mm = _one_rank_a_stage(seed, "-f166", CPU_SHAPE_165)
+    return [
         g("pp4", "mapp-v1", "healthy"),
         g("pp4", "mapp-v1", "laststage", last_layers=2),
         mm("pp4", 0, 1.45),
         mm("pp4", 3, 1.35),
     ]
-
 
 FRESH28_SEED = 181
 
@@ -5999,6 +6023,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh162": fresh162_set,
         "fresh163": fresh163_set,
         "fresh164": fresh164_set,
+        "fresh165": fresh165_set,
+        "fresh166": fresh166_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
