@@ -5401,6 +5401,21 @@ def fresh166_set(seed: int = FRESH166_SEED) -> list[Case]:
         mm("pp4", 3, 1.35),
     ]
 
+FRESH167_SEED = 1109
+
+
+def fresh167_set(seed: int = FRESH167_SEED) -> list[Case]:
+    """For the seventy-second session's study of a job's only pipeline link on one shared core
+    (``--set fresh167``, seed 1109, run as ``fresh163``: 2 gloo processes on 1 core; seen by its
+    change): PP2 under mapp's capture with 4, 2 and 1 MB more on every exchange of the link, in
+    both of ``fresh163``'s and ``fresh165``'s CPU model shapes. Ids end in ``-f167``."""
+    def link(mb: int, shape: dict[str, dict[str, str]]) -> Case:
+        g, _ = _one_rank_a_stage(seed, f"-{mb}mb-f167", shape)    # (one id per size)
+        return g("pp2", "mapp-v1", "link", link=(0, 1), link_bytes=mb * 1_000_000)
+
+    return [link(4, CPU_SHAPE_163), link(2, CPU_SHAPE_165), link(1, CPU_SHAPE_163)]
+
+
 FRESH28_SEED = 181
 
 
@@ -6025,6 +6040,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh164": fresh164_set,
         "fresh165": fresh165_set,
         "fresh166": fresh166_set,
+        "fresh167": fresh167_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
