@@ -115,7 +115,9 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     lap("lateness")
     iteration_ns = _iteration_ns(iters, events)
     bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
-                               shared_cpus=on_cpus, iteration_ns=iteration_ns)
+                               shared_cpus=on_cpus, iteration_ns=iteration_ns,
+                               core_waits=events.filter(pl.col("cat") == "p2p").select("rank", "ts_ns", RUNNABLE)
+                               if waits else None)
     lap("bandwidth")
     pace = tp_pace(matching, len(traced)) if _synchronizing_tracer(bundle) else None
     return StageEvidence(peers, lateness, bandwidth, info, iteration_ns, on_cpus,

@@ -1977,6 +1977,20 @@ def test_a_jobs_only_link_is_costed_by_its_median_iteration_not_a_descheduled_on
     assert 1.03 < verdict.below[0].slowdown < 1.1
 
 
+def test_a_jobs_only_link_is_timed_without_its_ends_waits_for_a_core():
+    # PP2 under mapp's capture, 2 processes on 1 core (``--set fresh163``, run for the study of
+    # that link), no fault: the faster end's span of a 331 KB message took 11.5 ms at the median,
+    # 63% of it on a run queue while the other process ran. Timed by its wall time the one link
+    # read "slow link 0<->1" 1.16x (69 ms of a 505 ms step); less those waits its median message
+    # took 1.0 ms, within the 1.26 ms 10 Gb Ethernet would
+    case = FRESH_CASES["gpt-pp2-mapp-healthy-f163"]
+    assert case.cls == "healthy" and "1 CPUs" in case.source
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    assert verdict.suspects == []
+    assert "slow_link" not in {s.kind for s in verdict.below}
+    assert "took no longer than 10 Gb Ethernet" in verdict.stages[2].reason
+
+
 def test_gemms_a_first_pipeline_stage_adds_without_shapes_are_counted():
     # PP2 on this machine's 2 cores under the profiler's defaults (no shapes; ``--set fresh65``,
     # held out), 1.55x the first stage's layers' matmuls: 58 ``aten::mm`` calls a step where
