@@ -33,7 +33,7 @@ from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z
 from mapp.analysis.detect.contention import contended
 from mapp.analysis.detect.idle import (BACKWARD, NOISE, data_stalls, idle_gaps, lasting_gaps, launch_bound, no_slower,
                                       stalls)
-from mapp.analysis.detect.own_time import own_ns
+from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
@@ -95,6 +95,8 @@ class PeerEvidence:
     record shapes), so work a rank adds shows in its counts, not only in its times."""
     scope: str | None = None
     """What part of the ranks' work was compared, where not all of it (for the stage's line)."""
+    own_time: bool = False
+    """Ops were timed less their waits for a core (``own_time``: the trace records them)."""
 
 
 def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:
@@ -322,7 +324,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                            how="left").with_columns(pl.col("layer_alone").fill_null(False))
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
-                        pairs=pairs, sliced=sliced)
+                        pairs=pairs, sliced=sliced, own_time=RUNNABLE in events.columns)
 
 
 def _scope(compared: pl.DataFrame, ops: pl.DataFrame) -> str:

@@ -1991,6 +1991,22 @@ def test_a_jobs_only_link_is_timed_without_its_ends_waits_for_a_core():
     assert "took no longer than 10 Gb Ethernet" in verdict.stages[2].reason
 
 
+def test_a_first_stage_timed_less_its_waits_for_a_core_is_held_to_contention_not_its_wall_time_bar():
+    # PP2 under mapp's capture, 2 processes on 1 core (``--set fresh163``), the first stage's
+    # layers doing 1.4x matmuls: less their waits for a core they took 1.48x the last stage's.
+    # The first stage's bar of 1.55x was set on wall times (healthy first stages up to 1.46x the
+    # last); timed less their waits, healthy first stages read 0.97-1.03x, and it is held to 1.3x
+    case = FRESH_CASES["gpt-pp2-mapp-layer1.4x-matmul-r0-f163"]
+    assert "1 CPUs" in case.source
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, top.rank) == ("slow_compute", 0)
+    assert 1.3 < top.evidence["peers"]["slowdown"] < 1.55
+    # and the healthy job of the same shape names no one
+    healthy = detect_bundle(load_bundle(FRESH_CASES["gpt-pp2-mapp-healthy-f163"].directory), threshold=0.1)
+    assert healthy.suspects == []
+
+
 def test_gemms_a_first_pipeline_stage_adds_without_shapes_are_counted():
     # PP2 on this machine's 2 cores under the profiler's defaults (no shapes; ``--set fresh65``,
     # held out), 1.55x the first stage's layers' matmuls: 58 ``aten::mm`` calls a step where
