@@ -5416,6 +5416,29 @@ def fresh167_set(seed: int = FRESH167_SEED) -> list[Case]:
     return [link(4, CPU_SHAPE_163), link(2, CPU_SHAPE_165), link(1, CPU_SHAPE_163)]
 
 
+FRESH168_SEED = 1117
+CPU_SHAPE_168 = {"mapp-v1": {"--hidden": "224", "--heads": "8", "--seq": "176"},
+                 "kineto": {"--hidden": "448", "--heads": "8", "--seq": "112"}}
+
+
+def fresh168_set(seed: int = FRESH168_SEED) -> list[Case]:
+    """Held out from the seventy-second session's changes (``--set fresh168``, seed 1117, run as
+    ``fresh163`` on 1 core and on 2), ``CPU_SHAPE_168``: PP2 under mapp's capture, healthy or
+    imbalanced, layer faults of matmuls and sleeps on either stage, host faults. Ids end in
+    ``-f168``."""
+    g, mm = _one_rank_a_stage(seed, "-f168", CPU_SHAPE_168)
+    return [
+        g("pp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2", "mapp-v1", "seqlognorm", sigma=0.8),
+        mm("pp2", 0, 1.5),
+        mm("pp2", 1, 1.35),
+        g("pp2", "mapp-v1", "layer", rank=1, factor=1.45),
+        g("pp2", "mapp-v1", "beforemb", rank=1, ms=30),
+        g("pp2", "mapp-v1", "hostsleep", rank=0, ms=20),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6041,6 +6064,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh165": fresh165_set,
         "fresh166": fresh166_set,
         "fresh167": fresh167_set,
+        "fresh168": fresh168_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
