@@ -5439,6 +5439,25 @@ def fresh168_set(seed: int = FRESH168_SEED) -> list[Case]:
     ]
 
 
+FRESH169_SEED = 1123
+
+
+def fresh169_set(seed: int = FRESH169_SEED) -> list[Case]:
+    """``fresh168``'s PP4 companion, held out from the seventy-second session's changes
+    (``--set fresh169``, seed 1123, 4 gloo processes on 2 cores and on 4), ``CPU_SHAPE_168``:
+    healthy, a heavier last stage, lognormal lengths, matmul layer faults on the first and a
+    middle stage, work before each microbatch on the first. Ids end in ``-f169``."""
+    g, mm = _one_rank_a_stage(seed, "-f169", CPU_SHAPE_168)
+    return [
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "laststage", last_layers=2),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        mm("pp4", 0, 1.45),
+        mm("pp4", 2, 1.4),
+        g("pp4", "mapp-v1", "beforemb", rank=0, ms=25),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6065,6 +6084,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh166": fresh166_set,
         "fresh167": fresh167_set,
         "fresh168": fresh168_set,
+        "fresh169": fresh169_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
