@@ -5458,6 +5458,26 @@ def fresh169_set(seed: int = FRESH169_SEED) -> list[Case]:
     ]
 
 
+FRESH170_SEED = 1129
+
+
+def fresh170_set(seed: int = FRESH170_SEED) -> list[Case]:
+    """Held out, to see how DP2 and TP2 under mapp's capture read with **2 processes on 1 core**
+    (``--set fresh170``, seed 1129, run as ``fresh163``), ``CPU_SHAPE_168``: healthy, lognormal
+    lengths, matmul layer faults and a host sleep. Ids end in ``-f170``."""
+    g, mm = _one_rank_a_stage(seed, "-f170", CPU_SHAPE_168)
+    return [
+        g("dp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        mm("dp2", 1, 1.4),
+        g("dp2", "mapp-v1", "hostsleep", rank=0, ms=25),
+        g("tp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        mm("tp2", 0, 1.45),
+        g("tp2", "mapp-v1", "hostsleep", rank=1, ms=25),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6085,6 +6105,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh167": fresh167_set,
         "fresh168": fresh168_set,
         "fresh169": fresh169_set,
+        "fresh170": fresh170_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
