@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from mapp.analysis.detect._stats import binomial_tail, others_median, robust_scale, z_critical
-from mapp.analysis.detect.own_time import RUNNABLE
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["BandwidthEvidence", "COUNTED", "LinkFinding", "link_bandwidth"]
@@ -96,14 +95,16 @@ def _p2p(matching, waits: pl.DataFrame | None = None) -> pl.DataFrame:
 
 def _less_core_waits(p: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
     """``p`` (matched messages) with each side's span shortened by the time its thread waited
-    for a core (``waits``: ``rank``, ``ts_ns``, ``runnable_ns`` of the p2p spans), a side
-    without a record kept whole: that wait is the scheduler's, not the link's (``_only_link``)."""
-    w = waits.select(pl.col("rank").cast(pl.Int32), pl.col("ts_ns").cast(pl.Int64), pl.col(RUNNABLE).fill_null(0))
+    for a core (``waits``: ``rank``, ``name``, ``ts_ns`` and ``waited_ns`` of the p2p spans, the
+    wait ``own_time`` takes out of a span), a side without a record kept whole: that wait is the
+    scheduler's, not the link's (``_only_link``). A side is found by its rank, name and start (a
+    batched send and receive may start within the same microsecond)."""
+    w = waits.select(pl.col("rank").cast(pl.Int32), pl.col("name"), pl.col("ts_ns").cast(pl.Int64),
+                     pl.col("waited_ns").fill_null(0))
     for side, rank in (("send", "src"), ("recv", "dst")):
-        p = p.join(w.rename({"rank": rank, "ts_ns": f"{side}_start_ns", RUNNABLE: "_w"}),
-                   on=[rank, f"{side}_start_ns"], how="left")
-        p = p.with_columns(pl.col(f"{side}_end_ns") - pl.col("_w").fill_null(0).clip(
-            upper_bound=pl.col(f"{side}_end_ns") - pl.col(f"{side}_start_ns"))).drop("_w")
+        p = p.join(w.rename({"rank": rank, "name": f"{side}_name", "ts_ns": f"{side}_start_ns", "waited_ns": "_w"}),
+                   on=[rank, f"{side}_name", f"{side}_start_ns"], how="left")
+        p = p.with_columns(pl.col(f"{side}_end_ns") - pl.col("_w").fill_null(0)).drop("_w")
     return p
 
 
@@ -252,7 +253,8 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     their fastest transfers over the run only (``_raised_floors``) and two like groups not by
     their times. ``iteration_ns``: the job's iteration, against which a job's only p2p link is
     weighed (``_only_link``). ``core_waits``: where the capture records them, the p2p spans'
-    waits for a core (``rank``, ``ts_ns``, ``runnable_ns``), taken out of the only link's times."""
+    waits for a core (``rank``, ``name``, ``ts_ns``, ``waited_ns``), taken out of the only link's
+    times."""
     added = _added_traffic(matching)
     obs = pl.concat([_p2p(matching), _collectives(matching)])
     obs = obs.filter(pl.col("time_ns") > 0)

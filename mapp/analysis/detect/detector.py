@@ -14,7 +14,7 @@ from mapp.analysis.detect.core_waits import RANK_KINDS, absorbed, records_waits,
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
-from mapp.analysis.detect.own_time import RUNNABLE
+from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peers import PeerEvidence, compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
@@ -116,8 +116,7 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     iteration_ns = _iteration_ns(iters, events)
     bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
                                shared_cpus=on_cpus, iteration_ns=iteration_ns,
-                               core_waits=events.filter(pl.col("cat") == "p2p").select("rank", "ts_ns", RUNNABLE)
-                               if waits else None)
+                               core_waits=_p2p_core_waits(events) if waits else None)
     lap("bandwidth")
     pace = tp_pace(matching, len(traced)) if _synchronizing_tracer(bundle) else None
     return StageEvidence(peers, lateness, bandwidth, info, iteration_ns, on_cpus,
@@ -263,6 +262,13 @@ def _comm_waits(events: pl.DataFrame, clock) -> pl.DataFrame | None:
     if waits.is_empty() or clock is None:
         return None
     return clock.apply(waits).select("rank", "name", "iteration", "dur_ns", start="ts_aligned_ns")
+
+
+def _p2p_core_waits(events: pl.DataFrame) -> pl.DataFrame:
+    """Per p2p span, the time ``own_time`` takes out of it (its thread's wait for a core): what
+    stage 3 takes out of the job's only link's times (``bandwidth._less_core_waits``)."""
+    spans = events.filter(pl.col("cat") == "p2p")
+    return spans.select("rank", "name", "ts_ns", waited_ns=pl.col("dur_ns") - own_ns(spans))
 
 
 def _launched_by(events: pl.DataFrame) -> pl.DataFrame:
