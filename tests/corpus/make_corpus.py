@@ -5478,6 +5478,45 @@ def fresh170_set(seed: int = FRESH170_SEED) -> list[Case]:
     ]
 
 
+FRESH171_SEED = 1151
+# ``fresh171``'s CPU model shapes, no other set's
+CPU_SHAPE_171 = {"mapp-v1": {"--hidden": "240", "--heads": "8", "--seq": "160"},
+                 "kineto": {"--hidden": "384", "--heads": "8", "--seq": "128"}}
+
+
+def fresh171_set(seed: int = FRESH171_SEED) -> list[Case]:
+    """Held out from every change up to the seventy-second session (``--set fresh171``, seed
+    1151, 4 gloo processes on 2 cores as issue 13 runs them): its 4-process classes (plain DDP
+    with more forward work or a sleep before each step, DP2 x TP2 from process groups with one
+    rank 1.6x and 2.5x, FSDP2 with a data-path sleep) and every 4-rank megatron-core layout under
+    both captures, healthy, imbalanced and faulted, in ``CPU_SHAPE_171``. Ids end in ``-f171``."""
+    def g(*a, **k):
+        return _cpu_shaped(gpt_case(*a, seed=seed, tag="-f171", **k), CPU_SHAPE_171)
+
+    return [
+        _plain("ddp4", "dp4", seed, rank=2, factor=1.55, tag="-f171"),
+        _plain("ddp4", "dp4", seed, rank=1, step_sleep_ms=22, tag="-f171"),
+        _plain("ddp4", "dp4", seed, tag="-f171"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=3, factor=1.6, tag="-f171"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=0, factor=2.5, tag="-f171"),
+        _plain("fsdp4", "dp4", seed, rank=0, sleep_ms=27, tag="-f171"),
+        # megatron-core, mapp capture
+        g("tp2dp2", "mapp-v1", "layer", rank=1, factor=1.45),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=2, ms=24),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp2dp2", "mapp-v1", "layer", rank=3, factor=1.5, work="matmul"),
+        # megatron-core, torch.profiler
+        g("tp2dp2", "kineto", "layer", rank=3, factor=1.6),
+        g("pp2dp2", "kineto", "beforemb", rank=1, ms=24),
+        g("dp4", "kineto", "healthy"),
+        g("pp4", "kineto", "seqlognorm", sigma=1.0),
+        g("tp2pp2", "kineto", "layer", rank=2, factor=1.4),
+        g("dp4", "kineto", "hostsleep", rank=0, ms=26),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6106,6 +6145,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh168": fresh168_set,
         "fresh169": fresh169_set,
         "fresh170": fresh170_set,
+        "fresh171": fresh171_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
