@@ -5517,6 +5517,50 @@ def fresh171_set(seed: int = FRESH171_SEED) -> list[Case]:
     ]
 
 
+FRESH172_SEED = 1153
+FRESH173_SEED = 1163
+# ``fresh172``'s and ``fresh173``'s CPU model shapes, no other set's
+CPU_SHAPE_172 = {"mapp-v1": {"--hidden": "256", "--heads": "8", "--seq": "144"},
+                 "kineto": {"--hidden": "320", "--heads": "8", "--seq": "128"}}
+
+
+def fresh172_set(seed: int = FRESH172_SEED) -> list[Case]:
+    """Held out at 16 ranks after mapp's capture began to record each span's wait for a core
+    (``--set fresh172``, seed 1153, 16 gloo processes on 8 cores), ``CPU_SHAPE_172``: PP4 x DP4,
+    PP2 x DP8, TP2 x PP2 x DP4 and DP16, mostly under mapp's capture: healthy, a heavier last
+    stage, lognormal lengths, matmul layer faults on the first and a middle stage, a host
+    sleep; two profiler jobs. Ids end in ``-f172``."""
+    g, mm = _one_rank_a_stage(seed, "-f172", CPU_SHAPE_172)
+    return [
+        g("pp4dp4", "mapp-v1", "healthy"),
+        g("pp2dp8", "mapp-v1", "laststage", last_layers=3),
+        mm("pp4dp4", 5, 1.45),
+        g("tp2pp2dp4", "mapp-v1", "seqlognorm", sigma=1.0),
+        mm("pp2dp8", 0, 1.4),
+        g("dp16", "mapp-v1", "hostsleep", rank=11, ms=25),
+        g("pp4dp4", "kineto", "layer", rank=14, factor=1.5),
+        g("pp2dp8", "kineto", "healthy"),
+    ]
+
+
+def fresh173_set(seed: int = FRESH173_SEED) -> list[Case]:
+    """``fresh172``'s 8-rank companion (``--set fresh173``, seed 1163, 8 gloo processes on 4
+    cores), ``CPU_SHAPE_172``: issue 13's PP4 x DP2 with a heavier last stage under both
+    captures, PP2 x DP4, TP2 x PP2 x DP2 and plain DDP8, healthy, imbalanced and faulted. Ids end
+    in ``-f173``."""
+    g, mm = _one_rank_a_stage(seed, "-f173", CPU_SHAPE_172)
+    return [
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp2", "kineto", "laststage", last_layers=2),
+        mm("pp4dp2", 1, 1.4),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2pp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp4", "mapp-v1", "beforemb", rank=4, ms=24),
+        _plain("ddp8", "dp8", seed, rank=6, factor=1.5, tag="-f173"),
+        g("tp2pp2dp2", "kineto", "hostsleep", rank=3, ms=25),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6146,6 +6190,8 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh169": fresh169_set,
         "fresh170": fresh170_set,
         "fresh171": fresh171_set,
+        "fresh172": fresh172_set,
+        "fresh173": fresh173_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
