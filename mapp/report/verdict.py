@@ -46,7 +46,12 @@ class DetectReport:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         v = self.verdict
         head = Text()
-        if v.healthy:
+        if v.healthy and v.traced == 1:
+            # a verdict is a comparison with peers: one rank alone is neither healthy nor slow
+            head.append("no verdict", style="mapp.warning")
+            head.append(": one traced rank, no peer to compare it with (detection compares each rank with its "
+                        "peers: give the traces of two or more ranks)")
+        elif v.healthy:
             head.append("no suspect", style="mapp.ok")
             head.append(f": no GPU, host or link is slower than its peers by the evidence (threshold {v.threshold:g})")
         else:
@@ -55,7 +60,7 @@ class DetectReport:
         if v.iteration_ns:
             head.append(f"; iteration {v.iteration_ns / 1e6:,.2f} ms", style="mapp.dim")
         yield head
-        yield Text(f"{v.traced} traced ranks, layout {v.layout}", style="mapp.dim")
+        yield Text(f"{v.traced} traced rank{'' if v.traced == 1 else 's'}, layout {v.layout}", style="mapp.dim")
         if v.suspects:
             yield self._suspects()
             for i, s in enumerate(v.suspects, 1):

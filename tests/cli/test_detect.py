@@ -111,3 +111,21 @@ def test_input_format_is_one_option_and_the_former_name_still_works(tmp_path):
     for command in (["detect"], ["trace", "merge"], ["sql"], ["report"]):
         help_text = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"}).output
         assert "--input-format" in help_text, command
+
+
+def test_one_traced_rank_gets_no_verdict_rather_than_a_clean_bill(tmp_path):
+    # a real one-GPU profiler trace: with nobody to compare it with, "no suspect ... slower than
+    # its peers" would claim a health nobody measured
+    import shutil
+    from pathlib import Path
+
+    source = Path(__file__).parents[1] / "fixtures" / "kineto_nccl_h200" / "rank-0.json"
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(source, alone / "rank-0.json")
+    result = runner.invoke(app, ["detect", str(alone), "--no-cache"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith("no verdict: one traced rank, no peer to compare it with"), first
+    assert "no suspect" not in result.output
+    assert "1 traced rank," in result.output

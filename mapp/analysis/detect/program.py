@@ -67,7 +67,9 @@ def program_groups(ops: pl.DataFrame, p2p_pairs: set[tuple[int, int]], ranks: li
     program = {r: i for i, members in enumerate(groups) for r in members}
     frame = pl.DataFrame({"rank": sorted(ranks), "program": [program[r] for r in sorted(ranks)]},
                          schema={"rank": pl.Int32, "program": pl.Int32})
-    if len(groups) == 1:
+    if len(ranks) == 1:
+        what = "one traced rank: no peer to compare it with"
+    elif len(groups) == 1:
         what = f"every rank runs the same program: all {len(ranks)} compared"
     else:
         sizes = sorted((len(g) for g in groups), reverse=True)
