@@ -5561,6 +5561,27 @@ def fresh173_set(seed: int = FRESH173_SEED) -> list[Case]:
     ]
 
 
+FRESH174_SEED = 1171
+
+
+def fresh174_set(seed: int = FRESH174_SEED) -> list[Case]:
+    """Held out for issue 13's "heavier traffic on one link" after mapp's capture began to record
+    each span's wait for a core (``--set fresh174``, seed 1171, 4 gloo processes on 2 cores and
+    on 4), ``CPU_SHAPE_172``: a heavier link of PP2 x DP2, PP4 and TP2 x PP2 under both captures
+    (2.5-5 MB more on every exchange), beside the same layouts healthy. Ids end in ``-f174``."""
+    g, _ = _one_rank_a_stage(seed, "-f174", CPU_SHAPE_172)
+    return [
+        g("pp2dp2", "mapp-v1", "link", link=(1, 3), link_bytes=3_000_000),
+        g("pp4", "mapp-v1", "link", link=(2, 1), link_bytes=4_000_000),
+        g("tp2pp2", "mapp-v1", "link", link=(0, 2), link_bytes=5_000_000),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "kineto", "link", link=(2, 0), link_bytes=2_500_000),
+        g("pp4", "kineto", "link", link=(1, 2), link_bytes=4_000_000),
+        g("tp2pp2", "kineto", "healthy"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6192,6 +6213,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh171": fresh171_set,
         "fresh172": fresh172_set,
         "fresh173": fresh173_set,
+        "fresh174": fresh174_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
