@@ -76,8 +76,10 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     matching = analysis.matching
     notes: list[str] = list(analysis.notes)
     if analysis.clock is not None and analysis.clock.unaligned:
-        notes.append(f"{len(analysis.clock.unaligned)} ranks share no collective or p2p with rank "
-                     f"{analysis.clock.reference_rank}: their lateness is judged on their own clocks")
+        n = len(analysis.clock.unaligned)
+        notes.append(f"{n} rank{'s share' if n != 1 else ' shares'} no collective or p2p with rank "
+                     f"{analysis.clock.reference_rank}: {'their' if n != 1 else 'its'} lateness is judged on "
+                     f"{'their' if n != 1 else 'its'} own clock{'s' if n != 1 else ''}")
     groups = matching.members.join(
         matching.collectives.select("instance_id", "group", "group_ranks"), on="instance_id"
     ).select("rank", "group", "group_ranks").unique(subset=["rank", "group"]) if len(matching.members) else pl.DataFrame(

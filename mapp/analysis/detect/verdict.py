@@ -119,6 +119,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     sliced, waited_on = _waited_on(peers, late, coords)
     suspects = sliced_suspects(sliced, suspects, waited_on, coords, iteration_ns, neighbours,
                                measured_waits=peers.mode != "layer peers")
+    suspects = _mirrored_pair(suspects, peers, lateness, overruled)
     if tp_pace is not None:
         suspects = tp_pace_suspects(tp_pace, suspects, coords, iteration_ns, peers.min_effect)
         suspects = tp_group_alike(suspects, peers, coords, lateness, tp_pace, overruled)
@@ -183,6 +184,23 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
     victims = sorted(set(_victims(lateness, suspects, layout)) | set(waiting))
     grid = _grid(layout, peers, lateness, flagged, set(victims))
     return Combined(suspects, imbalance, victims, grid, below, overruled)
+
+
+def _mirrored_pair(suspects: list[Suspect], peers: PeerEvidence, lateness: LatenessEvidence,
+                   overruled: list[Overruled]) -> list[Suspect]:
+    """Two traced ranks each computing slower than the other cannot both be right: each is
+    slower on ops of its own, so they are not doing alike work (or the trace holds a sample of
+    its events), and with no collective matched stage 2 cannot say which one the other waits
+    for. Neither is named. (HTA's public ``trace_filter`` traces, 2 of a 128-rank job's ranks with
+    a sample of their events, no process group recorded: rank 0 1.73x its peer, rank 1 1.17x.)"""
+    compute = [s for s in suspects if s.kind == "slow_compute"]
+    if not peers.pairs or lateness.ran or len(compute) != 2 or peers.ranks.height != 2:
+        return suspects
+    for s in compute:
+        overruled.append(Overruled(s.rank, f"rank {s.rank} computes {s.slowdown:.2f}x its peer: not a suspect (each "
+                                           "of the two ranks reads slower than the other, on ops of its own: "
+                                           "their work is not alike, and no collective matched says who waits)"))
+    return [s for s in suspects if s not in compute]
 
 
 def _said(named: list[Suspect], overruled: list[Overruled]) -> set[int]:

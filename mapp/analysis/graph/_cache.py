@@ -17,7 +17,7 @@ from mapp import __version__
 from mapp.analysis.graph.diagnose import Finding
 from mapp.output import scratch
 
-_VERSION = 3
+_VERSION = 4
 _DIR = "matching"
 _TABLES = ("collectives", "members", "p2p")
 

@@ -32,12 +32,18 @@ def _group_table(calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def match_collectives(
-    calls: pl.DataFrame, traced_ranks: set[int]
+    calls: pl.DataFrame, traced_ranks: set[int], world_size: int | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame, list[Finding]]:
     """Group collective calls into instances.
 
     ``calls`` has the columns of ``_load.COLLECTIVE_COLUMNS``. Returns ``(instances, members,
     findings)`` with the raw columns of ``schema.COLLECTIVES`` and ``schema.MEMBERS``.
+
+    ``world_size``: the job's, where the traces say it. A call naming no group is matched with
+    the other traced ranks' calls by order, which is a guess; where the traces cover only part
+    of the world (a few ranks of a large job profiled) the guess has nothing to stand on -- the
+    call's group may be a DP group of untraced ranks -- and its instances are not complete
+    (not timed against each other), as a named group with untraced members is not.
     """
     if calls.is_empty():
         return COLLECTIVES.empty(), MEMBERS.empty(), []
@@ -84,6 +90,7 @@ def match_collectives(
             pl.col("name").n_unique().alias("n_ops"),
             pl.col("bytes").drop_nulls().n_unique().alias("n_sizes"),
             pl.col("async").fill_null(False).any().alias("launch_only"),
+            pl.col("no_group").first(),
         )
         .join(groups.select("group_id", "group", "group_ranks"), on="group_id", how="left")
         .with_columns(n_expected=pl.col("group_ranks").list.len().cast(pl.Int32))
@@ -93,11 +100,13 @@ def match_collectives(
                 & (pl.col("n_calls") == pl.col("n_members"))
                 & (pl.col("n_ops") == 1)
                 & (pl.col("n_sizes") <= 1)
+                & ~(pl.col("no_group") & pl.lit(_part_of_world(traced_ranks, world_size)))
             )
         )
     )
     findings += _instance_findings(instances, members, traced_ranks)
-    findings += _unknown_group_findings(members.filter(pl.col("no_group")))
+    findings += _unknown_group_findings(members.filter(pl.col("no_group")),
+                                        world_size if _part_of_world(traced_ranks, world_size) else None)
     members = members.join(groups.select("group_id", "group"), on="group_id", how="left", maintain_order="left").select(
         "instance_id", "rank", pl.col("name").alias("op"), "group", "lane", "bytes",
         pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
@@ -152,16 +161,25 @@ def _order_findings(calls: pl.DataFrame, groups: pl.DataFrame) -> list[Finding]:
     return findings
 
 
-def _unknown_group_findings(calls: pl.DataFrame) -> list[Finding]:
+def _part_of_world(traced_ranks: set[int], world_size: int | None) -> bool:
+    """Whether the traces are of some ranks only of a world of known size."""
+    return world_size is not None and len(traced_ranks) < world_size
+
+
+def _unknown_group_findings(calls: pl.DataFrame, partial_world: int | None = None) -> list[Finding]:
+    """``partial_world``: the world's size where the traces cover part of it only."""
     if calls.is_empty():
         return []
     ops = sorted(set(calls["name"].to_list()))
     ranks = sorted(set(calls["rank"].to_list()))
+    use = ("not used for clock alignment" if partial_world is None else
+           f"not used for clock alignment or lateness (the traces hold {len(ranks)} of the world's "
+           f"{partial_world:,} ranks: these calls' groups may hold ranks not traced)")
     return [Finding(
         kind="unknown_group", severity="info",
         message=f"{len(calls):,} collective calls ({', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}) name "
                 f"neither a group nor its members; matched by call order across ranks {rank_list(ranks)}, "
-                "and not used for clock alignment",
+                f"and {use}",
         ranks=tuple(ranks), op=ops[0], count=len(calls),
     )]
 

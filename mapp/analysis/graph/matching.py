@@ -74,11 +74,12 @@ def _with_timing(collectives: pl.DataFrame, members: pl.DataFrame, start: str, e
 
 
 def match_events(
-    collective_calls: pl.DataFrame, p2p_calls: pl.DataFrame, traced_ranks: Sequence[int]
+    collective_calls: pl.DataFrame, p2p_calls: pl.DataFrame, traced_ranks: Sequence[int],
+    world_size: int | None = None,
 ) -> Matching:
     """Match already-loaded calls (columns of ``_load.COLLECTIVE_COLUMNS`` / ``P2P_COLUMNS``)."""
     traced = set(int(r) for r in traced_ranks)
-    instances, members, found_c = match_collectives(collective_calls, traced)
+    instances, members, found_c = match_collectives(collective_calls, traced, world_size)
     pairs, found_p = match_p2p(p2p_calls, traced)
     instances = _with_timing(instances, members, "start_ns", "end_ns")
     return Matching(instances, members, pairs, sort_findings(found_c + found_p))
@@ -108,7 +109,7 @@ def unmatched(bundle) -> Matching:
 def match_calls(bundle, collective_calls: pl.DataFrame, p2p_calls: pl.DataFrame, *, use_cache: bool = True) -> Matching:
     """Match a bundle's calls read elsewhere (``_load.comm_calls`` on a cluster's workers, in
     the order of ``bundle.parts``) and keep the result as :func:`match_bundle` does."""
-    matching = match_events(collective_calls, p2p_calls, bundle.ranks["rank"].to_list())
+    matching = match_events(collective_calls, p2p_calls, bundle.ranks["rank"].to_list(), bundle.world_size)
     if use_cache:
         _cache.store(bundle, matching)
     return matching

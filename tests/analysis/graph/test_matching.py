@@ -229,3 +229,30 @@ def test_matching_is_cached_beside_the_events_table(tmp_path):
     again = match_bundle(bundle)
     assert again.collectives.equals(first.collectives) and again.members.equals(first.members)
     assert again.findings == first.findings and again.findings[0].ranks == (3,)
+
+
+def _hta_copy(directory: Path, world_size: int | None = None) -> Path:
+    """HTA's two sampled ranks of a 128-rank job (no process group on any call), with
+    ``world_size`` rewritten where given."""
+    import gzip
+
+    directory.mkdir()
+    for source in sorted((FIXTURES / "hta_trace_filter").glob("*.json.gz")):
+        trace = json.loads(gzip.decompress(source.read_bytes()))
+        if world_size is not None:
+            trace["distributedInfo"]["world_size"] = world_size
+        (directory / source.name).write_bytes(gzip.compress(json.dumps(trace).encode()))
+    return directory
+
+
+def test_calls_of_no_group_are_not_timed_across_a_part_of_the_world(tmp_path):
+    # 2 traced ranks of 128: a call naming no group may be a collective of untraced ranks only,
+    # so no instance paired by call order is complete, and the finding says why
+    m = match_bundle(load_bundle(_hta_copy(tmp_path / "part")))
+    assert len(m.collectives) == 10 and not m.collectives["complete"].any()
+    unknown = [f for f in m.findings if f.kind == "unknown_group"]
+    assert len(unknown) == 1 and "the traces hold 2 of the world's 128 ranks" in unknown[0].message
+    # the same traces as a whole world of 2: the pairs of one size are complete (4 of 10)
+    whole = match_bundle(load_bundle(_hta_copy(tmp_path / "whole", world_size=2)))
+    assert whole.collectives["complete"].sum() == 4
+    assert "world's" not in next(f.message for f in whole.findings if f.kind == "unknown_group")
