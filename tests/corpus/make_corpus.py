@@ -5582,6 +5582,28 @@ def fresh174_set(seed: int = FRESH174_SEED) -> list[Case]:
     ]
 
 
+FRESH175_SEED = 1181
+
+
+def fresh175_set(seed: int = FRESH175_SEED) -> list[Case]:
+    """Held out for issue 13's two-rank classes under the profiler (``--set fresh175``, seed
+    1181, 2 gloo processes on 2 cores and on 1), ``CPU_SHAPE_172``: plain DDP2 with 1.5x the
+    forward's matmuls on rank 1 or a sleep before each step, healthy FSDP2, and megatron-core TP2
+    with work before each of rank 1's microbatches (class 2's job on CPUs), a TP2 layer fault,
+    DP2 healthy and on lognormal lengths, PP2 with a heavier last stage. Ids end in ``-f175``."""
+    g, _ = _one_rank_a_stage(seed, "-f175", CPU_SHAPE_172)
+    return [
+        _plain("ddp2", "dp2", seed, rank=1, factor=1.5, tag="-f175"),
+        _plain("ddp2", "dp2", seed, rank=0, step_sleep_ms=22, tag="-f175"),
+        _plain("fsdp2", "dp2", seed, tag="-f175"),
+        g("tp2", "kineto", "beforemb", rank=1, ms=22),
+        g("tp2", "kineto", "layer", rank=0, factor=1.45),
+        g("dp2", "kineto", "healthy"),
+        g("dp2", "kineto", "seqlognorm", sigma=0.9),
+        g("pp2", "kineto", "laststage", last_layers=2),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6214,6 +6236,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh172": fresh172_set,
         "fresh173": fresh173_set,
         "fresh174": fresh174_set,
+        "fresh175": fresh175_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
