@@ -5604,6 +5604,28 @@ def fresh175_set(seed: int = FRESH175_SEED) -> list[Case]:
     ]
 
 
+FRESH176_SEED = 1187
+
+
+def fresh176_set(seed: int = FRESH176_SEED) -> list[Case]:
+    """``fresh175``'s two-rank classes under mapp's capture (``--set fresh176``, seed 1187, 2
+    gloo processes on 2 cores), ``CPU_SHAPE_172``: DP2, TP2 and PP2 healthy or faulted (matmul
+    layer faults on either pipeline stage and in DP2, work before each of a TP rank's
+    microbatches, a host sleep), PP2 on lognormal lengths and with a heavier last stage. Ids end
+    in ``-f176``."""
+    g, mm = _one_rank_a_stage(seed, "-f176", CPU_SHAPE_172)
+    return [
+        mm("dp2", 0, 1.4),
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=22),
+        mm("pp2", 1, 1.45),
+        g("pp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "healthy"),
+        g("dp2", "mapp-v1", "hostsleep", rank=1, ms=24),
+        g("pp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6237,6 +6259,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh173": fresh173_set,
         "fresh174": fresh174_set,
         "fresh175": fresh175_set,
+        "fresh176": fresh176_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
