@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -116,9 +118,6 @@ def test_input_format_is_one_option_and_the_former_name_still_works(tmp_path):
 def test_one_traced_rank_gets_no_verdict_rather_than_a_clean_bill(tmp_path):
     # a real one-GPU profiler trace: with nobody to compare it with, "no suspect ... slower than
     # its peers" would claim a health nobody measured
-    import shutil
-    from pathlib import Path
-
     source = Path(__file__).parents[1] / "fixtures" / "kineto_nccl_h200" / "rank-0.json"
     alone = tmp_path / "alone"
     alone.mkdir()

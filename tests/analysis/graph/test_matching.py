@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -234,8 +235,6 @@ def test_matching_is_cached_beside_the_events_table(tmp_path):
 def _hta_copy(directory: Path, world_size: int | None = None) -> Path:
     """HTA's two sampled ranks of a 128-rank job (no process group on any call), with
     ``world_size`` rewritten where given."""
-    import gzip
-
     directory.mkdir()
     for source in sorted((FIXTURES / "hta_trace_filter").glob("*.json.gz")):
         trace = json.loads(gzip.decompress(source.read_bytes()))
