@@ -46,7 +46,7 @@ class DetectReport:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         v = self.verdict
         head = Text()
-        if v.healthy and v.traced == 1:
+        if v.healthy and not v.compared:
             # a verdict is a comparison with peers: one rank alone is neither healthy nor slow
             head.append("no verdict", style="mapp.warning")
             head.append(": one traced rank, no peer to compare it with (detection compares each rank with its "

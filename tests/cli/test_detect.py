@@ -128,3 +128,9 @@ def test_one_traced_rank_gets_no_verdict_rather_than_a_clean_bill(tmp_path):
     assert first.startswith("no verdict: one traced rank, no peer to compare it with"), first
     assert "no suspect" not in result.output
     assert "1 traced rank," in result.output
+    # the JSON says the same: nothing compared, so no "healthy": true for scripts to trust
+    verdict_path = tmp_path / "verdict.json"
+    result = runner.invoke(app, ["detect", str(alone), "--json", str(verdict_path)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(verdict_path.read_text())
+    assert data["compared"] is False and data["healthy"] is None and data["suspects"] == [], data

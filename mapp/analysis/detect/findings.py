@@ -143,9 +143,18 @@ class Verdict:
         """No suspect (imbalance alone does not make a job unhealthy hardware-wise)."""
         return not self.suspects
 
+    @property
+    def compared(self) -> bool:
+        """Whether any rank had a peer to be compared with: a verdict is a comparison, and one
+        traced rank alone is neither healthy nor slow."""
+        return self.traced > 1
+
     def to_json(self) -> dict[str, Any]:
         return {
-            "healthy": self.healthy,
+            # null, not true, where nothing was compared: scripts reading "healthy" must not take
+            # one rank's trace for a clean bill
+            "healthy": self.healthy if self.compared else None,
+            "compared": self.compared,
             "suspects": [s.to_json() for s in self.suspects],
             "imbalance": [i.to_json() for i in self.imbalance],
             "victims": self.victims,
