@@ -5626,6 +5626,60 @@ def fresh176_set(seed: int = FRESH176_SEED) -> list[Case]:
     ]
 
 
+
+FRESH177_SEED = 1193
+FRESH178_SEED = 1201
+# ``fresh177``'s and ``fresh178``'s CPU model shapes, no other set's
+CPU_SHAPE_177 = {"mapp-v1": {"--hidden": "272", "--heads": "8", "--seq": "136"},
+                 "kineto": {"--hidden": "352", "--heads": "8", "--seq": "112"}}
+
+
+def fresh177_set(seed: int = FRESH177_SEED) -> list[Case]:
+    """Held out from every change up to the seventy-fourth session (``--set fresh177``, seed
+    1193, 4 gloo processes on 2 cores as issue 13 runs them), ``CPU_SHAPE_177``: issue 13's
+    4-process classes with values no other set uses (plain DDP with more forward work or a sleep
+    before each step, DP2 x TP2 from process groups with one rank 1.7x, FSDP2 with a data-path
+    sleep) and every 4-rank megatron-core layout under both captures, healthy, imbalanced and
+    faulted. Ids end in ``-f177``."""
+    g, mm = _one_rank_a_stage(seed, "-f177", CPU_SHAPE_177)
+    return [
+        _plain("ddp4", "dp4", seed, rank=3, factor=1.6, tag="-f177"),
+        _plain("ddp4", "dp4", seed, rank=0, step_sleep_ms=24, tag="-f177"),
+        _plain("tp2dp2", "tp2dp2", seed, rank=2, factor=1.7, tag="-f177"),
+        _plain("fsdp4", "dp4", seed, rank=1, sleep_ms=25, tag="-f177"),
+        _plain("tp2dp2", "tp2dp2", seed, tag="-f177"),
+        # megatron-core, mapp capture
+        mm("dp4", 1, 1.5),
+        g("tp2pp2", "mapp-v1", "beforemb", rank=3, ms=23),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        mm("pp4", 2, 1.5),
+        # megatron-core, torch.profiler
+        g("pp4", "kineto", "laststage", last_layers=3),
+        g("tp2dp2", "kineto", "hostsleep", rank=1, ms=25),
+        g("dp4", "kineto", "layer", rank=2, factor=1.5),
+        g("pp2dp2", "kineto", "healthy"),
+    ]
+
+
+def fresh178_set(seed: int = FRESH178_SEED) -> list[Case]:
+    """``fresh177``'s 8-rank companion (``--set fresh178``, seed 1201, 8 gloo processes on 4
+    cores), ``CPU_SHAPE_177``: issue 13's PP4 x DP2 with a heavier last stage, PP2 x DP4 on
+    lognormal lengths, TP2 x PP2 x DP2 and DDP8, healthy and faulted, under both captures. Ids
+    end in ``-f178``."""
+    g, mm = _one_rank_a_stage(seed, "-f178", CPU_SHAPE_177)
+    return [
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp2", "kineto", "healthy"),
+        mm("pp2dp4", 5, 1.45),
+        g("pp2dp4", "kineto", "seqlognorm", sigma=1.0),
+        g("tp2pp2dp2", "mapp-v1", "hostsleep", rank=6, ms=26),
+        g("tp2pp2dp2", "kineto", "layer", rank=4, factor=1.5),
+        _plain("ddp8", "dp8", seed, rank=2, step_sleep_ms=24, tag="-f178"),
+        _plain("ddp8", "dp8", seed, tag="-f178"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6259,7 +6313,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh173": fresh173_set,
         "fresh174": fresh174_set,
         "fresh175": fresh175_set,
-        "fresh176": fresh176_set,
+        "fresh176": fresh176_set, "fresh177": fresh177_set, "fresh178": fresh178_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
