@@ -5680,6 +5680,52 @@ def fresh178_set(seed: int = FRESH178_SEED) -> list[Case]:
     ]
 
 
+
+FRESH179_SEED = 1213
+FRESH180_SEED = 1217
+
+
+def fresh179_set(seed: int = FRESH179_SEED) -> list[Case]:
+    """Issue 13's two-rank classes held out once more (``--set fresh179``, seed 1213, 2 gloo
+    processes on 2 cores), ``CPU_SHAPE_177``, under both captures with values no other set uses:
+    plain DDP2 with more forward work or a sleep before each step, FSDP2 with a data-path sleep,
+    megatron-core TP2 with work before each of a rank's microbatches (class 2's job on CPUs),
+    layer faults of DP2, TP2 and either PP2 stage, healthy, lognormal and heavier-last-stage jobs.
+    Ids end in ``-f179``."""
+    g, mm = _one_rank_a_stage(seed, "-f179", CPU_SHAPE_177)
+    return [
+        _plain("ddp2", "dp2", seed, rank=0, factor=1.55, tag="-f179"),
+        _plain("ddp2", "dp2", seed, rank=1, step_sleep_ms=24, tag="-f179"),
+        _plain("fsdp2", "dp2", seed, rank=0, sleep_ms=26, tag="-f179"),
+        g("tp2", "kineto", "beforemb", rank=0, ms=24),
+        g("tp2", "mapp-v1", "beforemb", rank=1, ms=25),
+        g("dp2", "kineto", "layer", rank=1, factor=1.5),
+        mm("tp2", 0, 1.5),
+        mm("pp2", 0, 1.5),
+        g("pp2", "kineto", "layer", rank=1, factor=1.5),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp2", "kineto", "laststage", last_layers=3),
+        g("tp2", "kineto", "healthy"),
+        g("dp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "hostsleep", rank=0, ms=25),
+    ]
+
+
+def fresh180_set(seed: int = FRESH180_SEED) -> list[Case]:
+    """``fresh179``'s 16-rank companion (``--set fresh180``, seed 1217, 16 gloo processes on 8
+    cores), ``CPU_SHAPE_177``: PP4 x DP4, PP2 x DP8, TP2 x PP2 x DP4 and DP16 under both
+    captures, healthy, imbalanced and faulted. Ids end in ``-f180``."""
+    g, mm = _one_rank_a_stage(seed, "-f180", CPU_SHAPE_177)
+    return [
+        mm("pp4dp4", 9, 1.5),
+        g("pp2dp8", "kineto", "laststage", last_layers=3),
+        g("tp2pp2dp4", "mapp-v1", "healthy"),
+        g("dp16", "kineto", "hostsleep", rank=7, ms=26),
+        g("pp2dp8", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2pp2dp4", "kineto", "layer", rank=13, factor=1.5),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6314,6 +6360,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh174": fresh174_set,
         "fresh175": fresh175_set,
         "fresh176": fresh176_set, "fresh177": fresh177_set, "fresh178": fresh178_set,
+        "fresh179": fresh179_set, "fresh180": fresh180_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

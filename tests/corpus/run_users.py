@@ -1,0 +1,111 @@
+"""Run a battery of the user-written jobs (``user_*.py``) and write its manifest.
+
+Run: ``python tests/corpus/run_users.py --battery users74 --out DIR`` (4 gloo processes a job,
+``OMP_NUM_THREADS=1``, one job at a time; ~7 minutes on 2 cores), then score it with
+``python benchmarks/detect_real.py DIR``. ``--list`` prints the battery's ids; ``--only ID``
+runs some of them (the manifest keeps the entries of jobs already in ``DIR``).
+
+``make_corpus.py`` drives the project's own jobs (``_job.py``, megatron-core) and measures
+what each injection cost; these are jobs written as users write them, whose answer is the
+injection alone: a rank named by ``-rN`` in the id, slow compute for added work (``fwd``,
+``extra``), a slow host for a sleep; none for the rest (``seqlognorm`` and ``last`` are
+imbalance). Whether an injection cost 10% of its rank's step is not measured here: read it
+from the trace (``mapp sql DIR/ID -c "FROM iterations"``) before calling a miss a miss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+USERS74 = [  # held out in the seventy-fourth session (at 780bfa8), run once each
+    ("ddp4-tf-shapes-w160-fwd1.5x-r2", "user_ddp_transformer.py", "--slow-rank 2 --factor 1.5 --shapes --width 160 --layers 3"),
+    ("ddp4-tf-accum2-w144-stepsleep21ms-r1", "user_ddp_transformer.py", "--slow-rank 1 --sleep-ms 21 --accum 2 --width 144"),
+    ("ddp4-tf-clip-annotate-w176-healthy", "user_ddp_transformer.py", "--clip --annotate --width 176"),
+    ("ddp4-tf-w160-seqlognorm0.75", "user_ddp_transformer.py", "--seq-sigma 0.75 --width 160"),
+    ("fsdp4-tf-w128-fwd1.6x-r3", "user_ddp_transformer.py", "--fsdp --slow-rank 3 --factor 1.6"),
+    ("ddp4-tf-loader1-datasleep26ms-r0", "user_ddp_transformer.py", "--loader-workers 1 --slow-rank 0 --data-sleep-ms 26"),
+    ("ddp4-tf-manual-fwd1.5x-r1", "user_ddp_transformer.py", "--manual --slow-rank 1 --factor 1.5 --width 144"),
+    ("ddp4-cnn-c40-extra2-r3", "user_ddp_cnn.py", "--slow-rank 3 --extra 2 --channels 40"),
+    ("ddp4-cnn-c40-i40-healthy", "user_ddp_cnn.py", "--channels 40 --image 40"),
+    ("ddp4-cnn-stepsleep22ms-r2", "user_ddp_cnn.py", "--slow-rank 2 --sleep-ms 22 --channels 36"),
+    ("ddp4-hf-w160-fwd1.5x-r1", "user_hf_trainer.py", "--slow-rank 1 --factor 1.5 --width 160"),
+    ("ddp4-hf-seqlognorm0.7-group-s5", "user_hf_trainer.py", "--seq-sigma 0.7 --group-by-length --seed 5"),
+    ("ddp4-hf-datasleep4ms-r3", "user_hf_trainer.py", "--slow-rank 3 --data-sleep-ms 4"),
+    ("ddp4-pl-fwd1.6x-r2", "user_lightning.py", "--slow-rank 2 --factor 1.6"),
+    ("ddp4-pl-accum2-healthy", "user_lightning.py", "--accum 2"),
+    ("dp2tp2-dtensor-extra3-r1", "user_dtensor_tp.py", "--slow-rank 1 --extra 3 --width 224"),
+    ("tp4-dtensor-healthy", "user_dtensor_tp.py", "--tp 4 --width 256"),
+    ("pp4-pipe-extra1-r2", "user_pipe.py", "--slow-rank 2 --extra 1 --width 224"),
+    ("pp2dp2-pipe-healthy", "user_pipe.py", "--dp 2"),
+    ("pp4-pipe-last3", "user_pipe.py", "--last-blocks 3"),
+    ("pp4-pipe-gpipe-stepsleep21ms-r1", "user_pipe.py", "--schedule gpipe --slow-rank 1 --sleep-ms 21"),
+]
+BATTERIES = {"users74": USERS74}
+_LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2)}
+
+
+def expected(case_id: str) -> tuple[str, dict | None]:
+    """(class, expect.suspect) from the id (see the module doc)."""
+    if m := re.search(r"-r(\d+)$", case_id):
+        return "fault", {"rank": int(m.group(1)), "kinds": ["slow_host" if "sleep" in case_id else "slow_compute"]}
+    return ("imbalance" if "seqlognorm" in case_id or "-last" in case_id else "healthy"), None
+
+
+def entry(case_id: str, script: str, args: str) -> dict:
+    cls, suspect = expected(case_id)
+    tp, pp, dp = _LAYOUTS.get(case_id.split("-")[0], (1, 1, 4))
+    return {"id": case_id, "path": case_id, "format": "kineto", "class": cls, "injected": [],
+            "layout": {"tp": tp, "pp": pp, "dp": dp}, "expect": {"suspect": suspect},
+            "source": f"CPU gloo, torchrun 4 processes, a user-written job (tests/corpus/{script})",
+            "command": f"OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 "
+                       f"tests/corpus/{script} --out $TRACE_DIR {args}"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--battery", choices=sorted(BATTERIES), default="users74")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--only", nargs="*", default=None, help="ids of the battery to run")
+    ap.add_argument("--list", action="store_true", help="print the battery's ids and stop")
+    ap.add_argument("--timeout", type=int, default=240, help="seconds a job may run")
+    a = ap.parse_args()
+    battery = [c for c in BATTERIES[a.battery] if a.only is None or c[0] in a.only]
+    if a.list:
+        print("\n".join(c[0] for c in battery))
+        return
+    if a.out is None:
+        sys.exit("error: --out DIR is needed (where the jobs' traces and the manifest go)")
+    a.out.mkdir(parents=True, exist_ok=True)
+    manifest = a.out / "manifest.json"
+    kept = json.loads(manifest.read_text())["cases"] if manifest.is_file() else []
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    for case_id, script, args in battery:
+        out = a.out / case_id
+        if out.exists():
+            print(f"{case_id}: already in {a.out}, kept")
+            continue
+        start = time.monotonic()
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
+               str(HERE / script), "--out", str(out), *args.split()]
+        try:
+            rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                timeout=a.timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        print(f"{case_id}: rc={rc} {time.monotonic() - start:.0f} s")
+        if rc == 0:
+            kept = [c for c in kept if c["id"] != case_id] + [entry(case_id, script, args)]
+            manifest.write_text(json.dumps({"version": 1, "cases": kept}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
