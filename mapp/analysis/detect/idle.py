@@ -100,7 +100,7 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
         parts.append(memory.cast(leaves.schema | {"memory": pl.Boolean}))
     if recurring:
         parts.append(_data_marks(events, cols).cast(leaves.schema | {"memory": pl.Boolean}))
-    tl = _held_apart(pl.concat(parts).sort(["rank", "ts_ns"]))
+    tl = _in_setup(_held_apart(pl.concat(parts).sort(["rank", "ts_ns"])), events)
     stall = pl.col("gap") >= LONG_GAP_NS
     # a stall where the forward pass hands over to the backward: the next span a backward one,
     # the compute span before it (collectives and transfers between them) a forward one
@@ -185,6 +185,48 @@ def _held_apart(tl: pl.DataFrame) -> pl.DataFrame:
     held = pl.when(held >= QUEUED_NS).then(held).otherwise(0)
     return tl.filter(~pl.col("memory")).with_columns(queued_gap=held).with_columns(
         gap=pl.col("gap") - pl.col("queued_gap")).drop("memory", "busy_until")
+
+
+SETUP_CALL = 20.0
+"""A host op call this many times its op's median call of the rank's iteration (and
+``LONG_GAP_NS`` or longer), where every traced rank makes such calls of that op in the
+iteration, is setup for new work rather than launching: a library building a plan for a shape it
+has not seen (cuDNN's attention under dynamic padding), an autotuner, a recompile."""
+
+
+def _in_setup(tl: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """``tl`` (``_held_apart``'s) with each gap its host spent inside a setup call
+    (``SETUP_CALL``) taken out of ``gap``: the call began before the GPU went idle and launched
+    the work that ended the idle time.
+
+    Such a call takes as long as its data asks: each rank pads its batch to its own length, so
+    each builds plans for other shapes, for other times (2 H200s, a user's DDP transformer under
+    autocast on lognormal lengths, no fault: the first cuDNN attention call of each step, forward
+    and backward, 50-93 ms against 0.1-0.2 ms for the rest, on both ranks; rank 0's GPU idled
+    144 ms a step inside them, its peer's 118 ms, and rank 0 was a "slow host" 1.36x by its launch
+    gaps). A slow host is slow at every launch, not in one call the whole program makes long."""
+    if "launch_ns" not in tl.columns or tl["launch_ns"].is_null().all():
+        return tl
+    calls = events.filter(pl.col("lane").str.starts_with("cpu:") & pl.col("iteration").is_not_null()
+                          & (pl.col("dur_ns") >= LONG_GAP_NS))
+    if calls.is_empty():
+        return tl
+    typical = events.filter(pl.col("lane").str.starts_with("cpu:") & pl.col("iteration").is_not_null()).group_by(
+        "rank", "iteration", "name").agg(typical=pl.col("dur_ns").median())
+    ranks = events.filter(pl.col("iteration").is_not_null()).group_by("iteration").agg(n=pl.col("rank").n_unique())
+    setup = calls.join(typical, on=["rank", "iteration", "name"]).filter(pl.col("dur_ns") >= SETUP_CALL * pl.col("typical"))
+    # every traced rank makes such calls of the op in that iteration: the program's, not one host's hiccup
+    setup = setup.join(setup.group_by("iteration", "name").agg(having=pl.col("rank").n_unique()), on=["iteration", "name"]
+                       ).join(ranks, on="iteration").filter(pl.col("having") == pl.col("n"))
+    if setup.is_empty():
+        return tl
+    setup = setup.select("rank", call_ns="ts_ns", call_end=pl.col("ts_ns") + pl.col("dur_ns")).sort("call_ns")
+    tl = tl.with_columns(_start=pl.col("ts_ns") - pl.col("gap") - pl.col("queued_gap"), _row=pl.int_range(pl.len()))
+    inside = tl.filter((pl.col("gap") > 0) & pl.col("launch_ns").is_not_null()).sort("_start").join_asof(
+        setup, left_on="_start", right_on="call_ns", by="rank", strategy="backward", check_sortedness=False
+    ).filter((pl.col("launch_ns") > pl.col("_start")) & (pl.col("call_end") >= pl.col("launch_ns")))["_row"]
+    return tl.with_columns(gap=pl.when(pl.col("_row").is_in(inside.implode())).then(0).otherwise(pl.col("gap"))
+                           ).drop("_start", "_row")
 
 
 def _launched(frame: pl.DataFrame) -> pl.Expr:

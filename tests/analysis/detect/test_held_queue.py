@@ -21,14 +21,19 @@ USERS = Path(__file__).resolve().parents[2] / "corpus" / "cases-users"
 MS = 1_000_000
 
 
-def _gaps(kernels: dict[int, list[tuple[int, int, int | None]]]) -> pl.DataFrame:
+def _gaps(kernels: dict[int, list[tuple[int, int, int | None]]],
+          calls: dict[int, list[tuple[str, int, int]]] | None = None) -> pl.DataFrame:
     """``idle_gaps`` of two ranks of one DP group over one iteration, each rank's kernels given as
-    (start, end, launch) in ns: one compute leaf each."""
+    (start, end, launch) in ns: one compute leaf each; ``calls``: each rank's host op calls
+    (name, start, end) on its CPU thread."""
     rows = [{"rank": r, "iteration": 0, "ts_ns": s, "end_ns": e, "name": "k", "launch_ns": launch}
             for r, ks in kernels.items() for s, e, launch in ks]
     leaves = pl.DataFrame(rows, schema={"rank": pl.Int32, "iteration": pl.Int32, "ts_ns": pl.Int64,
                                         "end_ns": pl.Int64, "name": pl.String, "launch_ns": pl.Int64})
-    events = pl.DataFrame(schema={"rank": pl.Int32, "iteration": pl.Int32, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
+    events = pl.DataFrame([{"rank": r, "iteration": 0, "ts_ns": s, "dur_ns": e - s, "name": n, "cat": "other",
+                            "lane": f"cpu:{100 + r}", "launch_ns": None} for r, cs in (calls or {}).items()
+                           for n, s, e in cs],
+                          schema={"rank": pl.Int32, "iteration": pl.Int32, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
                                   "name": pl.String, "cat": pl.String, "lane": pl.String, "launch_ns": pl.Int64})
     coords = pl.DataFrame({"rank": [0, 1], "tp": [0, 0], "pp": [0, 0], "dp": [0, 1]},
                           schema={"rank": pl.Int32, "tp": pl.Int32, "pp": pl.Int32, "dp": pl.Int32})
@@ -84,3 +89,37 @@ def test_the_verdict_names_the_shared_gpu_and_says_what_it_held():
     assert (top.rank, top.kind) == (0, "slow_compute")
     assert top.evidence["peers"]["held_ms_per_iteration"] > 1
     assert "with its next kernel already launched" in _evidence_line(top)
+
+
+def _calls(name: str, first_ns: int, launch_ns: int) -> list[tuple[str, int, int]]:
+    """A host thread's calls of ``name``: one long one, from ``first_ns`` to just after it launched
+    a kernel at ``launch_ns``, then twenty of 50 us (the op's usual call)."""
+    return [(name, first_ns, launch_ns + 10_000)] + [(name, 10 * MS + k * 100_000, 10 * MS + k * 100_000 + 50_000)
+                                                     for k in range(20)]
+
+
+def test_idle_time_inside_a_call_every_rank_makes_long_is_setup_not_the_hosts():
+    # both ranks' first aten::mm of the step runs 2-4 ms (a plan for a new shape) while their
+    # GPUs idle; what it launches ends the idle time. Rank 1's ran 2 ms longer: its shape's.
+    kernels = {0: [(0, MS, 0), (3 * MS, 4 * MS, 3 * MS)], 1: [(0, MS, 0), (5 * MS, 6 * MS, 5 * MS)]}
+    calls = {0: _calls("aten::mm", MS // 2, 3 * MS), 1: _calls("aten::mm", MS // 2, 5 * MS)}
+    out = _gaps(kernels, calls)
+    assert out["gap_ns"].to_list() == [0, 0]
+    # without the calls the same gaps are the hosts': 2 ms and 4 ms
+    assert _gaps(kernels)["gap_ns"].to_list() == [2 * MS, 4 * MS]
+
+
+def test_idle_time_outside_any_call_or_in_one_ranks_long_call_stays_the_hosts():
+    kernels = {0: [(0, MS, 0), (3 * MS, 4 * MS, 3 * MS)], 1: [(0, MS, 0), (5 * MS, 6 * MS, 5 * MS)]}
+    # rank 1's host was outside any call when its GPU went idle (a sleep, a data fetch): the long
+    # call that launched came after, and the idle time stays its host's whole
+    calls = {0: _calls("aten::mm", MS // 2, 3 * MS), 1: _calls("aten::mm", int(1.5 * MS), 5 * MS)}
+    assert _gaps(kernels, calls)["gap_ns"].to_list() == [0, 4 * MS]
+    # only rank 1 makes a long call of the op (a host stalled inside it): no program's setup
+    calls = {0: [("aten::mm", 10 * MS, 10 * MS + 50_000)] * 3, 1: _calls("aten::mm", MS // 2, 5 * MS)}
+    assert _gaps(kernels, calls)["gap_ns"].to_list() == [2 * MS, 4 * MS]
+    # a kernel launched long before its GPU went idle: the calls around it are not what it waited for
+    early = {0: [(0, MS, 0), (3 * MS, 4 * MS, MS // 4)], 1: [(0, MS, 0), (5 * MS, 6 * MS, MS // 4)]}
+    calls = {0: _calls("aten::mm", 0, 3 * MS), 1: _calls("aten::mm", 0, 5 * MS)}
+    assert _gaps(early, calls)["gap_ns"].to_list() == [0, 0]   # held (queued), as before
+    assert _gaps(early, calls)["queued_excess_ns"].to_list() == [-2.0 * MS, 2.0 * MS]
