@@ -5726,6 +5726,26 @@ def fresh180_set(seed: int = FRESH180_SEED) -> list[Case]:
     ]
 
 
+
+FRESH181_SEED = 1223
+
+
+def fresh181_set(seed: int = FRESH181_SEED) -> list[Case]:
+    """Issue 13's class 3 at its own width held out again (``--set fresh181``, seed 1223, for
+    CPUs: 64 gloo processes on 16 cores, four a core, as ``fresh138``): megatron-core PP2 x DP32
+    on lognormal lengths under both captures (the profiler with its defaults, no shapes), with a
+    heavier last stage, beside a matmul layer fault and a host sleep. Ids end in ``-f181``."""
+    g, mm = _one_rank_a_stage(seed, "-f181", CPU_SHAPE_177)
+    r = _recorded
+    return [
+        g("pp2dp32", "mapp-v1", "seqlognorm", sigma=1.1),
+        r(g("pp2dp32", "kineto", "seqlognorm", sigma=0.85), "default"),
+        g("pp2dp32", "mapp-v1", "laststage", last_layers=3),
+        mm("pp2dp32", 17, 1.5),
+        r(g("pp2dp32", "kineto", "hostsleep", rank=38, ms=26), "default"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6360,7 +6380,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh174": fresh174_set,
         "fresh175": fresh175_set,
         "fresh176": fresh176_set, "fresh177": fresh177_set, "fresh178": fresh178_set,
-        "fresh179": fresh179_set, "fresh180": fresh180_set,
+        "fresh179": fresh179_set, "fresh180": fresh180_set, "fresh181": fresh181_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
