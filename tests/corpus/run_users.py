@@ -19,12 +19,17 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from make_corpus import _kill_group  # noqa: E402  (torchrun's workers outlive torchrun's own group)
 
 USERS74 = [  # held out in the seventy-fourth session (at 780bfa8), run once each
     ("ddp4-tf-shapes-w160-fwd1.5x-r2", "user_ddp_transformer.py", "--slow-rank 2 --factor 1.5 --shapes --width 160 --layers 3"),
@@ -70,6 +75,28 @@ def entry(case_id: str, script: str, args: str) -> dict:
                        f"tests/corpus/{script} --out $TRACE_DIR {args}"}
 
 
+def run_job(case_id: str, script: str, args: str, out: Path, timeout: int) -> str | None:
+    """Run one job into ``out`` (made only when the job ends well); None, or why it failed."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
+           str(HERE / script), "--out", "", *args.split()]
+    with tempfile.TemporaryDirectory(prefix=f"users-{case_id}-", dir=out.parent) as tmp:
+        cmd[cmd.index("--out") + 1] = str(Path(tmp) / "trace")
+        # its own session: on a timeout every rank ends with torchrun, none skews the next job
+        proc = subprocess.Popen(cmd, env=os.environ | {"OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            log, _ = proc.communicate(timeout=timeout)
+        except BaseException as error:
+            _kill_group(proc)
+            if isinstance(error, subprocess.TimeoutExpired):
+                return f"no end after {timeout} s, stopped"
+            raise
+        if proc.returncode != 0:
+            return f"exit {proc.returncode}: " + " | ".join(log.strip().splitlines()[-3:])
+        shutil.move(str(Path(tmp) / "trace"), out)
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--battery", choices=sorted(BATTERIES), default="users74")
@@ -78,6 +105,9 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="print the battery's ids and stop")
     ap.add_argument("--timeout", type=int, default=240, help="seconds a job may run")
     a = ap.parse_args()
+    known = {c[0] for c in BATTERIES[a.battery]}
+    if a.only is not None and (unknown := sorted(set(a.only) - known)):
+        sys.exit(f"error: not in battery {a.battery}: {', '.join(unknown)} (see --list)")
     battery = [c for c in BATTERIES[a.battery] if a.only is None or c[0] in a.only]
     if a.list:
         print("\n".join(c[0] for c in battery))
@@ -87,24 +117,22 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     manifest = a.out / "manifest.json"
     kept = json.loads(manifest.read_text())["cases"] if manifest.is_file() else []
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    failed = []
     for case_id, script, args in battery:
         out = a.out / case_id
         if out.exists():
             print(f"{case_id}: already in {a.out}, kept")
             continue
         start = time.monotonic()
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
-               str(HERE / script), "--out", str(out), *args.split()]
-        try:
-            rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                timeout=a.timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-        print(f"{case_id}: rc={rc} {time.monotonic() - start:.0f} s")
-        if rc == 0:
-            kept = [c for c in kept if c["id"] != case_id] + [entry(case_id, script, args)]
-            manifest.write_text(json.dumps({"version": 1, "cases": kept}, indent=1) + "\n")
+        why = run_job(case_id, script, args, out, a.timeout)
+        print(f"{case_id}: {why or 'done'} ({time.monotonic() - start:.0f} s)")
+        if why is not None:
+            failed.append(case_id)
+            continue
+        kept = [c for c in kept if c["id"] != case_id] + [entry(case_id, script, args)]
+        manifest.write_text(json.dumps({"version": 1, "cases": kept}, indent=1) + "\n")
+    if failed:
+        sys.exit(f"error: {len(failed)} job(s) failed: {', '.join(failed)} (run again to retry them)")
 
 
 if __name__ == "__main__":

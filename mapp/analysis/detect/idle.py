@@ -215,12 +215,19 @@ def _in_setup(tl: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         "rank", "iteration", "name").agg(typical=pl.col("dur_ns").median())
     ranks = events.filter(pl.col("iteration").is_not_null()).group_by("iteration").agg(n=pl.col("rank").n_unique())
     setup = calls.join(typical, on=["rank", "iteration", "name"]).filter(pl.col("dur_ns") >= SETUP_CALL * pl.col("typical"))
-    # every traced rank makes such calls of the op in that iteration: the program's, not one host's hiccup
-    setup = setup.join(setup.group_by("iteration", "name").agg(having=pl.col("rank").n_unique()), on=["iteration", "name"]
-                       ).join(ranks, on="iteration").filter(pl.col("having") == pl.col("n"))
+    # the program's, not one host's hiccups: the k-th such call of the op in the iteration counts
+    # where every traced rank makes k or more (a host slowed inside calls of an op the program
+    # makes long once a step keeps the idle time of its extra long calls)
+    setup = setup.sort("ts_ns").with_columns(k=pl.int_range(pl.len()).over("rank", "iteration", "name"))
+    setup = setup.join(setup.group_by("iteration", "name", "k").agg(having=pl.col("rank").n_unique()),
+                       on=["iteration", "name", "k"]).join(ranks, on="iteration").filter(pl.col("having") == pl.col("n"))
     if setup.is_empty():
         return tl
-    setup = setup.select("rank", call_ns="ts_ns", call_end=pl.col("ts_ns") + pl.col("dur_ns")).sort("call_ns")
+    # a call nested in a longer one (cuDNN's attention inside scaled_dot_product_attention) ends
+    # where the outer one does, for what the outer one launched after it
+    setup = setup.select("rank", call_ns="ts_ns", call_end=pl.col("ts_ns") + pl.col("dur_ns")).sort("rank", "call_ns"
+                                                                                                   ).with_columns(
+        call_end=pl.col("call_end").cum_max().over("rank"))
     tl = tl.with_columns(_start=pl.col("ts_ns") - pl.col("gap") - pl.col("queued_gap"), _row=pl.int_range(pl.len()))
     inside = tl.filter((pl.col("gap") > 0) & pl.col("launch_ns").is_not_null()).sort("_start").join_asof(
         setup, left_on="_start", right_on="call_ns", by="rank", strategy="backward", check_sortedness=False

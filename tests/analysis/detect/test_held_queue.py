@@ -123,3 +123,22 @@ def test_idle_time_outside_any_call_or_in_one_ranks_long_call_stays_the_hosts():
     calls = {0: _calls("aten::mm", 0, 3 * MS), 1: _calls("aten::mm", 0, 5 * MS)}
     assert _gaps(early, calls)["gap_ns"].to_list() == [0, 0]   # held (queued), as before
     assert _gaps(early, calls)["queued_excess_ns"].to_list() == [-2.0 * MS, 2.0 * MS]
+
+
+def test_a_host_slowed_inside_more_calls_than_its_peers_make_long_keeps_their_idle_time():
+    # both ranks' first aten::mm of the step is long (setup, taken out); rank 1's host is also
+    # slowed inside a second one (CPU contention) while its GPU idles 3 ms: no peer makes a
+    # second long call, so that idle time stays its host's
+    kernels = {0: [(0, MS, 0), (3 * MS, 4 * MS, 3 * MS), (int(4.2 * MS), 5 * MS, int(4.2 * MS))],
+               1: [(0, MS, 0), (3 * MS, 4 * MS, 3 * MS), (7 * MS, 8 * MS, 7 * MS)]}
+    second = ("aten::mm", int(4.5 * MS), 7 * MS + 10_000)
+    calls = {0: _calls("aten::mm", MS // 2, 3 * MS), 1: _calls("aten::mm", MS // 2, 3 * MS) + [second]}
+    assert _gaps(kernels, calls)["gap_ns"].to_list() == [int(0.2 * MS), 3 * MS]
+
+
+def test_idle_time_before_what_an_outer_setup_call_launches_after_a_nested_one_ended_is_setup():
+    # scaled_dot_product_attention (0.5-5 ms) holds a cuDNN call (0.6-2 ms) that ended before the
+    # outer call launched the kernel that ended its GPU's idle time
+    kernels = {r: [(0, MS, 0), (5 * MS, 6 * MS, 5 * MS)] for r in (0, 1)}
+    calls = {r: _calls("sdpa", MS // 2, 5 * MS) + _calls("cudnn", int(0.6 * MS), 2 * MS) for r in (0, 1)}
+    assert _gaps(kernels, calls)["gap_ns"].to_list() == [0, 0]
