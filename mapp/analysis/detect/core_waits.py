@@ -30,7 +30,7 @@ from mapp.analysis.detect.findings import Suspect
 from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.own_time import RUNNABLE
-from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 
 __all__ = ["records_waits", "absorbed", "waited", "waiting_host", "waiting_hosts", "waited_note", "RANK_KINDS",
            "STANDS_OUT", "MIN_SHARE"]

@@ -15,7 +15,8 @@ from mapp.analysis.detect.device import device_counters, device_evidence, neighb
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
-from mapp.analysis.detect.peers import PeerEvidence, compare_peers
+from mapp.analysis.detect.peer_evidence import PeerEvidence
+from mapp.analysis.detect.peers import compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
 from mapp.analysis.detect.time_slices import neighbour_notes

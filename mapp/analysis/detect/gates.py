@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from mapp.analysis.detect.findings import Overruled
-from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["holds_up_at_one_point", "idle_in_slack", "keeps_waiting", "light_stage", "most_steps", "overruled_line",

@@ -14,7 +14,7 @@ import math
 
 from mapp.analysis.detect.gates import traced_iterations
 from mapp.analysis.detect.idle import NOISE
-from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["excess_at", "launch_bound_verdict"]

@@ -11,7 +11,7 @@ import polars as pl
 
 from mapp.analysis.detect.findings import Imbalance, Suspect
 from mapp.analysis.detect.layout import LayoutInfo
-from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 
 __all__ = ["heavy_replicas", "suspects_stages", "workload_imbalance"]
 

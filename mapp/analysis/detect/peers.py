@@ -25,7 +25,6 @@ stage is imbalance, not a fault).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -34,6 +33,7 @@ from mapp.analysis.detect.contention import contended
 from mapp.analysis.detect.idle import (BACKWARD, NOISE, data_stalls, idle_gaps, lasting_gaps, launch_bound, no_slower,
                                       stalls)
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
@@ -43,7 +43,7 @@ from mapp.analysis.detect.time_slices import kernel_places, scattered
 from mapp.analysis.detect.whole_process import whole_process
 from mapp.analysis.ingest import megatronapp
 
-__all__ = ["PeerEvidence", "leaf_ops", "compare_peers"]
+__all__ = ["leaf_ops", "compare_peers"]
 
 _KEY = ["iteration", "name", "microbatch", "chunk", "layer"]
 # One rank per pipeline stage: no rank does another's work, but every stage's transformer
@@ -58,45 +58,6 @@ _LAYER_SPANS = ("layer.", "attention.", "mlp.", "self_attention.", "core_attenti
                 "linear_fc1.", "linear_fc2.")
 _IS_LAYER = pl.any_horizontal(pl.col("name").is_in(list(megatronapp.LAYER_SCOPES)),
                               *(pl.col("name").str.starts_with(w) for w in _LAYER_SPANS))
-
-
-@dataclass(slots=True)
-class PeerEvidence:
-    """What stage 1 found. Times in ns."""
-
-    mode: str
-    """"dp peers", "stage peers", "layer peers", "own history", or "skipped"."""
-    reason: str | None = None
-    """Why the stage did not run (mode "skipped"), else None."""
-    rank_iterations: pl.DataFrame = field(default_factory=pl.DataFrame)
-    """Per (rank, iteration): ``effect`` (log-ratio to peers), ``z``, ``n_ops``, ``share_slow``,
-    ``excess_ns`` (self time beyond the peers' medians), ``busy_ns`` (self time), ``flagged``,
-    ``gap_ns``, ``gap_excess_ns``, ``gap_z``, ``gap_flagged``, ``long_excess_ns`` (the part of the
-    idle excess in gaps of ``idle.LONG_GAP_NS`` or more: stalls) and, on spans with names,
-    ``handover_excess_ns`` (the stalls where a forward pass hands over to the backward)."""
-    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
-    """Per rank: ``slowdown``, ``z``, ``share_slow``, ``n_ops``, ``flagged``, ``iterations``
-    (flagged ones), ``excess_ns`` and ``busy_ns`` per iteration, the same for gaps, and
-    ``data_stalls`` (its waits in its data loader last: ``idle.data_stalls``)."""
-    z_crit: float = 0.0
-    min_effect: float = 0.0
-    seqlen: dict | None = None
-    """Set when compute varies per microbatch the same way on every rank of a replica."""
-    stages: pl.DataFrame | None = None
-    """Per pipeline stage: ``compute_ns`` per iteration (its fastest rank) and ``ratio`` to the lightest."""
-    pairs: bool = False
-    """Some ops had only two ranks to compare: a slower one could be either's noise, so a
-    verdict needs stage 2 to agree (the slow rank also arrives last)."""
-    sliced: pl.DataFrame | None = None
-    """Per rank, where its slowed ops land (``time_slices.scattered``); None where not judged
-    (``compare_peers``'s ``time_slices``)."""
-    counted: bool = False
-    """Ops were compared per kind with their calls counted (``same_work``: profiler traces that
-    record shapes), so work a rank adds shows in its counts, not only in its times."""
-    scope: str | None = None
-    """What part of the ranks' work was compared, where not all of it (for the stage's line)."""
-    own_time: bool = False
-    """Ops were timed less their waits for a core (``own_time``: the trace records them)."""
 
 
 def leaf_ops(events: pl.DataFrame) -> pl.DataFrame:

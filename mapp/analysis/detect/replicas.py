@@ -8,14 +8,10 @@ and leaves each op's residual, in which a slow GPU stays and the data does not.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import polars as pl
 
 from mapp.analysis.detect._stats import MEDIAN_SE, robust_scale
-
-if TYPE_CHECKING:   # (peers imports this module for polish)
-    from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 
 __all__ = ["polish", "POLISH_ROUNDS", "LEAVE_ONE_OUT", "with_replica"]
 

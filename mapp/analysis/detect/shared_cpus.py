@@ -17,7 +17,7 @@ import math
 import polars as pl
 
 from mapp.analysis.detect.findings import Overruled, Suspect
-from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.replicas import with_replica
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.graph.diagnose import rank_list

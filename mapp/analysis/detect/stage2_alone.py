@@ -17,7 +17,7 @@ from mapp.analysis.detect.findings import Overruled, Suspect
 from mapp.analysis.detect.gates import traced_iterations
 from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
 from mapp.analysis.detect.layout import LayoutInfo
-from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 
 __all__ = ["STAND_IN_LASTING", "late_stand_ins", "late_suspect", "lasting_by_chance", "lasting_stand_ins"]
 

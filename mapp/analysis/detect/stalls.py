@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from mapp.analysis.detect.gates import (keeps_waiting, recurring_stalls_stand, stage2_agrees, stalled_iterations,
                                        stalls_last, traced_iterations)
-from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["stalls_a_real_share", "stalls_alone", "stalls_lasting", "stalls_most_of_idle"]

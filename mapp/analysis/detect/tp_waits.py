@@ -40,7 +40,7 @@ from mapp.analysis.detect._stats import margin, robust_scale, z_critical
 from mapp.analysis.detect.findings import Overruled, Suspect, in_place_of_lower
 from mapp.analysis.detect.gates import keeps_waiting
 from mapp.analysis.detect.lateness import LatenessEvidence
-from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.replicas import with_replica
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.graph.diagnose import rank_list

@@ -32,7 +32,7 @@ from mapp.analysis.detect.imbalance import heavy_replicas, suspects_stages, work
 from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
 from mapp.analysis.detect.link_ends import link_ends, links_beside_a_busy_host, own_slowness
 from mapp.analysis.detect.layout import LayoutInfo, middle_stages
-from mapp.analysis.detect.peers import PeerEvidence
+from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, counted_first,
                                                late_above_contention, layers_by_contention, slowest_other, stands_out,
                                                typical_slowdown)

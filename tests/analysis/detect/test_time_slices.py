@@ -220,7 +220,7 @@ def test_with_one_rank_a_stage_the_heaviest_stage_is_the_one_waited_on():
     # No collective of a pipeline of one rank a stage says who waits on whom (at the one a step
     # the first stage is last whatever its speed): the stage that computes the most is the one
     # the pipeline waits on, and a neighbour slowing a lighter stage fills slack
-    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.peer_evidence import PeerEvidence
     from mapp.analysis.detect.verdict import _waited_on
 
     coords = {0: {"tp": 0, "pp": 0, "dp": 0}, 1: {"tp": 0, "pp": 1, "dp": 0}}

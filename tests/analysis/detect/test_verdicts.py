@@ -609,7 +609,7 @@ def test_in_a_pipeline_a_stage_speaks_for_its_replica_at_stage_2():
     # 0.05 ms net waited; rank 0 (stage 0 of the same replica, its compute 1.00x) last at all 4
     # of its own, 184 ms net imposed, for it waited on rank 2's transfers. Rank 2 is passed by
     # its replica; rank 3 (the other replica) is not, nor is rank 0 (it leans itself).
-    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.peer_evidence import PeerEvidence
     from mapp.analysis.detect.verdict import _replica_waits
 
     coords = {0: {"tp": 0, "pp": 0, "dp": 0}, 1: {"tp": 0, "pp": 0, "dp": 1},
@@ -750,7 +750,7 @@ def test_a_rank_idling_in_short_gaps_beyond_its_stalls_is_no_slow_host():
     # 82% of its TP pair's collectives. A host that sleeps or waits idles in its stalls; one
     # pacing its GPU more slowly idles in short gaps all over, as healthy ranks differ by: no
     # slow host (before: "slow host 2" 1.30x, above the slowed rank).
-    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.peer_evidence import PeerEvidence
     from mapp.analysis.detect.verdict import _compute_suspect
 
     ms = 1e6
@@ -785,7 +785,7 @@ def test_a_gpu_rank_idling_in_short_gaps_beside_work_it_adds_is_slow_compute():
     # than its peers', 1.28x their time (26 ms more a step), its GPU idle 75 ms a step more at z
     # 4.6, none of it in gaps of 1 ms or more: the host launching the work it adds. Its GPU does
     # that work: slow compute (before: "slow host 0", the right rank of the wrong kind).
-    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.peer_evidence import PeerEvidence
     from mapp.analysis.detect.verdict import _compute_suspect
 
     ms = 1e6
@@ -823,7 +823,7 @@ def test_backward_ops_slower_alike_beside_gaps_grown_alike_are_a_slow_gpu():
     # host-paced spans), its gaps 1.29x its peer's at z 38, 1.9% of its work. A host slow enough
     # to stretch backward ops alike is slower by far more at everything: gaps grown no more than
     # those ops are its GPU's (before: "slow host 1" 1.19x, the right rank of the wrong kind)
-    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.peer_evidence import PeerEvidence
     from mapp.analysis.detect.verdict import _compute_suspect
 
     ms = 1e6
@@ -863,7 +863,7 @@ def test_slower_layers_on_a_stage_lighter_than_the_heaviest_by_the_threshold_are
     # its one layer 1.62x stage 1's at z 17.6 in every step, its work 10.2 ms a step to stage 1's
     # 25.8 ms. A stage waiting most of a step runs its layers on idled cores, and is not what the
     # pipeline waits on (before: "slow compute 0" 1.62x, a GPU verdict on an imbalance job)
-    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.peer_evidence import PeerEvidence
     from mapp.analysis.detect.verdict import _compute_suspect
 
     ms = 1e6
@@ -906,7 +906,7 @@ def test_between_two_gpu_ranks_idle_time_mostly_in_short_gaps_names_no_host():
     # a step more than its peer's at z 6.9, 20 ms of it in stalls (gaps of 1 ms and more), last at
     # 81% of the TP all-reduces. Two healthy hosts pacing their GPUs differ so in short gaps all
     # over; a host that sleeps or waits stalls (before: "slow host 1" 1.56x on an imbalance job)
-    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.peer_evidence import PeerEvidence
     from mapp.analysis.detect.verdict import _compute_suspect
 
     ms = 1e6
@@ -942,7 +942,7 @@ def test_one_rank_a_stage_stalls_a_real_share_of_its_work_in_every_step_name_its
     # four steps, at one place of its program; its idle time 22 ms more at z 2.3, under the
     # cut-off 2.8, for the others' gaps scatter by tens of ms on shared cores. Stage 2 has no
     # reading of it. Before: no suspect
-    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.peer_evidence import PeerEvidence
     from mapp.analysis.detect.verdict import _compute_suspect
 
     ms = 1e6

@@ -83,7 +83,7 @@ def test_spans_that_record_no_tokens_are_left_out():
 
 def _why(layers: float, outside: float, *, shared_cpus: bool = True, threshold: float = 0.1) -> str | None:
     from mapp.analysis.detect.gates import overruled_why
-    from mapp.analysis.detect.peers import PeerEvidence
+    from mapp.analysis.detect.peer_evidence import PeerEvidence
 
     row = {"rank": 0, "iterations": [2, 3, 4], "flagged": True, "gap_flagged": False, "gap_excess_ns": 0.0,
            "whole_process": True, "layers_ratio": layers, "outside_ratio": outside}
