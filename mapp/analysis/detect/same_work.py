@@ -521,7 +521,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
                       stages_alone: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
     """Stage 1 over ``ops`` (``rank``, ``iteration``, ``name``, ``shape``, ``self_ns``);
     ``gaps`` per (rank, iteration) from ``peers._gaps``. Returns the per (rank, iteration) and
-    per-rank tables of ``peers.PeerEvidence``, the cut-off and whether some kind had two peers
+    per-rank tables of ``peer_evidence.PeerEvidence``, the cut-off and whether some kind had two peers
     only; None when no kind of work ran on two or more peers.
 
     ``shared_cpus``: compute is timed on CPU processes that share cores; a rank's time on the
