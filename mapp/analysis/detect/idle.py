@@ -207,12 +207,11 @@ def _in_setup(tl: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     gaps). A slow host is slow at every launch, not in one call the whole program makes long."""
     if "launch_ns" not in tl.columns or tl["launch_ns"].is_null().all():
         return tl
-    calls = events.filter(pl.col("lane").str.starts_with("cpu:") & pl.col("iteration").is_not_null()
-                          & (pl.col("dur_ns") >= LONG_GAP_NS))
+    host = events.filter(pl.col("lane").str.starts_with("cpu:") & pl.col("iteration").is_not_null())
+    calls = host.filter(pl.col("dur_ns") >= LONG_GAP_NS)
     if calls.is_empty():
         return tl
-    typical = events.filter(pl.col("lane").str.starts_with("cpu:") & pl.col("iteration").is_not_null()).group_by(
-        "rank", "iteration", "name").agg(typical=pl.col("dur_ns").median())
+    typical = host.group_by("rank", "iteration", "name").agg(typical=pl.col("dur_ns").median())
     ranks = events.filter(pl.col("iteration").is_not_null()).group_by("iteration").agg(n=pl.col("rank").n_unique())
     setup = calls.join(typical, on=["rank", "iteration", "name"]).filter(pl.col("dur_ns") >= SETUP_CALL * pl.col("typical"))
     # the program's, not one host's hiccups: the k-th such call of the op in the iteration counts
