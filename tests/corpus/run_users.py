@@ -3,7 +3,9 @@
 Run: ``python tests/corpus/run_users.py --battery users74 --out DIR`` (4 gloo processes a job,
 ``OMP_NUM_THREADS=1``, one job at a time; ~7 minutes on 2 cores), then score it with
 ``python benchmarks/detect_real.py DIR``. ``--list`` prints the battery's ids; ``--only ID``
-runs some of them (the manifest keeps the entries of jobs already in ``DIR``).
+runs some of them (the manifest keeps the entries of jobs already in ``DIR``). The Trainer and
+Lightning jobs need ``transformers``, ``accelerate`` and ``lightning`` beside torch, which the
+project does not install (``pip install --no-deps accelerate lightning``, torch pinned first).
 
 ``make_corpus.py`` drives the project's own jobs (``_job.py``, megatron-core) and measures
 what each injection cost; these are jobs written as users write them, whose answer is the
