@@ -5,7 +5,7 @@ Run: ``python tests/corpus/run_users.py --battery users74 --out DIR`` (4 gloo pr
 ``python benchmarks/detect_real.py DIR``. ``--list`` prints the battery's ids; ``--only ID``
 runs some of them (the manifest keeps the entries of jobs already in ``DIR``). The Trainer and
 Lightning jobs need ``transformers``, ``accelerate`` and ``lightning`` beside torch, which the
-project does not install (``pip install --no-deps accelerate lightning``, torch pinned first).
+project does not install (``pip install 'accelerate>=1.1' lightning==2.6.6`` once torch==2.13.0 is in).
 
 ``make_corpus.py`` drives the project's own jobs (``_job.py``, megatron-core) and measures
 what each injection cost; these are jobs written as users write them, whose answer is the
