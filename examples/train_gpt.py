@@ -100,6 +100,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="all-gather the next step's parameters during the forward (needs --distributed-optimizer "
                         "and --overlap-grad-reduce)")
+    p.add_argument("--recompute", default=None, choices=["full", "selective"],
+                   help="activation recomputation: every layer's forward again in its backward (full), or "
+                        "only core attention (selective)")
+    p.add_argument("--moe-experts", type=int, default=None, metavar="N",
+                   help="mixture of experts: N experts in every layer's MLP (top-2 routing, all-to-all dispatch)")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel size (needs --moe-experts)")
     p.add_argument("--sequence-parallel", action="store_true",
                    help="split the layer norms and dropouts over TP along the sequence (needs --tp > 1)")
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
@@ -208,8 +214,39 @@ def gpt_config(args, device, tp: int | None = None):
         hidden_dropout=0.0,
         use_cpu_initialization=device.type == "cpu",
         num_layers_in_last_pipeline_stage=args.last_stage_layers,
-        **_variable_seq_kwargs(args),
+        # later dicts win: MoE names the dispatcher that variable lengths also ask for
+        **{**_variable_seq_kwargs(args), **_recompute_kwargs(args), **_moe_kwargs(args)},
     )
+
+
+def _recompute_kwargs(args) -> dict:
+    """``--recompute``: full recomputes one layer at a time (megatron's ``uniform`` method), the
+    way memory-bound production jobs run; selective only the attention core."""
+    if args.recompute == "full":
+        return {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    if args.recompute == "selective":
+        return {"recompute_granularity": "selective"}
+    return {}
+
+
+def _moe_without_te() -> None:
+    """megatron-core 0.16.1's router names ``te_general_gemm`` without defining it when Transformer
+    Engine is absent (its import fails silently); None is what the router's check expects then."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
+def _moe_kwargs(args) -> dict:
+    """``--moe-experts``: top-2 routing over ``--ep`` expert-parallel ranks, tokens sent by
+    all-to-all; no capacity limit, so that an expert's load follows the router."""
+    if not args.moe_experts:
+        return {}
+    _moe_without_te()
+    return {"num_moe_experts": args.moe_experts, "moe_router_topk": min(2, args.moe_experts),
+            "moe_token_dispatcher_type": "alltoall", "expert_model_parallel_size": args.ep,
+            "moe_grouped_gemm": False}
 
 
 class SequenceParallelLayerNorm(torch.nn.LayerNorm):
@@ -232,7 +269,7 @@ def layer_spec(cfg, vp: int | None = None):
     from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,
                                                              get_num_layers_to_build)
 
-    spec = get_gpt_layer_local_spec()
+    spec = get_gpt_layer_local_spec(num_experts=cfg.num_moe_experts, moe_grouped_gemm=False)
     if not cfg.sequence_parallel:
         return spec
     spec.submodules.input_layernorm = SequenceParallelLayerNorm
@@ -777,6 +814,10 @@ def main(argv=None) -> None:
         raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch, gpu-hog or cpu-hog")
     if args.overlap_param_gather and not (args.distributed_optimizer and args.overlap_grad_reduce):
         raise SystemExit("--overlap-param-gather needs --distributed-optimizer and --overlap-grad-reduce")
+    if args.ep > 1 and not args.moe_experts:
+        raise SystemExit("--ep needs --moe-experts")
+    if args.moe_experts and args.moe_experts % args.ep:
+        raise SystemExit(f"--moe-experts {args.moe_experts} does not split over --ep {args.ep}: give a multiple")
     if args.sequence_parallel and args.tp < 2:
         raise SystemExit("--sequence-parallel needs --tp 2 or more")
     if args.distributed_optimizer and not torch.cuda.is_available():
@@ -798,6 +839,7 @@ def main(argv=None) -> None:
         tensor_model_parallel_size=args.tp,
         pipeline_model_parallel_size=args.pp,
         virtual_pipeline_model_parallel_size=args.vpp,
+        expert_model_parallel_size=args.ep,
     )
     model_parallel_cuda_manual_seed(args.seed)
     # megatron-core initialises CPU-built weights from torch's default generator: seed it too,

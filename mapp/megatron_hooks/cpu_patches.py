@@ -66,6 +66,12 @@ PATCHED_MODULES = (
     "transformer.attention",
     "transformer.dot_product_attention",
     "transformer.utils",
+    # mixture of experts: the all-to-all dispatcher copies token counts on a CUDA side stream
+    "transformer.moe.token_dispatcher",
+    "transformer.moe.moe_layer",
+    "transformer.moe.moe_utils",
+    "transformer.moe.router",
+    "transformer.moe.experts",
 )
 
 _FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "arange", "randn", "rand", "zeros_like",
@@ -93,6 +99,17 @@ def _factory(fn):
     return make
 
 
+class _NoStream:
+    """A CUDA stream or event on a CPU run: CPU work is in order, so there is nothing to wait for."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        # record_event() hands back an event to synchronize() on later: another no-op object
+        return lambda *a, **k: _NoStream()
+
+
 class _CudaOnCpu(types.ModuleType):
     """``torch.cuda`` as megatron-core sees it on a CPU run."""
 
@@ -105,6 +122,7 @@ class _CudaOnCpu(types.ModuleType):
         self.current_stream = lambda *a, **k: None
         self.default_stream = lambda *a, **k: None
         self.stream = lambda *a, **k: contextlib.nullcontext()
+        self.Stream = self.Event = _NoStream
         self.nvtx = types.SimpleNamespace(range_push=lambda *a, **k: None, range_pop=lambda *a, **k: None,
                                           range=lambda *a, **k: contextlib.nullcontext())
 
@@ -224,6 +242,23 @@ def _patch_pipeline_p2p_tags() -> None:
     p2p.P2PCommunicator._communicate_shapes = communicate_shapes
 
 
+def _patch_moe_splits() -> None:
+    # The all-to-all dispatcher hands its split sizes to ``all_to_all_single`` as the numpy arrays
+    # its GPU-to-host copy makes; a CPU tensor is never copied, so it would stay a tensor.
+    try:
+        from megatron.core.transformer.moe import token_dispatcher
+    except ImportError:
+        return
+    move = token_dispatcher.maybe_move_tensor_to_cpu
+
+    def maybe_move_tensor_to_cpu(tensor, as_numpy=False, record_stream=False):
+        if as_numpy and torch.is_tensor(tensor) and not tensor.is_cuda:
+            return tensor.numpy()
+        return move(tensor, as_numpy=as_numpy, record_stream=record_stream)
+
+    token_dispatcher.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu
+
+
 def apply() -> None:
     """Apply the CPU patches unconditionally (idempotent). Prefer :func:`apply_if_cpu`."""
     global _applied
@@ -240,6 +275,7 @@ def apply() -> None:
     _patch_rng_tracker()
     _patch_grad_clipping()
     _patch_pipeline_p2p_tags()
+    _patch_moe_splits()
     _applied = True
 
 

@@ -5746,6 +5746,64 @@ def fresh181_set(seed: int = FRESH181_SEED) -> list[Case]:
     ]
 
 
+FRESH182_SEED = 1229
+# ``fresh182``'s CPU model shapes, no other set's
+CPU_SHAPE_182 = {"mapp-v1": {"--hidden": "240", "--heads": "8", "--seq": "120"},
+                 "kineto": {"--hidden": "320", "--heads": "8", "--seq": "104"}}
+
+
+def _featured(case: Case, recompute: str | None = None, experts: int | None = None, ep: int = 1) -> Case:
+    """``case`` with a model feature production jobs run: activation recomputation
+    (``--recompute full`` or ``selective``) or a mixture of ``experts`` over ``ep``
+    expert-parallel ranks (the layout's DP ranks split into expert groups). The id names the
+    feature after the layout (``rcfull``, ``rcsel``, ``moe8ep4``)."""
+    layout = next(k for k, v in LAYOUTS.items() if v == case.layout and case.id.startswith(f"gpt-{k}-"))
+    names = ([{"full": "rcfull", "selective": "rcsel"}[recompute]] if recompute else []) + \
+        ([f"moe{experts}ep{ep}"] if experts else [])
+    for attr in ("id", "baseline"):
+        if getattr(case, attr):
+            setattr(case, attr, getattr(case, attr).replace(f"gpt-{layout}-", f"gpt-{layout}-{'-'.join(names)}-", 1))
+    flags = (["--recompute", recompute] if recompute else []) + \
+        (["--moe-experts", str(experts), "--ep", str(ep)] if experts else [])
+    case.args += flags
+    if case.gpu_args is not None:
+        case.gpu_args += flags
+    return case
+
+
+def fresh182_set(seed: int = FRESH182_SEED) -> list[Case]:
+    """Held out from every change up to the seventy-fifth session (``--set fresh182``, seed 1229,
+    4 gloo processes), ``CPU_SHAPE_182``: what production Megatron jobs run and no other set
+    did -- full and selective activation recomputation (every layer's forward again inside its
+    backward) and mixtures of experts (top-2 routing, tokens sent over all-to-all between expert
+    ranks, each rank's experts loaded by what the router picks) -- under both captures, healthy,
+    imbalanced (lognormal lengths, a heavier last stage) and faulted. Ids end in ``-f182``."""
+    g, mm = _one_rank_a_stage(seed, "-f182", CPU_SHAPE_182)
+    rc, sel = (lambda c: _featured(c, recompute="full")), (lambda c: _featured(c, recompute="selective"))
+
+    def moe(c: Case, experts: int = 8, ep: int = 4) -> Case:
+        return _featured(c, experts=experts, ep=ep)
+
+    return [
+        # mapp's capture
+        rc(g("pp2dp2", "mapp-v1", "healthy")),
+        rc(mm("pp2dp2", 3, 1.5)),
+        rc(g("tp2dp2", "mapp-v1", "beforemb", rank=0, ms=24)),
+        sel(g("tp2dp2", "mapp-v1", "healthy")),
+        moe(g("dp4", "mapp-v1", "healthy")),
+        moe(mm("dp4", 1, 1.5)),
+        moe(g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0), experts=4, ep=2),
+        moe(g("dp4", "mapp-v1", "hostsleep", rank=2, ms=25)),
+        # torch.profiler
+        rc(g("pp4", "kineto", "laststage", last_layers=3)),
+        rc(g("dp4", "kineto", "layer", rank=2, factor=1.5)),
+        moe(g("dp4", "kineto", "healthy")),
+        moe(g("dp4", "kineto", "layer", rank=3, factor=1.5)),
+        moe(g("pp2dp2", "kineto", "hostsleep", rank=1, ms=25), experts=4, ep=2),
+        moe(g("dp4", "kineto", "seqlognorm", sigma=0.9), ep=2),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6381,6 +6439,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh175": fresh175_set,
         "fresh176": fresh176_set, "fresh177": fresh177_set, "fresh178": fresh178_set,
         "fresh179": fresh179_set, "fresh180": fresh180_set, "fresh181": fresh181_set,
+        "fresh182": fresh182_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
