@@ -47,6 +47,11 @@ of the ``--layers`` (megatron-core's ``num_layers_in_last_pipeline_stage``);
 parallel replica, ``min(--seq, max(8, round(--seq/4 * exp(SIGMA * N(0, 1)))))`` (with
 ``variable_seq_lengths`` so that pipeline stages exchange shapes).
 
+Model features production jobs run: ``--recompute full`` (every layer's forward again inside its
+backward, one layer at a time) or ``selective`` (the attention core only); ``--moe-experts N
+--ep E``, a mixture of N experts in every layer's MLP over E expert-parallel ranks (top-2
+routing, tokens sent by all-to-all; on CPU through ``mapp.megatron_hooks.cpu_patches``).
+
 ``--profile-dir DIR`` traces the run with ``torch.profiler`` instead (CPU activity, and CUDA on
 a GPU; ``record_shapes``, or ``--profile-record default`` for the profiler's own defaults and
 ``tutorial`` for shapes, memory and Python stacks; ``--profile-wait`` iterations skipped,

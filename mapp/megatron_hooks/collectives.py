@@ -8,7 +8,8 @@ also call ``torch.distributed`` directly on the TP group: ``tensor_parallel.laye
 input-gradient all-reduce in the backward of column-parallel linears) and
 ``tensor_parallel.cross_entropy`` (the vocab-parallel loss); each gets its own view of
 ``torch.distributed`` (:class:`~mapp.megatron_hooks._patching.DistView`) whose collectives are
-recorded. Calls already inside a recorded mapping are not counted twice. The all-reduces of
+recorded, and so does ``mappings`` for the all-to-all of a mixture of experts' token dispatcher
+(group ``ep``; its token counts are gathered over ``tp_ep``). Calls already inside a recorded mapping are not counted twice. The all-reduces of
 ``distributed.finalize_model_grads`` on the embedding groups (tied embedding/output weights of
 the first and last stage) are recorded the same way (group ``embd``/``pos_embd``), at
 ``iteration`` granularity.
@@ -45,9 +46,12 @@ _DIRECT = {
     "reduce_scatter_tensor": "reduce_scatter",
     "_all_gather_base": "all_gather",
     "_reduce_scatter_base": "reduce_scatter",
+    "all_to_all_single": "all_to_all",
 }
 
-_RECORDED = ("tp", "cp", "ep", "tp_cp", "embd", "pos_embd")
+# tp_ep / expt_tp: a mixture of experts' groups (expert TP x EP, expert TP); its token
+# dispatcher gathers token counts over tp_ep and sends the tokens over ep
+_RECORDED = ("tp", "cp", "ep", "tp_cp", "tp_ep", "expt_tp", "embd", "pos_embd")
 
 
 def _record(ctx: HookContext, name: str, op: str, group: Any, tensor: Any, call: Callable,
@@ -130,7 +134,8 @@ def _wrap_direct(ctx: HookContext, op_name: str, fn: Callable,
         group = kwargs.get("group")
         if group is None or ctx.comm_depth or group.size() == 1:
             return fn(*args, **kwargs)
-        # all_reduce(tensor, ...); all_gather_into_tensor / reduce_scatter_tensor(output, input, ...)
+        # all_reduce(tensor, ...); all_gather_into_tensor / reduce_scatter_tensor /
+        # all_to_all_single(output, input, ...)
         if op == "all_reduce":
             tensor, out = (args[0] if args else kwargs.get("tensor")), None
         else:
@@ -161,6 +166,10 @@ def install_collectives(ctx: HookContext, patcher: Patcher) -> None:
                  for name in _DIRECT if hasattr(dist, name)}
     for module in (layers, cross_entropy):
         patcher.set(module, "torch", DistView(module.torch, overrides))
+    # the MoE token dispatcher's all-to-all (``mappings._AllToAll``) calls torch.distributed
+    # itself; the mapping functions' own calls pass through (``comm_depth``)
+    if "all_to_all_single" in overrides:
+        patcher.set(mappings, "torch", DistView(mappings.torch, {"all_to_all_single": overrides["all_to_all_single"]}))
     once_per_iteration = {name: _wrap_direct(ctx, name, getattr(dist, name), Granularity.ITERATION)
                           for name in _DIRECT if hasattr(dist, name)}
     patcher.set(finalize_model_grads, "torch", DistView(finalize_model_grads.torch, once_per_iteration))

@@ -16,7 +16,8 @@ backward starts; one on the ``grad_fn`` of the input (a tensor hook if the input
 fires when the gradient with respect to the input is complete, i.e. when the module's
 backward is done. That span is emitted as
 ``<kind>.backward``, tagged with the forward's microbatch and chunk. A forward that runs
-inside backward (activation recomputation) is emitted as ``<kind>.recompute``.
+inside backward (activation recomputation) is emitted as ``<kind>.recompute``, and the backward
+that follows it gets its hooks there (the first forward ran without autograd).
 
 Event names: ``layer.forward``/``layer.backward`` (``args.layer``: 0-based global layer
 index), ``embedding.forward``, ``output_layer.*``, and at ``op`` granularity ``attention.*``,
@@ -183,6 +184,11 @@ class LayerHooks:
             link = chained and not recompute
             if recompute:
                 span = specs[2]
+                # under full recomputation the first forward ran without autograd: the backward
+                # that follows this second forward is the module's, timed from its hooks
+                if is_tensor and x.requires_grad and grad_enabled():
+                    backward = _Backward(tracer, specs[1])
+                    _on_grad_ready(x, backward.end)
             else:
                 span = specs[0]
                 if grad_enabled():
