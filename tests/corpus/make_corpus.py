@@ -5804,6 +5804,57 @@ def fresh182_set(seed: int = FRESH182_SEED) -> list[Case]:
     ]
 
 
+FRESH183_SEED = 1231
+FRESH184_SEED = 1237
+
+
+def fresh183_set(seed: int = FRESH183_SEED) -> list[Case]:
+    """``fresh182``'s 8-rank companion (``--set fresh183``, seed 1231, 8 gloo processes on 4
+    cores), ``CPU_SHAPE_182``: recomputation in PP4 x DP2 (a heavier last stage, a layer fault),
+    TP2 x PP2 x DP2 and PP2 x DP4, mixtures of experts over 4 and 8 expert ranks in DP8 and PP2 x
+    DP4, healthy, imbalanced and faulted, under both captures. Ids end in ``-f183``."""
+    g, mm = _one_rank_a_stage(seed, "-f183", CPU_SHAPE_182)
+    rc = lambda c: _featured(c, recompute="full")   # noqa: E731
+
+    def moe(c: Case, experts: int = 8, ep: int = 4) -> Case:
+        return _featured(c, experts=experts, ep=ep)
+
+    return [
+        rc(g("pp4dp2", "mapp-v1", "laststage", last_layers=3)),
+        rc(mm("pp4dp2", 5, 1.5)),
+        rc(g("tp2pp2dp2", "kineto", "hostsleep", rank=2, ms=26)),
+        rc(g("pp2dp4", "kineto", "healthy")),
+        moe(g("dp8", "mapp-v1", "healthy"), ep=8),
+        moe(mm("dp8", 6, 1.5), ep=8),
+        moe(g("pp2dp4", "mapp-v1", "seqlognorm", sigma=1.0)),
+        moe(g("pp2dp4", "kineto", "layer", rank=4, factor=1.5)),
+        moe(g("dp8", "kineto", "beforemb", rank=1, ms=25), ep=4),
+        moe(g("dp8", "kineto", "healthy"), ep=8),
+    ]
+
+
+def fresh184_set(seed: int = FRESH184_SEED) -> list[Case]:
+    """``fresh183`` at 16 ranks (``--set fresh184``, seed 1237, 16 gloo processes on 8 cores),
+    ``CPU_SHAPE_182``: recomputation in PP4 x DP4 and TP2 x PP2 x DP4, mixtures of experts over 8
+    expert ranks (two expert replicas) in DP16 and PP2 x DP8, healthy, imbalanced and faulted.
+    Ids end in ``-f184``."""
+    g, mm = _one_rank_a_stage(seed, "-f184", CPU_SHAPE_182)
+    rc = lambda c: _featured(c, recompute="full")   # noqa: E731
+
+    def moe(c: Case) -> Case:
+        return _featured(c, experts=8, ep=8)
+
+    return [
+        rc(mm("pp4dp4", 10, 1.5)),
+        rc(g("tp2pp2dp4", "mapp-v1", "healthy")),
+        rc(g("pp4dp4", "kineto", "laststage", last_layers=3)),
+        moe(g("dp16", "mapp-v1", "hostsleep", rank=11, ms=26)),
+        moe(mm("pp2dp8", 3, 1.5)),
+        moe(g("pp2dp8", "kineto", "seqlognorm", sigma=1.0)),
+        moe(g("dp16", "kineto", "layer", rank=13, factor=1.5)),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6439,7 +6490,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh175": fresh175_set,
         "fresh176": fresh176_set, "fresh177": fresh177_set, "fresh178": fresh178_set,
         "fresh179": fresh179_set, "fresh180": fresh180_set, "fresh181": fresh181_set,
-        "fresh182": fresh182_set,
+        "fresh182": fresh182_set, "fresh183": fresh183_set, "fresh184": fresh184_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
