@@ -50,7 +50,9 @@ parallel replica, ``min(--seq, max(8, round(--seq/4 * exp(SIGMA * N(0, 1)))))`` 
 Model features production jobs run: ``--recompute full`` (every layer's forward again inside its
 backward, one layer at a time) or ``selective`` (the attention core only); ``--moe-experts N
 --ep E``, a mixture of N experts in every layer's MLP over E expert-parallel ranks (top-2
-routing, tokens sent by all-to-all; on CPU through ``mapp.megatron_hooks.cpu_patches``).
+routing, tokens sent by all-to-all; on CPU through ``mapp.megatron_hooks.cpu_patches``);
+``--moe-skew B`` adds B to every router's logits of the first expert rank's experts, so that rank
+computes for more tokens (a router collapsed onto a few experts: imbalance, no fault).
 
 ``--profile-dir DIR`` traces the run with ``torch.profiler`` instead (CPU activity, and CUDA on
 a GPU; ``record_shapes``, or ``--profile-record default`` for the profiler's own defaults and
@@ -111,6 +113,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--moe-experts", type=int, default=None, metavar="N",
                    help="mixture of experts: N experts in every layer's MLP (top-2 routing, all-to-all dispatch)")
     p.add_argument("--ep", type=int, default=1, help="expert-parallel size (needs --moe-experts)")
+    p.add_argument("--moe-skew", type=float, default=0.0, metavar="B",
+                   help="add B to every router's logits of the first expert rank's experts (a router "
+                        "collapsed onto some experts: that rank gets more tokens; imbalance, not a fault)")
     p.add_argument("--sequence-parallel", action="store_true",
                    help="split the layer norms and dropouts over TP along the sequence (needs --tp > 1)")
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
@@ -234,13 +239,48 @@ def _recompute_kwargs(args) -> dict:
     return {}
 
 
-def _moe_without_te() -> None:
-    """megatron-core 0.16.1's router names ``te_general_gemm`` without defining it when Transformer
-    Engine is absent (its import fails silently); None is what the router's check expects then."""
+def _moe_fixes() -> None:
+    """Two megatron-core 0.16.1 MoE bugs this script meets. Its router names ``te_general_gemm``
+    without defining it when Transformer Engine is absent (the import fails silently; None is
+    what the router's check expects then). And with one expert rank and no TP (one GPU) an
+    expert's row-parallel linear "reduces" over a group of one, a custom autograd function that
+    hands back its input, which autograd then marks a view, and the expert adds its bias to it in
+    place, which autograd forbids: over one rank the reduction is skipped, as it is a no-op."""
+    from megatron.core.tensor_parallel import layers
     from megatron.core.transformer.moe import moe_utils
 
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
+    reduce = layers.reduce_from_tensor_model_parallel_region
+    if getattr(reduce, "_skips_one_rank", False):
+        return
+
+    def reduce_unless_alone(input_, group=None):
+        return input_ if group is not None and group.size() == 1 else reduce(input_, group)
+
+    reduce_unless_alone._skips_one_rank = True
+    layers.reduce_from_tensor_model_parallel_region = reduce_unless_alone
+
+
+def skew_routers(chunks, args) -> None:
+    """``--moe-skew B``: every router favours the experts the first expert rank holds, by B added
+    to their logits, as a router that collapsed onto a few experts does. The work moves, nothing
+    is slowed: that rank's experts take more of every microbatch's tokens."""
+    from megatron.core.transformer.moe.router import TopKRouter
+
+    hot = args.moe_experts // args.ep
+    for chunk in chunks:
+        for module in chunk.modules():
+            if isinstance(module, TopKRouter):
+                gating = module.gating
+                bias = torch.zeros(args.moe_experts)
+                bias[:hot] = args.moe_skew
+
+                def skewed(input, gating=gating, bias=bias):
+                    logits = gating(input)
+                    return logits + bias.to(device=logits.device, dtype=logits.dtype)
+
+                module.gating = skewed
 
 
 def _moe_kwargs(args) -> dict:
@@ -248,7 +288,7 @@ def _moe_kwargs(args) -> dict:
     all-to-all; no capacity limit, so that an expert's load follows the router."""
     if not args.moe_experts:
         return {}
-    _moe_without_te()
+    _moe_fixes()
     return {"num_moe_experts": args.moe_experts, "moe_router_topk": min(2, args.moe_experts),
             "moe_token_dispatcher_type": "alltoall", "expert_model_parallel_size": args.ep,
             "moe_grouped_gemm": False}
@@ -819,8 +859,8 @@ def main(argv=None) -> None:
         raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch, gpu-hog or cpu-hog")
     if args.overlap_param_gather and not (args.distributed_optimizer and args.overlap_grad_reduce):
         raise SystemExit("--overlap-param-gather needs --distributed-optimizer and --overlap-grad-reduce")
-    if args.ep > 1 and not args.moe_experts:
-        raise SystemExit("--ep needs --moe-experts")
+    if (args.ep > 1 or args.moe_skew) and not args.moe_experts:
+        raise SystemExit("--ep and --moe-skew need --moe-experts")
     if args.moe_experts and args.moe_experts % args.ep:
         raise SystemExit(f"--moe-experts {args.moe_experts} does not split over --ep {args.ep}: give a multiple")
     if args.sequence_parallel and args.tp < 2:
@@ -855,6 +895,8 @@ def main(argv=None) -> None:
         write_groups(args.groups_json)
 
     cfg, chunks = build_model(args, device)
+    if args.moe_skew:
+        skew_routers(chunks, args)
     injected = Injected()
     slow = args.slow_rank == rank
     if slow and args.slow_mode == "layer" and args.slow_factor > 1.0:

@@ -95,3 +95,21 @@ def test_an_mlps_all_to_alls_lie_inside_its_layers_spans(moe: Run):
         for e in a2a:
             assert any(s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 1.0 for s in layers), \
                 (rank, e["args"]["seq"])
+
+
+def test_a_mixture_of_experts_trains_on_one_rank(tmp_path):
+    # one expert rank and no TP, as on one GPU: megatron-core 0.16.1's experts add their bias in
+    # place to what a reduction over that one rank handed back (train_gpt._moe_fixes)
+    run = run_example(tmp_path / "trace", ["--moe-experts", "4", *COMMON], nproc=1)
+    assert "done: 3 iterations" in run.output
+    assert len(spans(run.events[0], "layer.backward")) == len(TRACED) * MICROBATCHES * LAYERS
+
+
+def test_a_skewed_router_sends_the_first_expert_rank_more_tokens(tmp_path):
+    # --moe-skew: imbalance without a fault, its tokens seen in what the all-to-alls move
+    run = run_example(tmp_path / "trace", ["--moe-experts", "4", "--ep", "2", "--moe-skew", "3", *COMMON], nproc=2)
+    received = {}
+    for rank, events in run.events.items():
+        a2a = [e["args"] for e in events if e.get("ph") == "X" and e["args"].get("op") == "all_to_all"]
+        received[rank] = sum(a.get("out_bytes", a["bytes"]) for a in a2a)
+    assert received[0] > 1.5 * received[1], received
