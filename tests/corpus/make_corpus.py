@@ -5752,19 +5752,31 @@ CPU_SHAPE_182 = {"mapp-v1": {"--hidden": "240", "--heads": "8", "--seq": "120"},
                  "kineto": {"--hidden": "320", "--heads": "8", "--seq": "104"}}
 
 
-def _featured(case: Case, recompute: str | None = None, experts: int | None = None, ep: int = 1) -> Case:
+def _featured(case: Case, recompute: str | None = None, experts: int | None = None, ep: int = 1,
+              skew: float = 0.0) -> Case:
     """``case`` with a model feature production jobs run: activation recomputation
     (``--recompute full`` or ``selective``) or a mixture of ``experts`` over ``ep``
-    expert-parallel ranks (the layout's DP ranks split into expert groups). The id names the
-    feature after the layout (``rcfull``, ``rcsel``, ``moe8ep4``)."""
+    expert-parallel ranks (the layout's DP ranks split into expert groups), its router skewed
+    by ``skew`` toward the first expert rank's experts (``--moe-skew``: a healthy case becomes
+    imbalance, ``hotexperts``). The id names the feature after the layout (``rcfull``,
+    ``rcsel``, ``moe8ep4``, ``skew2``)."""
     layout = next(k for k, v in LAYOUTS.items() if v == case.layout and case.id.startswith(f"gpt-{k}-"))
     names = ([{"full": "rcfull", "selective": "rcsel"}[recompute]] if recompute else []) + \
-        ([f"moe{experts}ep{ep}"] if experts else [])
+        ([f"moe{experts}ep{ep}"] if experts else []) + ([f"skew{skew:g}"] if skew else [])
     for attr in ("id", "baseline"):
         if getattr(case, attr):
             setattr(case, attr, getattr(case, attr).replace(f"gpt-{layout}-", f"gpt-{layout}-{'-'.join(names)}-", 1))
+    if skew:
+        assert experts, "a router skew needs experts"
+        how = {"how": f"every router's logits of the first expert rank's experts +{skew:g}: the ranks "
+                      "holding them compute for more of every microbatch's tokens (no rank slowed)"}
+        if case.cls == "healthy":
+            case.id, case.cls, case.part, case.injected = case.id.replace("-healthy", "-hotexperts"), "imbalance", "experts", [how]
+        else:
+            case.injected = [*case.injected, how]
     flags = (["--recompute", recompute] if recompute else []) + \
-        (["--moe-experts", str(experts), "--ep", str(ep)] if experts else [])
+        (["--moe-experts", str(experts), "--ep", str(ep)] if experts else []) + \
+        (["--moe-skew", f"{skew:g}"] if skew else [])
     case.args += flags
     if case.gpu_args is not None:
         case.gpu_args += flags
@@ -5852,6 +5864,38 @@ def fresh184_set(seed: int = FRESH184_SEED) -> list[Case]:
         moe(mm("pp2dp8", 3, 1.5)),
         moe(g("pp2dp8", "kineto", "seqlognorm", sigma=1.0)),
         moe(g("dp16", "kineto", "layer", rank=13, factor=1.5)),
+    ]
+
+
+FRESH185_SEED = 1249
+# ``fresh185``'s CPU model shapes, no other set's
+CPU_SHAPE_185 = {"mapp-v1": {"--hidden": "224", "--heads": "8", "--seq": "128"},
+                 "kineto": {"--hidden": "288", "--heads": "8", "--seq": "112"}}
+
+
+def fresh185_set(seed: int = FRESH185_SEED) -> list[Case]:
+    """Mixtures of experts whose routers favour some experts (``--set fresh185``, seed 1249, 4
+    gloo processes on 2 cores), ``CPU_SHAPE_185``: the expert ranks holding the favoured experts
+    compute for more tokens in every microbatch -- imbalance a router makes, no fault -- alone,
+    beside a layer fault on a favoured or another rank and a host sleep, with recomputation too,
+    under both captures. Ids end in ``-f185``."""
+    g, mm = _one_rank_a_stage(seed, "-f185", CPU_SHAPE_185)
+
+    def moe(c: Case, skew: float, experts: int = 8, ep: int = 4, recompute: str | None = None) -> Case:
+        return _featured(c, recompute=recompute, experts=experts, ep=ep, skew=skew)
+
+    return [
+        moe(g("dp4", "mapp-v1", "healthy"), 2.0),
+        moe(mm("dp4", 2, 1.5), 1.5),
+        moe(mm("dp4", 0, 1.5), 1.5),
+        moe(g("pp2dp2", "mapp-v1", "healthy"), 2.0, experts=4, ep=2),
+        moe(g("dp4", "mapp-v1", "healthy"), 2.5, ep=2),
+        moe(g("dp4", "mapp-v1", "healthy"), 2.0, recompute="full"),
+        moe(g("dp4", "kineto", "healthy"), 2.0),
+        moe(g("dp4", "kineto", "layer", rank=1, factor=1.5), 1.5),
+        moe(g("dp4", "kineto", "layer", rank=0, factor=1.5), 1.5),
+        moe(g("pp2dp2", "kineto", "healthy"), 2.0, experts=4, ep=2),
+        moe(g("dp4", "kineto", "hostsleep", rank=3, ms=25), 2.5, ep=2),
     ]
 
 
@@ -6491,6 +6535,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh176": fresh176_set, "fresh177": fresh177_set, "fresh178": fresh178_set,
         "fresh179": fresh179_set, "fresh180": fresh180_set, "fresh181": fresh181_set,
         "fresh182": fresh182_set, "fresh183": fresh183_set, "fresh184": fresh184_set,
+        "fresh185": fresh185_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
