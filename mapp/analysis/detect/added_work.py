@@ -153,6 +153,9 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     if scales is not None:
         grid = grid.join(scales, on=["rank", "iteration"], how="left").with_columns(
             pl.col("peer_calls", "peer_own") * pl.col("scale").fill_null(1.0)).drop("scale")
+    branched = _branched(grid, peers, often) if scales is None else []
+    if branched:
+        grid = grid.filter(~pl.col("rank").is_in(branched))
     more = grid.with_columns(more=pl.col("calls") > often * pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
         more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median(),
         calls=pl.col("calls").median(), peer_calls=pl.col("peer_calls").median(), top=pl.col("top").median(),
@@ -177,6 +180,30 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
         "rank", added=pl.col("own") / pl.col("peer"), added_excess_ns=pl.col("own") - pl.col("peer"),
         added_base_ns=pl.col("peer"), added_calls="added_calls", calls_base="calls_base",
         added_real_ns=pl.col("real"))
+
+
+BRANCH_SHARE = 0.5
+"""A rank that also calls ops *less* often than its peers, in nearly every iteration, by this
+share of its surplus calls or more, runs another branch of the program, not more of it
+(``_branched``)."""
+
+
+def _branched(grid: pl.DataFrame, peers: list[str], often: float) -> list:
+    """Ranks whose surplus calls come with as many missing ones: the data took them down another
+    branch of the same program. Extra work adds calls to what the rank ran; a branch trades some
+    for others. (A mixture of experts whose router favours the experts of one expert rank, PP2 x
+    DP2 under the profiler, no fault: its peer, whose experts got few tokens, made 16 more calls
+    a step of ``aten::empty`` and ``aten::fill_``, 8.7 ms against 1.0 ms, and 16 fewer of
+    ``aten::narrow`` and ``aten::as_strided``; read "slow compute", 3.93x on the ops it called
+    more often, before.)"""
+    per = grid.with_columns(more=pl.col("calls") > often * pl.col("peer_calls"),
+                            fewer=pl.col("calls") * often < pl.col("peer_calls"),
+                            diff=pl.col("calls") - pl.col("peer_calls"))
+    per = per.group_by("rank", *peers, "name").agg(pl.col("more", "fewer").mean(), pl.col("diff").median())
+    per = per.group_by("rank").agg(
+        surplus=pl.col("diff").filter((pl.col("more") >= CONSISTENT) & (pl.col("diff") > 0)).sum(),
+        missing=(-pl.col("diff")).filter((pl.col("fewer") >= CONSISTENT) & (pl.col("diff") < 0)).sum())
+    return per.filter((pl.col("surplus") > 0) & (pl.col("missing") >= BRANCH_SHARE * pl.col("surplus")))["rank"].to_list()
 
 
 def _with_real_surplus(grid: pl.DataFrame, work: pl.DataFrame, peers: list[str], gid) -> pl.DataFrame:

@@ -131,3 +131,18 @@ def test_by_its_clock_a_rank_adds_no_more_than_its_surplus_calls_at_its_longest_
                   {(0, "aten::copy_"): (590.0, 12.0), (1, "aten::copy_"): (1_560.0, 26.0)})
     added = added_work(work, ["pp"]).row(0, named=True)
     assert added["rank"] == 1 and abs(added["added_real_ns"] - 26e3) < 1e-3
+
+
+def test_calls_traded_for_others_are_another_branch_not_work_added():
+    # a mixture of experts whose router favours rank 0's experts: rank 1's experts, short of
+    # tokens, zero-fill buffers (16 more calls a step of empty/fill_, dear ones) where rank 0
+    # slices its many tokens (16 more of narrow/as_strided). Neither adds work to one program
+    work = _work([(0, "aten::mm", "[[512,256],[256,1024]]", 40, 100.0), (1, "aten::mm", "[[512,256],[256,1024]]", 40, 100.0),
+                  (0, "aten::fill_", "[[512,256]]", 48, 20.0), (1, "aten::fill_", "[[512,256]]", 56, 150.0),
+                  (0, "aten::empty", "[]", 117, 5.0), (1, "aten::empty", "[]", 125, 5.0),
+                  (0, "aten::narrow", "[[512,256]]", 38, 5.0), (1, "aten::narrow", "[[512,256]]", 30, 5.0),
+                  (0, "aten::as_strided", "[[512,256]]", 266, 2.0), (1, "aten::as_strided", "[[512,256]]", 258, 2.0)])
+    assert added_work(work, ["pp"]) is None
+    # the same surplus with nothing missing is work added
+    more = work.filter(~pl.col("name").is_in(["aten::narrow", "aten::as_strided"]))
+    assert added_work(more, ["pp"]).row(0, named=True)["rank"] == 1
