@@ -23,8 +23,10 @@ Event names: ``layer.forward``/``layer.backward`` (``args.layer``: 0-based globa
 index), ``embedding.forward``, ``output_layer.*``, and at ``op`` granularity ``attention.*``,
 ``mlp.*`` and ``<submodule>.*`` (``linear_qkv``, ``core_attention``, ``linear_fc1``, ...).
 ``args.tokens``: the tokens the call worked on (the product of its input's first two
-dimensions, sequence x micro-batch), so that a reader can tell a rank that got longer
-sequences from a slower one (read from the shape: no synchronization).
+dimensions, sequence x micro-batch; the rows of a 2-D activation, as a mixture of experts'
+``experts`` get the tokens routed to the rank: its experts' load), so that a reader can tell a
+rank that got longer sequences, or more of the router's tokens, from a slower one (read from the
+shape: no synchronization).
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ class LayerHooks:
             x = args[0] if args else kwargs.get("hidden_states", kwargs.get("input_ids"))
             is_tensor = isinstance(x, Tensor)
             shape = x.shape if is_tensor and x.dim() >= 2 else None
-            key = (ctx.microbatch, None if shape is None else shape[0] * shape[1])
+            key = (ctx.microbatch, None if shape is None else _tokens(shape, x.is_floating_point()))
             specs = cache.get(key)
             if specs is None:
                 if len(cache) >= _MAX_SPECS:
@@ -229,6 +231,13 @@ class LayerHooks:
             return output
 
         return functools.wraps(forward)(traced_forward)
+
+
+def _tokens(shape: torch.Size, activations: bool) -> int:
+    """The tokens a module's input holds: sequence x micro-batch of ``[s, b, h]`` activations
+    and of ``[b, s]`` token ids; the rows of ``[t, h]`` activations (a mixture of experts'
+    ``experts`` get the tokens routed to this rank's experts so: its load)."""
+    return shape[0] if activations and len(shape) == 2 else shape[0] * shape[1]
 
 
 def _on_grad_ready(tensor: torch.Tensor, fn: Callable) -> None:

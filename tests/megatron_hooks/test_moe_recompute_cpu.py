@@ -113,3 +113,19 @@ def test_a_skewed_router_sends_the_first_expert_rank_more_tokens(tmp_path):
         a2a = [e["args"] for e in events if e.get("ph") == "X" and e["args"].get("op") == "all_to_all"]
         received[rank] = sum(a.get("out_bytes", a["bytes"]) for a in a2a)
     assert received[0] > 1.5 * received[1], received
+
+
+def test_at_op_granularity_the_experts_spans_carry_the_tokens_routed_to_the_rank(tmp_path):
+    # the experts' input is [tokens, hidden]: its rows are their load, which a skewed router
+    # puts on rank 0 (its two experts hold most of every microbatch's 2 x top-2 routed tokens)
+    run = run_example(tmp_path / "trace", ["--moe-experts", "4", "--ep", "2", "--moe-skew", "3",
+                                           "--trace-granularity", "op", *COMMON], nproc=2)
+    load = {}
+    for rank, events in run.events.items():
+        calls = spans(events, "experts.forward")
+        assert len(calls) == len(TRACED) * MICROBATCHES * LAYERS, rank
+        load[rank] = sum(e["args"]["tokens"] for e in calls)
+        layer_tokens = {e["args"]["tokens"] for e in spans(events, "layer.forward")}
+        assert layer_tokens == {32 * 2}   # seq x micro-batch (TINY)
+        assert all(e["args"]["tokens"] <= 2 * 2 * 32 * 2 for e in calls)   # ranks x top-2 x tokens
+    assert load[0] > 2 * load[1], load
