@@ -285,12 +285,14 @@ def skew_routers(chunks, args) -> None:
 
 def _moe_kwargs(args) -> dict:
     """``--moe-experts``: top-2 routing over ``--ep`` expert-parallel ranks, tokens sent by
-    all-to-all; no capacity limit, so that an expert's load follows the router."""
+    all-to-all, each expert whole on its rank (no expert TP); no capacity limit, so that an
+    expert's load follows the router."""
     if not args.moe_experts:
         return {}
     _moe_fixes()
     return {"num_moe_experts": args.moe_experts, "moe_router_topk": min(2, args.moe_experts),
             "moe_token_dispatcher_type": "alltoall", "expert_model_parallel_size": args.ep,
+            "expert_tensor_parallel_size": 1,
             "moe_grouped_gemm": False}
 
 
@@ -885,6 +887,8 @@ def main(argv=None) -> None:
         pipeline_model_parallel_size=args.pp,
         virtual_pipeline_model_parallel_size=args.vpp,
         expert_model_parallel_size=args.ep,
+        # experts whole on each expert rank (no expert TP), as megatron-core wants of experts with biases
+        expert_tensor_parallel_size=1 if args.moe_experts else None,
     )
     model_parallel_cuda_manual_seed(args.seed)
     # megatron-core initialises CPU-built weights from torch's default generator: seed it too,

@@ -5753,15 +5753,16 @@ CPU_SHAPE_182 = {"mapp-v1": {"--hidden": "240", "--heads": "8", "--seq": "120"},
 
 
 def _featured(case: Case, recompute: str | None = None, experts: int | None = None, ep: int = 1,
-              skew: float = 0.0) -> Case:
+              skew: float = 0.0, sp: bool = False) -> Case:
     """``case`` with a model feature production jobs run: activation recomputation
     (``--recompute full`` or ``selective``) or a mixture of ``experts`` over ``ep``
     expert-parallel ranks (the layout's DP ranks split into expert groups), its router skewed
     by ``skew`` toward the first expert rank's experts (``--moe-skew``: a healthy case becomes
-    imbalance, ``hotexperts``). The id names the feature after the layout (``rcfull``,
-    ``rcsel``, ``moe8ep4``, ``skew2``)."""
+    imbalance, ``hotexperts``), with ``sp`` sequence parallelism (which megatron-core wants of
+    experts beside TP). The id names the feature after the layout (``rcfull``, ``rcsel``, ``sp``,
+    ``moe8ep4``, ``skew2``)."""
     layout = next(k for k, v in LAYOUTS.items() if v == case.layout and case.id.startswith(f"gpt-{k}-"))
-    names = ([{"full": "rcfull", "selective": "rcsel"}[recompute]] if recompute else []) + \
+    names = ([{"full": "rcfull", "selective": "rcsel"}[recompute]] if recompute else []) + (["sp"] if sp else []) + \
         ([f"moe{experts}ep{ep}"] if experts else []) + ([f"skew{skew:g}"] if skew else [])
     for attr in ("id", "baseline"):
         if getattr(case, attr):
@@ -5774,7 +5775,7 @@ def _featured(case: Case, recompute: str | None = None, experts: int | None = No
             case.id, case.cls, case.part, case.injected = case.id.replace("-healthy", "-hotexperts"), "imbalance", "experts", [how]
         else:
             case.injected = [*case.injected, how]
-    flags = (["--recompute", recompute] if recompute else []) + \
+    flags = (["--recompute", recompute] if recompute else []) + (["--sequence-parallel"] if sp else []) + \
         (["--moe-experts", str(experts), "--ep", str(ep)] if experts else []) + \
         (["--moe-skew", f"{skew:g}"] if skew else [])
     case.args += flags
@@ -5896,6 +5897,33 @@ def fresh185_set(seed: int = FRESH185_SEED) -> list[Case]:
         moe(g("dp4", "kineto", "layer", rank=0, factor=1.5), 1.5),
         moe(g("pp2dp2", "kineto", "healthy"), 2.0, experts=4, ep=2),
         moe(g("dp4", "kineto", "hostsleep", rank=3, ms=25), 2.5, ep=2),
+    ]
+
+
+FRESH186_SEED = 1259
+
+
+def fresh186_set(seed: int = FRESH186_SEED) -> list[Case]:
+    """Mixtures of experts beside tensor parallelism (``--set fresh186``, seed 1259, 4 gloo
+    processes on 2 cores), ``CPU_SHAPE_185``: TP2 x DP2 with sequence parallelism, experts whole
+    on each of 2 or 4 expert ranks (an expert group across the TP pair), healthy, with a router
+    that favours some experts, with recomputation, beside layer faults, work before each
+    microbatch and a host sleep, under both captures. Ids end in ``-f186``."""
+    g, mm = _one_rank_a_stage(seed, "-f186", CPU_SHAPE_185)
+
+    def moe(c: Case, experts: int = 4, ep: int = 2, skew: float = 0.0, recompute: str | None = None) -> Case:
+        return _featured(c, recompute=recompute, experts=experts, ep=ep, skew=skew, sp=True)
+
+    return [
+        moe(g("tp2dp2", "mapp-v1", "healthy")),
+        moe(mm("tp2dp2", 1, 1.5)),
+        moe(g("tp2dp2", "mapp-v1", "beforemb", rank=2, ms=24)),
+        moe(g("tp2dp2", "mapp-v1", "healthy"), skew=2.0),
+        moe(mm("tp2dp2", 3, 1.5), experts=8, ep=4, recompute="full"),
+        moe(g("tp2dp2", "kineto", "healthy")),
+        moe(g("tp2dp2", "kineto", "layer", rank=0, factor=1.5)),
+        moe(g("tp2dp2", "kineto", "hostsleep", rank=3, ms=25)),
+        moe(g("tp2dp2", "kineto", "healthy"), experts=8, ep=4, skew=2.0),
     ]
 
 
@@ -6535,7 +6563,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh176": fresh176_set, "fresh177": fresh177_set, "fresh178": fresh178_set,
         "fresh179": fresh179_set, "fresh180": fresh180_set, "fresh181": fresh181_set,
         "fresh182": fresh182_set, "fresh183": fresh183_set, "fresh184": fresh184_set,
-        "fresh185": fresh185_set,
+        "fresh185": fresh185_set, "fresh186": fresh186_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

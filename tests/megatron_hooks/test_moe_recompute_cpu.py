@@ -129,3 +129,18 @@ def test_at_op_granularity_the_experts_spans_carry_the_tokens_routed_to_the_rank
         assert layer_tokens == {32 * 2}   # seq x micro-batch (TINY)
         assert all(e["args"]["tokens"] <= 2 * 2 * 32 * 2 for e in calls)   # ranks x top-2 x tokens
     assert load[0] > 2 * load[1], load
+
+
+def test_experts_beside_tensor_parallelism_record_each_group_by_its_name(tmp_path):
+    # TP2 x DP2 with sequence parallelism, 4 experts over 2 expert ranks, each expert whole on
+    # its rank: the expert group spans the TP pair, and the experts' gradients reduce over the
+    # expert data-parallel group, beside the dense parameters' over DP
+    run = run_example(tmp_path / "trace", ["--tp", "2", "--sequence-parallel", "--moe-experts", "4", "--ep", "2",
+                                           *COMMON])
+    for rank, events in run.events.items():
+        groups = {(e["args"]["op"] if e["name"] != "grad_reduce" else "grad_reduce", e["args"]["group"])
+                  for e in events if e.get("ph") == "X" and e.get("cat") == "collective"}
+        assert {("all_to_all", "ep"), ("grad_reduce", "dp"), ("grad_reduce", "expt_dp")} <= groups, (rank, groups)
+        ep = {tuple(e["args"]["group_ranks"]) for e in events if e.get("ph") == "X" and e["args"].get("group") == "ep"}
+        tp = {tuple(e["args"]["group_ranks"]) for e in events if e.get("ph") == "X" and e["args"].get("group") == "tp"}
+        assert ep == tp and len(ep) == 1 and rank in ep.pop(), rank
