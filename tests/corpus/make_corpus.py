@@ -5927,6 +5927,33 @@ def fresh186_set(seed: int = FRESH186_SEED) -> list[Case]:
     ]
 
 
+FRESH187_SEED = 1277
+
+
+def fresh187_set(seed: int = FRESH187_SEED) -> list[Case]:
+    """``fresh185``/``fresh186`` at 8 ranks (``--set fresh187``, seed 1277, 8 gloo processes on 4
+    cores), ``CPU_SHAPE_185``: experts beside TP and PP (TP2 x PP2 x DP2 with sequence
+    parallelism), over 4 and 8 expert ranks, routers that favour some experts, recomputation,
+    lognormal lengths through four pipeline stages, beside layer faults and a host sleep, under
+    both captures. Ids end in ``-f187``."""
+    g, mm = _one_rank_a_stage(seed, "-f187", CPU_SHAPE_185)
+
+    def moe(c: Case, experts: int = 4, ep: int = 2, skew: float = 0.0, sp: bool = False,
+            recompute: str | None = None) -> Case:
+        return _featured(c, recompute=recompute, experts=experts, ep=ep, skew=skew, sp=sp)
+
+    return [
+        moe(g("tp2pp2dp2", "mapp-v1", "healthy"), sp=True),
+        moe(mm("tp2pp2dp2", 5, 1.5), sp=True),
+        moe(g("tp2pp2dp2", "mapp-v1", "healthy"), experts=8, ep=4, skew=2.0, sp=True),
+        moe(g("pp2dp4", "kineto", "healthy"), experts=8, ep=4, skew=2.0),
+        moe(g("tp2pp2dp2", "kineto", "layer", rank=6, factor=1.5), sp=True),
+        moe(g("dp8", "mapp-v1", "healthy"), experts=8, ep=8, skew=2.0, recompute="full"),
+        moe(g("dp8", "kineto", "hostsleep", rank=4, ms=26), experts=8, ep=8, skew=1.5),
+        moe(g("pp4dp2", "mapp-v1", "seqlognorm", sigma=1.0)),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6564,6 +6591,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh179": fresh179_set, "fresh180": fresh180_set, "fresh181": fresh181_set,
         "fresh182": fresh182_set, "fresh183": fresh183_set, "fresh184": fresh184_set,
         "fresh185": fresh185_set, "fresh186": fresh186_set,
+        "fresh187": fresh187_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
