@@ -5954,6 +5954,27 @@ def fresh187_set(seed: int = FRESH187_SEED) -> list[Case]:
     ]
 
 
+FRESH188_SEED = 1283
+
+
+def fresh188_set(seed: int = FRESH188_SEED) -> list[Case]:
+    """Issue 13's class 3 width with experts (``--set fresh188``, seed 1283, 64 gloo processes on
+    16 cores): megatron-core PP2 x DP32 whose layers hold 8 experts over 8 expert ranks (four
+    expert replicas a stage), healthy on lognormal lengths, with favoured experts, beside a 1.5x
+    matmul fault and a host sleep, both captures. Ids end in ``-f188``."""
+    g, mm = _one_rank_a_stage(seed, "-f188", CPU_SHAPE_185)
+
+    def moe(c: Case, skew: float = 0.0) -> Case:
+        return _featured(c, experts=8, ep=8, skew=skew)
+
+    return [
+        moe(g("pp2dp32", "mapp-v1", "seqlognorm", sigma=1.0)),
+        moe(mm("pp2dp32", 40, 1.5)),
+        moe(_recorded(g("pp2dp32", "kineto", "healthy"), "default"), skew=2.0),
+        moe(_recorded(g("pp2dp32", "kineto", "hostsleep", rank=21, ms=26), "default")),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6591,7 +6612,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh179": fresh179_set, "fresh180": fresh180_set, "fresh181": fresh181_set,
         "fresh182": fresh182_set, "fresh183": fresh183_set, "fresh184": fresh184_set,
         "fresh185": fresh185_set, "fresh186": fresh186_set,
-        "fresh187": fresh187_set,
+        "fresh187": fresh187_set, "fresh188": fresh188_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
