@@ -95,7 +95,9 @@ def test_a_sleep_is_neither_cpu_time_nor_a_wait_for_a_core(tmp_path):
     assert span["dur"] >= 30000.0
     assert span["tdur"] < 15000.0
     if t.clock.runnable:
-        assert span["rdur"] < 15000.0
+        # the 30 ms asleep are neither: on a loaded machine the thread may wait for a core once
+        # it wakes (19 ms seen beside a benchmark on 2 cores), but not while it sleeps
+        assert span["dur"] - span["tdur"] - span["rdur"] >= 25000.0
 
 
 def test_thread_time_can_be_turned_off(tmp_path):
