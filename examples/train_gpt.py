@@ -275,10 +275,14 @@ def skew_routers(chunks, args) -> None:
                 gating = module.gating
                 bias = torch.zeros(args.moe_experts)
                 bias[:hot] = args.moe_skew
+                placed: dict = {}   # the bias on the logits' device and dtype, copied there once
 
-                def skewed(input, gating=gating, bias=bias):
+                def skewed(input, gating=gating, bias=bias, placed=placed):
                     logits = gating(input)
-                    return logits + bias.to(device=logits.device, dtype=logits.dtype)
+                    key = (logits.device, logits.dtype)
+                    if key not in placed:
+                        placed[key] = bias.to(device=logits.device, dtype=logits.dtype)
+                    return logits + placed[key]
 
                 module.gating = skewed
 

@@ -148,6 +148,16 @@ def _wrap_direct(ctx: HookContext, op_name: str, fn: Callable,
     return direct
 
 
+def _expert_ranks() -> int:
+    """The expert-parallel size megatron-core's ``parallel_state`` was given (1 before it is)."""
+    from megatron.core import parallel_state as ps
+
+    try:
+        return int(ps.get_expert_model_parallel_world_size() or 1)
+    except Exception:   # not initialized
+        return 1
+
+
 def install_collectives(ctx: HookContext, patcher: Patcher) -> None:
     """Wrap the TP mapping functions and the direct TP collectives of layers/cross_entropy,
     and the embedding-group all-reduces of ``finalize_model_grads``."""
@@ -167,8 +177,9 @@ def install_collectives(ctx: HookContext, patcher: Patcher) -> None:
     for module in (layers, cross_entropy):
         patcher.set(module, "torch", DistView(module.torch, overrides))
     # the MoE token dispatcher's all-to-all (``mappings._AllToAll``) calls torch.distributed
-    # itself; the mapping functions' own calls pass through (``comm_depth``)
-    if "all_to_all_single" in overrides:
+    # itself; the mapping functions' own calls pass through (``comm_depth``). Only where there are
+    # expert ranks to send to: the view costs every ``torch`` lookup of ``mappings`` a call.
+    if "all_to_all_single" in overrides and _expert_ranks() > 1:
         patcher.set(mappings, "torch", DistView(mappings.torch, {"all_to_all_single": overrides["all_to_all_single"]}))
     once_per_iteration = {name: _wrap_direct(ctx, name, getattr(dist, name), Granularity.ITERATION)
                           for name in _DIRECT if hasattr(dist, name)}

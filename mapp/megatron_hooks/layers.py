@@ -175,7 +175,10 @@ class LayerHooks:
             x = args[0] if args else kwargs.get("hidden_states", kwargs.get("input_ids"))
             is_tensor = isinstance(x, Tensor)
             shape = x.shape if is_tensor and x.dim() >= 2 else None
-            key = (ctx.microbatch, None if shape is None else _tokens(shape, x.is_floating_point()))
+            # tokens: [s, b, h] activations and [b, s] ids s x b; [t, h] activations (a mixture
+            # of experts' ``experts``) their rows, the tokens routed to this rank
+            key = (ctx.microbatch, None if shape is None else
+                   shape[0] if len(shape) == 2 and x.is_floating_point() else shape[0] * shape[1])
             specs = cache.get(key)
             if specs is None:
                 if len(cache) >= _MAX_SPECS:
@@ -231,13 +234,6 @@ class LayerHooks:
             return output
 
         return functools.wraps(forward)(traced_forward)
-
-
-def _tokens(shape: torch.Size, activations: bool) -> int:
-    """The tokens a module's input holds: sequence x micro-batch of ``[s, b, h]`` activations
-    and of ``[b, s]`` token ids; the rows of ``[t, h]`` activations (a mixture of experts'
-    ``experts`` get the tokens routed to this rank's experts so: its load)."""
-    return shape[0] if activations and len(shape) == 2 else shape[0] * shape[1]
 
 
 def _on_grad_ready(tensor: torch.Tensor, fn: Callable) -> None:

@@ -153,14 +153,14 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     if scales is not None:
         grid = grid.join(scales, on=["rank", "iteration"], how="left").with_columns(
             pl.col("peer_calls", "peer_own") * pl.col("scale").fill_null(1.0)).drop("scale")
-    branched = _branched(grid, peers, often) if scales is None else []
-    if branched:
-        grid = grid.filter(~pl.col("rank").is_in(branched))
+    traded = _traded(grid, peers, often) if scales is None else None
     more = grid.with_columns(more=pl.col("calls") > often * pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
         more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median(),
         calls=pl.col("calls").median(), peer_calls=pl.col("peer_calls").median(), top=pl.col("top").median(),
         real=pl.col("real").median())
     more = more.filter((pl.col("more") >= CONSISTENT) & (pl.col("peer") > 0))
+    if traded is not None:
+        more = more.join(traded, on=["rank", "name"], how="anti")
     # the peers' calls of every op in a typical iteration: what its surplus calls are a share of
     calls_base = grid.group_by("rank", "iteration").agg(pl.col("peer_calls").sum()).group_by("rank").agg(
         calls_base=pl.col("peer_calls").median())
@@ -182,28 +182,41 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
         added_real_ns=pl.col("real"))
 
 
-BRANCH_SHARE = 0.5
-"""A rank that also calls ops *less* often than its peers, in nearly every iteration, by this
-share of its surplus calls or more, runs another branch of the program, not more of it
-(``_branched``)."""
+TRADE_TOLERANCE = 0.25
+"""A surplus op and a missing one are one trade where their counts differ by at most this share
+(``_traded``)."""
 
 
-def _branched(grid: pl.DataFrame, peers: list[str], often: float) -> list:
-    """Ranks whose surplus calls come with as many missing ones: the data took them down another
-    branch of the same program. Extra work adds calls to what the rank ran; a branch trades some
-    for others. (A mixture of experts whose router favours the experts of one expert rank, PP2 x
-    DP2 under the profiler, no fault: its peer, whose experts got few tokens, made 16 more calls
-    a step of ``aten::empty`` and ``aten::fill_``, 8.7 ms against 1.0 ms, and 16 fewer of
-    ``aten::narrow`` and ``aten::as_strided``; read "slow compute", 3.93x on the ops it called
-    more often, before.)"""
+def _traded(grid: pl.DataFrame, peers: list[str], often: float) -> pl.DataFrame | None:
+    """(``rank``, ``name``) of the ops a rank calls more often than its peers *in trade* for
+    others it calls less often: each surplus op matched, one to one, with a missing op of about
+    as many calls (``TRADE_TOLERANCE``), in nearly every iteration. The data took the rank down
+    another branch of the same program there; extra work adds calls without taking any away,
+    and what is left unmatched stays work added. (A mixture of experts whose router favours the
+    experts of one expert rank, PP2 x DP2 under the profiler, no fault: its peer, whose experts
+    got few tokens, made 8 more calls a step of each of ``aten::empty`` and ``aten::fill_``, 8.7
+    ms against 1.0 ms, and 8 fewer of each of ``aten::narrow`` and ``aten::as_strided``; read
+    "slow compute", 3.93x on the ops it called more often, before.) None where no rank trades."""
     per = grid.with_columns(more=pl.col("calls") > often * pl.col("peer_calls"),
                             fewer=pl.col("calls") * often < pl.col("peer_calls"),
                             diff=pl.col("calls") - pl.col("peer_calls"))
     per = per.group_by("rank", *peers, "name").agg(pl.col("more", "fewer").mean(), pl.col("diff").median())
-    per = per.group_by("rank").agg(
-        surplus=pl.col("diff").filter((pl.col("more") >= CONSISTENT) & (pl.col("diff") > 0)).sum(),
-        missing=(-pl.col("diff")).filter((pl.col("fewer") >= CONSISTENT) & (pl.col("diff") < 0)).sum())
-    return per.filter((pl.col("surplus") > 0) & (pl.col("missing") >= BRANCH_SHARE * pl.col("surplus")))["rank"].to_list()
+    surplus = per.filter((pl.col("more") >= CONSISTENT) & (pl.col("diff") > 0))
+    missing = per.filter((pl.col("fewer") >= CONSISTENT) & (pl.col("diff") < 0))
+    both = set(surplus["rank"].to_list()) & set(missing["rank"].to_list())
+    if not both:
+        return None
+    rows = []
+    for rank in sorted(both):
+        gaps = sorted(-d for d in missing.filter(pl.col("rank") == rank)["diff"].to_list())
+        for name, d in surplus.filter(pl.col("rank") == rank).sort("diff").select("name", "diff").iter_rows():
+            match = next((g for g in gaps if abs(g - d) <= TRADE_TOLERANCE * max(d, g)), None)
+            if match is not None:
+                gaps.remove(match)
+                rows.append((rank, name))
+    if not rows:
+        return None
+    return pl.DataFrame(rows, schema={"rank": grid.schema["rank"], "name": grid.schema["name"]}, orient="row")
 
 
 def _with_real_surplus(grid: pl.DataFrame, work: pl.DataFrame, peers: list[str], gid) -> pl.DataFrame:

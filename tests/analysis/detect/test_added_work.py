@@ -146,3 +146,18 @@ def test_calls_traded_for_others_are_another_branch_not_work_added():
     # the same surplus with nothing missing is work added
     more = work.filter(~pl.col("name").is_in(["aten::narrow", "aten::as_strided"]))
     assert added_work(more, ["pp"]).row(0, named=True)["rank"] == 1
+    # and so are extra matmuls beside the trade: only the traded calls are set aside
+    faulted = work.with_columns(calls=pl.when((pl.col("rank") == 1) & (pl.col("name") == "aten::mm"))
+                                .then(52.0).otherwise(pl.col("calls")))
+    added = added_work(faulted, ["pp"]).row(0, named=True)
+    assert added["rank"] == 1 and abs(added["added"] - 52 / 40) < 1e-9
+
+
+def test_a_peers_log_line_trades_nothing_away_from_a_ranks_extra_matmuls():
+    # rank 0 prints (2 more item calls a step), rank 1 runs 4 more GEMMs: no one-to-one trade
+    work = _work([(0, "aten::mm", "[[512,256],[256,1024]]", 40, 100.0), (1, "aten::mm", "[[512,256],[256,1024]]", 44, 100.0),
+                  (0, "aten::item", "[]", 6, 5.0), (1, "aten::item", "[]", 4, 5.0)])
+    added = {a["rank"]: a for a in added_work(work, ["pp"]).rows(named=True)}
+    assert abs(added[1]["added"] - 44 / 40) < 1e-9
+    # (rank 0's two prints are its own surplus, a sliver of its work: ``adds_work`` weighs that)
+    assert added[0]["added_base_ns"] == 4 * 5e3
