@@ -100,14 +100,36 @@ def _factory(fn):
 
 
 class _NoStream:
-    """A CUDA stream or event on a CPU run: CPU work is in order, so there is nothing to wait for."""
+    """A CUDA stream or event on a CPU run: CPU work is in order, so there is nothing to wait for.
+    Only what megatron-core's MoE dispatcher calls (an unknown method fails as it would)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def __getattr__(self, name: str) -> Any:
-        # record_event() hands back an event to synchronize() on later: another no-op object
-        return lambda *a, **k: _NoStream()
+    def wait_stream(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_event(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def record_event(self, *args: Any, **kwargs: Any) -> "_NoStream":
+        # an event to synchronize() on later
+        return _NoStream()
+
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def __enter__(self) -> "_NoStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 class _CudaOnCpu(types.ModuleType):
