@@ -865,6 +865,8 @@ def main(argv=None) -> None:
         raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch, gpu-hog or cpu-hog")
     if args.overlap_param_gather and not (args.distributed_optimizer and args.overlap_grad_reduce):
         raise SystemExit("--overlap-param-gather needs --distributed-optimizer and --overlap-grad-reduce")
+    if args.ep < 1 or (args.moe_experts is not None and args.moe_experts < 1):
+        raise SystemExit("--ep and --moe-experts take a count of 1 or more, e.g. --moe-experts 8 --ep 2")
     if (args.ep > 1 or args.moe_skew) and not args.moe_experts:
         raise SystemExit("--ep and --moe-skew need --moe-experts")
     if args.moe_experts and args.moe_experts % args.ep:
@@ -886,6 +888,9 @@ def main(argv=None) -> None:
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
+    if args.moe_experts and (dist.get_world_size() // args.pp) % args.ep:
+        raise SystemExit(f"--ep {args.ep} does not divide the {dist.get_world_size() // args.pp} ranks of a "
+                         "pipeline stage: give a divisor")
     ps.initialize_model_parallel(
         tensor_model_parallel_size=args.tp,
         pipeline_model_parallel_size=args.pp,

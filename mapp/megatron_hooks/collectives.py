@@ -9,8 +9,8 @@ input-gradient all-reduce in the backward of column-parallel linears) and
 ``tensor_parallel.cross_entropy`` (the vocab-parallel loss); each gets its own view of
 ``torch.distributed`` (:class:`~mapp.megatron_hooks._patching.DistView`) whose collectives are
 recorded, and so does ``mappings`` for the all-to-all of a mixture of experts' token dispatcher
-(group ``ep``; its token counts are gathered over ``tp_ep``). Calls already inside a recorded mapping are not counted twice. The all-reduces of
-``distributed.finalize_model_grads`` on the embedding groups (tied embedding/output weights of
+(group ``ep``; its token counts are gathered over ``tp_ep``). Calls already inside a recorded
+mapping are not counted twice. The all-reduces of ``distributed.finalize_model_grads`` on the embedding groups (tied embedding/output weights of
 the first and last stage) are recorded the same way (group ``embd``/``pos_embd``), at
 ``iteration`` granularity.
 

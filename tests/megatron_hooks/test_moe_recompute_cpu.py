@@ -15,10 +15,12 @@ is what the detector compares) and its backward under recomputation reads as idl
 from __future__ import annotations
 
 import collections
+import subprocess
+import sys
 
 import pytest
 
-from ._torchrun import Run, run_example
+from ._torchrun import EXAMPLE, Run, run_example
 
 LAYERS, MICROBATCHES = 4, 4
 COMMON = ["--iterations", "3", "--trace-start", "1", "--trace-interval", "10",
@@ -144,3 +146,16 @@ def test_experts_beside_tensor_parallelism_record_each_group_by_its_name(tmp_pat
         ep = {tuple(e["args"]["group_ranks"]) for e in events if e.get("ph") == "X" and e["args"].get("group") == "ep"}
         tp = {tuple(e["args"]["group_ranks"]) for e in events if e.get("ph") == "X" and e["args"].get("group") == "tp"}
         assert ep == tp and len(ep) == 1 and rank in ep.pop(), rank
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--ep", "0"], "--ep and --moe-experts take a count of 1 or more"),
+    (["--moe-skew", "2"], "--ep and --moe-skew need --moe-experts"),
+    (["--moe-experts", "4", "--ep", "3"], "does not split over --ep 3"),
+])
+def test_expert_flags_that_cannot_work_are_refused_in_one_line(args, said):
+    # checked before any process group starts
+    done = subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
