@@ -84,6 +84,17 @@ import torch.distributed as dist
 from mapp.megatron_hooks.teardown import exit_now, leave_distributed
 
 
+def _ranks(text: str) -> list[int]:
+    """``--slow-rank``'s value: "3" or "2,3" (several ranks slowed alike, as a slow node's)."""
+    try:
+        ranks = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rank or comma-separated ranks (e.g. 3 or 2,3)") from None
+    if any(r < 0 for r in ranks):
+        raise argparse.ArgumentTypeError(f"{text!r}: ranks are 0 or more")
+    return ranks
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     from mapp.megatron_hooks.flags import add_trace_args
 
@@ -120,7 +131,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="split the layer norms and dropouts over TP along the sequence (needs --tp > 1)")
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     p.add_argument("--clip-grad", type=float, default=1.0, help="gradient clipping norm (0: none)")
-    p.add_argument("--slow-rank", type=int, default=None, help="rank to slow down (fault injector)")
+    p.add_argument("--slow-rank", type=_ranks, default=None, metavar="R[,R...]",
+                   help="rank(s) to slow down (fault injector): one rank, or several (a slow node's) comma-separated")
     p.add_argument("--slow-factor", type=float, default=1.0, help="compute slowdown of --slow-rank")
     p.add_argument("--slow-mode", default="layer", choices=["layer", "before-microbatch", "host-sleep", "gpu-hog", "cpu-hog"],
                    help="what --slow-rank does (see the module doc)")
@@ -911,7 +923,7 @@ def main(argv=None) -> None:
     if args.moe_skew:
         skew_routers(chunks, args)
     injected = Injected()
-    slow = args.slow_rank == rank
+    slow = args.slow_rank is not None and rank in args.slow_rank
     if slow and args.slow_mode == "layer" and args.slow_factor > 1.0:
         SlowDown(args.slow_factor, args.hidden, device, cfg.params_dtype, args.tp, args.seq,
                  work=args.slow_work, injected=injected).attach(transformer_layers(chunks))

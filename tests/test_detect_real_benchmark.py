@@ -43,6 +43,22 @@ def test_a_saved_case_records_where_it_lies_what_was_expected_and_what_was_found
     assert json.loads(json.dumps(record)) == record   # plain JSON
 
 
+def test_where_several_ranks_were_slowed_any_is_a_right_answer_and_whether_all_were_named_is_said(tmp_path):
+    # the committed job slowed rank 2 alone; scored as if a slow node had slowed 0 and 2 too
+    corpus = _corpus(tmp_path, {"rank": 0, "ranks": [0, 2], "kinds": ["slow_compute"]})
+    case = next(c for c in load_corpus(corpus) if c.id == "tp2dp2-plain-prof-2.5x-r2")
+    record = result_record(run_case(case))
+    assert record["expected"] == "slow_compute 0,2"
+    assert record["right"] is True and record["top"] == "slow_compute 2"
+    assert record["named_all"] is False   # rank 0 was not slowed, so not named
+    healthy = next(c for c in load_corpus(corpus) if c.id == "tp2dp2-plain-prof-healthy")
+    assert result_record(run_case(healthy))["named_all"] is None
+    # a rank outside them is wrong
+    corpus = _corpus(tmp_path, {"rank": 0, "ranks": [0, 1], "kinds": ["slow_compute"]})
+    case = next(c for c in load_corpus(corpus) if c.id == "tp2dp2-plain-prof-2.5x-r2")
+    assert result_record(run_case(case))["right"] is False
+
+
 def test_a_second_run_lists_the_cases_whose_answer_changed(tmp_path):
     corpus = _corpus(tmp_path, {"rank": 2, "kinds": ["slow_compute"]})
     first = _run(corpus, "--save", tmp_path / "before.jsonl")

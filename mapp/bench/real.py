@@ -5,11 +5,13 @@ with its own manifest: a committed small set beside a regenerated large one, say
 is ``{"version": 1, "cases": [...]}``; each case names its trace directory (``path``, relative
 to the manifest), where it came from (``source``), its ``class`` (``fault``, ``healthy`` or
 ``imbalance``), what was ``injected``, and what the detector must say (``expect``):
-``{"suspect": {"rank": R, "kinds": [...], "peer": P?}}`` or ``{"suspect": null}``.
+``{"suspect": {"rank": R, "kinds": [...], "peer": P?}}`` (``"ranks": [R, ...]`` beside ``rank``
+where several ranks were slowed alike) or ``{"suspect": null}``.
 
 Scoring, per case: a fault case is right when the *top* suspect is the injected rank (and peer,
-for a link) with one of the expected kinds; a healthy or imbalance case is right when there is
-no suspect at all (any GPU, host or link verdict there is a false alarm). A fault on CPU
+for a link; any of ``ranks`` where several were slowed) with one of the expected kinds; a
+healthy or imbalance case is right when there is no suspect at all (any GPU, host or link
+verdict there is a false alarm). A fault on CPU
 processes whose injected host time slows its rank by less than the threshold
 (``RealCase.weak_share``), or on GPUs whose hit part (its layers, its GEMMs) is slower than its
 peers' by less than that (``RealCase.weak_part``), still counts as right only when named; the
@@ -115,6 +117,9 @@ class RealResult:
     """The top suspect's cost per iteration (``Suspect.excess_ns``), ms."""
     iteration_ms: float | None = None
     """The iteration time the verdict measured, ms."""
+    named_all: bool | None = None
+    """Where several ranks were slowed alike: whether every one of them is a suspect of an
+    expected kind (None for one slowed rank, a link or a negative case)."""
 
     @property
     def is_weak(self) -> bool:
@@ -163,7 +168,8 @@ def expected_label(case: RealCase) -> str:
     e = case.expect
     if e is None:
         return "none"
-    return f"{'/'.join(e.get('kinds', []))} {e['rank']}" + (f"<->{e['peer']}" if "peer" in e else "")
+    ranks = ",".join(str(r) for r in _expected_ranks(e))
+    return f"{'/'.join(e.get('kinds', []))} {ranks}" + (f"<->{e['peer']}" if "peer" in e else "")
 
 
 def result_record(result: RealResult) -> dict[str, Any]:
@@ -175,15 +181,22 @@ def result_record(result: RealResult) -> dict[str, Any]:
             "expected": expected_label(c), "top": result.top, "right": bool(result.right),
             "said_below": result.said_below, "error": result.error,
             "pipeline": int(c.layout.get("pp") or 1) > 1, "cost_ms": result.cost_ms,
-            "iteration_ms": result.iteration_ms, "injected_ms_per_step": c.measured.get("injected_ms_per_step")}
+            "iteration_ms": result.iteration_ms, "injected_ms_per_step": c.measured.get("injected_ms_per_step"),
+            "named_all": result.named_all}
 
 
 def _label(suspect) -> str:
     return f"{suspect.kind} {suspect.label()}"
 
 
+def _expected_ranks(expect: dict[str, Any]) -> list[int]:
+    """The slowed ranks: ``rank``, or every one of ``ranks`` where several were slowed alike (a
+    slow node's), any of which is a right top suspect."""
+    return list(expect.get("ranks") or [expect["rank"]])
+
+
 def _is_expected(suspect, expect: dict[str, Any]) -> bool:
-    if suspect.rank != expect["rank"] and not ("peer" in expect and suspect.peer == expect["rank"]):
+    if suspect.rank not in _expected_ranks(expect) and not ("peer" in expect and suspect.peer == expect["rank"]):
         return False
     if suspect.kind not in expect.get("kinds", [expect.get("kind")]):
         return False
@@ -213,10 +226,15 @@ def run_case(case: RealCase, *, threshold: float = 0.1) -> RealResult:
     else:
         right = top is not None and _is_expected(top, case.expect)
         below = any(_is_expected(s, case.expect) for s in verdict.below)
+    named_all = None
+    if not case.negative and len(_expected_ranks(case.expect)) > 1:
+        named = {s.rank for s in verdict.suspects if _is_expected(s, case.expect)}
+        named_all = named >= set(_expected_ranks(case.expect))
     return RealResult(case, right, None if top is None else _label(top), len(verdict.suspects), elapsed,
                       below=below, weak=case.weak_share(threshold), weak_part=case.weak_part(threshold),
                       cost_ms=None if top is None else top.excess_ns / 1e6,
-                      iteration_ms=None if top is None or top.iteration_ns is None else top.iteration_ns / 1e6)
+                      iteration_ms=None if top is None or top.iteration_ns is None else top.iteration_ns / 1e6,
+                      named_all=named_all)
 
 
 def run_corpus(cases: list[RealCase], *, threshold: float = 0.1,

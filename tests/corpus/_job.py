@@ -13,6 +13,18 @@ import torch
 import torch.distributed as dist
 
 
+def _ranks(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rank or comma-separated ranks (e.g. 3 or 2,3)") from None
+
+
+def is_slow(args: argparse.Namespace, rank: int) -> bool:
+    """Whether ``--slow-rank`` names ``rank``."""
+    return args.slow_rank is not None and rank in args.slow_rank
+
+
 def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=7, help="training steps in all")
     p.add_argument("--profile-dir", default=None, help="torch.profiler trace per rank: DIR/rank-<r>.json")
@@ -21,7 +33,8 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-active", type=int, default=None, help="profiled steps (default: the rest)")
     p.add_argument("--timings-json", default=None, help="rank 0 writes every rank's step and injected times")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--slow-rank", type=int, default=None, help="rank that the fault injector slows")
+    p.add_argument("--slow-rank", type=_ranks, default=None, metavar="R[,R...]",
+                   help="rank(s) that the fault injector slows (several comma-separated: a slow node's)")
     p.add_argument("--slow-factor", type=float, default=1.0, help="matmul count factor of --slow-rank")
     p.add_argument("--slow-mode", default="matmul", choices=["matmul", "data-sleep", "step-sleep"],
                    help="matmul: extra matmuls inside forward; data-sleep: sleep in the data path; "

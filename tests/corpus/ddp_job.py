@@ -97,7 +97,7 @@ def main() -> None:
 
     rank, world, device = _job.init(args.seed)
     injected = _job.Injected()
-    slow = args.slow_rank == rank
+    slow = _job.is_slow(args, rank)
     extra = _job.extra_counts(args.slow_factor, args.layers) if slow and args.slow_mode == "matmul" else None
     model = MLP(args.width, args.layers, extra, injected).to(device)
     if args.fsdp:

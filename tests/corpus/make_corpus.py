@@ -31,7 +31,8 @@ kernels as the injected work (ids end in ``-gpu``, or ``-gpu2`` for ``--set gpu2
 on CPU. ``--set gpu2`` defaults to ``--gpu`` (it stops at once when fewer than 2 GPUs are
 found); ``--set gpu2 --cpu`` is its smoke test on CPU: the same cases with the CPU model sizes
 (ids without ``-gpu2``, default out ``tests/corpus/cases-gpu2-cpu``). ``--nproc`` defaults to
-the set's world size and must equal it.
+the set's world size and must equal it; on CPU a set of several world sizes (``fresh189``) runs
+each job with its own.
 
 ``--only S`` (re)generates the cases whose id contains S and keeps the other entries of an
 existing manifest. ``--keep-weak`` keeps a fault case whose injected effect measured under 10%
@@ -112,7 +113,11 @@ LAYOUTS = {"tp2dp2": {"tp": 2, "pp": 1, "dp": 2}, "pp2dp2": {"tp": 1, "pp": 2, "
            "pp4dp4": {"tp": 1, "pp": 4, "dp": 4}, "pp2dp8": {"tp": 1, "pp": 2, "dp": 8},
            "tp2pp2dp4": {"tp": 2, "pp": 2, "dp": 4}, "dp16": {"tp": 1, "pp": 1, "dp": 16},
            "pp2dp16": {"tp": 1, "pp": 2, "dp": 16}, "pp4dp8": {"tp": 1, "pp": 4, "dp": 8},
-           "tp2pp2dp8": {"tp": 2, "pp": 2, "dp": 8}, "dp32": {"tp": 1, "pp": 1, "dp": 32}}
+           "tp2pp2dp8": {"tp": 2, "pp": 2, "dp": 8}, "dp32": {"tp": 1, "pp": 1, "dp": 32},
+           # worlds of 3 and 6 (``fresh189``)
+           "dp3": {"tp": 1, "pp": 1, "dp": 3}, "pp3": {"tp": 1, "pp": 3, "dp": 1},
+           "tp2dp3": {"tp": 2, "pp": 1, "dp": 3}, "pp3dp2": {"tp": 1, "pp": 3, "dp": 2},
+           "pp2dp3": {"tp": 1, "pp": 2, "dp": 3}, "dp6": {"tp": 1, "pp": 1, "dp": 6}}
 GPT_LAYOUT_ARGS = {"tp2dp2": ["--tp", "2", "--pp", "1"], "pp2dp2": ["--tp", "1", "--pp", "2"],
                    "tp2pp2": ["--tp", "2", "--pp", "2"], "dp4": ["--tp", "1", "--pp", "1"],
                    "dp2": ["--tp", "1", "--pp", "1"], "tp2": ["--tp", "2", "--pp", "1"],
@@ -123,7 +128,10 @@ GPT_LAYOUT_ARGS = {"tp2dp2": ["--tp", "2", "--pp", "1"], "pp2dp2": ["--tp", "1",
                    "pp4dp4": ["--tp", "1", "--pp", "4"], "pp2dp8": ["--tp", "1", "--pp", "2"],
                    "tp2pp2dp4": ["--tp", "2", "--pp", "2"], "dp16": ["--tp", "1", "--pp", "1"],
                    "pp2dp16": ["--tp", "1", "--pp", "2"], "pp4dp8": ["--tp", "1", "--pp", "4"],
-                   "tp2pp2dp8": ["--tp", "2", "--pp", "2"], "dp32": ["--tp", "1", "--pp", "1"]}
+                   "tp2pp2dp8": ["--tp", "2", "--pp", "2"], "dp32": ["--tp", "1", "--pp", "1"],
+                   "dp3": ["--tp", "1", "--pp", "1"], "pp3": ["--tp", "1", "--pp", "3"],
+                   "tp2dp3": ["--tp", "2", "--pp", "1"], "pp3dp2": ["--tp", "1", "--pp", "3"],
+                   "pp2dp3": ["--tp", "1", "--pp", "2"], "dp6": ["--tp", "1", "--pp", "1"]}
 
 
 def world_of(layout: dict) -> int:
@@ -482,7 +490,7 @@ def _plain(job: str, layout: str, seed: int, rank: int | None = None, factor: fl
     if job.startswith("fsdp"):
         base_args.append("--fsdp")
         gpu = [*DDP_GPU, "--fsdp"]
-    stem = "tp2dp2-plain" if script == "tp" else job
+    stem = f"{layout}-plain" if script == "tp" else job
     lay = LAYOUTS[layout]
     w = JOB_WINDOW_SHORT if world_of(lay) == 2 else None
     base = f"{stem}-prof-healthy{tag}"
@@ -5975,6 +5983,87 @@ def fresh188_set(seed: int = FRESH188_SEED) -> list[Case]:
     ]
 
 
+def _slowed_too(case: Case, *others: int) -> Case:
+    """``case``'s fault on ``others`` too, alike (``--slow-rank R,S``): several GPUs or hosts of
+    one slow node. Its id names every rank (``-r2r3``); any of them is a right top suspect
+    (``expect.suspect.ranks``), and the score says whether all were named."""
+    first = case.slow_rank
+    ranks = [first, *others]
+    for args in (case.args, case.gpu_args):
+        if args and "--slow-rank" in args:
+            args[args.index("--slow-rank") + 1] = ",".join(map(str, ranks))
+    case.id = case.id.replace(f"-r{first}-", f"-r{'r'.join(map(str, ranks))}-", 1)
+    for inj in [*case.injected, *(case.gpu_injected or [])]:
+        inj["ranks"] = ranks
+    case.expect = {"suspect": {**case.expect["suspect"], "ranks": ranks}}
+    return case
+
+
+CPU_SHAPE_189 = {"mapp-v1": {"--hidden": "208", "--heads": "8", "--seq": "120"},
+                 "kineto": {"--hidden": "304", "--heads": "8", "--seq": "96"}}
+FRESH189_SEED = 1289
+
+
+def fresh189_set(seed: int = FRESH189_SEED) -> list[Case]:
+    """Held out at world sizes no other set has (``--set fresh189``, seed 1289, for CPUs: 3 gloo
+    processes on 2 cores, 6 on 3), ``CPU_SHAPE_189``: DP3, PP3, TP2 x DP3, PP3 x DP2, PP2 x DP3
+    and DP6 under both captures and plain DDP3/DDP6 and DP3 x TP2 under the profiler, healthy,
+    imbalanced and faulted. Ids end in ``-f189``."""
+    g, mm = _one_rank_a_stage(seed, "-f189", CPU_SHAPE_189)
+    tag = "-f189"
+    return [
+        # 3 ranks
+        g("dp3", "mapp-v1", "healthy"),
+        mm("dp3", 1, 1.5),
+        g("dp3", "kineto", "layer", rank=2, factor=1.5),
+        g("dp3", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp3", "mapp-v1", "healthy"),
+        g("pp3", "mapp-v1", "laststage", last_layers=3),
+        mm("pp3", 1, 1.5),
+        g("pp3", "kineto", "healthy"),
+        _plain("ddp3", "dp3", seed, rank=2, factor=1.5, tag=tag),
+        _plain("ddp3", "dp3", seed, rank=0, step_sleep_ms=24, tag=tag),
+        # 6 ranks
+        g("tp2dp3", "mapp-v1", "healthy"),
+        mm("tp2dp3", 3, 1.5),
+        g("tp2dp3", "mapp-v1", "beforemb", rank=4, ms=22),
+        g("tp2dp3", "kineto", "layer", rank=5, factor=1.6),
+        g("pp3dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        mm("pp3dp2", 2, 1.5),
+        g("pp3dp2", "kineto", "hostsleep", rank=3, ms=25),
+        g("pp2dp3", "mapp-v1", "laststage", last_layers=3),
+        mm("pp2dp3", 4, 1.4),
+        g("dp6", "mapp-v1", "hostsleep", rank=5, ms=22),
+        _plain("ddp6", "dp6", seed, rank=4, factor=1.4, tag=tag),
+        _plain("tp2dp3", "tp2dp3", seed, rank=1, factor=1.7, tag=tag),
+    ]
+
+
+FRESH190_SEED = 1291
+
+
+def fresh190_set(seed: int = FRESH190_SEED) -> list[Case]:
+    """Held out for several ranks slowed alike, as the GPUs or hosts of one slow node (``--set
+    fresh190``, seed 1291, for CPUs: 4 gloo processes on 2 cores, 8 on 4), ``CPU_SHAPE_189``: a
+    TP group's two ranks, one rank of each pipeline stage, two of eight data-parallel ranks and
+    half of a plain DDP job's, beside healthy jobs of the same layouts. Ids end in ``-f190``."""
+    g, mm = _one_rank_a_stage(seed, "-f190", CPU_SHAPE_189)
+    tag = "-f190"
+    return [
+        g("tp2dp2", "mapp-v1", "healthy"),
+        _slowed_too(mm("tp2dp2", 0, 1.5), 1),
+        _slowed_too(g("tp2dp2", "kineto", "layer", rank=2, factor=1.6), 3),
+        _slowed_too(mm("pp2dp2", 0, 1.5), 3),
+        _slowed_too(g("pp2dp2", "mapp-v1", "hostsleep", rank=1, ms=24), 3),
+        _slowed_too(mm("tp2pp2dp2", 2, 1.5), 3),
+        g("dp8", "mapp-v1", "healthy"),
+        _slowed_too(mm("dp8", 6, 1.4), 7),
+        _slowed_too(g("dp8", "kineto", "beforemb", rank=4, ms=24), 5),
+        _slowed_too(_plain("ddp4", "dp4", seed, rank=1, factor=1.5, tag=tag), 2),
+        _slowed_too(_plain("ddp4", "dp4", seed, rank=3, step_sleep_ms=22, tag=tag), 0),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6613,6 +6702,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh182": fresh182_set, "fresh183": fresh183_set, "fresh184": fresh184_set,
         "fresh185": fresh185_set, "fresh186": fresh186_set,
         "fresh187": fresh187_set, "fresh188": fresh188_set,
+        "fresh189": fresh189_set, "fresh190": fresh190_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
@@ -7194,9 +7284,14 @@ def main(argv=None) -> int:
 
     console = Console()
     everything = SETS[args.set]()
-    worlds = sorted({world_of(c.layout) for c in everything})
+    worlds = sorted({world_of(c.layout) for c in everything
+                     if not args.only or args.only in c.id})
+    if not worlds:
+        p.error(f"--set {args.set} has no case whose id contains {args.only!r} (--list shows them)")
     nproc = args.nproc or worlds[0]
-    if worlds != [nproc]:
+    # on CPU a set may mix world sizes (``fresh189``): each job runs with its own; on GPUs one
+    # world a run, the GPUs it needs
+    if args.nproc is not None and worlds != [nproc]:
         p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes, not --nproc {nproc}")
     gpu = (args.device or ("gpu" if args.set in ("gpu2", "vary2", "fresh3", "fresh5", "fresh6", "fresh8", "prod", "prodv", "prodw",
                                               *GPU_ONLY_SETS) else "cpu")) == "gpu"
@@ -7204,6 +7299,9 @@ def main(argv=None) -> int:
         p.error(f"--set {args.set} slows a GPU by sharing it with another process: it runs on GPUs only (drop --cpu)")
     if args.set in ("prod", "prodv", "prodw") and not gpu:
         p.error(f"--set {args.set} runs on GPUs only (megatron-core's distributed optimizer takes CUDA tensors)")
+    if gpu and len(worlds) > 1:
+        p.error(f"--set {args.set} runs jobs of {', '.join(map(str, worlds))} processes: on GPUs pick one "
+                "world with --only")
     suffix = ("-gpu" if nproc == 4 else f"-gpu{nproc}") if gpu else ""
     cases = everything
     if not gpu:   # a neighbour sharing the rank's GPU has no CPU form: a mixed set's gpuhog cases run on GPUs only
@@ -7250,7 +7348,7 @@ def main(argv=None) -> int:
             progress.advance(task)
             return
         m = result["measured"]
-        e = entry(case, gpu, nproc, result, cid)
+        e = entry(case, gpu, world_of(case.layout), result, cid)
         ok = case.cls != "fault" or effect_ok(m)
         if not ok:
             weak.append(cid)
@@ -7278,7 +7376,7 @@ def main(argv=None) -> int:
             cid = case.id + suffix
             progress.update(task, description=f"[bold]{cid}")
             try:
-                run = launch(case, cid, gpu, nproc, timeout)
+                run = launch(case, cid, gpu, world_of(case.layout), timeout)
             except Exception as error:
                 run = error
             if pending is not None:
@@ -7287,10 +7385,10 @@ def main(argv=None) -> int:
             if isinstance(run, Exception):
                 record(progress, task, case, cid, lambda error=run: _reraise(error))
             elif pool is not None:
-                pending = (case, cid, pool.submit(collect, run, out_dir, gpu, nproc, not args.no_gzip))
+                pending = (case, cid, pool.submit(collect, run, out_dir, gpu, world_of(case.layout), not args.no_gzip))
             else:
                 record(progress, task, case, cid,
-                       lambda run=run: collect(run, out_dir, gpu, nproc, not args.no_gzip))
+                       lambda run=run, n=world_of(case.layout): collect(run, out_dir, gpu, n, not args.no_gzip))
         if pending is not None:
             record(progress, task, pending[0], pending[1], pending[2].result)
     if pool is not None:

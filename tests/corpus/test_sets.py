@@ -34,11 +34,45 @@ def _held_out(name: str, tag: str) -> list:
     return cases
 
 
+MIXED_WORLDS = {"fresh189": {3, 6}, "fresh190": {4, 8}}
+"""The sets whose jobs are of several world sizes (on CPU each job runs with its own)."""
+
+
 def test_every_set_has_unique_ids_of_one_world_size():
     for name, build in make_corpus.SETS.items():
         cases = build()
         assert len(_ids(cases)) == len(set(_ids(cases))), name
-        assert len({make_corpus.world_of(c.layout) for c in cases}) == 1, name
+        worlds = {make_corpus.world_of(c.layout) for c in cases}
+        assert worlds == MIXED_WORLDS[name] if name in MIXED_WORLDS else len(worlds) == 1, name
+
+
+def test_a_set_of_several_world_sizes_runs_each_job_with_its_own_but_not_on_gpus():
+    listed = subprocess.run([sys.executable, str(make_corpus.HERE / "make_corpus.py"), "--set", "fresh189", "--list"],
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert "gpt-pp3-mapp-healthy-f189" in listed.stdout and "ddp6-prof-fwd1.4x-r4-f189" in listed.stdout
+    forced = subprocess.run([sys.executable, str(make_corpus.HERE / "make_corpus.py"), "--set", "fresh189",
+                             "--nproc", "3", "--list"], capture_output=True, text=True, timeout=120)
+    assert forced.returncode != 0 and "runs jobs of 3, 6 processes, not --nproc 3" in forced.stderr
+    one = subprocess.run([sys.executable, str(make_corpus.HERE / "make_corpus.py"), "--set", "fresh189",
+                          "--only=-pp3-", "--nproc", "3", "--list"], capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0 and one.stdout.split() == [
+        "gpt-pp3-mapp-healthy-f189", "gpt-pp3-mapp-laststage3of5-f189", "gpt-pp3-mapp-layer1.5x-matmul-r1-f189",
+        "gpt-pp3-prof-healthy-f189"]
+
+
+def test_a_slow_node_slows_every_rank_it_names_alike_and_any_of_them_is_the_answer():
+    cases = [c for c in make_corpus.SETS["fresh190"]() if c.cls == "fault"]
+    assert len(cases) >= 8
+    for c in cases:
+        ranks = c.expect["suspect"]["ranks"]
+        assert len(ranks) == 2 and len(set(ranks)) == 2, c.id
+        assert all(0 <= r < make_corpus.world_of(c.layout) for r in ranks), c.id
+        assert c.args[c.args.index("--slow-rank") + 1] == ",".join(map(str, ranks)), c.id
+        assert c.injected[0]["ranks"] == ranks and c.expect["suspect"]["rank"] == ranks[0], c.id
+        assert f"-r{ranks[0]}r{ranks[1]}-" in c.id, c.id
+    tp_node = next(c for c in cases if c.id.startswith("gpt-tp2dp2-mapp-layer"))
+    assert tp_node.expect["suspect"]["ranks"] == [0, 1]   # one TP group: both its ranks
 
 
 def test_the_variations_are_jobs_no_other_set_runs():
@@ -556,7 +590,7 @@ def test_every_heavier_link_joins_two_neighbouring_stages_of_one_pipeline():
     for name, build in make_corpus.SETS.items():
         for case in build():
             for injected in case.injected:
-                if "ranks" not in injected:
+                if "ranks" not in injected or case.part != "link":   # (not a slow node's ranks)
                     continue
                 lay = case.layout
 

@@ -120,7 +120,7 @@ def main() -> None:
     dp_rank = dp_ranks.index(rank)
     torch.manual_seed(args.seed + tp_ranks.index(rank))   # same weights across DP replicas
     injected = _job.Injected()
-    slow = args.slow_rank == rank
+    slow = _job.is_slow(args, rank)
     extra = (_job.extra_counts(args.slow_factor, args.layers, per_slot=6) if slow and args.slow_mode == "matmul"
              else [0] * args.layers)
     data_delay = args.slow_ms / 1e3 if slow and args.slow_mode == "data-sleep" else 0.0

@@ -288,3 +288,12 @@ def test_a_gpu_neighbour_asked_of_a_cpu_job_is_refused_in_one_line(args, said):
     assert done.returncode != 0
     assert said in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["a", "1,x", "-1"])
+def test_slow_ranks_that_are_no_ranks_are_refused_before_any_process_starts(value):
+    # ``--slow-rank`` takes one rank or several comma-separated (a slow node's)
+    done = subprocess.run([sys.executable, str(EXAMPLE), "--slow-rank", value], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert "argument --slow-rank" in done.stderr and "Traceback" not in done.stderr
