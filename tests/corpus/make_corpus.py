@@ -484,7 +484,7 @@ def _plain(job: str, layout: str, seed: int, rank: int | None = None, factor: fl
     """A plain DDP / FSDP2 (``job`` ddp4, fsdp4, ddp2, fsdp2) or DP x TP (tp2dp2) profiler job of ``vary_set``:
     healthy, ``factor`` x the forward's matmuls on ``rank``, a ``sleep_ms`` data-path sleep or a
     ``step_sleep_ms`` sleep in the training loop before each step (DDP / FSDP2 only)."""
-    script = "tp" if job == "tp2dp2" else "ddp"
+    script = "tp" if job.startswith("tp") else "ddp"   # (tp2dp2, tp2dp3: the DP x TP job)
     base_args = [*(TP_ARGS if script == "tp" else DDP_ARGS), "--seed", str(seed)]
     gpu = TP_GPU if script == "tp" else DDP_GPU
     if job.startswith("fsdp"):
