@@ -6064,6 +6064,49 @@ def fresh190_set(seed: int = FRESH190_SEED) -> list[Case]:
     ]
 
 
+def _microbatched(case: Case, n: int) -> Case:
+    """``case`` with ``n`` microbatches a step (``--num-microbatches``; the id says ``mbN`` after
+    the layout): 1, no gradient accumulation, as most data-parallel jobs run; 12 or 16, a
+    pipeline's bubble small."""
+    layout = next(k for k, v in LAYOUTS.items() if v == case.layout and case.id.startswith(f"gpt-{k}-"))
+    for attr in ("id", "baseline"):
+        if getattr(case, attr):
+            setattr(case, attr, getattr(case, attr).replace(f"gpt-{layout}-", f"gpt-{layout}-mb{n}-", 1))
+    for args in (case.args, case.gpu_args):
+        if args and "--num-microbatches" in args:
+            args[args.index("--num-microbatches") + 1] = str(n)
+    return case
+
+
+FRESH191_SEED = 1297
+
+
+def fresh191_set(seed: int = FRESH191_SEED) -> list[Case]:
+    """Held out for the microbatches of a step (``--set fresh191``, seed 1297, 4 gloo processes on
+    2 cores), ``CPU_SHAPE_189``: one microbatch a step (DP4, TP2 x DP2 under both captures) and
+    many (PP2 x DP2 with 16, PP4 with 12), healthy, imbalanced and faulted. Ids end in
+    ``-f191``."""
+    g, mm = _one_rank_a_stage(seed, "-f191", CPU_SHAPE_189)
+    one, many = (lambda c: _microbatched(c, 1)), (lambda c: _microbatched(c, 16))
+    return [
+        one(g("dp4", "mapp-v1", "healthy")),
+        one(mm("dp4", 2, 1.5)),
+        one(g("dp4", "mapp-v1", "hostsleep", rank=1, ms=23)),
+        one(g("dp4", "mapp-v1", "seqlognorm", sigma=0.9)),
+        one(mm("tp2dp2", 3, 1.5)),
+        one(g("tp2dp2", "mapp-v1", "beforemb", rank=0, ms=24)),
+        one(g("dp4", "kineto", "healthy")),
+        one(g("dp4", "kineto", "layer", rank=1, factor=1.5)),
+        one(g("tp2dp2", "kineto", "hostsleep", rank=2, ms=25)),
+        many(g("pp2dp2", "mapp-v1", "healthy")),
+        many(mm("pp2dp2", 1, 1.5)),
+        many(g("pp2dp2", "mapp-v1", "laststage", last_layers=3)),
+        many(g("pp2dp2", "kineto", "layer", rank=2, factor=1.5)),
+        _microbatched(mm("pp4", 2, 1.5), 12),
+        _microbatched(g("pp4", "mapp-v1", "seqlognorm", sigma=0.9), 12),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6702,7 +6745,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh182": fresh182_set, "fresh183": fresh183_set, "fresh184": fresh184_set,
         "fresh185": fresh185_set, "fresh186": fresh186_set,
         "fresh187": fresh187_set, "fresh188": fresh188_set,
-        "fresh189": fresh189_set, "fresh190": fresh190_set,
+        "fresh189": fresh189_set, "fresh190": fresh190_set, "fresh191": fresh191_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
