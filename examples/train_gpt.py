@@ -7,7 +7,8 @@
 Data parallelism is what the world size leaves (world = tp * pp * dp). CPU with gloo or
 GPU with NCCL is chosen by what the machine has.
 
-Software fault injectors (``--slow-rank R`` picks the rank, ``--slow-mode`` what it does):
+Software fault injectors (``--slow-rank R`` picks the rank, or ``R,S`` several slowed alike as
+one slow node's; ``--slow-mode`` what it does):
 
 - ``layer`` (default), with ``--slow-factor F``: rank R does extra work inside every
   transformer layer so that its attention and MLP take about F times as long, forward and
