@@ -6107,6 +6107,54 @@ def fresh191_set(seed: int = FRESH191_SEED) -> list[Case]:
     ]
 
 
+def _vocabulary(case: Case, n: int) -> Case:
+    """``case`` on CPUs with a vocabulary of ``n`` (``--vocab``; the id says ``vocabN`` after the
+    layout): the output layer and the loss make the last pipeline stage heavier, the embedding's
+    gradient and its all-reduce between the first and the last stage (tied weights) weigh on
+    both ends -- imbalance from the model's two ends rather than from more layers."""
+    layout = next(k for k, v in LAYOUTS.items() if v == case.layout and case.id.startswith(f"gpt-{k}-"))
+    for attr in ("id", "baseline"):
+        if getattr(case, attr):
+            setattr(case, attr, getattr(case, attr).replace(f"gpt-{layout}-", f"gpt-{layout}-vocab{n}-", 1))
+    case.args[case.args.index("--vocab") + 1] = str(n)
+    if case.cls == "healthy" and case.layout["pp"] > 1:   # its last stage is the heavier one
+        case.cls, case.part = "imbalance", "stages"
+        case.id = case.id.replace("-healthy", "-heavyends", 1)
+    return case
+
+
+FRESH192_SEED = 1301
+
+
+def fresh192_set(seed: int = FRESH192_SEED) -> list[Case]:
+    """Held out for a large vocabulary on CPUs (``--set fresh192``, seed 1301, 4 gloo processes on
+    2 cores, PP2's 2 on 1), ``CPU_SHAPE_189`` with 8192 tokens (every CPU set before used 256): PP2 x DP2, PP4,
+    PP2, TP2 x PP2 and DP4 under both captures, whose last stage the output layer and the loss
+    make heavier, healthy, with layer faults on either end or a middle stage and a host sleep.
+    Ids end in ``-f192``."""
+    g, mm = _one_rank_a_stage(seed, "-f192", CPU_SHAPE_189)
+
+    def v(c: Case) -> Case:
+        return _vocabulary(c, 8192)
+
+    return [
+        v(g("pp2dp2", "mapp-v1", "healthy")),
+        v(mm("pp2dp2", 1, 1.5)),
+        v(mm("pp2dp2", 3, 1.5)),
+        v(g("pp2dp2", "mapp-v1", "hostsleep", rank=0, ms=24)),
+        v(g("pp2dp2", "kineto", "healthy")),
+        v(g("pp2dp2", "kineto", "layer", rank=2, factor=1.5)),
+        v(g("pp4", "mapp-v1", "healthy")),
+        v(mm("pp4", 1, 1.5)),
+        v(g("pp2", "mapp-v1", "healthy")),
+        v(mm("pp2", 0, 1.5)),
+        v(g("tp2pp2", "mapp-v1", "healthy")),
+        v(g("tp2pp2", "kineto", "layer", rank=3, factor=1.5)),
+        v(g("dp4", "mapp-v1", "healthy")),
+        v(mm("dp4", 3, 1.5)),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6746,6 +6794,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh185": fresh185_set, "fresh186": fresh186_set,
         "fresh187": fresh187_set, "fresh188": fresh188_set,
         "fresh189": fresh189_set, "fresh190": fresh190_set, "fresh191": fresh191_set,
+        "fresh192": fresh192_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
