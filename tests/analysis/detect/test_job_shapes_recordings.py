@@ -1,10 +1,12 @@
-"""The detector on jobs of 3 and 6 ranks and on jobs with two ranks slowed alike (a slow node's),
-recorded held out (tests/corpus/cases-fresh, ``make_corpus.py --set fresh189`` / ``fresh190``:
-gloo processes on 2 cores; mapp's capture or the profiler).
+"""The detector on jobs shaped as no earlier set had, recorded held out (tests/corpus/cases-fresh,
+``make_corpus.py --set fresh189`` to ``fresh192``: gloo processes on 2 cores or 2 CPUs; mapp's
+capture or the profiler): worlds of 3 and 6 ranks, two ranks slowed alike (a slow node's), one
+microbatch a step, and a vocabulary large enough that the model's two ends make the pipeline
+stages uneven.
 
 No set before them had a world that is not a power of two (a pipeline of three stages, TP2 x
-DP3, PP3 x DP2) or more than one slowed rank. Every ``fresh189`` job read right on its first
-recording; these keep it so.
+DP3, PP3 x DP2), more than one slowed rank, a step of one microbatch, or a CPU vocabulary beyond
+256. These read right on their first recording; the tests keep them so.
 """
 
 from __future__ import annotations
@@ -57,3 +59,25 @@ def test_a_sleeping_host_on_each_pipeline_stage_is_named_twice():
     # PP2 x DP2, ranks 1 (first stage) and 3 (last stage) sleep 24 ms before each microbatch
     verdict = verdict_of("gpt-pp2dp2-mapp-hostsleep24ms-r1r3-f190")
     assert {(s.rank, s.kind) for s in verdict.suspects} == {(1, "slow_host"), (3, "slow_host")}
+
+
+def test_one_microbatch_a_step_still_tells_a_sleeping_host():
+    # DP4 without gradient accumulation: rank 1 sleeps 23 ms in the data path before its one
+    # microbatch, a fifth of its step
+    verdict = verdict_of("gpt-dp4-mb1-mapp-hostsleep23ms-r1-f191")
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_host")]
+
+
+def test_a_last_stage_made_heavier_by_the_output_layer_and_the_loss_is_imbalance():
+    # PP2 x DP2, vocabulary 8192, nothing injected: the last stage computes 1.5-1.7x the first
+    for case_id in ("gpt-pp2dp2-vocab8192-mapp-heavyends-f192", "gpt-pp2dp2-vocab8192-prof-heavyends-f192"):
+        verdict = verdict_of(case_id)
+        assert verdict.suspects == [], case_id
+        assert [(i.kind, i.evidence["stage"]) for i in verdict.imbalance] == [("stage", 1)], case_id
+        assert verdict.imbalance[0].evidence["ratio"] > 1.3, case_id
+
+
+def test_a_slowed_middle_stage_is_named_beside_the_heavier_ends():
+    # PP4, vocabulary 8192: rank 1's layers 1.5x their matmuls
+    verdict = verdict_of("gpt-pp4-vocab8192-mapp-layer1.5x-matmul-r1-f192")
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
