@@ -6155,6 +6155,54 @@ def fresh192_set(seed: int = FRESH192_SEED) -> list[Case]:
     ]
 
 
+MAPP_WINDOW_FIRST = ["--iterations", "5", "--trace", "--trace-interval", "1", "--trace-start", "0",
+                     "--continuous-trace-iterations", "5"]
+PROF_WINDOW_FIRST = ["--iterations", "5", "--profile-wait", "0", "--profile-warmup", "0", "--profile-active", "5"]
+JOB_WINDOW_FIRST = ["--steps", "5", "--profile-wait", "0", "--profile-warmup", "0", "--profile-active", "5"]
+"""Windows that trace from the very first iteration, its one-time costs included (the process
+groups' first collectives, allocations, lazy setup), as a profiler wrapped around the whole
+loop records it."""
+FRESH193_SEED = 1303
+
+
+def fresh193_set(seed: int = FRESH193_SEED) -> list[Case]:
+    """Held out for traces that start at the first iteration (``--set fresh193``, seed 1303, 4
+    gloo processes on 2 cores), ``CPU_SHAPE_189``: every job traced from its first step to its
+    last (``MAPP_WINDOW_FIRST``, ``PROF_WINDOW_FIRST``, ``JOB_WINDOW_FIRST``): DP4, TP2 x DP2 and
+    PP2 x DP2 under both captures and plain DDP4/FSDP4 under the profiler, healthy, imbalanced
+    and faulted. Ids say ``first`` after the layout and end in ``-f193``."""
+    def g(layout: str, fmt: str, variant: str, **k) -> Case:
+        c = _cpu_shaped(gpt_case(layout, fmt, variant, seed=seed, tag="-f193",
+                                 windows=(MAPP_WINDOW_FIRST, PROF_WINDOW_FIRST), **k), CPU_SHAPE_189)
+        c.id = c.id.replace(f"gpt-{layout}-", f"gpt-{layout}-first-", 1)
+        return c
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    def plain(*a, **k) -> Case:
+        c = _plain(*a, seed=seed, tag="-f193", **k)
+        c.id, c.job_window = c.id.replace("-prof-", "-first-prof-", 1), JOB_WINDOW_FIRST
+        return c
+
+    return [
+        g("dp4", "mapp-v1", "healthy"),
+        mm("dp4", 1, 1.5),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=2, ms=24),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        mm("pp2dp2", 3, 1.5),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp4", "kineto", "healthy"),
+        g("dp4", "kineto", "layer", rank=2, factor=1.5),
+        g("tp2dp2", "kineto", "healthy"),
+        g("pp2dp2", "kineto", "seqlognorm", sigma=0.9),
+        plain("ddp4", "dp4"),
+        plain("ddp4", "dp4", rank=3, factor=1.5),
+        plain("fsdp4", "dp4", rank=0, sleep_ms=24),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6794,7 +6842,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh185": fresh185_set, "fresh186": fresh186_set,
         "fresh187": fresh187_set, "fresh188": fresh188_set,
         "fresh189": fresh189_set, "fresh190": fresh190_set, "fresh191": fresh191_set,
-        "fresh192": fresh192_set,
+        "fresh192": fresh192_set, "fresh193": fresh193_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
