@@ -191,7 +191,8 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         notes.append(f"no layout in the traces: peers by program ({info.peers}); "
                      "--layout tp=..,pp=..,dp=.. adds the stage-balance check")
     if info.unrecorded:
-        notes.append(f"{len(info.unrecorded)} ranks were not recorded ({_ranks(info.unrecorded)}): not judged")
+        n = len(info.unrecorded)
+        notes.append(f"{n} rank{'s were' if n != 1 else ' was'} not recorded ({_ranks(info.unrecorded)}): not judged")
     lap("verdict")
     return Verdict(suspects=suspects, imbalance=imbalance, stages=stages, layout=info.describe(),
                    layout_sizes=info.sizes, traced=len(traced), unrecorded=info.unrecorded, victims=victims,

@@ -363,7 +363,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
         (peers.pairs and peers.mode != "layer peers" and not agrees,
          bool(row.get("layer_alone")) or counted_work or alone or unjudged or (host and (holds_up or recurring))
          or (replica and not host and bool(row["flagged"])),
-         "two-peer comparison: stage 2 does not agree"),
+         "two-peer comparison: stage 2 does not agree" if late is not None else
+         "two-peer comparison: stage 2 timed none of its collectives with every member, as untraced ranks or "
+         "unaligned clocks left them incomplete, so it cannot tell which of the two waits"),
         (shared_cpus and not host and not peers.pairs and peers.mode in ("dp peers", "stage peers")
          and stage2_contradicts(late),
          bool(row.get("layer_alone")) or counted_work, "stage 2 finds it waiting on the others more than they wait on it"),
