@@ -1,6 +1,7 @@
 """Benchmark: the detector on many recorded corpora at once, saved and compared run to run.
 
-Run: ``python benchmarks/detect_real.py DIR [DIR ...] [--workers N] [--save FILE] [--compare FILE]``
+Run: ``python benchmarks/detect_real.py DIR [DIR ...] [--workers N] [--save FILE] [--compare FILE]
+[--without first|last|slowed]``
 (default: every committed corpus under ``tests/corpus``).
 
 Each ``DIR`` is a corpus as ``mapp bench detect --real`` takes it (a ``manifest.json`` there or
@@ -15,6 +16,11 @@ and lists every case both runs scored whose answer changed, "fixed" or "broken",
 totals of both on the cases they share: a detector change is judged on every job at once, not
 one directory at a time. A case is the same case by its trace directory, or else by its
 corpus directory's name and its id (the committed corpora of another worktree).
+
+``--without first|last|slowed`` scores every case with one rank's trace left out of its copy
+(rank 0, the last rank, or the rank the case slowed -- the last rank where it slowed none), as
+where a job was profiled on some of its ranks: where the missing rank is the one the case
+expects, it is right only with no suspect (no traced rank blamed for waiting on it).
 
 Then, for the CPU fault jobs named right whose manifest measured the injected time a step
 (``injected_ms_per_step``: the sleep or extra work the job timed), what the verdict costed a
@@ -48,8 +54,22 @@ def _default_dirs() -> list[Path]:
     return sorted(p for p in (ROOT / "tests" / "corpus").glob("cases*") if (p / "manifest.json").is_file())
 
 
-def _score(case: RealCase) -> dict:
-    return result_record(run_case(case, threshold=0.1))
+def _left_out(case: RealCase, which: str | None) -> int | None:
+    """The rank ``--without`` leaves out of ``case``."""
+    if which is None:
+        return None
+    last = sum(1 for p in case.directory.iterdir() if p.name.startswith("rank-")) - 1
+    if which == "first":
+        return 0
+    if which == "slowed" and case.expect is not None:
+        return int(case.expect["rank"])
+    return last
+
+
+def _score(job: tuple[RealCase, str | None]) -> dict:
+    case, which = job
+    without = _left_out(case, which)
+    return {**result_record(run_case(case, threshold=0.1, without=without)), "without": without}
 
 
 def _group(record: dict) -> str:
@@ -106,6 +126,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="cases detected at once (default 2)")
     ap.add_argument("--save", type=Path, help="write one JSON line per case here")
     ap.add_argument("--compare", type=Path, help="a file written by --save: list the cases whose answer changed")
+    ap.add_argument("--without", choices=["first", "last", "slowed"],
+                    help="leave one rank's trace out of every case (see the module doc)")
     args = ap.parse_args()
     console = Console()
     try:
@@ -119,13 +141,15 @@ def main() -> None:
     records = []
     with ProcessPoolExecutor(max(1, args.workers)) as pool, Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"detecting {len(cases)} recorded jobs", total=len(cases))
-        for record in pool.map(_score, cases, chunksize=1):
+        for record in pool.map(_score, [(c, args.without) for c in cases], chunksize=1):
             records.append(record)
             progress.advance(task)
     if args.save:
         args.save.write_text("".join(json.dumps(r) + "\n" for r in records))
 
-    table = Table(title=f"real corpora: {len(records)} recorded jobs (threshold 0.1)", title_justify="left")
+    title = f"real corpora: {len(records)} recorded jobs (threshold 0.1)" + (
+        f", each without its {args.without} rank's trace" if args.without else "")
+    table = Table(title=title, title_justify="left")
     for col in ("class, machine, format", "jobs", "right", "share"):
         table.add_column(col, justify="left" if col.startswith("class") else "right")
     jobs, right = Counter(_group(r) for r in records), Counter(_group(r) for r in records if r["right"])

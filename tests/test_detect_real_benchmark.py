@@ -59,6 +59,17 @@ def test_where_several_ranks_were_slowed_any_is_a_right_answer_and_whether_all_w
     assert result_record(run_case(case))["right"] is False
 
 
+def test_a_case_scored_without_a_ranks_trace_expects_no_one_named_for_the_missing_rank():
+    case = next(c for c in load_corpus(SOURCE) if c.id == "tp2dp2-plain-prof-2.5x-r2")
+    elsewhere = result_record(run_case(case, without=0))   # rank 2, slowed, is still traced
+    assert elsewhere["expected"] == "slow_compute 2" and elsewhere["right"] is True
+    assert elsewhere["top"] == "slow_compute 2"
+    missing = result_record(run_case(case, without=2))     # the slowed rank's trace is gone
+    assert missing["expected"] == "none"
+    assert missing["right"] is (missing["top"] is None)
+    assert (SOURCE / case.directory.name / "rank-2.json.gz").is_file()   # left out of the copy only
+
+
 def test_a_second_run_lists_the_cases_whose_answer_changed(tmp_path):
     corpus = _corpus(tmp_path, {"rank": 2, "kinds": ["slow_compute"]})
     first = _run(corpus, "--save", tmp_path / "before.jsonl")
