@@ -246,7 +246,8 @@ def _collectives(matching) -> pl.DataFrame:
 
 
 def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shared_cpus: bool = False,
-                   iteration_ns: float | None = None, core_waits: pl.DataFrame | None = None) -> BandwidthEvidence:
+                   iteration_ns: float | None = None, core_waits: pl.DataFrame | None = None,
+                   untraced: list[int] | None = None) -> BandwidthEvidence:
     """Run stage 3. ``hosts`` maps ``rank`` to ``host`` (null when unknown); a link's or group's
     transfers are slow beyond (1 + ``link_threshold``) x like transfers (``Thresholds.link``).
     ``shared_cpus``: the ranks are CPU processes (gloo), where like p2p links are compared by
@@ -254,7 +255,10 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     their times. ``iteration_ns``: the job's iteration, against which a job's only p2p link is
     weighed (``_only_link``). ``core_waits``: where the capture records them, the p2p spans'
     waits for a core (``rank``, ``name``, ``ts_ns``, ``waited_ns``), taken out of the only link's
-    times."""
+    times. ``untraced``: the job's ranks with no trace; where there are any, a link that is the
+    only one traced is not weighed alone, for its like may run between untraced ranks (PP2 x DP2
+    with rank 3's trace lost: link 0<->2 of a healthy job on 2 shared cores read "slow link"
+    3.5x against the fabric, its twin 1<->3 unseen)."""
     added = _added_traffic(matching)
     obs = pl.concat([_p2p(matching), _collectives(matching)])
     obs = obs.filter(pl.col("time_ns") > 0)
@@ -284,6 +288,10 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
         if added:       # (its like links' transfers all had an asynchronous side: counted, not timed)
             return BandwidthEvidence(True, None, per, added, 0.0)
         own = None if core_waits is None else _p2p(matching, core_waits).filter(pl.col("time_ns") > 0)
+        if untraced:
+            return BandwidthEvidence(False, "every traced link or group is the only one of its kind: nothing to "
+                                     "compare with (and not weighed alone: its like may join untraced ranks)"
+                                     + _best_rates(obs))
         only = _only_link(obs if own is None else own, iteration_ns)
         if only is not None and only.findings:
             return only

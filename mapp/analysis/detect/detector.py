@@ -119,7 +119,7 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     iteration_ns = _iteration_ns(iters, events)
     bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
                                shared_cpus=on_cpus, iteration_ns=iteration_ns,
-                               core_waits=_p2p_core_waits(events) if waits else None)
+                               core_waits=_p2p_core_waits(events) if waits else None, untraced=info.unrecorded)
     lap("bandwidth")
     pace = tp_pace(matching, len(traced)) if _synchronizing_tracer(bundle) else None
     return StageEvidence(peers, lateness, bandwidth, info, iteration_ns, on_cpus,

@@ -16,6 +16,7 @@ from mapp.analysis.detect import detect_bundle
 from mapp.analysis.ingest import load_bundle
 
 FRESH = Path(__file__).resolve().parents[2] / "corpus" / "cases-fresh"
+CASES = Path(__file__).resolve().parents[2] / "corpus" / "cases"
 
 
 def verdict_without(tmp_path: Path, case_id: str, missing: int):
@@ -56,3 +57,17 @@ def test_of_two_traced_ranks_an_idler_is_not_named_where_no_collective_says_who_
     assert verdict.suspects == []
     assert any(n.startswith("rank 0 idles") and "stage 2 timed none of its collectives with every member" in n
                for n in verdict.notes)
+
+
+def test_a_pipeline_link_whose_twin_joins_an_untraced_rank_is_not_weighed_alone(tmp_path):
+    # PP2 x DP2, nothing injected, rank 3's trace gone: link 1<->3 is unseen, and link 0<->2 is
+    # no longer the job's only link to weigh against the fabric ("slow link 0<->2" 3.5x before)
+    files = sorted((CASES / "gpt-pp2dp2-mapp-healthy").glob("rank-*.json"))
+    out = tmp_path / "pp2dp2"
+    out.mkdir()
+    for f in files[:3]:
+        shutil.copy(f, out / f.name)
+    verdict = detect_bundle(load_bundle(out), threshold=0.1)
+    assert [s for s in verdict.suspects if s.kind == "slow_link"] == []
+    bandwidth = next(s for s in verdict.stages if s.name == "3 bandwidth")
+    assert not bandwidth.ran and "its like may join untraced ranks" in bandwidth.reason
