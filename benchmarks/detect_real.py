@@ -58,7 +58,10 @@ def _left_out(case: RealCase, which: str | None) -> int | None:
     """The rank ``--without`` leaves out of ``case``."""
     if which is None:
         return None
-    last = sum(1 for p in case.directory.iterdir() if p.name.startswith("rank-")) - 1
+    lay = case.layout
+    world = (int(lay["tp"]) * int(lay["pp"]) * int(lay["dp"]) if all(lay.get(k) for k in ("tp", "pp", "dp"))
+             else sum(1 for p in case.directory.iterdir() if p.name.endswith((".json", ".json.gz"))))
+    last = world - 1
     if which == "first":
         return 0
     if which == "slowed" and case.expect is not None:

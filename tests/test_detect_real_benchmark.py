@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mapp.bench.real import load_corpus, result_record, run_case
+from mapp.analysis.ingest import load_bundle
+from mapp.bench.real import _drop_rank, load_corpus, result_record, run_case
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tests" / "corpus" / "cases"
@@ -68,6 +69,16 @@ def test_a_case_scored_without_a_ranks_trace_expects_no_one_named_for_the_missin
     assert missing["expected"] == "none"
     assert missing["right"] is (missing["top"] is None)
     assert (SOURCE / case.directory.name / "rank-2.json.gz").is_file()   # left out of the copy only
+
+
+def test_the_file_left_out_is_the_one_whose_trace_holds_the_rank_whatever_its_name(tmp_path):
+    # TensorBoard's handler names its files host_pid.timestamp: the traces say which rank each is
+    source = ROOT / "tests" / "corpus" / "cases-users" / "ddp4-transformer-tb-fwd1.4x-r0"
+    copy = tmp_path / "job"
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns(".mapp"))
+    _drop_rank(copy, 2)
+    assert len(list(copy.glob("*.pt.trace.json.gz"))) == 3
+    assert sorted(load_bundle(copy).ranks["rank"].to_list()) == [0, 1, 3]
 
 
 def test_a_second_run_lists_the_cases_whose_answer_changed(tmp_path):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shutil
 import tempfile
 import time
@@ -32,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from mapp.errors import InputError
 
@@ -207,11 +208,19 @@ def _is_expected(suspect, expect: dict[str, Any]) -> bool:
     return True
 
 
-def _left_out(rank: int | None) -> Callable[[str, list[str]], set[str]]:
-    """``copytree``'s ignore: the cache, and the trace file of ``rank`` (``rank-3.json.gz``,
-    ``rank-00003.json``)."""
-    own = re.compile(rf"rank-0*{rank}\.json(\.gz)?$") if rank is not None else None
-    return lambda _, names: {n for n in names if n == ".mapp" or (own is not None and own.match(n))}
+def _drop_rank(target: Path, rank: int) -> None:
+    """Delete the trace file that holds ``rank`` from the copy ``target`` (and the cache its
+    reading wrote): which file that is, a format's own naming aside, the traces say."""
+    from mapp.analysis.ingest import load_bundle
+
+    ranks = load_bundle(target).ranks
+    files = ranks.filter(pl.col("rank") == rank)["src_file"].unique().to_list()
+    held = ranks.filter(pl.col("src_file").is_in(files))["rank"].to_list() if files else []
+    if not files or set(held) != {rank}:
+        raise InputError(f"rank {rank} has no trace file of its own here", "leave out another rank")
+    for f in files:
+        Path(f).unlink()
+    shutil.rmtree(target / ".mapp", ignore_errors=True)
 
 
 def run_case(case: RealCase, *, threshold: float = 0.1, without: int | None = None) -> RealResult:
@@ -229,7 +238,9 @@ def run_case(case: RealCase, *, threshold: float = 0.1, without: int | None = No
     with tempfile.TemporaryDirectory(prefix="mapp-real-") as tmp:
         target = Path(tmp) / case.id
         try:
-            shutil.copytree(case.directory, target, ignore=_left_out(without))
+            shutil.copytree(case.directory, target, ignore=shutil.ignore_patterns(".mapp"))
+            if without is not None:
+                _drop_rank(target, without)
             bundle = load_bundle(target)
             start = time.perf_counter()
             verdict = detect_bundle(bundle, threshold=threshold)
