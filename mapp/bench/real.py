@@ -228,13 +228,16 @@ def run_case(case: RealCase, *, threshold: float = 0.1, without: int | None = No
 
     ``without``: a rank whose trace is left out of the copy, as where a job was profiled on some
     of its ranks. Where that is the rank the case expects, no traced rank may be named for it:
-    the case is right with no suspect."""
+    the case is right with no suspect (or, of several ranks slowed alike, with another of them)."""
     from mapp.analysis.detect import detect_bundle
     from mapp.analysis.ingest import load_bundle
 
     if without is not None and case.expect is not None and (
             without in _expected_ranks(case.expect) or without == case.expect.get("peer")):
-        case = dataclasses.replace(case, expect=None)
+        others = [r for r in _expected_ranks(case.expect) if r != without]
+        # (of several ranks slowed alike, the others are still there to name)
+        expect = {**case.expect, "rank": others[0], "ranks": others} if others and "peer" not in case.expect else None
+        case = dataclasses.replace(case, expect=expect)
     with tempfile.TemporaryDirectory(prefix="mapp-real-") as tmp:
         target = Path(tmp) / case.id
         try:
