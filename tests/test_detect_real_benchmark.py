@@ -71,6 +71,15 @@ def test_a_case_scored_without_a_ranks_trace_expects_no_one_named_for_the_missin
     assert (SOURCE / case.directory.name / "rank-2.json.gz").is_file()   # left out of the copy only
 
 
+def test_of_several_ranks_slowed_alike_the_ones_still_traced_are_the_answer(tmp_path):
+    # scored as if ranks 0 and 2 had been slowed: with rank 0's trace gone, rank 2 is the answer
+    corpus = _corpus(tmp_path, {"rank": 0, "ranks": [0, 2], "kinds": ["slow_compute"]})
+    case = next(c for c in load_corpus(corpus) if c.id == "tp2dp2-plain-prof-2.5x-r2")
+    record = result_record(run_case(case, without=0))
+    assert record["expected"] == "slow_compute 2"
+    assert record["right"] is True and record["top"] == "slow_compute 2"
+
+
 def test_the_file_left_out_is_the_one_whose_trace_holds_the_rank_whatever_its_name(tmp_path):
     # TensorBoard's handler names its files host_pid.timestamp: the traces say which rank each is
     source = ROOT / "tests" / "corpus" / "cases-users" / "ddp4-transformer-tb-fwd1.4x-r0"
