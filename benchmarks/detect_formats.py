@@ -13,7 +13,10 @@ DP2 job with a heavier last stage). Per format and seed this simulates:
 - positives: a 1.3x GPU in PP2 x DP32, PP4 x DP2, TP2 x PP2 x DP4 (lengths sigma 0.8) and DP2
   (sigma 0.3); the right answer is that rank first, as slow compute;
 - with the layers traced (the original tracer's default granularity) and sequences of one
-  length: DP2 healthy, and a 1.3x GPU in DP2 and DP4.
+  length: DP2 healthy, and a 1.3x GPU in DP2 and DP4;
+- a slow node, several GPUs at 1.3x alike (a TP group in TP2 x DP2 and in TP4 x PP2 x DP2 on
+  lengths sigma 0.3, two of DP4), right when every one is named and the first named is one of
+  them; and TP2 x DP2, TP4 x DP2 on uneven lengths, right with no suspect.
 
 Host overhead and noise, jitter and iterations are drawn per job from the suite's ranges.
 Prints one table: per format and class, the jobs, how many are right, and the wrong answers.
@@ -60,6 +63,16 @@ LAYERS_TRACED = {  # (slow rank or None, layout)
     "DP2, layers traced": (None, (1, 1, 2)),
     "1.3x GPU, DP2, layers traced": (1, (1, 1, 2)),
     "1.3x GPU, DP4, layers traced": (2, (1, 1, 4)),
+}
+# A slow node: several GPUs slowed alike (megatron keeps a TP group inside a node), up to half
+# of their peers, where the median sits between slow and healthy (``detect.slow_blocks``).
+# Drawn last, from their own generator, so that the rows above keep their draws.
+SLOW_NODES = {  # (layout, slowed ranks or (), lengths sigma)
+    "1.3x node (TP group), TP2 x DP2": ((2, 1, 2), (0, 1), 0.0),
+    "1.3x node (TP group), TP4 x PP2 x DP2": ((4, 2, 2), (0, 1, 2, 3), 0.3),
+    "1.3x node (2 GPUs), DP4": ((1, 1, 4), (1, 2), 0.0),
+    "TP2 x DP2, lengths sigma 0.5": ((2, 1, 2), (), 0.5),
+    "TP4 x DP2, lengths sigma 0.8": ((4, 1, 2), (), 0.8),
 }
 POSITIVES = {  # (layout, slow rank, lengths sigma)
     "1.3x GPU, PP2 x DP32": ((1, 2, 32), 37, 0.8),
@@ -150,6 +163,23 @@ def main() -> None:
                     elif rank is not None and (top is None or (top.kind, top.rank) != ("slow_compute", rank)):
                         wrong.append(f"seed {seed}: " + (f"{top.kind} {top.label()}" if top else "none"))
                 rows.append((fmt, "negative" if rank is None else "1.3x GPU", name, args.seeds,
+                             args.seeds - len(wrong), "; ".join(wrong)))
+        rng = random.Random(13)
+        for fmt in ("megatronapp", "mapp"):
+            for name, ((tp, pp, dp), slowed, sigma) in SLOW_NODES.items():
+                wrong = []
+                for seed in range(args.seeds):
+                    fields = dict(tp=tp, pp=pp, dp=dp, layers=4, microbatches=8, seqlen_sigma=sigma,
+                                  faults=[f"slow_gpu:{r}:1.3" for r in slowed])
+                    v = _verdict(_config(rng, fmt, seed, fields), work)
+                    named = {s.rank for s in v.suspects if s.kind == "slow_compute"}
+                    top = v.suspects[0] if v.suspects else None
+                    if not slowed and top is not None:
+                        wrong.append(f"seed {seed}: {top.kind} {top.label()}")
+                    elif slowed and (top is None or top.rank not in slowed or not named >= set(slowed)):
+                        wrong.append(f"seed {seed}: " + (", ".join(f"{s.kind} {s.label()}" for s in v.suspects)
+                                                         or "none"))
+                rows.append((fmt, "slow node" if slowed else "negative", name, args.seeds,
                              args.seeds - len(wrong), "; ".join(wrong)))
     table = Table(title="detector on jobs outside the suite (threshold 0.1)", title_justify="left")
     for col in ("format", "class", "job", "runs", "right", "wrong answers"):

@@ -73,7 +73,11 @@ def heavy_replicas(suspects: list[Suspect], peers: PeerEvidence, layout: LayoutI
     ranks cannot tell its own average from a fault otherwise). A slow GPU slows its own
     compute only (its TP and PP peers wait, which is not compute), so a whole replica slower
     by the same factor is read as data even when the microbatch-to-microbatch spread was too
-    small to be measured; slowdowns that differ are left as suspects (two faulty GPUs)."""
+    small to be measured; slowdowns that differ are left as suspects (two faulty GPUs).
+    Not a replica whose compute varied with no data (``peers.seqlen`` unset) and whose ranks were
+    slower than each of their other peers in nearly every microbatch (``peers.leading``):
+    data redrawn each microbatch makes no such lead; a slow node does (simulated TP2 x DP2, the
+    TP group of ranks 0 and 1 at 1.5x: "replica dp0 got longer sequences", no suspect)."""
     if layout.sizes is None:
         return suspects
     size = layout.sizes["tp"] * layout.sizes["pp"]
@@ -85,7 +89,8 @@ def heavy_replicas(suspects: list[Suspect], peers: PeerEvidence, layout: LayoutI
     for dp, members in by_replica.items():
         slowdowns = [s.slowdown for s in members]
         alike = max(slowdowns) <= _ALIKE * min(slowdowns)
-        if size >= 2 and len(members) == size and (peers.seqlen is not None or alike):
+        node = peers.seqlen is None and {s.rank for s in members} <= set(peers.leading)
+        if size >= 2 and len(members) == size and (peers.seqlen is not None or (alike and not node)):
             drop |= {s.rank for s in members}
             factor = sum(s.slowdown for s in members) / len(members)
             imbalance.append(Imbalance(kind="sequence_length", message=(

@@ -36,6 +36,7 @@ from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
+from mapp.analysis.detect.slow_blocks import slow_blocks
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
 from mapp.analysis.detect.steady import steady_layers
 from mapp.analysis.detect.thresholds import CONSISTENT
@@ -208,9 +209,9 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
             # (Iterations judged together, ``idle.lasting_gaps``, are not held to the share;
             # the verdict names a host only for gaps of at least ``min_effect`` of its work.)
             stage_gaps = True
-    ops, seqlen = _fit(ops, coords, group, key, min_effect=min_effect, slow_op=slow_op)
+    ops, seqlen, block, lead = _fit(ops, coords, group, key, min_effect=min_effect, slow_op=slow_op, blocks=not shared_cpus)
     sliced = scattered(ops, min_effect) if time_slices and gpu_spans else None
-    per = _rank_iterations(ops, min_effect, use_spread=True)
+    per = _rank_iterations(ops, min_effect, use_spread=True, baseline_spread=bool(block))
     z_crit = z_critical(len(per))
     # On shared CPUs the last stage's hand-over stalls are its loss, compute no span records,
     # also against its own stage peers: a longer sequence or a busier core stretches it (megatron-
@@ -285,7 +286,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                            how="left").with_columns(pl.col("layer_alone").fill_null(False))
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
-                        pairs=pairs, sliced=sliced, own_time=RUNNABLE in events.columns)
+                        pairs=pairs, sliced=sliced, own_time=RUNNABLE in events.columns, leading=lead)
 
 
 def _scope(compared: pl.DataFrame, ops: pl.DataFrame) -> str:
@@ -371,7 +372,7 @@ def _layer_alone(timed: pl.DataFrame, coords: pl.DataFrame, *, min_effect: float
     ops = ops.filter(pl.col("stage").n_unique().over("name") == ops["stage"].n_unique()).drop("stage")
     if ops.is_empty() or ops["rank"].n_unique() < 3:
         return empty
-    ops, _ = _fit(ops, coords, [], _LAYER_KEY, min_effect=min_effect, slow_op=slow_op)
+    ops, _, _, _ = _fit(ops, coords, [], _LAYER_KEY, min_effect=min_effect, slow_op=slow_op)
     if ops.is_empty():
         return empty
     per = _rank_iterations(ops, min_effect, use_spread=True)
@@ -382,9 +383,13 @@ def _layer_alone(timed: pl.DataFrame, coords: pl.DataFrame, *, min_effect: float
 
 
 def _fit(ops: pl.DataFrame, coords: pl.DataFrame, group: list[str], key: list[str], *,
-         min_effect: float, slow_op: float) -> tuple[pl.DataFrame, dict | None]:
+         min_effect: float, slow_op: float, blocks: bool = False
+         ) -> tuple[pl.DataFrame, dict | None, list[int], list[int]]:
     """Each op against its peers' (``group`` + ``key``): ``r_adj``, its log-ratio less what its
-    replica's data explains, ``slow`` and ``excess``; and the data fit's summary (``polish``)."""
+    replica's data explains, ``slow`` and ``excess``; and the data fit's summary (``polish``).
+    ``blocks``: a block of peers slowed alike (``slow_blocks``) is left out of the baseline too:
+    its ranks are the third item returned; the fourth, the ranks that lead their peers in nearly
+    every microbatch, alone or in such a block (``slow_blocks.Blocks``)."""
     ops = ops.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left").with_columns(
         pl.col(c).fill_null(-1) for c in ("microbatch", "chunk", "layer")
     )
@@ -408,6 +413,12 @@ def _fit(ops: pl.DataFrame, coords: pl.DataFrame, group: list[str], key: list[st
     ops, seqlen = polish(ops, g)
     first = _rank_iterations(ops, min_effect, use_spread=False)
     outliers = first.filter(pl.col("flagged")).select("rank", "iteration", out=pl.lit(True))
+    # (not where compute varied with the data: a replica's data and a block of its ranks slowed
+    # alike are one to the fit, ``slow_blocks``)
+    block, lead = slow_blocks(ops, group, min_effect) if blocks and seqlen is None else ([], [])
+    if block:
+        outliers = pl.concat([outliers, first.filter(pl.col("rank").is_in(block)).select(
+            "rank", "iteration", out=pl.lit(True))]).unique(["rank", "iteration"])
     if len(outliers):
         ops = ops.join(outliers, on=["rank", "iteration"], how="left").with_columns(
             use=pl.col("out").is_null()).drop("out")
@@ -416,7 +427,7 @@ def _fit(ops: pl.DataFrame, coords: pl.DataFrame, group: list[str], key: list[st
         slow=(pl.col("r").exp() > 1 + slow_op),
         excess=(pl.col("self_ns") - pl.col("self_ns") / pl.col("r_adj").exp()),
     )
-    return ops, seqlen
+    return ops, seqlen, block, lead
 
 
 def _relative(ops: pl.DataFrame, g: list[str]) -> pl.DataFrame:
@@ -491,7 +502,8 @@ def _token_free(ops: pl.DataFrame, beta: pl.DataFrame | None) -> pl.DataFrame:
         y=pl.col("lx") - pl.col("beta").fill_null(0.0) * lt).drop("beta")
 
 
-def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool, tests: int | None = None) -> pl.DataFrame:
+def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool, tests: int | None = None,
+                     baseline_spread: bool = False) -> pl.DataFrame:
     """Per (rank, iteration): the median log-ratio ``effect`` (centred), its ``z`` and ``flagged``.
 
     The standard error of a median of n ops is MEDIAN_SE x sigma / sqrt(n), sigma the scatter
@@ -503,6 +515,10 @@ def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool, 
     sequence makes all of its layers longer together): there the rank-iteration's effect is
     as uncertain as its microbatches' medians scatter (``_microbatch_se``), whatever the count
     of ops. A GPU slower on everything is slower on every microbatch alike.
+
+    ``baseline_spread``: the scatter of single ops and of the effects is that of the baseline's
+    rank-iterations alone, where a block of peers slowed alike was left out of it
+    (``slow_blocks``): the block's lead over the rest is the slowdown, not the noise.
     """
     if "slow" not in ops.columns:
         ops = ops.with_columns(slow=pl.lit(False), excess=pl.lit(0.0))
@@ -525,8 +541,11 @@ def _rank_iterations(ops: pl.DataFrame, min_effect: float, *, use_spread: bool, 
     if pairs:  # the ops' scatter around peers is the slowdown itself: use their own medians
         sigma = ops.select(robust_scale(pl.col("r_adj") - pl.col("r_adj").median().over(["rank", "iteration"]))).item() or 0.0
     else:
-        sigma = ops.select(robust_scale("r_adj")).item() or 0.0
-    spread = _effect_spread(per, pairs) if use_spread else 0.0
+        # (a block left out of the baseline is no noise of the rest: ``slow_blocks``)
+        base_ops = ops.filter(pl.col("use")) if baseline_spread and "use" in ops.columns and ops["use"].any() else ops
+        sigma = base_ops.select(robust_scale("r_adj")).item() or 0.0
+    spread = _effect_spread(per.filter(pl.col("baseline")) if baseline_spread and per["baseline"].any() else per,
+                            pairs) if use_spread else 0.0
     per = per.join(_microbatch_se(ops), on=["rank", "iteration"], how="left").with_columns(
         pl.col("mb_se").fill_null(0.0))
     # centred on the rank-iterations that form the baseline (the first pass's outliers do not)
