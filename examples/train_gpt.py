@@ -36,6 +36,9 @@ one slow node's; ``--slow-mode`` what it does):
   process on a training node; nothing in rank R's own program changes; gloo's worker threads,
   started before, keep their cores).
 
+``--slow-from K`` makes the fault set in midway, as a fail-slow does: ``layer``,
+``before-microbatch`` and ``host-sleep`` act from iteration K (0-based) on, not before.
+
 ``--link-slow SRC,DST --link-extra-bytes N`` makes one pipeline link carry more traffic:
 every pipeline exchange between the two ranks (activations forward, gradients backward)
 also moves an extra N-byte tensor between them, on a process group of its own and inside
@@ -146,6 +149,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--slow-jitter", type=float, default=0.0, metavar="SIGMA",
                    help="--slow-mode before-microbatch: each microbatch's --slow-ms times exp(SIGMA * N(0, 1)); "
                         "gpu-hog, cpu-hog: each burst's length and period so")
+    p.add_argument("--slow-from", type=int, default=0, metavar="K",
+                   help="--slow-mode layer/before-microbatch/host-sleep: act from iteration K on (a fault that "
+                        "sets in midway; default 0, from the start)")
     p.add_argument("--link-slow", default=None, metavar="SRC,DST",
                    help="two ranks of one pipeline link that exchange extra bytes with every p2p")
     p.add_argument("--link-extra-bytes", type=int, default=0, help="bytes of the extra tensor (--link-slow)")
@@ -406,7 +412,7 @@ def batches(args, device, replica: int = 0, delay_s: float = 0.0, injected=None)
             seq = min(args.seq, max(8, round(args.seq / 4 * math.exp(args.seq_lognormal * z))))
             if args.sequence_parallel:   # each TP rank takes an equal slice of the sequence
                 seq -= seq % args.tp
-        if delay_s:
+        if delay_s and (injected is None or injected.on):
             t0 = time.perf_counter()
             time.sleep(delay_s)
             if injected is not None:
@@ -437,11 +443,18 @@ def forward_step(data, model):
 
 
 class Injected:
-    """Seconds of work or sleep an injector added, per iteration (what the run measured)."""
+    """Seconds of work or sleep an injector added, per iteration (what the run measured), and
+    whether the injectors act in this iteration (``--slow-from``: ``on`` from iteration
+    ``start`` on; the training loop sets ``iteration``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: int = 0) -> None:
         self.now = 0.0
         self.per_iteration: list[float] = []
+        self.start, self.iteration = start, 0
+
+    @property
+    def on(self) -> bool:
+        return self.iteration >= self.start
 
     def add(self, seconds: float) -> None:
         self.now += seconds
@@ -534,6 +547,8 @@ class SlowDown:
                 torch.matmul(a, self.weight)
 
     def _spend(self, module, x: torch.Tensor, elapsed: float, backward: bool) -> None:
+        if not self.injected.on:
+            return
         t0 = time.perf_counter()
         if self.device.type == "cuda" and self.work == "matmul":
             self._burn(x, (2 if backward else 1) * self.matmuls[module._slow_kind])
@@ -673,6 +688,8 @@ class BeforeMicrobatch:
             self.count = max(1, round(self.seconds / per))
 
     def __call__(self) -> None:
+        if not self.injected.on:
+            return
         scale = math.exp(self.jitter * self.rng.gauss(0.0, 1.0)) if self.jitter else 1.0
         if self.count is not None:
             with torch.no_grad():
@@ -874,6 +891,8 @@ def main(argv=None) -> None:
         raise SystemExit("--slow-mode cpu-hog is for CPU runs (gloo): on a GPU use --slow-mode gpu-hog")
     if not 0 < args.slow_duty < 1:
         raise SystemExit("--slow-duty takes a share of the time between 0 and 1, e.g. 0.3")
+    if args.slow_from and (args.slow_from < 0 or args.slow_mode not in ("layer", "before-microbatch", "host-sleep")):
+        raise SystemExit("--slow-from takes an iteration >= 0 and needs --slow-mode layer, before-microbatch or host-sleep")
     if args.slow_jitter and (args.slow_jitter < 0 or args.slow_mode not in ("before-microbatch", "gpu-hog", "cpu-hog")):
         raise SystemExit("--slow-jitter takes a sigma >= 0 and needs --slow-mode before-microbatch, gpu-hog or cpu-hog")
     if args.overlap_param_gather and not (args.distributed_optimizer and args.overlap_grad_reduce):
@@ -923,7 +942,7 @@ def main(argv=None) -> None:
     cfg, chunks = build_model(args, device)
     if args.moe_skew:
         skew_routers(chunks, args)
-    injected = Injected()
+    injected = Injected(args.slow_from)
     slow = args.slow_rank is not None and rank in args.slow_rank
     if slow and args.slow_mode == "layer" and args.slow_factor > 1.0:
         SlowDown(args.slow_factor, args.hidden, device, cfg.params_dtype, args.tp, args.seq,
@@ -959,6 +978,7 @@ def main(argv=None) -> None:
     for it in range(args.iterations):
         if device.type == "cuda":
             torch.cuda.synchronize()
+        injected.iteration = it
         t0 = time.perf_counter()
         with tracer.iteration(it):
             for c in chunks:

@@ -40,6 +40,8 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
                    help="matmul: extra matmuls inside forward; data-sleep: sleep in the data path; "
                         "step-sleep: sleep in the training loop before each step")
     p.add_argument("--slow-ms", type=float, default=20.0, help="data-sleep, step-sleep: ms slept per step")
+    p.add_argument("--slow-from", type=int, default=0, metavar="K",
+                   help="the injector acts from step K (0-based) on: a fault that sets in midway (default 0)")
     p.add_argument("--profile-stop", default="synced", choices=["synced", "plain"],
                    help="synced: every rank ends its last recorded step before any stops its trace; plain: "
                         "each stops and writes its trace when it gets there, as a plain torch.profiler does")
@@ -76,11 +78,18 @@ def sync(device: torch.device) -> None:
 
 
 class Injected:
-    """Seconds an injector added per step (host time; on a GPU the extra kernels run later)."""
+    """Seconds an injector added per step (host time; on a GPU the extra kernels run later), and
+    whether the injectors act in this step (``--slow-from``: ``on`` from step ``start`` on, steps
+    counted by ``close_step``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: int = 0) -> None:
         self.now = 0.0
         self.per_step: list[float] = []
+        self.start = start
+
+    @property
+    def on(self) -> bool:
+        return len(self.per_step) >= self.start
 
     def add(self, seconds: float) -> None:
         self.now += seconds

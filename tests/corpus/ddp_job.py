@@ -48,7 +48,7 @@ class Batches(torch.utils.data.IterableDataset):
     def __iter__(self):
         gen = torch.Generator(device=self.device).manual_seed(self.seed)
         while True:
-            if self.delay_s:
+            if self.delay_s and self.injected.on:
                 t0 = time.perf_counter()
                 time.sleep(self.delay_s)
                 self.injected.add(time.perf_counter() - t0)
@@ -66,7 +66,7 @@ class Block(nn.Linear):
         self.extra, self.injected = extra, injected
 
     def forward(self, x):
-        if self.extra:
+        if self.extra and self.injected.on:
             t0 = time.perf_counter()
             with torch.no_grad():
                 for _ in range(self.extra):
@@ -96,7 +96,7 @@ def main() -> None:
     args = p.parse_args()
 
     rank, world, device = _job.init(args.seed)
-    injected = _job.Injected()
+    injected = _job.Injected(args.slow_from)
     slow = _job.is_slow(args, rank)
     extra = _job.extra_counts(args.slow_factor, args.layers) if slow and args.slow_mode == "matmul" else None
     model = MLP(args.width, args.layers, extra, injected).to(device)
@@ -124,7 +124,7 @@ def main() -> None:
     for _ in range(args.steps):
         _job.sync(device)
         t0 = time.perf_counter()
-        if step_delay:
+        if step_delay and injected.on:
             time.sleep(step_delay)
             injected.add(time.perf_counter() - t0)
         x, y = next(batches)

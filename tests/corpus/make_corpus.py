@@ -6203,6 +6203,66 @@ def fresh193_set(seed: int = FRESH193_SEED) -> list[Case]:
     ]
 
 
+def _slowed_from(case: Case, k: int) -> Case:
+    """``case``'s fault set in midway, as a fail-slow does: its injector acts from iteration (a
+    plain job's step) ``k`` on, 0-based (``--slow-from``). The id says ``-from{k}`` after the
+    rank; the manifest's injection says from when (``from_iteration``)."""
+    for args in (case.args, case.gpu_args):
+        if args is not None:
+            args += ["--slow-from", str(k)]
+    rank = case.slow_rank
+    case.id = case.id.replace(f"-r{rank}-", f"-r{rank}-from{k}-", 1)
+    for inj in [*case.injected, *(case.gpu_injected or [])]:
+        inj["how"] += f"; from iteration {k} on (0-based), none before: a fault that sets in midway"
+        inj["from_iteration"] = k
+    return case
+
+
+FRESH194_SEED = 1307
+
+
+def fresh194_set(seed: int = FRESH194_SEED) -> list[Case]:
+    """Held out for faults that set in midway (``--set fresh194``, seed 1307, 4 gloo processes on
+    2 cores), ``CPU_SHAPE_189``: each fault acts from an iteration inside the traced window on
+    (``--slow-from``; megatron-core jobs trace iterations 2-5, plain ones steps 2-6), so only the
+    window's last two or three iterations are slowed: layer faults, work before each microbatch
+    and host sleeps under both captures, plain DDP/FSDP and DP x TP faults under the profiler,
+    beside healthy and imbalanced jobs. Ids say ``-from{k}`` and end in ``-f194``."""
+    tag = "-f194"
+
+    def g(layout: str, fmt: str, variant: str, **k) -> Case:
+        return _cpu_shaped(gpt_case(layout, fmt, variant, seed=seed, tag=tag, **k), CPU_SHAPE_189)
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    def plain(*a, **k) -> Case:
+        return _plain(*a, seed=seed, tag=tag, **k)
+
+    return [
+        g("dp4", "mapp-v1", "healthy"),
+        _slowed_from(mm("dp4", 1, 1.5), 3),
+        _slowed_from(mm("dp4", 2, 1.5), 4),
+        _slowed_from(g("tp2dp2", "mapp-v1", "hostsleep", rank=2, ms=24), 4),
+        _slowed_from(mm("pp2dp2", 3, 1.5), 3),
+        _slowed_from(g("pp2dp2", "mapp-v1", "beforemb", rank=0, ms=25), 4),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "kineto", "healthy"),
+        _slowed_from(g("dp4", "kineto", "layer", rank=2, factor=1.5), 4),
+        _slowed_from(g("tp2dp2", "kineto", "layer", rank=1, factor=1.6), 3),
+        _slowed_from(g("pp2dp2", "kineto", "hostsleep", rank=1, ms=25), 4),
+        g("dp4", "kineto", "seqlognorm", sigma=0.9),
+        plain("ddp4", "dp4"),
+        _slowed_from(plain("ddp4", "dp4", rank=3, factor=1.5), 4),
+        _slowed_from(plain("ddp4", "dp4", rank=0, step_sleep_ms=24), 5),
+        _slowed_from(plain("fsdp4", "dp4", rank=2, sleep_ms=25), 4),
+        _slowed_from(plain("tp2dp2", "tp2dp2", rank=1, factor=1.6), 5),
+    ]
+
+
+FRESH28_SEED = 181
+
+
 FRESH28_SEED = 181
 
 
@@ -6842,7 +6902,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh185": fresh185_set, "fresh186": fresh186_set,
         "fresh187": fresh187_set, "fresh188": fresh188_set,
         "fresh189": fresh189_set, "fresh190": fresh190_set, "fresh191": fresh191_set,
-        "fresh192": fresh192_set, "fresh193": fresh193_set,
+        "fresh192": fresh192_set, "fresh193": fresh193_set, "fresh194": fresh194_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
@@ -7090,8 +7150,15 @@ def measure(case: Case, trace_dir: Path, timings: dict, docs: dict[int, dict] | 
         per, extra = measure_v1(files)
     ranks = sorted(per)
     its = sorted(set.intersection(*(set(per[r]) for r in ranks))) if ranks else []
+    out: dict = {"recorded_steps": its}
+    # a fault that sets in midway (``_slowed_from``) is measured where it acts: over the
+    # recorded iterations from its first on
+    start = next((inj["from_iteration"] for inj in case.injected if "from_iteration" in inj), None)
+    if start is not None and any(i >= start for i in its):
+        its = [i for i in its if i >= start]
+        out["measured_steps"] = its
     step_ms = [_median(per[r][i]["step"] for i in its) for r in ranks]
-    out: dict = {"recorded_steps": its, "step_ms": [_r(x) for x in step_ms]}
+    out["step_ms"] = [_r(x) for x in step_ms]
     inj = timings.get("injected_s") or []
     slow = case.slow_rank
     # a link's injector times its extra transfers at both ends: the first end's time is what the

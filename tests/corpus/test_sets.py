@@ -75,6 +75,33 @@ def test_a_slow_node_slows_every_rank_it_names_alike_and_any_of_them_is_the_answ
     assert tp_node.expect["suspect"]["ranks"] == [0, 1]   # one TP group: both its ranks
 
 
+def _traced_from(case) -> int:
+    """The first traced iteration (0-based) of ``case``'s window: mapp's ``--trace-start``, or the
+    profiler's wait and warm-up steps."""
+    a = case.args if case.job == "gpt" else case.job_window or make_corpus.JOB_WINDOW
+    if "--trace-start" in a:
+        return int(a[a.index("--trace-start") + 1])
+    return int(a[a.index("--profile-wait") + 1]) + int(a[a.index("--profile-warmup") + 1])
+
+
+def _last_iteration(case) -> int:
+    a = case.args if case.job == "gpt" else case.job_window or make_corpus.JOB_WINDOW
+    return int(a[a.index("--iterations" if case.job == "gpt" else "--steps") + 1]) - 1
+
+
+def test_a_fault_that_sets_in_midway_acts_in_the_windows_last_two_or_three_iterations_only():
+    faults = [c for c in _held_out("fresh194", "-f194") if c.cls == "fault"]
+    assert len(faults) >= 10
+    for c in faults:
+        k = int(c.args[c.args.index("--slow-from") + 1])
+        assert c.injected[0]["from_iteration"] == k and f"-from{k}-" in c.id, c.id
+        # slowed in some of the traced iterations, not all, and in at least two
+        assert _traced_from(c) < k <= _last_iteration(c) - 1, c.id
+        assert c.expect["suspect"]["rank"] == c.slow_rank, c.id
+    assert {c.job for c in faults} == {"gpt", "ddp", "tp"}
+    assert {c.fmt for c in faults} == {"mapp-v1", "kineto"}
+
+
 def test_the_variations_are_jobs_no_other_set_runs():
     tuned = {i for name in ("small", "full", "gpu2") for i in _ids(make_corpus.SETS[name]())}
     for name, world in (("vary", 4), ("vary2", 2)):
@@ -637,6 +664,21 @@ def test_the_plain_dp_x_tp_job_sleeps_where_it_is_told(tmp_path, mode):
     injected = json.loads(timings.read_text())["injected_s"]
     assert injected[0] == [0.0, 0.0, 0.0]
     assert all(0.03 <= s < 3.0 for s in injected[1])   # (a loaded machine may oversleep, never undersleep)
+
+
+@pytest.mark.parametrize("script,mode", [("tp_job.py", "matmul"), ("ddp_job.py", "step-sleep")])
+def test_a_plain_job_slowed_from_a_step_on_injects_nothing_before_it(tmp_path, script, mode):
+    timings = tmp_path / "t.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    size = ["--tp", "2", "--ffn", "32"] if script == "tp_job.py" else []
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                    str(HERE / script), *size, "--layers", "2", "--width", "16", "--batch", "4", "--steps", "4",
+                    "--slow-rank", "1", "--slow-mode", mode, "--slow-factor", "3", "--slow-ms", "30",
+                    "--slow-from", "2", "--timings-json", str(timings)],
+                   check=True, env=env, cwd=tmp_path, capture_output=True, timeout=120)
+    injected = json.loads(timings.read_text())["injected_s"]
+    assert injected[0] == [0.0] * 4
+    assert injected[1][:2] == [0.0, 0.0] and all(s > 0 for s in injected[1][2:])
 
 
 def test_the_fresh132_and_fresh133_sets_slow_layers_under_mapps_capture_with_real_matmuls():

@@ -75,7 +75,7 @@ class TPBlock(nn.Module):
     def forward(self, x):
         h_in = _CopyToTP.apply(x, self.group)
         h = F.gelu(self.fc1(h_in))
-        if self.extra:
+        if self.extra and self.injected.on:
             t0 = time.perf_counter()
             with torch.no_grad():
                 for i in range(self.extra):   # alternate the block's two matmul shapes
@@ -119,7 +119,7 @@ def main() -> None:
     tp_group, tp_ranks, dp_group, dp_ranks = build_groups(world, args.tp)
     dp_rank = dp_ranks.index(rank)
     torch.manual_seed(args.seed + tp_ranks.index(rank))   # same weights across DP replicas
-    injected = _job.Injected()
+    injected = _job.Injected(args.slow_from)
     slow = _job.is_slow(args, rank)
     extra = (_job.extra_counts(args.slow_factor, args.layers, per_slot=6) if slow and args.slow_mode == "matmul"
              else [0] * args.layers)
@@ -138,7 +138,7 @@ def main() -> None:
         _job.sync(device)
         t0 = time.perf_counter()
         for delay in (step_delay, data_delay):   # the step's start, then its data path
-            if delay:
+            if delay and injected.on:
                 t1 = time.perf_counter()
                 time.sleep(delay)
                 injected.add(time.perf_counter() - t1)
