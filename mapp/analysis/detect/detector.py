@@ -18,6 +18,7 @@ from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.peers import compare_peers
 from mapp.analysis.detect.program import program_groups
+from mapp.analysis.detect.slow_blocks import block_note
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
 from mapp.analysis.detect.time_slices import neighbour_notes
 from mapp.analysis.detect.tp_waits import tp_pace
@@ -171,6 +172,8 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
             f"{s.kind.replace('_', ' ')} {s.label()} {s.slowdown:.3f}x" for s in below)
             + f" < {1 + cuts.slowdown:g}x")
     notes += neighbour_notes(seen, suspects + below)
+    if (block := block_note(peers.leading, suspects)) is not None:
+        notes.append(block)
     for suspect in suspects:
         device = device_evidence(counters, suspect.rank)
         if device is not None:

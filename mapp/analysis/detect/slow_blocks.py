@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-__all__ = ["BLOCK_UNITS", "BLOCK_HOLDS", "Blocks", "slow_blocks"]
+__all__ = ["BLOCK_UNITS", "BLOCK_HOLDS", "Blocks", "block_note", "slow_blocks"]
 
 BLOCK_UNITS = 8
 """Fewest units (microbatches, or iterations where microbatches are not numbered) a split must
@@ -120,3 +120,22 @@ def _blocks_of(e: np.ndarray, ranks: np.ndarray, min_effect: float) -> tuple[lis
             pick[least] = np.where(better, k, pick[least])
     found = {least: sorted(int(r) for i in range(g) for r in ranks[i, :pick[least][i]]) for least in (1, 2)}
     return found[2], found[1]
+
+
+ALIKE = 1.03
+"""Suspects whose slowdowns are within this factor of each other are slowed alike."""
+
+
+def block_note(leading: list[int], suspects: list) -> str | None:
+    """The verdict's note where two or more compute suspects lead their peers in nearly every
+    microbatch (``PeerEvidence.leading``) by slowdowns within ``ALIKE`` of each other: what
+    slowed them may be one thing (a node). Not for two faults that slow their ranks differently."""
+    alike = [s for s in suspects if s.kind == "slow_compute" and s.rank in set(leading)]
+    slowdowns = [s.slowdown for s in alike]
+    if len(alike) < 2 or max(slowdowns) > ALIKE * min(slowdowns):
+        return None
+    ranks = sorted(s.rank for s in alike)
+    listed = ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+    return (f"ranks {listed} were each slower than every other peer in nearly every microbatch, alike: a "
+            "block of peers slowed together, as one slow node's GPUs (a TP group) are; each is named "
+            "against the healthy rest")

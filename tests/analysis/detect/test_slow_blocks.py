@@ -31,6 +31,17 @@ def test_gpus_slowed_alike_are_each_named_at_their_own_slowdown(tmp_path, faults
     assert {(s.rank, s.kind) for s in v.suspects} == {(r, "slow_compute") for r in slowed}
     assert all(s.slowdown == pytest.approx(factor, rel=0.03) for s in v.suspects)
     assert v.imbalance == []
+    said = [n for n in v.notes if "slower than every other peer in nearly every microbatch" in n]
+    assert len(said) == 1 and all(f"{r}" in said[0] for r in slowed)
+
+
+def test_one_slow_gpu_or_two_slowed_unalike_are_no_block(tmp_path):
+    v = detect(tmp_path, "slow_gpu:1:1.5", tp=2, pp=1, dp=2)
+    assert [(s.rank, s.kind) for s in v.suspects] == [(1, "slow_compute")]
+    assert not any("block of peers" in n for n in v.notes)
+    v = detect(tmp_path, "slow_gpu:3:1.5", "slow_gpu:12:1.3", tp=2, pp=2, dp=4, name="two")
+    assert {s.rank for s in v.suspects} == {3, 12}
+    assert not any("block of peers" in n for n in v.notes)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
