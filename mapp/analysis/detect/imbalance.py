@@ -12,6 +12,7 @@ import polars as pl
 from mapp.analysis.detect.findings import Imbalance, Suspect
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peer_evidence import PeerEvidence
+from mapp.analysis.detect.thresholds import ALIKE
 
 __all__ = ["heavy_replicas", "suspects_stages", "workload_imbalance"]
 
@@ -62,18 +63,15 @@ def suspects_stages(imbalance: list[Imbalance], suspects: list[Suspect], layout:
     return out
 
 
-# Slowdowns this close (as ratios) count as "alike" for a whole replica.
-_ALIKE = 1.03
-
-
 def heavy_replicas(suspects: list[Suspect], peers: PeerEvidence, layout: LayoutInfo,
                     imbalance: list[Imbalance]) -> list[Suspect]:
     """With uneven sequence lengths, a replica can draw longer sequences on average: then every
     rank of that replica is slower alike, which is data, not a GPU (a replica of one or two
     ranks cannot tell its own average from a fault otherwise). A slow GPU slows its own
     compute only (its TP and PP peers wait, which is not compute), so a whole replica slower
-    by the same factor is read as data even when the microbatch-to-microbatch spread was too
-    small to be measured; slowdowns that differ are left as suspects (two faulty GPUs).
+    by the same factor (``thresholds.ALIKE``) is read as data even when the microbatch-to-
+    microbatch spread was too small to be measured; slowdowns that differ are left as suspects
+    (two faulty GPUs).
     Not a replica whose compute varied with no data (``peers.seqlen`` unset) and whose ranks were
     slower than each of their other peers in nearly every microbatch (``peers.leading``):
     data redrawn each microbatch makes no such lead; a slow node does (simulated TP2 x DP2, the
@@ -88,7 +86,7 @@ def heavy_replicas(suspects: list[Suspect], peers: PeerEvidence, layout: LayoutI
     drop: set[int] = set()
     for dp, members in by_replica.items():
         slowdowns = [s.slowdown for s in members]
-        alike = max(slowdowns) <= _ALIKE * min(slowdowns)
+        alike = max(slowdowns) <= ALIKE * min(slowdowns)
         node = peers.seqlen is None and {s.rank for s in members} <= set(peers.leading)
         if size >= 2 and len(members) == size and (peers.seqlen is not None or (alike and not node)):
             drop |= {s.rank for s in members}

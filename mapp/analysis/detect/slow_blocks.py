@@ -25,6 +25,8 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
+from mapp.analysis.detect.thresholds import ALIKE
+
 __all__ = ["BLOCK_UNITS", "BLOCK_HOLDS", "Blocks", "block_note", "slow_blocks"]
 
 BLOCK_UNITS = 8
@@ -120,10 +122,6 @@ def _blocks_of(e: np.ndarray, ranks: np.ndarray, min_effect: float) -> tuple[lis
             pick[least] = np.where(better, k, pick[least])
     found = {least: sorted(int(r) for i in range(g) for r in ranks[i, :pick[least][i]]) for least in (1, 2)}
     return found[2], found[1]
-
-
-ALIKE = 1.03
-"""Suspects whose slowdowns are within this factor of each other are slowed alike."""
 
 
 def block_note(leading: list[int], suspects: list) -> str | None:

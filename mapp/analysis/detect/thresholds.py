@@ -46,6 +46,11 @@ CONSISTENT = 0.75
 verdict: a fault lasts, noise on a shared machine comes and goes. Not an option: every stage
 reads it from here."""
 
+ALIKE = 1.03
+"""Ranks whose slowdowns are within this factor of each other are slowed alike: a whole replica
+slower so is its data (``imbalance.heavy_replicas``), peers leading their others so one block
+(``slow_blocks.block_note``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
