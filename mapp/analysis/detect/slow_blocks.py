@@ -32,7 +32,8 @@ __all__ = ["BLOCK_UNITS", "BLOCK_HOLDS", "Blocks", "block_note", "slow_blocks"]
 BLOCK_UNITS = 8
 """Fewest units (microbatches, or iterations where microbatches are not numbered) a split must
 hold over: a given block of two ranks among four is slower than the rest in one unit by chance
-one time in six, in seven of eight or more about once in 42,000 (six such blocks among four)."""
+one time in six, in seven of eight or more about once in 41,000; some one of the six such
+blocks among four ranks, about once in 7,000."""
 
 BLOCK_HOLDS = 0.85
 """Share of the units in which every member of a block must be slower than every other peer:
