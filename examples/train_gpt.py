@@ -891,6 +891,8 @@ def main(argv=None) -> None:
         raise SystemExit("--slow-mode cpu-hog is for CPU runs (gloo): on a GPU use --slow-mode gpu-hog")
     if not 0 < args.slow_duty < 1:
         raise SystemExit("--slow-duty takes a share of the time between 0 and 1, e.g. 0.3")
+    if args.slow_from and args.slow_rank is None:
+        raise SystemExit("--slow-from needs --slow-rank: it delays that rank's injector (--link-slow acts from the start)")
     if args.slow_from and (args.slow_from < 0 or args.slow_mode not in ("layer", "before-microbatch", "host-sleep")):
         raise SystemExit("--slow-from takes an iteration >= 0 and needs --slow-mode layer, before-microbatch or host-sleep")
     if args.slow_jitter and (args.slow_jitter < 0 or args.slow_mode not in ("before-microbatch", "gpu-hog", "cpu-hog")):
