@@ -6260,6 +6260,90 @@ def fresh194_set(seed: int = FRESH194_SEED) -> list[Case]:
     ]
 
 
+MAPP_WINDOW_10 = ["--iterations", "12", "--trace", "--trace-interval", "1", "--trace-start", "2",
+                  "--continuous-trace-iterations", "10"]
+PROF_WINDOW_10 = ["--iterations", "12", "--profile-wait", "1", "--profile-warmup", "1", "--profile-active", "10"]
+JOB_WINDOW_10 = ["--steps", "12", "--profile-wait", "1", "--profile-warmup", "1", "--profile-active", "10"]
+"""Ten traced iterations (2-11): a fault that sets in at iteration 7, 8 or 9 acts in the window's
+last 5, 4 or 3 (``fresh195``, ``fresh196``)."""
+FRESH195_SEED = 1319
+FRESH196_SEED = 1321
+
+
+def _ten(shape: dict[str, dict[str, str]], seed: int, tag: str):
+    """The case makers of a ten-iteration set: megatron-core (``g``) and plain (``plain``) jobs."""
+    def g(layout: str, fmt: str, variant: str, **k) -> Case:
+        return _cpu_shaped(gpt_case(layout, fmt, variant, seed=seed, tag=tag, windows=(MAPP_WINDOW_10, PROF_WINDOW_10),
+                                    **k), shape)
+
+    def plain(*a, **k) -> Case:
+        case = _plain(*a, seed=seed, tag=tag, **k)
+        case.job_window = JOB_WINDOW_10
+        return case
+    return g, plain
+
+
+def fresh195_set(seed: int = FRESH195_SEED) -> list[Case]:
+    """Study set for faults that set in midway in a longer trace (``--set fresh195``, seed 1319, 4
+    gloo processes on 2 cores), ``CPU_SHAPE_189``: ten traced iterations (2-11), each fault acting
+    from iteration 7, 8 or 9 on (the window's last 5, 4 or 3: under ``CONSISTENT``), beside healthy
+    and imbalanced jobs traced as long. Ids say ``-from{k}`` and end in ``-f195``."""
+    g, plain = _ten(CPU_SHAPE_189, seed, "-f195")
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        g("dp4", "mapp-v1", "healthy"),
+        _slowed_from(mm("dp4", 1, 1.5), 7),
+        _slowed_from(mm("pp2dp2", 3, 1.5), 8),
+        _slowed_from(g("tp2dp2", "mapp-v1", "hostsleep", rank=2, ms=24), 7),
+        _slowed_from(g("pp2dp2", "mapp-v1", "beforemb", rank=0, ms=25), 8),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp4", "kineto", "seqlognorm", sigma=0.9),
+        _slowed_from(g("dp4", "kineto", "layer", rank=2, factor=1.5), 7),
+        _slowed_from(g("tp2dp2", "kineto", "layer", rank=1, factor=1.6), 8),
+        _slowed_from(g("pp2dp2", "kineto", "hostsleep", rank=1, ms=25), 7),
+        g("pp2dp2", "kineto", "healthy"),
+        plain("ddp4", "dp4"),
+        _slowed_from(plain("ddp4", "dp4", rank=3, factor=1.5), 7),
+        _slowed_from(plain("ddp4", "dp4", rank=0, step_sleep_ms=24), 8),
+        _slowed_from(plain("fsdp4", "dp4", rank=2, sleep_ms=25), 9),
+        _slowed_from(plain("tp2dp2", "tp2dp2", rank=1, factor=1.6), 9),
+    ]
+
+
+def fresh196_set(seed: int = FRESH196_SEED) -> list[Case]:
+    """Held out from the onset rule (``--set fresh196``, seed 1321, 4 gloo processes on 2 cores),
+    committed before its first run: ``fresh195``'s design in ``CPU_SHAPE_142`` with other ranks,
+    factors and layouts, and two faults that last the whole ten iterations. Ids end in ``-f196``."""
+    g, plain = _ten(CPU_SHAPE_142, seed, "-f196")
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        _slowed_from(mm("dp4", 3, 1.45), 8),
+        _slowed_from(mm("tp2dp2", 0, 1.5), 7),
+        _slowed_from(g("pp2dp2", "mapp-v1", "hostsleep", rank=3, ms=26), 7),
+        _slowed_from(mm("pp2dp2", 0, 1.5), 9),
+        mm("dp4", 2, 1.5),
+        g("pp2dp2", "kineto", "laststage", last_layers=3),
+        g("tp2dp2", "kineto", "healthy"),
+        _slowed_from(g("dp4", "kineto", "beforemb", rank=1, ms=24), 8),
+        _slowed_from(g("pp2dp2", "kineto", "layer", rank=2, factor=1.5), 7),
+        _slowed_from(g("tp2dp2", "kineto", "hostsleep", rank=3, ms=25), 8),
+        plain("fsdp4", "dp4"),
+        _slowed_from(plain("ddp4", "dp4", rank=1, sleep_ms=24), 7),
+        _slowed_from(plain("ddp4", "dp4", rank=0, factor=1.55), 8),
+        _slowed_from(plain("fsdp4", "dp4", rank=3, step_sleep_ms=25), 7),
+        _slowed_from(plain("tp2dp2", "tp2dp2", rank=2, factor=1.6), 8),
+        plain("ddp4", "dp4", rank=1, factor=1.5),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6903,6 +6987,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh187": fresh187_set, "fresh188": fresh188_set,
         "fresh189": fresh189_set, "fresh190": fresh190_set, "fresh191": fresh191_set,
         "fresh192": fresh192_set, "fresh193": fresh193_set, "fresh194": fresh194_set,
+        "fresh195": fresh195_set, "fresh196": fresh196_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

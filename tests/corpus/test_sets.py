@@ -102,6 +102,22 @@ def test_a_fault_that_sets_in_midway_acts_in_the_windows_last_two_or_three_itera
     assert {c.fmt for c in faults} == {"mapp-v1", "kineto"}
 
 
+def test_ten_iteration_sets_slow_a_fault_in_the_windows_last_three_to_five_iterations_only():
+    for name in ("fresh195", "fresh196"):
+        cases = _held_out(name, f"-{name.replace('resh', '')}")
+        for c in cases:
+            assert _traced_from(c) == 2 and _last_iteration(c) == 11, c.id   # ten traced: 2-11
+        onsets = [c for c in cases if "--slow-from" in c.args]
+        assert len(onsets) >= 11
+        for c in onsets:
+            k = int(c.args[c.args.index("--slow-from") + 1])
+            assert c.injected[0]["from_iteration"] == k and f"-from{k}-" in c.id, c.id
+            # slowed in the last 3-5 of the ten: fewer than CONSISTENT (0.75) of them
+            assert 3 <= _last_iteration(c) + 1 - k <= 5, c.id
+        assert {c.job for c in onsets} == {"gpt", "ddp", "tp"}
+        assert {c.fmt for c in onsets} == {"mapp-v1", "kineto"}
+
+
 def test_the_variations_are_jobs_no_other_set_runs():
     tuned = {i for name in ("small", "full", "gpu2") for i in _ids(make_corpus.SETS[name]())}
     for name, world in (("vary", 4), ("vary2", 2)):
