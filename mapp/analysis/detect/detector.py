@@ -13,6 +13,7 @@ from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.core_waits import RANK_KINDS, absorbed, records_waits, waited, waited_note, waiting_hosts
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
+from mapp.analysis.detect.onset import ONSET_LEAST, lasting_to_end, leaning, onset_note, trailing_windows
 from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -129,14 +130,15 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
 
 
 def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, layout: dict[str, int] | str | None = None,
-                  analysis: Any = None) -> Verdict:
+                  analysis: Any = None, onsets: bool = True) -> Verdict:
     """Find the ranks and links that slow the job in ``bundle`` (a ``TraceBundle``).
 
     ``threshold``: a number T (a suspect is slower than (1 + T) x its peers; the other cuts
     derived from it by ``Thresholds.derive``), or a ``Thresholds`` giving each cut.
     ``layout``: ``{"tp", "pp", "dp"}`` (or the ``tp=2,pp=1,dp=2`` text) for traces that do not
     record it. ``analysis``: the bundle's ``mapp.analysis.run.Analysis`` when the command
-    already has it, else it is built here.
+    already has it, else it is built here. ``onsets``: where the whole trace names no one, judge
+    again the iterations from where a rank's fault set in (``onset``).
     """
     cuts = threshold if isinstance(threshold, Thresholds) else Thresholds.derive(threshold)
     if isinstance(layout, str):
@@ -197,10 +199,39 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
         n = len(info.unrecorded)
         notes.append(f"{n} rank{'s were' if n != 1 else ' was'} not recorded ({_ranks(info.unrecorded)}): not judged")
     lap("verdict")
-    return Verdict(suspects=suspects, imbalance=imbalance, stages=stages, layout=info.describe(),
-                   layout_sizes=info.sizes, traced=len(traced), unrecorded=info.unrecorded, victims=victims,
-                   grid=grid, iteration_ns=iteration_ns, threshold=cuts.slowdown, thresholds=cuts,
-                   timings_s=timings, notes=notes, below=below)
+    verdict = Verdict(suspects=suspects, imbalance=imbalance, stages=stages, layout=info.describe(),
+                      layout_sizes=info.sizes, traced=len(traced), unrecorded=info.unrecorded, victims=victims,
+                      grid=grid, iteration_ns=iteration_ns, threshold=cuts.slowdown, thresholds=cuts,
+                      timings_s=timings, notes=notes, below=below)
+    if onsets and not suspects and peers.mode != "skipped":
+        return _set_in(bundle, verdict, peers, cuts, layout) or verdict
+    return verdict
+
+
+def _set_in(bundle, whole: Verdict, peers: PeerEvidence, cuts: Thresholds, layout) -> Verdict | None:
+    """The verdict on the last iterations alone, where one of ``onset.trailing_windows`` names a
+    rank slower there than before it (``onset.leaning``): a fault that set in midway; None where
+    none does. The longest window first: the most iterations to judge it on."""
+    iterations = sorted(int(i) for i in peers.rank_iterations["iteration"].unique().to_list())
+    for m in trailing_windows(len(iterations)):
+        window = iterations[-m:]
+        ranks = leaning(peers.rank_iterations, window, cuts.slowdown)
+        if not ranks:
+            continue
+        v = detect_bundle(bundle.window(window), threshold=cuts, layout=layout, onsets=False)
+        # a fault that set in lasts: slower in every iteration from some point to the end
+        named = [s for s in v.suspects if s.rank in ranks and len(lasting_to_end(s.iterations, window)) >= ONSET_LEAST]
+        if not named:
+            continue
+        for s in named:
+            s.evidence["onset"] = {"from": lasting_to_end(s.iterations, window)[0], "window": window,
+                                   "traced": len(iterations)}
+        timings = {k: whole.timings_s.get(k, 0.0) + v.timings_s.get(k, 0.0)
+                   for k in {*whole.timings_s, *v.timings_s}}
+        return dataclasses.replace(
+            v, suspects=named + [s for s in v.suspects if s not in named], timings_s=timings,
+            notes=[onset_note(s.rank, s.evidence["onset"]["from"], window, len(iterations)) for s in named] + v.notes)
+    return None
 
 
 def _combine(evidence: StageEvidence, cuts: Thresholds):

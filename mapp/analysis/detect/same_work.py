@@ -554,6 +554,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
               if "contended" in ops.columns and not stages_alone else [])
     counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64),
                                                                       t=pl.col("self_ns").sum().cast(pl.Float64),
+                                                                      q_it=pl.col("self_ns").quantile(QUICK).cast(pl.Float64),
                                                                       longest=pl.col("self_ns").max().cast(pl.Float64),
                                                                       *launches, *beside)
     work = counts.join(per_call, on=["rank", *peers, *kind])
@@ -620,6 +621,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         peer=pl.Series(peer_calls * peer_q),
         own_fast=pl.col("calls") * pl.col("fast"),
         peer_fast=pl.Series(peer_calls * others_median(gid, shared["fast"].to_numpy())),
+        own_it=pl.col("calls") * pl.col("q_it"),
+        peer_it=pl.Series(peer_calls * others_median(gid, shared["q_it"].to_numpy())),
     )
     whole = work.group_by(["rank", "iteration"]).agg(work_ns=pl.col("peer").sum(), busy_ns=pl.col("t").sum()).join(
         all_work, on=["rank", "iteration"], how="left")
@@ -627,6 +630,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     pairs = _mostly_pairs(work)
     per = work.group_by(["rank", "iteration"]).agg(
         pl.col("own", "peer", "own_fast", "peer_fast").sum(), n_ops=pl.len(),
+        # how far the iteration's own typical calls stray from the whole trace's, against its
+        # peers': a fault that set in midway moves the calls of its iterations only (``onset``)
+        pace=(pl.col("own_it").sum() / pl.col("own").sum()).log() - (pl.col("peer_it").sum() / pl.col("peer").sum()).log(),
         share_slow=pl.col("t").filter(pl.col("own") > (1 + slow_op) * pl.col("peer")).sum() / pl.col("t").sum(),
     ).join(whole, on=["rank", "iteration"], how="left")
     if extra is not None:   # work no peer did: the rank's own, against nothing of the peers'
@@ -729,6 +735,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),
         flagged=pl.col("rank").is_in(flagged_ranks) & (pl.col("effect").exp() - 1 >= min_effect),
+        onset_effect=pl.col("effect") + pl.col("pace").fill_nan(0.0).fill_null(0.0),
     ).select("rank", "iteration", "effect", "z", "n_ops", "share_slow", "excess_ns", "busy_ns", "flagged",
-             "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged").sort(["rank", "iteration"])
+             "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "onset_effect").sort(["rank", "iteration"])
     return per, ranks, z_crit, pairs

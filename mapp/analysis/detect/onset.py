@@ -1,0 +1,102 @@
+"""Faults that set in midway: a rank slower from some traced iteration to the trace's end.
+
+The detector judges a trace as a whole, and a fault must last (``CONSISTENT``: slower in nearly
+every traced iteration) to be named, for noise on busy hosts comes and goes. A fault that sets in
+midway (a GPU that starts to throttle, a host where another job starts, a data loader that falls
+behind) lasts too, but only from its onset, and in a trace of ten iterations that slows the last
+four it reads as noise: slower in 4 of 10, and where time per kind is taken over the whole trace
+(``same_work``'s typical call) hardly slower at all (4 gloo processes on 2 cores, megatron-core
+DP4 under the profiler, 1.5x the layers of one rank from iteration 7 of 2-11: "1.26x its peers
+(at most z 2.0 in an iteration)", no suspect; 2 of 22 such faults named, ``fresh195``).
+
+So where the whole trace names no one, the detector runs again on the trace's last iterations
+alone (``TraceBundle.window``), where such a fault lasts: on a few trailing windows
+(``trailing_windows``: 9, 6 and 4 of 10), each only where some rank is slower there than before
+it by its per-iteration evidence (``leaning``: its compute against its peers', from that
+iteration's own typical calls where the trace counts them, and its idle time beyond theirs). A
+suspect the window names is taken only where it is one of those ranks and it is slower in every
+iteration from some point to the end, ``ONSET_LEAST`` of them or more (``lasting_to_end``): a
+fault that set in lasts, while noise that happened to gather late comes and goes (megatron-core
+DP4 on lognormal lengths, no fault: the last 4 of 10 read "slow host 1" in 3 of them, not the
+last). The window is judged by every rule a whole trace is, so noise there meets the same bars.
+The verdict says from which iteration on, and that it was judged there."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from mapp.analysis.detect.thresholds import CONSISTENT
+
+__all__ = ["ONSET_LEAST", "lasting_to_end", "leaning", "onset_note", "score", "trailing_windows"]
+
+ONSET_LEAST = 3
+"""The fewest iterations from a fault's onset to the trace's end that are judged on their own:
+as many as the detector's per-iteration rules want of a whole trace (a window of one or two
+iterations that stands out is what noise on busy hosts does, ``windows``)."""
+
+
+def trailing_windows(n: int) -> list[int]:
+    """The lengths of the trailing windows judged again in a trace of ``n`` iterations, longest
+    first: each a whole trace to the detector, which names a rank slower in ``CONSISTENT`` of
+    it, so from 4 on each length is the longest a fault of the previous one's length plus one
+    fills to that share (4, 6, 9, 13, ...): every onset ``ONSET_LEAST`` or more iterations from
+    the end fills one of them, and a trace of 10 is judged again on 3 windows, not 7. None
+    reaches the whole trace."""
+    sizes, run = [], ONSET_LEAST
+    while True:
+        m = math.floor(run / CONSISTENT)
+        if m >= n:
+            return sorted(sizes, reverse=True)
+        sizes.append(m)
+        run = m + 1
+
+
+def leaning(per: pl.DataFrame, window: list[int], threshold: float) -> list[int]:
+    """The ranks whose median ``score`` over ``window`` exceeds their median before it by half
+    log(1 + ``threshold``), by either of its forms (``score``): slower after than before, as a
+    fault that set in is (the window's own detection says whether by enough, and beyond its
+    peers)."""
+    if per.is_empty() or "effect" not in per.columns:
+        return []
+    inside = pl.col("iteration").is_in(window)
+    forms = [score(per.columns, typical)
+             for typical in ((False, True) if "onset_effect" in per.columns else (False,))]
+    lean = per.with_columns([f.alias(f"s{k}") for k, f in enumerate(forms)]).group_by("rank").agg(
+        [(pl.col(f"s{k}").filter(inside).median() - pl.col(f"s{k}").filter(~inside).median()).alias(f"l{k}")
+         for k in range(len(forms))])
+    bar = math.log1p(threshold) / 2
+    return sorted(lean.filter(pl.max_horizontal(pl.col(f"l{k}") for k in range(len(forms))) >= bar)["rank"].to_list())
+
+
+def score(columns: list[str], typical: bool = False) -> pl.Expr:
+    """A rank-iteration's slowdown against its peers as a log-ratio: its compute's, stage 1's
+    ``effect`` (where ``same_work`` counts calls, each kind at the whole trace's typical call:
+    the calls it adds show, exactly, a slower call hardly) or with ``typical`` the iteration's
+    own typical calls (``onset_effect``: a slower call shows, through the noise of a few calls),
+    plus the idle time it spends beyond its peers' as a share of its work (a host that stalls)."""
+    compute = pl.coalesce("onset_effect", "effect") if typical else pl.col("effect")
+    if "gap_excess_ns" not in columns or "busy_ns" not in columns:
+        return compute.fill_null(0.0)
+    idle = (pl.col("gap_excess_ns").cast(pl.Float64).fill_null(0.0).clip(lower_bound=0.0)
+            / pl.col("busy_ns").cast(pl.Float64).clip(lower_bound=1.0))
+    return compute.fill_null(0.0) + idle.log1p()
+
+
+def lasting_to_end(flagged: list[int] | None, window: list[int]) -> list[int]:
+    """The iterations of ``window`` from the last one back that are all in ``flagged``: where a
+    fault that set in has lasted since (empty where the last one is not flagged)."""
+    mine = set(flagged or [])
+    run: list[int] = []
+    for i in reversed(window):
+        if i not in mine:
+            break
+        run.append(i)
+    return run[::-1]
+
+
+def onset_note(rank: int, start: int, window: list[int], traced: int) -> str:
+    return (f"rank {rank} slower from iteration {start} on, in every iteration since: judged on iterations "
+            f"{window[0]}-{window[-1]} alone ({len(window)} of the {traced} traced), as a fault that set in midway "
+            "(the whole trace named no one: slower in too few of its iterations)")
