@@ -21,3 +21,53 @@ def test_a_fault_from_the_second_traced_iteration_on_is_named_for_those_iteratio
     verdict = detect_bundle(load_bundle(case.directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
     assert verdict.suspects[0].iterations == [3, 4, 5]   # not iteration 2, before it set in
+
+
+# Ten traced iterations (2-11), ``make_corpus.py --set fresh195`` (4 gloo processes on 2 CPUs):
+# the fault acts in the last 4 or 3, under ``CONSISTENT`` of the trace. The whole trace names no
+# one (``onsets=False``, as the detector did before ``onset``); its last iterations alone do.
+
+def _named(case_id: str, **kw):
+    case = FRESH[case_id]
+    verdict = detect_bundle(load_bundle(case.directory), threshold=0.1, **kw)
+    return case, verdict
+
+
+def test_a_host_that_starts_stalling_at_iteration_8_of_2_11_is_named_from_then_on():
+    case, whole = _named("ddp4-prof-stepsleep24ms-r0-from8-f195", onsets=False)
+    assert case.injected[0]["from_iteration"] == 8
+    assert whole.suspects == []
+    _, verdict = _named("ddp4-prof-stepsleep24ms-r0-from8-f195")
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_host")
+    assert top.evidence["onset"]["from"] >= 8 and top.iterations[-1] == 11
+    assert top.evidence["onset"]["traced"] == 10
+    assert any(n.startswith("rank 0 slower from iteration") for n in verdict.notes)
+
+
+def test_a_layer_fault_from_iteration_8_and_added_matmuls_from_iteration_9_are_named():
+    for case_id, rank in (("gpt-pp2dp2-mapp-layer1.5x-matmul-r3-from8-f195", 3),
+                          ("tp2dp2-plain-prof-fwd1.6x-r1-from9-f195", 1)):
+        _, whole = _named(case_id, onsets=False)
+        assert whole.suspects == [], case_id
+        _, verdict = _named(case_id)
+        assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(rank, "slow_compute")], case_id
+        start = FRESH[case_id].injected[0]["from_iteration"]
+        assert verdict.suspects[0].evidence["onset"]["from"] >= start, case_id
+
+
+def test_no_onset_in_ten_healthy_or_imbalanced_iterations():
+    for case_id in ("ddp4-prof-healthy-f195", "gpt-dp4-prof-seqlognorm0.9-f195"):
+        _, verdict = _named(case_id)
+        assert verdict.suspects == [], case_id
+
+
+def test_late_noise_that_does_not_last_to_the_end_is_no_onset():
+    # lognormal lengths, no fault: the last 4 iterations alone read "slow host 1" in 3 of them,
+    # not the last, and the whole trace names no one
+    case = FRESH["gpt-dp4-prof-seqlognorm0.9-f195"]
+    bundle = load_bundle(case.directory)
+    window = detect_bundle(bundle.window([8, 9, 10, 11]), threshold=0.1, onsets=False)
+    hosts = [s for s in window.suspects if s.kind == "slow_host"]
+    assert [s.rank for s in hosts] == [1] and 11 not in hosts[0].iterations
+    assert detect_bundle(bundle, threshold=0.1).suspects == []
