@@ -6344,6 +6344,55 @@ def fresh196_set(seed: int = FRESH196_SEED) -> list[Case]:
     ]
 
 
+FRESH197_SEED = 1327
+
+
+def fresh197_set(seed: int = FRESH197_SEED) -> list[Case]:
+    """Held out for the onset rule's false alarms (``--set fresh197``, seed 1327, 4 gloo
+    processes on 2 cores, the default CPU model shape): mostly jobs with no fault traced ten
+    iterations (2-11) or twenty (2-21, ``MAPP_WINDOW_LONG``): healthy, lognormal lengths and a
+    heavier last stage in every layout under both captures and plain DDP/FSDP/DP x TP; and four
+    faults that set in late (from iteration 14 of twenty, 8 of ten). Ids end in ``-f197``."""
+    tag = "-f197"
+    g, plain = _ten({"mapp-v1": {}, "kineto": {}}, seed, tag)
+
+    def g20(layout: str, fmt: str, variant: str, **k) -> Case:
+        return gpt_case(layout, fmt, variant, seed=seed, tag=tag, windows=(MAPP_WINDOW_LONG, PROF_WINDOW_LONG), **k)
+
+    def plain20(*a, **k) -> Case:
+        case = _plain(*a, seed=seed, tag=tag, **k)
+        case.job_window = JOB_WINDOW_LONG
+        case.id = case.id.replace(tag, "-its20" + tag)
+        return case
+
+    def long(case: Case) -> Case:
+        case.id = case.id.replace(tag, "-its20" + tag)
+        return case
+
+    return [
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("dp4", "kineto", "healthy"),
+        g("pp2dp2", "kineto", "seqlognorm", sigma=0.9),
+        g("tp2dp2", "kineto", "seqlognorm", sigma=0.9),
+        g("pp4", "kineto", "laststage", last_layers=3),
+        plain("ddp4", "dp4"),
+        plain("fsdp4", "dp4"),
+        plain("tp2dp2", "tp2dp2"),
+        long(g20("dp4", "mapp-v1", "seqlognorm", sigma=0.9)),
+        long(g20("pp2dp2", "kineto", "healthy")),
+        long(g20("tp2dp2", "mapp-v1", "healthy")),
+        plain20("ddp4", "dp4"),
+        long(_slowed_from(g20("dp4", "mapp-v1", "layer", rank=0, factor=1.5, work="matmul"), 14)),
+        _slowed_from(plain20("ddp4", "dp4", rank=2, sleep_ms=25), 15),
+        _slowed_from(g("pp4", "kineto", "layer", rank=1, factor=1.5), 8),
+        _slowed_from(g("tp2pp2", "mapp-v1", "hostsleep", rank=3, ms=25), 8),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -6987,7 +7036,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh187": fresh187_set, "fresh188": fresh188_set,
         "fresh189": fresh189_set, "fresh190": fresh190_set, "fresh191": fresh191_set,
         "fresh192": fresh192_set, "fresh193": fresh193_set, "fresh194": fresh194_set,
-        "fresh195": fresh195_set, "fresh196": fresh196_set,
+        "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
