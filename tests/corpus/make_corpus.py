@@ -6393,6 +6393,52 @@ def fresh197_set(seed: int = FRESH197_SEED) -> list[Case]:
     ]
 
 
+FRESH198_SEED = 1331
+
+
+def fresh198_set(seed: int = FRESH198_SEED) -> list[Case]:
+    """Held out from the onset rule's last form (``--set fresh198``, seed 1331, 4 gloo processes
+    on 2 cores, ``CPU_SHAPE_142``), committed before its first run: ``fresh197``'s design in
+    other layouts and values, jobs with no fault traced 10 or 20 iterations beside five faults
+    that set in late and one that lasts. Ids end in ``-f198``."""
+    tag = "-f198"
+    g, plain = _ten(CPU_SHAPE_142, seed, tag)
+
+    def g20(layout: str, fmt: str, variant: str, **k) -> Case:
+        case = _cpu_shaped(gpt_case(layout, fmt, variant, seed=seed, tag=tag, windows=(MAPP_WINDOW_LONG, PROF_WINDOW_LONG),
+                                    **k), CPU_SHAPE_142)
+        case.id = case.id.replace(tag, "-its20" + tag)
+        return case
+
+    def plain20(*a, **k) -> Case:
+        case = _plain(*a, seed=seed, tag=tag, **k)
+        case.job_window = JOB_WINDOW_LONG
+        case.id = case.id.replace(tag, "-its20" + tag)
+        return case
+
+    return [
+        g("dp4", "mapp-v1", "seqlognorm", sigma=1.1),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("dp4", "kineto", "seqlognorm", sigma=1.0),
+        g("tp2pp2", "kineto", "healthy"),
+        g("pp2dp2", "kineto", "laststage", last_layers=3),
+        plain("ddp4", "dp4"),
+        plain("fsdp4", "dp4"),
+        g20("tp2dp2", "kineto", "seqlognorm", sigma=0.9),
+        g20("pp2dp2", "mapp-v1", "healthy"),
+        g20("dp4", "mapp-v1", "healthy"),
+        plain20("fsdp4", "dp4"),
+        _slowed_from(g("dp4", "kineto", "layer", rank=3, factor=1.5), 8),
+        _slowed_from(g("pp2dp2", "mapp-v1", "beforemb", rank=2, ms=25), 8),
+        _slowed_from(g20("tp2dp2", "mapp-v1", "layer", rank=1, factor=1.5, work="matmul"), 15),
+        _slowed_from(plain20("ddp4", "dp4", rank=1, step_sleep_ms=25), 15),
+        _slowed_from(g("pp4", "mapp-v1", "hostsleep", rank=2, ms=25), 9),
+        g("tp2dp2", "kineto", "layer", rank=0, factor=1.5),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7037,6 +7083,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh189": fresh189_set, "fresh190": fresh190_set, "fresh191": fresh191_set,
         "fresh192": fresh192_set, "fresh193": fresh193_set, "fresh194": fresh194_set,
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
+        "fresh198": fresh198_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
