@@ -13,7 +13,7 @@ from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.core_waits import RANK_KINDS, absorbed, records_waits, waited, waited_note, waiting_hosts
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
-from mapp.analysis.detect.onset import ONSET_LEAST, lasting_to_end, leaning, onset_note, trailing_windows
+from mapp.analysis.detect.onset import ONSET_LEAST, leaning, onset_note, since_onset, trailing_windows
 from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -220,12 +220,13 @@ def _set_in(bundle, whole: Verdict, peers: PeerEvidence, cuts: Thresholds, layou
             continue
         v = detect_bundle(bundle.window(window), threshold=cuts, layout=layout, onsets=False)
         # a fault that set in lasts: slower in every iteration from some point to the end
-        named = [s for s in v.suspects if s.rank in ranks and len(lasting_to_end(s.iterations, window)) >= ONSET_LEAST]
+        since = {s.rank: since_onset(peers.rank_iterations, s, window, cuts.slowdown) for s in v.suspects
+                 if s.rank in ranks}
+        named = [s for s in v.suspects if len(since.get(s.rank, [])) >= ONSET_LEAST]
         if not named:
             continue
         for s in named:
-            s.evidence["onset"] = {"from": lasting_to_end(s.iterations, window)[0], "window": window,
-                                   "traced": len(iterations)}
+            s.evidence["onset"] = {"from": since[s.rank][0], "window": window, "traced": len(iterations)}
         timings = {k: whole.timings_s.get(k, 0.0) + v.timings_s.get(k, 0.0)
                    for k in {*whole.timings_s, *v.timings_s}}
         return dataclasses.replace(

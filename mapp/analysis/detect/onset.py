@@ -27,9 +27,10 @@ import math
 
 import polars as pl
 
+from mapp.analysis.detect.findings import Suspect
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["ONSET_LEAST", "lasting_to_end", "leaning", "onset_note", "score", "trailing_windows"]
+__all__ = ["ONSET_LEAST", "lasting_to_end", "leaning", "onset_note", "score", "since_onset", "trailing_windows"]
 
 ONSET_LEAST = 3
 """The fewest iterations from a fault's onset to the trace's end that are judged on their own:
@@ -53,6 +54,17 @@ def trailing_windows(n: int) -> list[int]:
         run = m + 1
 
 
+def _leans(per: pl.DataFrame, window: list[int]) -> pl.DataFrame:
+    """Per (rank, iteration): ``lean``, its ``score`` less its median before ``window``, the
+    larger of the score's two forms."""
+    inside = pl.col("iteration").is_in(window)
+    forms = [score(per.columns, typical)
+             for typical in ((False, True) if "onset_effect" in per.columns else (False,))]
+    leans = [(f - f.filter(~inside).median().over("rank")).alias(f"l{k}") for k, f in enumerate(forms)]
+    return per.select("rank", "iteration", *leans).select(
+        "rank", "iteration", lean=pl.max_horizontal(pl.col(f"l{k}") for k in range(len(forms))))
+
+
 def leaning(per: pl.DataFrame, window: list[int], threshold: float) -> list[int]:
     """The ranks whose median ``score`` over ``window`` exceeds their median before it by half
     log(1 + ``threshold``), by either of its forms (``score``): slower after than before, as a
@@ -68,6 +80,23 @@ def leaning(per: pl.DataFrame, window: list[int], threshold: float) -> list[int]
          for k in range(len(forms))])
     bar = math.log1p(threshold) / 2
     return sorted(lean.filter(pl.max_horizontal(pl.col(f"l{k}") for k in range(len(forms))) >= bar)["rank"].to_list())
+
+
+def since_onset(per: pl.DataFrame, suspect: Suspect, window: list[int], threshold: float) -> list[int]:
+    """The iterations of ``window``, from its last one back, in each of which the window's verdict
+    found ``suspect`` slower and its rank's ``score`` (either form) exceeds its median before the
+    window by half log(1 + ``threshold``): where a fault that set in has lasted since. Both, for
+    the verdict may judge iterations together (a host's idle time by its median: megatron-core
+    DP4, no fault, 10 traced, the last 4 alone "slow host 1" in all four, its idle time 2.1x and
+    2.2x in two of them and as its peers' in the last), and the score reads single iterations
+    through the noise of a few calls (DP4 on lognormal lengths, the last 4 alone "slow host 1" in
+    3 of them, the score beyond the bar in all four)."""
+    if per.is_empty() or "effect" not in per.columns:
+        return []
+    lean = _leans(per.filter(pl.col("rank") == suspect.rank), window)
+    bar = math.log1p(threshold) / 2
+    slow = {int(i) for i, v in zip(lean["iteration"], lean["lean"]) if v is not None and v >= bar}
+    return lasting_to_end(sorted(slow & set(suspect.iterations or [])), window)
 
 
 def score(columns: list[str], typical: bool = False) -> pl.Expr:

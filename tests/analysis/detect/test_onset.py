@@ -7,7 +7,7 @@ import math
 
 import polars as pl
 
-from mapp.analysis.detect.onset import ONSET_LEAST, lasting_to_end, leaning, trailing_windows
+from mapp.analysis.detect.onset import ONSET_LEAST, lasting_to_end, leaning, since_onset, trailing_windows
 
 
 def test_trailing_windows_cover_every_onset_three_or_more_iterations_from_the_end():
@@ -53,3 +53,20 @@ def test_a_host_idling_beyond_its_peers_from_some_iteration_on_leans():
     per = _per({0: [1.0] * 10, 1: [1.0] * 10}, gaps={1: [0.0] * 7 + [20.0] * 3})
     assert leaning(per, [9, 10, 11], 0.1) == [1]
     assert leaning(per, [9, 10, 11], 0.5) == []      # under half of log1p(0.5)
+
+
+def test_since_onset_needs_the_verdict_and_the_ranks_own_evidence_in_each_iteration_to_the_end():
+    from mapp.analysis.detect.findings import Suspect
+
+    def suspect(iterations):
+        return Suspect(rank=1, kind="slow_host", confidence=0.6, slowdown=1.15, iterations=iterations)
+
+    window = [8, 9, 10, 11]
+    # idle 2.1x and 2.2x in two iterations, as its peers' in the last: the verdict's median
+    # over the window says all four, the rank's own evidence not the last
+    per = _per({0: [1.0] * 10, 1: [1.0] * 10}, gaps={1: [0.0] * 6 + [0.0, 110.0, 120.0, 0.0]})
+    assert since_onset(per, suspect([8, 9, 10, 11]), window, 0.1) == []
+    per = _per({0: [1.0] * 10, 1: [1.0] * 6 + [1.3] * 4})
+    assert since_onset(per, suspect([8, 9, 10, 11]), window, 0.1) == [8, 9, 10, 11]
+    assert since_onset(per, suspect([8, 9, 10]), window, 0.1) == []      # not the last by the verdict
+    assert since_onset(per, suspect([10, 11]), window, 0.1) == [10, 11]
