@@ -15,6 +15,8 @@ a rank's ops are slower at random places, as a neighbour time-slicing its GPU ma
 ranked suspects, workload imbalance and victims (``findings``: the types it reports). The
 cut-offs it applies are named in ``thresholds.Thresholds``; ``threshold`` sets them all.
 ``detector.stage_evidence`` gives the three stages' findings without the verdict.
+Where the whole trace names no one, its last iterations are judged again on their own
+(``onset``: a fault that set in midway, named from its onset on).
 ``mapp.report.DetectReport(verdict)`` renders it; ``mapp.bench.suite`` measures accuracy on simulated faults.
 
 The names below are imported on first use (PEP 562): the CLI takes ``Thresholds`` for its

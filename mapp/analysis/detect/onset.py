@@ -12,12 +12,15 @@ DP4 under the profiler, 1.5x the layers of one rank from iteration 7 of 2-11: "1
 So where the whole trace names no one, the detector runs again on the trace's last iterations
 alone (``TraceBundle.window``), where such a fault lasts: on a few trailing windows
 (``trailing_windows``: 9, 6 and 4 of 10), each only where some rank is slower there than before
-it by its per-iteration evidence (``leaning``: its compute against its peers', from that
-iteration's own typical calls where the trace counts them, and its idle time beyond theirs). A
+it by its per-iteration evidence (``leaning``: its compute against its peers' -- where the trace
+counts calls, by the calls it adds or by that iteration's own typical calls -- and its idle time
+beyond theirs). A
 suspect the window names is taken only where it is one of those ranks and it is slower in every
-iteration from some point to the end, ``ONSET_LEAST`` of them or more (``lasting_to_end``): a
-fault that set in lasts, while noise that happened to gather late comes and goes (megatron-core
-DP4 on lognormal lengths, no fault: the last 4 of 10 read "slow host 1" in 3 of them, not the
+iteration from some point to the end, ``ONSET_LEAST`` of them or more, both by the window's
+verdict and by its own evidence iteration by iteration (``since_onset``): a fault that set in
+lasts, while noise that happened to gather late comes and goes (megatron-core DP4 on lognormal
+lengths, no fault: the last 4 of 10 alone read "slow host 1" in 3 of them, not the last; a
+healthy DP4: "slow host 1" in all four by its idle time's median, as idle as its peers in the
 last). The window is judged by every rule a whole trace is, so noise there meets the same bars.
 The verdict says from which iteration on, and that it was judged there."""
 
