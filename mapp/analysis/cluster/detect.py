@@ -36,4 +36,4 @@ def _detect_window(task):
     from mapp.analysis.detect.detector import detect_bundle
 
     bundle, threshold, layout = task
-    return detect_bundle(bundle, threshold=threshold, layout=layout)
+    return detect_bundle(bundle, threshold=threshold, layout=layout, onsets=False)   # (as ``windows`` does)

@@ -204,35 +204,42 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
                       grid=grid, iteration_ns=iteration_ns, threshold=cuts.slowdown, thresholds=cuts,
                       timings_s=timings, notes=notes, below=below)
     if onsets and not suspects and peers.mode != "skipped":
-        return _set_in(bundle, verdict, peers, cuts, layout) or verdict
+        return _set_in(bundle, verdict, peers, cuts, layout)
     return verdict
 
 
-def _set_in(bundle, whole: Verdict, peers: PeerEvidence, cuts: Thresholds, layout) -> Verdict | None:
-    """The verdict on the last iterations alone, where one of ``onset.trailing_windows`` names a
-    rank slower there than before it (``onset.leaning``): a fault that set in midway; None where
-    none does. The longest window first: the most iterations to judge it on."""
-    iterations = sorted(int(i) for i in peers.rank_iterations["iteration"].unique().to_list())
-    for m in trailing_windows(len(iterations)):
-        window = iterations[-m:]
-        ranks = leaning(peers.rank_iterations, window, cuts.slowdown)
-        if not ranks:
-            continue
-        v = detect_bundle(bundle.window(window), threshold=cuts, layout=layout, onsets=False)
-        # a fault that set in lasts: slower in every iteration from some point to the end
-        since = {s.rank: since_onset(peers.rank_iterations, s, window, cuts.slowdown) for s in v.suspects
-                 if s.rank in ranks}
-        named = [s for s in v.suspects if len(since.get(s.rank, [])) >= ONSET_LEAST]
-        if not named:
-            continue
-        for s in named:
-            s.evidence["onset"] = {"from": since[s.rank][0], "window": window, "traced": len(iterations)}
-        timings = {k: whole.timings_s.get(k, 0.0) + v.timings_s.get(k, 0.0)
-                   for k in {*whole.timings_s, *v.timings_s}}
-        return dataclasses.replace(
-            v, suspects=named + [s for s in v.suspects if s not in named], timings_s=timings,
-            notes=[onset_note(s.rank, s.evidence["onset"]["from"], window, len(iterations)) for s in named] + v.notes)
-    return None
+def _set_in(bundle, whole: Verdict, peers: PeerEvidence, cuts: Thresholds, layout) -> Verdict:
+    """``whole``, or where one of ``onset.trailing_windows`` names a rank slower there than
+    before it (``onset.leaning``) and since its onset (``onset.since_onset``), the verdict on
+    those iterations alone: a fault that set in midway. The longest window first: the most
+    iterations to judge it on. Only such suspects are named; the verdict's other figures (victims,
+    grid, iteration time) are the window's, and its timings hold the search's (``onset``)."""
+    t = time.perf_counter()
+    found = None
+    per = peers.rank_iterations
+    if not per.is_empty() and "iteration" in per.columns:
+        iterations = sorted(int(i) for i in per["iteration"].drop_nulls().unique().to_list())
+        for m in trailing_windows(len(iterations)):
+            window = iterations[-m:]
+            ranks = leaning(per, window, cuts.slowdown)
+            if not ranks:
+                continue
+            v = detect_bundle(bundle.window(window), threshold=cuts, layout=layout, onsets=False)
+            # a rank's own fault (not a link's, which its compute does not show), slower in every
+            # iteration from some point to the end
+            named = []
+            for s in v.suspects:
+                since = since_onset(per, s, window, cuts.slowdown) if s.kind in RANK_KINDS and s.rank in ranks else []
+                if len(since) >= ONSET_LEAST:
+                    s.iterations = since
+                    s.evidence["onset"] = {"from": since[0], "window": window, "traced": len(iterations)}
+                    named.append(s)
+            if named:
+                notes = [onset_note(s.rank, s.evidence["onset"]["from"], window, len(iterations)) for s in named]
+                found = dataclasses.replace(v, suspects=named, notes=notes + v.notes)
+                break
+    base = found or whole
+    return dataclasses.replace(base, timings_s={**whole.timings_s, "onset": time.perf_counter() - t})
 
 
 def _combine(evidence: StageEvidence, cuts: Thresholds):

@@ -131,4 +131,5 @@ def lasting_to_end(flagged: list[int] | None, window: list[int]) -> list[int]:
 def onset_note(rank: int, start: int, window: list[int], traced: int) -> str:
     return (f"rank {rank} slower from iteration {start} on, in every iteration since: judged on iterations "
             f"{window[0]}-{window[-1]} alone ({len(window)} of the {traced} traced), as a fault that set in midway "
-            "(the whole trace named no one: slower in too few of its iterations)")
+            "(the whole trace named no one: slower in too few of its iterations); the verdict's figures are of "
+            "those iterations")

@@ -735,7 +735,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),
         flagged=pl.col("rank").is_in(flagged_ranks) & (pl.col("effect").exp() - 1 >= min_effect),
-        onset_effect=pl.col("effect") + pl.col("pace").fill_nan(0.0).fill_null(0.0),
+        # (a kind's quickest calls timed at 0 make the log infinite: no evidence either way)
+        onset_effect=pl.col("effect") + pl.when(pl.col("pace").is_finite()).then(pl.col("pace")).otherwise(0.0),
     ).select("rank", "iteration", "effect", "z", "n_ops", "share_slow", "excess_ns", "busy_ns", "flagged",
              "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "onset_effect").sort(["rank", "iteration"])
     return per, ranks, z_crit, pairs

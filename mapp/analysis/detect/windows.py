@@ -16,7 +16,8 @@ chances for it; those are listed in the notes. Each suspect says in how many win
 found; its slowdown and its cost per iteration are the median over those windows, ranked by the
 time it cost the whole trace. A window should hold two iterations or more: the detector's own
 checks across iterations (a flag that lasts, launch gaps judged together) need them, and with
-one iteration per window only the merge stands between noise and a verdict.
+one iteration per window only the merge stands between noise and a verdict. A window is not
+searched for a fault that set in inside it (``onset``): the merge judges faults across windows.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def detect_windows(bundle, *, window: int, threshold: Any, layout: Any = None,
     else:
         verdicts = []
         for done, its in enumerate(windows, 1):
-            verdicts.append(detect_bundle(bundle.window(its), threshold=threshold, layout=layout))
+            verdicts.append(detect_bundle(bundle.window(its), threshold=threshold, layout=layout, onsets=False))
             if progress is not None:
                 progress(done, len(windows))
     return merge_verdicts(verdicts, windows)

@@ -42,6 +42,8 @@ def test_a_host_that_starts_stalling_at_iteration_8_of_2_11_is_named_from_then_o
     assert (top.rank, top.kind) == (0, "slow_host")
     assert top.evidence["onset"]["from"] >= 8 and top.iterations[-1] == 11
     assert top.evidence["onset"]["traced"] == 10
+    # only what set in is named from the window, each for the iterations since its onset
+    assert all("onset" in s.evidence and s.iterations[0] == s.evidence["onset"]["from"] for s in verdict.suspects)
     assert any(n.startswith("rank 0 slower from iteration") for n in verdict.notes)
 
 
@@ -54,6 +56,7 @@ def test_a_layer_fault_from_iteration_8_and_added_matmuls_from_iteration_9_are_n
         assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(rank, "slow_compute")], case_id
         start = FRESH[case_id].injected[0]["from_iteration"]
         assert verdict.suspects[0].evidence["onset"]["from"] >= start, case_id
+        assert all("onset" in s.evidence and s.kind in ("slow_compute", "slow_host") for s in verdict.suspects)
 
 
 def test_no_onset_in_ten_healthy_or_imbalanced_iterations():
