@@ -6439,6 +6439,32 @@ def fresh198_set(seed: int = FRESH198_SEED) -> list[Case]:
     ]
 
 
+FRESH199_SEED = 1337
+
+
+def fresh199_set(seed: int = FRESH199_SEED) -> list[Case]:
+    """Held out for the onset rule at 8 ranks (``--set fresh199``, seed 1337, 8 gloo processes on
+    4 cores, ``CPU_SHAPE_172``), committed before its first run: ten traced iterations (2-11) of
+    PP4 x DP2, PP2 x DP4, TP2 x PP2 x DP2, DP8 and plain DDP8 with no fault (healthy, heavier last
+    stage, lognormal lengths) beside four faults that set in at iteration 7 or 8. Ids end in
+    ``-f199``."""
+    g, plain = _ten(CPU_SHAPE_172, seed, "-f199")
+    return [
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp2", "kineto", "laststage", last_layers=2),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2pp2dp2", "mapp-v1", "healthy"),
+        g("dp8", "mapp-v1", "healthy"),
+        g("pp2dp4", "kineto", "seqlognorm", sigma=0.9),
+        g("tp2pp2dp2", "kineto", "healthy"),
+        plain("ddp8", "dp8"),
+        _slowed_from(g("pp2dp4", "mapp-v1", "layer", rank=5, factor=1.5, work="matmul"), 8),
+        _slowed_from(g("dp8", "kineto", "hostsleep", rank=3, ms=25), 7),
+        _slowed_from(plain("ddp8", "dp8", rank=6, factor=1.5), 8),
+        _slowed_from(g("pp4dp2", "mapp-v1", "beforemb", rank=1, ms=25), 8),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7083,7 +7109,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh189": fresh189_set, "fresh190": fresh190_set, "fresh191": fresh191_set,
         "fresh192": fresh192_set, "fresh193": fresh193_set, "fresh194": fresh194_set,
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
-        "fresh198": fresh198_set,
+        "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

@@ -129,6 +129,13 @@ def test_the_onset_false_alarm_sets_are_mostly_jobs_with_no_fault_traced_ten_or_
                 assert 3 <= _last_iteration(c) + 1 - k < 0.75 * (_last_iteration(c) + 1 - _traced_from(c)), c.id
 
 
+def test_the_eight_rank_onset_set_traces_ten_iterations_of_eight_ranks():
+    cases = _held_out("fresh199", "-f199")
+    assert {make_corpus.world_of(c.layout) for c in cases} == {8}
+    assert {_last_iteration(c) + 1 - _traced_from(c) for c in cases} == {10}
+    assert sum("--slow-from" in c.args for c in cases) == 4
+
+
 def test_the_variations_are_jobs_no_other_set_runs():
     tuned = {i for name in ("small", "full", "gpu2") for i in _ids(make_corpus.SETS[name]())}
     for name, world in (("vary", 4), ("vary2", 2)):
