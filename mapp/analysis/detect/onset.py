@@ -57,12 +57,17 @@ def trailing_windows(n: int) -> list[int]:
         run = m + 1
 
 
+def _forms(columns: list[str]) -> list[pl.Expr]:
+    """The ``score``'s forms a per (rank, iteration) table allows: by stage 1's ``effect``, and by
+    the iteration's own typical calls where ``same_work`` gives them."""
+    return [score(columns, typical) for typical in ((False, True) if "onset_effect" in columns else (False,))]
+
+
 def _leans(per: pl.DataFrame, window: list[int]) -> pl.DataFrame:
     """Per (rank, iteration): ``lean``, its ``score`` less its median before ``window``, the
     larger of the score's two forms."""
     inside = pl.col("iteration").is_in(window)
-    forms = [score(per.columns, typical)
-             for typical in ((False, True) if "onset_effect" in per.columns else (False,))]
+    forms = _forms(per.columns)
     leans = [(f - f.filter(~inside).median().over("rank")).alias(f"l{k}") for k, f in enumerate(forms)]
     return per.select("rank", "iteration", *leans).select(
         "rank", "iteration", lean=pl.max_horizontal(pl.col(f"l{k}") for k in range(len(forms))))
@@ -76,8 +81,7 @@ def leaning(per: pl.DataFrame, window: list[int], threshold: float) -> list[int]
     if per.is_empty() or "effect" not in per.columns:
         return []
     inside = pl.col("iteration").is_in(window)
-    forms = [score(per.columns, typical)
-             for typical in ((False, True) if "onset_effect" in per.columns else (False,))]
+    forms = _forms(per.columns)
     lean = per.with_columns([f.alias(f"s{k}") for k, f in enumerate(forms)]).group_by("rank").agg(
         [(pl.col(f"s{k}").filter(inside).median() - pl.col(f"s{k}").filter(~inside).median()).alias(f"l{k}")
          for k in range(len(forms))])

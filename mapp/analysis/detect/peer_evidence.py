@@ -23,8 +23,10 @@ class PeerEvidence:
     """Per (rank, iteration): ``effect`` (log-ratio to peers), ``z``, ``n_ops``, ``share_slow``,
     ``excess_ns`` (self time beyond the peers' medians), ``busy_ns`` (self time), ``flagged``,
     ``gap_ns``, ``gap_excess_ns``, ``gap_z``, ``gap_flagged``, ``long_excess_ns`` (the part of the
-    idle excess in gaps of ``idle.LONG_GAP_NS`` or more: stalls) and, on spans with names,
-    ``handover_excess_ns`` (the stalls where a forward pass hands over to the backward)."""
+    idle excess in gaps of ``idle.LONG_GAP_NS`` or more: stalls), on spans with names,
+    ``handover_excess_ns`` (the stalls where a forward pass hands over to the backward) and, where
+    ``same_work`` counts calls, ``onset_effect`` (``effect`` with the iteration's own typical
+    calls: ``onset``)."""
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)
     """Per rank: ``slowdown``, ``z``, ``share_slow``, ``n_ops``, ``flagged``, ``iterations``
     (flagged ones), ``excess_ns`` and ``busy_ns`` per iteration, the same for gaps, and
