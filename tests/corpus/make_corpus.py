@@ -486,7 +486,7 @@ def _plain(job: str, layout: str, seed: int, rank: int | None = None, factor: fl
     ``step_sleep_ms`` sleep in the training loop before each step (DDP / FSDP2 only)."""
     script = "tp" if job.startswith("tp") else "ddp"   # (tp2dp2, tp2dp3: the DP x TP job)
     base_args = [*(TP_ARGS if script == "tp" else DDP_ARGS), "--seed", str(seed)]
-    gpu = TP_GPU if script == "tp" else DDP_GPU
+    gpu = list(TP_GPU if script == "tp" else DDP_GPU)   # each case its own list
     if job.startswith("fsdp"):
         base_args.append("--fsdp")
         gpu = [*DDP_GPU, "--fsdp"]
@@ -6207,9 +6207,10 @@ def _slowed_from(case: Case, k: int) -> Case:
     """``case``'s fault set in midway, as a fail-slow does: its injector acts from iteration (a
     plain job's step) ``k`` on, 0-based (``--slow-from``). The id says ``-from{k}`` after the
     rank; the manifest's injection says from when (``from_iteration``)."""
-    for args in (case.args, case.gpu_args):
-        if args is not None:
-            args += ["--slow-from", str(k)]
+    # new lists, not ``+=``; a plain job's GPU arguments are its model size, then ``args``
+    case.args = [*case.args, "--slow-from", str(k)]
+    if case.job == "gpt" and case.gpu_args is not None:
+        case.gpu_args = [*case.gpu_args, "--slow-from", str(k)]
     rank = case.slow_rank
     case.id = case.id.replace(f"-r{rank}-", f"-r{rank}-from{k}-", 1)
     for inj in [*case.injected, *(case.gpu_injected or [])]:
@@ -6465,7 +6466,71 @@ def fresh199_set(seed: int = FRESH199_SEED) -> list[Case]:
     ]
 
 
-FRESH28_SEED = 181
+FRESH200_SEED = 1339
+FRESH201_SEED = 1361
+# --set fresh200 on GPUs: a model shape no other set uses (hidden 2560, 20 heads, sequence 1408,
+# 2 sequences a microbatch, 6 microbatches)
+GPT_GPU_FRESH200 = ["--layers", "8", "--hidden", "2560", "--heads", "20", "--seq", "1408", "--vocab", "50304",
+                    "--micro-batch-size", "2", "--num-microbatches", "6", "--bf16"]
+
+
+def fresh200_set(seed: int = FRESH200_SEED) -> list[Case]:
+    """Held out on two GPUs after the onset rule (``--set fresh200``, seed 1339, 2 ranks, for a
+    machine of 2 GPUs and for CPUs; on GPUs the model shape is ``GPT_GPU_FRESH200``), committed
+    before its first run: ten traced iterations (2-11) of DP2, TP2, PP2 and plain DDP/FSDP2 under
+    both captures, jobs with no fault (healthy, heavier last stage, lognormal lengths) beside
+    faults that last and faults that set in at iteration 7 or 8. Ids end in ``-f200``."""
+    tag = "-f200"
+    g10, plain = _ten(CPU_SHAPE_172, seed, tag)
+
+    def g(layout: str, fmt: str, variant: str, **k) -> Case:
+        return _reshaped(g10(layout, fmt, variant, **k), layout, GPT_GPU_FRESH200)
+
+    r = _recorded
+    return [
+        g("dp2", "mapp-v1", "healthy"),
+        g("tp2", "mapp-v1", "healthy"),
+        r(g("tp2", "kineto", "healthy"), "default"),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        r(g("dp2", "kineto", "seqlognorm", sigma=1.0), "default"),
+        plain("ddp2", "dp2"),
+        plain("fsdp2", "dp2"),
+        g("tp2", "kineto", "layer", rank=0, factor=1.4),
+        g("dp2", "mapp-v1", "hostsleep", rank=1, ms=26),
+        _slowed_from(g("tp2", "mapp-v1", "layer", rank=1, factor=1.45), 7),
+        _slowed_from(r(g("dp2", "kineto", "layer", rank=0, factor=1.5), "default"), 8),
+        _slowed_from(g("pp2", "mapp-v1", "beforemb", rank=0, ms=24), 7),
+        _slowed_from(g("dp2", "mapp-v1", "hostsleep", rank=1, ms=27), 8),
+        _slowed_from(plain("ddp2", "dp2", rank=1, factor=1.5), 7),
+        _slowed_from(plain("fsdp2", "dp2", rank=0, step_sleep_ms=25), 8),
+    ]
+
+
+def fresh201_set(seed: int = FRESH201_SEED) -> list[Case]:
+    """Held out at 4 ranks after the onset rule (``--set fresh201``, seed 1361, 4 gloo processes
+    on 2 cores, ``CPU_SHAPE_172``), committed before its first run: ten traced iterations (2-11);
+    pipelines under mapp's capture with no fault (heavier last stage, lognormal lengths, healthy:
+    where ranks waiting for a core inside p2p spans once read as a slow link) beside real link
+    faults, and faults that last or set in at iteration 7 or 8 in every layout. Ids end in
+    ``-f201``."""
+    g, plain = _ten(CPU_SHAPE_172, seed, "-f201")
+    return [
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=2),
+        g("pp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "kineto", "healthy"),
+        g("dp4", "mapp-v1", "healthy"),
+        plain("ddp4", "dp4"),
+        g("pp2dp2", "mapp-v1", "link", link=(1, 3), link_bytes=6_000_000),
+        g("tp2pp2", "mapp-v1", "link", link=(0, 2), link_bytes=6_000_000),
+        g("pp4", "mapp-v1", "layer", rank=2, factor=1.5, work="matmul"),
+        g("tp2dp2", "kineto", "hostsleep", rank=3, ms=25),
+        _slowed_from(g("dp4", "mapp-v1", "layer", rank=0, factor=1.5, work="matmul"), 7),
+        _slowed_from(g("pp2dp2", "kineto", "beforemb", rank=1, ms=25), 8),
+        _slowed_from(g("tp2pp2", "mapp-v1", "hostsleep", rank=3, ms=25), 7),
+        _slowed_from(plain("fsdp4", "dp4", rank=2, sleep_ms=25), 8),
+    ]
 
 
 FRESH28_SEED = 181
@@ -7110,6 +7175,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh192": fresh192_set, "fresh193": fresh193_set, "fresh194": fresh194_set,
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
+        "fresh200": fresh200_set, "fresh201": fresh201_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

@@ -809,3 +809,27 @@ def test_the_fresh142_and_fresh143_sets_hold_a_cpu_model_shape_no_other_set_used
             assert last["--hidden"] == "256"
             continue
         assert last == shape and last["--hidden"] != usual[usual.index("--hidden") + 1]
+
+
+def test_the_two_gpu_onset_set_traces_ten_iterations_of_two_ranks_and_runs_another_model_shape():
+    cases = _held_out("fresh200", "-f200")
+    assert {make_corpus.world_of(c.layout) for c in cases} == {2}
+    assert {_last_iteration(c) + 1 - _traced_from(c) for c in cases} == {10}
+    onsets = [c for c in cases if "--slow-from" in c.args]
+    assert len(onsets) == 6 and {c.job for c in onsets} == {"gpt", "ddp"}
+    for c in cases:
+        gpu = make_corpus.job_args(c, gpu=True)
+        # the fault sets in on GPUs as on CPUs, once; a job with no onset has none
+        assert gpu.count("--slow-from") == int(c in onsets), c.id
+        if c.job == "gpt":
+            assert gpu[gpu.index("--hidden") + 1] == "2560", c.id
+
+
+def test_the_four_rank_onset_set_has_link_faults_beside_pipelines_with_no_fault():
+    cases = _held_out("fresh201", "-f201")
+    assert {make_corpus.world_of(c.layout) for c in cases} == {4}
+    assert {_last_iteration(c) + 1 - _traced_from(c) for c in cases} == {10}
+    links = [c for c in cases if (c.expect.get("suspect") or {}).get("kinds") == ["slow_link"]]
+    assert len(links) == 2
+    quiet_pipelines = [c for c in cases if c.cls != "fault" and c.fmt == "mapp-v1" and "pp" in c.id.split("-")[1]]
+    assert len(quiet_pipelines) >= 4
