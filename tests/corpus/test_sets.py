@@ -833,3 +833,14 @@ def test_the_four_rank_onset_set_has_link_faults_beside_pipelines_with_no_fault(
     assert len(links) == 2
     quiet_pipelines = [c for c in cases if c.cls != "fault" and c.fmt == "mapp-v1" and "pp" in c.id.split("-")[1]]
     assert len(quiet_pipelines) >= 4
+
+
+def test_the_dip_set_sets_faults_in_for_the_last_five_or_six_of_ten_beside_ten_jobs_with_no_fault():
+    cases = _held_out("fresh202", "-f202")
+    assert {make_corpus.world_of(c.layout) for c in cases} == {4}
+    assert sum(c.cls != "fault" for c in cases) == 10
+    for c in cases:
+        assert _traced_from(c) == 2 and _last_iteration(c) == 11, c.id
+        if c.cls == "fault":
+            k = int(c.args[c.args.index("--slow-from") + 1])
+            assert _last_iteration(c) + 1 - k in (5, 6), c.id
