@@ -121,14 +121,24 @@ def score(columns: list[str], typical: bool = False) -> pl.Expr:
 
 
 def lasting_to_end(flagged: list[int] | None, window: list[int]) -> list[int]:
-    """The iterations of ``window`` from the last one back that are all in ``flagged``: where a
-    fault that set in has lasted since (empty where the last one is not flagged)."""
+    """The iterations of ``window`` from the last one back that are in ``flagged``: where a fault
+    that set in has lasted since (empty where the last one is not flagged). One iteration inside
+    the run may read as not slower -- on busy hosts a slowed rank now and then gets the core to
+    itself (megatron-core DP4 under mapp's capture, 1.5x matmuls from iteration 7 of 2-11:
+    1.20-1.46x in four, 1.03x in the fifth) -- where ``ONSET_LEAST`` + 1 flagged ones surround it:
+    a run one longer than the least, with the dip left out of it."""
     mine = set(flagged or [])
     run: list[int] = []
+    dip = None
     for i in reversed(window):
-        if i not in mine:
+        if i in mine:
+            run.append(i)
+        elif dip is None and run:
+            dip = len(run)        # flagged iterations after the dip
+        else:
             break
-        run.append(i)
+    if dip is not None and (len(run) < ONSET_LEAST + 1 or len(run) == dip):
+        run = run[:dip]           # no flagged iteration before the dip, or too short a run: strict
     return run[::-1]
 
 

@@ -31,6 +31,18 @@ def test_lasting_to_end_is_the_run_of_flagged_iterations_that_reaches_the_last()
     assert lasting_to_end(None, window) == []
 
 
+def test_one_iteration_that_reads_as_not_slower_is_borne_inside_a_run_one_longer_than_the_least():
+    window = [6, 7, 8, 9, 10, 11]
+    # a slowed rank that had the core to itself in iteration 9: four slower around it
+    assert lasting_to_end([7, 8, 10, 11], window) == [7, 8, 10, 11]
+    assert lasting_to_end([6, 7, 8, 10, 11], window) == [6, 7, 8, 10, 11]
+    # three around it are the least without a dip: the run stops at the dip
+    assert lasting_to_end([8, 10, 11], window) == [10, 11]
+    # two dips, or the dip last: no more than the strict run
+    assert lasting_to_end([6, 8, 10, 11], window) == [10, 11]
+    assert lasting_to_end([7, 8, 9, 10], window) == []
+
+
 def _per(effects: dict[int, list[float]], gaps: dict[int, list[float]] | None = None) -> pl.DataFrame:
     rows = []
     for rank, row in effects.items():
