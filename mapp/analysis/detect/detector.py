@@ -235,7 +235,7 @@ def _set_in(bundle, whole: Verdict, peers: PeerEvidence, cuts: Thresholds, layou
                     s.evidence["onset"] = {"from": since[0], "window": window, "traced": len(iterations)}
                     named.append(s)
             if named:
-                notes = [onset_note(s.rank, s.evidence["onset"]["from"], window, len(iterations)) for s in named]
+                notes = [onset_note(s.rank, s.iterations, window, len(iterations)) for s in named]
                 found = dataclasses.replace(v, suspects=named, notes=notes + v.notes)
                 break
     base = found or whole

@@ -142,8 +142,13 @@ def lasting_to_end(flagged: list[int] | None, window: list[int]) -> list[int]:
     return run[::-1]
 
 
-def onset_note(rank: int, start: int, window: list[int], traced: int) -> str:
-    return (f"rank {rank} slower from iteration {start} on, in every iteration since: judged on iterations "
+def onset_note(rank: int, since: list[int], window: list[int], traced: int) -> str:
+    """The verdict's note on a suspect slower in ``since`` (``since_onset``) of ``window``."""
+    start = since[0]
+    skipped = [i for i in window if i >= start and i not in since]
+    every = (f"in every iteration since but {skipped[0]} (as fast as its peers there)" if skipped
+             else "in every iteration since")
+    return (f"rank {rank} slower from iteration {start} on, {every}: judged on iterations "
             f"{window[0]}-{window[-1]} alone ({len(window)} of the {traced} traced), as a fault that set in midway "
             "(the whole trace named no one: slower in too few of its iterations); the verdict's figures are of "
             "those iterations")

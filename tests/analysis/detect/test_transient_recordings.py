@@ -91,6 +91,7 @@ def test_a_layer_fault_from_iteration_7_is_named_though_one_iteration_since_read
     # and the dip is not among the suspect's iterations
     assert 9 not in top.iterations and top.iterations[-2:] == [10, 11]
     assert len(top.iterations) >= 4 and top.evidence["onset"]["from"] <= 8
+    assert any(n.startswith("rank 0 slower from iteration") and "since but 9" in n for n in verdict.notes)
 
 
 def test_added_forward_matmuls_on_one_of_two_ddp_ranks_from_step_7_are_named():
