@@ -13,7 +13,7 @@ from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.core_waits import RANK_KINDS, absorbed, records_waits, waited, waited_note, waiting_hosts
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
-from mapp.analysis.detect.onset import ONSET_LEAST, leaning, onset_note, since_onset, trailing_windows
+from mapp.analysis.detect.onset import ONSET_LEAST, leaning, not_slower, onset_note, since_onset, trailing_windows
 from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -232,7 +232,8 @@ def _set_in(bundle, whole: Verdict, peers: PeerEvidence, cuts: Thresholds, layou
                 since = since_onset(per, s, window, cuts.slowdown) if s.kind in RANK_KINDS and s.rank in ranks else []
                 if len(since) >= ONSET_LEAST:
                     s.iterations = since
-                    s.evidence["onset"] = {"from": since[0], "window": window, "traced": len(iterations)}
+                    s.evidence["onset"] = {"from": since[0], "window": window, "traced": len(iterations),
+                                            "not_slower": not_slower(since, window)}
                     named.append(s)
             if named:
                 notes = [onset_note(s.rank, s.iterations, window, len(iterations)) for s in named]

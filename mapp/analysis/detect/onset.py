@@ -33,7 +33,8 @@ import polars as pl
 from mapp.analysis.detect.findings import Suspect
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["ONSET_LEAST", "lasting_to_end", "leaning", "onset_note", "score", "since_onset", "trailing_windows"]
+__all__ = ["ONSET_LEAST", "lasting_to_end", "leaning", "not_slower", "onset_note", "score", "since_onset",
+           "trailing_windows"]
 
 ONSET_LEAST = 3
 """The fewest iterations from a fault's onset to the trace's end that are judged on their own:
@@ -142,11 +143,17 @@ def lasting_to_end(flagged: list[int] | None, window: list[int]) -> list[int]:
     return run[::-1]
 
 
+def not_slower(since: list[int], window: list[int]) -> list[int]:
+    """The iterations of ``window`` after the onset (``since[0]``) that ``since`` leaves out: the
+    one ``lasting_to_end`` bore, or none."""
+    return [i for i in window if i >= since[0] and i not in since]
+
+
 def onset_note(rank: int, since: list[int], window: list[int], traced: int) -> str:
     """The verdict's note on a suspect slower in ``since`` (``since_onset``) of ``window``."""
     start = since[0]
-    skipped = [i for i in window if i >= start and i not in since]
-    every = (f"in every iteration since but {skipped[0]} (as fast as its peers there)" if skipped
+    skipped = not_slower(since, window)
+    every = (f"in every iteration since but {skipped[0]} (not slower there by its own evidence)" if skipped
              else "in every iteration since")
     return (f"rank {rank} slower from iteration {start} on, {every}: judged on iterations "
             f"{window[0]}-{window[-1]} alone ({len(window)} of the {traced} traced), as a fault that set in midway "

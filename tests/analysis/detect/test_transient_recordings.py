@@ -41,7 +41,7 @@ def test_a_host_that_starts_stalling_at_iteration_8_of_2_11_is_named_from_then_o
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (0, "slow_host")
     assert top.evidence["onset"]["from"] >= 8 and top.iterations[-1] == 11
-    assert top.evidence["onset"]["traced"] == 10
+    assert top.evidence["onset"]["traced"] == 10 and top.evidence["onset"]["not_slower"] == []
     # only what set in is named from the window, each for the iterations since its onset
     assert all("onset" in s.evidence and s.iterations[0] == s.evidence["onset"]["from"] for s in verdict.suspects)
     assert any(n.startswith("rank 0 slower from iteration") for n in verdict.notes)
@@ -91,6 +91,7 @@ def test_a_layer_fault_from_iteration_7_is_named_though_one_iteration_since_read
     # and the dip is not among the suspect's iterations
     assert 9 not in top.iterations and top.iterations[-2:] == [10, 11]
     assert len(top.iterations) >= 4 and top.evidence["onset"]["from"] <= 8
+    assert top.evidence["onset"]["not_slower"] == [9]
     assert any(n.startswith("rank 0 slower from iteration") and "since but 9" in n for n in verdict.notes)
 
 
