@@ -9,7 +9,9 @@ gets the median effective time per iteration; it is compared with its class (sam
 size, member count, and whether it crosses nodes) as a ratio. Slow by that median only where its
 fastest transfer of the size in that iteration is slower than its like links' too (``_fastest_too``:
 waiting only adds, so a late end raises the median, not the fastest); where processes share CPUs
-like p2p links are compared by their fastest transfers over the run alone (``_raised_floors``).
+like p2p links are compared by their fastest transfers over the run alone (``_raised_floors``),
+and where the capture records the spans' waits for a core, a link raised only by those waits is
+not slow (``OWN_FLOOR_RATIO``).
 A job's only p2p link (PP2 on 2 ranks), with nothing like it, is weighed against the slowest
 fabric a job runs on instead (``_only_link``, ``FABRIC``).
 
@@ -358,7 +360,8 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
         # stretches (TP2 x DP2, no fault, beside a fifth busy process: one TP group's all-reduces
         # 4.3x the other's by their medians in 3 of 4 steps)
         per = per.with_columns(slow=pl.col("slow") & ~pl.col("pair"))
-    per = _raised_floors(obs, per, shared_cpus)
+    own = None if core_waits is None or not shared_cpus else _p2p(matching, core_waits).filter(pl.col("time_ns") > 0)
+    per = _raised_floors(obs, per, shared_cpus, own)
     per = _fastest_too(_with_floors(obs, per), link_threshold)
     per = _steady_at_other_sizes(_batched_links(per), link_threshold).drop("low", "other", "floor")
     findings = _attribute(per, shared_cpus)
@@ -575,7 +578,8 @@ other's is slower in that iteration. Where processes share CPUs that decides onl
 reported (``_raised_over_the_run`` decides whether the link is slow)."""
 
 
-def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame, shared_cpus: bool = False) -> pl.DataFrame:
+def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame, shared_cpus: bool = False,
+                   own: pl.DataFrame | None = None) -> pl.DataFrame:
     """Like p2p links compared by their fastest transfers, beside their typical ones.
 
     Where processes share CPUs, a transfer waits for both ends to be scheduled, and a link's
@@ -615,7 +619,7 @@ def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame, shared_cpus: bool = Fal
         floor_ratio=pl.col("step_ratio").median().over(link),
     )
     if shared_cpus:
-        floors = _raised_over_the_run(floors, link)
+        floors = _raised_over_the_run(floors, link, _own_run_ratios(own, likes, keys, step, link))
     raised = floors.filter(pl.col("raised")).select(
         keys + ["iteration", "floor_ratio"], lift=(pl.col("low") - pl.col("other")).clip(lower_bound=0))
     if raised.is_empty():
@@ -636,7 +640,7 @@ RUN_FLOOR_RATIO = 3.5
 many times its like links' is slow by itself, and only such a link (``_raised_over_the_run``)."""
 
 
-def _raised_over_the_run(floors: pl.DataFrame, link: list[str]) -> pl.DataFrame:
+def _raised_over_the_run(floors: pl.DataFrame, link: list[str], own: pl.DataFrame | None = None) -> pl.DataFrame:
     """``floors`` (``_raised_floors``'s per link and step) with ``raised`` where, and only where,
     the link's fastest transfer over all traced steps took ``RUN_FLOOR_RATIO`` x its like links'
     fastest over all steps (the median of theirs); where its steps alone did not raise it,
@@ -658,11 +662,20 @@ def _raised_over_the_run(floors: pl.DataFrame, link: list[str]) -> pl.DataFrame:
     like link in 3 of 4 steps, 1.1x in the fourth, was named a slow link; healthy PP2 x DP2 and
     TP2 x PP2 jobs' links 2x their like link or more in 3 of 4 steps read 2.3x and 2.7x over the
     run). The named loaded links of the held-out jobs (1.5-4 MB more per exchange, 47) took 4.0-24x
-    their like links' fastest over the run; raised step by step, 6x or more."""
+    their like links' fastest over the run; raised step by step, 6x or more.
+
+    Where the capture records each span's wait for a core, ``own`` holds each link's ratio over
+    the run timed without those waits (``_own_run_ratios``): a link raised only by them is not
+    slow (``OWN_FLOOR_RATIO``)."""
     run = floors.group_by(link).agg(run_low=pl.col("low").min(), run_other=pl.col("other").min())
     run = run.with_columns(run_ratio=pl.col("run_low") / pl.col("run_other"))
     floors = floors.join(run, on=link, how="left")
     slow = pl.col("run_ratio") >= RUN_FLOOR_RATIO
+    if own is not None:
+        floors = floors.join(own, on=link, how="left")
+        slow = slow & (pl.col("own_ratio").is_null() | (pl.col("own_ratio") >= OWN_FLOOR_RATIO))
+        floors = floors.with_columns(slow_=slow).drop("own_ratio")
+        slow = pl.col("slow_")
     # (where its steps raised it too, their median ratio and lows stay: what each step cost)
     over = slow & ~pl.col("raised")
     return floors.with_columns(
@@ -670,7 +683,39 @@ def _raised_over_the_run(floors: pl.DataFrame, link: list[str]) -> pl.DataFrame:
         low=pl.when(over).then(pl.col("run_low")).otherwise(pl.col("low")),
         other=pl.when(over).then(pl.col("run_other")).otherwise(pl.col("other")),
         raised=slow,
-    ).drop("run_low", "run_other", "run_ratio")
+    ).drop("run_low", "run_other", "run_ratio", "slow_", strict=False)
+
+
+OWN_FLOOR_RATIO = 1.3
+"""Where processes share CPUs and the capture records each span's wait for a core, a p2p link
+raised over the run (``RUN_FLOOR_RATIO``) is slow only where its fastest transfer less those
+waits still took this many times its like links' fastest less theirs (``_own_run_ratios``).
+
+The scheduler's wait is no link's cost, and on shared CPUs it can raise one link's every transfer
+of a run: a healthy PP2 x DP2 job with a heavier last stage (4 processes on 2 CPUs, mapp's
+capture) moved link 0-2's 200 KB messages in 2.6 ms at best, 7-12x link 1-3's, but 2.4 ms of it
+was on a run queue: 0.22 ms without, 1.07x link 1-3's; and lognormal lengths, PP2 x DP4, read
+3.3x on link 3-7's largest messages, 1.01x without the waits. The loaded links of the 13 CPU jobs
+whose capture records the waits (3-6 MB more an exchange), timed so, took 1.5-9.2x their like
+links' (their extra bytes are copying that the link's ends do themselves); with the waits,
+4.9-19x."""
+
+
+def _own_run_ratios(own: pl.DataFrame | None, likes: pl.DataFrame, keys: list[str], step: list[str],
+                    link: list[str]) -> pl.DataFrame | None:
+    """Per p2p ``link`` of ``likes``, ``own_ratio``: its fastest transfer over the run timed less
+    its ends' waits for a core (``own``, from ``_p2p`` with the waits) over its like links'
+    fastest so timed, as ``_raised_over_the_run`` compares them with the waits. None where no
+    wait was recorded."""
+    if own is None or own.is_empty():
+        return None
+    on = ["obs", "what", "bytes", "iteration"]      # (``inter`` comes with ``likes``)
+    lows = own.with_columns(pl.col("iteration").fill_null(-1)).group_by(on).agg(low=pl.col("time_ns").min())
+    lows = lows.join(likes.select(keys + ["iteration", "size", "kind"]), on=on)
+    floors = _against_likes(lows, step)
+    if floors.is_empty():
+        return None
+    return floors.group_by(link).agg(own_ratio=pl.col("low").min() / pl.col("other").min())
 
 
 def _against_likes(lows: pl.DataFrame, step: list[str]) -> pl.DataFrame:
