@@ -6567,6 +6567,44 @@ def fresh202_set(seed: int = FRESH202_SEED) -> list[Case]:
         _slowed_from(plain("ddp4", "dp4", rank=0, factor=1.5), 7),
     ]
 
+FRESH203_SEED = 1373
+CPU_SHAPE_203 = {"mapp-v1": {"--hidden": "232", "--heads": "8", "--seq": "152"},
+                 "kineto": {"--hidden": "336", "--heads": "8", "--seq": "120"}}
+
+
+def fresh203_set(seed: int = FRESH203_SEED) -> list[Case]:
+    """Held out for stage 3's discount of the waits for a core (``bandwidth.OWN_FLOOR_RATIO``;
+    ``--set fresh203``, seed 1373, ``CPU_SHAPE_203``), committed before its first run: ten traced
+    iterations (2-11) of pipelines under mapp's capture, 4 gloo processes on 2 cores (8 on 4 for
+    PP2 x DP4 and PP4 x DP2), with no fault (heavier last stage, lognormal lengths, healthy),
+    where a link's ends waiting for a core once read as a slow link, beside links loaded with
+    2-3 MB more an exchange (less than any earlier set whose capture records the waits: their
+    own cost smallest) and faults of another kind. Ids end in ``-f203``."""
+    g, _ = _ten(CPU_SHAPE_203, seed, "-f203")
+
+    def link(layout: str, ends: tuple[int, int], mb: float) -> Case:
+        return g(layout, "mapp-v1", "link", link=ends, link_bytes=int(mb * 1_000_000))
+
+    return [
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4", "mapp-v1", "laststage", last_layers=2),
+        g("pp2dp4", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=1.1),
+        g("pp4dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        link("pp2dp2", (0, 2), 2),
+        link("pp2dp2", (1, 3), 3),
+        link("tp2pp2", (1, 3), 2.5),
+        link("pp4", (1, 2), 3),
+        link("pp2dp4", (2, 6), 3),
+        g("pp2dp2", "mapp-v1", "layer", rank=2, factor=1.5, work="matmul"),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=1, ms=25),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7210,6 +7248,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
+        "fresh203": fresh203_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

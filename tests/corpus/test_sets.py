@@ -844,3 +844,15 @@ def test_the_dip_set_sets_faults_in_for_the_last_five_or_six_of_ten_beside_ten_j
         if c.cls == "fault":
             k = int(c.args[c.args.index("--slow-from") + 1])
             assert _last_iteration(c) + 1 - k in (5, 6), c.id
+
+
+def test_the_core_wait_set_loads_links_less_than_before_beside_pipelines_with_no_fault():
+    cases = _held_out("fresh203", "-f203")
+    assert {make_corpus.world_of(c.layout) for c in cases} == {4, 8}
+    assert {_last_iteration(c) + 1 - _traced_from(c) for c in cases} == {10}
+    assert all(c.fmt == "mapp-v1" for c in cases)      # the capture that records waits for a core
+    links = [c for c in cases if (c.expect.get("suspect") or {}).get("kinds") == ["slow_link"]]
+    assert len(links) == 5
+    # 2-3 MB more an exchange: below the 3-6 MB of every earlier set whose capture recorded the waits
+    assert {c.injected[0]["extra_bytes"] for c in links} <= {2_000_000, 2_500_000, 3_000_000}
+    assert sum(c.cls != "fault" for c in cases) == 9
