@@ -6605,6 +6605,38 @@ def fresh203_set(seed: int = FRESH203_SEED) -> list[Case]:
     ]
 
 
+FRESH204_SEED = 1381
+CPU_SHAPE_204 = {"mapp-v1": {"--hidden": "216", "--heads": "8", "--seq": "168"},
+                 "kineto": {"--hidden": "312", "--heads": "8", "--seq": "104"}}
+
+
+def fresh204_set(seed: int = FRESH204_SEED) -> list[Case]:
+    """Held out after the typical-step form of stage 3's discount of the waits for a core
+    (``--set fresh204``, seed 1381, ``CPU_SHAPE_204``), committed before its first run: ten
+    traced iterations (2-11) of pipelines under mapp's capture on 2 cores, 4 gloo processes and,
+    busier than any earlier set of them, 8; no fault (heavier last stage, lognormal lengths,
+    healthy) beside links loaded with 1.5-3 MB more an exchange. Ids end in ``-f204``."""
+    g, _ = _ten(CPU_SHAPE_204, seed, "-f204")
+
+    def link(layout: str, ends: tuple[int, int], mb: float) -> Case:
+        return g(layout, "mapp-v1", "link", link=ends, link_bytes=int(mb * 1_000_000))
+
+    return [
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.2),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp2dp4", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=2),
+        g("tp2pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        link("pp2dp2", (0, 2), 1.5),
+        link("tp2pp2", (0, 2), 2),
+        link("pp4", (2, 3), 2),
+        link("pp2dp4", (1, 5), 3),
+        link("pp4dp2", (4, 6), 2.5),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7248,7 +7280,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

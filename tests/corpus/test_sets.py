@@ -856,3 +856,12 @@ def test_the_core_wait_set_loads_links_less_than_before_beside_pipelines_with_no
     # 2-3 MB more an exchange: below the 3-6 MB of every earlier set whose capture recorded the waits
     assert {c.injected[0]["extra_bytes"] for c in links} <= {2_000_000, 2_500_000, 3_000_000}
     assert sum(c.cls != "fault" for c in cases) == 9
+
+
+def test_the_busier_core_wait_set_runs_eight_processes_beside_four_and_loads_links_from_1_5_mb():
+    cases = _held_out("fresh204", "-f204")
+    assert {make_corpus.world_of(c.layout) for c in cases} == {4, 8}
+    assert {_last_iteration(c) + 1 - _traced_from(c) for c in cases} == {10}
+    links = [c for c in cases if (c.expect.get("suspect") or {}).get("kinds") == ["slow_link"]]
+    assert sorted(c.injected[0]["extra_bytes"] for c in links) == [1_500_000, 2_000_000, 2_000_000, 2_500_000, 3_000_000]
+    assert sum(c.cls != "fault" for c in cases) == 7
