@@ -697,7 +697,7 @@ of a run: a healthy PP2 x DP2 job with a heavier last stage (4 processes on 2 CP
 capture) moved link 0-2's 200 KB messages in 2.6 ms at best, 12x link 1-3's, but 2.4 ms of it
 was on a run queue: without it 1.12x link 1-3's in the typical step; lognormal lengths, PP2 x
 DP2 and PP2 x DP4, read 3.7-6.5x on one link's largest messages, 0.70-1.10x without the waits.
-The loaded links of 27 CPU jobs whose capture records the waits (2-6 MB more an exchange),
+The loaded links of 29 CPU jobs whose capture records the waits (2-6 MB more an exchange),
 timed so, took 1.55-14x their like links' in the typical step (their extra bytes are copying
 that the link's ends do themselves), and more than 1.1x in 9 steps of 10 or all.
 

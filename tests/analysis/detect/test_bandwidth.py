@@ -281,7 +281,7 @@ def test_on_shared_cpus_a_link_raised_over_the_run_only_by_its_ends_waits_for_a_
                       (1, 5): [254 * us, 209 * us, 211 * us, 218 * us]})
     own = own.filter(pair)
     assert not _raised_floors(obs, per, shared_cpus=True, own=own)["slow"].any()
-    # a loaded link keeps a cost of its own without the waits (1.55-14x in the typical step of 27
+    # a loaded link keeps a cost of its own without the waits (1.55-14x in the typical step of 29
     # CPU jobs): still slow
     own, _ = _frames({(0, 4): [340 * us, 330 * us, 360 * us, 400 * us],
                       (1, 5): [254 * us, 209 * us, 211 * us, 218 * us]})
