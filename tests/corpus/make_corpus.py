@@ -6567,6 +6567,13 @@ def fresh202_set(seed: int = FRESH202_SEED) -> list[Case]:
         _slowed_from(plain("ddp4", "dp4", rank=0, factor=1.5), 7),
     ]
 
+def _loaded_link(g):
+    """A maker of a case under mapp's capture whose link ``ends`` moves ``mb`` MB more an exchange."""
+    def link(layout: str, ends: tuple[int, int], mb: float) -> Case:
+        return g(layout, "mapp-v1", "link", link=ends, link_bytes=int(mb * 1_000_000))
+    return link
+
+
 FRESH203_SEED = 1373
 CPU_SHAPE_203 = {"mapp-v1": {"--hidden": "232", "--heads": "8", "--seq": "152"},
                  "kineto": {"--hidden": "336", "--heads": "8", "--seq": "120"}}
@@ -6581,9 +6588,7 @@ def fresh203_set(seed: int = FRESH203_SEED) -> list[Case]:
     2-3 MB more an exchange (less than any earlier set whose capture records the waits: their
     own cost smallest) and faults of another kind. Ids end in ``-f203``."""
     g, _ = _ten(CPU_SHAPE_203, seed, "-f203")
-
-    def link(layout: str, ends: tuple[int, int], mb: float) -> Case:
-        return g(layout, "mapp-v1", "link", link=ends, link_bytes=int(mb * 1_000_000))
+    link = _loaded_link(g)
 
     return [
         g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
@@ -6617,9 +6622,7 @@ def fresh204_set(seed: int = FRESH204_SEED) -> list[Case]:
     busier than any earlier set of them, 8; no fault (heavier last stage, lognormal lengths,
     healthy) beside links loaded with 1.5-3 MB more an exchange. Ids end in ``-f204``."""
     g, _ = _ten(CPU_SHAPE_204, seed, "-f204")
-
-    def link(layout: str, ends: tuple[int, int], mb: float) -> Case:
-        return g(layout, "mapp-v1", "link", link=ends, link_bytes=int(mb * 1_000_000))
+    link = _loaded_link(g)
 
     return [
         g("pp2dp2", "mapp-v1", "laststage", last_layers=3),

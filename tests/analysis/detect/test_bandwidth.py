@@ -33,6 +33,13 @@ def _frames(lows: dict[tuple, list[int]], waits: int = 3_000_000):
     return pl.DataFrame(obs).cast(schema), pl.DataFrame(per).cast(schema)
 
 
+def _pair(lows: dict[tuple, list[int]]):
+    """``_frames`` of two like links only, 0-4 and 1-5 (as PP2 x DP2's pipeline links)."""
+    obs, per = _frames(lows)
+    two = pl.col("obs").list.get(0) <= 1
+    return obs.filter(two), per.filter(two).with_columns(pair=pl.lit(True))
+
+
 def test_of_more_than_two_like_links_on_shared_cpus_one_whose_fastest_transfers_are_raised_is_slow():
     # the loaded link's fastest transfer is 10x the others' in every iteration; its medians,
     # like everyone's, are mostly waits for a core
@@ -57,18 +64,15 @@ def test_on_shared_cpus_a_link_whose_fastest_transfer_over_the_run_is_raised_is_
     # times both descheduled through a whole step: 2x or more in one step of four only. Over the
     # run the like link's ends were free together once (0.26 ms), the loaded link never under 1.1.
     ms = 1_000_000
-    obs, per = _frames({(0, 4): [int(1.5 * ms), int(2.2 * ms), int(1.2 * ms), int(1.1 * ms)],
-                        (1, 5): [int(0.26 * ms), int(1.8 * ms), int(0.8 * ms), int(2.5 * ms)]})
-    pair = pl.col("obs").list.get(0) <= 1
-    obs, per = obs.filter(pair), per.filter(pair).with_columns(pair=pl.lit(True))
+    obs, per = _pair({(0, 4): [int(1.5 * ms), int(2.2 * ms), int(1.2 * ms), int(1.1 * ms)],
+                      (1, 5): [int(0.26 * ms), int(1.8 * ms), int(0.8 * ms), int(2.5 * ms)]})
     out = _raised_floors(obs, per, shared_cpus=True)
     slow = out.filter(pl.col("slow"))
     assert set(map(tuple, slow["obs"].to_list())) == {(0, 4)} and slow["iteration"].to_list() == [0, 1, 2, 3]
     assert slow["fastest"].all() and abs(slow["floor_ratio"][0] - 1.1 / 0.26) < 1e-6
     # two healthy like links whose fastest transfers scatter so, each lowest in some steps: neither
-    obs, per = _frames({(0, 4): [int(0.3 * ms), int(1.0 * ms), int(0.5 * ms), int(0.7 * ms)],
-                        (1, 5): [int(0.6 * ms), int(0.4 * ms), int(1.2 * ms), int(0.2 * ms)]})
-    obs, per = obs.filter(pair), per.filter(pair).with_columns(pair=pl.lit(True))
+    obs, per = _pair({(0, 4): [int(0.3 * ms), int(1.0 * ms), int(0.5 * ms), int(0.7 * ms)],
+                      (1, 5): [int(0.6 * ms), int(0.4 * ms), int(1.2 * ms), int(0.2 * ms)]})
     assert not _raised_floors(obs, per, shared_cpus=True)["slow"].any()
 
 
@@ -78,21 +82,17 @@ def test_on_shared_cpus_a_link_once_as_fast_as_its_like_link_is_not_slow_by_its_
     # first. Waiting only adds: a link that once moved its kind as fast as its like link has no
     # cost of its own, and its raised steps were waits ("slow link 0<->2" 4.6x before)
     us = 1_000
-    obs, per = _frames({(0, 4): [188 * us, 925 * us, 1321 * us, 1060 * us],
-                        (1, 5): [171 * us, 175 * us, 338 * us, 175 * us]})
-    pair = pl.col("obs").list.get(0) <= 1
-    obs, per = obs.filter(pair), per.filter(pair).with_columns(pair=pl.lit(True))
+    obs, per = _pair({(0, 4): [188 * us, 925 * us, 1321 * us, 1060 * us],
+                      (1, 5): [171 * us, 175 * us, 338 * us, 175 * us]})
     assert not _raised_floors(obs, per, shared_cpus=True)["slow"].any()
     # nor one 2x its like link or more in every step but never 3.5x at its fastest over the run
     # (3.2x: healthy TP2 x PP2 and PP2 x DP2 jobs read 2.3x and 2.7x so)
-    obs, per = _frames({(0, 4): [550 * us, 925 * us, 1321 * us, 1060 * us],
-                        (1, 5): [171 * us, 175 * us, 338 * us, 175 * us]})
-    obs, per = obs.filter(pair), per.filter(pair).with_columns(pair=pl.lit(True))
+    obs, per = _pair({(0, 4): [550 * us, 925 * us, 1321 * us, 1060 * us],
+                      (1, 5): [171 * us, 175 * us, 338 * us, 175 * us]})
     assert not _raised_floors(obs, per, shared_cpus=True)["slow"].any()
     # a link never fast, 3.8x over the run: slow, with what each raised step cost
-    obs, per = _frames({(0, 4): [650 * us, 925 * us, 1321 * us, 1060 * us],
-                        (1, 5): [171 * us, 175 * us, 338 * us, 175 * us]})
-    obs, per = obs.filter(pair), per.filter(pair).with_columns(pair=pl.lit(True))
+    obs, per = _pair({(0, 4): [650 * us, 925 * us, 1321 * us, 1060 * us],
+                      (1, 5): [171 * us, 175 * us, 338 * us, 175 * us]})
     slow = _raised_floors(obs, per, shared_cpus=True).filter(pl.col("slow"))
     assert set(map(tuple, slow["obs"].to_list())) == {(0, 4)} and slow["fastest"].all()
     assert slow["iteration"].to_list() == [0, 1, 2, 3] and slow["floor_ratio"][0] > 3.8
@@ -271,21 +271,17 @@ def test_on_shared_cpus_a_link_raised_over_the_run_only_by_its_ends_waits_for_a_
     # no fault (``--set fresh194``): link 0-2's fastest 200 KB message took 2.6 ms over the run,
     # 12x link 1-3's, but 2.4 ms of it its ends sat on a run queue (the capture records it)
     us = 1_000
-    obs, per = _frames({(0, 4): [4163 * us, 2594 * us, 2637 * us, 4453 * us],
-                        (1, 5): [2043 * us, 777 * us, 248 * us, 218 * us]})
-    pair = pl.col("obs").list.get(0) <= 1
-    obs, per = obs.filter(pair), per.filter(pair).with_columns(pair=pl.lit(True))
+    obs, per = _pair({(0, 4): [4163 * us, 2594 * us, 2637 * us, 4453 * us],
+                      (1, 5): [2043 * us, 777 * us, 248 * us, 218 * us]})
     assert set(map(tuple, _raised_floors(obs, per, shared_cpus=True).filter(pl.col("slow"))["obs"].to_list())) == {(0, 4)}
     # timed less those waits: 0.22-0.28 ms, 0.89-1.28x link 1-3's step by step, 1.12x in the typical step
-    own, _ = _frames({(0, 4): [227 * us, 224 * us, 248 * us, 278 * us],
-                      (1, 5): [254 * us, 209 * us, 211 * us, 218 * us]})
-    own = own.filter(pair)
+    own, _ = _pair({(0, 4): [227 * us, 224 * us, 248 * us, 278 * us],
+                    (1, 5): [254 * us, 209 * us, 211 * us, 218 * us]})
     assert not _raised_floors(obs, per, shared_cpus=True, own=own)["slow"].any()
     # a loaded link keeps a cost of its own without the waits (1.55-14x in the typical step of 29
     # CPU jobs): still slow
-    own, _ = _frames({(0, 4): [340 * us, 330 * us, 360 * us, 400 * us],
-                      (1, 5): [254 * us, 209 * us, 211 * us, 218 * us]})
-    own = own.filter(pair)
+    own, _ = _pair({(0, 4): [340 * us, 330 * us, 360 * us, 400 * us],
+                    (1, 5): [254 * us, 209 * us, 211 * us, 218 * us]})
     slow = _raised_floors(obs, per, shared_cpus=True, own=own).filter(pl.col("slow"))
     assert set(map(tuple, slow["obs"].to_list())) == {(0, 4)} and slow["fastest"].all()
     # and without any record of waits (the profiler's traces) the run decides alone, as before
