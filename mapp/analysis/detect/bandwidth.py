@@ -74,6 +74,10 @@ class BandwidthEvidence:
     where its fastest transfers were raised too."""
     findings: list[LinkFinding] = field(default_factory=list)
     z_crit: float = 0.0
+    waited: list[dict] = field(default_factory=list)
+    """Links raised over the run by their ends' waits for a core alone (``OWN_FLOOR_RATIO``), not
+    slow: ``ranks``, ``ratio`` (their fastest over the run against their like links') and
+    ``own_ratio`` (the typical step, less the waits)."""
 
 
 def _p2p(matching, waits: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -362,12 +366,27 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
         per = per.with_columns(slow=pl.col("slow") & ~pl.col("pair"))
     own = None if core_waits is None or not shared_cpus else _p2p(matching, core_waits).filter(pl.col("time_ns") > 0)
     per = _raised_floors(obs, per, shared_cpus, own)
+    per, waited = _waited(per)
     per = _fastest_too(_with_floors(obs, per), link_threshold)
     per = _steady_at_other_sizes(_batched_links(per), link_threshold).drop("low", "other", "floor")
     findings = _attribute(per, shared_cpus)
     named = {f.ranks for f in findings}
     findings += [f for f in added if f.ranks not in named]
-    return BandwidthEvidence(True, None, per.sort("ratio", descending=True), findings, z_crit)
+    named = {tuple(sorted(f.ranks)) for f in findings}
+    return BandwidthEvidence(True, None, per.sort("ratio", descending=True), findings, z_crit,
+                             [w for w in waited if tuple(w["ranks"]) not in named])
+
+
+def _waited(per: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
+    """``per`` without ``_raised_floors``' ``waited_run``/``waited_own`` columns, and those links
+    as ``BandwidthEvidence.waited`` (per link, its largest figures over its kinds of transfer)."""
+    if "waited_own" not in per.columns:
+        return per, []
+    rows = (per.filter(pl.col("waited_own").is_not_null()).group_by("obs")
+            .agg(ratio=pl.col("waited_run").max(), own_ratio=pl.col("waited_own").max()).sort("obs"))
+    waited = [{"ranks": list(r["obs"]), "ratio": round(float(r["ratio"]), 3), "own_ratio": round(float(r["own_ratio"]), 3)}
+              for r in rows.iter_rows(named=True)]
+    return per.drop("waited_run", "waited_own"), waited
 
 
 SHOWN = 3
@@ -620,6 +639,9 @@ def _raised_floors(obs: pl.DataFrame, per: pl.DataFrame, shared_cpus: bool = Fal
     )
     if shared_cpus:
         floors = _raised_over_the_run(floors, link, _own_run_ratios(own, likes, keys, step, link))
+        if "waited_own" in floors.columns:      # (``link_bandwidth`` takes them out: ``waited``)
+            per = per.join(floors.filter(pl.col("waited_own").is_not_null())
+                           .select(keys + ["iteration", "waited_run", "waited_own"]), on=keys + ["iteration"], how="left")
     raised = floors.filter(pl.col("raised")).select(
         keys + ["iteration", "floor_ratio"], lift=(pl.col("low") - pl.col("other")).clip(lower_bound=0))
     if raised.is_empty():
@@ -673,8 +695,9 @@ def _raised_over_the_run(floors: pl.DataFrame, link: list[str], own: pl.DataFram
     slow = pl.col("run_ratio") >= RUN_FLOOR_RATIO
     if own is not None:
         floors = floors.join(own, on=link, how="left")
-        slow = slow & (pl.col("own_ratio").is_null() | (pl.col("own_ratio") >= OWN_FLOOR_RATIO))
-        floors = floors.with_columns(slow_=slow).drop("own_ratio")
+        waited = slow & (pl.col("own_ratio") < OWN_FLOOR_RATIO).fill_null(False)
+        floors = floors.with_columns(slow_=slow & ~waited, waited_run=pl.when(waited).then(pl.col("run_ratio")),
+                                     waited_own=pl.when(waited).then(pl.col("own_ratio"))).drop("own_ratio")
         slow = pl.col("slow_")
     # (where its steps raised it too, their median ratio and lows stay: what each step cost)
     over = slow & ~pl.col("raised")

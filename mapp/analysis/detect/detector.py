@@ -122,6 +122,9 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     bandwidth = link_bandwidth(matching, info.ranks.select("rank", "host"), link_threshold=cuts.link,
                                shared_cpus=on_cpus, iteration_ns=iteration_ns,
                                core_waits=_p2p_core_waits(events) if waits else None, untraced=info.unrecorded)
+    notes += [f"link {w['ranks'][0]}<->{w['ranks'][1]}: its fastest transfers took {w['ratio']:.1f}x its like links' "
+              f"over the run, {w['own_ratio']:.2f}x in the typical step less its ends' waits for a core (the trace "
+              "records them): the scheduler's, not a slow link" for w in bandwidth.waited]
     lap("bandwidth")
     pace = tp_pace(matching, len(traced)) if _synchronizing_tracer(bundle) else None
     return StageEvidence(peers, lateness, bandwidth, info, iteration_ns, on_cpus,

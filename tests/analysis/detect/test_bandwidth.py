@@ -277,7 +277,12 @@ def test_on_shared_cpus_a_link_raised_over_the_run_only_by_its_ends_waits_for_a_
     # timed less those waits: 0.22-0.28 ms, 0.89-1.28x link 1-3's step by step, 1.12x in the typical step
     own, _ = _pair({(0, 4): [227 * us, 224 * us, 248 * us, 278 * us],
                     (1, 5): [254 * us, 209 * us, 211 * us, 218 * us]})
-    assert not _raised_floors(obs, per, shared_cpus=True, own=own)["slow"].any()
+    out = _raised_floors(obs, per, shared_cpus=True, own=own)
+    assert not out["slow"].any()
+    # and says which link was raised by the waits alone, with both figures (``BandwidthEvidence.waited``)
+    waited = out.filter(pl.col("waited_own").is_not_null())
+    assert set(map(tuple, waited["obs"].to_list())) == {(0, 4)}
+    assert waited["waited_run"].min() > 10 and 1.0 < waited["waited_own"].max() < 1.3
     # a loaded link keeps a cost of its own without the waits (1.55-14x in the typical step of 29
     # CPU jobs): still slow
     own, _ = _pair({(0, 4): [340 * us, 330 * us, 360 * us, 400 * us],
@@ -301,9 +306,10 @@ def _recorded(case):
     return detect_bundle(load_bundle(case.directory), threshold=0.1)
 
 
-@pytest.mark.parametrize("case_id", ["gpt-pp2dp2-mapp-laststage3of4-f194", "gpt-pp2dp4-mapp-seqlognorm1-f199",
-                                     "gpt-pp2dp2-mapp-seqlognorm1-f203"])
-def test_recorded_imbalance_whose_link_waited_for_cores_names_no_link(case_id):
+@pytest.mark.parametrize("case_id,link", [("gpt-pp2dp2-mapp-laststage3of4-f194", "0<->2"),
+                                          ("gpt-pp2dp4-mapp-seqlognorm1-f199", "3<->7"),
+                                          ("gpt-pp2dp2-mapp-seqlognorm1-f203", "0<->2")])
+def test_recorded_imbalance_whose_link_waited_for_cores_names_no_link(case_id, link):
     # held out (tests/corpus/cases-fresh, ``--set fresh194``/``fresh199``/``fresh203``, 4 and 8
     # gloo processes on half as many CPUs, mapp's capture): a heavier last stage, lognormal
     # lengths, no fault. Each read "slow link" by the fastest transfers of one link over the run
@@ -313,6 +319,9 @@ def test_recorded_imbalance_whose_link_waited_for_cores_names_no_link(case_id):
     verdict = _recorded(case)
     assert verdict.suspects == []
     assert any(s.name == "3 bandwidth" and s.ran for s in verdict.stages)     # compared, not skipped
+    # and the user is told why the raised link is none
+    said = [n for n in verdict.notes if n.startswith(f"link {link}:")]
+    assert len(said) == 1 and "waits for a core" in said[0] and "not a slow link" in said[0]
 
 
 def test_a_recorded_loaded_link_is_named_by_its_typical_step_less_the_waits():
@@ -321,8 +330,10 @@ def test_a_recorded_loaded_link_is_named_by_its_typical_step_less_the_waits():
     # step of ten where both ends were quick), its typical step 1.55x: named
     case = _fresh("gpt-pp2dp2-mapp-link1-3-f203")
     assert case.injected[0]["extra_bytes"] == 3_000_000
-    top = _recorded(case).suspects[0]
+    verdict = _recorded(case)
+    top = verdict.suspects[0]
     assert (top.kind, {top.rank, top.peer}) == ("slow_link", {1, 3})
+    assert not any(n.startswith("link 1<->3:") for n in verdict.notes)     # named, not excused
     assert top.evidence["bandwidth"]["observations"][0]["compared"] == "fastest transfers"
 
 
