@@ -372,9 +372,10 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     findings = _attribute(per, shared_cpus)
     named = {f.ranks for f in findings}
     findings += [f for f in added if f.ranks not in named]
-    named = {tuple(sorted(f.ranks)) for f in findings}
+    # (a link named by another measure is not also excused: ``waited`` lists sorted ends)
+    links = {tuple(sorted(f.ranks)) for f in findings}
     return BandwidthEvidence(True, None, per.sort("ratio", descending=True), findings, z_crit,
-                             [w for w in waited if tuple(w["ranks"]) not in named])
+                             [w for w in waited if tuple(w["ranks"]) not in links])
 
 
 def _waited(per: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
