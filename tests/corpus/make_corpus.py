@@ -6640,6 +6640,53 @@ def fresh204_set(seed: int = FRESH204_SEED) -> list[Case]:
     ]
 
 
+FRESH205_SEED = 1399
+CPU_SHAPE_205 = {"mapp-v1": {"--hidden": "200", "--heads": "8", "--seq": "136"},
+                 "kineto": {"--hidden": "352", "--heads": "8", "--seq": "88"}}
+
+
+def fresh205_set(seed: int = FRESH205_SEED) -> list[Case]:
+    """Held out on the development machine itself (``--set fresh205``, seed 1399,
+    ``CPU_SHAPE_205``), committed before its first run, when no device was lent: every earlier set
+    since ``fresh28`` ran on 2-core slices of the GPU host's CPUs, this one on the 2 cores that
+    runs the tests, as a user's 4-process (and 2-process) gloo job would. Issue 13's first class
+    again (plain DDP, FSDP2 and DP x TP profiler jobs with no layout: 1.5x forward matmuls,
+    1.6x and 2.5x on a DP x TP rank, a host stall before each step, a data-path sleep), two-rank
+    jobs, and megatron-core under both captures with ten traced iterations: layer faults, host
+    sleeps, a loaded link, beside healthy, lognormal and heavier-last-stage jobs. Ids end in
+    ``-f205``."""
+    g, plain = _ten(CPU_SHAPE_205, seed, "-f205")
+    link = _loaded_link(g)
+    return [
+        plain("ddp4", "dp4", rank=1, factor=1.5),
+        plain("ddp4", "dp4", rank=2, step_sleep_ms=20),
+        plain("ddp4", "dp4"),
+        plain("fsdp4", "dp4", rank=3, sleep_ms=22),
+        plain("tp2dp2", "tp2dp2", rank=3, factor=1.6),
+        plain("tp2dp2", "tp2dp2", rank=0, factor=2.5),
+        plain("tp2dp2", "tp2dp2"),
+        plain("ddp2", "dp2", rank=1, factor=1.5),
+        plain("ddp2", "dp2"),
+        # megatron-core, mapp capture
+        g("dp4", "mapp-v1", "layer", rank=2, factor=1.3),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.4, work="matmul"),
+        g("tp2dp2", "mapp-v1", "hostsleep", rank=3, ms=22),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=2, ms=20),
+        link("pp2dp2", (1, 3), 3),
+        g("pp4", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        # megatron-core, torch.profiler
+        g("dp4", "kineto", "layer", rank=1, factor=1.35),
+        g("tp2dp2", "kineto", "beforemb", rank=0, ms=20),
+        g("pp2dp2", "kineto", "healthy"),
+        g("dp2", "kineto", "layer", rank=0, factor=1.4),
+        g("tp2", "kineto", "layer", rank=1, factor=1.5),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7283,7 +7330,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
