@@ -1,7 +1,8 @@
 """Run a battery of the user-written jobs (``user_*.py``) and write its manifest.
 
-Run: ``python tests/corpus/run_users.py --battery users74 --out DIR`` (4 gloo processes a job,
-``OMP_NUM_THREADS=1``, one job at a time; ~7 minutes on 2 cores), then score it with
+Run: ``python tests/corpus/run_users.py --battery users74 --out DIR`` (a gloo process for each rank
+of the layout the id starts with: 4, or 2 for ``dp2-``/``tp2-``/``pp2-``; ``OMP_NUM_THREADS=1``,
+one job at a time; ~7 minutes on 2 cores), then score it with
 ``python benchmarks/detect_real.py DIR``. ``--list`` prints the battery's ids; ``--only ID``
 runs some of them (the manifest keeps the entries of jobs already in ``DIR``). The Trainer and
 Lightning jobs need ``transformers``, ``accelerate`` and ``lightning`` beside torch, which the
@@ -56,8 +57,47 @@ USERS74 = [  # held out in the seventy-fourth session (at 780bfa8), run once eac
     ("pp4-pipe-last3", "user_pipe.py", "--last-blocks 3"),
     ("pp4-pipe-gpipe-stepsleep21ms-r1", "user_pipe.py", "--schedule gpipe --slow-rank 1 --sleep-ms 21"),
 ]
-BATTERIES = {"users74": USERS74}
-_LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2)}
+USERS81 = [  # held out in the eighty-first session, run once each on the development machine's 2 cores
+    ("dp4-tf-amp-w152-fwd1.45x-r3", "user_ddp_transformer.py", "--amp --slow-rank 3 --factor 1.45 --width 152"),
+    ("dp4-tf-sync-clip-w168-healthy", "user_ddp_transformer.py", "--sync --clip --width 168"),
+    ("dp4-tf-fsdp-accum2-w136-seqlognorm0.85", "user_ddp_transformer.py", "--fsdp --accum 2 --seq-sigma 0.85 --width 136"),
+    ("dp4-tf-manual-w96-stepsleep34ms-r0", "user_ddp_transformer.py", "--manual --slow-rank 0 --sleep-ms 34 --width 96"),
+    ("dp2-tf-w144-fwd1.5x-r0", "user_ddp_transformer.py", "--slow-rank 0 --factor 1.5 --width 144"),
+    ("dp2-tf-w112-stepsleep26ms-r1", "user_ddp_transformer.py", "--slow-rank 1 --sleep-ms 26 --width 112"),
+    ("dp4-cnn-nomarks-extra2-r1", "user_ddp_cnn.py", "--no-step-marks --slow-rank 1 --extra 2 --channels 36"),
+    ("dp4-cnn-c28-datasleep33ms-r2", "user_ddp_cnn.py", "--slow-rank 2 --data-sleep-ms 33 --channels 28"),
+    ("pp4-pipe-shapes-extra1-w208-r3", "user_pipe.py", "--shapes --slow-rank 3 --extra 1 --width 208"),
+    ("pp2dp2-pipe-extra1-w240-r1", "user_pipe.py", "--dp 2 --slow-rank 1 --extra 1 --width 240"),
+    ("pp4-pipe-vpp2-healthy", "user_pipe.py", "--vpp 2"),
+    ("dp2tp2-dtensor-w200-extra2-r2", "user_dtensor_tp.py", "--slow-rank 2 --extra 2 --width 200"),
+    ("dp4-hf-w176-fwd1.4x-r2", "user_hf_trainer.py", "--slow-rank 2 --factor 1.4 --width 176"),
+    ("dp4-pl-w112-sleep30ms-r0", "user_lightning.py", "--slow-rank 0 --sleep-ms 30 --width 112"),
+    # Megatron-style tensor parallelism by hand (new_group, autograd functions), tensorboard_trace_handler's files
+    ("tp2dp2-mtp-fwd1.65x-r1", "user_manual_tp.py", "--slow-rank 1 --factor 1.65"),
+    ("tp2dp2-mtp-attn3-w208-r2", "user_manual_tp.py", "--slow-rank 2 --attn-extra 3 --width 208"),
+    ("tp2dp2-mtp-stepsleep23ms-r3", "user_manual_tp.py", "--slow-rank 3 --sleep-ms 23"),
+    ("tp2dp2-mtp-seqlognorm0.7", "user_manual_tp.py", "--seq-sigma 0.7 --seed 3"),
+    ("tp2dp2-mtp-l4-healthy", "user_manual_tp.py", "--layers 4 --seed 5"),
+    ("dp4-mtp-fwd1.7x-r2", "user_manual_tp.py", "--tp 1 --slow-rank 2 --factor 1.7"),
+    ("dp4-mtp-stepsleep27ms-r0", "user_manual_tp.py", "--tp 1 --slow-rank 0 --sleep-ms 27"),
+    ("tp2-mtp-fwd1.65x-r0", "user_manual_tp.py", "--slow-rank 0 --factor 1.65"),
+    ("tp2-mtp-attn4-r1", "user_manual_tp.py", "--slow-rank 1 --attn-extra 4"),
+    ("tp2-mtp-healthy", "user_manual_tp.py", "--seed 7"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81}
+_LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
+            "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
+"""(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
+
+
+def layout_of(case_id: str) -> tuple[int, int, int]:
+    return _LAYOUTS.get(case_id.split("-")[0], (1, 1, 4))
+
+
+def world_of(case_id: str) -> int:
+    """The job's processes: as many as its layout's ranks."""
+    tp, pp, dp = layout_of(case_id)
+    return tp * pp * dp
 
 
 def expected(case_id: str) -> tuple[str, dict | None]:
@@ -69,17 +109,17 @@ def expected(case_id: str) -> tuple[str, dict | None]:
 
 def entry(case_id: str, script: str, args: str) -> dict:
     cls, suspect = expected(case_id)
-    tp, pp, dp = _LAYOUTS.get(case_id.split("-")[0], (1, 1, 4))
+    tp, pp, dp = layout_of(case_id)
     return {"id": case_id, "path": case_id, "format": "kineto", "class": cls, "injected": [],
             "layout": {"tp": tp, "pp": pp, "dp": dp}, "expect": {"suspect": suspect},
-            "source": f"CPU gloo, torchrun 4 processes, a user-written job (tests/corpus/{script})",
-            "command": f"OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 "
+            "source": f"CPU gloo, torchrun {tp * pp * dp} processes, a user-written job (tests/corpus/{script})",
+            "command": f"OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node={tp * pp * dp} "
                        f"tests/corpus/{script} --out $TRACE_DIR {args}"}
 
 
 def run_job(case_id: str, script: str, args: str, out: Path, timeout: int) -> str | None:
     """Run one job into ``out`` (made only when the job ends well); None, or why it failed."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_of(case_id)}",
            str(HERE / script), "--out", "", *args.split()]
     with tempfile.TemporaryDirectory(prefix=f"users-{case_id}-", dir=out.parent) as tmp:
         cmd[cmd.index("--out") + 1] = str(Path(tmp) / "trace")

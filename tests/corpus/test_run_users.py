@@ -1,0 +1,25 @@
+"""The user-written jobs' batteries: each job runs with as many processes as its layout has ranks."""
+
+import importlib.util
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("run_users", HERE / "run_users.py")
+run_users = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run_users)
+
+
+def test_a_job_runs_with_its_layouts_ranks():
+    assert run_users.world_of("tp2-mtp-healthy") == 2
+    assert run_users.world_of("dp2-tf-w144-fwd1.5x-r0") == 2
+    assert run_users.world_of("tp2dp2-mtp-stepsleep23ms-r3") == 4
+    assert run_users.world_of("ddp4-cnn-c40-i40-healthy") == 4
+    assert run_users.entry("tp2-mtp-fwd1.65x-r0", "user_manual_tp.py", "--slow-rank 0")["layout"] == {"tp": 2, "pp": 1, "dp": 1}
+
+
+def test_batteries_have_unique_ids_and_their_answers():
+    for name, battery in run_users.BATTERIES.items():
+        ids = [c[0] for c in battery]
+        assert len(ids) == len(set(ids)), name
+    assert run_users.expected("dp4-mtp-stepsleep27ms-r0") == ("fault", {"rank": 0, "kinds": ["slow_host"]})
+    assert run_users.expected("tp2dp2-mtp-seqlognorm0.7")[0] == "imbalance"
