@@ -11,7 +11,7 @@ project does not install (``pip install 'accelerate>=1.1' lightning==2.6.6`` onc
 ``make_corpus.py`` drives the project's own jobs (``_job.py``, megatron-core) and measures
 what each injection cost; these are jobs written as users write them, whose answer is the
 injection alone: a rank named by ``-rN`` in the id, slow compute for added work (``fwd``,
-``extra``), a slow host for a sleep; none for the rest (``seqlognorm`` and ``last`` are
+``extra``), a slow host for a sleep, either for a busy thread beside it (``hog``); none for the rest (``seqlognorm`` and ``last`` are
 imbalance). Whether an injection cost 10% of its rank's step is not measured here: read it
 from the trace (``mapp sql DIR/ID -c "FROM iterations"``) before calling a miss a miss.
 """
@@ -83,6 +83,17 @@ USERS81 = [  # held out in the eighty-first session, run once each on the develo
     ("tp2-mtp-fwd1.65x-r0", "user_manual_tp.py", "--slow-rank 0 --factor 1.65"),
     ("tp2-mtp-attn4-r1", "user_manual_tp.py", "--slow-rank 1 --attn-extra 4"),
     ("tp2-mtp-healthy", "user_manual_tp.py", "--seed 7"),
+    # a LLaMA-style decoder under FSDP1 (FullyShardedDataParallel), shapes and memory recorded, plain JSON
+    ("dp4-llama-tie-s3-healthy", "user_fsdp_llama.py", "--tie --seed 3"),
+    ("dp4-llama-fwd1.45x-r2", "user_fsdp_llama.py", "--slow-rank 2 --factor 1.45"),
+    ("dp4-llama-ckpt-fwd3.3x-r1", "user_fsdp_llama.py", "--ckpt --slow-rank 1 --factor 3.3"),
+    ("dp4-llama-hog-r3", "user_fsdp_llama.py", "--slow-rank 3 --hog"),
+    ("dp4-llama-optsleep24ms-r1", "user_fsdp_llama.py", "--slow-rank 1 --opt-sleep-ms 24"),
+    ("dp4-llama-accum2-optsleep43ms-r0", "user_fsdp_llama.py", "--accum 2 --slow-rank 0 --opt-sleep-ms 43"),
+    ("dp4-llama-seqlognorm0.8-s2", "user_fsdp_llama.py", "--seq-sigma 0.8 --seed 2"),
+    ("dp2-llama-fwd2.7x-r1", "user_fsdp_llama.py", "--slow-rank 1 --factor 2.7"),
+    ("dp2-llama-ckpt-s1-healthy", "user_fsdp_llama.py", "--ckpt --seed 1"),
+    ("dp4-llama-ddp-s5-healthy", "user_fsdp_llama.py", "--ddp --seed 5"),
 ]
 BATTERIES = {"users74": USERS74, "users81": USERS81}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
@@ -103,7 +114,10 @@ def world_of(case_id: str) -> int:
 def expected(case_id: str) -> tuple[str, dict | None]:
     """(class, expect.suspect) from the id (see the module doc)."""
     if m := re.search(r"-r(\d+)$", case_id):
-        return "fault", {"rank": int(m.group(1)), "kinds": ["slow_host" if "sleep" in case_id else "slow_compute"]}
+        kinds = (["slow_host"] if "sleep" in case_id
+                 else ["slow_compute", "slow_host"] if "hog" in case_id   # a busy thread beside the rank's own
+                 else ["slow_compute"])
+        return "fault", {"rank": int(m.group(1)), "kinds": kinds}
     return ("imbalance" if "seqlognorm" in case_id or "-last" in case_id else "healthy"), None
 
 

@@ -23,3 +23,5 @@ def test_batteries_have_unique_ids_and_their_answers():
         assert len(ids) == len(set(ids)), name
     assert run_users.expected("dp4-mtp-stepsleep27ms-r0") == ("fault", {"rank": 0, "kinds": ["slow_host"]})
     assert run_users.expected("tp2dp2-mtp-seqlognorm0.7")[0] == "imbalance"
+    assert run_users.expected("dp4-llama-hog-r3")[1]["kinds"] == ["slow_compute", "slow_host"]
+    assert run_users.expected("dp4-llama-seqlognorm0.8-s2") == ("imbalance", None)
