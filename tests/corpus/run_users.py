@@ -11,8 +11,8 @@ project does not install (``pip install 'accelerate>=1.1' lightning==2.6.6`` onc
 ``make_corpus.py`` drives the project's own jobs (``_job.py``, megatron-core) and measures
 what each injection cost; these are jobs written as users write them, whose answer is the
 injection alone: a rank named by ``-rN`` in the id, slow compute for added work (``fwd``,
-``extra``), a slow host for a sleep, either for a busy thread beside it (``hog``); none for the rest (``seqlognorm`` and ``last`` are
-imbalance). Whether an injection cost 10% of its rank's step is not measured here: read it
+``extra``), a slow host for a sleep, either for a busy thread beside it (``hog``); none for the
+rest (``seqlognorm`` and ``last`` are imbalance). Whether an injection cost 10% of its rank's step is not measured here: read it
 from the trace (``mapp sql DIR/ID -c "FROM iterations"``) before calling a miss a miss.
 """
 
