@@ -6687,6 +6687,50 @@ def fresh205_set(seed: int = FRESH205_SEED) -> list[Case]:
     ]
 
 
+FRESH206_SEED = 1409
+CPU_SHAPE_206 = {"mapp-v1": {"--hidden": "184", "--heads": "8", "--seq": "144"},
+                 "kineto": {"--hidden": "328", "--heads": "8", "--seq": "112"}}
+
+
+def fresh206_set(seed: int = FRESH206_SEED) -> list[Case]:
+    """Held out on the development machine's own 2 cores after ``fresh205`` (``--set fresh206``,
+    seed 1409, ``CPU_SHAPE_206``), committed before its first run: the kinds of job earlier sets
+    on shared cores missed most (matmul layer faults of 1.35-1.45x in PP2 with one rank a stage,
+    DP4, PP2 x DP2 and PP4; a process spinning beside a rank) with ten traced iterations, beside
+    host sleeps, loaded links, healthy, lognormal and heavier-last-stage jobs, 2 and 4 processes.
+    Ids end in ``-f206``."""
+    g, plain = _ten(CPU_SHAPE_206, seed, "-f206")
+    link = _loaded_link(g)
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        mm("pp2", 0, 1.4),
+        mm("pp2", 1, 1.45),
+        g("pp2", "mapp-v1", "healthy"),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        mm("dp4", 3, 1.35),
+        g("dp4", "mapp-v1", "layer", rank=1, factor=1.3),
+        mm("pp2dp2", 2, 1.35),
+        mm("pp4", 2, 1.4),
+        g("tp2pp2", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("dp4", "mapp-v1", "cpuhog", rank=2, duty=0.5),
+        g("pp2dp2", "kineto", "cpuhog", rank=1, duty=0.5),
+        g("pp4", "kineto", "layer", rank=0, factor=1.4),
+        g("tp2pp2", "kineto", "healthy"),
+        g("tp2dp2", "kineto", "healthy"),
+        g("dp2", "mapp-v1", "hostsleep", rank=1, ms=22),
+        g("dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=3, ms=24),
+        g("pp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        link("pp4", (0, 1), 2.5),
+        link("tp2pp2", (0, 2), 3),
+        plain("fsdp4", "dp4", rank=0, factor=1.5),
+        plain("ddp4", "dp4", rank=3, sleep_ms=30),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7330,7 +7374,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
