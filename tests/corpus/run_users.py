@@ -94,6 +94,19 @@ USERS81 = [  # held out in the eighty-first session, run once each on the develo
     ("dp2-llama-fwd2.7x-r1", "user_fsdp_llama.py", "--slow-rank 1 --factor 2.7"),
     ("dp2-llama-ckpt-s1-healthy", "user_fsdp_llama.py", "--ckpt --seed 1"),
     ("dp4-llama-ddp-s5-healthy", "user_fsdp_llama.py", "--ddp --seed 5"),
+    # megatron-core's own loop as its simple example writes it (GPTModel, mcore DDP, get_forward_backward_func)
+    ("tp2dp2-mcl-fwd2.15x-r2", "user_mcore_loop.py", "--tp 2 --slow-rank 2 --factor 2.15"),
+    ("tp2dp2-mcl-datasleep23ms-r3", "user_mcore_loop.py", "--tp 2 --slow-rank 3 --data-sleep-ms 23"),
+    ("tp2dp2-mcl-s48-seqlognorm0.75", "user_mcore_loop.py", "--tp 2 --seq-sigma 0.75 --seq 48 --seed 2"),
+    ("tp2dp2-mcl-h192-healthy", "user_mcore_loop.py", "--tp 2 --hidden 192 --micro-batch-size 2 --seed 3"),
+    ("pp2dp2-mcl-datasleep21ms-r2", "user_mcore_loop.py", "--pp 2 --slow-rank 2 --data-sleep-ms 21"),
+    ("pp2dp2-mcl-mb6-healthy", "user_mcore_loop.py", "--pp 2 --num-microbatches 6 --seed 5"),
+    ("dp4-mcl-fwd1.7x-r1", "user_mcore_loop.py", "--slow-rank 1 --factor 1.7"),
+    ("dp4-mcl-s48-seqlognorm0.7", "user_mcore_loop.py", "--seq-sigma 0.7 --seq 48"),
+    ("pp4-mcl-last2", "user_mcore_loop.py", "--pp 4 --last-heavier 2"),
+    ("pp4-mcl-fwd1.55x-r3", "user_mcore_loop.py", "--pp 4 --slow-rank 3 --factor 1.55"),
+    ("tp2-mcl-fwd1.6x-r0", "user_mcore_loop.py", "--tp 2 --slow-rank 0 --factor 1.6"),
+    ("dp2-mcl-datasleep27ms-r1", "user_mcore_loop.py", "--slow-rank 1 --data-sleep-ms 27"),
 ]
 BATTERIES = {"users74": USERS74, "users81": USERS81}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
