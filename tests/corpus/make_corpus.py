@@ -6731,6 +6731,36 @@ def fresh206_set(seed: int = FRESH206_SEED) -> list[Case]:
     ]
 
 
+FRESH207_SEED = 1423
+
+
+def fresh207_set(seed: int = FRESH207_SEED) -> list[Case]:
+    """Held out on the development machine's own 2 cores after ``fresh206`` (``--set fresh207``,
+    seed 1423, ``CPU_SHAPE_205``), committed before its first run: 8 processes on those 2 cores,
+    busier than any earlier set (DP8, PP2 x DP4, PP4 x DP2, TP2 x PP2 x DP2: layer faults, a host
+    sleep, a loaded link, healthy, lognormal, heavier last stage), and in 4-process jobs faults
+    nearer the threshold (layers 1.2-1.25x). Ids end in ``-f207``."""
+    g, _ = _ten(CPU_SHAPE_205, seed, "-f207")
+    link = _loaded_link(g)
+    return [
+        g("dp8", "mapp-v1", "layer", rank=5, factor=1.4),
+        g("dp8", "mapp-v1", "healthy"),
+        g("dp8", "kineto", "layer", rank=2, factor=1.45),
+        g("pp2dp4", "mapp-v1", "layer", rank=6, factor=1.4, work="matmul"),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4dp2", "mapp-v1", "hostsleep", rank=3, ms=25),
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2dp2", "mapp-v1", "layer", rank=4, factor=1.4),
+        g("tp2pp2dp2", "kineto", "healthy"),
+        link("pp2dp4", (1, 5), 3),
+        g("dp4", "mapp-v1", "layer", rank=0, factor=1.25),
+        g("tp2dp2", "mapp-v1", "layer", rank=3, factor=1.2),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.25),
+        g("dp4", "kineto", "layer", rank=2, factor=1.25),
+        g("tp2dp2", "kineto", "healthy"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7374,7 +7404,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
