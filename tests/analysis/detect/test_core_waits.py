@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.core_waits import records_waits, waited
+from mapp.analysis.detect.core_waits import absorbed, records_waits, waited
 
 
 def _spans(rows):
@@ -31,3 +31,26 @@ def test_a_rank_waits_stand_out_only_in_every_iteration():
     # its peers: ranks 0 and 2 wait 2, rank 3 waits 3 (rank 2 40 once): their median 2 of 100
     assert found[1]["share"] == 0.3 and found[1]["peers_share"] == 0.02
     assert found[1]["iterations"] == [1, 2, 3]
+
+
+def _flagged(ranks):
+    return pl.DataFrame({"rank": ranks, "flagged": [True] * len(ranks)}, schema={"rank": pl.Int32, "flagged": pl.Boolean})
+
+
+def _nets(nets_ms):
+    return pl.DataFrame({"rank": list(range(len(nets_ms))), "net_ns": [n * 1e6 for n in nets_ms]},
+                        schema={"rank": pl.Int32, "net_ns": pl.Float64})
+
+
+def test_a_rank_that_waited_on_net_more_than_the_others_is_absorbed():
+    # (hand-made) rank 1's own time grew with cold caches, yet it waited for its peers 104 ms
+    # more than they waited for it, the others above zero on net: its extra time cost no one
+    out = absorbed(_flagged([1]), _nets([40, -104, 30, 34]))
+    assert out["flagged"].to_list() == [False]
+
+
+def test_where_every_rank_waits_on_net_the_highest_net_still_made_the_others_wait():
+    # fresh207's DP8 on 2 cores, rank 5's layers 1.8x: every rank below zero, rank 5 the highest
+    nets = [-2239, -2466, -1001, -1750, -1136, -488, -2329, -1812]
+    out = absorbed(_flagged([5, 1]), _nets(nets))
+    assert dict(zip(out["rank"].to_list(), out["flagged"].to_list())) == {5: True, 1: False}
