@@ -6761,6 +6761,33 @@ def fresh207_set(seed: int = FRESH207_SEED) -> list[Case]:
     ]
 
 
+FRESH208_SEED = 1427
+
+
+def fresh208_set(seed: int = FRESH208_SEED) -> list[Case]:
+    """Held out after ``core_waits.absorbed`` judged a rank's net wait against the other ranks'
+    (``--set fresh208``, seed 1427, ``CPU_SHAPE_206``), committed before its first run: 8 processes
+    on the development machine's 2 cores (DP8, PP2 x DP4, PP4 x DP2, TP2 x PP2 x DP2) with layer
+    faults, a host sleep and no fault, beside 4-process jobs with layers 1.25x and none. Ids end
+    in ``-f208``."""
+    g, _ = _ten(CPU_SHAPE_206, seed, "-f208")
+    return [
+        g("dp8", "mapp-v1", "layer", rank=2, factor=1.35),
+        g("dp8", "mapp-v1", "layer", rank=6, factor=1.4, work="matmul"),
+        g("dp8", "mapp-v1", "healthy"),
+        g("dp8", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp4", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("pp2dp4", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "layer", rank=5, factor=1.4, work="matmul"),
+        g("pp4dp2", "mapp-v1", "healthy"),
+        g("tp2pp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2dp2", "mapp-v1", "hostsleep", rank=6, ms=26),
+        g("dp4", "mapp-v1", "layer", rank=3, factor=1.25),
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "layer", rank=1, factor=1.25),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7404,7 +7431,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
