@@ -10,9 +10,11 @@ from ._torchrun import ROOT, env
 
 SCRIPT = r"""
 import argparse, os, sys, tempfile
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1")
+os.environ.update(RANK="0", WORLD_SIZE="1")
 import torch.distributed as dist
-dist.init_process_group("gloo")
+# a file store, not a TCP port: a port picked free can be taken before it is bound (EADDRINUSE
+# once, under the full suite's parallel workers)
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
 from mapp.megatron_hooks.cpu_patches import apply_if_cpu
 assert apply_if_cpu()
 from megatron.core import parallel_state as ps
@@ -53,13 +55,8 @@ print("OK")
 """
 
 
-def test_install_uninstall_and_flags():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(port)], capture_output=True, text=True,
+def test_install_uninstall_and_flags(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "store")], capture_output=True, text=True,
                           env=env(), cwd=ROOT, timeout=120)
     assert proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr[-4000:]
 
