@@ -12,8 +12,9 @@ project does not install (``pip install 'accelerate>=1.1' lightning==2.6.6`` onc
 what each injection cost; these are jobs written as users write them, whose answer is the
 injection alone: a rank named by ``-rN`` in the id, slow compute for added work (``fwd``,
 ``extra``), a slow host for a sleep, either for a busy thread beside it (``hog``); none for the
-rest (``seqlognorm`` and ``last`` are imbalance). Whether an injection cost 10% of its rank's step is not measured here: read it
-from the trace (``mapp sql DIR/ID -c "FROM iterations"``) before calling a miss a miss.
+rest (``seqlognorm`` and ``last`` are imbalance). Whether an injection cost 10% of its rank's
+step is not measured here: read it from the trace (``mapp sql DIR/ID -c "FROM iterations"``)
+before calling a miss a miss.
 """
 
 from __future__ import annotations

@@ -14,13 +14,17 @@ def test_a_job_runs_with_its_layouts_ranks():
     assert run_users.world_of("dp2-tf-w144-fwd1.5x-r0") == 2
     assert run_users.world_of("tp2dp2-mtp-stepsleep23ms-r3") == 4
     assert run_users.world_of("ddp4-cnn-c40-i40-healthy") == 4
-    assert run_users.entry("tp2-mtp-fwd1.65x-r0", "user_manual_tp.py", "--slow-rank 0")["layout"] == {"tp": 2, "pp": 1, "dp": 1}
+    entry = run_users.entry("tp2-mtp-fwd1.65x-r0", "user_manual_tp.py", "--slow-rank 0")
+    assert entry["layout"] == {"tp": 2, "pp": 1, "dp": 1} and "--nproc_per_node=2 " in entry["command"]
 
 
-def test_batteries_have_unique_ids_and_their_answers():
+def test_batteries_have_unique_ids():
     for name, battery in run_users.BATTERIES.items():
         ids = [c[0] for c in battery]
         assert len(ids) == len(set(ids)), name
+
+
+def test_a_jobs_answer_is_read_from_its_id():
     assert run_users.expected("dp4-mtp-stepsleep27ms-r0") == ("fault", {"rank": 0, "kinds": ["slow_host"]})
     assert run_users.expected("tp2dp2-mtp-seqlognorm0.7")[0] == "imbalance"
     assert run_users.expected("dp4-llama-hog-r3")[1]["kinds"] == ["slow_compute", "slow_host"]
