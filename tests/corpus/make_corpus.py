@@ -6788,6 +6788,99 @@ def fresh208_set(seed: int = FRESH208_SEED) -> list[Case]:
     ]
 
 
+FRESH209_SEED = 1433
+CPU_SHAPE_209 = {"mapp-v1": {"--hidden": "192", "--heads": "8", "--seq": "160"},
+                 "kineto": {"--hidden": "336", "--heads": "8", "--seq": "96"}}
+
+
+def fresh209_set(seed: int = FRESH209_SEED) -> list[Case]:
+    """Held out for stage 2's say over a pipeline rank on shared cores (``--set fresh209``, seed
+    1433, ``CPU_SHAPE_209``), committed before its first run: 8 processes on 2 and on 4 cores of
+    the GPU host (PP2 x DP4, PP4 x DP2, TP2 x PP2 x DP2, DP8), layer faults of 1.3-1.5x on ranks of
+    every stage, where the slowed rank may wait at its transfers more than it makes others wait,
+    beside as many jobs without a fault (healthy, lognormal lengths, a heavier last stage), where
+    a rank stretched by its core must not be named. Ids end in ``-f209``."""
+    g, _ = _ten(CPU_SHAPE_209, seed, "-f209")
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        mm("pp2dp4", 6, 1.4),
+        g("pp2dp4", "mapp-v1", "layer", rank=2, factor=1.35),
+        mm("pp2dp4", 1, 1.3),
+        g("pp2dp4", "mapp-v1", "layer", rank=5, factor=1.5),
+        mm("pp4dp2", 2, 1.4),
+        g("pp4dp2", "mapp-v1", "layer", rank=7, factor=1.35),
+        mm("pp4dp2", 4, 1.3),
+        mm("tp2pp2dp2", 5, 1.4),
+        g("tp2pp2dp2", "mapp-v1", "layer", rank=2, factor=1.45),
+        mm("dp8", 3, 1.3),
+        g("pp2dp4", "kineto", "layer", rank=4, factor=1.45),
+        g("pp4dp2", "kineto", "layer", rank=1, factor=1.45),
+        g("pp2dp4", "mapp-v1", "healthy"),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp4", "mapp-v1", "laststage", last_layers=3),
+        g("pp4dp2", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "seqlognorm", sigma=0.8),
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("tp2pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp8", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp2dp4", "kineto", "healthy"),
+        g("pp4dp2", "kineto", "seqlognorm", sigma=0.9),
+    ]
+
+
+FRESH210_SEED = 1439
+
+
+def fresh210_set(seed: int = FRESH210_SEED) -> list[Case]:
+    """Held out beside ``fresh209`` (``--set fresh210``, seed 1439, ``CPU_SHAPE_209``), committed
+    before its first run: issue 13's 4- and 2-process jobs on 2 and on 4 cores of the GPU host
+    (plain DDP, FSDP and DP x TP profiler jobs with no layout; megatron-core under both captures:
+    layer faults of 1.25-1.5x, host sleeps, work before each microbatch, a loaded link, a process
+    spinning beside a rank) and as many without a fault. Ids end in ``-f210``."""
+    g, plain = _ten(CPU_SHAPE_209, seed, "-f210")
+    link = _loaded_link(g)
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        plain("ddp4", "dp4", rank=2, factor=1.5),
+        plain("ddp4", "dp4", rank=0, sleep_ms=25),
+        plain("ddp4", "dp4"),
+        plain("fsdp4", "dp4", rank=1, factor=1.5),
+        plain("fsdp4", "dp4"),
+        plain("tp2dp2", "tp2dp2", rank=2, factor=1.6),
+        plain("tp2dp2", "tp2dp2", rank=1, factor=2.5),
+        plain("ddp2", "dp2", rank=0, factor=1.5),
+        mm("pp2", 1, 1.4),
+        g("pp2", "mapp-v1", "laststage", last_layers=3),
+        mm("dp4", 1, 1.3),
+        g("pp2dp2", "mapp-v1", "layer", rank=3, factor=1.35),
+        g("tp2dp2", "mapp-v1", "layer", rank=0, factor=1.25),
+        mm("pp4", 3, 1.35),
+        g("tp2pp2", "mapp-v1", "layer", rank=2, factor=1.4),
+        g("dp4", "mapp-v1", "hostsleep", rank=2, ms=24),
+        g("pp2dp2", "mapp-v1", "beforemb", rank=1, ms=22),
+        g("tp2dp2", "mapp-v1", "cpuhog", rank=3, duty=0.5),
+        link("pp2dp2", (0, 2), 3),
+        g("dp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("dp4", "kineto", "layer", rank=3, factor=1.4),
+        g("tp2dp2", "kineto", "hostsleep", rank=1, ms=24),
+        g("pp2dp2", "kineto", "layer", rank=2, factor=1.45),
+        g("tp2", "kineto", "layer", rank=0, factor=1.5),
+        g("tp2dp2", "kineto", "healthy"),
+        g("pp4", "kineto", "seqlognorm", sigma=0.9),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7431,7 +7524,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
