@@ -24,12 +24,10 @@ waited on a run queue. Two things follow where CPU processes share cores.
 
 from __future__ import annotations
 
-import statistics
-
 import polars as pl
 
 from mapp.analysis.detect.findings import Suspect
-from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
+from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence, waits_more_than_most
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.own_time import RUNNABLE
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -60,8 +58,9 @@ def records_waits(events: pl.DataFrame) -> bool:
 def absorbed(ranks: pl.DataFrame, lateness_ranks: pl.DataFrame | None) -> pl.DataFrame:
     """``ranks`` (stage 1's per-rank table) with ``flagged`` cleared for ranks that waited for
     their peers at collectives more than the peers waited for them (stage 2's ``net_ns`` below
-    zero) and more than the other ranks did (below their median net): their extra own time cost
-    the job nothing.
+    zero) and more than the other ranks did (below their median net; the job's steady rank only
+    where its net stands out: ``lateness.waits_more_than_most``): their extra own time cost the
+    job nothing.
 
     Why against the others too: on cores shared by more processes than they have (8 on 2), every
     rank waits at collectives for a core as well as for its peers, and every rank's net is below
@@ -69,13 +68,9 @@ def absorbed(ranks: pl.DataFrame, lateness_ranks: pl.DataFrame | None) -> pl.Dat
     (DP8, rank 5's layers 1.8x its peers': net -488 ms a run, the others' -1,001 to -2,466 ms)."""
     if lateness_ranks is None or lateness_ranks.is_empty() or "flagged" not in ranks.columns:
         return ranks
-    nets = dict(zip(lateness_ranks["rank"].to_list(), lateness_ranks["net_ns"].to_list()))
-
-    def below_the_others(rank: int, net: float) -> bool:
-        others = sorted(v for r, v in nets.items() if r != rank and v is not None)
-        return not others or net < statistics.median(others)
-
-    waiters = pl.Series([r for r, net in nets.items() if net is not None and net < 0 and below_the_others(r, net)],
+    steady = set(ranks.filter(pl.col("steady").is_not_null())["rank"].to_list()) if "steady" in ranks.columns else set()
+    waiters = pl.Series([r["rank"] for r in lateness_ranks.iter_rows(named=True)
+                         if r["net_ns"] is not None and waits_more_than_most(r, steady=r["rank"] in steady)],
                         dtype=ranks["rank"].dtype)
     return ranks.with_columns(flagged=pl.col("flagged") & ~pl.col("rank").is_in(waiters.implode()))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from mapp.analysis.detect.findings import Overruled
+from mapp.analysis.detect.lateness import stands_out_waiting
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.thresholds import CONSISTENT
 
@@ -30,7 +31,7 @@ def stage2_agrees(late: dict | None) -> bool:
     return late is not None and late["net_ns"] > 0 and late["share_last"] >= late["expected_share"]
 
 
-def stage2_contradicts(late: dict | None) -> bool:
+def stage2_contradicts(late: dict | None, steady: bool = False) -> bool:
     """Stage 2 finds the rank no straggler on both counts: last no more often than chance, and
     waiting on the others, net, at least as long as they wait on it. On shared CPUs a slower
     core stretches a healthy process's layers in every step as a fault would, but only what the
@@ -39,8 +40,18 @@ def stage2_contradicts(late: dict | None) -> bool:
     time: rank 1's layers 1.20x its peers' at z 7.4 in three steps of four, last at 4 of 16
     all-reduces, waiting 24 ms net, "slow compute 1"). A rank slowed in a pipeline may wait at its
     transfers more than it makes others wait and still be last more often than chance (PP4 x DP8
-    on 16 cores, 1.9x layers on rank 13: last at 25%, chance 12.5%, 23 ms net waited)."""
-    return late is not None and late["net_ns"] <= 0 and late["share_last"] <= late["expected_share"]
+    on 16 cores, 1.9x layers on rank 13: last at 25%, chance 12.5%, 23 ms net waited).
+
+    For the job's steady rank (``steady``: its layers slower than its peers' in every traced
+    iteration, alone of the job) the net must also stand out below the others'
+    (``lateness.stands_out_waiting``): with 8 processes on 2 cores every rank waits net (PP2 x
+    DP4, rank 6's matmul layers 1.41x its stage peers' at least in every step, z 17, last at no
+    more than chance: net -569 ms, the others' median -1,393 ms). Not the others' median alone:
+    in groups of 4 on 2 cores a rank a fault elsewhere slows, or one given more tokens, waits
+    net little more than the others (DP4, a process spinning beside rank 0: rank 1 named at
+    1.20x, net 70 ms above the others' median; DP4 with hot experts on rank 0, no fault)."""
+    return (late is not None and late["net_ns"] <= 0 and late["share_last"] <= late["expected_share"]
+            and (not steady or stands_out_waiting(late)))
 
 
 def most_steps(late: dict | None) -> bool:
@@ -367,7 +378,7 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          "two-peer comparison: stage 2 timed none of its collectives with every member, as untraced ranks or "
          "unaligned clocks left them incomplete, so it cannot tell which of the two waits"),
         (shared_cpus and not host and not peers.pairs and peers.mode in ("dp peers", "stage peers")
-         and stage2_contradicts(late),
+         and stage2_contradicts(late, steady=row.get("steady") is not None),
          bool(row.get("layer_alone")) or counted_work, "stage 2 finds it waiting on the others more than they wait on it"),
         (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= traced_iterations(peers),
          False, "one rank a stage: slower than the other stage's same layers in half the iterations or fewer"),

@@ -37,20 +37,47 @@ def _flagged(ranks):
     return pl.DataFrame({"rank": ranks, "flagged": [True] * len(ranks)}, schema={"rank": pl.Int32, "flagged": pl.Boolean})
 
 
-def _nets(nets_ms):
-    return pl.DataFrame({"rank": list(range(len(nets_ms))), "net_ns": [n * 1e6 for n in nets_ms]},
-                        schema={"rank": pl.Int32, "net_ns": pl.Float64})
+def _nets(nets_ms, others_ms, net_z=None):
+    """Stage 2's table as ``lateness`` writes it: each rank's net, the others' median (given by
+    hand), and ``net_z`` where a test needs it."""
+    return pl.DataFrame({"rank": list(range(len(nets_ms))), "net_ns": [n * 1e6 for n in nets_ms],
+                         "others_net_ns": [o * 1e6 for o in others_ms],
+                         "net_z": net_z or [0.0] * len(nets_ms)},
+                        schema={"rank": pl.Int32, "net_ns": pl.Float64, "others_net_ns": pl.Float64, "net_z": pl.Float64})
 
 
 def test_a_rank_that_waited_on_net_more_than_the_others_is_absorbed():
     # (hand-made) rank 1's own time grew with cold caches, yet it waited for its peers 104 ms
     # more than they waited for it, the others above zero on net: its extra time cost no one
-    out = absorbed(_flagged([1]), _nets([40, -104, 30, 34]))
+    out = absorbed(_flagged([1]), _nets([40, -104, 30, 34], [32, 34, 34, 30]))
     assert out["flagged"].to_list() == [False]
 
 
 def test_where_every_rank_waits_on_net_the_highest_net_still_made_the_others_wait():
     # fresh207's DP8 on 2 cores, rank 5's layers 1.8x: every rank below zero, rank 5 the highest
     nets = [-2239, -2466, -1001, -1750, -1136, -488, -2329, -1812]
-    out = absorbed(_flagged([5, 1]), _nets(nets))
+    # the others' medians: rank 5's -1,812; rank 1's -1,750
+    out = absorbed(_flagged([5, 1]), _nets(nets, [-1812, -1750, -1812, -1812, -1812, -1812, -1812, -1781]))
     assert dict(zip(out["rank"].to_list(), out["flagged"].to_list())) == {5: True, 1: False}
+
+
+def _steady(flagged_ranks, steady_rank, ratio):
+    return _flagged(flagged_ranks).with_columns(
+        steady=pl.when(pl.col("rank") == steady_rank).then(ratio).otherwise(None).cast(pl.Float64))
+
+
+def test_a_steady_rank_is_absorbed_only_where_its_net_wait_stands_out():
+    # fresh209's PP2 x DP4 on 2 cores, rank 6's matmul layers 1.39x its peers' at least in every
+    # step: its net 225 ms under the others' median but within their scatter (net_z -0.37)
+    nets = [-1164, -638, -986, -567, -1447, -595, -863, -523]
+    others = [-638, -863, -638, -863, -638, -863, -638, -863]
+    z = [-1.1, 0.3, -0.6, 0.5, -2.0, 0.4, -0.37, 0.6]
+    out = absorbed(_steady([6], 6, 1.39), _nets(nets, others, z))
+    assert out["flagged"].to_list() == [True]
+    # a steady victim waits clearly more: the same nets with rank 6's at net_z -1.3 absorb it
+    z[6] = -1.3
+    out = absorbed(_steady([6], 6, 1.39), _nets(nets, others, z))
+    assert out["flagged"].to_list() == [False]
+    # and a rank that is not the job's steady one is absorbed below the median, however near
+    out = absorbed(_steady([6], 2, 1.3), _nets(nets, others, [-0.37 if r == 6 else 0.0 for r in range(8)]))
+    assert out["flagged"].to_list() == [False]

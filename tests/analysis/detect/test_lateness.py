@@ -1,11 +1,12 @@
-"""Stage 2's waits for communication a rank only launched (``lateness._launched_waits``) and the
-waiting a rank imposes at one point of every iteration (``lateness._recurring``)."""
+"""Stage 2's waits for communication a rank only launched (``lateness._launched_waits``), the
+waiting a rank imposes at one point of every iteration (``lateness._recurring``), and a rank's
+net wait against the others' (``others_median``, ``waits_more_than_most``)."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.lateness import _launched_waits, _recurring
+from mapp.analysis.detect.lateness import _launched_waits, _recurring, others_median, waits_more_than_most
 
 
 def _launches(rows):
@@ -66,3 +67,23 @@ def test_a_rank_last_at_the_same_point_of_every_iteration_imposes_recurring_wait
     out = dict(_recurring(m, blame).select("rank", "recurring_ns").rows())
     assert out[0] == 20e6
     assert 1 not in out and 2 not in out   # rank 1 last at the second in 2 of 3 iterations: under CONSISTENT
+
+
+def test_each_rank_is_measured_against_the_median_of_the_others():
+    # (by hand) of 1, 2, 3, 4: rank 0's others 2, 3, 4 -> 3; rank 3's 1, 2, 3 -> 2
+    assert others_median([1.0, 2.0, 3.0, 4.0]) == [3.0, 3.0, 2.0, 2.0]
+    # an even number of others: the middle two's mean (rank 0's 1, 2, 7, 10 -> 4.5); order kept
+    assert others_median([1.0, 1.0, 2.0, 10.0, 7.0]) == [4.5, 4.5, 4.0, 1.5, 1.5]
+    assert others_median([5.0]) == [None]
+
+
+def test_a_steady_rank_waits_more_than_most_only_where_its_net_stands_out():
+    # 8 ranks on 2 cores: rank 6 waits 225 ms net more than the others' median, within the
+    # scatter (net_z -0.37): enough against any rank, not against the job's steady one
+    late = {"net_ns": -863e6, "others_net_ns": -638e6, "net_z": -0.37}
+    assert waits_more_than_most(late)
+    assert not waits_more_than_most(late, steady=True)
+    assert waits_more_than_most({**late, "net_z": -1.3}, steady=True)
+    # above the others' median, or above zero: no waiter whatever its z
+    assert not waits_more_than_most({**late, "others_net_ns": -900e6})
+    assert not waits_more_than_most({"net_ns": 5e6, "others_net_ns": 9e6, "net_z": -2.0})
