@@ -6924,6 +6924,47 @@ def fresh211_set(seed: int = FRESH211_SEED) -> list[Case]:
     ]
 
 
+FRESH212_SEED = 1451
+
+
+def fresh212_set(seed: int = FRESH212_SEED) -> list[Case]:
+    """Held out after ``fresh211`` (``--set fresh212``, seed 1451, ``CPU_SHAPE_209``), committed
+    before its first run, for slices of 2 and 4 cores of the GPU host: 8-process jobs (layer
+    faults of 1.3-1.45x, host sleeps, no fault) and 4-process ones (issue 13's plain profiler jobs,
+    megatron-core layer faults and sleeps, no fault). Ids end in ``-f212``."""
+    g, plain = _ten(CPU_SHAPE_209, seed, "-f212")
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        mm("pp2dp4", 5, 1.35),
+        g("pp2dp4", "mapp-v1", "layer", rank=0, factor=1.4),
+        mm("pp4dp2", 3, 1.35),
+        g("dp8", "mapp-v1", "layer", rank=6, factor=1.35),
+        g("tp2pp2dp2", "mapp-v1", "layer", rank=7, factor=1.4),
+        g("pp4dp2", "mapp-v1", "hostsleep", rank=2, ms=28),
+        g("pp2dp4", "mapp-v1", "healthy"),
+        g("dp8", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("tp2pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        plain("ddp4", "dp4", rank=3, factor=1.5),
+        plain("tp2dp2", "tp2dp2", rank=0, factor=1.6),
+        plain("ddp4", "dp4", rank=1, step_sleep_ms=22),
+        plain("fsdp4", "dp4"),
+        mm("dp4", 2, 1.3),
+        mm("pp2dp2", 0, 1.35),
+        g("tp2dp2", "mapp-v1", "layer", rank=1, factor=1.3),
+        g("pp4", "mapp-v1", "layer", rank=1, factor=1.4),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=2, ms=24),
+        g("dp4", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("dp4", "kineto", "layer", rank=0, factor=1.4),
+        g("tp2dp2", "kineto", "healthy"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7567,7 +7608,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
