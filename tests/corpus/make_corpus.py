@@ -6965,6 +6965,42 @@ def fresh212_set(seed: int = FRESH212_SEED) -> list[Case]:
     ]
 
 
+FRESH213_SEED = 1453
+
+
+def fresh213_set(seed: int = FRESH213_SEED) -> list[Case]:
+    """Held out after ``lateness.stands_out_waiting`` (``--set fresh213``, seed 1453,
+    ``CPU_SHAPE_211``), committed before its first run: where that rule could name a victim, jobs
+    under mapp's capture whose fault slows other ranks than its own (host sleeps, work before each
+    microbatch, a process spinning beside a rank, a loaded link) and jobs with none, 4 and 8
+    processes on the development machine's 2 cores; the answer is the culprit or no one, never a
+    rank it slowed. Ids end in ``-f213``."""
+    g, _ = _ten(CPU_SHAPE_211, seed, "-f213")
+    link = _loaded_link(g)
+    return [
+        g("dp4", "mapp-v1", "hostsleep", rank=1, ms=30),
+        g("pp2dp2", "mapp-v1", "hostsleep", rank=0, ms=28),
+        g("tp2dp2", "mapp-v1", "beforemb", rank=2, ms=24),
+        g("tp2pp2", "mapp-v1", "hostsleep", rank=3, ms=26),
+        g("dp4", "mapp-v1", "cpuhog", rank=3, duty=0.6),
+        g("pp2dp2", "mapp-v1", "cpuhog", rank=2, duty=0.6),
+        link("pp2dp2", (1, 3), 3),
+        g("pp4", "mapp-v1", "beforemb", rank=2, ms=24),
+        g("dp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp2dp4", "mapp-v1", "hostsleep", rank=6, ms=40),
+        g("dp8", "mapp-v1", "beforemb", rank=3, ms=30),
+        g("pp4dp2", "mapp-v1", "cpuhog", rank=4, duty=0.6),
+        g("tp2pp2dp2", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp2dp4", "mapp-v1", "healthy"),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7608,7 +7644,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set, "fresh213": fresh213_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
