@@ -7001,6 +7001,43 @@ def fresh213_set(seed: int = FRESH213_SEED) -> list[Case]:
     ]
 
 
+FRESH214_SEED = 1459
+CPU_SHAPE_214 = {"mapp-v1": {"--hidden": "176", "--heads": "8", "--seq": "168"},
+                 "kineto": {"--hidden": "304", "--heads": "8", "--seq": "120"}}
+
+
+def fresh214_set(seed: int = FRESH214_SEED) -> list[Case]:
+    """Held out after ``lateness.stands_out_waiting`` (``--set fresh214``, seed 1459,
+    ``CPU_SHAPE_214``, a model shape no set used), committed before its first run: 8 processes on
+    the development machine's 2 cores under mapp's capture, layer faults nearer the threshold
+    (1.25-1.35x) on ranks of every stage, and as many jobs without a fault, where a rank its core
+    stretches in every step must not be named. Ids end in ``-f214``."""
+    g, _ = _ten(CPU_SHAPE_214, seed, "-f214")
+
+    def mm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "mapp-v1", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        mm("pp2dp4", 2, 1.3),
+        mm("pp2dp4", 7, 1.25),
+        g("pp2dp4", "mapp-v1", "layer", rank=4, factor=1.3),
+        mm("pp4dp2", 1, 1.3),
+        g("pp4dp2", "mapp-v1", "layer", rank=5, factor=1.25),
+        mm("dp8", 0, 1.3),
+        g("tp2pp2dp2", "mapp-v1", "layer", rank=6, factor=1.35),
+        mm("tp2pp2dp2", 3, 1.3),
+        g("pp2dp4", "mapp-v1", "healthy"),
+        g("pp4dp2", "mapp-v1", "healthy"),
+        g("dp8", "mapp-v1", "healthy"),
+        g("tp2pp2dp2", "mapp-v1", "healthy"),
+        g("pp2dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("dp8", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp4dp2", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2dp2", "mapp-v1", "laststage", last_layers=3),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7644,7 +7681,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set, "fresh213": fresh213_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set, "fresh213": fresh213_set, "fresh214": fresh214_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
