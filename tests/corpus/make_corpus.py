@@ -7038,6 +7038,35 @@ def fresh214_set(seed: int = FRESH214_SEED) -> list[Case]:
     ]
 
 
+FRESH215_SEED = 1471
+
+
+def fresh215_set(seed: int = FRESH215_SEED) -> list[Case]:
+    """Held out after ``lateness.stands_out_waiting`` (``--set fresh215``, seed 1471,
+    ``CPU_SHAPE_214``), committed before its first run: issue 13's 4 gloo processes on the
+    development machine's 2 cores under mapp's capture, mostly jobs without a fault (healthy,
+    lognormal lengths, a heavier last stage: where a process its core stretches in every step
+    could be the job's steady rank) beside layer faults of 1.3x. Ids end in ``-f215``."""
+    g, _ = _ten(CPU_SHAPE_214, seed, "-f215")
+    return [
+        g("dp4", "mapp-v1", "healthy"),
+        g("pp2dp2", "mapp-v1", "healthy"),
+        g("tp2dp2", "mapp-v1", "healthy"),
+        g("tp2pp2", "mapp-v1", "healthy"),
+        g("pp4", "mapp-v1", "healthy"),
+        g("dp4", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("pp2dp2", "mapp-v1", "seqlognorm", sigma=0.9),
+        g("tp2dp2", "mapp-v1", "seqlognorm", sigma=1.0),
+        g("pp2dp2", "mapp-v1", "laststage", last_layers=3),
+        g("tp2pp2", "mapp-v1", "laststage", last_layers=3),
+        g("pp4", "mapp-v1", "laststage", last_layers=3),
+        g("dp4", "mapp-v1", "layer", rank=2, factor=1.3, work="matmul"),
+        g("pp2dp2", "mapp-v1", "layer", rank=1, factor=1.3),
+        g("tp2dp2", "mapp-v1", "layer", rank=3, factor=1.3, work="matmul"),
+        g("tp2pp2", "mapp-v1", "layer", rank=0, factor=1.3),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7681,7 +7710,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set, "fresh213": fresh213_set, "fresh214": fresh214_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set, "fresh213": fresh213_set, "fresh214": fresh214_set, "fresh215": fresh215_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,
