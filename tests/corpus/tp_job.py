@@ -165,8 +165,7 @@ def main() -> None:
     if rank == 0:
         print(f"done: {args.steps} steps, tp{args.tp} dp{world // args.tp}, step ms "
               + " ".join(f"{s * 1e3:.1f}" for s in step_s), flush=True)
-    dist.barrier()   # as ddp_job.py: no rank tears its groups down while a peer still talks to it
-    dist.destroy_process_group()
+    _job.leave()   # (no teardown at exit: ``_job.leave`` says why)
 
 
 if __name__ == "__main__":
