@@ -41,8 +41,9 @@ from mapp.bench.real import RealCase, load_corpus  # noqa: E402
 from mapp.errors import InputError  # noqa: E402
 
 _PEER_COLUMNS = ("slowdown", "z", "flagged", "lasting", "excess_ns", "busy_ns", "gap_excess_ns", "gap_z",
-                 "gap_flagged", "long_excess_ns")
-_LATE_COLUMNS = ("instances", "share_last", "expected_share", "last_z", "net_ns", "net_z", "net_lasting", "flagged")
+                 "gap_flagged", "long_excess_ns", "steady")
+_LATE_COLUMNS = ("instances", "share_last", "expected_share", "last_z", "net_ns", "net_z", "others_net_ns",
+                 "net_lasting", "flagged")
 _NVML_COLUMNS = ("nvml_other_sm_pct", "nvml_neighbour_samples", "nvml_samples")
 _SLICE_COLUMNS = ("sum_ratio", "lasting", "slow_ops", "place_lift", "microbatch_lift", "flagged", "raw_ratio",
                   "raw_lasting")
@@ -120,6 +121,12 @@ RULES = {
         pl.max_horizontal("slice_place_lift", "slice_microbatch_lift"),
         "ranks on GPUs summing slower by the threshold in nearly every step, keeping their peers waiting: "
         "the larger of their two lifts over chance; under 0.25 on both, a time-sliced GPU"),
+    "steady rank waiting net below the others (STANDS_BELOW -1)": (
+        lambda df: pl.col("shared_cpus") & pl.col("steady").is_not_null() & (pl.col("late_net_ns") < 0)
+        & (pl.col("late_net_ns") < pl.col("late_others_net_ns")),
+        pl.col("late_net_z"),
+        "the job's steady rank (layers slower in every step, alone) waiting net more than the others' median: "
+        "its net_z; stage 2 overrules it only under -1 (lateness.stands_out_waiting)"),
     "neighbour seen: other processes' SMs, % (NEIGHBOUR_SM_PCT 0)": (
         lambda df: pl.col("nvml_other_sm_pct").is_not_null(),
         pl.col("nvml_other_sm_pct"),
@@ -131,7 +138,8 @@ RULES = {
 def summary(df: pl.DataFrame) -> Table:
     table = Table(title="what the stages measure, per rule and label (min / median / max)")
     # a table written (--out) before a column was added reads as that column unmeasured
-    df = df.with_columns(pl.lit(None, pl.Float64).alias(c) for c in _NVML_COLUMNS if c not in df.columns)
+    df = df.with_columns(pl.lit(None, pl.Float64).alias(c) for c in (*_NVML_COLUMNS, "steady", "late_others_net_ns")
+                         if c not in df.columns)
     for col in ("rule", "label", "ranks", "min", "median", "max", "jobs at the max"):
         table.add_column(col, justify="right" if col in ("ranks", "min", "median", "max") else "left")
     for name, (which, value, _) in RULES.items():
