@@ -36,7 +36,7 @@ def _held_out(name: str, tag: str) -> list:
 
 MIXED_WORLDS = {"fresh189": {3, 6}, "fresh190": {4, 8}, "fresh192": {2, 4}, "fresh203": {4, 8}, "fresh204": {4, 8},
                 "fresh205": {2, 4}, "fresh206": {2, 4}, "fresh207": {4, 8}, "fresh208": {4, 8},
-                "fresh210": {2, 4}, "fresh212": {4, 8}, "fresh213": {4, 8}}
+                "fresh210": {2, 4}, "fresh212": {4, 8}, "fresh213": {4, 8}, "fresh216": {4, 8}}
 """The sets whose jobs are of several world sizes (on CPU each job runs with its own)."""
 
 
