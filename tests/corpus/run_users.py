@@ -12,9 +12,9 @@ project does not install (``pip install 'accelerate>=1.1' lightning==2.6.6`` onc
 what each injection cost; these are jobs written as users write them, whose answer is the
 injection alone: a rank named by ``-rN`` in the id, slow compute for added work (``fwd``,
 ``extra``), a slow host for a sleep, either for a busy thread beside it (``hog``); none for the
-rest (``seqlognorm`` and ``last`` are imbalance). Whether an injection cost 10% of its rank's
-step is not measured here: read it from the trace (``mapp sql DIR/ID -c "FROM iterations"``)
-before calling a miss a miss.
+rest (``seqlognorm``, ``last`` and ``skew``, a router favouring one rank's experts, are
+imbalance). Whether an injection cost 10% of its rank's step is not measured here: read it from
+the trace (``mapp sql DIR/ID -c "FROM iterations"``) before calling a miss a miss.
 """
 
 from __future__ import annotations
@@ -109,7 +109,38 @@ USERS81 = [  # held out in the eighty-first session, run once each on the develo
     ("tp2-mcl-fwd1.6x-r0", "user_mcore_loop.py", "--tp 2 --slow-rank 0 --factor 1.6"),
     ("dp2-mcl-datasleep27ms-r1", "user_mcore_loop.py", "--slow-rank 1 --data-sleep-ms 27"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81}
+_MOE = "--hidden 256 --tokens 512"
+_TITAN = "--width 384 --batch 16 --seq 128"
+_ZH = "--width 256 --batch 16"
+USERS83 = [  # held out in the eighty-third session, run once each on the development machine's 2 cores
+    # expert parallelism by hand (all_to_all_single of counts, then of tokens), DDP or a by-hand all-reduce for the rest
+    ("ep4-moe-h256-fwd2x-r2", "user_moe_a2a.py", f"{_MOE} --slow-rank 2 --factor 2"),
+    ("ep4-moe-h256-top2-fwd2x-r0", "user_moe_a2a.py", f"{_MOE} --top2 --slow-rank 0 --factor 2"),
+    ("ep4-moe-h256-manualdp-fwd2.5x-r1", "user_moe_a2a.py", f"{_MOE} --manual-dp --slow-rank 1 --factor 2.5"),
+    ("ep4-moe-h256-stepsleep40ms-r3", "user_moe_a2a.py", f"{_MOE} --slow-rank 3 --sleep-ms 40"),
+    ("ep4-moe-h256-healthy", "user_moe_a2a.py", f"{_MOE} --seed 3"),
+    ("ep4-moe-h192-top2-healthy", "user_moe_a2a.py", "--hidden 192 --tokens 384 --top2 --seed 4"),
+    ("ep4-moe-h256-skew1.5", "user_moe_a2a.py", f"{_MOE} --skew 1.5"),
+    ("ep4-moe-h256-top2-cap1.25-skew1", "user_moe_a2a.py", f"{_MOE} --top2 --capacity 1.25 --skew 1"),
+    # torchtitan's 2-D parallelism: DTensor TP on the mesh's tp dimension, FSDP2 on its dp one
+    ("dp2tp2-titan-w384-fwd4.5x-r1", "user_titan_2d.py", f"{_TITAN} --slow-rank 1 --factor 4.5"),
+    ("dp2tp2-titan-w384-fwd4.5x-r2", "user_titan_2d.py", f"{_TITAN} --slow-rank 2 --factor 4.5 --seed 2"),
+    ("dp2tp2-titan-w384-stepsleep130ms-r3", "user_titan_2d.py", f"{_TITAN} --slow-rank 3 --sleep-ms 130"),
+    ("dp2tp2-titan-w384-healthy", "user_titan_2d.py", f"{_TITAN} --seed 5"),
+    ("dp2tp2-titan-w384-seqlognorm0.8", "user_titan_2d.py", f"{_TITAN} --seq-sigma 0.8"),
+    ("dp4-titan-w384-fwd3x-r0", "user_titan_2d.py", f"{_TITAN} --dp 4 --tp 1 --slow-rank 0 --factor 3"),
+    ("tp4-titan-w384-healthy", "user_titan_2d.py", f"{_TITAN} --dp 1 --tp 4"),
+    # DDP with a communication hook (PowerSGD, fp16), ZeroRedundancyOptimizer, gzip traces
+    ("dp4-zh-w256-psgd-fwd2.2x-r1", "user_zero_hooks.py", f"{_ZH} --hook powersgd --slow-rank 1 --factor 2.2"),
+    ("dp4-zh-w256-zero-fp16-fwd2.2x-r3", "user_zero_hooks.py", f"{_ZH} --zero --hook fp16 --slow-rank 3 --factor 2.2"),
+    ("dp4-zh-w256-zero-healthy", "user_zero_hooks.py", f"{_ZH} --zero --hook none --seed 2"),
+    ("dp4-zh-w256-psgd-stepsleep110ms-r0", "user_zero_hooks.py", f"{_ZH} --slow-rank 0 --sleep-ms 110"),
+    ("dp4-zh-w256-fp16-datasleep110ms-r2", "user_zero_hooks.py", f"{_ZH} --hook fp16 --slow-rank 2 --data-sleep-ms 110"),
+    ("dp4-zh-w256-static-b1-seqlognorm0.8", "user_zero_hooks.py", f"{_ZH} --static-graph --bucket-mb 1 --seq-sigma 0.8"),
+    ("dp2-zh-w256-zero-fwd2.2x-r1", "user_zero_hooks.py", f"{_ZH} --zero --slow-rank 1 --factor 2.2"),
+    ("dp2-zh-w256-psgd-healthy", "user_zero_hooks.py", f"{_ZH} --seed 4"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
@@ -132,7 +163,8 @@ def expected(case_id: str) -> tuple[str, dict | None]:
                  else ["slow_compute", "slow_host"] if "hog" in case_id   # a busy thread beside the rank's own
                  else ["slow_compute"])
         return "fault", {"rank": int(m.group(1)), "kinds": kinds}
-    return ("imbalance" if "seqlognorm" in case_id or "-last" in case_id else "healthy"), None
+    imbalanced = "seqlognorm" in case_id or "-last" in case_id or "-skew" in case_id  # skew: favoured experts
+    return ("imbalance" if imbalanced else "healthy"), None
 
 
 def entry(case_id: str, script: str, args: str) -> dict:

@@ -29,3 +29,9 @@ def test_a_jobs_answer_is_read_from_its_id():
     assert run_users.expected("tp2dp2-mtp-seqlognorm0.7")[0] == "imbalance"
     assert run_users.expected("dp4-llama-hog-r3")[1]["kinds"] == ["slow_compute", "slow_host"]
     assert run_users.expected("dp4-llama-seqlognorm0.8-s2") == ("imbalance", None)
+
+
+def test_favoured_experts_are_imbalance_and_expert_parallel_jobs_run_on_four():
+    assert run_users.expected("ep4-moe-h256-skew1.5") == ("imbalance", None)
+    assert run_users.expected("ep4-moe-h256-fwd2x-r2") == ("fault", {"rank": 2, "kinds": ["slow_compute"]})
+    assert run_users.world_of("ep4-moe-h256-healthy") == 4
