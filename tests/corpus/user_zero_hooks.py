@@ -15,7 +15,9 @@ What the flags do:
 - ``--hook {none,fp16,powersgd}``: the DDP comm hook. ``fp16`` is ``fp16_compress_hook`` (halves
   the gradients before the all-reduce), ``powersgd`` (default) is ``powerSGD_hook`` with a
   ``PowerSGDState`` of rank ``--psgd-rank`` that all-reduces plainly for the first two
-  iterations (``start_powerSGD_iter=2``) and then all-reduces low-rank P and Q factors.
+  iterations (``start_powerSGD_iter=2``) and then all-reduces low-rank P and Q factors (one
+  bucket at a time: on gloo its chained all-reduces of several buckets otherwise interleave in
+  different orders on different ranks).
 - ``--zero``: the optimizer is ``ZeroRedundancyOptimizer`` wrapping AdamW; each rank steps its
   shard of the parameters, then every shard is broadcast from its owner. Plain AdamW otherwise.
 - ``--bucket-mb M``: DDP's ``bucket_cap_mb`` (its default, 25, holds this model in one bucket).
@@ -214,7 +216,21 @@ def main():
             matrix_approximation_rank=args.psgd_rank,
             start_powerSGD_iter=2,
         )
-        ddp.register_comm_hook(psgd_state, powerSGD_hook.powerSGD_hook)
+        # On gloo, PowerSGD all-reduces P and Q from the completion callbacks of its earlier
+        # all-reduces. With more than one bucket (a small --bucket-mb) the next bucket's first
+        # all-reduce races those callbacks, ranks enqueue in different orders and gloo fails
+        # with a size mismatch (or hangs). So let each bucket finish before the next one starts.
+        pending = []
+
+        def powersgd_one_bucket_at_a_time(state, bucket):
+            while pending:
+                pending.pop().wait()
+            fut = powerSGD_hook.powerSGD_hook(state, bucket)
+            if not bucket.is_last():
+                pending.append(fut)
+            return fut
+
+        ddp.register_comm_hook(psgd_state, powersgd_one_bucket_at_a_time)
 
     if args.zero:
         opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW,
