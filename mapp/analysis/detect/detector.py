@@ -19,6 +19,7 @@ from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.peers import compare_peers
 from mapp.analysis.detect.program import program_groups
+from mapp.analysis.detect.routed import routed_split
 from mapp.analysis.detect.slow_blocks import block_note
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
 from mapp.analysis.detect.time_slices import neighbour_notes
@@ -113,6 +114,8 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     if not judge_gaps:
         notes.append("launch gaps not judged: the MegatronApp tracer synchronizes the GPU inside the traced "
                      "path, so a slow GPU's own host idles too")
+    if peers.mode != "skipped" and (split := routed_split(events, info.ranks, matching.collectives)) is not None:
+        peers = dataclasses.replace(peers, ranks=peers.ranks.join(split, on="rank", how="left", maintain_order="left"))
     lap("peers")
     lateness = collective_lateness(matching, traced, _comm_waits(events, analysis.clock))
     if waits and peers.mode != "skipped":

@@ -9,6 +9,7 @@ import polars as pl
 from mapp.analysis.detect.findings import Overruled
 from mapp.analysis.detect.lateness import stands_out_waiting
 from mapp.analysis.detect.peer_evidence import PeerEvidence
+from mapp.analysis.detect.routed import sized_by_routing
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["holds_up_at_one_point", "idle_in_slack", "keeps_waiting", "light_stage", "most_steps", "overruled_line",
@@ -297,6 +298,12 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        than chance, waiting on the others net) is a process on a slower core, not what the job
        waits for. Passed by counted work and by layers slower than every other stage's same
        layers (``peers._layer_alone``).
+    9. A rank slower only on its ops between its all_to_all exchanges, its other ops within half
+       the threshold of its peers', computed on the tokens routed to it (``routed``): imbalance
+       of the data, not a slower GPU. Passed by work added in calls that is most of its excess
+       (``extra``): calls a rank makes more often are its own, however the tokens fell. Not by
+       counts alone: more tokens take a few more calls of some ops (a router's favourite on 2
+       shared cores: 1.08x on those, its excess 170 ms a step elsewhere).
 
     *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
     stage 2 that matched calls of no known group by their order on every rank is one and does
@@ -396,5 +403,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
         (whole, False, f"its spans outside the transformer layers {row.get('outside_ratio') or 0:.2f}x its peers' "
                        f"beside its layers' {row.get('layers_ratio') or 0:.2f}x: its whole process ran slower on "
                        "shared cores, no work of its own"),
+        (not host and sized_by_routing(row, threshold), extra,
+         f"its ops between its all_to_all exchanges {row.get('routed_ratio') or 0:.2f}x its peers', the rest "
+         f"{row.get('unrouted_ratio') or 0:.2f}x: work sized by the tokens routed to it (imbalance), not a slower GPU "
+         "(record_shapes=True shows their sizes)"),
     )
     return next((why for applies, passed, why in gates if applies and not passed), None)

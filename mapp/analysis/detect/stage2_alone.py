@@ -18,6 +18,7 @@ from mapp.analysis.detect.gates import traced_iterations
 from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
 from mapp.analysis.detect.layout import LayoutInfo
 from mapp.analysis.detect.peer_evidence import PeerEvidence
+from mapp.analysis.detect.routed import sized_by_routing
 
 __all__ = ["STAND_IN_LASTING", "late_stand_ins", "late_suspect", "lasting_by_chance", "lasting_stand_ins"]
 
@@ -50,6 +51,10 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
         if r in named or per_program[program.get(r)] > 1:
             continue
         if own is not None and float(own["slowdown"]) < 1 / (1 + peers.min_effect):
+            continue
+        # (nor for a rank stage 1 found slower only on the tokens routed to it: it keeps the
+        # others waiting at their exchanges as the data made it, ``routed``)
+        if own is not None and sized_by_routing(own, slowdown_threshold) and not does_extra_work(own, peers.min_effect):
             continue
         out.append(late_suspect(row, own, peers, lateness, coords, iteration_ns,
                                 f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown",
