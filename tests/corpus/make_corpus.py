@@ -7115,6 +7115,44 @@ def fresh216_set(seed: int = FRESH216_SEED) -> list[Case]:
     ]
 
 
+FRESH217_SEED = 1487
+
+
+def fresh217_set(seed: int = FRESH217_SEED) -> list[Case]:
+    """Held out after ``routed`` (``--set fresh217``, seed 1487, ``CPU_SHAPE_216``), committed
+    before its first run: megatron-core mixtures of experts (tokens over all-to-all between
+    expert ranks) whose routers favour the first expert rank's experts, 4 gloo processes on the
+    development machine's 2 cores, mostly under the profiler and half of that with its defaults
+    (no shapes: where favoured experts' larger calls look like the same work), beside layer
+    faults of extra matmuls on a favoured and on another rank, a host sleep, and experts with no
+    favourite. Ids end in ``-f217``."""
+    g, mm = _one_rank_a_stage(seed, "-f217", CPU_SHAPE_216)
+
+    def moe(c: Case, skew: float = 0.0, experts: int = 8, ep: int = 4, sp: bool = False) -> Case:
+        return _featured(c, experts=experts, ep=ep, skew=skew, sp=sp)
+
+    def nosh(c: Case) -> Case:
+        return _recorded(c, "default")
+
+    def kmm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "kineto", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        moe(nosh(g("dp4", "kineto", "healthy")), skew=2.0),
+        moe(nosh(g("dp4", "kineto", "healthy")), skew=1.5, ep=2),
+        moe(nosh(g("pp2dp2", "kineto", "healthy")), skew=2.0, experts=4, ep=2),
+        moe(nosh(g("dp4", "kineto", "healthy"))),
+        moe(nosh(kmm("dp4", 0, 1.5)), skew=2.0),
+        moe(nosh(kmm("dp4", 3, 1.5)), skew=1.5),
+        moe(nosh(g("dp4", "kineto", "hostsleep", rank=2, ms=28)), skew=2.0),
+        moe(g("dp4", "kineto", "healthy"), skew=2.5),
+        moe(g("tp2dp2", "kineto", "healthy"), skew=2.0, sp=True),
+        moe(kmm("dp4", 1, 1.5), skew=2.0),
+        moe(g("dp4", "mapp-v1", "healthy"), skew=2.0),
+        moe(mm("dp4", 0, 1.5), skew=2.0),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7758,7 +7796,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set, "fresh213": fresh213_set, "fresh214": fresh214_set, "fresh215": fresh215_set, "fresh216": fresh216_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set, "fresh213": fresh213_set, "fresh214": fresh214_set, "fresh215": fresh215_set, "fresh216": fresh216_set, "fresh217": fresh217_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

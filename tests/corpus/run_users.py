@@ -140,7 +140,18 @@ USERS83 = [  # held out in the eighty-third session, run once each on the develo
     ("dp2-zh-w256-zero-fwd2.2x-r1", "user_zero_hooks.py", f"{_ZH} --zero --slow-rank 1 --factor 2.2"),
     ("dp2-zh-w256-psgd-healthy", "user_zero_hooks.py", f"{_ZH} --seed 4"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83}
+USERS83B = [  # held out after ``routed`` (the eighty-third session), run once each on the development machine's 2 cores
+    ("ep4-moe-h320-skew1", "user_moe_a2a.py", "--hidden 320 --tokens 384 --skew 1 --seed 11"),
+    ("ep4-moe-h256-top2-skew2", "user_moe_a2a.py", "--hidden 256 --tokens 512 --top2 --skew 2 --seed 12"),
+    ("ep4-moe-h192-e4-skew0.8", "user_moe_a2a.py", "--hidden 192 --tokens 640 --experts-per-rank 4 --skew 0.8 --seed 13"),
+    ("ep4-moe-h256-manualdp-skew1.5", "user_moe_a2a.py", "--hidden 256 --tokens 512 --manual-dp --skew 1.5 --seed 14"),
+    ("ep4-moe-h320-healthy", "user_moe_a2a.py", "--hidden 320 --tokens 384 --seed 15"),
+    ("ep4-moe-h256-skew1.5-fwd2.5x-r1", "user_moe_a2a.py", "--hidden 256 --tokens 512 --skew 1.5 --slow-rank 1 --factor 2.5 --seed 16"),
+    ("ep4-moe-h256-skew1.5-fwd2x-r0", "user_moe_a2a.py", "--hidden 256 --tokens 512 --skew 1.5 --slow-rank 0 --factor 2 --seed 17"),
+    ("ep4-moe-h320-top2-fwd2.2x-r3", "user_moe_a2a.py", "--hidden 320 --tokens 384 --top2 --slow-rank 3 --factor 2.2 --seed 18"),
+    ("ep4-moe-h256-skew1-stepsleep45ms-r2", "user_moe_a2a.py", "--hidden 256 --tokens 512 --skew 1 --slow-rank 2 --sleep-ms 45 --seed 19"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
