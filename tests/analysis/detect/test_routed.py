@@ -40,8 +40,19 @@ def test_a_rank_slower_only_between_its_exchanges_is_sized_by_its_tokens():
     split = {r["rank"]: r for r in routed_split(_events({0: (10, 40, 10), 1: (10, 10, 10), 2: (10, 10, 10)}),
                                                 COORDS, MATCHED).rows(named=True)}
     assert abs(split[0]["routed_ratio"] - 4.0) < 1e-9 and abs(split[0]["unrouted_ratio"] - 1.0) < 1e-9
-    assert abs(split[0]["unrouted_share"] - 20 / 60) < 1e-9
+    assert abs(split[0]["unrouted_share"] - 20 / 30) < 1e-9   # its peers' compute outside the exchanges
     assert sized_by_routing(split[0], 0.1) and not sized_by_routing(split[1], 0.1)
+
+
+def test_outside_a_little_slower_by_chance_is_still_sized_by_tokens_but_extra_calls_are_work():
+    favourite = {"routed_ratio": 4.8, "unrouted_ratio": 1.21, "unrouted_share": 0.45}
+    assert sized_by_routing(favourite, 0.1)
+    # the same rank calling its experts' matmuls again: work added, not routing
+    assert not sized_by_routing({**favourite, "added": 2.7}, 0.1)
+    # a GPU slower alike on both
+    assert not sized_by_routing({"routed_ratio": 1.3, "unrouted_ratio": 1.28, "unrouted_share": 0.45}, 0.1)
+    # too little outside the exchanges to speak for the GPU
+    assert not sized_by_routing({**favourite, "unrouted_share": 0.05}, 0.1)
 
 
 def test_a_rank_slower_outside_its_exchanges_too_is_not():
