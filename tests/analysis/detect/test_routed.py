@@ -45,10 +45,11 @@ def test_a_rank_slower_only_between_its_exchanges_is_sized_by_its_tokens():
 
 
 def test_outside_a_little_slower_by_chance_is_still_sized_by_tokens_but_extra_calls_are_work():
-    favourite = {"routed_ratio": 4.8, "unrouted_ratio": 1.21, "unrouted_share": 0.45}
+    favourite = {"routed_ratio": 4.8, "unrouted_ratio": 1.21, "unrouted_share": 0.45, "busy_ns": 480 * MS,
+                 "added_excess_ns": 0.0, "added_real_ns": 0.03 * MS}   # a few more little ops a step
     assert sized_by_routing(favourite, 0.1)
-    # the same rank calling its experts' matmuls again: work added, not routing
-    assert not sized_by_routing({**favourite, "added": 2.7}, 0.1)
+    # the same rank calling its experts' matmuls again: 259 ms of extra calls a step, work added
+    assert not sized_by_routing({**favourite, "added_excess_ns": 4.3 * MS, "added_real_ns": 259 * MS}, 0.1)
     # a GPU slower alike on both
     assert not sized_by_routing({"routed_ratio": 1.3, "unrouted_ratio": 1.28, "unrouted_share": 0.45}, 0.1)
     # too little outside the exchanges to speak for the GPU
