@@ -7153,6 +7153,43 @@ def fresh217_set(seed: int = FRESH217_SEED) -> list[Case]:
     ]
 
 
+FRESH218_SEED = 1489
+
+
+def fresh218_set(seed: int = FRESH218_SEED) -> list[Case]:
+    """Held out after ``routed``'s last change (``--set fresh218``, seed 1489, ``CPU_SHAPE_214``),
+    committed before its first run: ``fresh217``'s mixtures of experts with favoured routers on
+    other layouts and values (TP2 x DP2 with sequence parallelism, PP2 x DP2, 2 and 4 expert
+    ranks, top-k skews of 1.5-2.5), mostly under the profiler's defaults, beside matmul layer
+    faults on favoured and other ranks, a host sleep and work before each microbatch. Ids end in
+    ``-f218``."""
+    g, mm = _one_rank_a_stage(seed, "-f218", CPU_SHAPE_214)
+
+    def moe(c: Case, skew: float = 0.0, experts: int = 8, ep: int = 4, sp: bool = False) -> Case:
+        return _featured(c, experts=experts, ep=ep, skew=skew, sp=sp)
+
+    def nosh(c: Case) -> Case:
+        return _recorded(c, "default")
+
+    def kmm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "kineto", "layer", rank=rank, factor=factor, work="matmul")
+
+    return [
+        moe(nosh(g("dp4", "kineto", "healthy")), skew=2.5),
+        moe(nosh(g("tp2dp2", "kineto", "healthy")), skew=2.0, sp=True),
+        moe(nosh(g("pp2dp2", "kineto", "healthy")), skew=1.5, experts=4, ep=2),
+        moe(nosh(g("dp4", "kineto", "healthy")), skew=2.0, ep=2),
+        moe(nosh(g("dp4", "kineto", "seqlognorm", sigma=0.8)), skew=1.5),
+        moe(nosh(kmm("dp4", 2, 1.5)), skew=2.0),
+        moe(nosh(kmm("dp4", 0, 1.4)), skew=1.5),
+        moe(nosh(kmm("tp2dp2", 1, 1.5)), skew=2.0, sp=True),
+        moe(nosh(g("dp4", "kineto", "beforemb", rank=3, ms=26)), skew=2.0),
+        moe(g("pp2dp2", "kineto", "healthy"), skew=2.0, experts=4, ep=2),
+        moe(kmm("dp4", 0, 1.5), skew=2.5),
+        moe(g("dp4", "mapp-v1", "healthy"), skew=1.5, ep=2),
+    ]
+
+
 FRESH28_SEED = 181
 
 
@@ -7796,7 +7833,7 @@ SETS = {"small": small_set, "full": full_set, "gpu2": gpu2_set, "vary": vary_set
         "fresh195": fresh195_set, "fresh196": fresh196_set, "fresh197": fresh197_set,
         "fresh198": fresh198_set, "fresh199": fresh199_set,
         "fresh200": fresh200_set, "fresh201": fresh201_set, "fresh202": fresh202_set,
-        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set, "fresh213": fresh213_set, "fresh214": fresh214_set, "fresh215": fresh215_set, "fresh216": fresh216_set, "fresh217": fresh217_set,
+        "fresh203": fresh203_set, "fresh204": fresh204_set, "fresh205": fresh205_set, "fresh206": fresh206_set, "fresh207": fresh207_set, "fresh208": fresh208_set, "fresh209": fresh209_set, "fresh210": fresh210_set, "fresh211": fresh211_set, "fresh212": fresh212_set, "fresh213": fresh213_set, "fresh214": fresh214_set, "fresh215": fresh215_set, "fresh216": fresh216_set, "fresh217": fresh217_set, "fresh218": fresh218_set,
         "fresh28": fresh28_set, "fresh29": fresh29_set,
         "fresh30": fresh30_set, "fresh31": fresh31_set,
         "fresh32": fresh32_set, "fresh33": fresh33_set,

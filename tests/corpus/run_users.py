@@ -151,7 +151,16 @@ USERS83B = [  # held out after ``routed`` (the eighty-third session), run once e
     ("ep4-moe-h320-top2-fwd2.2x-r3", "user_moe_a2a.py", "--hidden 320 --tokens 384 --top2 --slow-rank 3 --factor 2.2 --seed 18"),
     ("ep4-moe-h256-skew1-stepsleep45ms-r2", "user_moe_a2a.py", "--hidden 256 --tokens 512 --skew 1 --slow-rank 2 --sleep-ms 45 --seed 19"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B}
+USERS83C = [  # held out after ``routed``'s last change (the eighty-third session), run once each on 2 cores
+    ("ep4-moe-h288-skew1.2", "user_moe_a2a.py", "--hidden 288 --tokens 448 --skew 1.2 --seed 21"),
+    ("ep4-moe-h224-top2-cap1.5-skew1.8", "user_moe_a2a.py", "--hidden 224 --tokens 512 --top2 --capacity 1.5 --skew 1.8 --seed 22"),
+    ("ep4-moe-h256-e3-skew2.5", "user_moe_a2a.py", "--hidden 256 --tokens 480 --experts-per-rank 3 --skew 2.5 --seed 23"),
+    ("ep4-moe-h288-top2-healthy", "user_moe_a2a.py", "--hidden 288 --tokens 448 --top2 --seed 24"),
+    ("ep4-moe-h256-skew2-fwd2.5x-r2", "user_moe_a2a.py", "--hidden 256 --tokens 512 --skew 2 --slow-rank 2 --factor 2.5 --seed 25"),
+    ("ep4-moe-h288-top2-skew1.2-fwd2x-r0", "user_moe_a2a.py", "--hidden 288 --tokens 448 --top2 --skew 1.2 --slow-rank 0 --factor 2 --seed 26"),
+    ("ep4-moe-h256-manualdp-fwd2.5x-r3", "user_moe_a2a.py", "--hidden 256 --tokens 512 --manual-dp --slow-rank 3 --factor 2.5 --seed 27"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
