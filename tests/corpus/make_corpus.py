@@ -7115,6 +7115,24 @@ def fresh216_set(seed: int = FRESH216_SEED) -> list[Case]:
     ]
 
 
+def _favoured_experts(seed: int, tag: str, shape: dict[str, dict[str, str]]):
+    """The case makers of ``fresh217``/``fresh218``: ``_one_rank_a_stage``'s ``g`` and ``mm``;
+    ``moe`` (experts over expert ranks, a router ``skew``), ``nosh`` (the profiler's defaults: no
+    shapes) and ``kmm`` (a profiler job's layer fault of matmuls)."""
+    g, mm = _one_rank_a_stage(seed, tag, shape)
+
+    def moe(c: Case, skew: float = 0.0, experts: int = 8, ep: int = 4, sp: bool = False) -> Case:
+        return _featured(c, experts=experts, ep=ep, skew=skew, sp=sp)
+
+    def nosh(c: Case) -> Case:
+        return _recorded(c, "default")
+
+    def kmm(layout: str, rank: int, factor: float) -> Case:
+        return g(layout, "kineto", "layer", rank=rank, factor=factor, work="matmul")
+
+    return g, mm, moe, nosh, kmm
+
+
 FRESH217_SEED = 1487
 
 
@@ -7126,16 +7144,7 @@ def fresh217_set(seed: int = FRESH217_SEED) -> list[Case]:
     (no shapes: where favoured experts' larger calls look like the same work), beside layer
     faults of extra matmuls on a favoured and on another rank, a host sleep, and experts with no
     favourite. Ids end in ``-f217``."""
-    g, mm = _one_rank_a_stage(seed, "-f217", CPU_SHAPE_216)
-
-    def moe(c: Case, skew: float = 0.0, experts: int = 8, ep: int = 4, sp: bool = False) -> Case:
-        return _featured(c, experts=experts, ep=ep, skew=skew, sp=sp)
-
-    def nosh(c: Case) -> Case:
-        return _recorded(c, "default")
-
-    def kmm(layout: str, rank: int, factor: float) -> Case:
-        return g(layout, "kineto", "layer", rank=rank, factor=factor, work="matmul")
+    g, mm, moe, nosh, kmm = _favoured_experts(seed, "-f217", CPU_SHAPE_216)
 
     return [
         moe(nosh(g("dp4", "kineto", "healthy")), skew=2.0),
@@ -7163,16 +7172,7 @@ def fresh218_set(seed: int = FRESH218_SEED) -> list[Case]:
     ranks, top-k skews of 1.5-2.5), mostly under the profiler's defaults, beside matmul layer
     faults on favoured and other ranks, a host sleep and work before each microbatch. Ids end in
     ``-f218``."""
-    g, mm = _one_rank_a_stage(seed, "-f218", CPU_SHAPE_214)
-
-    def moe(c: Case, skew: float = 0.0, experts: int = 8, ep: int = 4, sp: bool = False) -> Case:
-        return _featured(c, experts=experts, ep=ep, skew=skew, sp=sp)
-
-    def nosh(c: Case) -> Case:
-        return _recorded(c, "default")
-
-    def kmm(layout: str, rank: int, factor: float) -> Case:
-        return g(layout, "kineto", "layer", rank=rank, factor=factor, work="matmul")
+    g, mm, moe, nosh, kmm = _favoured_experts(seed, "-f218", CPU_SHAPE_214)
 
     return [
         moe(nosh(g("dp4", "kineto", "healthy")), skew=2.5),
