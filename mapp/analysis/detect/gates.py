@@ -298,10 +298,10 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        than chance, waiting on the others net) is a process on a slower core, not what the job
        waits for. Passed by counted work and by layers slower than every other stage's same
        layers (``peers._layer_alone``).
-    9. A rank slower only on its ops between its all_to_all exchanges, its other ops within half
-       the threshold of its peers', computed on the tokens routed to it (``routed``): imbalance
-       of the data, not a slower GPU. Passed by work added in calls that is most of its excess
-       (``extra``): calls a rank makes more often are its own, however the tokens fell. Not by
+    9. A rank slower only on its ops between its all_to_all exchanges, its other ops at about its
+       peers' pace, computed on the tokens routed to it (``routed.sized_by_routing``, which also
+       leaves out a rank whose extra calls cost it the threshold): imbalance of the data, not a
+       slower GPU. Passed by work added in calls that is most of its excess (``extra``). Not by
        counts alone: more tokens take a few more calls of some ops (a router's favourite on 2
        shared cores: 1.08x on those, its excess 170 ms a step elsewhere).
 
