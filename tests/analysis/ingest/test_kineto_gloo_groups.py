@@ -248,3 +248,52 @@ def test_an_interleaved_pipeline_keeps_its_calls_without_a_peer(tmp_path):
     p2p = load_bundle(FRESH / "gpt-pp4-prof-nosh-link1-2-f104", warn=lambda _: None).scan().filter(
         pl.col("cat") == "p2p").collect()
     assert p2p["peer"].null_count() == 0
+
+
+RING = pathlib.Path(__file__).parent.parent.parent / "fixtures" / "kineto_gloo_ring"
+
+
+def test_a_ring_read_as_a_pipeline_is_read_and_its_calls_keep_no_peer(tmp_path):
+    # hand-written ring attention on 4 gloo ranks, the world its only group: every rank sends
+    # 120 times to the next and receives 120 times from the one before, rank 3 to rank 0. Paired
+    # as a line, its calls made a graph scipy's min_weight_full_bipartite_matching did not finish
+    for f in RING.glob("*.json.gz"):
+        shutil.copy(f, tmp_path / f.name)
+    bundle = load_bundle(tmp_path, warn=lambda _: None)
+    p2p = bundle.scan().filter(pl.col("cat") == "p2p").collect()
+    assert sorted(p2p.group_by("rank", "name").len().rows()) == [
+        (r, name, 120) for r in range(4) for name in ("recv", "send")]
+    assert p2p["peer"].null_count() == 960   # its ends call as often as its middle: no line shown
+
+
+def _layered(levels: int) -> "sparse.csr_matrix":
+    # two sends and two receives a level, each send allowed both receives of its level and of the
+    # next: a long chain, as a pipeline's pairings are. Send 2k+i ends with receive 2k+i (cost 1),
+    # every other allowed pair costs 5
+    from scipy import sparse
+    rows, cols, cost = [], [], []
+    for s in range(2 * levels):
+        level = s // 2
+        for r in range(2 * level, min(2 * level + 4, 2 * levels)):
+            rows.append(s)
+            cols.append(r)
+            cost.append(1.0 if r == s else 5.0)
+    return sparse.csr_matrix((cost, (rows, cols)), shape=(2 * levels, 2 * levels))
+
+
+def test_the_cheapest_full_matching_of_a_deep_layered_graph(monkeypatch):
+    graph = _layered(200)
+    assert _gloo_groups._cheapest_full_matching(graph).tolist() == list(range(400))
+    monkeypatch.setattr(_gloo_groups, "DENSE", 10)   # the linear program, for pairings too large for a dense one
+    assert _gloo_groups._cheapest_full_matching(graph).tolist() == list(range(400))
+
+
+def test_no_full_matching_is_none_either_way(monkeypatch):
+    from scipy import sparse
+    graph = _layered(50).tolil()
+    graph[:, 99] = 0            # no send may pair with the last receive
+    graph = sparse.csr_matrix(graph)
+    graph.eliminate_zeros()
+    assert _gloo_groups._cheapest_full_matching(graph) is None
+    monkeypatch.setattr(_gloo_groups, "DENSE", 10)
+    assert _gloo_groups._cheapest_full_matching(graph) is None
