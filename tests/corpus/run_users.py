@@ -12,7 +12,8 @@ project does not install (``pip install 'accelerate>=1.1' lightning==2.6.6`` onc
 what each injection cost; these are jobs written as users write them, whose answer is the
 injection alone: a rank named by ``-rN`` in the id, slow compute for added work (``fwd``,
 ``extra``), a slow host for a sleep, either for a busy thread beside it (``hog``); none for the
-rest (``seqlognorm``, ``last`` and ``skew``, a router favouring one rank's experts, are
+rest (``seqlognorm``, ``last``, ``skew`` (a router favouring one rank's experts), ``causal``
+(a ring's contiguous chunks of a causal sequence) and ``uneven`` (batch sizes by rank) are
 imbalance). Whether an injection cost 10% of its rank's step is not measured here: read it from
 the trace (``mapp sql DIR/ID -c "FROM iterations"``) before calling a miss a miss.
 """
@@ -160,7 +161,39 @@ USERS83C = [  # held out after ``routed``'s last change (the eighty-third sessio
     ("ep4-moe-h288-top2-skew1.2-fwd2x-r0", "user_moe_a2a.py", "--hidden 288 --tokens 448 --top2 --skew 1.2 --slow-rank 0 --factor 2 --seed 26"),
     ("ep4-moe-h256-manualdp-fwd2.5x-r3", "user_moe_a2a.py", "--hidden 256 --tokens 512 --manual-dp --slow-rank 3 --factor 2.5 --seed 27"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C}
+USERS84 = [  # held out in the eighty-fourth session, run once each on the development machine's 2 cores
+    # a GPT under torch.compile: DDP then compile, or FSDP2 over compiled blocks (torchtitan's order)
+    ("ddp4-gptc-healthy", "user_compiled.py", "--seed 1"),
+    ("ddp4-gptc-fwd2x-r1", "user_compiled.py", "--slow-rank 1 --factor 2 --seed 2"),
+    ("ddp4-gptc-accum2-fwd1.8x-r3", "user_compiled.py", "--accum 2 --slow-rank 3 --factor 1.8 --seed 3"),
+    ("ddp4-gptc-stepsleep45ms-r2", "user_compiled.py", "--slow-rank 2 --sleep-ms 45 --seed 4"),
+    ("ddp4-gptc-datasleep45ms-r0", "user_compiled.py", "--slow-rank 0 --data-sleep-ms 45 --seed 5"),
+    ("ddp4-gptc-seqlognorm0.6", "user_compiled.py", "--seq-sigma 0.6 --seed 6"),
+    ("ddp4-gptc-ckpt-healthy", "user_compiled.py", "--ckpt --seed 7"),
+    ("fsdp4-gptc-healthy", "user_compiled.py", "--fsdp --seed 8"),
+    ("fsdp4-gptc-fwd2.2x-r2", "user_compiled.py", "--fsdp --slow-rank 2 --factor 2.2 --seed 9"),
+    ("fsdp4-gptc-ckpt-stepsleep45ms-r1", "user_compiled.py", "--fsdp --ckpt --slow-rank 1 --sleep-ms 45 --seed 10"),
+    # ring attention by hand (context parallel over batch_isend_irecv); causal chunks are imbalance
+    ("cp4-ring-zigzag-healthy", "user_ring_cp.py", "--zigzag --seed 1"),
+    ("cp4-ring-causal", "user_ring_cp.py", "--seed 2"),
+    ("cp4-ring-zigzag-seqlognorm0.5", "user_ring_cp.py", "--zigzag --seq-sigma 0.5 --seed 3"),
+    ("cp4-ring-zigzag-fwd2.5x-r1", "user_ring_cp.py", "--zigzag --slow-rank 1 --factor 2.5 --seed 4"),
+    ("cp4-ring-zigzag-fwd3x-r3", "user_ring_cp.py", "--zigzag --slow-rank 3 --factor 3 --seed 5"),
+    ("cp4-ring-zigzag-stepsleep60ms-r2", "user_ring_cp.py", "--zigzag --slow-rank 2 --sleep-ms 60 --seed 6"),
+    ("cp2dp2-ring-zigzag-healthy", "user_ring_cp.py", "--cp 2 --dp 2 --zigzag --seed 7"),
+    ("cp2dp2-ring-zigzag-fwd2.5x-r0", "user_ring_cp.py", "--cp 2 --dp 2 --zigzag --slow-rank 0 --factor 2.5 --seed 8"),
+    # gradient sync by hand: hierarchical (node leaders do more), flat, local SGD
+    ("dp4-hier-healthy", "user_hier_sync.py", "--seed 1"),
+    ("dp4-hier-overlap-healthy", "user_hier_sync.py", "--overlap --seed 2"),
+    ("dp4-hier-fwd1.8x-r1", "user_hier_sync.py", "--slow-rank 1 --factor 1.8 --seed 3"),
+    ("dp4-hier-fwd1.8x-r2", "user_hier_sync.py", "--slow-rank 2 --factor 1.8 --seed 4"),
+    ("dp4-hier-overlap-stepsleep60ms-r3", "user_hier_sync.py", "--overlap --slow-rank 3 --sleep-ms 60 --seed 5"),
+    ("dp4-flat-uneven", "user_hier_sync.py", "--sync flat --uneven --seed 6"),
+    ("dp4-flat-overlap-fwd1.8x-r3", "user_hier_sync.py", "--sync flat --overlap --slow-rank 3 --factor 1.8 --seed 7"),
+    ("dp4-localsgd-healthy", "user_hier_sync.py", "--sync localsgd --seed 8"),
+    ("dp4-localsgd-fwd2x-r0", "user_hier_sync.py", "--sync localsgd --slow-rank 0 --factor 2 --seed 9"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
@@ -183,7 +216,8 @@ def expected(case_id: str) -> tuple[str, dict | None]:
                  else ["slow_compute", "slow_host"] if "hog" in case_id   # a busy thread beside the rank's own
                  else ["slow_compute"])
         return "fault", {"rank": int(m.group(1)), "kinds": kinds}
-    imbalanced = "seqlognorm" in case_id or "-last" in case_id or "-skew" in case_id  # skew: favoured experts
+    # skew: favoured experts; causal: a ring's contiguous chunks under a causal mask; uneven: batch sizes
+    imbalanced = any(w in case_id for w in ("seqlognorm", "-last", "-skew", "-causal", "-uneven"))
     return ("imbalance" if imbalanced else "healthy"), None
 
 

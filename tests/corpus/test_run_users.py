@@ -35,3 +35,11 @@ def test_favoured_experts_are_imbalance_and_expert_parallel_jobs_run_on_four():
     assert run_users.expected("ep4-moe-h256-skew1.5") == ("imbalance", None)
     assert run_users.expected("ep4-moe-h256-fwd2x-r2") == ("fault", {"rank": 2, "kinds": ["slow_compute"]})
     assert run_users.world_of("ep4-moe-h256-healthy") == 4
+
+
+def test_a_causal_ring_and_uneven_batches_are_imbalance():
+    assert run_users.expected("cp4-ring-causal") == ("imbalance", None)
+    assert run_users.expected("dp4-flat-uneven") == ("imbalance", None)
+    assert run_users.expected("cp4-ring-zigzag-healthy") == ("healthy", None)
+    assert run_users.expected("cp2dp2-ring-zigzag-fwd2.5x-r0") == ("fault", {"rank": 0, "kinds": ["slow_compute"]})
+    assert run_users.world_of("cp2dp2-ring-zigzag-healthy") == 4
