@@ -20,7 +20,7 @@ from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["ADDED_SHARE", "ADDED_PART", "LAUNCHED", "added_work", "launched", "launched_with_dims", "op_calls", "op_of",
            "with_added", "ADDED_COLUMNS", "added_cost_ns", "does_extra_work", "adds_work", "added_slowdown", "added_evidence",
-           "launches_more", "launched_evidence"]
+           "launches_more", "launched_evidence", "graded_work", "GRADED_RANKS"]
 
 LAUNCHED = " <- "
 """Joins a kernel's grid and block to the op that launched it in ``shape``
@@ -130,22 +130,10 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     work added inside the layers, 16x on 4 H200s)."""
     if not peers:
         return None
-    if shared_cpus:
-        work = work.with_columns(q=pl.col("q").median().over([*peers, "iteration", "name", "shape"]))
-    names = op_calls(work, ["rank", *peers, "iteration"]).rename({"op": "name"})
-    # every rank of a peer group, in every iteration the group traced, with every name the
-    # group ever called (0 calls where it made none): a name called in one step only (a log
-    # line) is then "more" in that step alone
-    grid = (work.select("rank", *peers).unique()
-            .join(work.select(*peers, "iteration").unique(), on=peers)
-            .join(names.select(*peers, "name").unique(), on=peers)
-            .join(names, on=["rank", *peers, "iteration", "name"], how="left")
-            .with_columns(pl.col("calls", "own", "top").fill_null(0.0)))
-    key = [*peers, "iteration", "name"]
-    grid = grid.with_columns(size=pl.len().over(key)).filter(pl.col("size") >= 2)
-    if grid.is_empty():
+    grid = _calls_grid(work, peers, shared_cpus)
+    if grid is None:
         return None
-    grid = grid.sort(key)
+    key = [*peers, "iteration", "name"]
     gid = grid.select(pl.struct(*key).rank("dense")).to_series().to_numpy()
     grid = grid.with_columns(peer_calls=pl.Series(others_median(gid, grid["calls"].to_numpy())),
                              peer_own=pl.Series(others_median(gid, grid["own"].to_numpy())))
@@ -161,6 +149,7 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     more = more.filter((pl.col("more") >= CONSISTENT) & (pl.col("peer") > 0))
     if traded is not None:
         more = more.join(traded, on=["rank", "name"], how="anti")
+    more = more.join(_graded(grid, peers).select(*peers, "name"), on=[*peers, "name"], how="anti")
     # the peers' calls of every op in a typical iteration: what its surplus calls are a share of
     calls_base = grid.group_by("rank", "iteration").agg(pl.col("peer_calls").sum()).group_by("rank").agg(
         calls_base=pl.col("peer_calls").median())
@@ -180,6 +169,67 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
         "rank", added=pl.col("own") / pl.col("peer"), added_excess_ns=pl.col("own") - pl.col("peer"),
         added_base_ns=pl.col("peer"), added_calls="added_calls", calls_base="calls_base",
         added_real_ns=pl.col("real"))
+
+
+GRADED_RANKS = 3
+"""The fewest peers whose calls of an op must all differ for the op's work to be graded by rank
+(``graded_work``): of two, one calling more is all a fault looks like."""
+
+
+def _calls_grid(work: pl.DataFrame, peers: list[str], shared_cpus: bool) -> pl.DataFrame | None:
+    """Per rank of a peer group, iteration and op (``name``): its ``calls``, ``own`` and ``top``
+    (``op_calls``), sorted by group, iteration and name; None where no op has two ranks."""
+    if shared_cpus:
+        work = work.with_columns(q=pl.col("q").median().over([*peers, "iteration", "name", "shape"]))
+    names = op_calls(work, ["rank", *peers, "iteration"]).rename({"op": "name"})
+    # every rank of a peer group, in every iteration the group traced, with every name the
+    # group ever called (0 calls where it made none): a name called in one step only (a log
+    # line) is then "more" in that step alone
+    grid = (work.select("rank", *peers).unique()
+            .join(work.select(*peers, "iteration").unique(), on=peers)
+            .join(names.select(*peers, "name").unique(), on=peers)
+            .join(names, on=["rank", *peers, "iteration", "name"], how="left")
+            .with_columns(pl.col("calls", "own", "top").fill_null(0.0)))
+    key = [*peers, "iteration", "name"]
+    grid = grid.with_columns(size=pl.len().over(key)).filter(pl.col("size") >= 2)
+    return None if grid.is_empty() else grid.sort(key)
+
+
+def _graded(grid: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
+    """(``peers``..., ``name``, ``ranks``, ``calls``: each rank's calls in a typical iteration)
+    of the ops that every rank of a peer group calls a different number of times, in nearly
+    every iteration (``CONSISTENT``), with ``GRADED_RANKS`` ranks or more (``graded_work``)."""
+    per = (grid.group_by([*peers, "iteration", "name"])
+           .agg(ranks=pl.len(), counts=pl.col("calls").n_unique(), least=pl.col("calls").min())
+           .with_columns(graded=(pl.col("ranks") >= GRADED_RANKS) & (pl.col("counts") == pl.col("ranks"))
+                         & (pl.col("least") > 0)))
+    names = (per.group_by([*peers, "name"]).agg(pl.col("graded").mean())
+             .filter(pl.col("graded") >= CONSISTENT).select(*peers, "name"))
+    typical = grid.join(names, on=[*peers, "name"]).group_by([*peers, "name", "rank"]).agg(pl.col("calls").median())
+    return (typical.sort("rank").group_by([*peers, "name"], maintain_order=True)
+            .agg(ranks=pl.col("rank"), calls=pl.col("calls")).sort([*peers, "name"]))
+
+
+def graded_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = False) -> pl.DataFrame | None:
+    """The ops whose work the program splits unevenly by rank: every rank of a peer group (of
+    ``GRADED_RANKS`` or more) calls them a different number of times, in nearly every iteration.
+    No count is then its peers' normal, and none is work added (``added_work`` leaves them out):
+    work added to a rank leaves its peers agreeing with each other, a split graded by position
+    does not. (Ring attention over 4 ranks, each holding one contiguous chunk of a causal
+    sequence: rank i attends to i + 1 chunks, 14, 28, 42 and 56 ``aten::bmm`` calls a step; rank
+    3 read "slow compute", 1.33x, and rank 2 1.20x.) Per op (``name``): ``ranks`` and their
+    ``calls`` in a typical iteration, and ``share``, its part of the group's compute (all ranks,
+    every op at its typical call), dearest first; None where there is none. ``work``: as
+    ``added_work`` takes it."""
+    grid = _calls_grid(work, peers, shared_cpus) if peers else None
+    if grid is None:
+        return None
+    found = _graded(grid, peers)
+    if found.is_empty():
+        return None
+    cost = grid.group_by([*peers, "name"]).agg(own=pl.col("own").sum()).with_columns(
+        share=pl.col("own") / pl.col("own").sum().over(peers))
+    return found.join(cost, on=[*peers, "name"], how="left").sort("own", descending=True).drop("own")
 
 
 TRADE_TOLERANCE = 0.25

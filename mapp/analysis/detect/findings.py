@@ -96,7 +96,8 @@ class Imbalance:
     """Lost time that the workload, not the hardware, causes."""
 
     kind: str
-    """"stage" (a pipeline stage computes more than the others) or "sequence_length"."""
+    """"stage" (a pipeline stage computes more than the others), "sequence_length" or
+    "graded_work" (every rank calls some op a different number of times: the program's split)."""
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
 

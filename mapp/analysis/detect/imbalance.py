@@ -30,6 +30,8 @@ def workload_imbalance(peers: PeerEvidence, imbalance_threshold: float, layout: 
             out.append(Imbalance(kind="stage", message=message,
                                  evidence={"stage": row["pp"], "ratio": round(row["ratio"], 3),
                                            "compute_ms_per_iteration": round(row["compute_ns"] / 1e6, 4)}))
+    if peers.graded is not None and float(peers.graded["share"].sum()) >= GRADED_PART:
+        out.append(_graded_line(peers.graded))
     # Statistically clear but under a percent is not worth a line (it still gets discounted).
     if peers.seqlen is not None and peers.seqlen["relative_spread"] >= 0.01:
         out.append(Imbalance(
@@ -39,6 +41,26 @@ def workload_imbalance(peers: PeerEvidence, imbalance_threshold: float, layout: 
             evidence=dict(peers.seqlen),
         ))
     return out
+
+
+GRADED_PART = 0.05
+"""Share of the ranks' compute that the ops the program splits unevenly must take for a line
+(``graded_work``; a few odd ``aten::item`` calls are no imbalance worth naming)."""
+
+
+def _graded_line(graded: pl.DataFrame) -> Imbalance:
+    """The work a program splits unevenly by rank, its dearest op for example."""
+    top = graded.row(0, named=True)
+    calls = ", ".join(f"{c:g}" for c in top["calls"])
+    ranks = ", ".join(str(r) for r in top["ranks"])
+    more = len(graded) - 1
+    message = (f"ranks {ranks} call {top['name']} {calls} times a step"
+               + (f" (and {more} more op{'s' if more > 1 else ''} as unevenly)" if more else "")
+               + ": the program gives each rank a different share of that work "
+               "(judged as its program, not as a slower GPU)")
+    return Imbalance(kind="graded_work", message=message,
+                     evidence={"ops": graded["name"].to_list(), "ranks": top["ranks"], "calls": top["calls"],
+                               "share": round(float(graded["share"].sum()), 4)})
 
 
 def suspects_stages(imbalance: list[Imbalance], suspects: list[Suspect], layout: LayoutInfo) -> list[Imbalance]:

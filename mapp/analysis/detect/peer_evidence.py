@@ -50,6 +50,9 @@ class PeerEvidence:
     """What part of the ranks' work was compared, where not all of it (for the stage's line)."""
     own_time: bool = False
     """Ops were timed less their waits for a core (``own_time``: the trace records them)."""
+    graded: pl.DataFrame | None = None
+    """The ops the program splits unevenly by rank (``added_work.graded_work``): per op
+    (``name``), its peer group, ``ranks`` and their ``calls`` in a typical iteration; None for none."""
     leading: list[int] = field(default_factory=list)
     """Ranks slower than each of their other peers in nearly every microbatch, alone or in a
     block of peers slowed alike (``slow_blocks.Blocks``)."""

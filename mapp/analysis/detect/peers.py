@@ -172,7 +172,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                                   stages_alone=mode == "layer peers")
         if found is None:
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
-        per, ranks, z_crit, pairs = found
+        per, ranks, z_crit, pairs, graded = found
         if by_order and mode == "layer peers":
             # the GEMMs a stage calls beyond its layers', which the ops called alike leave out
             ranks = with_stage_gemms(ranks, stage_gemms(ops, coords), ops)
@@ -185,7 +185,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         stages = _stage_balance(busy, coords) if sizes and sizes["pp"] >= 2 else None
         sliced = scattered(kernel_places(ops, coords, group, slow_op), min_effect) if time_slices else None
         return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs, counted=True,
-                            sliced=sliced, scope=None if compared is ops else _scope(compared, ops))
+                            sliced=sliced, scope=None if compared is ops else _scope(compared, ops), graded=graded)
     ops = all_leaves = leaf_ops(timed)
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)

@@ -30,8 +30,8 @@ import polars as pl
 
 from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, weighted_quantiles,
                                          within_rank_scale, z_critical)
-from mapp.analysis.detect.added_work import (ADDED_COLUMNS, LAUNCHED, added_work, launched, launched_with_dims,
-                                             op_calls, op_of, with_added)
+from mapp.analysis.detect.added_work import (ADDED_COLUMNS, LAUNCHED, added_work, graded_work, launched,
+                                             launched_with_dims, op_calls, op_of, with_added)
 from mapp.analysis.detect.idle import data_stalls
 from mapp.analysis.detect.layout import middle_stages
 from mapp.analysis.detect.thresholds import CONSISTENT
@@ -518,11 +518,13 @@ def _layers_often(work: pl.DataFrame) -> pl.Expr:
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
                       slow_op: float, min_effect: float, shared_cpus: bool = False,
                       programs_differ: bool = False,
-                      stages_alone: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, float, bool] | None:
+                      stages_alone: bool = False
+                      ) -> tuple[pl.DataFrame, pl.DataFrame, float, bool, pl.DataFrame | None] | None:
     """Stage 1 over ``ops`` (``rank``, ``iteration``, ``name``, ``shape``, ``self_ns``);
     ``gaps`` per (rank, iteration) from ``peers._gaps``. Returns the per (rank, iteration) and
-    per-rank tables of ``peer_evidence.PeerEvidence``, the cut-off and whether some kind had two peers
-    only; None when no kind of work ran on two or more peers.
+    per-rank tables of ``peer_evidence.PeerEvidence``, the cut-off, whether some kind had two peers
+    only and the ops the program splits unevenly by rank (``added_work.graded_work``; None for
+    none, and where programs differ); None when no kind of work ran on two or more peers.
 
     ``shared_cpus``: compute is timed on CPU processes that share cores; a rank's time on the
     same work is then the lesser of two estimates (``_least_slowdown``), kinds called under
@@ -614,8 +616,10 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         added = _added_sum(added_work(shared.with_columns(job=pl.lit(0)), ["job"], shared_cpus=shared_cpus,
                                       scales=scales, often=OFTEN),
                            None if extra is None else _added_alone(extra, work))
+        graded = None
     else:
         added = added_work(work, peers, shared_cpus=shared_cpus)
+        graded = graded_work(work, peers, shared_cpus=shared_cpus)
     work = shared.with_columns(
         own=pl.col("calls") * pl.col("q"),
         peer=pl.Series(peer_calls * peer_q),
@@ -739,4 +743,4 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         onset_effect=pl.col("effect") + pl.when(pl.col("pace").is_finite()).then(pl.col("pace")).otherwise(0.0),
     ).select("rank", "iteration", "effect", "z", "n_ops", "share_slow", "excess_ns", "busy_ns", "flagged",
              "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "onset_effect").sort(["rank", "iteration"])
-    return per, ranks, z_crit, pairs
+    return per, ranks, z_crit, pairs, graded

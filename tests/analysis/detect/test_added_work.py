@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.added_work import added_work, op_calls
+from pathlib import Path
+
+from mapp.analysis.detect import detect_bundle
+from mapp.analysis.detect.added_work import added_work, graded_work, op_calls
+from mapp.analysis.ingest import load_bundle
+from mapp.bench.real import load_corpus
 
 
 def _work(rows):
@@ -176,3 +181,35 @@ def test_of_surplus_ops_alike_in_count_the_cheap_ones_are_traded_and_the_dear_on
     for _ in range(12):
         added = {a["rank"]: a for a in added_work(work, ["pp"]).rows(named=True)}
         assert abs(added[1]["added_excess_ns"] - 12 * 100e3) < 1e-3, added[1]
+
+
+def test_work_every_rank_calls_a_different_number_of_times_is_the_programs_split_not_work_added():
+    # four peers whose attention runs 14, 28, 42 and 56 GEMMs a step (a causal sequence split in
+    # contiguous chunks): no count is the peers' normal, so none is added work
+    rows = [(r, "aten::bmm", "", 14 * (r + 1), 100.0) for r in range(4)] + \
+           [(r, "aten::add", "", 40, 5.0) for r in range(4)]
+    work = _work(rows)
+    assert added_work(work, ["pp"]) is None
+    graded = graded_work(work, ["pp"]).row(0, named=True)
+    assert graded["name"] == "aten::bmm" and graded["ranks"] == [0, 1, 2, 3]
+    assert graded["calls"] == [14, 28, 42, 56]
+    # one rank's extra GEMMs, its three peers agreeing: work added, nothing graded
+    fault = _work([(r, "aten::bmm", "", 28 if r == 2 else 14, 100.0) for r in range(4)])
+    assert graded_work(fault, ["pp"]) is None
+    assert added_work(fault, ["pp"])["rank"].to_list() == [2]
+    # of two peers, one calling more is all a fault looks like: added, never graded
+    pair = _work([(r, "aten::bmm", "", 14 * (r + 1), 100.0) for r in range(2)])
+    assert graded_work(pair, ["pp"]) is None and added_work(pair, ["pp"])["rank"].to_list() == [1]
+
+
+def test_a_causal_ring_split_is_imbalance_of_the_program_not_a_slow_gpu():
+    # ring attention by hand on 4 gloo processes (tests/corpus/user_ring_cp.py), each rank one
+    # contiguous chunk of a causal sequence: rank i attends to i + 1 chunks, so ranks 0-3 call
+    # aten::bmm 14, 28, 42 and 56 times a step ("slow compute" 2 and 3 before: the ops they call
+    # more often)
+    users = {c.id: c for c in load_corpus(Path(__file__).resolve().parents[2] / "corpus" / "cases-users")}
+    verdict = detect_bundle(load_bundle(users["cp4-ring-causal-s512"].directory), threshold=0.1)
+    assert [s for s in verdict.suspects if s.kind in ("slow_compute", "slow_host")] == []
+    graded = [i for i in verdict.imbalance if i.kind == "graded_work"]
+    assert len(graded) == 1 and graded[0].evidence["ranks"] == [0, 1, 2, 3]
+    assert graded[0].evidence["calls"] == [14, 28, 42, 56]
