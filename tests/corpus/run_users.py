@@ -193,7 +193,22 @@ USERS84 = [  # held out in the eighty-fourth session, run once each on the devel
     ("dp4-localsgd-healthy", "user_hier_sync.py", "--sync localsgd --seed 8"),
     ("dp4-localsgd-fwd2x-r0", "user_hier_sync.py", "--sync localsgd --slow-rank 0 --factor 2 --seed 9"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84}
+USERS84B = [  # held out after ``graded_work`` (the eighty-fourth session), run once each on 2 cores
+    ("cp4-ring-causal-w160-l3", "user_ring_cp.py", "--width 160 --layers 3 --seq 768 --seed 41"),
+    ("cp4-ring-causal-seqlognorm0.4", "user_ring_cp.py", "--seq-sigma 0.4 --seed 42"),
+    ("cp2dp2-ring-causal", "user_ring_cp.py", "--cp 2 --dp 2 --seed 43"),
+    ("cp4-ring-causal-fwd3x-r0", "user_ring_cp.py", "--slow-rank 0 --factor 3 --seed 44"),
+    ("cp4-ring-zigzag-w160-fwd2.5x-r2", "user_ring_cp.py", "--zigzag --width 160 --slow-rank 2 --factor 2.5 --seed 45"),
+    ("cp4-ring-zigzag-l3-healthy", "user_ring_cp.py", "--zigzag --layers 3 --seq 768 --seed 46"),
+    ("cp2dp2-ring-zigzag-stepsleep60ms-r3", "user_ring_cp.py", "--cp 2 --dp 2 --zigzag --slow-rank 3 --sleep-ms 60 --seed 47"),
+    ("ddp4-gptc-w160-l3-healthy", "user_compiled.py", "--width 160 --layers 3 --seed 48"),
+    ("ddp4-gptc-w160-l3-fwd1.8x-r0", "user_compiled.py", "--width 160 --layers 3 --slow-rank 0 --factor 1.8 --seed 49"),
+    ("fsdp4-gptc-seqlognorm0.5", "user_compiled.py", "--fsdp --seq-sigma 0.5 --seed 50"),
+    ("dp4-hier-w192-fwd1.8x-r0", "user_hier_sync.py", "--width 192 --slow-rank 0 --factor 1.8 --seed 51"),
+    ("dp4-hier-overlap-uneven", "user_hier_sync.py", "--overlap --uneven --seed 52"),
+    ("dp4-localsgd-stepsleep60ms-r2", "user_hier_sync.py", "--sync localsgd --slow-rank 2 --sleep-ms 60 --seed 53"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
