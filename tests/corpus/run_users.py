@@ -208,7 +208,29 @@ USERS84B = [  # held out after ``graded_work`` (the eighty-fourth session), run 
     ("dp4-hier-overlap-uneven", "user_hier_sync.py", "--overlap --uneven --seed 52"),
     ("dp4-localsgd-stepsleep60ms-r2", "user_hier_sync.py", "--sync localsgd --slow-rank 2 --sleep-ms 60 --seed 53"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B}
+USERS84C = [  # held out in the eighty-fourth session: 1F1B pipelines by hand (isend/irecv), run once each on 2 cores
+    ("pp4-1f1b-healthy", "user_pp_1f1b.py", "--seed 1"),
+    ("pp4-1f1b-gpipe-healthy", "user_pp_1f1b.py", "--gpipe --seed 2"),
+    ("pp4-1f1b-fwd2.5x-r1", "user_pp_1f1b.py", "--slow-rank 1 --factor 2.5 --seed 3"),
+    ("pp4-1f1b-fwd2.5x-r2", "user_pp_1f1b.py", "--slow-rank 2 --factor 2.5 --seed 4"),
+    ("pp4-1f1b-fwd2.5x-r3", "user_pp_1f1b.py", "--slow-rank 3 --factor 2.5 --seed 5"),
+    ("pp4-1f1b-stepsleep60ms-r0", "user_pp_1f1b.py", "--slow-rank 0 --sleep-ms 60 --seed 6"),
+    ("pp4-1f1b-stepsleep60ms-r2", "user_pp_1f1b.py", "--slow-rank 2 --sleep-ms 60 --seed 7"),
+    ("pp4-1f1b-mbsleep15ms-r3", "user_pp_1f1b.py", "--slow-rank 3 --mb-sleep-ms 15 --seed 8"),
+    ("pp4-1f1b-mbsleep10ms-r1", "user_pp_1f1b.py", "--slow-rank 1 --mb-sleep-ms 10 --seed 9"),
+    ("pp4-1f1b-last", "user_pp_1f1b.py", "--last-heavy --seed 10"),
+    ("pp4-1f1b-seqlognorm0.6", "user_pp_1f1b.py", "--seq-sigma 0.6 --seed 11"),
+    ("pp4-1f1b-gpipe-fwd2.5x-r2", "user_pp_1f1b.py", "--gpipe --slow-rank 2 --factor 2.5 --seed 12"),
+    ("pp2dp2-1f1b-healthy", "user_pp_1f1b.py", "--pp 2 --dp 2 --seed 13"),
+    ("pp2dp2-1f1b-fwd2.5x-r1", "user_pp_1f1b.py", "--pp 2 --dp 2 --slow-rank 1 --factor 2.5 --seed 14"),
+    ("pp2dp2-1f1b-fwd2.5x-r2", "user_pp_1f1b.py", "--pp 2 --dp 2 --slow-rank 2 --factor 2.5 --seed 15"),
+    ("pp2dp2-1f1b-mbsleep20ms-r3", "user_pp_1f1b.py", "--pp 2 --dp 2 --slow-rank 3 --mb-sleep-ms 20 --seed 16"),
+    ("pp2dp2-1f1b-stepsleep200ms-r1", "user_pp_1f1b.py", "--pp 2 --dp 2 --slow-rank 1 --sleep-ms 200 --seed 17"),
+    ("pp2dp2-1f1b-l4-last", "user_pp_1f1b.py", "--pp 2 --dp 2 --layers 4 --last-heavy --seed 18"),
+    ("pp2dp2-1f1b-l4-healthy", "user_pp_1f1b.py", "--pp 2 --dp 2 --layers 4 --seed 20"),
+    ("pp2dp2-1f1b-seqlognorm0.6", "user_pp_1f1b.py", "--pp 2 --dp 2 --seq-sigma 0.6 --seed 19"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
