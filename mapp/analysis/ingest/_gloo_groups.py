@@ -149,11 +149,15 @@ def _peers(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
 
 
 def only_group(groups: list[tuple[int, ...]] | list[list[int]]) -> tuple[int, ...] | None:
-    """The members (sorted) that every one of a rank's process groups lists, where they all list
-    the same ones (a job whose only group is the world, however many times pg_config names it);
-    None where they differ or there is none. ``kineto._pipeline_group`` takes such a world, in
-    rank order, for a pipeline; ``_pipeline_peers`` pairs its calls only where its ends show a line."""
-    found = {tuple(sorted(g)) for g in groups}
+    """The members (sorted) that every one of a rank's process groups of two or more lists, where
+    they all list the same ones (a job whose only group is the world, however many times
+    pg_config names it); None where they differ or there is none. ``kineto._pipeline_group``
+    takes such a world, in rank order, for a pipeline; ``_pipeline_peers`` pairs its calls only
+    where its ends show a line. A group of one rank carries no message, so it is no other group:
+    a pipeline by hand over 4 processes, its data-parallel groups of one (`dist.new_group([r])`),
+    had its p2p calls left without a peer, and its last stage, the LM head and the loss beside
+    its layers, compared as a data-parallel peer of the others: "slow compute 3" with no fault."""
+    found = {tuple(sorted(g)) for g in groups if len(g) > 1}
     return found.pop() if len(found) == 1 else None
 
 

@@ -297,3 +297,26 @@ def test_no_full_matching_is_none_either_way(monkeypatch):
     assert _gloo_groups._cheapest_full_matching(graph) is None
     monkeypatch.setattr(_gloo_groups, "DENSE", 10)
     assert _gloo_groups._cheapest_full_matching(graph) is None
+
+
+PP_BY_HAND = pathlib.Path(__file__).parent.parent.parent / "fixtures" / "kineto_gloo_pp_by_hand"
+
+
+def test_groups_of_one_do_not_hide_a_pipeline_over_the_world(tmp_path):
+    # a 1F1B pipeline by hand over 4 gloo processes: groups of the world, of a pipeline of the
+    # same four ranks, and a data-parallel group of each rank alone. Its p2p calls, without a
+    # peer of record, pair along the line 0-1-2-3: 48 messages each way on each link
+    for f in PP_BY_HAND.glob("*.json.gz"):
+        shutil.copy(f, tmp_path / f.name)
+    p2p = load_bundle(tmp_path, warn=lambda _: None).scan().filter(pl.col("cat") == "p2p").collect()
+    assert sorted(p2p.group_by("rank", "name", "peer").len().rows()) == [
+        (0, "recv", 1, 48), (0, "send", 1, 48),
+        (1, "recv", 0, 48), (1, "recv", 2, 48), (1, "send", 0, 48), (1, "send", 2, 48),
+        (2, "recv", 1, 48), (2, "recv", 3, 48), (2, "send", 1, 48), (2, "send", 3, 48),
+        (3, "recv", 2, 48), (3, "send", 2, 48)]
+
+
+def test_only_group_passes_over_groups_of_one():
+    assert _gloo_groups.only_group([(0, 1, 2, 3), (0, 1, 2, 3), (1,)]) == (0, 1, 2, 3)
+    assert _gloo_groups.only_group([(0, 1, 2, 3), (1, 3)]) is None
+    assert _gloo_groups.only_group([(2,)]) is None
