@@ -230,7 +230,21 @@ USERS84C = [  # held out in the eighty-fourth session: 1F1B pipelines by hand (i
     ("pp2dp2-1f1b-l4-healthy", "user_pp_1f1b.py", "--pp 2 --dp 2 --layers 4 --seed 20"),
     ("pp2dp2-1f1b-seqlognorm0.6", "user_pp_1f1b.py", "--pp 2 --dp 2 --seq-sigma 0.6 --seed 19"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C}
+USERS84D = [  # held out in the eighty-fourth session: DLRM by hand (tables sharded over all_to_all, DDP dense), 2 cores
+    ("dp4-dlrm-healthy", "user_dlrm.py", "--seed 1"),
+    ("dp4-dlrm-t10-mean-healthy", "user_dlrm.py", "--tables 10 --pooling mean --seed 2"),
+    ("dp4-dlrm-b320-healthy", "user_dlrm.py", "--batch 320 --seed 3"),
+    ("dp4-dlrm-fwd3x-r2", "user_dlrm.py", "--slow-rank 2 --factor 3 --seed 4"),
+    ("dp4-dlrm-fwd3x-r0", "user_dlrm.py", "--slow-rank 0 --factor 3 --seed 5"),
+    ("dp4-dlrm-mean-fwd3.5x-r3", "user_dlrm.py", "--pooling mean --slow-rank 3 --factor 3.5 --seed 6"),
+    ("dp4-dlrm-stepsleep60ms-r1", "user_dlrm.py", "--slow-rank 1 --sleep-ms 60 --seed 7"),
+    ("dp4-dlrm-t10-stepsleep70ms-r3", "user_dlrm.py", "--tables 10 --slow-rank 3 --sleep-ms 70 --seed 8"),
+    ("dp4-dlrm-skew6", "user_dlrm.py", "--hot-table-skew 6 --seed 9"),
+    ("dp4-dlrm-mean-skew6", "user_dlrm.py", "--pooling mean --hot-table-skew 6 --seed 10"),
+    ("dp4-dlrm-uneven-b40-skew", "user_dlrm.py", "--uneven-tables --bag 40 --seed 11"),
+    ("dp4-dlrm-uneven-skew3", "user_dlrm.py", "--uneven-tables --hot-table-skew 3 --seed 12"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
