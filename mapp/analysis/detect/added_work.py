@@ -145,7 +145,7 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     more = grid.with_columns(more=pl.col("calls") > often * pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
         more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median(),
         calls=pl.col("calls").median(), peer_calls=pl.col("peer_calls").median(), top=pl.col("top").median(),
-        real=pl.col("real").median())
+        real=pl.col("real").median(), peer_real=pl.col("peer_real").median())
     more = more.filter((pl.col("more") >= CONSISTENT) & (pl.col("peer") > 0))
     if traded is not None:
         more = more.join(traded, on=["rank", "name"], how="anti")
@@ -164,11 +164,12 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     if more.is_empty():
         return None
     return more.group_by("rank").agg(own=pl.col("own").sum(), peer=pl.col("peer").sum(), real=pl.col("real").sum(),
+                                     peer_real=pl.col("peer_real").sum(),
                                      added_calls=(pl.col("calls") - pl.col("peer_calls")).sum()).join(
         calls_base, on="rank", how="left").select(
         "rank", added=pl.col("own") / pl.col("peer"), added_excess_ns=pl.col("own") - pl.col("peer"),
         added_base_ns=pl.col("peer"), added_calls="added_calls", calls_base="calls_base",
-        added_real_ns=pl.col("real"))
+        added_real_ns=pl.col("real"), added_base_real_ns=pl.col("peer_real"))
 
 
 GRADED_RANKS = 3
@@ -195,14 +196,43 @@ def _calls_grid(work: pl.DataFrame, peers: list[str], shared_cpus: bool) -> pl.D
     return None if grid.is_empty() else grid.sort(key)
 
 
+PARAMETER_OP = "AccumulateGrad"
+"""In the name of the op autograd runs once per parameter that gets a gradient, each step: a
+rank that calls it more often holds more parameters (``_held``)."""
+
+
+def _held(grid: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
+    """Per (``peers``..., ``iteration``, ``name``): ``held``, the ranks that call the op more often
+    than the group's fewest are exactly the ranks that hold more parameters than its fewest (more
+    calls of ``PARAMETER_OP`` a step), some but not all of them. Per-parameter work is the sharding
+    plan's: a rank that owns more embedding tables looks up, differentiates and updates each
+    (a user's DLRM by hand on 4 gloo processes, 10 tables sharded 3, 3, 2, 2: 3 sparse backwards a
+    step on ranks 0 and 1 where 2 and 3 make 2, 280 more calls of 40 ops in all, "slow compute 0"
+    before). Work added to a rank adds calls whatever parameters its peers hold: where it is on
+    one of two ranks that hold more, its op's surplus is that rank's alone."""
+    params = (grid.filter(pl.col("name").str.contains(PARAMETER_OP, literal=True))
+              .group_by("rank", *peers, "iteration").agg(params=pl.col("calls").max()))
+    if params.is_empty():
+        return grid.select(*peers, "iteration", "name").unique().with_columns(held=pl.lit(False))
+    params = params.with_columns(
+        holder=pl.col("params") > pl.col("params").min().over([*peers, "iteration"]))
+    per = (grid.join(params.select("rank", *peers, "iteration", "holder"), on=["rank", *peers, "iteration"], how="left")
+           .with_columns(pl.col("holder").fill_null(False),
+                         surplus=pl.col("calls") > pl.col("calls").min().over([*peers, "iteration", "name"])))
+    return per.group_by([*peers, "iteration", "name"]).agg(
+        held=pl.col("holder").any() & ~pl.col("holder").all() & (pl.col("surplus") == pl.col("holder")).all())
+
+
 def _graded(grid: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
     """(``peers``..., ``name``, ``ranks``, ``calls``: each rank's calls in a typical iteration)
     of the ops that every rank of a peer group calls a different number of times, in nearly
-    every iteration (``CONSISTENT``), with ``GRADED_RANKS`` ranks or more (``graded_work``)."""
+    every iteration (``CONSISTENT``), with ``GRADED_RANKS`` ranks or more, and of those that
+    the ranks holding more parameters call more often (``_held``): ``graded_work``."""
     per = (grid.group_by([*peers, "iteration", "name"])
            .agg(ranks=pl.len(), counts=pl.col("calls").n_unique(), least=pl.col("calls").min())
-           .with_columns(graded=(pl.col("ranks") >= GRADED_RANKS) & (pl.col("counts") == pl.col("ranks"))
-                         & (pl.col("least") > 0)))
+           .join(_held(grid, peers), on=[*peers, "iteration", "name"], how="left")
+           .with_columns(graded=((pl.col("ranks") >= GRADED_RANKS) & (pl.col("counts") == pl.col("ranks"))
+                                 & (pl.col("least") > 0)) | pl.col("held").fill_null(False)))
     names = (per.group_by([*peers, "name"]).agg(pl.col("graded").mean())
              .filter(pl.col("graded") >= CONSISTENT).select(*peers, "name"))
     typical = grid.join(names, on=[*peers, "name"]).group_by([*peers, "name", "rank"]).agg(pl.col("calls").median())
@@ -288,7 +318,7 @@ def _with_real_surplus(grid: pl.DataFrame, work: pl.DataFrame, peers: list[str],
     4 cores, 24 ms of matmuls of another size before each of two microbatches on rank 2: 48
     surplus ``aten::mm`` calls a step, 47 ms more on them than its peers, counted at 7.9 ms)."""
     if "t" not in work.columns or "longest" not in work.columns:
-        return grid.with_columns(real=pl.lit(0.0))
+        return grid.with_columns(real=pl.lit(0.0), peer_real=pl.lit(0.0))
     by_op = work.with_columns(name=op_of()).group_by("rank", *peers, "iteration", "name").agg(
         t=pl.col("t").sum(), longest=pl.col("longest").max())
     # (in ``grid``'s row order, which ``gid`` follows)
@@ -296,8 +326,8 @@ def _with_real_surplus(grid: pl.DataFrame, work: pl.DataFrame, peers: list[str],
         pl.col("t", "longest").fill_null(0.0))
     peer_t = pl.Series(others_median(gid, grid["t"].to_numpy()))
     surplus = (pl.col("calls") - pl.col("peer_calls")).clip(lower_bound=0) * pl.col("longest")
-    return grid.with_columns(real=pl.min_horizontal((pl.col("t") - peer_t).clip(lower_bound=0), surplus)).drop(
-        "t", "longest")
+    return grid.with_columns(real=pl.min_horizontal((pl.col("t") - peer_t).clip(lower_bound=0), surplus),
+                             peer_real=peer_t).drop("t", "longest")
 
 
 def added_cost_ns(row: dict) -> float:
@@ -306,7 +336,8 @@ def added_cost_ns(row: dict) -> float:
     return max(row.get("added_excess_ns") or 0.0, row.get("added_real_ns") or 0.0, 0.0)
 
 
-ADDED_COLUMNS = ("added", "added_excess_ns", "added_base_ns", "added_calls", "calls_base", "added_real_ns")
+ADDED_COLUMNS = ("added", "added_excess_ns", "added_base_ns", "added_calls", "calls_base", "added_real_ns",
+                 "added_base_real_ns")
 """What :func:`added_work` gives each rank (``added_calls`` and ``calls_base`` only where ranks
 run one program: the readings across pipeline stages count no calls; ``added_real_ns`` only
 where ranks run one program too, for the cost alone)."""
@@ -356,7 +387,14 @@ def adds_work(row: dict, min_effect: float, *, shared_cpus: bool = False) -> boo
     busy = max(busy, row.get("all_work_ns") or 0.0)
     if added is None or added_excess is None or base is None or (excess <= 0 and not shared_cpus) or busy <= 0:
         return False
-    return added - 1 >= min_effect and added_excess >= min_effect * busy and base >= ADDED_PART * busy
+    # a real part of its work by their typical calls, or by their clocks: without recorded
+    # shapes an op's typical call is its smallest layers', and 8 calls of ``aten::addmm`` a step
+    # (a DLRM's two MLPs) priced at it were 1.1 ms of 51, where they took 23 ms of 115 (4 gloo
+    # processes on 2 cores, the MLPs' matmuls 3x on one rank: 480 more calls a step, 87 ms by its
+    # clock; "slow host" before, as its extra calls read as 2.0% of its work, under ADDED_PART)
+    real_base, real_busy = row.get("added_base_real_ns") or 0.0, row.get("busy_ns") or 0.0
+    part = base >= ADDED_PART * busy or (real_busy > 0 and real_base >= ADDED_PART * real_busy)
+    return added - 1 >= min_effect and added_excess >= min_effect * busy and part
 
 
 def added_slowdown(row: dict, min_effect: float, threshold: float) -> float | None:

@@ -134,8 +134,8 @@ def with_stage_gemms(ranks: pl.DataFrame, gemms: pl.DataFrame | None, ops: pl.Da
         return ranks
     g = gemms.rename({"added": "g_added", "added_excess_ns": "g_excess", "added_base_ns": "g_base"})
     # (where the stage's GEMMs are its added work, the clock's figure of the other reading is not)
-    real = ([pl.when(pl.col("g_excess").is_null()).then(pl.col("added_real_ns")).alias("added_real_ns")]
-            if "added_real_ns" in ranks.columns else [])
+    real = [pl.when(pl.col("g_excess").is_null()).then(pl.col(c)).alias(c)
+            for c in ("added_real_ns", "added_base_real_ns") if c in ranks.columns]
     # (the time a stage loses over its peers is that work too: the ops called alike hold none of it)
     return ranks.join(g, on="rank", how="left").with_columns(
         *real,

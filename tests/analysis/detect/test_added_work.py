@@ -213,3 +213,48 @@ def test_a_causal_ring_split_is_imbalance_of_the_program_not_a_slow_gpu():
     graded = [i for i in verdict.imbalance if i.kind == "graded_work"]
     assert len(graded) == 1 and graded[0].evidence["ranks"] == [0, 1, 2, 3]
     assert graded[0].evidence["calls"] == [14, 28, 42, 56]
+
+
+def test_ops_the_ranks_holding_more_parameters_call_more_often_are_the_plans_not_work_added():
+    # ranks 0 and 1 own 3 embedding tables, 2 and 3 own 2 (one more AccumulateGrad a step each):
+    # one more sparse backward each, on the ranks that hold more: the sharding plan's work
+    params = [(r, "torch::autograd::AccumulateGrad", "", 19 if r < 2 else 18, 2.0) for r in range(4)]
+    rows = params + [(r, "aten::_embedding_bag_sparse_backward", "", 3 if r < 2 else 2, 900.0) for r in range(4)] + \
+        [(r, "aten::addmm", "", 8, 3000.0) for r in range(4)]
+    work = _work(rows)
+    assert added_work(work, ["pp"]) is None
+    graded = graded_work(work, ["pp"])
+    assert set(graded["name"].to_list()) == {"aten::_embedding_bag_sparse_backward", "torch::autograd::AccumulateGrad"}
+    # extra matmuls on rank 0 alone, one of the two that hold more: its own, work added
+    fault = _work(params + [(r, "aten::addmm", "", 24 if r == 0 else 8, 3000.0) for r in range(4)])
+    assert added_work(fault, ["pp"])["rank"].to_list() == [0]
+    # the same counts with every rank holding as many parameters: two ranks' extra calls alike
+    # are what two slow ranks look like, work added on both
+    alike = _work([(r, "torch::autograd::AccumulateGrad", "", 18, 2.0) for r in range(4)]
+                  + [(r, "aten::_embedding_bag_sparse_backward", "", 3 if r < 2 else 2, 900.0) for r in range(4)])
+    assert added_work(alike, ["pp"])["rank"].sort().to_list() == [0, 1]
+
+
+def _users(case_id: str):
+    users = {c.id: c for c in load_corpus(Path(__file__).resolve().parents[2] / "corpus" / "cases-users")}
+    return detect_bundle(load_bundle(users[case_id].directory), threshold=0.1)
+
+
+def test_a_dlrm_whose_first_ranks_own_more_tables_is_the_plans_imbalance_not_a_slow_gpu():
+    # a user's DLRM by hand on 4 gloo processes (tests/corpus/user_dlrm.py), 10 tables sharded
+    # table-wise 3, 3, 2, 2: ranks 0 and 1 look up, differentiate and update a third more
+    # tables ("slow compute 0", 1.37x on the ops it called more often, before)
+    verdict = _users("dp4-dlrm-t10-mean-healthy")
+    assert [s for s in verdict.suspects if s.kind in ("slow_compute", "slow_host")] == []
+    graded = [i for i in verdict.imbalance if i.kind == "graded_work"]
+    assert len(graded) == 1 and graded[0].evidence["ranks"] == [0, 1, 2, 3]
+    assert graded[0].evidence["calls"] == [3, 3, 2, 2]
+
+
+def test_extra_matmuls_priced_at_their_clock_are_a_real_part_of_the_work():
+    # the same DLRM, 3x its MLPs' matmuls on rank 2: 8 aten::addmm calls a step on its peers,
+    # priced at their typical (small) call 2% of its work, by their clocks a fifth ("slow host
+    # 2" before, from stage 2 alone)
+    verdict = _users("dp4-dlrm-fwd3x-r2")
+    top = verdict.suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_compute")
