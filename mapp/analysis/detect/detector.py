@@ -11,6 +11,7 @@ import polars as pl
 from mapp.analysis.detect.added_work import LAUNCHED
 from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.core_waits import RANK_KINDS, absorbed, records_waits, waited, waited_note, waiting_hosts
+from mapp.analysis.detect.data_sized import paced_split
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.onset import ONSET_LEAST, leaning, not_slower, onset_note, since_onset, trailing_windows
@@ -116,6 +117,8 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
                      "path, so a slow GPU's own host idles too")
     if peers.mode != "skipped" and (split := routed_split(events, info.ranks, matching.collectives)) is not None:
         peers = dataclasses.replace(peers, ranks=peers.ranks.join(split, on="rank", how="left", maintain_order="left"))
+    if peers.mode != "skipped" and (paced := paced_split(events, info.ranks)) is not None:
+        peers = dataclasses.replace(peers, ranks=peers.ranks.join(paced, on="rank", how="left", maintain_order="left"))
     lap("peers")
     lateness = collective_lateness(matching, traced, _comm_waits(events, analysis.clock))
     if waits and peers.mode != "skipped":

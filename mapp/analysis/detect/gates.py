@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from mapp.analysis.detect.data_sized import sized_by_data
 from mapp.analysis.detect.findings import Overruled
 from mapp.analysis.detect.lateness import stands_out_waiting
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -304,6 +305,11 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        slower GPU. Passed by work added in calls that is most of its excess (``extra``). Not by
        counts alone: more tokens take a few more calls of some ops (a router's favourite on 2
        shared cores: 1.08x on those, its excess 170 ms a step elsewhere).
+    10. A rank slower as a whole by the threshold whose pace (``data_sized.paced_split``: the
+       median, over its peers' compute, of how much slower it ran each op) is within half of it
+       ran slower only on a few ops, its data's (``data_sized.sized_by_data``): imbalance, not a
+       slower device, which is slower on everything. Passed by work added in calls that is most
+       of its excess (``extra``).
 
     *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
     stage 2 that matched calls of no known group by their order on every rank is one and does
@@ -407,5 +413,10 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          f"its ops between its all_to_all exchanges {row.get('routed_ratio') or 0:.2f}x its peers', the rest "
          f"{row.get('unrouted_ratio') or 0:.2f}x: work sized by the tokens routed to it (imbalance), not a slower GPU "
          "(record_shapes=True shows their sizes)"),
+        (not host and sized_by_data(row, threshold), extra,
+         f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' but {row.get('pace') or 0:.2f}x on the ops "
+         "that make most of theirs: slower on a few ops only, as more data there makes them (imbalance) or a "
+         "process sharing its core at those times, not on everything as a slower device is "
+         "(record_shapes=True shows the ops' sizes)"),
     )
     return next((why for applies, passed, why in gates if applies and not passed), None)

@@ -1,0 +1,97 @@
+"""Work sized by a rank's data: a rank slower than its peers on a few ops only, at their pace on
+the ops that make most of their compute, computes on more data there, not on a slower device.
+
+A slower GPU, or a core another process shares, is slower on everything it computes. Work that
+the data or the sharding plan sizes swells only the ops that handle it: the owner of a recommender
+model's hottest embedding tables takes longer over its sparse gradients and their optimizer's
+update (4 gloo processes on 2 cores, a user's DLRM by hand, the bags of rank 0's tables 6x longer:
+its ``aten::coalesce`` 66.7 ms a step against its peers' 9.6-25.0, its sparse backward 27.5 against
+1.8-3.9, while its matmuls, most of their compute, ran at 0.9-1.0x theirs: "slow compute 0",
+1.57x, before). Without recorded shapes such calls pair with its peers' as the same work, slower.
+
+So a rank's *pace* is the median, over its peers' compute, of how much slower it ran each op:
+the ratio of its time to its peers' on each op name, weighted by their time on it. A device
+slower by f gives a pace of about f; work swollen on ops that are a minority of the peers'
+compute leaves it near 1 while the whole compute's ratio grows. ``paced_split`` measures it
+(stage 1's evidence), ``gates`` judges by it. Ops a rank calls more often than its peers are work
+added, which ``added_work`` weighs and which passes that gate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from mapp.analysis.detect._stats import others_median
+from mapp.analysis.detect.added_work import added_cost_ns
+from mapp.analysis.detect.same_work import self_times
+
+__all__ = ["PACED_KINDS", "PACED_RANKS", "paced_split", "sized_by_data"]
+
+PACED_KINDS = 20
+"""The fewest op names a rank's peers must spend their compute on for its pace to mean anything:
+a profiler's op-level trace has hundreds; a trace of spans per layer a handful, where the median
+over them is one layer's."""
+
+
+PACED_RANKS = 3
+"""The fewest ranks of a stage for their paces to mean anything: of two, each doing work of its own
+reads slower than the other on it, and its peer's pace is one rank's (HTA's public
+``trace_filter`` traces, 2 of a 128-rank job's ranks with a sample of their events: rank 0 1.73x
+its peer at a pace of 0.41x, rank 1 1.17x at 1.02x; neither named either way, ``verdict._mirrored_pair``
+says why)."""
+
+
+def paced_split(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | None:
+    """Per rank of a pipeline stage (``coords``' ``pp``) of ``PACED_RANKS`` ranks or more:
+    ``pace``, the weighted median over op names of its compute (self time, per traced iteration)
+    against its peers' (the median of the other ranks of its stage), each name weighted by its
+    peers' time on it, and ``pace_kinds``, how many names that median is over. None where no
+    stage has that many ranks."""
+    ops = self_times(events.filter(pl.col("iteration").is_not_null()))
+    if ops.is_empty():
+        return None
+    stage = coords.select("rank", pp=pl.col("pp").fill_null(0)) if "pp" in coords.columns else \
+        coords.select("rank", pp=pl.lit(0))
+    steps = ops.group_by("rank").agg(steps=pl.col("iteration").n_unique())
+    per = (ops.group_by("rank", "name").agg(t=pl.col("self_ns").sum()).join(steps, on="rank")
+           .with_columns(t=pl.col("t") / pl.col("steps")).drop("steps")
+           .join(stage, on="rank", how="left").with_columns(pl.col("pp").fill_null(0)))
+    ranks = per.select("rank", "pp").unique().filter(pl.len().over("pp") >= PACED_RANKS)
+    if ranks.is_empty():
+        return None
+    # every rank of a stage with every name the stage calls (0 where it never called it)
+    grid = (ranks.join(per.select("pp", "name").unique(), on="pp")
+            .join(per, on=["rank", "pp", "name"], how="left").with_columns(pl.col("t").fill_null(0.0))
+            .sort("pp", "name", "rank"))
+    gid = grid.select(pl.struct("pp", "name").rank("dense")).to_series().to_numpy()
+    grid = grid.with_columns(peer=pl.Series(others_median(gid, grid["t"].to_numpy().astype(float))))
+    rows = []
+    for (rank,), g in grid.filter(pl.col("peer") > 0).group_by("rank"):
+        ratio = (g["t"] / g["peer"]).to_numpy()
+        weight = g["peer"].to_numpy()
+        order = np.argsort(ratio)
+        cum = np.cumsum(weight[order])
+        pace = float(ratio[order][np.searchsorted(cum, 0.5 * cum[-1])])
+        rows.append((rank, pace, len(ratio)))
+    if not rows:
+        return None
+    return pl.DataFrame(rows, schema={"rank": grid.schema["rank"], "pace": pl.Float64, "pace_kinds": pl.Int64},
+                        orient="row")
+
+
+def sized_by_data(row: dict, threshold: float) -> bool:
+    """Whether a rank's slowness lies in a few ops, its pace (``paced_split``) within half the
+    ``threshold`` of its peers' over ``PACED_KINDS`` op names or more, while its compute as a whole
+    is slower by the threshold: its data swelled those ops (imbalance), no device ran slower. Not
+    where the calls it makes beyond its peers' (``added_work``) cost it the threshold's share of
+    its compute: extra calls are work added, and on cores shared by more processes the rank that
+    makes them gets the cores while its peers wait, its other ops faster than theirs (Lightning
+    DDP, 4x the layers' matmuls on one of 4 processes on 2 cores: pace 0.87, its surplus calls
+    100 ms a step by its clock, 358 ms busy)."""
+    pace, kinds, slowdown = row.get("pace"), row.get("pace_kinds"), row.get("slowdown")
+    if pace is None or kinds is None or slowdown is None or kinds < PACED_KINDS:
+        return False
+    if (added := added_cost_ns(row)) > 0 and added >= threshold * (row.get("busy_ns") or 0.0):
+        return False
+    return float(slowdown) >= 1 + threshold and pace < 1 + threshold / 2
