@@ -48,7 +48,12 @@ def paced_split(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | No
     against its peers' (the median of the other ranks of its stage), each name weighted by its
     peers' time on it, and ``pace_kinds``, how many names that median is over. None where no
     stage has that many ranks."""
-    ops = self_times(events.filter(pl.col("iteration").is_not_null()))
+    timed = events.filter(pl.col("iteration").is_not_null())
+    # (spans per layer, as mapp's capture and the simulator write them, name too few ops for a
+    # pace: not worth their self times, 1,024 ranks' worth in the analysis-time benchmark)
+    if timed.filter(pl.col("cat") == "compute")["name"].n_unique() < PACED_KINDS:
+        return None
+    ops = self_times(timed)
     if ops.is_empty():
         return None
     stage = coords.select("rank", pp=pl.col("pp").fill_null(0)) if "pp" in coords.columns else \

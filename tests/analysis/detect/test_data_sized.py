@@ -18,12 +18,14 @@ COORDS = pl.DataFrame({"rank": [0, 1, 2], "pp": [0, 0, 0]}).cast({"rank": pl.Int
 
 
 def _events(times: dict[int, tuple[float, float]], iterations: int = 3) -> pl.DataFrame:
-    """Per rank (matmul ms, sparse update ms), one call of each an iteration, 1 s apart."""
+    """Per rank (matmul ms, sparse update ms), one call of each an iteration, 1 s apart, and
+    ``PACED_KINDS`` little ops of 0.1 ms at the matmuls' pace (30 ms: 1x)."""
     rows = []
     for rank, (mm, sparse) in times.items():
+        little = [(f"aten::op{i}", 0.1 * mm / 30) for i in range(PACED_KINDS)]
         for it in range(iterations):
             t = it * 1000 * MS
-            for name, dur in (("aten::mm", mm), ("aten::coalesce", sparse)):
+            for name, dur in (("aten::mm", mm), ("aten::coalesce", sparse), *little):
                 rows.append({"rank": rank, "name": name, "cat": "compute", "lane": "cpu:1", "ts_ns": t,
                              "dur_ns": int(dur * MS), "iteration": it})
                 t += int(dur * MS) + MS
@@ -34,10 +36,13 @@ def test_a_rank_slower_on_its_minor_ops_keeps_its_peers_pace():
     # rank 0's sparse update 5x its peers' (10 ms more), its matmuls (most of their compute)
     # as fast: its pace is 1.0 though its compute is 1.33x
     split = {r["rank"]: r for r in paced_split(_events({0: (30, 12.5), 1: (30, 2.5), 2: (30, 2.5)}), COORDS).to_dicts()}
-    assert split[0]["pace"] == 1.0 and split[0]["pace_kinds"] == 2
+    assert split[0]["pace"] == 1.0 and split[0]["pace_kinds"] == PACED_KINDS + 2
     # a rank 1.3x slower on everything runs at 1.3x
     split = {r["rank"]: r for r in paced_split(_events({0: (39, 3.25), 1: (30, 2.5), 2: (30, 2.5)}), COORDS).to_dicts()}
     assert abs(split[0]["pace"] - 1.3) < 1e-9
+    # spans per layer name too few ops for a pace
+    few = _events({0: (30, 12.5), 1: (30, 2.5), 2: (30, 2.5)}).filter(~pl.col("name").str.starts_with("aten::op"))
+    assert paced_split(few, COORDS) is None
 
 
 def test_only_a_rank_slower_as_a_whole_at_its_peers_pace_over_many_ops_is_sized_by_its_data():
