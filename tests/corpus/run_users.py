@@ -244,7 +244,42 @@ USERS84D = [  # held out in the eighty-fourth session: DLRM by hand (tables shar
     ("dp4-dlrm-uneven-b40-skew", "user_dlrm.py", "--uneven-tables --bag 40 --seed 11"),
     ("dp4-dlrm-uneven-skew3", "user_dlrm.py", "--uneven-tables --hot-table-skew 3 --seed 12"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D}
+USERS85 = [  # held out in the eighty-fifth session: SyncBatchNorm CNN, CLIP with gathered embeddings, a GNN on graphs
+    # of random sizes, each by hand with DDP, 2 cores
+    ("ddp4-gnn-healthy", "user_gnn.py", "--seed 1"),
+    ("ddp4-gnn-fwd2x-r2", "user_gnn.py", "--slow-rank 2 --factor 2 --seed 2"),
+    ("ddp4-gnn-fwd1.7x-r1", "user_gnn.py", "--slow-rank 1 --factor 1.7 --seed 3"),
+    ("ddp4-gnn-stepsleep70ms-r0", "user_gnn.py", "--slow-rank 0 --sleep-ms 70 --seed 4"),
+    ("ddp4-gnn-datasleep70ms-r2", "user_gnn.py", "--slow-rank 2 --data-sleep-ms 70 --seed 5"),
+    ("ddp4-gnn-uneven-ht0.8", "user_gnn.py", "--heavy-tail 0.8 --seed 6"),
+    ("ddp4-gnn-skew1.8", "user_gnn.py", "--skew-rank 1 --skew 1.8 --seed 7"),
+    ("ddp4-gnn-skew1.5", "user_gnn.py", "--skew-rank 3 --skew 1.5 --seed 8"),
+    ("ddp4-gnn-uneven-ht0.8-fwd2x-r3", "user_gnn.py", "--heavy-tail 0.8 --slow-rank 3 --factor 2 --seed 9"),
+    ("ddp4-gnn-skew1.8-fwd2x-r0", "user_gnn.py", "--skew-rank 1 --skew 1.8 --slow-rank 0 --factor 2 --seed 10"),
+    ("ddp4-sbn-healthy", "user_syncbn_cnn.py", "--seed 1"),
+    ("ddp4-sbn-c48-healthy", "user_syncbn_cnn.py", "--channels 48 --seed 2"),
+    ("ddp4-sbn-fwd2x-r2", "user_syncbn_cnn.py", "--slow-rank 2 --factor 2 --seed 3"),
+    ("ddp4-sbn-fwd1.7x-r0", "user_syncbn_cnn.py", "--slow-rank 0 --factor 1.7 --seed 4"),
+    ("ddp4-sbn-stepsleep60ms-r1", "user_syncbn_cnn.py", "--slow-rank 1 --sleep-ms 60 --seed 5"),
+    ("ddp4-sbn-datasleep60ms-r3", "user_syncbn_cnn.py", "--slow-rank 3 --data-sleep-ms 60 --seed 6"),
+    ("ddp4-sbn-uneven", "user_syncbn_cnn.py", "--uneven --seed 7"),
+    ("ddp4-sbn-uneven-fwd2x-r1", "user_syncbn_cnn.py", "--uneven --slow-rank 1 --factor 2 --seed 8"),
+    ("dp2-sbn-healthy", "user_syncbn_cnn.py", "--seed 9"),
+    ("dp2-sbn-fwd2x-r1", "user_syncbn_cnn.py", "--slow-rank 1 --factor 2 --seed 10"),
+    ("ddp4-clip-healthy", "user_clip.py", "--seed 1"),
+    ("ddp4-clip-fwd2x-r1", "user_clip.py", "--slow-rank 1 --factor 2 --seed 2"),
+    ("ddp4-clip-fwd1.7x-r3", "user_clip.py", "--slow-rank 3 --factor 1.7 --seed 3"),
+    ("ddp4-clip-stepsleep60ms-r3", "user_clip.py", "--slow-rank 3 --sleep-ms 60 --seed 4"),
+    ("ddp4-clip-datasleep60ms-r0", "user_clip.py", "--slow-rank 0 --data-sleep-ms 60 --seed 5"),
+    ("ddp4-clip-seqlognorm0.7", "user_clip.py", "--varlen --seed 6"),
+    ("ddp4-clip-seqlognorm1", "user_clip.py", "--varlen --len-sigma 1.0 --seed 7"),
+    ("ddp4-clip-local-healthy", "user_clip.py", "--local-loss --seed 8"),
+    ("ddp4-clip-local-fwd2x-r2", "user_clip.py", "--local-loss --slow-rank 2 --factor 2 --seed 9"),
+    ("ddp4-clip-torch-fwd2x-r0", "user_clip.py", "--gather torch --slow-rank 0 --factor 2 --seed 10"),
+]
+
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
