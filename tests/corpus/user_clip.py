@@ -35,9 +35,9 @@ makes the update that of the global loss. AdamW. With ``--local-loss`` (open_cli
 rank computes only its own rows of the logits (its images against all texts, its texts against
 all images, labels ``rank * batch + i``); with ``--gather torch`` the gather is
 ``torch.distributed.nn.functional.all_gather`` instead, whose backward on gloo is an
-``all_to_all`` and a sum (checked: it runs on CPUs with gloo and gives the same gradients as the
-hand-written one, and as one process over the global batch, to 1e-15 in float64; torch 2.13
-warns that it is deprecated).
+``all_to_all`` (which gloo runs as one ``scatter`` per rank) and a sum (checked: it runs on CPUs
+with gloo and gives the same gradients as the hand-written one, and as one process over the
+global batch, to 1e-15 in float64; torch 2.13 warns that it is deprecated).
 
 Profiling: ``torch.profiler.profile(activities=[CPU])`` with
 ``schedule(wait=1, warmup=1, active=steps-2)``, the profiler's defaults otherwise (no input
@@ -61,19 +61,34 @@ Flags:
   of the same shapes on the same rows, without gradients, results discarded,
   ``(F - 1) x 3 x 1.3`` times per call (the fraction carried from one call to the next), all of
   it in the forward: 3 for forward and backward (backward as two forwards), 1.3 because the
-  linear layers are about 3/4, not all, of the towers' compute. That rank is slower on the same work,
-  as a slow GPU is: its towers' compute about F x its peers'.
+  linear layers are about 3/4, not all, of the towers' compute (measured in one process, default
+  shapes: F = 2 makes the towers' forward + backward 1.94 x as long). That rank is slower on the
+  same work, as a slow GPU is: its towers' compute about F x its peers'.
 - ``--sleep-ms MS``: the slow rank sleeps on its host before each step.
 - ``--data-sleep-ms MS``: the slow rank sleeps in its data path (inside ``data``) each step, as
   a slow input pipeline does.
 - ``--varlen``: dynamic padding. Each caption's length is drawn from a heavy-tailed lognormal
   (median ``ctx / 4``, sigma ``--len-sigma``, 0.7; clipped to [3, 4 ctx]) and each rank pads its
-  batch to its own longest caption, per step: the ranks' text towers do different amounts of
-  work, and each rank's varies from step to step. An imbalance of the data, not a fault (no rank
-  is slower on the same work).
+  batch to its own longest caption, per step (with the defaults a padded length of 18 to 59
+  tokens in 90 % of the rank-steps, median 31, against the fixed 32): the ranks' text towers do
+  different amounts of work, and each rank's varies from step to step. An imbalance of the data,
+  not a fault (no rank is slower on the same work).
 
-Measured (4 processes sharing 2 cores, ``OMP_NUM_THREADS=1``, default shapes; rank 0's mean step
-over the 6 active steps): MEASURED_TABLE
+Measured (torch 2.13, 4 processes sharing 2 cores, ``OMP_NUM_THREADS=1``, default shapes, the
+machine otherwise nearly idle; rank 0's mean step over the 6 active steps, 6 runs of each, their
+mean and range; the faults' runs interleaved with the healthy ones):
+
+- healthy: 115 ms (110-119); a whole run takes about 9 s wall (8.7-9.4), most of it starting the
+  4 processes;
+- ``--slow-rank 1 --factor 2``: 136 ms (132-145), +19 %;
+- ``--slow-rank 3 --sleep-ms 40``: 144 ms (141-147), +25 %;
+- ``--slow-rank 2 --data-sleep-ms 40``: 145 ms (141-150), +26 %;
+- ``--varlen``: 121 ms (113-127), +5 %, the step set by whichever rank drew the longest captions.
+
+A sleep adds less than its length: while the slow rank sleeps, its peers get its share of the 2
+cores. That is why the defaults are small: with ``--batch 32 --width 128`` (a 180-210 ms step)
+40 ms of sleep added only about 7 %, factor 2 about 20 %. On a machine busy with other jobs the
+steps take 1.5-3 x as long and vary by as much from run to run, which hides these differences.
 
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node=4 \\
         tests/corpus/user_clip.py --out DIR --slow-rank 1 --factor 2
@@ -237,10 +252,12 @@ def contrastive_loss(img, txt, all_img, all_txt, scale, rank, local):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="directory for the chrome traces (one per rank)")
-    p.add_argument("--slow-rank", type=int, default=-1, help="rank that --factor / --sleep-ms / --data-sleep-ms apply to")
+    p.add_argument("--slow-rank", type=int, default=-1,
+                   help="rank that --factor / --sleep-ms / --data-sleep-ms apply to")
     p.add_argument("--factor", type=float, default=1.0, help="slow rank's towers' matmul work, x its peers'")
     p.add_argument("--sleep-ms", type=float, default=0.0, help="host sleep on the slow rank before each step")
-    p.add_argument("--data-sleep-ms", type=float, default=0.0, help="sleep in the slow rank's data path each step")
+    p.add_argument("--data-sleep-ms", type=float, default=0.0,
+                   help="sleep in the slow rank's data path each step")
     p.add_argument("--varlen", action="store_true", help="lognormal caption lengths, padded per rank per step")
     p.add_argument("--len-sigma", type=float, default=0.7, help="--varlen: sigma of the lognormal lengths")
     p.add_argument("--local-loss", action="store_true", help="each rank computes only its rows of the logits")
@@ -356,6 +373,11 @@ def main():
               f"max parameter spread across ranks {spread:.2e}, "
               f"traces in {args.out}", flush=True)
     dist.barrier()
+    # Give gloo's worker thread a moment to release the last collectives before the process group
+    # is torn down: it needs the GIL to drop their tensors, and the group's destructor (run with
+    # the GIL held, here or when DDP's reducer goes) waits for that thread, so without this pause
+    # the end deadlocks now and then (seen in about 1 run in 10 on a busy machine, torch 2.13).
+    time.sleep(0.2)
     dist.destroy_process_group()
 
 
