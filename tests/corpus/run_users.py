@@ -278,8 +278,41 @@ USERS85 = [  # held out in the eighty-fifth session: SyncBatchNorm CNN, CLIP wit
     ("ddp4-clip-torch-fwd2x-r0", "user_clip.py", "--gather torch --slow-rank 0 --factor 2 --seed 10"),
 ]
 
+USERS86 = [  # held out in the eighty-sixth session: an LSTM seq2seq with attention, a VAE with accumulation
+    # under no_sync and an EMA, megatron-core's interleaved (virtual pipeline) 1F1B; helpers wrote them blind, 2 cores
+    ("ddp4-lstm-healthy", "user_lstm_seq2seq.py", "--seed 1"),
+    ("ddp4-lstm-fwd2x-r2", "user_lstm_seq2seq.py", "--slow-rank 2 --factor 2 --seed 2"),
+    ("ddp4-lstm-fwd1.5x-r0", "user_lstm_seq2seq.py", "--slow-rank 0 --factor 1.5 --seed 3"),
+    ("ddp4-lstm-hog-r1", "user_lstm_seq2seq.py", "--slow-rank 1 --hog --seed 4"),
+    ("ddp4-lstm-stepsleep60ms-r3", "user_lstm_seq2seq.py", "--slow-rank 3 --sleep-ms 60 --seed 5"),
+    ("ddp4-lstm-datasleep60ms-r1", "user_lstm_seq2seq.py", "--slow-rank 1 --data-sleep-ms 60 --seed 6"),
+    ("ddp4-lstm-seqlognorm0.7", "user_lstm_seq2seq.py", "--len-sigma 0.7 --seed 7"),
+    ("ddp4-lstm-skew1.6", "user_lstm_seq2seq.py", "--long-rank 2 --long 1.6 --seed 8"),
+    ("ddp4-lstm-seqlognorm0.7-fwd2x-r3", "user_lstm_seq2seq.py", "--len-sigma 0.7 --slow-rank 3 --factor 2 --seed 9"),
+    ("ddp4-lstm-skew1.6-fwd2x-r0", "user_lstm_seq2seq.py", "--long-rank 2 --long 1.6 --slow-rank 0 --factor 2 --seed 10"),
+    ("ddp4-vae-healthy", "user_vae_accum.py", "--seed 1"),
+    ("ddp4-vae-accum4-healthy", "user_vae_accum.py", "--accum 4 --seed 2"),
+    ("ddp4-vae-fwd2x-r1", "user_vae_accum.py", "--slow-rank 1 --factor 2 --seed 3"),
+    ("ddp4-vae-fwd1.5x-r3", "user_vae_accum.py", "--slow-rank 3 --factor 1.5 --seed 4"),
+    ("ddp4-vae-hog-r0", "user_vae_accum.py", "--slow-rank 0 --hog --seed 5"),
+    ("ddp4-vae-stepsleep60ms-r2", "user_vae_accum.py", "--slow-rank 2 --sleep-ms 60 --seed 6"),
+    ("ddp4-vae-datasleep40ms-r3", "user_vae_accum.py", "--slow-rank 3 --data-sleep-ms 40 --seed 7"),
+    ("ddp4-vae-uneven-res0.3", "user_vae_accum.py", "--res-sigma 0.3 --seed 8"),
+    ("ddp4-vae-skew1.7", "user_vae_accum.py", "--big-rank 1 --big 1.7 --seed 9"),
+    ("ddp4-vae-skew1.7-fwd2x-r2", "user_vae_accum.py", "--big-rank 1 --big 1.7 --slow-rank 2 --factor 2 --seed 10"),
+    ("pp2dp2-vpp-healthy", "user_mcore_vpp.py", "--seed 1"),
+    ("pp4-vpp-healthy", "user_mcore_vpp.py", "--pp 4 --seed 2"),
+    ("pp2dp2-vpp-fwd2x-r1", "user_mcore_vpp.py", "--slow-rank 1 --factor 2 --seed 3"),
+    ("pp2dp2-vpp-fwd1.6x-r2", "user_mcore_vpp.py", "--slow-rank 2 --factor 1.6 --seed 4"),
+    ("pp4-vpp-fwd2x-r3", "user_mcore_vpp.py", "--pp 4 --slow-rank 3 --factor 2 --seed 5"),
+    ("pp2dp2-vpp-hog-r3", "user_mcore_vpp.py", "--slow-rank 3 --hog --seed 6"),
+    ("pp2dp2-vpp-stepsleep60ms-r0", "user_mcore_vpp.py", "--slow-rank 0 --sleep-ms 60 --seed 7"),
+    ("pp4-vpp-datasleep15ms-r0", "user_mcore_vpp.py", "--pp 4 --slow-rank 0 --data-sleep-ms 15 --seed 8"),  # was r1: a middle stage reads no data
+    ("pp4-vpp-last2", "user_mcore_vpp.py", "--pp 4 --last-heavier 2 --seed 9"),
+]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85}
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
