@@ -654,6 +654,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
             own=pl.col("own") * (1 + extra_own / base),
             own_fast=pl.col("own_fast") * (1 + extra_fast / base_fast),
             busy_ns=pl.col("busy_ns") + pl.col("extra_t").fill_null(0.0),
+            alone_ns=pl.col("extra_t").fill_null(0.0),
         ).drop("extra_own", "extra_fast", "extra_t")
     if own_program is not None:
         per = per.join(own_program, on=["rank", "iteration"], how="left").with_columns(
@@ -684,6 +685,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         busy_ns=pl.col("busy_ns").median(), work_ns=pl.col("work_ns").median(), all_work_ns=pl.col("all_work_ns").median(),
         gap_excess_ns=pl.col("gap_excess_ns").median(), gap_ns=pl.col("gap_ns").mean(),
         long_excess_ns=pl.col("long_excess_ns").median(), held_ns=pl.col("held_ns").median(),
+        alone_ns=(pl.col("alone_ns") if "alone_ns" in per.columns else pl.lit(0.0)).median(),
         gap_consistent=(pl.col(idle) > 0).mean(),
         data_stalls=data_stalls(min_effect),
         low=pl.col("effect").min(),
@@ -734,7 +736,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
              "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", "data_stalls", *ADDED_COLUMNS,
-             "work_ns", "all_work_ns", "held_ns").sort("rank")
+             "work_ns", "all_work_ns", "held_ns", "alone_ns").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),

@@ -539,7 +539,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     # 2.5x the forward's matmuls on one of 4 processes on 2 cores beside a fifth busy one, last
     # at 1 of 5 all-reduces
     guessed = late is not None and bool(late.get("guessed"))
-    adds = (adds_work(row, peers.min_effect, shared_cpus=shared_cpus)
+    adds = (adds_work(row, peers.min_effect, shared_cpus=shared_cpus, threshold=slowdown_threshold)
             and (late is None or guessed or shared_cpus or late["share_last"] >= late["expected_share"]))
     counted = not row["flagged"] and adds
     # On shared CPUs counted work is evidence for the gates also where stage 1 flagged the rank

@@ -7,9 +7,11 @@ import polars as pl
 from pathlib import Path
 
 from mapp.analysis.detect import detect_bundle
-from mapp.analysis.detect.added_work import added_work, graded_work, op_calls
+from mapp.analysis.detect.added_work import added_work, adds_work, clocked, graded_work, op_calls
 from mapp.analysis.ingest import load_bundle
 from mapp.bench.real import load_corpus
+
+MS = 1_000_000
 
 
 def _work(rows):
@@ -258,3 +260,29 @@ def test_extra_matmuls_priced_at_their_clock_are_a_real_part_of_the_work():
     verdict = _users("dp4-dlrm-fwd3x-r2")
     top = verdict.suspects[0]
     assert (top.rank, top.kind) == (2, "slow_compute")
+
+
+def test_surplus_calls_that_cost_the_threshold_by_the_ranks_clock_add_work_however_cheap_their_typical_call():
+    # a user's GNN under DDP, 1.7x the linear layers' matmuls on rank 1 (4 gloo processes on 2
+    # cores): 336 surplus calls a step, 3.8 ms at their typical call, 152 ms by its clock against
+    # its peers' 141 ms on those ops, 374 ms busy ("no suspect" before)
+    row = {"added": 2.16, "added_excess_ns": 3.8 * MS, "added_base_ns": 3.3 * MS, "excess_ns": 68 * MS,
+           "busy_ns": 374 * MS, "all_work_ns": 145 * MS, "added_real_ns": 152 * MS, "added_base_real_ns": 141 * MS}
+    assert not adds_work(row, 0.1 / 3)                           # by the typical call alone: 1% of its work
+    assert adds_work(row, 0.1 / 3, threshold=0.1)
+    assert clocked(row, 0.1)
+    assert not clocked(row, 0.5)                                 # 41% of its work, under a threshold of 50%
+    # a router sending more tokens to one rank's experts makes it call more, small calls: 2.4 ms
+    # a step by its clock of 64 ms (a mixture of experts, PP2 x DP2 under the profiler)
+    routed = {"added": 1.15, "added_excess_ns": 0.52 * MS, "added_base_ns": 3.5 * MS, "excess_ns": 0.9 * MS,
+              "busy_ns": 64 * MS, "all_work_ns": 37 * MS, "added_real_ns": 2.4 * MS, "added_base_real_ns": 5.1 * MS}
+    assert not clocked(routed, 0.1)
+    assert not adds_work(routed, 0.1 / 3, threshold=0.1)
+    # nor surplus calls barely dearer than the peers' own time on those ops
+    assert not clocked(row | {"added_real_ns": 40 * MS, "added_base_real_ns": 500 * MS}, 0.1)
+
+
+def test_extra_matmuls_of_a_gnns_larger_layers_are_work_added_by_their_clock():
+    top = _users("ddp4-gnn-fwd1.7x-r1").suspects[0]
+    assert (top.rank, top.kind) == (1, "slow_compute")
+    assert top.evidence["peers"]["added_work"]["by_clock_ms_per_iteration"] > 100

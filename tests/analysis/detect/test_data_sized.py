@@ -53,6 +53,19 @@ def test_only_a_rank_slower_as_a_whole_at_its_peers_pace_over_many_ops_is_sized_
     assert not sized_by_data(row | {"pace_kinds": 5}, 0.1)        # a span per layer: no op-level pace
     # its extra calls cost it the threshold's share of its compute: work added, not data
     assert not sized_by_data(row | {"added_excess_ns": 5 * MS, "added_real_ns": 30 * MS}, 0.1)
+    # so do kinds of work no peer ran, which no pace weighs
+    assert not sized_by_data(row | {"alone_ns": 30 * MS}, 0.1)
+    assert sized_by_data(row | {"alone_ns": 5 * MS}, 0.1)
+
+
+def test_a_pace_far_under_the_whole_slowdown_is_a_few_ops_slower():
+    # the owner of a DLRM's hot tables, 4 gloo processes with 4 cores each: 1.59x its peers'
+    # compute at a pace of 1.08, past half the threshold (0.05) but far under the 0.59 it is
+    # slower as a whole; a device slower by f runs at a pace of about f
+    row = {"slowdown": 1.59, "pace": 1.08, "pace_kinds": 141, "busy_ns": 161 * MS}
+    assert sized_by_data(row, 0.1)
+    assert not sized_by_data(row | {"pace": 1.2}, 0.1)             # over a quarter of 0.59
+    assert not sized_by_data(row | {"slowdown": 1.2, "pace": 1.08}, 0.1)
 
 
 def test_the_owner_of_the_hot_tables_is_the_datas_imbalance_not_a_slow_gpu():
