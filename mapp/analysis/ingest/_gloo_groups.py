@@ -60,7 +60,7 @@ def resolve(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
     where one group fits, and ``LOCAL`` dropped. ``groups``: each traced rank's process groups
     (members in group-rank order); ``pipelines``: each traced rank's pipeline group (stage
     order), where its trace names one."""
-    events = _pipeline_peers(_peers(events, groups, warn), pipelines or {}, groups)
+    events = _pipeline_peers(_peers(events, groups, warn), pipelines or {})
     return _collective_groups(events, groups, warn)
 
 
@@ -170,8 +170,7 @@ and with 4 a side no pairing took every call. (Megatron-core's PP4 and interleav
 profiler's defaults, 67 jobs: every verdict the same at 4 and at 16.)"""
 
 
-def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] | None],
-                    groups: dict[int, list[tuple[int, ...]]] | None = None) -> pl.DataFrame:
+def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] | None]) -> pl.DataFrame:
     """The peers of a pipeline's p2p calls that record none (gloo under the profiler's defaults,
     record_shapes=False: c10d's peer is an input, and inputs are not recorded).
 
@@ -182,10 +181,8 @@ def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] |
     complete together (one host's clock: the processes of a gloo job on one machine). The
     calls of megatron-core PP4 under the profiler with shapes recorded, their peers known,
     paired so: 552 of 552 (five jobs, one on lognormal lengths). A pipeline any of whose calls
-    finds no partner (a trace cut short), or that interleaves (``_paired_by_ends``), keeps its
-    calls without a peer, as before. A pipeline that is no group's but the world's (its ranks
-    list no other, ``kineto._pipeline_group``) is paired only where its ends show a line
-    (``_ends_exchange_half``): nothing else says that it does not loop back. (Ends are compared
+    finds no partner (a trace cut short), or whose ends do not show a line (it interleaves or
+    loops back, ``_paired_by_ends``), keeps its calls without a peer, as before. (Ends are compared
     on each rank's own clock, which the processes of one machine share; across machines whose
     clocks differ by more than the time between exchanges, calls would pair wrongly. Not
     guarded: a Kineto trace seldom names its host, and gloo jobs recorded without shapes over
@@ -201,8 +198,7 @@ def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] |
         if len(pipe) == 2:
             found.update((row, pipe[1 - pipe.index(rank)]) for row, rank in zip(calls["_row"], calls["rank"]))
         else:
-            world_only = groups is not None and all(only_group(groups.get(r, [])) == pipe for r in pipe)
-            found.update(_paired_by_ends(calls, pipe, line_only=world_only))
+            found.update(_paired_by_ends(calls, pipe))
     if not found:
         return events
     placed = pl.DataFrame({"_row": list(found), "_peer": list(found.values())},
@@ -211,43 +207,30 @@ def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] |
             .with_columns(peer=pl.coalesce("peer", "_peer")).drop("_row", "_peer"))
 
 
-INTERLEAVED = 1.2
-"""How many times closer its pairs must end, by their median, with its two ends neighbours
-too, for a pipeline to be taken as interleaved (``_paired_by_ends``)."""
-
-
-def _paired_by_ends(calls: pl.DataFrame, pipe: tuple[int, ...], *, line_only: bool = False) -> dict[int, int]:
+def _paired_by_ends(calls: pl.DataFrame, pipe: tuple[int, ...]) -> dict[int, int]:
     """{row: peer} for every call of a pipeline of three stages or more: each send paired with a
     neighbour's receive, the pairs together ending closest (least summed distance between the
     two ends: a matching of the whole pipeline, not closest first, which on lognormal lengths
     paired one send of rank 1 with rank 2's receive 6 ms away and left two calls nothing); {}
-    where no pairing takes every call, or where the pipeline interleaves (unless its ends call
-    half as often as its middle stages, ``_ends_exchange_half``).
+    where no pairing takes every call, or where the pipeline's ends call p2p more than half as
+    often as its middle stages (``_ends_exchange_half``): it interleaves, or loops back.
 
     Interleaved 1F1B also hands each microbatch from the last stage back to the first, and its
     calls cluster in time so that their ends do not tell which neighbour a call went to: paired
     with its ends as neighbours too, megatron-core PP4 with 2 model chunks a rank, no fault (5
     runs), had link 1-2 carry 33-44 messages each way where it carries 32 and the ends' link
-    17-28 for 16; paired without, a third of its calls were forced onto others (link 1-2 16, the
-    others 48): a link named in a healthy job either way. A trace does not say whether it
-    interleaves; pairs that end far closer together with the ends' link than without it
-    (``INTERLEAVED``) do: 1.30-2.02x by their median in 13 interleaved runs, 0.61-1.04x in 21
-    that do not interleave. Its calls keep no peer, as before. ``line_only``: paired only where
-    the ends show a line (``_ends_exchange_half``), the ends' matching not asked: a looped
-    ``torch.distributed.pipelining`` PP4 of 2 stages a process (``ScheduleInterleaved1F1B``,
-    4 processes on 2 cores) paired as a line, its ends' link carrying none of its 32 messages
-    each way, and "slow link 0<->1" was named for the extra work of rank 1."""
-    line = _matching(calls, pipe, ring=False)
-    if line is None:
+    17-28 for 16; paired as a line, a third of its calls were forced onto others (link 1-2 16,
+    the others 48): a link named in a healthy job either way, so its calls keep no peer. Nor do
+    the pairs' distances tell whether it interleaves: pairing with the ends' link too came 0.61-
+    2.5x closer in pipelines that do not, and 1.04-2.02x in ones that do (megatron-core's
+    interleaved PP4 by hand, no fault, 4 processes on 2 cores: 1.04, paired as a line, "slow link
+    0<->1" for its 1.5x the messages of link 1-2). How often its ends call does: half the middle
+    stages' in every line pipeline of the corpora (0.33 where one link carried extra traffic),
+    3/4 in every interleaved one."""
+    if not _ends_exchange_half(calls, pipe):
         return {}
-    if _ends_exchange_half(calls, pipe):
-        return line[0]
-    if line_only:
-        return {}
-    ring = _matching(calls, pipe, ring=True)
-    if ring is not None and ring[1] * INTERLEAVED < line[1]:
-        return {}
-    return line[0]
+    line = _matching(calls, pipe)
+    return {} if line is None else line[0]
 
 
 LINE_ENDS = 0.6
@@ -259,10 +242,11 @@ def _ends_exchange_half(calls: pl.DataFrame, pipe: tuple[int, ...]) -> bool:
     """Whether the pipeline's two ends call p2p about half as often as its middle stages: an end
     has one neighbour to exchange with where a middle stage has two, unless the pipeline
     interleaves and its ends exchange with each other too (megatron-core PP4 with 2 model
-    chunks a rank: the ends' calls about 3/4 of the middle's). Told so, the pairing's ends need
-    not say it: 4 processes of a ``torch.distributed.pipelining`` PP4 on 2 shared cores, the last
-    stage sleeping 25 ms before each step, its ends' calls half the middle's, paired 2.5x closer
-    with the ends' link than without (``INTERLEAVED``: read as interleaved, no peer found)."""
+    chunks a rank: the ends' calls about 3/4 of the middle's; a looped
+    ``torch.distributed.pipelining`` PP4 of 2 stages a process, ``ScheduleInterleaved1F1B``, the
+    same). The pairing's distances do not say it: 4 processes of a ``torch.distributed.pipelining``
+    PP4 on 2 shared cores, the last stage sleeping 25 ms before each step, its ends' calls half the
+    middle's, paired 2.5x closer with the ends' link than without."""
     counts = dict(calls.group_by("rank").len().iter_rows())
     middle = [counts.get(r, 0) for r in pipe[1:-1]]
     if not middle or float(np.median(middle)) <= 0:
@@ -270,10 +254,9 @@ def _ends_exchange_half(calls: pl.DataFrame, pipe: tuple[int, ...]) -> bool:
     return max(counts.get(pipe[0], 0), counts.get(pipe[-1], 0)) <= LINE_ENDS * float(np.median(middle))
 
 
-def _matching(calls: pl.DataFrame, pipe: tuple[int, ...], ring: bool) -> tuple[dict[int, int], float] | None:
+def _matching(calls: pl.DataFrame, pipe: tuple[int, ...]) -> tuple[dict[int, int], float] | None:
     """({row: peer}, the pairs' median distance between their ends) of ``_paired_by_ends``'s
-    pairing, with the pipeline's two ends neighbours where ``ring``; None where none takes
-    every call."""
+    pairing of each call with a pipeline neighbour's; None where none takes every call."""
     ends = calls.select("_row", "rank", "name", end=pl.col("ts_ns") + pl.col("dur_ns")).sort("end")
     sends = ends.filter(pl.col("name") == "send")
     recvs = ends.filter(pl.col("name") == "recv").with_row_index("_col")
@@ -285,7 +268,7 @@ def _matching(calls: pl.DataFrame, pipe: tuple[int, ...], ring: bool) -> tuple[d
     rows, cols, cost = [], [], []
     for i, (rank, end) in enumerate(sends.select("rank", "end").iter_rows()):
         at = pipe.index(rank)
-        for q in {pipe[k % n] for k in (at - 1, at + 1) if ring or 0 <= k < n}:
+        for q in {pipe[k] for k in (at - 1, at + 1) if 0 <= k < n}:
             their_ends, their_cols = theirs[q]
             k = bisect.bisect_left(their_ends, end)
             for j in range(max(k - _NEAREST, 0), min(k + _NEAREST, len(their_ends))):

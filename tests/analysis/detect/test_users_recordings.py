@@ -469,3 +469,20 @@ def test_a_replica_padded_to_the_longest_length_every_step_is_not_compared_on_it
     # Calls paired by order are the same work only where no replica's data varies
     verdict = detect_bundle(load_bundle(CASES["ddp2-hf-trainer-seqlognorm1-s69"].directory), threshold=0.1)
     assert "all 2 compared" in verdict.layout and verdict.suspects == []
+
+
+def test_an_interleaved_pipeline_whose_pairs_end_as_close_as_a_lines_names_no_link():
+    # megatron-core's interleaved 1F1B by hand, PP4 with 2 model chunks a rank, no fault, 4
+    # processes on 2 cores: paired as a line, its calls ended as close together as paired with
+    # the ends' link too (1.04x), so it was read as a line and link 0-1 carried 12 messages a
+    # step each way to link 1-2's 4: "slow link 0<->1" and "slow link 2<->3" in a healthy job.
+    # Its ends call 3/4 as often as its middle stages (a line's: 1/2): no call is paired
+    from mapp.analysis.run import analyse
+
+    bundle = load_bundle(CASES["pp4-vpp-healthy"].directory)
+    p2p = bundle.scan().filter(pl.col("cat") == "p2p").collect()
+    calls = dict(p2p.group_by("rank").len().iter_rows())
+    assert calls[0] == calls[3] == 0.75 * calls[1] == 0.75 * calls[2]
+    assert analyse(bundle).matching.p2p.is_empty()
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert not any(s.kind == "slow_link" for s in verdict.suspects)

@@ -228,9 +228,12 @@ def test_a_pipeline_call_left_without_a_partner_leaves_every_call_without_a_peer
                       call(2, "send", 300), call(1, "recv", 301)]).drop(_gloo_groups.LOCAL)
     pipes = {0: (0, 1, 2), 1: (0, 1, 2), 2: (0, 1, 2)}
     assert _gloo_groups._pipeline_peers(events, pipes)["peer"].to_list() == [None] * 5
-    # with rank 2's receive there, each call gets the neighbour whose call ended with it
-    whole = pl.concat([events, _events([call(2, "recv", 202)]).drop(_gloo_groups.LOCAL)])
-    assert _gloo_groups._pipeline_peers(whole, pipes)["peer"].to_list() == [0, 1, 2, 1, 2, 1]
+    # with rank 2's receive there (and a send from rank 0 to 1, so that each end calls half
+    # as often as the middle, as a line's ends do), each call gets the neighbour whose call
+    # ended with it
+    whole = pl.concat([events, _events([call(2, "recv", 202), call(0, "send", 400),
+                                        call(1, "recv", 401)]).drop(_gloo_groups.LOCAL)])
+    assert _gloo_groups._pipeline_peers(whole, pipes)["peer"].to_list() == [0, 1, 2, 1, 2, 1, 1, 0]
 
 
 
