@@ -13,6 +13,7 @@ judges; and the idle gaps of a rank that launches more are its extra work, not a
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from mapp.analysis.detect._stats import others_median
@@ -93,7 +94,8 @@ slowed rank's kernel time on 2 and 4 GPUs)."""
 
 
 def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = False,
-               scales: pl.DataFrame | None = None, often: float = 1.0) -> pl.DataFrame | None:
+               scales: pl.DataFrame | None = None, often: float = 1.0,
+               data_scales: pl.DataFrame | None = None) -> pl.DataFrame | None:
     """Per rank: ``added``, its time over its peers' on the ops it *calls more often* than they
     do (per op, every shape: ``op_calls``; calls x typical time), where it makes more calls of that op
     in nearly every traced iteration (``CONSISTENT``); ``added_excess_ns``, that time beyond
@@ -127,7 +129,14 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     called more often only beyond this many times its peers' calls (there ``same_work.OFTEN``: an
     end stage's own GEMMs share shapes with its layers' where the vocabulary is the hidden size,
     and call those up to twice as often, 4 H200s and CPUs alike, PP4 under the profiler, no fault;
-    work added inside the layers, 16x on 4 H200s)."""
+    work added inside the layers, 16x on 4 H200s).
+
+    ``data_scales`` (``rank``, ``iteration``, ``scale``): ranks of one program whose data sets
+    how often its loops run (``same_work._data_scales``): its peers' median calls are taken at
+    its scale where above 1 (a rank of less data still calls the ops outside the loops as often),
+    an op is called more often only beyond ``DATA_SLACK`` over that, and an op stays graded by
+    rank (``_graded``) only where the ranks' calls at their scales still all differ: one rank's
+    surplus over its scale is work it added."""
     if not peers:
         return None
     grid = _calls_grid(work, peers, shared_cpus)
@@ -135,8 +144,17 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
         return None
     key = [*peers, "iteration", "name"]
     gid = grid.select(pl.struct(*key).rank("dense")).to_series().to_numpy()
-    grid = grid.with_columns(peer_calls=pl.Series(others_median(gid, grid["calls"].to_numpy())),
-                             peer_own=pl.Series(others_median(gid, grid["own"].to_numpy())))
+    at = np.ones(len(grid))
+    if data_scales is not None:
+        # every op at the rank's scale where its data runs the loops more often (never less: the
+        # ops outside the loops a rank of less data still calls as often as its peers), and
+        # called more often only beyond ``DATA_SLACK`` over it
+        at = np.maximum(grid.join(data_scales, on=["rank", "iteration"], how="left", maintain_order="left")[
+            "scale"].fill_null(1.0).to_numpy(), 1.0)
+        often = often * (1 + DATA_SLACK)
+    grid = grid.with_columns(peer_calls=pl.Series(others_median(gid, grid["calls"].to_numpy()) * at),
+                             peer_own=pl.Series(others_median(gid, grid["own"].to_numpy()) * at),
+                             at=pl.Series(at))
     grid = _with_real_surplus(grid, work, peers, gid)
     if scales is not None:
         grid = grid.join(scales, on=["rank", "iteration"], how="left").with_columns(
@@ -149,7 +167,8 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     more = more.filter((pl.col("more") >= CONSISTENT) & (pl.col("peer") > 0))
     if traded is not None:
         more = more.join(traded, on=["rank", "name"], how="anti")
-    more = more.join(_graded(grid, peers).select(*peers, "name"), on=[*peers, "name"], how="anti")
+    more = more.join(_graded(grid, peers, GRADE_STEP if data_scales is not None else 0.0).select(*peers, "name"),
+                     on=[*peers, "name"], how="anti")
     # the peers' calls of every op in a typical iteration: what its surplus calls are a share of
     calls_base = grid.group_by("rank", "iteration").agg(pl.col("peer_calls").sum()).group_by("rank").agg(
         calls_base=pl.col("peer_calls").median())
@@ -223,15 +242,32 @@ def _held(grid: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
         held=pl.col("holder").any() & ~pl.col("holder").all() & (pl.col("surplus") == pl.col("holder")).all())
 
 
-def _graded(grid: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
+DATA_SLACK = 0.1
+"""How far over its peers' calls at its data's scale a rank's calls of an op may go before the
+op is called more often (``added_work``'s ``data_scales``): a loop's op may be called beside the
+loop too, a few times a step, and stray from the scale (a user's LSTM, one replica's sentences
+1.6x as long: its scale 1.47, its calls of the loop's ops 1.31-1.58x its peers')."""
+
+GRADE_STEP = 0.05
+"""Where ranks' calls are taken at their data's scales (``added_work``'s ``data_scales``), how far
+apart, as a share, two ranks' calls of an op must be to differ (``_graded``): a scale is a median
+over the program's ops, and each op's calls stray from it by a few percent."""
+
+
+def _graded(grid: pl.DataFrame, peers: list[str], step: float = 0.0) -> pl.DataFrame:
     """(``peers``..., ``name``, ``ranks``, ``calls``: each rank's calls in a typical iteration)
     of the ops that every rank of a peer group calls a different number of times, in nearly
     every iteration (``CONSISTENT``), with ``GRADED_RANKS`` ranks or more, and of those that
-    the ranks holding more parameters call more often (``_held``): ``graded_work``."""
+    the ranks holding more parameters call more often (``_held``): ``graded_work``. ``step``:
+    where the grid's calls are at the ranks' scales (its ``at`` column), two counts differ where
+    more than this share apart."""
+    at = pl.col("at") if "at" in grid.columns and step > 0 else pl.lit(1.0)
+    c = (pl.col("calls") / at).sort()
     per = (grid.group_by([*peers, "iteration", "name"])
-           .agg(ranks=pl.len(), counts=pl.col("calls").n_unique(), least=pl.col("calls").min())
+           .agg(ranks=pl.len(), least=pl.col("calls").min(),
+                apart=((c.diff() > step * c.shift(1)) | c.shift(1).is_null()).all())
            .join(_held(grid, peers), on=[*peers, "iteration", "name"], how="left")
-           .with_columns(graded=((pl.col("ranks") >= GRADED_RANKS) & (pl.col("counts") == pl.col("ranks"))
+           .with_columns(graded=((pl.col("ranks") >= GRADED_RANKS) & pl.col("apart")
                                  & (pl.col("least") > 0)) | pl.col("held").fill_null(False)))
     names = (per.group_by([*peers, "name"]).agg(pl.col("graded").mean())
              .filter(pl.col("graded") >= CONSISTENT).select(*peers, "name"))

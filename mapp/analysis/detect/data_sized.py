@@ -26,7 +26,7 @@ from mapp.analysis.detect._stats import others_median
 from mapp.analysis.detect.added_work import added_cost_ns
 from mapp.analysis.detect.same_work import self_times
 
-__all__ = ["PACED_KINDS", "PACED_PART", "PACED_RANKS", "paced_split", "sized_by_data"]
+__all__ = ["PACED_KINDS", "PACED_PART", "PACED_RANKS", "looped_by_data", "paced_split", "sized_by_data"]
 
 PACED_KINDS = 20
 """The fewest op names a rank's peers must spend their compute on for its pace to mean anything:
@@ -103,6 +103,24 @@ def sized_by_data(row: dict, threshold: float) -> bool:
         return False
     slowdown = float(slowdown)
     return slowdown >= 1 + threshold and pace < 1 + max(threshold / 2, PACED_PART * (slowdown - 1))
+
+
+def looped_by_data(row: dict, threshold: float) -> bool:
+    """Whether a rank's data ran the program's loops more often than its peers' by the threshold
+    or more (its ``data_scale``, ``same_work._data_scales``: its calls of the ops every rank calls
+    a different number of times, over its peers'), and its compute is no slower than that scale
+    allows (``slowdown`` at most half a threshold over it): its data's work (imbalance), no device
+    ran slower. Not where the calls it makes beyond its peers' at its scale (``added_work``), or
+    of kinds no peer ran, cost it the threshold's share of its compute (as ``sized_by_data``).
+    (A user's LSTM seq2seq under DDP, one replica's sentences 1.6x as long: its scale 1.47, its
+    compute 1.41x its peers', "slow compute" before.)"""
+    scale, slowdown = row.get("data_scale"), row.get("slowdown")
+    if scale is None or slowdown is None or scale < 1 + threshold:
+        return False
+    added = max(added_cost_ns(row), row.get("alone_ns") or 0.0)
+    if added > 0 and added >= threshold * (row.get("busy_ns") or 0.0):
+        return False
+    return float(slowdown) <= scale * (1 + threshold / 2)
 
 
 PACED_PART = 0.25

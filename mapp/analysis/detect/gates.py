@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.data_sized import sized_by_data
+from mapp.analysis.detect.data_sized import looped_by_data, sized_by_data
 from mapp.analysis.detect.findings import Overruled
 from mapp.analysis.detect.lateness import stands_out_waiting
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -310,6 +310,10 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        ran slower only on a few ops, its data's (``data_sized.sized_by_data``): imbalance, not a
        slower device, which is slower on everything. Passed by work added in calls that is most
        of its excess (``extra``).
+    11. A rank whose data ran the program's loops more often by the threshold (``data_scale``:
+       its calls of the ops the ranks' data grades, over its peers'), its compute slower by no
+       more than that (``data_sized.looped_by_data``): imbalance, not a slower device. Passed as
+       10 is.
 
     *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
     stage 2 that matched calls of no known group by their order on every rank is one and does
@@ -418,5 +422,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          "that make most of theirs: slower on a few ops only, as more data there makes them (imbalance) or a "
          "process sharing its core at those times, not on everything as a slower device is "
          "(record_shapes=True shows the ops' sizes)"),
+        (not host and looped_by_data(row, threshold), extra,
+         f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' where its data ran the program's loops "
+         f"{row.get('data_scale') or 0:.2f}x as often (more calls of each of their ops, each as fast): its data's "
+         "work (imbalance), not a slower device"),
     )
     return next((why for applies, passed, why in gates if applies and not passed), None)

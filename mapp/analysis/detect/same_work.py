@@ -30,7 +30,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import (MAD_TO_SIGMA, MEDIAN_SE, others_median, robust_scale, weighted_quantiles,
                                          within_rank_scale, z_critical)
-from mapp.analysis.detect.added_work import (ADDED_COLUMNS, LAUNCHED, added_work, graded_work, launched,
+from mapp.analysis.detect.added_work import (ADDED_COLUMNS, DATA_SLACK, LAUNCHED, added_work, graded_work, launched,
                                              launched_with_dims, op_calls, op_of, with_added)
 from mapp.analysis.detect.idle import data_stalls
 from mapp.analysis.detect.layout import middle_stages
@@ -484,6 +484,52 @@ def _program_scale(work: pl.DataFrame, peer_calls: np.ndarray, peer_ns: np.ndarr
     return frame.join(scale, on=g, how="left").sort("row")["scale"].fill_null(1.0).to_numpy()
 
 
+DATA_SCALED_PART = 0.05
+"""Share of the ranks' compute that the ops every rank calls a different number of times
+(``graded_work``) must take for the ranks' calls to be compared at their data's scales
+(``_data_scales``): the share ``imbalance`` names such a split at."""
+
+LOOP_KINDS = 20
+"""How many kinds of op one rank must call more often than its peers, each by about one factor,
+for its data to be running the program's loops more often (``_data_scales``), where the ranks'
+calls are not graded: work added to a replica in the corpora's jobs calls 6-10 kinds more often
+(extra matmuls in a GNN's, a DLRM's, an MoE's, a Megatron TP2 x DP2 layer's), a replica whose
+sentences are 1.6x as long calls each of 40 kinds of its recurrent loop 1.5x as often."""
+
+
+def _data_scales(shared: pl.DataFrame, peer_calls: np.ndarray, peer_q: np.ndarray,
+                 graded: pl.DataFrame | None) -> pl.DataFrame | None:
+    """(``rank``, ``iteration``, ``scale``) where ranks of one program run its loops as often as
+    their data makes them: the ops every rank calls a different number of times (``graded``)
+    take ``DATA_SCALED_PART`` of the work or more, or a rank calls ``LOOP_KINDS`` kinds or more
+    more often than its peers (by ``added_work.DATA_SLACK``) in most iterations. A rank's scale is
+    the median, over the kinds whose calls differ between ranks, of its calls over its peers'
+    median, each kind weighted by the lesser of its peers' time on it and the rank's own (as
+    ``_program_scale``); 1 where it made none. None elsewhere.
+
+    A recurrent net steps its cells once per token: a replica whose shard holds longer sentences
+    calls every op of its loop more often, each call as fast, and its ops over whole sequences
+    take longer (a user's LSTM seq2seq under DDP, 4 gloo processes on 2 cores, rank 2's
+    sentences 1.6x as long: 1.5x its peers' calls of each of 40 ops a step and 1.41x their
+    compute; "slow compute 2" by its surplus calls and by its lateness). Work added to a rank
+    adds calls of a few ops over its scale; a slower device makes each call slower, at any
+    scale (``data_sized.looped_by_data`` weighs the two)."""
+    ratio = shared["calls"].to_numpy() / np.maximum(peer_calls, 1e-9)
+    frame = shared.select("rank", "iteration", "name").with_columns(
+        r=pl.Series(ratio), w=pl.Series(np.minimum(peer_calls * peer_q, shared["calls"].to_numpy() * shared["q"].to_numpy())),
+        varies=pl.Series(ratio != 1.0))
+    graded_part = 0.0 if graded is None else float(graded["share"].sum())
+    more = (frame.group_by("rank", "name").agg(more=(pl.col("r") > 1 + DATA_SLACK).mean())
+            .filter(pl.col("more") >= CONSISTENT).group_by("rank").len())
+    if graded_part < DATA_SCALED_PART and (more.is_empty() or int(more["len"].max()) < LOOP_KINDS):
+        return None
+    varying = frame.group_by("name").agg(pl.col("varies").any()).filter(pl.col("varies"))["name"]
+    scale = weighted_quantiles(frame.filter(pl.col("name").is_in(varying.implode()) & (pl.col("w") > 0)),
+                               "r", "w", ["rank", "iteration"], {"scale": 0.5})
+    return (shared.select("rank", "iteration").unique().join(scale, on=["rank", "iteration"], how="left")
+            .with_columns(pl.col("scale").fill_null(1.0)))
+
+
 OFTEN = 2.0
 """One rank a stage, how many times as often a rank must call what it runs beside its layers to
 have added work to them: a kind only an end stage runs, over the rank's most-called kind of the
@@ -589,7 +635,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     peer_calls = others_median(gid, shared["calls"].to_numpy())
     peer_q = others_median(gid, shared["q"].to_numpy())
     scale = _program_scale(shared, peer_calls, peer_calls * peer_q) if programs_differ else None
-    own_program = None
+    own_program, scales = None, None
     # Ranks of different programs (one rank per pipeline stage), their calls of each kind
     # counted: work only one of them does is its program (the embedding, the loss, the output
     # layer's GEMMs), not work added, and a program's calls are compared at its scale
@@ -618,8 +664,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
                            None if extra is None else _added_alone(extra, work))
         graded = None
     else:
-        added = added_work(work, peers, shared_cpus=shared_cpus)
         graded = graded_work(work, peers, shared_cpus=shared_cpus)
+        scales = _data_scales(shared, peer_calls, peer_q, graded)
+        added = added_work(work, peers, shared_cpus=shared_cpus, data_scales=scales)
     work = shared.with_columns(
         own=pl.col("calls") * pl.col("q"),
         peer=pl.Series(peer_calls * peer_q),
@@ -660,6 +707,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         per = per.join(own_program, on=["rank", "iteration"], how="left").with_columns(
             busy_ns=pl.col("busy_ns") + pl.col("own_program_ns").fill_null(0.0)).drop("own_program_ns")
     per = _held(per, gaps)
+    per = per.join(scales.rename({"scale": "data_scale"}), on=["rank", "iteration"], how="left") if (
+        scales is not None and not programs_differ) else per.with_columns(data_scale=pl.lit(None, pl.Float64))
     per = _least_slowdown(per)
     per = per.with_columns(effect=(pl.col("own") / pl.col("peer")).log())
     per = per.with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
@@ -686,6 +735,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         gap_excess_ns=pl.col("gap_excess_ns").median(), gap_ns=pl.col("gap_ns").mean(),
         long_excess_ns=pl.col("long_excess_ns").median(), held_ns=pl.col("held_ns").median(),
         alone_ns=(pl.col("alone_ns") if "alone_ns" in per.columns else pl.lit(0.0)).median(),
+        data_scale=pl.col("data_scale").median(),
         gap_consistent=(pl.col(idle) > 0).mean(),
         data_stalls=data_stalls(min_effect),
         low=pl.col("effect").min(),
@@ -736,7 +786,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
              "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", "data_stalls", *ADDED_COLUMNS,
-             "work_ns", "all_work_ns", "held_ns", "alone_ns").sort("rank")
+             "work_ns", "all_work_ns", "held_ns", "alone_ns", "data_scale").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),

@@ -13,6 +13,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import FALSE_ALARM, binomial_tail, margin
 from mapp.analysis.detect.added_work import added_evidence, does_extra_work
+from mapp.analysis.detect.data_sized import looped_by_data
 from mapp.analysis.detect.findings import Overruled, Suspect
 from mapp.analysis.detect.gates import traced_iterations
 from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
@@ -55,6 +56,11 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
         # (nor for a rank stage 1 found slower only on the tokens routed to it: it keeps the
         # others waiting at their exchanges as the data made it, ``routed``)
         if own is not None and sized_by_routing(own, slowdown_threshold) and not does_extra_work(own, peers.min_effect):
+            continue
+        # (nor for a rank whose data runs the program's loops more often, by its calls of them:
+        # ``same_work._data_scales``; a user's LSTM, one replica's sentences 1.6x as long, last
+        # at 92% of the collectives)
+        if own is not None and looped_by_data(own, slowdown_threshold):
             continue
         out.append(late_suspect(row, own, peers, lateness, coords, iteration_ns,
                                 f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown",

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from mapp.analysis.detect import detect_bundle
-from mapp.analysis.detect.data_sized import PACED_KINDS, paced_split, sized_by_data
+from mapp.analysis.detect.data_sized import PACED_KINDS, looped_by_data, paced_split, sized_by_data
 from mapp.analysis.ingest import load_bundle
 from mapp.bench.real import load_corpus
 
@@ -76,3 +76,14 @@ def test_the_owner_of_the_hot_tables_is_the_datas_imbalance_not_a_slow_gpu():
     verdict = detect_bundle(load_bundle(users["dp4-dlrm-mean-skew6"].directory), threshold=0.1)
     assert [s for s in verdict.suspects if s.kind in ("slow_compute", "slow_host")] == []
     assert any("rank 0 computes" in n and "slower on a few ops only" in n for n in verdict.notes)
+
+
+def test_a_rank_slower_by_no_more_than_its_data_runs_the_loops_is_its_datas():
+    # its calls of the loop's ops 1.47x its peers', its compute 1.41x: its data's; 1.8x is more
+    # than the loops explain; and extra calls that cost the threshold are work added, at any scale
+    row = {"data_scale": 1.47, "slowdown": 1.41, "busy_ns": 300 * MS, "added_excess_ns": 0.0, "added_real_ns": 0.0}
+    assert looped_by_data(row, 0.1)
+    assert not looped_by_data(row | {"slowdown": 1.8}, 0.1)
+    assert not looped_by_data(row | {"added_real_ns": 40 * MS}, 0.1)
+    assert not looped_by_data(row | {"data_scale": 1.05, "slowdown": 1.04}, 0.1)
+    assert not looped_by_data(row | {"data_scale": None}, 0.1)

@@ -486,3 +486,29 @@ def test_an_interleaved_pipeline_whose_pairs_end_as_close_as_a_lines_names_no_li
     assert analyse(bundle).matching.p2p.is_empty()
     verdict = detect_bundle(bundle, threshold=0.1)
     assert not any(s.kind == "slow_link" for s in verdict.suspects)
+
+
+def test_a_replica_whose_data_runs_the_loops_more_often_is_imbalance_not_a_slow_gpu():
+    # an LSTM seq2seq under DDP, 4 processes on 2 cores, no fault: rank 2's sentences are 1.6x as
+    # long, so its recurrent cells step about 1.5x as often, each of their ~40 ops called that
+    # much more often at its peers' pace. Read as 40 kinds of calls added, "slow compute 2"
+    # (1.48x); its calls of the loop's ops over its peers' are its data's scale
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    bundle = load_bundle(CASES["ddp4-lstm-len12-skew1.6"].directory)
+    mul = bundle.scan().filter((pl.col("name") == "aten::mul") & pl.col("iteration").is_not_null()).group_by(
+        "rank").len().collect()
+    calls = dict(mul.iter_rows())
+    assert calls[2] > 1.3 * max(calls[0], calls[1], calls[3])
+    assert detect_bundle(bundle, threshold=0.1).suspects == []
+    scales = dict(stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.select("rank", "data_scale").iter_rows())
+    assert scales[2] > 1.3 and all(scales[r] < 1.1 for r in (0, 1, 3))
+
+
+def test_work_added_to_one_replica_is_named_beside_another_whose_data_runs_the_loops_more_often():
+    # the same job with twice the LSTM's and output layers' matmuls on rank 0 (no grad): rank 2,
+    # whose sentences are 1.6x as long, was named first (1.63x), rank 0 second. Its surplus
+    # matmul calls are over its scale (about 1); rank 2's loop calls are at its own
+    verdict = detect_bundle(load_bundle(CASES["ddp4-lstm-len12-skew1.6-fwd2x-r0"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_compute")]
