@@ -15,6 +15,11 @@ slower by f gives a pace of about f; work swollen on ops that are a minority of 
 compute leaves it near 1 while the whole compute's ratio grows. ``paced_split`` measures it
 (stage 1's evidence), ``gates`` judges by it. Ops a rank calls more often than its peers are work
 added, which ``added_work`` weighs and which passes that gate.
+
+Data can also run a program's loops more often: a recurrent net steps its cells once per token,
+so a replica of longer sentences calls each op of its loop more often, each call at its peers'
+pace. How many times its peers' calls it makes is its ``data_scale`` (``same_work._data_scales``);
+``looped_by_data`` takes a compute no slower than that scale for its data's.
 """
 
 from __future__ import annotations
