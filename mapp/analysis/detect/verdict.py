@@ -24,6 +24,7 @@ from mapp.analysis.detect._stats import margin, robust_scale
 from mapp.analysis.detect.added_work import (added_cost_ns, added_evidence, added_slowdown, adds_work, does_extra_work,
                                              launched_evidence, launches_more)
 from mapp.analysis.detect.bandwidth import COUNTED, BandwidthEvidence
+from mapp.analysis.detect.data_sized import looped_by_data
 from mapp.analysis.detect.findings import Imbalance, Overruled, StageStatus, Suspect, Verdict
 from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled_why, stage2_agrees,
                                         stalled_iterations, traced_iterations)
@@ -226,9 +227,12 @@ def _under_the_cut_off(peers: PeerEvidence, named: list[Suspect], overruled: lis
         if (row["flagged"] or r in said or slowdown is None or z is None or not slowdown >= 1 + threshold
                 or not 0 < z <= peers.z_crit):
             continue
+        # (where its data ran the program's loops about that much more often, that says why too)
+        why = (f"; its data ran the program's loops {row['data_scale']:.2f}x as often, more calls of each of their ops"
+               if looped_by_data(row, threshold) else "")
         lines.append(Overruled(r, f"rank {r} computes {slowdown:.2f}x its peers (at most z {z:.1f} in an iteration, "
                                   f"under the cut-off {peers.z_crit:.1f}): not a suspect (within the noise of the "
-                                  "comparison)"))
+                                  f"comparison{why})"))
     return lines
 
 
