@@ -311,8 +311,22 @@ USERS86 = [  # held out in the eighty-sixth session: an LSTM seq2seq with attent
     ("pp4-vpp-last2", "user_mcore_vpp.py", "--pp 4 --last-heavier 2 --seed 9"),
 ]
 
+USERS86B = [  # held out after the eighty-sixth session's data_scale change: other skews, ranks and faults beside them
+    ("ddp4-lstm-skew1.3", "user_lstm_seq2seq.py", "--long-rank 1 --long 1.3 --seed 21"),
+    ("ddp4-lstm-skew2", "user_lstm_seq2seq.py", "--long-rank 3 --long 2 --seed 22"),
+    ("ddp4-lstm-h64-skew1.6", "user_lstm_seq2seq.py", "--hidden 64 --long-rank 0 --long 1.6 --seed 23"),
+    ("ddp4-lstm-skew1.6-fwd1.5x-r1", "user_lstm_seq2seq.py", "--long-rank 2 --long 1.6 --slow-rank 1 --factor 1.5 --seed 24"),
+    ("ddp4-lstm-skew1.6-fwd2x-r2", "user_lstm_seq2seq.py", "--long-rank 2 --long 1.6 --slow-rank 2 --factor 2 --seed 25"),
+    ("ddp4-lstm-skew1.6-stepsleep60ms-r2", "user_lstm_seq2seq.py",
+     "--long-rank 2 --long 1.6 --slow-rank 2 --sleep-ms 60 --seed 26"),
+    ("ddp4-lstm-len12-fwd2x-r3", "user_lstm_seq2seq.py", "--len 12 --slow-rank 3 --factor 2 --seed 27"),
+    ("ddp4-lstm-len12-healthy", "user_lstm_seq2seq.py", "--len 12 --seed 28"),
+    ("ddp4-lstm-len12-seqlognorm0.5", "user_lstm_seq2seq.py", "--len 12 --len-sigma 0.5 --seed 29"),
+    ("ddp4-vae-skew1.3", "user_vae_accum.py", "--big-rank 2 --big 1.3 --seed 30"),
+]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86}
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
