@@ -159,7 +159,10 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
     if scales is not None:
         grid = grid.join(scales, on=["rank", "iteration"], how="left").with_columns(
             pl.col("peer_calls", "peer_own") * pl.col("scale").fill_null(1.0)).drop("scale")
-    traded = _traded(grid, peers, often) if scales is None else None
+    # (trades are judged on the calls as made: at a rank's data scale the ops outside its loops
+    # read as missing, and would take a surplus of work added away in trade)
+    traded = _traded(grid.with_columns(pl.col("peer_calls") / pl.col("at")), peers,
+                     often / (1 + DATA_SLACK) if data_scales is not None else often) if scales is None else None
     more = grid.with_columns(more=pl.col("calls") > often * pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
         more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median(),
         calls=pl.col("calls").median(), peer_calls=pl.col("peer_calls").median(), top=pl.col("top").median(),
@@ -246,7 +249,7 @@ DATA_SLACK = 0.1
 """How far over its peers' calls at its data's scale a rank's calls of an op may go before the
 op is called more often (``added_work``'s ``data_scales``): a loop's op may be called beside the
 loop too, a few times a step, and stray from the scale (a user's LSTM, one replica's sentences
-1.6x as long: its scale 1.47, its calls of the loop's ops 1.31-1.58x its peers')."""
+1.6x as long: its scale 1.54, its calls of the loop's ops 1.31-1.58x its peers')."""
 
 GRADE_STEP = 0.05
 """Where ranks' calls are taken at their data's scales (``added_work``'s ``data_scales``), how far

@@ -514,3 +514,18 @@ def test_work_added_to_one_replica_is_named_beside_another_whose_data_runs_the_l
     # matmul calls are over its scale (about 1); rank 2's loop calls are at its own
     verdict = detect_bundle(load_bundle(CASES["ddp4-lstm-len12-skew1.6-fwd2x-r0"].directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_compute")]
+
+
+def test_work_added_to_the_replica_of_more_data_is_named_over_its_data_scale():
+    # the LSTM job with rank 2's sentences 1.6x as long *and* twice its matmuls: read at a scale
+    # of 1.62 by its calls' time (its extra matmuls inside it), and its surplus matmul calls
+    # traded away against the ops outside its loops (which at its scale read as missing), it was
+    # "no suspect", its data's. By its loops' kinds its scale is about 1.6, and the surplus stays
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    bundle = load_bundle(CASES["ddp4-lstm-skew1.6-fwd2x-r2"].directory)
+    top = detect_bundle(bundle, threshold=0.1).suspects[0]
+    assert (top.rank, top.kind) == (2, "slow_compute")
+    row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 2).row(0, named=True)
+    assert 1.4 < row["data_scale"] < 1.8 and row["added_real_ns"] > 0.1 * row["busy_ns"]
