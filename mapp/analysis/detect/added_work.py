@@ -151,7 +151,7 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
         # called more often only beyond ``DATA_SLACK`` over it
         at = np.maximum(grid.join(data_scales, on=["rank", "iteration"], how="left", maintain_order="left")[
             "scale"].fill_null(1.0).to_numpy(), 1.0)
-        often = often * (1 + DATA_SLACK)
+    more_often = often * (1 + DATA_SLACK) if data_scales is not None else often
     grid = grid.with_columns(peer_calls=pl.Series(others_median(gid, grid["calls"].to_numpy()) * at),
                              peer_own=pl.Series(others_median(gid, grid["own"].to_numpy()) * at),
                              at=pl.Series(at))
@@ -161,9 +161,8 @@ def added_work(work: pl.DataFrame, peers: list[str], *, shared_cpus: bool = Fals
             pl.col("peer_calls", "peer_own") * pl.col("scale").fill_null(1.0)).drop("scale")
     # (trades are judged on the calls as made: at a rank's data scale the ops outside its loops
     # read as missing, and would take a surplus of work added away in trade)
-    traded = _traded(grid.with_columns(pl.col("peer_calls") / pl.col("at")), peers,
-                     often / (1 + DATA_SLACK) if data_scales is not None else often) if scales is None else None
-    more = grid.with_columns(more=pl.col("calls") > often * pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
+    traded = _traded(grid.with_columns(pl.col("peer_calls") / pl.col("at")), peers, often) if scales is None else None
+    more = grid.with_columns(more=pl.col("calls") > more_often * pl.col("peer_calls")).group_by("rank", *peers, "name").agg(
         more=pl.col("more").mean(), own=pl.col("own").median(), peer=pl.col("peer_own").median(),
         calls=pl.col("calls").median(), peer_calls=pl.col("peer_calls").median(), top=pl.col("top").median(),
         real=pl.col("real").median(), peer_real=pl.col("peer_real").median())

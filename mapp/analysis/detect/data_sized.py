@@ -112,8 +112,8 @@ def sized_by_data(row: dict, threshold: float) -> bool:
 
 def looped_by_data(row: dict, threshold: float) -> bool:
     """Whether a rank's data ran the program's loops more often than its peers' by the threshold
-    or more (its ``data_scale``, ``same_work._data_scales``: its calls of the ops every rank calls
-    a different number of times, over its peers'), and its compute is no slower than that scale
+    or more (its ``data_scale``, ``same_work._data_scales``: its calls of the kinds of op whose
+    calls differ between ranks, over its peers'), and its compute is no slower than that scale
     allows (``slowdown`` at most half a threshold over it): its data's work (imbalance), no device
     ran slower. Not where the calls it makes beyond its peers' at its scale (``added_work``), or
     of kinds no peer ran, cost it the threshold's share of its compute (as ``sized_by_data``).

@@ -311,7 +311,7 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        slower device, which is slower on everything. Passed by work added in calls that is most
        of its excess (``extra``).
     11. A rank whose data ran the program's loops more often by the threshold (``data_scale``:
-       its calls of the ops the ranks' data grades, over its peers'), its compute slower by no
+       its calls of the kinds whose calls differ between ranks, over its peers'), its compute slower by no
        more than that (``data_sized.looped_by_data``): imbalance, not a slower device. Passed as
        10 is.
 

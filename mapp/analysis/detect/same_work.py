@@ -504,7 +504,7 @@ def _data_scales(shared: pl.DataFrame, peer_calls: np.ndarray, peer_q: np.ndarra
     take ``DATA_SCALED_PART`` of the work or more, or a rank calls ``LOOP_KINDS`` kinds or more
     more often than its peers (by ``added_work.DATA_SLACK``) in most iterations. A rank's scale is
     the median, over the kinds whose calls differ between ranks (and that both it and its peers
-    call), of its calls over its peers' median; 1 where there are none. None elsewhere.
+    spend time on), of its calls over its peers' median; 1 where there are none. None elsewhere.
 
     A recurrent net steps its cells once per token: a replica whose shard holds longer sentences
     calls every op of its loop more often, each call as fast, and its ops over whole sequences
@@ -637,7 +637,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     peer_calls = others_median(gid, shared["calls"].to_numpy())
     peer_q = others_median(gid, shared["q"].to_numpy())
     scale = _program_scale(shared, peer_calls, peer_calls * peer_q) if programs_differ else None
-    own_program, scales = None, None
+    own_program, data_scales = None, None
     # Ranks of different programs (one rank per pipeline stage), their calls of each kind
     # counted: work only one of them does is its program (the embedding, the loss, the output
     # layer's GEMMs), not work added, and a program's calls are compared at its scale
@@ -667,8 +667,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         graded = None
     else:
         graded = graded_work(work, peers, shared_cpus=shared_cpus)
-        scales = _data_scales(shared, peer_calls, peer_q, graded)
-        added = added_work(work, peers, shared_cpus=shared_cpus, data_scales=scales)
+        data_scales = _data_scales(shared, peer_calls, peer_q, graded)
+        added = added_work(work, peers, shared_cpus=shared_cpus, data_scales=data_scales)
     work = shared.with_columns(
         own=pl.col("calls") * pl.col("q"),
         peer=pl.Series(peer_calls * peer_q),
@@ -709,8 +709,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         per = per.join(own_program, on=["rank", "iteration"], how="left").with_columns(
             busy_ns=pl.col("busy_ns") + pl.col("own_program_ns").fill_null(0.0)).drop("own_program_ns")
     per = _held(per, gaps)
-    per = per.join(scales.rename({"scale": "data_scale"}), on=["rank", "iteration"], how="left") if (
-        scales is not None and not programs_differ) else per.with_columns(data_scale=pl.lit(None, pl.Float64))
+    per = (per.join(data_scales.rename({"scale": "data_scale"}), on=["rank", "iteration"], how="left")
+           if data_scales is not None else per.with_columns(data_scale=pl.lit(None, pl.Float64)))
     per = _least_slowdown(per)
     per = per.with_columns(effect=(pl.col("own") / pl.col("peer")).log())
     per = per.with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))

@@ -229,8 +229,7 @@ def _paired_by_ends(calls: pl.DataFrame, pipe: tuple[int, ...]) -> dict[int, int
     3/4 in every interleaved one."""
     if not _ends_exchange_half(calls, pipe):
         return {}
-    line = _matching(calls, pipe)
-    return {} if line is None else line[0]
+    return _matching(calls, pipe) or {}
 
 
 LINE_ENDS = 0.6
@@ -254,9 +253,9 @@ def _ends_exchange_half(calls: pl.DataFrame, pipe: tuple[int, ...]) -> bool:
     return max(counts.get(pipe[0], 0), counts.get(pipe[-1], 0)) <= LINE_ENDS * float(np.median(middle))
 
 
-def _matching(calls: pl.DataFrame, pipe: tuple[int, ...]) -> tuple[dict[int, int], float] | None:
-    """({row: peer}, the pairs' median distance between their ends) of ``_paired_by_ends``'s
-    pairing of each call with a pipeline neighbour's; None where none takes every call."""
+def _matching(calls: pl.DataFrame, pipe: tuple[int, ...]) -> dict[int, int] | None:
+    """{row: peer} of ``_paired_by_ends``'s pairing of each call with a pipeline neighbour's;
+    None where none takes every call."""
     ends = calls.select("_row", "rank", "name", end=pl.col("ts_ns") + pl.col("dur_ns")).sort("end")
     sends = ends.filter(pl.col("name") == "send")
     recvs = ends.filter(pl.col("name") == "recv").with_row_index("_col")
@@ -284,8 +283,7 @@ def _matching(calls: pl.DataFrame, pipe: tuple[int, ...]) -> tuple[dict[int, int
     found: dict[int, int] = {}
     for i, j in enumerate(send_to):
         found[send_rows[i]], found[recv_rows[j]] = recv_ranks[j], send_ranks[i]
-    distance = float(np.median(np.asarray(graph[np.arange(len(send_to)), send_to]).ravel()))
-    return found, distance
+    return found
 
 
 DENSE = 2048
