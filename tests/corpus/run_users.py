@@ -11,7 +11,8 @@ project does not install (``pip install 'accelerate>=1.1' lightning==2.6.6`` onc
 ``make_corpus.py`` drives the project's own jobs (``_job.py``, megatron-core) and measures
 what each injection cost; these are jobs written as users write them, whose answer is the
 injection alone: a rank named by ``-rN`` in the id, slow compute for added work (``fwd``,
-``extra``), a slow host for a sleep, either for a busy thread beside it (``hog``); none for the
+``extra``), a slow host for a sleep, either for a busy thread beside it (``hog``); a slow link
+for ``-linkA-B-`` (the traffic from rank A to rank B made heavier); none for the
 rest (``seqlognorm``, ``last``, ``skew`` (a router favouring one rank's experts), ``causal``
 (a ring's contiguous chunks of a causal sequence) and ``uneven`` (batch sizes by rank) are
 imbalance). Whether an injection cost 10% of its rank's step is not measured here: read it from
@@ -344,6 +345,8 @@ def world_of(case_id: str) -> int:
 
 def expected(case_id: str) -> tuple[str, dict | None]:
     """(class, expect.suspect) from the id (see the module doc)."""
+    if m := re.search(r"-link(\d+)-(\d+)(?:-|$)", case_id):   # a heavier link from rank A to rank B
+        return "fault", {"rank": int(m.group(1)), "peer": int(m.group(2)), "kinds": ["slow_link"]}
     if m := re.search(r"-r(\d+)$", case_id):
         kinds = (["slow_host"] if "sleep" in case_id
                  else ["slow_compute", "slow_host"] if "hog" in case_id   # a busy thread beside the rank's own

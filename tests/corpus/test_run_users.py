@@ -43,3 +43,9 @@ def test_a_causal_ring_and_uneven_batches_are_imbalance():
     assert run_users.expected("cp4-ring-zigzag-healthy") == ("healthy", None)
     assert run_users.expected("cp2dp2-ring-zigzag-fwd2.5x-r0") == ("fault", {"rank": 0, "kinds": ["slow_compute"]})
     assert run_users.world_of("cp2dp2-ring-zigzag-healthy") == 4
+
+
+def test_a_heavier_link_is_read_from_its_id():
+    assert run_users.expected("dp4-ring-link1-2-x4") == ("fault", {"rank": 1, "peer": 2, "kinds": ["slow_link"]})
+    assert run_users.expected("dp4-ring-link3-0") == ("fault", {"rank": 3, "peer": 0, "kinds": ["slow_link"]})
+    assert run_users.expected("dp4-ring-fwd2x-r1") == ("fault", {"rank": 1, "kinds": ["slow_compute"]})
