@@ -327,7 +327,63 @@ USERS86B = [  # held out after the eighty-sixth session's data_scale change: oth
 ]
 
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B}
+USERS87 = [  # held out in the eighty-seventh session: jobs helpers wrote blind to the detector, 2 cores
+    # a Conformer speech recogniser under CTC (bucketed lengths, SpecAugment, features on the host)
+    ("ddp4-asr-healthy", "user_conformer_ctc.py", "--seed 1"),
+    ("ddp4-asr-fwd2x-r2", "user_conformer_ctc.py", "--slow-rank 2 --factor 2 --seed 2"),
+    ("ddp4-asr-fwd1.5x-r0", "user_conformer_ctc.py", "--slow-rank 0 --factor 1.5 --seed 3"),
+    ("ddp4-asr-hog-r1", "user_conformer_ctc.py", "--slow-rank 1 --hog --seed 4"),
+    ("ddp4-asr-stepsleep60ms-r3", "user_conformer_ctc.py", "--slow-rank 3 --sleep-ms 60 --seed 5"),
+    ("ddp4-asr-featsleep60ms-r1", "user_conformer_ctc.py", "--slow-rank 1 --feat-sleep-ms 60 --seed 6"),
+    ("ddp4-asr-seqlognorm0.5", "user_conformer_ctc.py", "--dur-sigma 0.5 --seed 7"),
+    ("ddp4-asr-skew1.6", "user_conformer_ctc.py", "--long-rank 1 --long 1.6 --seed 8"),
+    ("ddp4-asr-skew1.6-fwd2x-r3", "user_conformer_ctc.py", "--long-rank 1 --long 1.6 --slow-rank 3 --factor 2 --seed 9"),
+    ("ddp4-asr-lnconv-healthy", "user_conformer_ctc.py", "--conv-norm layer --seed 10"),
+    ("ddp4-asr-seqlognorm0.5-featsleep60ms-r2", "user_conformer_ctc.py",
+     "--dur-sigma 0.5 --slow-rank 2 --feat-sleep-ms 60 --seed 11"),
+    # PPO with CartPole-like environments in numpy on the host: rollouts of many small forwards, then DDP updates
+    ("ddp4-ppo-healthy", "user_ppo_rl.py", "--seed 1"),
+    ("ddp4-ppo-fwd2x-r1", "user_ppo_rl.py", "--slow-rank 1 --factor 2 --seed 2"),
+    ("ddp4-ppo-fwd1.5x-r0", "user_ppo_rl.py", "--slow-rank 0 --factor 1.5 --seed 3"),
+    ("ddp4-ppo-hog-r2", "user_ppo_rl.py", "--slow-rank 2 --hog --seed 4"),
+    ("ddp4-ppo-stepsleep60ms-r3", "user_ppo_rl.py", "--slow-rank 3 --sleep-ms 60 --seed 5"),
+    ("ddp4-ppo-envsleep60ms-r1", "user_ppo_rl.py", "--slow-rank 1 --env-sleep-ms 60 --seed 6"),
+    ("ddp4-ppo-seqlognorm0.7", "user_ppo_rl.py", "--episode-sigma 0.7 --seed 7"),
+    ("ddp4-ppo-skew1.6", "user_ppo_rl.py", "--long-rank 2 --long 1.6 --seed 8"),
+    ("ddp4-ppo-seqlognorm0.7-fwd2x-r3", "user_ppo_rl.py", "--episode-sigma 0.7 --slow-rank 3 --factor 2 --seed 9"),
+    ("ddp4-ppo-skew1.6-fwd2x-r0", "user_ppo_rl.py", "--long-rank 2 --long 1.6 --slow-rank 0 --factor 2 --seed 10"),
+    ("ddp4-ppo-skew1.6-envsleep60ms-r1", "user_ppo_rl.py",
+     "--long-rank 2 --long 1.6 --slow-rank 1 --env-sleep-ms 60 --seed 11"),
+    # data parallel with the user's own ring all-reduce (isend/irecv to the right neighbour), one link made heavier
+    ("dp4-ring-link1-2-x4", "user_ring_allreduce.py", "--slow-link 1 2 --extra 4 --seed 1"),
+    ("dp4-ring-link3-0-x3", "user_ring_allreduce.py", "--slow-link 3 0 --extra 3 --seed 2"),
+    ("dp4-ring-shapes-link2-3-x5", "user_ring_allreduce.py", "--slow-link 2 3 --extra 5 --shapes --seed 3"),
+    ("dp4-ring-overlap-link0-1-x3.5", "user_ring_allreduce.py", "--overlap --slow-link 0 1 --extra 3.5 --seed 4"),
+    ("dp4-ring-fwd2x-r2", "user_ring_allreduce.py", "--slow-rank 2 --factor 2 --seed 5"),
+    ("dp4-ring-hog-r3", "user_ring_allreduce.py", "--slow-rank 3 --hog --seed 6"),
+    ("dp4-ring-datasleep100ms-r1", "user_ring_allreduce.py", "--slow-rank 1 --data-sleep-ms 100 --seed 7"),
+    ("dp4-ring-stepsleep90ms-r0", "user_ring_allreduce.py", "--slow-rank 0 --sleep-ms 90 --seed 8"),
+    ("dp4-ring-healthy", "user_ring_allreduce.py", "--seed 9"),
+    ("dp4-ring-seqlognorm0.5", "user_ring_allreduce.py", "--seq-sigma 0.5 --seed 10"),
+    ("dp4-ring-uneven", "user_ring_allreduce.py", "--uneven --seed 11"),
+    ("dp4-ring-shapes-healthy", "user_ring_allreduce.py", "--shapes --seed 12"),
+    ("dp4-ring-shapes-uneven", "user_ring_allreduce.py", "--shapes --uneven --seed 13"),
+    # a DDPM UNet under bf16 autocast, a DataLoader worker a rank, shapes recorded
+    ("ddp4-unet-healthy", "user_diffusion_unet.py", "--seed 1"),
+    ("ddp4-unet-fwd2x-r2", "user_diffusion_unet.py", "--slow-rank 2 --factor 2 --seed 2"),
+    ("ddp4-unet-fwd1.5x-r0", "user_diffusion_unet.py", "--slow-rank 0 --factor 1.5 --seed 3"),
+    ("ddp4-unet-hog-r3", "user_diffusion_unet.py", "--slow-rank 3 --hog --seed 4"),
+    ("ddp4-unet-stepsleep150ms-r3", "user_diffusion_unet.py", "--slow-rank 3 --sleep-ms 150 --seed 5"),
+    ("ddp4-unet-loadersleep100ms-r1", "user_diffusion_unet.py", "--slow-rank 1 --loader-sleep-ms 100 --seed 6"),
+    ("ddp4-unet-uneven0.3", "user_diffusion_unet.py", "--res-sigma 0.3 --seed 7"),
+    ("ddp4-unet-uneven0.5", "user_diffusion_unet.py", "--res-sigma 0.5 --seed 8"),
+    ("ddp4-unet-skew1.7", "user_diffusion_unet.py", "--big-rank 1 --big 1.7 --seed 9"),
+    ("ddp4-unet-skew1.7-fwd2x-r3", "user_diffusion_unet.py", "--big-rank 1 --big 1.7 --slow-rank 3 --factor 2 --seed 10"),
+    ("ddp4-unet-uneven0.3-hog-r2", "user_diffusion_unet.py", "--res-sigma 0.3 --slow-rank 2 --hog --seed 11"),
+]
+
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
