@@ -226,7 +226,8 @@ def _evidence_line(s) -> str:
 def _link_observation(o: dict) -> str:
     link = f"{o['what']} {'-'.join(map(str, o['ranks']))}"
     if o.get("compared") == "bytes moved":
-        return f"{link} moves {o['ratio']:.1f}x the bytes of its like links (transfers they do not make)"
+        what = "as many messages, larger" if o.get("larger") else "transfers they do not make"
+        return f"{link} moves {o['ratio']:.1f}x the bytes of its like links ({what})"
     if o.get("compared") == "messages moved":
         return f"{link} carries {o['ratio']:.1f}x the messages of its like links (sizes not recorded)"
     return f"{link} {o['ratio']:.2f}x slower" + (f" ({o['compared']})" if o.get("compared") else "")

@@ -383,7 +383,23 @@ USERS87 = [  # held out in the eighty-seventh session: jobs helpers wrote blind 
 ]
 
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87}
+USERS87B = [  # held out after users87: its host sleeps cost their ranks 3-8% of a step there; these 10% or more
+    ("ddp4-asr-stepsleep300ms-r3", "user_conformer_ctc.py", "--slow-rank 3 --sleep-ms 300 --seed 21"),
+    ("ddp4-asr-featsleep300ms-r1", "user_conformer_ctc.py", "--slow-rank 1 --feat-sleep-ms 300 --seed 22"),
+    ("ddp4-asr-seqlognorm0.5-featsleep300ms-r2", "user_conformer_ctc.py",
+     "--dur-sigma 0.5 --slow-rank 2 --feat-sleep-ms 300 --seed 23"),
+    ("ddp4-ppo-stepsleep150ms-r3", "user_ppo_rl.py", "--slow-rank 3 --sleep-ms 150 --seed 24"),
+    ("ddp4-ppo-envsleep200ms-r0", "user_ppo_rl.py", "--slow-rank 0 --env-sleep-ms 200 --seed 25"),
+    ("ddp4-ppo-seqlognorm0.7-envsleep200ms-r2", "user_ppo_rl.py",
+     "--episode-sigma 0.7 --slow-rank 2 --env-sleep-ms 200 --seed 26"),
+    ("ddp4-unet-loadersleep100ms-r2", "user_diffusion_unet.py", "--slow-rank 2 --loader-sleep-ms 100 --seed 27"),
+    ("dp4-ring-datasleep150ms-r3", "user_ring_allreduce.py", "--slow-rank 3 --data-sleep-ms 150 --seed 28"),
+    ("dp4-ring-shapes-link0-1-x3", "user_ring_allreduce.py", "--slow-link 0 1 --extra 3 --shapes --seed 29"),
+    ("dp4-ring-shapes-seqlognorm0.5", "user_ring_allreduce.py", "--shapes --seq-sigma 0.5 --seed 30"),
+]
+
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""

@@ -512,12 +512,13 @@ def _added_traffic(matching) -> list[LinkFinding]:
     iterations = p["iteration"].n_unique()
     if p["bytes"].null_count() == len(p):
         return _added_messages(p, iterations)
+    heavier = _heavier_messages(p, iterations)
     counts = p.group_by("link", "bytes", "iteration").agg(n=pl.len())
     links_of = counts.group_by("bytes").agg(links=pl.col("link").unique())
     own = links_of.filter(pl.col("links").list.len() == 1)["bytes"].to_list()
     owners = set(p.filter(pl.col("bytes").is_in(own))["link"].unique().to_list())
     if not owners:
-        return []
+        return heavier
     per_link = p.group_by("link", "iteration").agg(n=pl.len(), b=pl.col("bytes").sum())
     findings: list[LinkFinding] = []
     seen: set[str] = set()
@@ -553,6 +554,72 @@ def _added_traffic(matching) -> list[LinkFinding]:
                                "iterations": sorted(int(i) for i in more["iteration"].to_list()),
                                "compared": "bytes moved", "timed": timed}],
             ))
+    named = {f.ranks for f in findings}
+    return findings + [f for f in heavier if f.ranks not in named]
+
+
+HEAVIER_LIKES = 3
+"""The fewest links of one program whose messages ``_heavier_messages`` compares: the heavier one
+and two or more that agree with each other (of two, either may be the odd one)."""
+
+
+def _heavier_messages(p: pl.DataFrame, iterations: int) -> list[LinkFinding]:
+    """``_added_traffic`` for a link that carries as many messages as its like links but larger
+    ones: the same messages made heavier, its sizes carried by no other link.
+
+    Like links here carry as many messages as each other in every iteration, each link its own
+    fixed sizes (the same in every iteration: a program's buffers, not tokens drawn per step);
+    ``HEAVIER_LIKES`` or more of them, all but one moving the same bytes. The one that moves more,
+    by sizes no like link carries, in nearly every iteration (``CONSISTENT``), moves work they do
+    not (a user's own ring all-reduce over 4 gloo processes, recorded with shapes: every message
+    from rank 2 to rank 3 carrying 5x the bytes of a gradient chunk, 18.8 MB to the other links'
+    3.8 MB, 72 messages on each; "slow compute 3" before, for the padding it built). Links whose
+    sizes change from step to step (replicas of other sequence lengths) are not compared, nor a
+    link one of whose ends exchanges nothing on a like link (a pipeline's end). Sizes alone cannot
+    tell a boundary of a model whose width changes there by design, inside a pipeline of uniform
+    links otherwise."""
+    per = p.group_by("link", "iteration").agg(n=pl.len(), b=pl.col("bytes").sum(),
+                                              sizes=pl.col("bytes").unique().sort())
+    steady = per.group_by("link").agg(its=pl.len(), kinds=pl.col("sizes").n_unique(), n=pl.col("n").n_unique(),
+                                      b=pl.col("b").median())
+    steady = steady.filter((pl.col("its") == iterations) & (pl.col("kinds") == 1) & (pl.col("n") == 1))
+    findings: list[LinkFinding] = []
+    counts = per.filter(pl.col("link").is_in(steady["link"].implode())).group_by("link").agg(n=pl.col("n").first())
+    for (n,), group in counts.group_by("n"):
+        links = group["link"].to_list()
+        if len(links) < HEAVIER_LIKES:
+            continue
+        moved = steady.filter(pl.col("link").is_in(links))
+        typical = float(moved["b"].median())
+        odd = moved.filter(pl.col("b") != typical)
+        if len(odd) != 1 or float(odd["b"][0]) <= typical:
+            continue
+        link = odd["link"][0]
+        # both its ends also exchange the typical messages on like links (a ring's neighbours):
+        # a pipeline's first link may carry another width than the links after it by design
+        alike = [x for x in links if x != link]
+        if not all(any(r in x.split("-") for x in alike) for r in link.split("-")):
+            continue
+        own = set(p.filter(pl.col("link") == link)["bytes"].unique().to_list())
+        others = set(p.filter(pl.col("link").is_in([x for x in links if x != link]))["bytes"].unique().to_list())
+        if own & others:
+            continue
+        mine = p.filter(pl.col("link") == link)
+        fastest = mine.group_by("bytes").agg(t=pl.col("time_ns").min(), n=pl.len())
+        like = p.filter(pl.col("link").is_in([x for x in links if x != link])).group_by("link").agg(
+            t=pl.col("time_ns").min())
+        # its cost: its transfers at their fastest beyond its like links' fastest, each message
+        mine_t, like_t = fastest["t"].min(), like["t"].median()
+        timed = mine_t is not None and like_t is not None
+        excess = max(float(mine_t) - float(like_t), 0.0) * float(n) if timed else 0.0
+        ratio = float(odd["b"][0]) / max(typical, 1.0)
+        ranks = [int(r) for r in link.split("-")]
+        findings.append(LinkFinding(
+            kind="slow_link", ranks=tuple(ranks), slowdown=ratio, z=0.0, excess_ns=excess,
+            observations=[{"ranks": ranks, "what": "p2p", "ratio": round(ratio, 3),
+                           "iterations": sorted(int(i) for i in per.filter(pl.col("link") == link)["iteration"].to_list()),
+                           "compared": "bytes moved", "timed": timed, "larger": True}],
+        ))
     return findings
 
 

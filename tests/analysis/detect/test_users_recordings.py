@@ -529,3 +529,21 @@ def test_work_added_to_the_replica_of_more_data_is_named_over_its_data_scale():
     assert (top.rank, top.kind) == (2, "slow_compute")
     row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 2).row(0, named=True)
     assert 1.4 < row["data_scale"] < 1.8 and row["added_real_ns"] > 0.1 * row["busy_ns"]
+
+
+def test_a_link_whose_messages_are_heavier_is_named_by_its_bytes():
+    # a user's own ring all-reduce (tests/corpus/user_ring_allreduce.py, 4 gloo processes, shapes
+    # recorded): every message from rank 2 to rank 3 padded to 5x a gradient chunk, as many
+    # messages on each link. Its gloo sends are posted asynchronously, so no transfer is timed
+    # and each link is its own kind; the padding it built read "slow compute 3" before
+    verdict = detect_bundle(load_bundle(CASES["dp4-ring-shapes-link2-3-x5"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {2, 3})
+    assert 4.5 < top.slowdown < 5.5
+
+
+def test_a_ring_whose_links_carry_alike_names_no_link():
+    # the same ring with no fault: every link moves 12 chunks of 3.8 MB a step
+    verdict = detect_bundle(load_bundle(CASES["dp4-ring-shapes-healthy"].directory), threshold=0.1)
+    assert not [s for s in verdict.suspects if s.kind == "slow_link"]
+    assert verdict.suspects == []
