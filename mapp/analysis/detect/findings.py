@@ -12,9 +12,28 @@ import polars as pl
 
 from mapp.analysis.detect.thresholds import Thresholds
 
-__all__ = ["Suspect", "Overruled", "Imbalance", "StageStatus", "Verdict", "KINDS", "in_place_of_lower"]
+__all__ = ["Suspect", "Overruled", "Imbalance", "StageStatus", "Verdict", "KINDS", "LinkFinding", "in_place_of_lower"]
 
 KINDS = ("slow_compute", "slow_link", "slow_nic", "slow_host")
+
+
+@dataclass(slots=True)
+class LinkFinding:
+    """One slow NIC, link or group."""
+
+    kind: str
+    """"slow_nic", "slow_link" or "slow_group"."""
+    ranks: tuple[int, ...]
+    """The NIC's rank; the link's two ranks; the group's members."""
+    slowdown: float
+    """Effective time over its class's median (the median over the slow observations)."""
+    z: float
+    observations: list[dict]
+    """The slow links/groups that make the case: ``ranks``, ``what``, ``ratio``, ``iterations``."""
+    excess_ns: float
+    """Transfer time beyond the class medians, per iteration (summed over the observations)."""
+    healthy_links: int = 0
+    """For a NIC: its inter-node links/groups that were not slow (0 for a clear case)."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -21,7 +21,7 @@ def own_slowness(f) -> bool:
     """A link finding whose every observation is slow by itself, whatever its ends do: its
     fastest transfers raised above its like link's (``bandwidth._raised_floors``: waiting only
     adds, so a late end does not raise them), more bytes or messages moved than its like links
-    (``bandwidth._added_traffic``), or a job's only link whose typical message, once both ends
+    (``traffic.added_traffic``), or a job's only link whose typical message, once both ends
     were there, took longer than the slowest fabric would (``bandwidth._only_link``: a late end
     delays when a message starts, not how long it takes then; PP2 on 2 CPUs, 4 MB more a
     message: 26.7 ms of transfers beyond it a step, beside 1.1 ms of launch gaps on one end)."""

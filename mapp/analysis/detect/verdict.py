@@ -131,7 +131,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             # the launch (MegatronApp's batched p2p), its links look slow for that reason alone.
             # Not a link whose fastest transfers are slower: a late launch makes the other side
             # wait, it does not slow the transfer once both are there (``bandwidth._raised_floors``);
-            # nor one that moves more than its like links (``bandwidth._added_traffic``)
+            # nor one that moves more than its like links (``traffic.added_traffic``)
             late_launch = [hosts[r] for r in f.ranks if r in hosts] if f.kind != "slow_nic" and not own_slowness(f) else []
             if late_launch:
                 late_launch[0].evidence.setdefault("slow_links_explained", []).extend(f.observations)

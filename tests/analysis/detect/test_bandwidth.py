@@ -1,6 +1,6 @@
 """Stage 3's comparison of like p2p links by their fastest transfers (``bandwidth._raised_floors``),
 the transfers it cannot time alone (``_batched_with_others``) and the links that move more than
-their like links (``_added_traffic``)."""
+their like links (``traffic.added_traffic``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import polars as pl
 import pytest
 
 from mapp.analysis.detect._stats import binomial_tail as _binomial_tail
-from mapp.analysis.detect.bandwidth import (_added_traffic, _attribute, _batched_links, _batched_with_others,
+from mapp.analysis.detect.bandwidth import (_attribute, _batched_links, _batched_with_others,
                                             _by_chance, _fastest_too, _raised_floors, _with_floors)
+from mapp.analysis.detect.traffic import added_traffic
 
 LINKS = [[0, 4], [1, 5], [2, 6], [3, 7]]
 
@@ -148,12 +149,12 @@ def test_like_links_are_those_that_carry_as_many_transfers_of_a_size_not_every_l
             rows += [(a, b, t, t + 10, t, t + 10, act, it), (b, a, t + 20, t + 30, t + 20, t + 30, act, it)] * 2
         rows += [(3, 0, t + 40, t + 50, t + 40, t + 50, act, it), (0, 3, t + 60, t + 70, t + 60, t + 70, act, it)]
         rows += [(2, 3, t + 80, t + 90, t + 80, t + 90, extra, it), (3, 2, t + 91, t + 99, t + 91, t + 99, extra, it)] * 2
-    found = _added_traffic(SimpleNamespace(p2p=_p2p(rows)))
+    found = added_traffic(SimpleNamespace(p2p=_p2p(rows)))
     assert [(f.kind, f.ranks) for f in found] == [("slow_link", (2, 3))]
     assert found[0].slowdown > 30 and found[0].observations[0]["compared"] == "bytes moved"
     # without the extra tensor nothing moves more than its like links
     plain = [r for r in rows if r[6] == act]
-    assert _added_traffic(SimpleNamespace(p2p=_p2p(plain))) == []
+    assert added_traffic(SimpleNamespace(p2p=_p2p(plain))) == []
 
 
 def _batched(spec, batched: bool = True):
