@@ -243,7 +243,7 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     only one traced is not weighed alone, for its like may run between untraced ranks (PP2 x DP2
     with rank 3's trace lost: link 0<->2 of a healthy job on 2 shared cores read "slow link"
     3.5x against the fabric, its twin 1<->3 unseen)."""
-    added = added_traffic(matching)
+    added = added_traffic(matching, link_threshold)
     obs = pl.concat([_p2p(matching), _collectives(matching)])
     obs = obs.filter(pl.col("time_ns") > 0)
     if obs.is_empty():

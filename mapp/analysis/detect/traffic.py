@@ -21,7 +21,7 @@ COUNTED = ("bytes moved", "messages moved")
 (``added_traffic``: by their bytes, or by their messages where no size was recorded)."""
 
 
-def added_traffic(matching) -> list[LinkFinding]:
+def added_traffic(matching, link_threshold: float = 0.0) -> list[LinkFinding]:
     """p2p links that carry more than their like links: transfers counted, not timed.
 
     Links are *like* when they carry transfers of a size in common, as many per iteration (the
@@ -35,7 +35,8 @@ def added_traffic(matching) -> list[LinkFinding]:
     side's time spans the wait for the other end too) times their number, unknown (0, the
     observation's ``timed`` false) where every one was posted asynchronously; its ``slowdown`` is
     its bytes per iteration over its like links' median. Where no transfer's size was recorded,
-    messages are counted instead (``_added_messages``)."""
+    messages are counted instead (``_added_messages``). A link that carries as many messages as
+    its like links, larger, by ``link_threshold`` or more, is ``_heavier_messages``'."""
     p = matching.p2p.filter(pl.col("bytes_match") & (pl.col("src") != pl.col("dst")) & pl.col("iteration").is_not_null())
     if p.is_empty():
         return []
@@ -49,7 +50,7 @@ def added_traffic(matching) -> list[LinkFinding]:
     iterations = p["iteration"].n_unique()
     if p["bytes"].null_count() == len(p):
         return _added_messages(p, iterations)
-    heavier = _heavier_messages(p, iterations)
+    heavier = _heavier_messages(p, iterations, link_threshold)
     counts = p.group_by("link", "bytes", "iteration").agg(n=pl.len())
     links_of = counts.group_by("bytes").agg(links=pl.col("link").unique())
     own = links_of.filter(pl.col("links").list.len() == 1)["bytes"].to_list()
@@ -100,15 +101,15 @@ HEAVIER_LIKES = 3
 and two or more that agree with each other (of two, either may be the odd one)."""
 
 
-def _heavier_messages(p: pl.DataFrame, iterations: int) -> list[LinkFinding]:
+def _heavier_messages(p: pl.DataFrame, iterations: int, link_threshold: float) -> list[LinkFinding]:
     """``added_traffic`` for a link that carries as many messages as its like links but larger
     ones: the same messages made heavier, its sizes carried by no other link.
 
     Like links here carry as many messages as each other in every iteration, each link its own
     fixed sizes (the same in every iteration: a program's buffers, not tokens drawn per step);
     ``HEAVIER_LIKES`` or more of them, all but one moving the same bytes. The one that moves more,
-    by sizes no like link carries, in nearly every iteration (``CONSISTENT``), moves work they do
-    not (a user's own ring all-reduce over 4 gloo processes, recorded with shapes: every message
+    by ``link_threshold`` or more and by sizes no like link carries, in every iteration, moves work
+    they do not (a user's own ring all-reduce over 4 gloo processes, recorded with shapes: every message
     from rank 2 to rank 3 carrying 5x the bytes of a gradient chunk, 18.8 MB to the other links'
     3.8 MB, 72 messages on each; "slow compute 3" before, for the padding it built). Links whose
     sizes change from step to step (replicas of other sequence lengths) are not compared, nor a
@@ -129,7 +130,8 @@ def _heavier_messages(p: pl.DataFrame, iterations: int) -> list[LinkFinding]:
         moved = steady.filter(pl.col("link").is_in(links))
         typical = float(moved["b"].median())
         odd = moved.filter(pl.col("b") != typical)
-        if len(odd) != 1 or float(odd["b"][0]) <= typical:
+        heavier = float(odd["b"][0]) / max(typical, 1.0) if len(odd) == 1 else 0.0
+        if heavier <= 1 or heavier < 1 + link_threshold:
             continue
         link = odd["link"][0]
         # both its ends also exchange the typical messages on like links (a ring's neighbours):
@@ -138,18 +140,18 @@ def _heavier_messages(p: pl.DataFrame, iterations: int) -> list[LinkFinding]:
         if not all(any(r in x.split("-") for x in alike) for r in link.split("-")):
             continue
         own = set(p.filter(pl.col("link") == link)["bytes"].unique().to_list())
-        others = set(p.filter(pl.col("link").is_in([x for x in links if x != link]))["bytes"].unique().to_list())
+        others = set(p.filter(pl.col("link").is_in(alike))["bytes"].unique().to_list())
         if own & others:
             continue
         mine = p.filter(pl.col("link") == link)
         fastest = mine.group_by("bytes").agg(t=pl.col("time_ns").min(), n=pl.len())
-        like = p.filter(pl.col("link").is_in([x for x in links if x != link])).group_by("link").agg(
+        like = p.filter(pl.col("link").is_in(alike)).group_by("link").agg(
             t=pl.col("time_ns").min())
         # its cost: its transfers at their fastest beyond its like links' fastest, each message
         mine_t, like_t = fastest["t"].min(), like["t"].median()
         timed = mine_t is not None and like_t is not None
         excess = max(float(mine_t) - float(like_t), 0.0) * float(n) if timed else 0.0
-        ratio = float(odd["b"][0]) / max(typical, 1.0)
+        ratio = heavier
         ranks = [int(r) for r in link.split("-")]
         findings.append(LinkFinding(
             kind="slow_link", ranks=tuple(ranks), slowdown=ratio, z=0.0, excess_ns=excess,

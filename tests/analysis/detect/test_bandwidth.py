@@ -157,6 +157,28 @@ def test_like_links_are_those_that_carry_as_many_transfers_of_a_size_not_every_l
     assert added_traffic(SimpleNamespace(p2p=_p2p(plain))) == []
 
 
+def _ring(heavy: float, steps: int = 3) -> list[tuple]:
+    """A ring of 4 ranks, 12 chunks of 4 MB a step on each link; link 2 -> 3's padded to ``heavy`` x."""
+    chunk, rows = 4_000_000, []
+    for it in range(steps):
+        for k in range(12):
+            t = it * 100_000 + k * 1_000
+            for a in range(4):
+                size = int(chunk * heavy) if a == 2 else chunk
+                rows.append((a, (a + 1) % 4, t, t + 500, t, t + 500, size, it))
+    return rows
+
+
+def test_a_link_of_heavier_messages_is_named_by_its_bytes_at_the_threshold():
+    # as many messages on every link of the ring, link 2 -> 3's 5x larger in every step
+    found = added_traffic(SimpleNamespace(p2p=_p2p(_ring(5.0))), 0.1)
+    assert [(f.kind, f.ranks) for f in found] == [("slow_link", (2, 3))]
+    assert found[0].slowdown == pytest.approx(5.0) and found[0].observations[0]["larger"]
+    # messages 5% larger move 5% more: under a link threshold of 0.1, no slow link
+    assert added_traffic(SimpleNamespace(p2p=_p2p(_ring(1.05))), 0.1) == []
+    assert added_traffic(SimpleNamespace(p2p=_p2p(_ring(1.0))), 0.1) == []
+
+
 def _batched(spec, batched: bool = True):
     """Batched (or not) like links over 4 iterations, 8 transfers each: (link, fastest ns, slow
     by medians, ratio by medians); the others wait 3x the fastest."""
