@@ -399,7 +399,49 @@ USERS87B = [  # held out after users87: its host sleeps cost their ranks 3-8% of
 ]
 
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B}
+USERS88 = [  # held out in the eighty-eighth session: jobs helpers wrote blind to the detector, run once each
+    # DDP under PowerSGD (one bucket: gloo's chained all-reduces leave no events) and the fp16 compression hook
+    ("ddp4-psgd-healthy", "user_powersgd.py", "--seed 11"),
+    ("ddp4-psgd-rank8-shapes-healthy", "user_powersgd.py", "--rank-r 8 --shapes --seed 12"),
+    ("ddp4-psgd-fwd1.8x-r2", "user_powersgd.py", "--slow-rank 2 --factor 1.8 --seed 13"),
+    ("ddp4-psgd-fwd2x-r0", "user_powersgd.py", "--slow-rank 0 --factor 2 --seed 14"),
+    ("ddp4-psgd-stepsleep200ms-r1", "user_powersgd.py", "--slow-rank 1 --sleep-ms 200 --seed 15"),
+    ("ddp4-psgd-datasleep180ms-r3", "user_powersgd.py", "--slow-rank 3 --data-sleep-ms 180 --seed 16"),
+    ("ddp4-psgd-hog-r3", "user_powersgd.py", "--slow-rank 3 --hog --seed 17"),
+    ("ddp4-psgd-seqlognorm0.4", "user_powersgd.py", "--res-sigma 0.4 --seed 18"),
+    ("ddp4-psgd-skew1.5", "user_powersgd.py", "--big-rank 1 --big 1.5 --seed 19"),
+    ("ddp4-fp16hook-healthy", "user_powersgd.py", "--hook fp16 --seed 20"),
+    ("ddp4-fp16hook-stepsleep200ms-r2", "user_powersgd.py", "--hook fp16 --slow-rank 2 --sleep-ms 200 --seed 21"),
+    ("ddp4-psgd-batched-fwd1.8x-r1", "user_powersgd.py", "--hook batched --slow-rank 1 --factor 1.8 --seed 22"),
+    # a DCGAN: two DDP modules stepped in turn, SyncBatchNorm by hand, WGAN-GP's double backward
+    ("ddp4-gan-healthy", "user_gan.py", "--seed 1"),
+    ("ddp4-gan-syncbn-healthy", "user_gan.py", "--syncbn --seed 2"),
+    ("ddp4-gan-gp-dsteps2-healthy", "user_gan.py", "--gp --d-steps 2 --seed 3"),
+    ("ddp4-gan-fwd1.6x-r2", "user_gan.py", "--slow-rank 2 --factor 1.6 --seed 4"),
+    ("ddp4-gan-syncbn-fwd2x-r0", "user_gan.py", "--syncbn --slow-rank 0 --factor 2 --seed 5"),
+    ("ddp4-gan-stepsleep100ms-r1", "user_gan.py", "--slow-rank 1 --sleep-ms 100 --seed 6"),
+    ("ddp4-gan-datasleep120ms-r3", "user_gan.py", "--slow-rank 3 --data-sleep-ms 120 --seed 7"),
+    ("ddp4-gan-hog-r0", "user_gan.py", "--slow-rank 0 --hog --seed 8"),
+    ("ddp4-gan-seqlognorm0.4", "user_gan.py", "--batch-sigma 0.4 --seed 9"),
+    ("ddp4-gan-skew1.5", "user_gan.py", "--big-rank 1 --big 1.5 --seed 10"),
+    ("ddp4-gan-gp-shapes-fwd1.7x-r3", "user_gan.py", "--gp --shapes --slow-rank 3 --factor 1.7 --seed 11"),
+    ("ddp4-gan-shapes-dsteps2-datasleep80ms-r2", "user_gan.py",
+     "--shapes --d-steps 2 --slow-rank 2 --data-sleep-ms 80 --seed 12"),
+    # DeepSpeed-Ulysses sequence parallelism: all_to_all around attention, gradients by hand or DDP
+    # (a busy thread there slowed every rank alike, its own no more: left out)
+    ("sp4-healthy", "user_ulysses_sp.py", "--seed 101"),
+    ("sp4-ddp-healthy", "user_ulysses_sp.py", "--ddp --seed 102"),
+    ("sp4-fwd2x-r1", "user_ulysses_sp.py", "--slow-rank 1 --factor 2 --seed 103"),
+    ("sp4-ddp-fwd2x-r2", "user_ulysses_sp.py", "--ddp --slow-rank 2 --factor 2 --seed 104"),
+    ("sp4-stepsleep150ms-r0", "user_ulysses_sp.py", "--slow-rank 0 --sleep-ms 150 --seed 105"),
+    ("sp4-shapes-stepsleep250ms-r2", "user_ulysses_sp.py", "--shapes --slow-rank 2 --sleep-ms 250 --seed 106"),
+    ("sp4-seqlognorm0.5", "user_ulysses_sp.py", "--seq-sigma 0.5 --seed 108"),
+    ("sp2dp2-healthy", "user_ulysses_sp.py", "--dp 2 --seed 109"),
+    ("sp2dp2-skew", "user_ulysses_sp.py", "--dp 2 --skew-replica 1 --seed 110"),
+    ("sp2dp2-fwd2x-r3", "user_ulysses_sp.py", "--dp 2 --slow-rank 3 --factor 2 --seed 111"),
+    ("sp2dp2-stepsleep200ms-r0", "user_ulysses_sp.py", "--dp 2 --slow-rank 0 --sleep-ms 200 --seed 112"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
