@@ -116,6 +116,7 @@ cores and go faster. The hog is at its worst when the machine is most loaded.
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import os
 import threading
@@ -334,8 +335,11 @@ def main():
         add_slow_convs([g_net, d_net], (args.factor - 1) * EXTRA_PER_UNIT)
     if args.syncbn:
         d_net = cpu_sync_bn(nn.SyncBatchNorm.convert_sync_batchnorm(d_net))
-    G = DDP(g_net, forward_sync_buffers=False)
-    D = DDP(d_net, forward_sync_buffers=False)
+    # torch 2.13 renamed broadcast_buffers (the old name warns there); older releases know only it
+    no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DDP).parameters
+               else {"broadcast_buffers": False})
+    G = DDP(g_net, **no_sync)
+    D = DDP(d_net, **no_sync)
     opt_g = torch.optim.Adam(G.parameters(), lr=args.lr, betas=(0.5, 0.999))
     opt_d = torch.optim.Adam(D.parameters(), lr=args.lr, betas=(0.5, 0.999))
     bce = nn.BCEWithLogitsLoss()
