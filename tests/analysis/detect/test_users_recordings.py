@@ -547,3 +547,19 @@ def test_a_ring_whose_links_carry_alike_names_no_link():
     verdict = detect_bundle(load_bundle(CASES["dp4-ring-shapes-healthy"].directory), threshold=0.1)
     assert not [s for s in verdict.suspects if s.kind == "slow_link"]
     assert verdict.suspects == []
+
+
+def test_work_repeated_on_one_replica_is_not_read_as_its_data_running_the_loops():
+    # a user's PowerSGD CNN (tests/corpus/user_powersgd.py), every convolution of rank 0 run
+    # twice: 21 kinds called more often, 9 of them at 2x (one chain of nested convolution ops and
+    # its backward's), the rest from 1.11x to 4x, its batch norms as often as its peers'. Counted
+    # without asking for one factor, they read as a data loop of scale 2: "no suspect" before
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    bundle = load_bundle(CASES["ddp4-psgd-fwd2x-r0"].directory)
+    top = detect_bundle(bundle, threshold=0.1).suspects[0]
+    assert (top.rank, top.kind) == (0, "slow_compute")
+    row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 0).row(0, named=True)
+    assert row["data_scale"] is None or row["data_scale"] == 1.0
+    assert row["added_real_ns"] > 0.1 * row["busy_ns"]
