@@ -441,7 +441,25 @@ USERS88 = [  # held out in the eighty-eighth session: jobs helpers wrote blind t
     ("sp2dp2-fwd2x-r3", "user_ulysses_sp.py", "--dp 2 --slow-rank 3 --factor 2 --seed 111"),
     ("sp2dp2-stepsleep200ms-r0", "user_ulysses_sp.py", "--dp 2 --slow-rank 0 --sleep-ms 200 --seed 112"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88}
+USERS88B = [  # held out after same_work's loop kinds by one factor (3c207a3): loops run more often by data, work repeated
+    ("ddp4-lstm-skew1.6", "user_lstm_seq2seq.py", "--long-rank 3 --long 1.6 --seed 41"),
+    ("ddp4-lstm-skew1.4", "user_lstm_seq2seq.py", "--long-rank 0 --long 1.4 --seed 42"),
+    ("ddp4-lstm-len12-skew1.8", "user_lstm_seq2seq.py", "--len 12 --long-rank 1 --long 1.8 --seed 43"),
+    ("ddp4-lstm-skew1.6-fwd2x-r1", "user_lstm_seq2seq.py", "--long-rank 3 --long 1.6 --slow-rank 1 --factor 2 --seed 44"),
+    ("ddp4-lstm-fwd2x-r0", "user_lstm_seq2seq.py", "--slow-rank 0 --factor 2 --seed 45"),
+    ("ddp4-ppo-skew1.6", "user_ppo_rl.py", "--long-rank 1 --long 1.6 --seed 46"),
+    ("ddp4-ppo-fwd2x-r3", "user_ppo_rl.py", "--slow-rank 3 --factor 2 --seed 47"),
+    ("ddp4-gnn-skew1.6", "user_gnn.py", "--skew-rank 2 --skew 1.6 --seed 48"),
+    ("ddp4-psgd-fwd2x-r3", "user_powersgd.py", "--slow-rank 3 --factor 2 --seed 51"),
+    ("ddp4-psgd-shapes-fwd3x-r1", "user_powersgd.py", "--shapes --slow-rank 1 --factor 3 --seed 52"),
+    ("ddp4-fp16hook-fwd2x-r2", "user_powersgd.py", "--hook fp16 --slow-rank 2 --factor 2 --seed 53"),
+    ("ddp4-psgd-skew2", "user_powersgd.py", "--big-rank 0 --big 2 --seed 54"),
+    ("ddp4-gan-fwd2x-r1", "user_gan.py", "--slow-rank 1 --factor 2 --seed 55"),
+    ("ddp4-gan-dsteps2-fwd3x-r3", "user_gan.py", "--d-steps 2 --slow-rank 3 --factor 3 --seed 56"),
+    ("sp4-fwd3x-r3", "user_ulysses_sp.py", "--slow-rank 3 --factor 3 --seed 57"),
+    ("ddp4-vae-fwd2x-r0", "user_vae_accum.py", "--slow-rank 0 --factor 2 --seed 58"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
