@@ -801,13 +801,16 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         # 2.8%, beside a host pacing its GPU 163 ms a step more in short gaps, is no stall; and
         # between pipeline stages, which idle differently by the schedule's design: ``peers``)
         & (pl.lit(not (two or programs_differ)) | (pl.col(idle) >= min_effect * pl.col("busy_ns"))),
+        # (a rank whose data runs the loops more often, tested as above at its data's scale:
+        # ``data_sized.looped_by_data``)
+        above_scale=((pl.col("effect") - pl.col("data_scale").log()) / pl.col("se") > z_crit),
     ).with_columns(
         slowdown=pl.col("effect").exp(),
         iterations=pl.when(pl.col("flagged")).then(pl.col("slow_its")).when(pl.col("gap_flagged"))
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
              "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", "data_stalls", *ADDED_COLUMNS,
-             "work_ns", "all_work_ns", "held_ns", "alone_ns", "data_scale").sort("rank")
+             "work_ns", "all_work_ns", "held_ns", "alone_ns", "data_scale", "above_scale").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),
