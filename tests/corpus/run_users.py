@@ -459,7 +459,17 @@ USERS88B = [  # held out after same_work's loop kinds by one factor (3c207a3): l
     ("sp4-fwd3x-r3", "user_ulysses_sp.py", "--slow-rank 3 --factor 3 --seed 57"),
     ("ddp4-vae-fwd2x-r0", "user_vae_accum.py", "--slow-rank 0 --factor 2 --seed 58"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B}
+USERS88C = [  # held out after b5b6d94 (a data loop's scale judged against the noise): faults on the replica of more data
+    ("ddp4-lstm-skew1.6-fwd1.5x-r2", "user_lstm_seq2seq.py", "--long-rank 2 --long 1.6 --slow-rank 2 --factor 1.5 --seed 61"),
+    ("ddp4-lstm-skew1.4-fwd2x-r0", "user_lstm_seq2seq.py", "--long-rank 0 --long 1.4 --slow-rank 0 --factor 2 --seed 62"),
+    ("ddp4-lstm-skew1.6-stepsleep150ms-r1", "user_lstm_seq2seq.py", "--long-rank 1 --long 1.6 --slow-rank 1 --sleep-ms 150 --seed 63"),
+    ("ddp4-lstm-len12-skew1.8-fwd2x-r3", "user_lstm_seq2seq.py", "--len 12 --long-rank 3 --long 1.8 --slow-rank 3 --factor 2 --seed 64"),
+    ("ddp4-ppo-skew1.6-fwd2x-r1", "user_ppo_rl.py", "--long-rank 1 --long 1.6 --slow-rank 1 --factor 2 --seed 65"),
+    ("ddp4-ppo-skew1.6-stepsleep200ms-r2", "user_ppo_rl.py", "--long-rank 2 --long 1.6 --slow-rank 2 --sleep-ms 200 --seed 66"),
+    ("ddp4-lstm-skew2", "user_lstm_seq2seq.py", "--long-rank 2 --long 2 --seed 67"),
+    ("ddp4-ppo-skew1.8", "user_ppo_rl.py", "--long-rank 3 --long 1.8 --seed 68"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
