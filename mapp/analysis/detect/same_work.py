@@ -502,9 +502,10 @@ def _data_scales(shared: pl.DataFrame, peer_calls: np.ndarray, peer_q: np.ndarra
     """(``rank``, ``iteration``, ``scale``) where ranks of one program run its loops as often as
     their data makes them: the ops every rank calls a different number of times (``graded``)
     take ``DATA_SCALED_PART`` of the work or more, or a rank calls ``LOOP_KINDS`` kinds or more
-    more often than its peers, by about one factor, in most iterations (``_loop_kinds``). A rank's scale is
-    the median, over the kinds whose calls differ between ranks (and that both it and its peers
-    spend time on), of its calls over its peers' median; 1 where there are none. None elsewhere.
+    more often than its peers, by about one factor, in most iterations (``_loop_kinds``). A rank's
+    scale is the median, over the kinds whose calls differ between ranks (and that both it and its
+    peers spend time on), of its calls over its peers' median; 1 where there are none. None
+    elsewhere.
 
     A recurrent net steps its cells once per token: a replica whose shard holds longer sentences
     calls every op of its loop more often, each call as fast, and its ops over whole sequences
@@ -580,6 +581,14 @@ def _layers_often(work: pl.DataFrame) -> pl.Expr:
     shared_max = pl.when(pl.col("n") >= 2).then(pl.col("calls")).max().over(["rank", "iteration", op])
     a_call = ~launched()
     return (pl.col("n") == 1) & a_call & (pl.col("calls") > OFTEN * shared_max.fill_null(float("inf")))
+
+
+def _z(effect: pl.Expr, low: pl.Expr, spread: float) -> pl.Expr:
+    """A rank's z (``compare_same_work``): its slowdown (``effect``, a log) over its standard error
+    ``se``, or, over three iterations or more, its slowest iteration's (``low``) over the ranks'
+    scatter, whichever is larger."""
+    return (pl.when(pl.col("n_it") >= 3).then(pl.max_horizontal(effect / pl.col("se"), low / max(spread, _FLOOR)))
+            .otherwise(effect / pl.col("se")))
 
 
 def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFrame, group: list[str], *,
@@ -789,10 +798,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # floor). Counted work hardly varies on a healthy rank (each kind's typical call is one for
     # the whole trace; only its calls move), and it must still be slower by ``min_effect`` in
     # nearly every iteration (``consistent``).
-    lowest = pl.col("low") / max(spread, _FLOOR)
     ranks = ranks.with_columns(
-        z=pl.when(pl.col("n_it") >= 3).then(pl.max_horizontal(pl.col("effect") / pl.col("se"), lowest))
-        .otherwise(pl.col("effect") / pl.col("se")),
+        z=_z(pl.col("effect"), pl.col("low"), spread),
         gap_z=pl.col(idle) / (MEDIAN_SE * gap_scale / pl.col("n_it").cast(pl.Float64).sqrt()),
     ).with_columns(
         flagged=(pl.col("z") > z_crit) & (pl.col("effect").exp() - 1 >= min_effect) & (pl.col("consistent") >= CONSISTENT),
@@ -801,9 +808,10 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         # 2.8%, beside a host pacing its GPU 163 ms a step more in short gaps, is no stall; and
         # between pipeline stages, which idle differently by the schedule's design: ``peers``)
         & (pl.lit(not (two or programs_differ)) | (pl.col(idle) >= min_effect * pl.col("busy_ns"))),
-        # (a rank whose data runs the loops more often, tested as above at its data's scale:
+        # (a rank whose data runs the loops more often, its z as above taken at its data's scale:
         # ``data_sized.looped_by_data``)
-        above_scale=((pl.col("effect") - pl.col("data_scale").log()) / pl.col("se") > z_crit),
+        above_scale=_z(pl.col("effect") - pl.col("data_scale").log(), pl.col("low") - pl.col("data_scale").log(),
+                       spread) > z_crit,
     ).with_columns(
         slowdown=pl.col("effect").exp(),
         iterations=pl.when(pl.col("flagged")).then(pl.col("slow_its")).when(pl.col("gap_flagged"))
