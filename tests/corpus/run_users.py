@@ -469,7 +469,38 @@ USERS88C = [  # held out after b5b6d94 (a data loop's scale judged against the n
     ("ddp4-lstm-skew2", "user_lstm_seq2seq.py", "--long-rank 2 --long 2 --seed 67"),
     ("ddp4-ppo-skew1.8", "user_ppo_rl.py", "--long-rank 3 --long 1.8 --seed 68"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C}
+USERS89 = [  # held out in the eighty-ninth session (at dc325bd): BERT-style MLM under DDP's Join with a token budget, and Local SGD / DiLoCo
+    ("ddp4-mlm-healthy", "user_join_mlm.py", "--seed 0"),
+    ("ddp4-mlm-w192-shapes-healthy", "user_join_mlm.py", "--seed 21 --width 192 --tokens 1024 --shapes --steps 8"),
+    ("ddp4-mlm-postln-accum4-healthy", "user_join_mlm.py", "--seed 22 --tokens 1024 --accum 4 --post-ln --steps 7"),
+    ("ddp4-mlm-uneven", "user_join_mlm.py", "--seed 1 --uneven"),
+    ("ddp4-mlm-skew1.5", "user_join_mlm.py", "--seed 6 --big-rank 1 --big 1.5"),
+    ("ddp4-mlm-accum3-skew2", "user_join_mlm.py", "--seed 23 --tokens 1024 --accum 3 --big-rank 3 --big 2"),
+    ("ddp4-mlm-seqlognorm1.2", "user_join_mlm.py", "--seed 7 --doc-sigma 1.2 --shapes --steps 8"),
+    ("ddp4-mlm-fwd2x-r2", "user_join_mlm.py", "--seed 8 --slow-rank 2 --factor 2"),
+    ("ddp4-mlm-w192-fwd1.7x-r0", "user_join_mlm.py", "--seed 24 --width 192 --tokens 1024 --slow-rank 0 --factor 1.7"),
+    ("ddp4-mlm-uneven-fwd1.8x-r3", "user_join_mlm.py", "--seed 13 --uneven --slow-rank 3 --factor 1.8"),
+    ("ddp4-mlm-sleep-r2", "user_join_mlm.py", "--seed 3 --slow-rank 2 --sleep-ms 150"),
+    ("ddp4-mlm-accum3-datasleep-r1", "user_join_mlm.py", "--seed 25 --accum 3 --slow-rank 1 --data-sleep-ms 80"),
+    ("ddp4-mlm-hog-r0", "user_join_mlm.py", "--seed 5 --slow-rank 0 --hog"),
+    ("ddp4-mlm-l3-hog-r3", "user_join_mlm.py", "--seed 27 --layers 3 --tokens 1024 --slow-rank 3 --hog"),
+    # Local SGD / DiLoCo: --inner-steps H local AdamW steps without communication, then an all-reduce of the pseudo-gradient
+    ("ddp4-lsgd-h2-healthy", "user_localsgd.py", "--seed 0"),
+    ("ddp4-lsgd-w192-h3-flat-healthy", "user_localsgd.py", "--width 192 --seq 64 --inner-steps 3 --steps 12 --flat --seed 2"),
+    ("ddp4-lsgd-avg-h1-shapes-healthy", "user_localsgd.py", "--inner-steps 1 --outer-lr 1 --no-nesterov --shapes --seed 9"),
+    ("ddp4-lsgd-seqlognorm0.5", "user_localsgd.py", "--seq-sigma 0.5 --seed 1"),
+    ("ddp4-lsgd-w160-flat-seqlognorm0.4", "user_localsgd.py", "--seq-sigma 0.4 --width 160 --flat --seed 12"),
+    ("ddp4-lsgd-skew1.5", "user_localsgd.py", "--big-rank 2 --big 1.5 --seed 13"),
+    ("ddp4-lsgd-flat-fwd2x-r1", "user_localsgd.py", "--slow-rank 1 --factor 2 --flat --seed 3"),
+    ("ddp4-lsgd-w192-h3-fwd2x-r2", "user_localsgd.py", "--slow-rank 2 --factor 2 --width 192 --seq 64 --inner-steps 3 --steps 12 --seed 14"),
+    ("ddp4-lsgd-h1-shapes-fwd2.2x-r0", "user_localsgd.py", "--slow-rank 0 --factor 2.2 --inner-steps 1 --shapes --seed 15"),
+    ("ddp4-lsgd-flat-sleep100-r2", "user_localsgd.py", "--slow-rank 2 --sleep-ms 100 --flat --seed 6"),
+    ("ddp4-lsgd-w160-sleep130-r1", "user_localsgd.py", "--slow-rank 1 --sleep-ms 130 --width 160 --seed 21"),
+    ("ddp4-lsgd-h3-datasleep100-r3", "user_localsgd.py", "--slow-rank 3 --data-sleep-ms 100 --inner-steps 3 --steps 12 --seed 7"),
+    ("ddp4-lsgd-hog-r1", "user_localsgd.py", "--slow-rank 1 --hog --seed 11"),
+    ("ddp4-lsgd-w160-h4-flat-hog-r3", "user_localsgd.py", "--slow-rank 3 --hog --width 160 --inner-steps 4 --steps 12 --flat --seed 16"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
