@@ -500,7 +500,23 @@ USERS89 = [  # held out in the eighty-ninth session (at dc325bd): BERT-style MLM
     ("ddp4-lsgd-hog-r1", "user_localsgd.py", "--slow-rank 1 --hog --seed 11"),
     ("ddp4-lsgd-w160-h4-flat-hog-r3", "user_localsgd.py", "--slow-rank 3 --hog --width 160 --inner-steps 4 --steps 12 --flat --seed 16"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89}
+USERS89B = [  # held out in the eighty-ninth session (at 2385872): image classification behind a real DataLoader (workers, a slow decoder on one rank)
+    ("ddp4-ldr-shapes-healthy", "user_loader_resnet.py", "--shapes --seed 1"),
+    ("ddp4-ldr-w0-amp-healthy", "user_loader_resnet.py", "--workers 0 --amp --seed 2"),
+    ("ddp4-ldr-w2-cl-w24-accum2-healthy", "user_loader_resnet.py", "--workers 2 --channels-last --width 24 --accum 2 --label-smoothing 0.1 --seed 3"),
+    ("ddp4-ldr-fwd2x-r2", "user_loader_resnet.py", "--slow-rank 2 --factor 2 --seed 4"),
+    ("ddp4-ldr-w0-cl-fwd1.6x-r3", "user_loader_resnet.py", "--workers 0 --channels-last --slow-rank 3 --factor 1.6 --seed 6"),
+    ("ddp4-ldr-w2-stepsleep80ms-r1", "user_loader_resnet.py", "--workers 2 --slow-rank 1 --sleep-ms 80 --seed 7"),
+    ("ddp4-ldr-accum2-stepsleep150ms-r0", "user_loader_resnet.py", "--accum 2 --slow-rank 0 --sleep-ms 150 --seed 8"),
+    ("ddp4-ldr-amp-shapes-hog-r3", "user_loader_resnet.py", "--amp --shapes --slow-rank 3 --hog --seed 9"),
+    ("ddp4-ldr-w0-decodesleep2ms-r0", "user_loader_resnet.py", "--workers 0 --slow-rank 0 --decode-sleep-ms 2 --seed 10"),
+    ("ddp4-ldr-w1-decodesleep20ms-r2", "user_loader_resnet.py", "--slow-rank 2 --decode-sleep-ms 20 --seed 11"),
+    ("ddp4-ldr-w2-decodesleep40ms-r3", "user_loader_resnet.py", "--workers 2 --slow-rank 3 --decode-sleep-ms 40 --seed 12"),
+    ("ddp4-ldr-skew1.5", "user_loader_resnet.py", "--big-rank 1 --big 1.5 --seed 13"),
+    ("ddp4-ldr-w2-w24-skew1.25", "user_loader_resnet.py", "--workers 2 --width 24 --big-rank 3 --big 1.25 --seed 14"),
+    ("ddp4-ldr-w0-seqlognorm0.4", "user_loader_resnet.py", "--workers 0 --res-sigma 0.4 --seed 15"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
