@@ -31,7 +31,8 @@ from mapp.analysis.detect._stats import others_median
 from mapp.analysis.detect.added_work import added_cost_ns
 from mapp.analysis.detect.same_work import self_times
 
-__all__ = ["PACED_KINDS", "PACED_PART", "PACED_RANKS", "looped_by_data", "paced_split", "sized_by_data"]
+__all__ = ["PACED_KINDS", "PACED_PART", "PACED_RANKS", "input_floors", "larger_inputs", "looped_by_data",
+           "paced_split", "sized_by_data", "sizes_unseen_notes"]
 
 PACED_KINDS = 20
 """The fewest op names a rank's peers must spend their compute on for its pace to mean anything:
@@ -142,3 +143,126 @@ of its tables 3-6x longer), past half a threshold of 0.1. Of the 18 ranks a faul
 or more in the committed corpora whose pace is known, 12 ran at a pace 0.86-2.7 times their
 slowdown's excess (1.18 at 1.20, 1.43 at 1.22, 3.61 at 1.96); the other 6 made calls beyond their
 peers' worth 26-62% of their compute (the guard above) or slept on their host (no device)."""
+
+
+def sizes_unseen_notes(peers, suspects: list, threshold: float) -> list[str]:
+    """A note for each rank named slow compute on its ops' times alone where the trace records no
+    input shapes (``PeerEvidence.by_order``) and the rank makes no calls beyond its peers' (``added``): a
+    replica handed larger inputs in every step (its token budget, its graphs, its images 1.5x
+    its peers') runs the same calls each slower by one factor, which is what a slower device
+    does, and its ops' times tell the two apart only where its optimizer's can be set beside them
+    (``larger_inputs``: a slower device slows the optimizer too; not where the trace holds no
+    optimizer spans, as a job stepping its parameters by hand). Recorded shapes do: the same op
+    on larger inputs is other work (``same_work``)."""
+    if not getattr(peers, "by_order", False) or peers.ranks.is_empty():
+        return []
+    rows = {r["rank"]: r for r in peers.ranks.iter_rows(named=True)}
+    out = []
+    for s in suspects:
+        row = rows.get(s.rank)
+        # (calls it makes beyond its peers', worth the threshold of their time on those ops, are
+        # work added, which larger inputs do not make)
+        if s.kind != "slow_compute" or row is None or (row.get("added") or 1.0) >= 1 + threshold:
+            continue
+        # (where its fastest calls could be set against its optimizer's, ``larger_inputs`` judged it)
+        if (row.get("input_kinds") or 0) >= PACED_KINDS and (row.get("param_kinds") or 0) >= PARAM_KINDS:
+            continue
+        out.append(f"rank {s.rank}: named on its ops' times alone, the trace recording no input shapes; a "
+                   "replica handed larger inputs in every step would read the same (profile with "
+                   "record_shapes=True to tell its data from its device)")
+    return out
+
+
+UNSLICED_NS = (200_000, 2_000_000)
+"""The calls whose fastest run on a rank tells its work per call (ns, by its peers' fastest run):
+long enough that dispatch does not make their time, short enough that some run uninterrupted on
+cores shared by more processes (a scheduler's time slice is a few ms)."""
+
+PARAM_KINDS = 5
+"""The fewest op kinds inside the optimizer's step for their time to tell a slower device."""
+
+
+def input_floors(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | None:
+    """Per rank of a program of ``PACED_RANKS`` ranks or more, on CPU processes recorded without
+    input shapes: ``input_floor``, the median over its op kinds of its fastest call against its
+    peers' (the median of the others' fastest), over the kinds whose peers' fastest call lies in
+    ``UNSLICED_NS``, and ``input_kinds``, how many; ``param_floor``, the same over the
+    ops inside the optimizer's step and ``zero_grad`` (``cat`` "optimizer" spans), which work on
+    the parameters whatever the data, and ``param_kinds``, how many. None where the trace has
+    shapes or GPU kernels (their sizes tell), or no optimizer spans.
+
+    A kind is an op's n-th call in an iteration, where every rank of the program calls it as
+    often (``peers._nth_call``'s rule). A replica handed larger inputs in every step (a token
+    budget, graphs, images 1.5x its peers') runs each such call on more data, so even its
+    fastest is slower (4 gloo processes on 2 cores: 1.4-2.1x on the mid-sized calls of an MLM,
+    a GNN, a ResNet) while its optimizer's are its peers' (0.8-1.1x). A process descheduled by
+    a busy thread beside it stretches its calls, but not the quickest of each on calls shorter
+    than a time slice (1.0-1.05x), and a slower device slows the optimizer too."""
+    timed = events.filter(pl.col("iteration").is_not_null())
+    if timed.filter(pl.col("lane").str.starts_with("stream:")).height:
+        return None
+    if "shape" in timed.columns and timed["shape"].null_count() < len(timed):
+        return None
+    spans = timed.filter(pl.col("cat") == "optimizer").select(
+        "rank", "lane", opt_start=pl.col("ts_ns"), opt_end=pl.col("ts_ns") + pl.col("dur_ns")).sort("opt_start")
+    if spans.is_empty():
+        return None
+    ops = self_times(timed)
+    if ops.is_empty():
+        return None
+    stage = coords.select("rank", pp=pl.col("pp").fill_null(0)) if "pp" in coords.columns else \
+        coords.select("rank", pp=pl.lit(0))
+    ops = (ops.sort("ts_ns").join_asof(spans, left_on="ts_ns", right_on="opt_start", by=["rank", "lane"],
+                                       strategy="backward", check_sortedness=False)
+           .with_columns(param=pl.col("opt_end").is_not_null() & (pl.col("ts_ns") + pl.col("dur_ns") <= pl.col("opt_end")))
+           .join(stage, on="rank", how="left").with_columns(pl.col("pp").fill_null(0)))
+    calls = pl.len().over("rank", "iteration", "name")
+    ops = (ops.with_columns(nth=pl.int_range(pl.len()).over("rank", "iteration", "name", order_by="ts_ns"),
+                            alike=calls.min().over("pp", "iteration", "name") == calls.max().over("pp", "iteration", "name"))
+           .filter(pl.col("alike")))
+    ranks = ops.group_by("pp").agg(n=pl.col("rank").n_unique())
+    fast = (ops.group_by("rank", "pp", "name", "nth").agg(fast=pl.col("self_ns").min(), param=pl.col("param").all(),
+                                                          its=pl.col("iteration").n_unique())
+            .filter(pl.col("its") >= 3).join(ranks, on="pp")
+            .filter((pl.col("n") >= PACED_RANKS) & (pl.len().over("pp", "name", "nth") == pl.col("n")))
+            .sort("pp", "name", "nth", "rank"))
+    if fast.is_empty():
+        return None
+    gid = fast.select(pl.struct("pp", "name", "nth").rank("dense")).to_series().to_numpy()
+    fast = fast.with_columns(peer=pl.Series(others_median(gid, fast["fast"].to_numpy().astype(float))))
+    fast = fast.filter(pl.col("peer") > 0)
+    lo, hi = UNSLICED_NS
+    rows = []
+    for (rank,), g in fast.group_by("rank"):
+        mid = g.filter(~pl.col("param") & pl.col("peer").is_between(lo, hi))
+        par = g.filter(pl.col("param"))
+        rows.append((rank, _median(mid), mid.height, _median(par), par.height))
+    return pl.DataFrame(rows, schema={"rank": fast.schema["rank"], "input_floor": pl.Float64, "input_kinds": pl.Int64,
+                                      "param_floor": pl.Float64, "param_kinds": pl.Int64}, orient="row")
+
+
+def _median(g: pl.DataFrame) -> float | None:
+    """The median of ``fast / peer`` over ``g``'s kinds, each one vote (how broadly the rank is
+    slower: work added to a few ops, a layer's wider matmuls, moves a few kinds, larger inputs
+    most); None for no rows."""
+    return float((g["fast"] / g["peer"]).median()) if g.height else None
+
+
+def larger_inputs(row: dict, threshold: float) -> bool:
+    """Whether a rank's slower compute is its inputs': even its fastest calls of mid-sized work
+    are slower, most kinds of them, by twice the threshold or more (``input_floor``, over
+    ``PACED_KINDS`` kinds or more) and by that much more than its optimizer's, which ran at its
+    peers' pace (``param_floor`` within half a threshold, over ``PARAM_KINDS`` kinds or more);
+    its compute no slower than its inputs explain (a threshold over), and no calls beyond its
+    peers' worth the threshold: a replica handed larger inputs in every step (imbalance), no
+    device ran slower. (A busy thread beside one of 4 processes on 2 cores, no skew: its floor
+    1.17, its optimizer's 1.04, named; replicas of 1.5-2x inputs: 1.28-2.29 against 0.79-1.08.)"""
+    floor, kinds = row.get("input_floor"), row.get("input_kinds")
+    param, pkinds = row.get("param_floor"), row.get("param_kinds")
+    if floor is None or param is None or (kinds or 0) < PACED_KINDS or (pkinds or 0) < PARAM_KINDS:
+        return False
+    if (row.get("added") or 1.0) >= 1 + threshold:
+        return False
+    slowdown = float(row.get("slowdown") or 1.0)
+    return (floor >= 1 + 2 * threshold and floor >= param * (1 + 2 * threshold) and param < 1 + threshold / 2
+            and slowdown <= floor * (1 + threshold))

@@ -11,7 +11,7 @@ import polars as pl
 from mapp.analysis.detect.added_work import LAUNCHED
 from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.core_waits import RANK_KINDS, absorbed, records_waits, waited, waited_note, waiting_hosts
-from mapp.analysis.detect.data_sized import paced_split
+from mapp.analysis.detect.data_sized import input_floors, paced_split, sizes_unseen_notes
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.onset import ONSET_LEAST, leaning, not_slower, onset_note, since_onset, trailing_windows
@@ -119,6 +119,8 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
         peers = dataclasses.replace(peers, ranks=peers.ranks.join(split, on="rank", how="left", maintain_order="left"))
     if peers.mode != "skipped" and (paced := paced_split(events, info.ranks)) is not None:
         peers = dataclasses.replace(peers, ranks=peers.ranks.join(paced, on="rank", how="left", maintain_order="left"))
+    if peers.mode != "skipped" and peers.by_order and (floors := input_floors(events, info.ranks)) is not None:
+        peers = dataclasses.replace(peers, ranks=peers.ranks.join(floors, on="rank", how="left", maintain_order="left"))
     lap("peers")
     lateness = collective_lateness(matching, traced, _comm_waits(events, analysis.clock))
     if waits and peers.mode != "skipped":
@@ -183,6 +185,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
             f"{s.kind.replace('_', ' ')} {s.label()} {s.slowdown:.3f}x" for s in below)
             + f" < {1 + cuts.slowdown:g}x")
     notes += neighbour_notes(seen, suspects + below)
+    notes += sizes_unseen_notes(peers, suspects, cuts.slowdown)
     if (block := block_note(peers.leading, suspects)) is not None:
         notes.append(block)
     for suspect in suspects:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.data_sized import looped_by_data, sized_by_data
+from mapp.analysis.detect.data_sized import larger_inputs, looped_by_data, sized_by_data
 from mapp.analysis.detect.findings import Overruled
 from mapp.analysis.detect.lateness import stands_out_waiting
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -314,6 +314,10 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        its calls of the kinds whose calls differ between ranks, over its peers'), its compute slower by no
        more than that (``data_sized.looped_by_data``): imbalance, not a slower device. Passed as
        10 is.
+    12. A rank recorded without shapes on CPUs whose fastest calls of most mid-sized ops are
+       slower by twice the threshold, and by that much more than its optimizer's, which ran at its
+       peers' pace (``data_sized.larger_inputs``): larger inputs in every step, not a slower
+       device, which slows the optimizer too. Passed as 10 is.
 
     *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
     stage 2 that matched calls of no known group by their order on every rank is one and does
@@ -426,5 +430,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' where its data ran the program's loops "
          f"{row.get('data_scale') or 0:.2f}x as often (more calls of each of their ops, each as fast): its data's "
          "work (imbalance), not a slower device"),
+        (not host and larger_inputs(row, threshold), extra,
+         f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' where even its fastest calls of most ops "
+         f"took {row.get('input_floor') or 0:.2f}x theirs and its optimizer's {row.get('param_floor') or 0:.2f}x: "
+         "larger inputs in every step (imbalance), not a slower device (record_shapes=True shows their sizes)"),
     )
     return next((why for applies, passed, why in gates if applies and not passed), None)

@@ -185,7 +185,8 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         stages = _stage_balance(busy, coords) if sizes and sizes["pp"] >= 2 else None
         sliced = scattered(kernel_places(ops, coords, group, slow_op), min_effect) if time_slices else None
         return PeerEvidence(mode, None, per, ranks, z_crit, min_effect, None, stages, pairs=pairs, counted=True,
-                            sliced=sliced, scope=None if compared is ops else _scope(compared, ops), graded=graded)
+                            sliced=sliced, scope=None if compared is ops else _scope(compared, ops), graded=graded,
+                            by_order=by_order)
     ops = all_leaves = leaf_ops(timed)
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
@@ -286,6 +287,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
                            how="left").with_columns(pl.col("layer_alone").fill_null(False))
     stages = _stage_balance(per, coords) if sizes and sizes["pp"] >= 2 else None
     return PeerEvidence(mode, None, per.sort(["rank", "iteration"]), ranks, z_crit, min_effect, seqlen, stages,
+                        by_order=by_order,
                         pairs=pairs, sliced=sliced, own_time=RUNNABLE in events.columns, leading=lead)
 
 

@@ -13,7 +13,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import FALSE_ALARM, binomial_tail, margin
 from mapp.analysis.detect.added_work import added_evidence, does_extra_work
-from mapp.analysis.detect.data_sized import looped_by_data
+from mapp.analysis.detect.data_sized import larger_inputs, looped_by_data
 from mapp.analysis.detect.findings import Overruled, Suspect
 from mapp.analysis.detect.gates import traced_iterations
 from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
@@ -61,6 +61,10 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
         # ``same_work._data_scales``; a user's LSTM, one replica's sentences 1.6x as long, last
         # at 92% of the collectives)
         if own is not None and looped_by_data(own, slowdown_threshold):
+            continue
+        # (nor for a rank whose inputs are larger in every step, by its fastest calls against its
+        # optimizer's: ``data_sized.larger_inputs``; a user's MLM, one replica's token budget 1.5x)
+        if own is not None and larger_inputs(own, slowdown_threshold):
             continue
         out.append(late_suspect(row, own, peers, lateness, coords, iteration_ns,
                                 f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown",
@@ -131,7 +135,8 @@ def late_suspect(row: dict, own: dict | None, peers: PeerEvidence, lateness: Lat
     calls ops more often than its peers, theirs: ``added_work.added_slowdown``). A slow host where stage
     1's launch gaps account for more of it than its ops do, unless it does extra work."""
     traced = traced_iterations(peers) if peers.mode != "skipped" else lateness.iterations
-    excess = max(row["net_ns"], 0.0) / max(traced, 1)
+    # (the waiting it imposed with overlapping waits counted once: queued collectives overlap)
+    excess = max(row.get("net_once_ns", row["net_ns"]) or 0.0, 0.0) / max(traced, 1)
     gap = max((own or {}).get("gap_excess_ns") or 0.0, 0.0)
     extra = own is not None and does_extra_work(own, peers.min_effect)
     host = own is not None and not extra and gap > max((own.get("excess_ns") or 0.0), 0.0)

@@ -2247,10 +2247,12 @@ def test_on_shared_cpus_a_rank_flagged_by_its_times_is_judged_on_the_work_it_add
 def test_on_shared_cpus_the_same_work_timed_slower_names_no_rank_under_times_alone(case_id):
     # no fault, 2 and 4 processes on 2 cores (the second on lognormal lengths, no shapes
     # recorded): a rank 1.30x and 1.44x its peers by its times, calling no op more often, was
-    # "slow compute"; every faulted rank named so on shared CPUs did counted work
+    # "slow compute"; every faulted rank named so on shared CPUs did counted work. (The second's
+    # replica drew the longer lengths in most steps: even its fastest calls of most ops 1.40x its
+    # peers', its optimizer's 0.99x, which says why first: ``data_sized.larger_inputs``)
     verdict = detect_bundle(load_bundle(FRESH_CASES[case_id].directory), threshold=0.1)
     assert verdict.suspects == []
-    assert [n for n in verdict.notes if "by its times alone, under 1.5x" in n]
+    assert [n for n in verdict.notes if "by its times alone, under 1.5x" in n or "larger inputs in every step" in n]
 
 
 @pytest.mark.parametrize("case, link", [("gpt-pp2dp2-prof-nosh-link1-3-f113", (1, 3)),

@@ -578,3 +578,75 @@ def test_a_replica_of_longer_sentences_slower_than_its_scale_by_the_noise_alone_
     row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 3).row(0, named=True)
     assert 1.4 < row["data_scale"] < 1.7 and row["slowdown"] > row["data_scale"] * 1.05
     assert row["above_scale"] is False
+
+
+def test_a_late_rank_costs_its_peers_overlapping_waits_once():
+    # a busy thread beside rank 0 of a user's MLM under DDP's Join: last at 40 of 42 all-reduces.
+    # DDP hands gloo each gradient bucket as it fills, so a peer's waits for rank 0's first and
+    # second bucket overlap; summed, rank 0 imposed 1,089 ms a step on each peer in a step of 924
+    # ms, and its cost exceeded its iteration: "924316203.00x"
+    verdict = detect_bundle(load_bundle(CASES["ddp4-mlm-hog-r0"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert top.rank == 0
+    assert 0 < top.excess_ns < top.iteration_ns
+    assert 1.1 < top.slowdown < 4
+
+
+def test_a_replica_of_larger_inputs_every_step_without_shapes_is_imbalance_not_a_slow_gpu():
+    # a user's ResNet behind a DataLoader, rank 1 on crops of 1.5x the side every step, no input
+    # shapes: the same calls as its peers', each slower, its compute 1.9x theirs at z 3.6, named
+    # "slow compute 1"; even its fastest calls of most mid-sized ops took 2.3x its peers' while
+    # its optimizer's ran at their pace (0.87x), which a slower device would slow too
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    bundle = load_bundle(CASES["ddp4-ldr-skew1.5"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.suspects == []
+    assert any(n.startswith("rank 1 computes") and "larger inputs in every step" in n for n in verdict.notes)
+    row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 1).row(0, named=True)
+    assert row["input_floor"] > 1.5 and row["param_floor"] < 1.05
+
+
+def test_a_busy_thread_beside_a_rank_leaves_its_fastest_calls_at_its_peers_and_is_named():
+    # the MLM's busy thread beside rank 0: its calls stretch where the thread holds the core, but
+    # not the quickest of each mid-sized kind, so no larger inputs are read into it
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    bundle = load_bundle(CASES["ddp4-mlm-hog-r0"].directory)
+    assert detect_bundle(bundle, threshold=0.1).suspects[0].rank == 0
+    row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 0).row(0, named=True)
+    assert row["input_kinds"] >= 20 and row["param_kinds"] >= 5
+    assert 0.9 < row["input_floor"] < 1.1
+
+
+def test_a_rank_that_adds_calls_gets_no_note_on_unrecorded_shapes():
+    # the PowerSGD replica that runs every convolution twice: its extra calls are work added,
+    # which larger inputs never make
+    verdict = detect_bundle(load_bundle(CASES["ddp4-psgd-fwd2x-r0"].directory), threshold=0.1)
+    assert verdict.suspects[0].rank == 0
+    assert not any("named on its ops' times alone" in n for n in verdict.notes)
+
+
+def test_a_rank_named_on_times_alone_with_no_optimizer_to_set_beside_them_carries_a_note(tmp_path):
+    # the MLM's busy thread beside rank 0, its traces without the optimizer's spans (as a job that
+    # steps its parameters by hand records): its fastest calls cannot be set beside an
+    # optimizer's, and a replica handed larger inputs would read as it does; the verdict says so
+    for rank in range(4):
+        trace = _whole("ddp4-mlm-hog-r0", rank)
+        trace["traceEvents"] = [e for e in trace["traceEvents"] if not e.get("name", "").startswith("Optimizer.")]
+        with gzip.open(tmp_path / f"trace-rank{rank}.json.gz", "wt") as f:
+            json.dump(trace, f)
+    verdict = detect_bundle(load_bundle(tmp_path), threshold=0.1)
+    assert (verdict.suspects[0].rank, verdict.suspects[0].kind) == (0, "slow_compute")
+    notes = [n for n in verdict.notes if n.startswith("rank 0: named on its ops' times alone")]
+    assert len(notes) == 1 and "record_shapes=True" in notes[0]
+    # with the spans, the floors were set beside the optimizer's and no such note is given
+    whole = detect_bundle(load_bundle(CASES["ddp4-mlm-hog-r0"].directory), threshold=0.1)
+    assert not any("named on its ops' times alone" in n for n in whole.notes)
+
+
+def _whole(case_id: str, rank: int) -> dict:
+    with gzip.open(CASES[case_id].directory / f"trace-rank{rank}.json.gz") as f:
+        return json.load(f)
