@@ -38,7 +38,8 @@ class LatenessEvidence:
     """Per rank: ``instances``, ``last``, ``share_last``, ``expected_share``, ``last_z``
     (binomial z of being last that often), ``blame_ns``, ``waited_ns``, ``net_ns``, ``net_z``,
     ``net_once_ns`` (``net_ns`` with each member's overlapping waits counted once: ``_counted_once``;
-    what the rank's lateness cost, where ``net_ns`` ranks who is late),
+    what the rank's lateness cost, where ``net_ns`` ranks who is late; ``net_ns`` itself but on the
+    flagged ranks, the only ones a cost is asked of),
     ``others_net_ns`` (the median of the other ranks' ``net_ns``: ``others_median``),
     ``net_lasting`` (share of iterations in which it imposed more waiting than it suffered),
     ``recurring_ns`` (the waiting it imposed an iteration at one point of its program where it is
@@ -128,9 +129,6 @@ def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None 
         last_z=(pl.col("last") - pl.col("expected")) / pl.col("v").sqrt().clip(lower_bound=1e-9),
         net_ns=pl.col("imposed_ns") - pl.col("waited_ns"),
     )
-    per = per.join(_counted_once(m, blame), on="rank", how="left").with_columns(
-        net_once_ns=pl.col("imposed_ns") * pl.col("imposed_once").fill_null(1.0)
-        - pl.col("waited_ns") * pl.col("waited_once").fill_null(1.0)).drop("imposed_once", "waited_once")
     per = per.with_columns(others_net_ns=pl.Series(others_median(per["net_ns"].to_list()), dtype=pl.Float64))
     scale = per.select(robust_scale("net_ns")).item() or 0.0
     center = per["net_ns"].median()
@@ -138,13 +136,18 @@ def collective_lateness(matching, traced: list[int], waits: pl.DataFrame | None 
     per = per.with_columns(net_z=(pl.col("net_ns") - center) / max(scale, 1000.0)).with_columns(
         flagged=(pl.col("net_z") > z_crit) & (pl.col("last_z") > z_crit)
     ).drop("v", "expected").sort("rank")
+    # (what a flagged rank's lateness cost, the only ranks it is asked of: a stand-in's)
+    flagged = per.filter(pl.col("flagged"))["rank"].to_list()
+    per = per.join(_counted_once(m, blame, flagged), on="rank", how="left").with_columns(
+        net_once_ns=pl.col("imposed_ns") * pl.col("imposed_once").fill_null(1.0)
+        - pl.col("waited_ns") * pl.col("waited_once").fill_null(1.0)).drop("imposed_once", "waited_once")
     return LatenessEvidence(True, None, per, z_crit, max(inst["iteration"].drop_nulls().n_unique(), 1))
 
 
-def _counted_once(m: pl.DataFrame, blame: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: ``imposed_once`` and ``waited_once``, the share of the waiting it imposed (was
-    last) and suffered that remains with each waiting member's overlapping waits counted once
-    (the union of its intervals from its arrival to the last arrival, over their sum).
+def _counted_once(m: pl.DataFrame, blame: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
+    """Per rank of ``ranks``: ``imposed_once`` and ``waited_once``, the share of the waiting it
+    imposed (was last) and suffered that remains with each waiting member's overlapping waits
+    counted once (the union of its intervals from its arrival to the last arrival, over their sum).
 
     Collectives queued back to back overlap: DDP hands gloo each gradient bucket as it fills,
     and a member that enqueued two buckets waits for the late rank's first and second at once,
@@ -152,10 +155,13 @@ def _counted_once(m: pl.DataFrame, blame: pl.DataFrame) -> pl.DataFrame:
     "imposed waiting" exceeded the iteration it was in (a user's MLM under DDP's ``Join``, a busy
     thread beside rank 0: 1,088 ms a step imposed on each member, the step 924 ms; its slowdown
     shown as 924316203x). The sums still rank who is late; what it costs is the union."""
-    waits = (m.join(blame.select("instance_id", "who"), on="instance_id")
-             .filter((pl.col("waited") > 0) & (pl.col("rank") != pl.col("who")))
-             .select("who", "rank", start=pl.col("start").cast(pl.Float64), end=pl.col("last").cast(pl.Float64)))
     schema = {"rank": pl.Int32, "imposed_once": pl.Float64, "waited_once": pl.Float64}
+    if not ranks:
+        return pl.DataFrame(schema=schema)
+    waits = (m.join(blame.select("instance_id", "who"), on="instance_id")
+             .filter((pl.col("waited") > 0) & (pl.col("rank") != pl.col("who"))
+                     & (pl.col("who").is_in(ranks) | pl.col("rank").is_in(ranks)))
+             .select("who", "rank", start=pl.col("start").cast(pl.Float64), end=pl.col("last").cast(pl.Float64)))
     if waits.is_empty():
         return pl.DataFrame(schema=schema)
     merged = (waits.sort("who", "rank", "start")
@@ -169,7 +175,7 @@ def _counted_once(m: pl.DataFrame, blame: pl.DataFrame) -> pl.DataFrame:
             (pl.col("once").sum() / pl.col("summed").sum().clip(lower_bound=1.0)).clip(upper_bound=1.0).alias(name)
         ).rename({by: "rank"}).with_columns(pl.col("rank").cast(pl.Int32))
     return (share("who", "imposed_once").join(share("rank", "waited_once"), on="rank", how="full", coalesce=True)
-            .select(pl.col("rank").cast(pl.Int32), "imposed_once", "waited_once"))
+            .select(pl.col("rank").cast(pl.Int32), "imposed_once", "waited_once").filter(pl.col("rank").is_in(ranks)))
 
 
 def others_median(values: list[float]) -> list[float | None]:
