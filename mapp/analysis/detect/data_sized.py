@@ -29,6 +29,8 @@ import polars as pl
 
 from mapp.analysis.detect._stats import others_median
 from mapp.analysis.detect.added_work import added_cost_ns
+from mapp.analysis.detect.peer_evidence import PeerEvidence
+from mapp.analysis.detect.peers import nth_call
 from mapp.analysis.detect.same_work import self_times
 
 __all__ = ["PACED_KINDS", "PACED_PART", "PACED_RANKS", "input_floors", "larger_inputs", "looped_by_data",
@@ -145,7 +147,7 @@ slowdown's excess (1.18 at 1.20, 1.43 at 1.22, 3.61 at 1.96); the other 6 made c
 peers' worth 26-62% of their compute (the guard above) or slept on their host (no device)."""
 
 
-def sizes_unseen_notes(peers, suspects: list, threshold: float) -> list[str]:
+def sizes_unseen_notes(peers: PeerEvidence, suspects: list, threshold: float) -> list[str]:
     """A note for each rank named slow compute on its ops' times alone where the trace records no
     input shapes (``PeerEvidence.by_order``) and the rank makes no calls beyond its peers' (``added``): a
     replica handed larger inputs in every step (its token budget, its graphs, its images 1.5x
@@ -154,7 +156,7 @@ def sizes_unseen_notes(peers, suspects: list, threshold: float) -> list[str]:
     (``larger_inputs``: a slower device slows the optimizer too; not where the trace holds no
     optimizer spans, as a job stepping its parameters by hand). Recorded shapes do: the same op
     on larger inputs is other work (``same_work``)."""
-    if not getattr(peers, "by_order", False) or peers.ranks.is_empty():
+    if not peers.by_order or peers.ranks.is_empty():
         return []
     rows = {r["rank"]: r for r in peers.ranks.iter_rows(named=True)}
     out = []
@@ -192,7 +194,8 @@ def input_floors(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | N
     shapes or GPU kernels (their sizes tell), or no optimizer spans.
 
     A kind is an op's n-th call in an iteration, where every rank of the program calls it as
-    often (``peers._nth_call``'s rule). A replica handed larger inputs in every step (a token
+    often (``peers.nth_call``; only called where stage 1 paired calls so, every rank's ``pp``
+    known). A replica handed larger inputs in every step (a token
     budget, graphs, images 1.5x its peers') runs each such call on more data, so even its
     fastest is slower (4 gloo processes on 2 cores: 1.4-2.1x on the mid-sized calls of an MLM,
     a GNN, a ResNet) while its optimizer's are its peers' (0.8-1.1x). A process descheduled by
@@ -207,28 +210,23 @@ def input_floors(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | N
         "rank", "lane", opt_start=pl.col("ts_ns"), opt_end=pl.col("ts_ns") + pl.col("dur_ns")).sort("opt_start")
     if spans.is_empty():
         return None
-    ops = self_times(timed)
+    # (the n-th call of an op that every rank of its program calls as often: ``shape`` "#n")
+    ops = self_times(nth_call(timed, coords)).filter(pl.col("shape").str.starts_with("#"))
     if ops.is_empty():
         return None
-    stage = coords.select("rank", pp=pl.col("pp").fill_null(0)) if "pp" in coords.columns else \
-        coords.select("rank", pp=pl.lit(0))
     ops = (ops.sort("ts_ns").join_asof(spans, left_on="ts_ns", right_on="opt_start", by=["rank", "lane"],
                                        strategy="backward", check_sortedness=False)
            .with_columns(param=pl.col("opt_end").is_not_null() & (pl.col("ts_ns") + pl.col("dur_ns") <= pl.col("opt_end")))
-           .join(stage, on="rank", how="left").with_columns(pl.col("pp").fill_null(0)))
-    calls = pl.len().over("rank", "iteration", "name")
-    ops = (ops.with_columns(nth=pl.int_range(pl.len()).over("rank", "iteration", "name", order_by="ts_ns"),
-                            alike=calls.min().over("pp", "iteration", "name") == calls.max().over("pp", "iteration", "name"))
-           .filter(pl.col("alike")))
+           .join(coords.select("rank", "pp"), on="rank", how="left"))
     ranks = ops.group_by("pp").agg(n=pl.col("rank").n_unique())
-    fast = (ops.group_by("rank", "pp", "name", "nth").agg(fast=pl.col("self_ns").min(), param=pl.col("param").all(),
-                                                          its=pl.col("iteration").n_unique())
+    fast = (ops.group_by("rank", "pp", "name", "shape").agg(fast=pl.col("self_ns").min(), param=pl.col("param").all(),
+                                                            its=pl.col("iteration").n_unique())
             .filter(pl.col("its") >= 3).join(ranks, on="pp")
-            .filter((pl.col("n") >= PACED_RANKS) & (pl.len().over("pp", "name", "nth") == pl.col("n")))
-            .sort("pp", "name", "nth", "rank"))
+            .filter((pl.col("n") >= PACED_RANKS) & (pl.len().over("pp", "name", "shape") == pl.col("n")))
+            .sort("pp", "name", "shape", "rank"))
     if fast.is_empty():
         return None
-    gid = fast.select(pl.struct("pp", "name", "nth").rank("dense")).to_series().to_numpy()
+    gid = fast.select(pl.struct("pp", "name", "shape").rank("dense")).to_series().to_numpy()
     fast = fast.with_columns(peer=pl.Series(others_median(gid, fast["fast"].to_numpy().astype(float))))
     fast = fast.filter(pl.col("peer") > 0)
     lo, hi = UNSLICED_NS

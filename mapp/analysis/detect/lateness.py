@@ -170,6 +170,7 @@ def _counted_once(m: pl.DataFrame, blame: pl.DataFrame, ranks: list[int]) -> pl.
                             .cum_sum().over("who", "rank"))
               .group_by("who", "rank", "run").agg(once=pl.col("end").max() - pl.col("start").min(),
                                                   summed=(pl.col("end") - pl.col("start")).sum()))
+
     def share(by: str, name: str) -> pl.DataFrame:
         return merged.group_by(by).agg(
             (pl.col("once").sum() / pl.col("summed").sum().clip(lower_bound=1.0)).clip(upper_bound=1.0).alias(name)

@@ -50,7 +50,7 @@ class PeerEvidence:
     """What part of the ranks' work was compared, where not all of it (for the stage's line)."""
     by_order: bool = False
     """Ops were told apart by their order in an iteration, not their sizes (recorded without
-    input shapes: ``peers._nth_call``)."""
+    input shapes: ``peers.nth_call``)."""
     own_time: bool = False
     """Ops were timed less their waits for a core (``own_time``: the trace records them)."""
     graded: pl.DataFrame | None = None

@@ -156,7 +156,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     timed = events.filter(pl.col("iteration").is_not_null())
     by_order = "shape" in timed.columns and timed["shape"].null_count() == len(timed) and coords["pp"].null_count() == 0
     if by_order:
-        timed = _nth_call(timed, coords, stages_alone=mode == "layer peers")
+        timed = nth_call(timed, coords, stages_alone=mode == "layer peers")
     if "shape" in timed.columns and timed["shape"].null_count() < len(timed):
         ops = self_times(timed)
         if ops.is_empty():
@@ -292,17 +292,17 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
 
 
 def _scope(compared: pl.DataFrame, ops: pl.DataFrame) -> str:
-    """The stage's word on comparing stages on the ops they call alike (``_nth_call``)."""
+    """The stage's word on comparing stages on the ops they call alike (``nth_call``)."""
     share = float(compared["self_ns"].sum()) / max(float(ops["self_ns"].sum()), 1.0)
     return (f"on the ops every stage calls as often, {share:.0%} of their compute (recorded without input "
             "shapes: record_shapes=True compares the rest)")
 
 
 _UNLIKE = "!"
-"""``_nth_call``'s shape of an op the pipeline stages, one rank each, do not call alike."""
+"""``nth_call``'s shape of an op the pipeline stages, one rank each, do not call alike."""
 
 
-def _nth_call(timed: pl.DataFrame, coords: pl.DataFrame, *, stages_alone: bool = False) -> pl.DataFrame:
+def nth_call(timed: pl.DataFrame, coords: pl.DataFrame, *, stages_alone: bool = False) -> pl.DataFrame:
     """Where a profiler recorded no shapes (``record_shapes=False``, its default), the n-th
     call of an op in an iteration stands for its shape among the ranks of one program (one
     pipeline stage, or found by ``program`` without a layout): ranks of one program make their

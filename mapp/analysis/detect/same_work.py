@@ -176,7 +176,7 @@ shape on quiet cores differ by a few percent, a layer's GEMMs of other shapes by
 
 
 def _nth_fastest(per_call: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
-    """``per_call`` with the fastest call of each n-th-call kind (``peers._nth_call``: a trace
+    """``per_call`` with the fastest call of each n-th-call kind (``peers.nth_call``: a trace
     without shapes) taken over every n-th call of its op that typically takes as long
     (``_ALIKE``), the same work by its time, where shapes would have pooled them.
 
@@ -277,7 +277,7 @@ with a fault, 0.02-0.32 on a rank and at most 0.19 on the lesser of the two; log
 
 
 def _varies(work: pl.DataFrame) -> pl.DataFrame | None:
-    """Per rank: how much its calls paired by order (``peers._nth_call``: a trace without
+    """Per rank: how much its calls paired by order (``peers.nth_call``: a trace without
     shapes) vary between iterations: over its kinds called in three or more of them, the
     standard deviation of log(the kind's time in an iteration), the median over the kinds
     weighted by their time; None where it has no such kinds.
@@ -669,7 +669,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     # Ranks of different programs (one rank per pipeline stage), their calls of each kind
     # counted: work only one of them does is its program (the embedding, the loss, the output
     # layer's GEMMs), not work added, and a program's calls are compared at its scale
-    # (``_program_scale``). (Kinds that are the n-th call of an op, ``peers._nth_call``, pair the
+    # (``_program_scale``). (Kinds that are the n-th call of an op, ``peers.nth_call``, pair the
     # calls one to one: no scale, and a rank's calls beyond its peer's are work it added.)
     # Only the first stage (the embedding) and the last (the output layer, the loss) have work
     # of their own: a stage between them runs layers only, so what it alone runs is added

@@ -1,7 +1,7 @@
 """GEMMs a pipeline stage adds to its layers, where stages of one rank each were recorded
 without input shapes (``record_shapes=False``, the profiler's default) on CPUs.
 
-There the stages are compared on the ops every stage calls as often (``peers._nth_call``), and
+There the stages are compared on the ops every stage calls as often (``peers.nth_call``), and
 the GEMMs are not among them: the last stage's output layer makes three ``aten::mm`` calls a
 microbatch beside its layers' twelve a layer, so work added to one stage's layers went unseen
 (2 processes on 2 cores, megatron-core PP2 under the profiler's defaults, one layer a stage:

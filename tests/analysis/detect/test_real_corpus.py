@@ -2207,10 +2207,10 @@ def test_a_slow_rank_of_a_replica_stays_named_beside_its_replica(corpus, case_id
 
 def _paired_by_order(case_id: str, coords: pl.DataFrame) -> pl.DataFrame:
     """A committed case's time per (rank, iteration, op, n-th call), as stage 1 pairs them."""
-    from mapp.analysis.detect.peers import _nth_call
+    from mapp.analysis.detect.peers import nth_call
     from mapp.analysis.detect.same_work import self_times
     events = load_bundle(FRESH_CASES[case_id].directory).events.filter(pl.col("iteration").is_not_null())
-    ops = self_times(_nth_call(events, coords))
+    ops = self_times(nth_call(events, coords))
     return ops.group_by("rank", "iteration", "name", "shape").agg(t=pl.col("self_ns").sum().cast(pl.Float64))
 
 
