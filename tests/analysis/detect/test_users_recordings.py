@@ -657,3 +657,22 @@ def test_a_rank_named_on_times_alone_with_no_optimizer_to_set_beside_them_carrie
     # with the spans, the floors were set beside the optimizer's and no such note is given
     whole = detect_bundle(load_bundle(CASES["ddp4-mlm-hog-r0"].directory), threshold=0.1)
     assert not any("named on its ops' times alone" in n for n in whole.notes)
+
+
+def test_a_replica_slower_before_the_trailing_iterations_too_is_no_fault_that_set_in_midway():
+    # the MLM on 4 of the GPU machine's cores, rank 3 packed to twice its peers' token budget in
+    # every step: 1.6x its peers over iterations 2-4 and 2.2x over 5-8. The whole trace reads the
+    # larger inputs; the onset search judged 5-8 alone, where three or four calls of each of the
+    # optimizer's kinds put its fastest at 1.6x (rank 1's read 1.7x over 2-4), and named "slow
+    # compute 3 from iteration 5 on". A rank already slower than its peers before the window was
+    # judged by the whole trace, on all its iterations
+    from mapp.analysis.detect import onset
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    bundle = load_bundle(CASES["ddp4-mlm-accum3-skew2-h4"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.suspects == []
+    assert any(n.startswith("rank 3 computes") and "larger inputs in every step" in n for n in verdict.notes)
+    per = stage_evidence(bundle, Thresholds.derive(0.1)).peers.rank_iterations
+    assert 3 not in onset.leaning(per, [5, 6, 7, 8], 0.1)
