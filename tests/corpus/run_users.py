@@ -516,7 +516,23 @@ USERS89B = [  # held out in the eighty-ninth session (at 2385872): image classif
     ("ddp4-ldr-w2-w24-skew1.25", "user_loader_resnet.py", "--workers 2 --width 24 --big-rank 3 --big 1.25 --seed 14"),
     ("ddp4-ldr-w0-seqlognorm0.4", "user_loader_resnet.py", "--workers 0 --res-sigma 0.4 --seed 15"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B}
+USERS90 = [  # held out in the ninetieth session (at 8ee3172): data parallelism and Adam written by hand, gradients all-reduced from post-accumulate hooks, no DDP, no torch.optim
+    ("ddp4-msgd-healthy", "user_manual_sgd.py", "--seed 0"),
+    ("ddp4-msgd-bucket-healthy", "user_manual_sgd.py", "--bucket --seed 1"),
+    ("ddp4-msgd-sgd-c96-l8-shapes-healthy", "user_manual_sgd.py", "--opt sgd --channels 96 --layers 8 --shapes --seed 2"),
+    ("ddp4-msgd-fwd2x-r2", "user_manual_sgd.py", "--slow-rank 2 --factor 2 --seed 3"),
+    ("ddp4-msgd-bucket-fwd1.6x-r0", "user_manual_sgd.py", "--bucket --slow-rank 0 --factor 1.6 --seed 4"),
+    ("ddp4-msgd-sgd-fwd3x-r1", "user_manual_sgd.py", "--opt sgd --slow-rank 1 --factor 3 --seed 5"),
+    ("ddp4-msgd-stepsleep150ms-r3", "user_manual_sgd.py", "--slow-rank 3 --sleep-ms 150 --seed 6"),
+    ("ddp4-msgd-clipsleep150ms-r0", "user_manual_sgd.py", "--slow-rank 0 --clip-sleep-ms 150 --seed 7"),
+    ("ddp4-msgd-bucket-clipsleep300ms-r1", "user_manual_sgd.py", "--bucket --slow-rank 1 --clip-sleep-ms 300 --seed 8"),
+    ("ddp4-msgd-gradnoise30x-r2", "user_manual_sgd.py", "--slow-rank 2 --grad-noise 30 --seed 9"),
+    ("ddp4-msgd-hog-r3", "user_manual_sgd.py", "--slow-rank 3 --hog --seed 10"),
+    ("ddp4-msgd-skew1.5", "user_manual_sgd.py", "--big-rank 1 --big 1.5 --seed 11"),
+    ("ddp4-msgd-bucket-skew2", "user_manual_sgd.py", "--bucket --big-rank 3 --big 2 --seed 12"),
+    ("ddp4-msgd-seqlognorm0.6", "user_manual_sgd.py", "--seq-sigma 0.6 --seed 13"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
