@@ -532,7 +532,24 @@ USERS90 = [  # held out in the ninetieth session (at 8ee3172): data parallelism 
     ("ddp4-msgd-bucket-skew2", "user_manual_sgd.py", "--bucket --big-rank 3 --big 2 --seed 12"),
     ("ddp4-msgd-seqlognorm0.6", "user_manual_sgd.py", "--seq-sigma 0.6 --seed 13"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90}
+USERS90B = [  # held out in the ninetieth session: a synchronous parameter server over torch.distributed.rpc (rank 0 the server, 1-3 trainers; a sleep before a trainer's push is its host's)
+    ("ps4-healthy", "user_param_server.py", "--transport uv --seed 0"),
+    ("ps4-tpdefault-healthy", "user_param_server.py", "--seed 1"),
+    ("ps4-pull-w512-healthy", "user_param_server.py", "--transport uv --pull --width 512 --seed 2"),
+    ("ps4-handler-shapes-healthy", "user_param_server.py", "--transport uv --update-in-handler --shapes --seed 3"),
+    ("ps4-fwd2x-r2", "user_param_server.py", "--transport uv --slow-rank 2 --factor 2 --seed 4"),
+    ("ps4-fwd3x-r1", "user_param_server.py", "--transport uv --slow-rank 1 --factor 3 --seed 5"),
+    ("ps4-tpdefault-fwd2x-r3", "user_param_server.py", "--slow-rank 3 --factor 2 --seed 14"),
+    ("ps4-optim4x-r0", "user_param_server.py", "--transport uv --slow-rank 0 --factor 4 --seed 6"),
+    ("ps4-pssleep60ms-r0", "user_param_server.py", "--transport uv --ps-slow-ms 60 --seed 7"),
+    ("ps4-stepsleep40ms-r3", "user_param_server.py", "--transport uv --slow-rank 3 --sleep-ms 40 --seed 8"),
+    ("ps4-datasleep40ms-r1", "user_param_server.py", "--transport uv --slow-rank 1 --data-sleep-ms 40 --seed 9"),
+    ("ps4-sendsleep60ms-r2", "user_param_server.py", "--transport uv --slow-rank 2 --send-delay-ms 60 --seed 10"),
+    ("ps4-hog-r2", "user_param_server.py", "--transport uv --slow-rank 2 --hog --seed 11"),
+    ("ps4-skew1.5", "user_param_server.py", "--transport uv --big-rank 3 --big 1.5 --seed 12"),
+    ("ps4-seqlognorm0.5", "user_param_server.py", "--transport uv --seq-sigma 0.5 --seed 13"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
