@@ -13,7 +13,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import FALSE_ALARM, binomial_tail, margin
 from mapp.analysis.detect.added_work import added_evidence, does_extra_work
-from mapp.analysis.detect.data_sized import larger_inputs, looped_by_data
+from mapp.analysis.detect.data_sized import larger_inputs, looped_by_data, sized_by_data
 from mapp.analysis.detect.findings import Overruled, Suspect
 from mapp.analysis.detect.gates import traced_iterations
 from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
@@ -65,6 +65,12 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
         # (nor for a rank whose inputs are larger in every step, by its fastest calls against its
         # optimizer's: ``data_sized.larger_inputs``; a user's MLM, one replica's token budget 1.5x)
         if own is not None and larger_inputs(own, slowdown_threshold):
+            continue
+        # (nor for a rank stage 1 found slower on a few ops only, those its data swells, by its
+        # pace on the ops that make most of its peers' time: ``data_sized.sized_by_data``; a
+        # user's WaveNet with hand-made gradient buckets, one replica's batch 2x: its compute 3.0x,
+        # 1.2x on those ops, last at every all-reduce)
+        if own is not None and sized_by_data(own, slowdown_threshold):
             continue
         out.append(late_suspect(row, own, peers, lateness, coords, iteration_ns,
                                 f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown",

@@ -676,3 +676,18 @@ def test_a_replica_slower_before_the_trailing_iterations_too_is_no_fault_that_se
     assert any(n.startswith("rank 3 computes") and "larger inputs in every step" in n for n in verdict.notes)
     per = stage_evidence(bundle, Thresholds.derive(0.1)).peers.rank_iterations
     assert 3 not in onset.leaning(per, [5, 6, 7, 8], 0.1)
+
+
+def test_stage_2_stands_in_for_no_rank_stage_1_found_slower_on_a_few_ops_only():
+    # a user's WaveNet, gradients all-reduced by hand in two buckets, rank 3's batch 2x: its
+    # compute 3.0x its peers' but 1.2x on the ops that make most of theirs, which stage 1 reads as
+    # its data's (imbalance); last at every all-reduce, stage 2 stood in and named "slow compute 3"
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    bundle = load_bundle(CASES["ddp4-msgd-bucket-skew2"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.suspects == []
+    assert any(n.startswith("rank 3 computes") and "slower on a few ops only" in n for n in verdict.notes)
+    late = stage_evidence(bundle, Thresholds.derive(0.1)).lateness.ranks.filter(pl.col("rank") == 3).row(0, named=True)
+    assert late["flagged"]
