@@ -239,6 +239,20 @@ def _data_stalls(peers: PeerEvidence, rank: int) -> bool:
     return bool(peers.ranks.filter((pl.col("rank") == rank) & pl.col("data_stalls").fill_null(False)).height)
 
 
+def waited_out(row: dict) -> bool:
+    """Whether a rank's idle time beyond its peers' (``gap_excess_ns``) is no more than twice the
+    compute it did less than they did (its ``busy_ns`` at a ``slowdown`` under 1): in a job that
+    synchronises every step its iteration is theirs, so what its lighter work left over it spent
+    waiting. Where no collective is recorded that waiting is an idle gap like a slow host's (a
+    parameter server's trainers over RPC, whose agent's threads the profiler leaves out: a healthy
+    trainer at 0.69x its peers' compute, 6.3 ms more idle a step, "slow host 1")."""
+    slowdown, busy, excess = row.get("slowdown"), row.get("busy_ns"), row.get("gap_excess_ns")
+    if slowdown is None or busy is None or excess is None or not 0 < float(slowdown) < 1:
+        return False
+    less = float(busy) * (1 / float(slowdown) - 1)
+    return float(excess) <= 2 * less
+
+
 def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
                guessed: bool, stalled: float, busy: float, alone: bool = False,
                big_stalls: bool = False, replica: bool = False, shared_cpus: bool = False,
@@ -318,6 +332,10 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        slower by twice the threshold, and by that much more than its optimizer's, which ran at its
        peers' pace (``data_sized.larger_inputs``): larger inputs in every step, not a slower
        device, which slows the optimizer too. Passed as 10 is.
+    13. A host named for its idle gaps where the trace records none of its collectives, whose
+       compute is below its peers' by at least half its idle time beyond theirs
+       (``waited_out``): it finished its lighter work first and waited on them at a
+       synchronisation no event marks (an RPC reply). Not passed.
 
     *Counted work* passes 1 and 3: work counted, not timed, is no guess (``added_work``), and a
     stage 2 that matched calls of no known group by their order on every rank is one and does
@@ -434,5 +452,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' where even its fastest calls of most ops "
          f"took {row.get('input_floor') or 0:.2f}x theirs and its optimizer's {row.get('param_floor') or 0:.2f}x: "
          "larger inputs in every step (imbalance), not a slower device (record_shapes=True shows their sizes)"),
+        (host and late is None and waited_out(row), False,
+         f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' and its idle time beyond theirs no more than "
+         "twice the work it did less: it finished first and waited on them, at a synchronisation the trace does not "
+         "record (no collective to tell who waited)"),
     )
     return next((why for applies, passed, why in gates if applies and not passed), None)

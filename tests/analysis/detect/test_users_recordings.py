@@ -691,3 +691,19 @@ def test_stage_2_stands_in_for_no_rank_stage_1_found_slower_on_a_few_ops_only():
     assert any(n.startswith("rank 3 computes") and "slower on a few ops only" in n for n in verdict.notes)
     late = stage_evidence(bundle, Thresholds.derive(0.1)).lateness.ranks.filter(pl.col("rank") == 3).row(0, named=True)
     assert late["flagged"]
+
+
+def test_a_trainer_that_waits_on_a_synchronisation_the_trace_does_not_record_is_no_slow_host():
+    # a parameter server over RPC, no fault: the profiler leaves the RPC agent's threads out, so
+    # no trace holds a collective or a message, and a trainer that finished its lighter work first
+    # (0.69x its peers' compute) spent the rest of the step waiting for the server's reply, an
+    # idle gap 6.3 ms a step beyond its peers', read "slow host 1"
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    bundle = load_bundle(CASES["ps4-tpdefault-healthy-h4"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.suspects == []
+    assert any(n.startswith("rank 1 idles") and "waited on them" in n for n in verdict.notes)
+    row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 1).row(0, named=True)
+    assert row["slowdown"] < 0.8 and row["gap_excess_ns"] > 3e6
