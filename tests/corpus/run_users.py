@@ -549,7 +549,22 @@ USERS90B = [  # held out in the ninetieth session: a synchronous parameter serve
     ("ps4-skew1.5", "user_param_server.py", "--transport uv --big-rank 3 --big 1.5 --seed 12"),
     ("ps4-seqlognorm0.5", "user_param_server.py", "--transport uv --seq-sigma 0.5 --seed 13"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B}
+USERS90C = [  # held out in the ninetieth session: a data-service rank (0) building and augmenting batches and isend-ing them to three DDP trainers on a subgroup
+    ("svc4-healthy", "user_data_service.py", "--seed 0"),
+    ("svc4-w24-healthy", "user_data_service.py", "--width 24 --seed 1"),
+    ("svc4-blocks2-shapes-healthy", "user_data_service.py", "--blocks 2 --shapes --seed 2"),
+    ("svc4-fwd2x-r2", "user_data_service.py", "--slow-rank 2 --factor 2 --seed 3"),
+    ("svc4-fwd3x-r1", "user_data_service.py", "--slow-rank 1 --factor 3 --seed 4"),
+    ("svc4-stepsleep100ms-r2", "user_data_service.py", "--slow-rank 2 --sleep-ms 100 --seed 5"),
+    ("svc4-svcsleep50ms-r0", "user_data_service.py", "--slow-rank 0 --sleep-ms 50 --seed 6"),
+    ("svc4-svcsleep75ms-r0", "user_data_service.py", "--slow-rank 0 --sleep-ms 75 --seed 7"),
+    ("svc4-augment6x-r0", "user_data_service.py", "--slow-rank 0 --factor 6 --seed 8"),
+    ("svc4-hog-r3", "user_data_service.py", "--slow-rank 3 --hog --seed 9"),
+    ("svc4-skew1.5", "user_data_service.py", "--big-rank 2 --big 1.5 --seed 10"),
+    ("svc4-skew2", "user_data_service.py", "--big-rank 1 --big 2 --seed 11"),
+    ("svc4-seqlognorm0.6", "user_data_service.py", "--seq-sigma 0.6 --seed 12"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
