@@ -22,6 +22,7 @@ from mapp.analysis.detect.peers import compare_peers
 from mapp.analysis.detect.program import program_groups
 from mapp.analysis.detect.routed import routed_split
 from mapp.analysis.detect.slow_blocks import block_note
+from mapp.analysis.detect.sole_sender import sole_sender
 from mapp.analysis.detect.thresholds import DEFAULT_THRESHOLD, Thresholds
 from mapp.analysis.detect.time_slices import neighbour_notes
 from mapp.analysis.detect.tp_waits import tp_pace
@@ -178,6 +179,15 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     peers, lateness, bandwidth, info, iteration_ns, on_cpus, traced, notes, pace, counters = evidence[:10]
     seen = neighbours(counters)
     suspects, imbalance, victims, grid, below, overruled = judged
+    if not any(s.kind in RANK_KINDS for s in suspects) and (sender := _sole_sender(bundle, info, iteration_ns)):
+        if sender.slowdown >= 1 + cuts.slowdown:
+            suspects = suspects + [sender]
+            waiting = sender.evidence["sole_sender"]["receivers"]
+            victims = sorted(set(victims) | set(waiting))
+            grid = grid.with_columns(role=pl.when(pl.col("rank") == sender.rank).then(pl.lit("suspect"))
+                                     .when(pl.col("rank").is_in(waiting)).then(pl.lit("victim")).otherwise(pl.col("role")))
+        elif sender.slowdown >= 1 + cuts.min_effect:
+            below = below + [sender]
     notes += paced_pairs(peers, lateness, suspects + below)
     notes += [o.line for o in overruled]
     if below:
@@ -261,6 +271,24 @@ def _combine(evidence: StageEvidence, cuts: Thresholds):
                    slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
                    iteration_ns=evidence.iteration_ns, shared_cpus=evidence.shared_cpus, tp_pace=evidence.tp_pace,
                    neighbours=neighbours(evidence.counters))
+
+
+def _sole_sender(bundle, info: LayoutInfo, iteration_ns: float | None):
+    """The job's one sender to every other rank, where it runs a program no other rank runs
+    (peers by program), judged by its receivers' waits (``sole_sender``); None otherwise."""
+    if info.known or info.peers is None:
+        return None
+    sizes = info.ranks.group_by("pp").len()
+    alone = set(info.ranks.join(sizes.filter(pl.col("len") == 1), on="pp")["rank"].to_list())
+    if not alone:
+        return None
+    scan = bundle.scan().filter(pl.col("ph") == "X")
+    p2p = scan.filter(pl.col("cat") == "p2p").select("rank", "name", "iteration", "ts_ns", "dur_ns", "args").collect()
+    if p2p.is_empty():
+        return None
+    events = scan.filter(pl.col("cat") != "iteration").select("rank", "name", "cat", "lane", "ts_ns", "dur_ns").collect()
+    steps = scan.filter(pl.col("cat") == "iteration").select("rank", "ts_ns", "dur_ns").collect()
+    return sole_sender(p2p, events, steps, alone, iteration_ns)
 
 
 def _synchronizing_tracer(bundle) -> bool:

@@ -707,3 +707,20 @@ def test_a_trainer_that_waits_on_a_synchronisation_the_trace_does_not_record_is_
     assert any(n.startswith("rank 1 idles") and "waited on them" in n for n in verdict.notes)
     row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 1).row(0, named=True)
     assert row["slowdown"] < 0.8 and row["gap_excess_ns"] > 3e6
+
+
+def test_a_data_service_rank_that_keeps_its_trainers_waiting_is_named_by_their_receives():
+    # rank 0 builds every batch and isend-s it to trainers 1-3, sleeping 50 ms before each
+    # batch; its program is its own (no peer), and recorded without input shapes no send or
+    # receive names its peer: "no suspect". The trainers wait for it in their receives.
+    verdict = detect_bundle(load_bundle(CASES["svc4-svcsleep50ms-r0"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(0, "slow_host")]
+    seen = verdict.suspects[0].evidence["sole_sender"]
+    assert seen["receivers"] == [1, 2, 3] and seen["wait_ms_per_iteration"] > 50
+    assert verdict.victims == [1, 2, 3]
+
+
+def test_a_healthy_data_service_rank_is_no_suspect():
+    # the same job without a fault: its trainers wait under a millisecond a step in their receives
+    verdict = detect_bundle(load_bundle(CASES["svc4-healthy-h4"].directory), threshold=0.1)
+    assert verdict.suspects == [] and verdict.below == []
