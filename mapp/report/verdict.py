@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mapp.analysis.detect.findings import Verdict
+from mapp.analysis.detect.implicit_sync import SYNC_GROUP
 from mapp.errors import OutputError
 from mapp.output import write_text
 
@@ -198,7 +199,11 @@ def _evidence_line(s) -> str:
             parts.append(f"launch gaps +{g['excess_ms_per_iteration']:.2f} ms/it (z {g['z']:.1f})")
     late = e.get("lateness")
     if late:
-        parts.append(f"last in {late['share_last']:.0%} of collectives (chance {late['expected_share']:.0%}), "
+        # (where the trace records no communication, stage 2 judged ranges inferred as
+        # synchronisation: ``implicit_sync``)
+        synced = [k.removeprefix("share_last_" + SYNC_GROUP) for k in late if k.startswith("share_last_" + SYNC_GROUP)]
+        what = f"the synchronisations inferred at {', '.join(synced)}" if synced else "collectives"
+        parts.append(f"last in {late['share_last']:.0%} of {what} (chance {late['expected_share']:.0%}), "
                      f"others waited {late['blame_ms']:.2f} ms")
         if late.get("recurring_ms"):
             parts.append(f"last at one point of nearly every iteration, each other member waiting "

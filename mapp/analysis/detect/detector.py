@@ -13,6 +13,7 @@ from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.core_waits import RANK_KINDS, absorbed, records_waits, waited, waited_note, waiting_hosts
 from mapp.analysis.detect.data_sized import input_floors, paced_split, sizes_unseen_notes
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
+from mapp.analysis.detect.implicit_sync import as_matching, as_waits, implicit_syncs
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.onset import ONSET_LEAST, leaning, not_slower, onset_note, since_onset, trailing_windows
 from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
@@ -98,6 +99,12 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
         notes.append("ops compared by their own time: their spans less the time their threads waited for a core "
                      "(the trace records it)")
     traced = bundle.ranks["rank"].to_list()
+    if (syncs := implicit_syncs(events)) is not None:
+        events = as_waits(events, syncs)
+        names = sorted(syncs["name"].unique().to_list())
+        notes.append(f"no communication in the traces: {', '.join(names)} inferred as synchronisation (its ranks "
+                     "enter it apart and leave it together): stage 2 judges who entered last, and time in it is "
+                     "waiting, not idle")
     lap("layout")
     # the original MegaScan tracer calls cuda.synchronize and TP barriers inside the traced
     # path: a rank's host then idles while its own (slow) GPU catches up, so idle gaps are no
@@ -123,7 +130,8 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     if peers.mode != "skipped" and peers.by_order and (floors := input_floors(events, info.ranks)) is not None:
         peers = dataclasses.replace(peers, ranks=peers.ranks.join(floors, on="rank", how="left", maintain_order="left"))
     lap("peers")
-    lateness = collective_lateness(matching, traced, _comm_waits(events, analysis.clock))
+    lateness = collective_lateness(as_matching(syncs) if syncs is not None else matching, traced,
+                                   _comm_waits(events, analysis.clock))
     if waits and peers.mode != "skipped":
         peers = dataclasses.replace(peers, ranks=absorbed(peers.ranks, lateness.ranks if lateness.ran else None))
     lap("lateness")
