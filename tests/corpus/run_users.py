@@ -564,7 +564,25 @@ USERS90C = [  # held out in the ninetieth session: a data-service rank (0) build
     ("svc4-skew2", "user_data_service.py", "--big-rank 1 --big 2 --seed 11"),
     ("svc4-seqlognorm0.6", "user_data_service.py", "--seq-sigma 0.6 --seed 12"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C}
+USERS91 = [  # held out in the ninety-first session: a megatron-core MoE GPT (8 experts, top-2, alltoall dispatcher) with expert parallelism, trained by a hand-written loop
+    ("moe4-healthy", "user_mcore_moe.py", "--seed 0"),
+    ("moe4-h192-healthy", "user_mcore_moe.py", "--hidden 192 --seed 1"),
+    ("moe4-allgather-shapes-healthy", "user_mcore_moe.py", "--dispatcher allgather --shapes --seed 2"),
+    ("moe4-ep2-overlap-healthy", "user_mcore_moe.py", "--ep 2 --overlap-grad-reduce --seed 3"),
+    ("moe4-l3-healthy", "user_mcore_moe.py", "--layers 3 --seed 14"),
+    ("moe4-fwd3x-r2", "user_mcore_moe.py", "--slow-rank 2 --factor 3 --seed 4"),
+    ("moe4-fwd4x-r1", "user_mcore_moe.py", "--slow-rank 1 --factor 4 --seed 5"),
+    ("moe4-expert4x-r3", "user_mcore_moe.py", "--slow-rank 3 --expert-factor 4 --seed 6"),
+    ("moe4-ep2-fwd3x-r0", "user_mcore_moe.py", "--ep 2 --slow-rank 0 --factor 3 --seed 7"),
+    ("moe4-stepsleep100ms-r1", "user_mcore_moe.py", "--slow-rank 1 --sleep-ms 100 --seed 8"),
+    ("moe4-shapes-stepsleep80ms-r3", "user_mcore_moe.py", "--shapes --slow-rank 3 --sleep-ms 80 --seed 9"),
+    ("moe4-hog-r0", "user_mcore_moe.py", "--slow-rank 0 --hog --seed 10"),
+    ("moe4-hot-skew0.6", "user_mcore_moe.py", "--hot-expert 4 --hot 0.6 --seed 11"),
+    ("moe4-ep2-hot-skew0.5", "user_mcore_moe.py", "--ep 2 --hot-expert 1 --hot 0.5 --seed 15"),
+    ("moe4-skew2", "user_mcore_moe.py", "--big-rank 2 --big 2 --seed 12"),
+    ("moe4-seqlognorm0.6", "user_mcore_moe.py", "--seq-sigma 0.6 --seed 13"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
