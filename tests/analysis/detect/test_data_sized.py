@@ -64,7 +64,8 @@ def test_a_pace_far_under_the_whole_slowdown_is_a_few_ops_slower():
     # slower as a whole; a device slower by f runs at a pace of about f
     row = {"slowdown": 1.59, "pace": 1.08, "pace_kinds": 141, "busy_ns": 161 * MS}
     assert sized_by_data(row, 0.1)
-    assert not sized_by_data(row | {"pace": 1.2}, 0.1)             # over a quarter of 0.59
+    assert sized_by_data(row | {"pace": 1.2}, 0.1)                 # 0.34 of 0.59: a few ops still
+    assert not sized_by_data(row | {"pace": 1.3}, 0.1)             # over 0.4 of 0.59
     assert not sized_by_data(row | {"slowdown": 1.2, "pace": 1.08}, 0.1)
 
 

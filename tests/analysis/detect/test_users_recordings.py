@@ -767,3 +767,20 @@ def test_a_rank_that_did_less_work_and_idled_as_much_waited_out_its_peers():
     assert waited_out({"slowdown": 0.69, "busy_ns": 14e6, "gap_excess_ns": 6.3e6})
     assert not waited_out({"slowdown": 0.98, "busy_ns": 14e6, "gap_excess_ns": 40e6})
     assert not waited_out({"slowdown": 1.2, "busy_ns": 14e6, "gap_excess_ns": 1e6})
+
+
+def test_a_replica_of_longer_sequences_in_a_mixture_of_experts_is_no_slow_gpu():
+    # megatron-core MoE, expert parallelism 4, rank 2's sequences 2x every step, no shapes: its
+    # compute 1.54x its peers', its attention 4x theirs while its share of the experts' matmuls
+    # (which the all-to-all spreads over every rank) ran at their pace: 1.20x on the ops that make
+    # most of their time, 0.36 of its excess, past the quarter that a few ops' swelling was held
+    # to: "slow compute 2"
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    bundle = load_bundle(CASES["moe4-skew2-h4"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.suspects == []
+    assert any(n.startswith("rank 2 computes") and "slower on a few ops only" in n for n in verdict.notes)
+    row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 2).row(0, named=True)
+    assert row["slowdown"] > 1.4 and 1.1 < row["pace"] < 1.25
