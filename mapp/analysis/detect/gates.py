@@ -319,19 +319,20 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        slower GPU. Passed by work added in calls that is most of its excess (``extra``). Not by
        counts alone: more tokens take a few more calls of some ops (a router's favourite on 2
        shared cores: 1.08x on those, its excess 170 ms a step elsewhere).
-    10. A rank slower as a whole by the threshold whose pace (``data_sized.paced_split``: the
-       median, over its peers' compute, of how much slower it ran each op) is within half of it
-       ran slower only on a few ops, its data's (``data_sized.sized_by_data``): imbalance, not a
-       slower device, which is slower on everything. Passed by work added in calls that is most
-       of its excess (``extra``).
-    11. A rank whose data ran the program's loops more often by the threshold (``data_scale``:
+    10. A rank whose data ran the program's loops more often by the threshold (``data_scale``:
        its calls of the kinds whose calls differ between ranks, over its peers'), its compute slower by no
-       more than that (``data_sized.looped_by_data``): imbalance, not a slower device. Passed as
-       10 is.
-    12. A rank recorded without shapes on CPUs whose fastest calls of most mid-sized ops are
+       more than that (``data_sized.looped_by_data``): imbalance, not a slower device. Passed by
+       work added in calls that is most of its excess (``extra``).
+    11. A rank recorded without shapes on CPUs whose fastest calls of most mid-sized ops are
        slower by twice the threshold, and by that much more than its optimizer's, which ran at its
        peers' pace (``data_sized.larger_inputs``): larger inputs in every step, not a slower
        device, which slows the optimizer too. Passed as 10 is.
+    12. A rank slower as a whole by the threshold whose pace (``data_sized.paced_split``: the
+       median, over its peers' compute, of how much slower it ran each op) is within half of it,
+       or within ``data_sized.PACED_PART`` of its excess, ran slower only on a few ops, its data's
+       (``data_sized.sized_by_data``): imbalance, not a slower device, which is slower on
+       everything. Passed as 10 is. Last of the four, the least specific: a replica of larger
+       crops is slower on a few ops too (since ``PACED_PART`` rose to 0.4), and 11 says why.
     13. A host named for its idle gaps where the trace records none of its collectives, whose
        compute is below its peers' by at least half its idle time beyond theirs
        (``waited_out``): it finished its lighter work first and waited on them at a
@@ -439,11 +440,6 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          f"its ops between its all_to_all exchanges {row.get('routed_ratio') or 0:.2f}x its peers', the rest "
          f"{row.get('unrouted_ratio') or 0:.2f}x: work sized by the tokens routed to it (imbalance), not a slower GPU "
          "(record_shapes=True shows their sizes)"),
-        (not host and sized_by_data(row, threshold), extra,
-         f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' but {row.get('pace') or 0:.2f}x on the ops "
-         "that make most of theirs: slower on a few ops only, as more data there makes them (imbalance) or a "
-         "process sharing its core at those times, not on everything as a slower device is "
-         "(record_shapes=True shows the ops' sizes)"),
         (not host and looped_by_data(row, threshold), extra,
          f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' where its data ran the program's loops "
          f"{row.get('data_scale') or 0:.2f}x as often (more calls of each of their ops, each as fast): its data's "
@@ -452,6 +448,11 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' where even its fastest calls of most ops "
          f"took {row.get('input_floor') or 0:.2f}x theirs and its optimizer's {row.get('param_floor') or 0:.2f}x: "
          "larger inputs in every step (imbalance), not a slower device (record_shapes=True shows their sizes)"),
+        (not host and sized_by_data(row, threshold), extra,
+         f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' but {row.get('pace') or 0:.2f}x on the ops "
+         "that make most of theirs: slower on a few ops only, as more data there makes them (imbalance) or a "
+         "process sharing its core at those times, not on everything as a slower device is "
+         "(record_shapes=True shows the ops' sizes)"),
         (host and late is None and waited_out(row), False,
          f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' and its idle time beyond theirs no more than "
          "twice the work it did less: it finished first and waited on them, at a synchronisation the trace does not "
