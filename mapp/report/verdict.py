@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mapp.analysis.detect.findings import Verdict
-from mapp.analysis.detect.implicit_sync import SYNC_GROUP
+from mapp.analysis.detect.implicit_sync import inferred_at
 from mapp.errors import OutputError
 from mapp.output import write_text
 
@@ -201,7 +201,7 @@ def _evidence_line(s) -> str:
     if late:
         # (where the trace records no communication, stage 2 judged ranges inferred as
         # synchronisation: ``implicit_sync``)
-        synced = [k.removeprefix("share_last_" + SYNC_GROUP) for k in late if k.startswith("share_last_" + SYNC_GROUP)]
+        synced = inferred_at(late)
         what = f"the synchronisations inferred at {', '.join(synced)}" if synced else "collectives"
         parts.append(f"last in {late['share_last']:.0%} of {what} (chance {late['expected_share']:.0%}), "
                      f"others waited {late['blame_ms']:.2f} ms")

@@ -13,7 +13,7 @@ from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
 from mapp.analysis.detect.core_waits import RANK_KINDS, absorbed, records_waits, waited, waited_note, waiting_hosts
 from mapp.analysis.detect.data_sized import input_floors, paced_split, sizes_unseen_notes
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
-from mapp.analysis.detect.implicit_sync import as_matching, as_waits, implicit_syncs
+from mapp.analysis.detect.implicit_sync import as_matching, as_waits, implicit_syncs, inferred_at
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.onset import ONSET_LEAST, leaning, not_slower, onset_note, since_onset, trailing_windows
 from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
@@ -215,7 +215,7 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
                     detail=(f"compared with {peers.mode}" + (f", {peers.scope}" if peers.scope else ""))
                     if peers.mode != "skipped" else None),
         StageStatus(name="2 lateness", ran=lateness.ran, reason=lateness.reason,
-                    detail=f"{int(lateness.ranks['instances'].sum()):,} collective calls on aligned clocks" if lateness.ran else None),
+                    detail=_lateness_detail(lateness) if lateness.ran else None),
         StageStatus(name="3 bandwidth", ran=bandwidth.ran, reason=bandwidth.reason,
                     detail=f"{bandwidth.observations['obs'].n_unique():,} links and groups" if bandwidth.ran else None),
     ]
@@ -279,6 +279,15 @@ def _combine(evidence: StageEvidence, cuts: Thresholds):
                    slowdown_threshold=cuts.slowdown, imbalance_threshold=cuts.imbalance,
                    iteration_ns=evidence.iteration_ns, shared_cpus=evidence.shared_cpus, tp_pace=evidence.tp_pace,
                    neighbours=neighbours(evidence.counters))
+
+
+def _lateness_detail(lateness: LatenessEvidence) -> str:
+    """What stage 2 judged: the collectives' calls, or the instances of ranges inferred as
+    synchronisation where the traces record no communication (``implicit_sync``)."""
+    calls = int(lateness.ranks["instances"].sum())
+    if synced := inferred_at(lateness.ranks.columns):
+        return f"{calls:,} entries into {', '.join(synced)}, inferred as synchronisation (no communication recorded)"
+    return f"{calls:,} collective calls on aligned clocks"
 
 
 def _sole_sender(bundle, info: LayoutInfo, iteration_ns: float | None):

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import polars as pl
 
-__all__ = ["MEET", "SYNC_GROUP", "implicit_syncs", "as_waits", "as_matching"]
+__all__ = ["MEET", "SYNC_GROUP", "implicit_syncs", "as_waits", "as_matching", "inferred_at"]
 
 SYNC_GROUP = "sync:"
 """The group label of an inferred synchronisation's instances, before the range's name: stage
@@ -36,6 +36,13 @@ LEAST_SPREAD_NS = 1_000_000
 """Starts spread less than this (1 ms, the median) say nothing of who waited."""
 
 LEAST_ITERATIONS = 3
+
+
+def inferred_at(keys) -> list[str]:
+    """The ranges stage 2 judged as inferred synchronisations, from the names of its per-group
+    shares (``LatenessEvidence.ranks``' columns, or a suspect's ``lateness`` evidence keys)."""
+    prefix = "share_last_" + SYNC_GROUP
+    return [k.removeprefix(prefix) for k in keys if k.startswith(prefix)]
 
 
 def implicit_syncs(events: pl.DataFrame) -> pl.DataFrame | None:

@@ -720,6 +720,8 @@ def test_a_trainer_late_at_a_synchronisation_the_trace_does_not_record_is_named(
         assert [(s.rank, s.kind) for s in verdict.suspects] == [(rank, "slow_host")], case
         late = verdict.suspects[0].evidence["lateness"]
         assert late["share_last_sync:push_grads"] == 1.0 and late["blame_ms"] > 300, case
+        stage2 = next(s for s in verdict.stages if s.name == "2 lateness")
+        assert stage2.ran and "push_grads, inferred as synchronisation" in stage2.detail, case
 
 
 def test_an_inferred_synchronisation_is_one_whose_ends_meet():
