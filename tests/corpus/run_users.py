@@ -582,7 +582,26 @@ USERS91 = [  # held out in the ninety-first session: a megatron-core MoE GPT (8 
     ("moe4-skew2", "user_mcore_moe.py", "--big-rank 2 --big 2 --seed 12"),
     ("moe4-seqlognorm0.6", "user_mcore_moe.py", "--seq-sigma 0.6 --seed 13"),
 ]
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91}
+USERS92 = [  # held out in the ninety-second session: decentralized (gossip) SGD, D-PSGD style: each rank averages its parameters with its graph neighbours by isend/irecv, no collective
+    ("gsp4-healthy", "user_gossip_sgd.py", "--seed 0"),
+    ("gsp4-exp-healthy", "user_gossip_sgd.py", "--topology exp --seed 1"),
+    ("gsp4-pair-shapes-healthy", "user_gossip_sgd.py", "--topology pair --shapes --seed 2"),
+    ("gsp4-overlap-w192-healthy", "user_gossip_sgd.py", "--overlap --width 192 --seed 3"),
+    ("gsp4-eval2-l3-healthy", "user_gossip_sgd.py", "--eval-every 2 --layers 3 --seed 4"),
+    ("gsp4-fwd2x-r2", "user_gossip_sgd.py", "--slow-rank 2 --factor 2 --seed 5"),
+    ("gsp4-exp-fwd1.6x-r1", "user_gossip_sgd.py", "--topology exp --slow-rank 1 --factor 1.6 --seed 6"),
+    ("gsp4-overlap-fwd2x-r3", "user_gossip_sgd.py", "--overlap --slow-rank 3 --factor 2 --seed 7"),
+    ("gsp4-stepsleep50ms-r1", "user_gossip_sgd.py", "--slow-rank 1 --sleep-ms 50 --seed 8"),
+    ("gsp4-pair-datasleep50ms-r0", "user_gossip_sgd.py", "--topology pair --slow-rank 0 --data-sleep-ms 50 --seed 9"),
+    ("gsp4-hog-r3", "user_gossip_sgd.py", "--slow-rank 3 --hog --seed 10"),
+    ("gsp4-shapes-link1-2-x8", "user_gossip_sgd.py", "--shapes --slow-link 1 2 --extra 8 --seed 11"),
+    ("gsp4-link3-0-x8", "user_gossip_sgd.py", "--slow-link 3 0 --extra 8 --seed 12"),
+    ("gsp4-seqlognorm0.6", "user_gossip_sgd.py", "--seq-sigma 0.6 --seed 13"),
+    ("gsp4-skew2", "user_gossip_sgd.py", "--big-rank 2 --big 2 --seed 14"),
+    ("gsp4-uneven", "user_gossip_sgd.py", "--uneven --seed 15"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
