@@ -41,7 +41,7 @@ def added_traffic(matching, link_threshold: float = 0.0) -> list[LinkFinding]:
     if p.is_empty():
         return []
     p = p.select(
-        "bytes", "iteration",
+        "bytes", "iteration", "src", "dst",
         lo=pl.min_horizontal("src", "dst"), hi=pl.max_horizontal("src", "dst"),
         time_ns=pl.min_horizontal(
             pl.when(~pl.col("send_async")).then(pl.col("send_end_ns") - pl.col("send_start_ns")),
@@ -50,7 +50,12 @@ def added_traffic(matching, link_threshold: float = 0.0) -> list[LinkFinding]:
     iterations = p["iteration"].n_unique()
     if p["bytes"].null_count() == len(p):
         return _added_messages(p, iterations)
+    # a link's two directions compared together, then each direction on its own: a gossip ring's
+    # neighbours exchange both ways, and padding one direction leaves the other like its likes'
     heavier = _heavier_messages(p, iterations, link_threshold)
+    named_both = {f.ranks for f in heavier}
+    heavier += [f for f in _heavier_messages(p.with_columns(link=pl.format("{}-{}", "src", "dst")), iterations,
+                                             link_threshold) if f.ranks not in named_both]
     counts = p.group_by("link", "bytes", "iteration").agg(n=pl.len())
     links_of = counts.group_by("bytes").agg(links=pl.col("link").unique())
     own = links_of.filter(pl.col("links").list.len() == 1)["bytes"].to_list()
@@ -103,7 +108,8 @@ and two or more that agree with each other (of two, either may be the odd one)."
 
 def _heavier_messages(p: pl.DataFrame, iterations: int, link_threshold: float) -> list[LinkFinding]:
     """``added_traffic`` for a link that carries as many messages as its like links but larger
-    ones: the same messages made heavier, its sizes carried by no other link.
+    ones: the same messages made heavier, its sizes carried by no other link. ``p``'s ``link``
+    names a link's two directions together or, as ``src-dst``, one direction alone.
 
     Like links here carry as many messages as each other in every iteration, each link its own
     fixed sizes (the same in every iteration: a program's buffers, not tokens drawn per step);
@@ -113,7 +119,11 @@ def _heavier_messages(p: pl.DataFrame, iterations: int, link_threshold: float) -
     from rank 2 to rank 3 carrying 5x the bytes of a gradient chunk, 18.8 MB to the other links'
     3.8 MB, 72 messages on each; "slow compute 3" before, for the padding it built). Links whose
     sizes change from step to step (replicas of other sequence lengths) are not compared, nor a
-    link one of whose ends exchanges nothing on a like link (a pipeline's end). Sizes alone cannot
+    link one of whose ends exchanges nothing on a like link (a pipeline's end). By direction: a
+    user's decentralized SGD on a ring of 4 gloo processes, recorded with shapes, each rank
+    averaging its 8.6 MB of parameters with both neighbours every step, rank 1's messages to rank 2
+    padded to 8x (69 MB): link 1-2 carries 8.6 MB one way and 69 MB the other, so together it
+    shares a size with its likes ("no suspect" before). Sizes alone cannot
     tell a boundary of a model whose width changes there by design, inside a pipeline of uniform
     links otherwise."""
     per = p.group_by("link", "iteration").agg(n=pl.len(), b=pl.col("bytes").sum(),
@@ -152,7 +162,7 @@ def _heavier_messages(p: pl.DataFrame, iterations: int, link_threshold: float) -
         timed = mine_t is not None and like_t is not None
         excess = max(float(mine_t) - float(like_t), 0.0) * float(n) if timed else 0.0
         ratio = heavier
-        ranks = [int(r) for r in link.split("-")]
+        ranks = sorted(int(r) for r in link.split("-"))
         findings.append(LinkFinding(
             kind="slow_link", ranks=tuple(ranks), slowdown=ratio, z=0.0, excess_ns=excess,
             observations=[{"ranks": ranks, "what": "p2p", "ratio": round(ratio, 3),

@@ -786,3 +786,14 @@ def test_a_replica_of_longer_sequences_in_a_mixture_of_experts_is_no_slow_gpu():
     assert any(n.startswith("rank 2 computes") and "slower on a few ops only" in n for n in verdict.notes)
     row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 2).row(0, named=True)
     assert row["slowdown"] > 1.4 and 1.1 < row["pace"] < 1.25
+
+
+def test_one_direction_of_a_gossip_rings_link_made_heavier_is_a_slow_link():
+    # decentralized SGD on a ring: each rank sends its 8.6 MB of parameters to both neighbours
+    # every step, rank 1's messages to rank 2 padded to 69 MB. Link 1-2 carries 8.6 MB one way
+    # and 69 MB the other, so its two directions together share a size with the like links
+    # ("no suspect"); the direction 1 -> 2 alone carries sizes no other does
+    verdict = detect_bundle(load_bundle(CASES["gsp4-shapes-link1-2-x8"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {1, 2})
+    assert top.slowdown == pytest.approx(8.0, rel=0.01)
