@@ -601,7 +601,45 @@ USERS92 = [  # held out in the ninety-second session: decentralized (gossip) SGD
     ("gsp4-uneven", "user_gossip_sgd.py", "--uneven --seed 15"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92}
+USERS92B = [  # held out in the ninety-second session: online knowledge distillation, teachers on ranks 0-1 send each batch and its logits to students 2-3 (DDP over a subgroup)
+    ("kd4-healthy", "user_distill.py", "--seed 0"),
+    ("kd4-prefetch-healthy", "user_distill.py", "--prefetch --seed 1"),
+    ("kd4-tw384-shapes-healthy", "user_distill.py", "--teacher-width 384 --shapes --seed 2"),
+    ("kd4-sl3-healthy", "user_distill.py", "--student-layers 3 --seed 3"),
+    ("kd4-teacher2x-r0", "user_distill.py", "--slow-rank 0 --teacher-factor 2 --seed 4"),
+    ("kd4-fwd2x-r3", "user_distill.py", "--slow-rank 3 --factor 2 --seed 5"),
+    ("kd4-prefetch-fwd1.6x-r1", "user_distill.py", "--prefetch --slow-rank 1 --factor 1.6 --seed 6"),
+    ("kd4-stepsleep40ms-r2", "user_distill.py", "--slow-rank 2 --sleep-ms 40 --seed 7"),
+    ("kd4-stepsleep40ms-r1", "user_distill.py", "--slow-rank 1 --sleep-ms 40 --seed 8"),
+    ("kd4-shapes-fwd1.5x-r2", "user_distill.py", "--shapes --slow-rank 2 --factor 1.5 --seed 9"),
+    ("kd4-hog-r3", "user_distill.py", "--slow-rank 3 --hog --seed 10"),
+    ("kd4-shapes-link0-2-x8", "user_distill.py", "--shapes --slow-link 0 2 --extra 8 --seed 11"),
+    ("kd4-link1-3-x8", "user_distill.py", "--slow-link 1 3 --extra 8 --seed 12"),
+    ("kd4-seqlognorm0.6", "user_distill.py", "--seq-sigma 0.6 --seed 13"),
+    ("kd4-skew2", "user_distill.py", "--big-rank 1 --big 2 --seed 14"),
+    ("kd4-prefetch-seqlognorm0.8", "user_distill.py", "--prefetch --seq-sigma 0.8 --seed 15"),
+]
+
+USERS92C = [  # held out in the ninety-second session: Horovod-style data parallelism, gradients fused and all-reduced by a background communication thread
+    ("hvd4-healthy", "user_hvd_fusion.py", "--seed 0"),
+    ("hvd4-fusion0-healthy", "user_hvd_fusion.py", "--fusion-mb 0 --seed 1"),
+    ("hvd4-fusion1-shapes-healthy", "user_hvd_fusion.py", "--fusion-mb 1 --shapes --seed 2"),
+    ("hvd4-d192-l3-healthy", "user_hvd_fusion.py", "--d-model 192 --layers 3 --seed 3"),
+    ("hvd4-cycle10-healthy", "user_hvd_fusion.py", "--cycle-ms 10 --seed 4"),
+    ("hvd4-fwd2x-r1", "user_hvd_fusion.py", "--slow-rank 1 --factor 2 --seed 5"),
+    ("hvd4-fusion1-fwd1.6x-r3", "user_hvd_fusion.py", "--fusion-mb 1 --slow-rank 3 --factor 1.6 --seed 6"),
+    ("hvd4-stepsleep40ms-r2", "user_hvd_fusion.py", "--slow-rank 2 --sleep-ms 40 --seed 7"),
+    ("hvd4-shapes-stepsleep30ms-r0", "user_hvd_fusion.py", "--shapes --slow-rank 0 --sleep-ms 30 --seed 8"),
+    ("hvd4-commsleep20ms-r3", "user_hvd_fusion.py", "--slow-rank 3 --comm-sleep-ms 20 --seed 9"),
+    ("hvd4-fusion1-commsleep10ms-r1", "user_hvd_fusion.py", "--fusion-mb 1 --slow-rank 1 --comm-sleep-ms 10 --seed 10"),
+    ("hvd4-hog-r0", "user_hvd_fusion.py", "--slow-rank 0 --hog --seed 11"),
+    ("hvd4-seqlognorm0.6", "user_hvd_fusion.py", "--seq-sigma 0.6 --seed 12"),
+    ("hvd4-skew2", "user_hvd_fusion.py", "--big-rank 1 --big 2 --seed 13"),
+    ("hvd4-fwd1.5x-r0", "user_hvd_fusion.py", "--slow-rank 0 --factor 1.5 --seed 14"),
+    ("hvd4-d192-seqlognorm0.8", "user_hvd_fusion.py", "--d-model 192 --seq-sigma 0.8 --seed 15"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
