@@ -639,7 +639,45 @@ USERS92C = [  # held out in the ninety-second session: Horovod-style data parall
     ("hvd4-d192-seqlognorm0.8", "user_hvd_fusion.py", "--d-model 192 --seq-sigma 0.8 --seed 15"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C}
+USERS93 = [  # held out in the ninety-third session: word2vec-style skip-gram with sparse embedding gradients under DDP (gloo's sparse all-reduce)
+    ("emb4-healthy", "user_sparse_embed.py", "--seed 0"),
+    ("emb4-d128-healthy", "user_sparse_embed.py", "--dim 128 --seed 1"),
+    ("emb4-bucket0.05-shapes-healthy", "user_sparse_embed.py", "--bucket-mb 0.05 --shapes --seed 2"),
+    ("emb4-commhook-healthy", "user_sparse_embed.py", "--comm-hook --seed 3"),
+    ("emb4-fwd3x-r1", "user_sparse_embed.py", "--slow-rank 1 --factor 3 --seed 4"),
+    ("emb4-shapes-fwd2x-r2", "user_sparse_embed.py", "--shapes --slow-rank 2 --factor 2 --seed 5"),
+    ("emb4-stepsleep50ms-r3", "user_sparse_embed.py", "--slow-rank 3 --sleep-ms 50 --seed 6"),
+    ("emb4-stepsleep35ms-r0", "user_sparse_embed.py", "--slow-rank 0 --sleep-ms 35 --seed 7"),
+    ("emb4-commsleep30ms-r2", "user_sparse_embed.py", "--slow-allreduce-rank 2 --comm-sleep-ms 30 --seed 8"),
+    ("emb4-commsleep15ms-r1", "user_sparse_embed.py", "--slow-allreduce-rank 1 --comm-sleep-ms 15 --seed 9"),
+    ("emb4-hog-r0", "user_sparse_embed.py", "--slow-rank 0 --hog --seed 10"),
+    ("emb4-seqlognorm0.6", "user_sparse_embed.py", "--seq-sigma 0.6 --seed 11"),
+    ("emb4-skew4", "user_sparse_embed.py", "--big-rank 1 --big 4 --seed 12"),
+    ("emb4-skewhot8", "user_sparse_embed.py", "--hot-rank 2 --hot-ids 8 --seed 13"),
+    ("emb4-fwd1.6x-r3", "user_sparse_embed.py", "--slow-rank 3 --factor 1.6 --seed 14"),
+    ("emb4-rows200k-seqlognorm0.8", "user_sparse_embed.py", "--rows 200000 --seq-sigma 0.8 --seed 15"),
+]
+
+USERS93B = [  # held out in the ninety-third session: a classifier fine-tune interleaving training with distributed evaluation, metrics through object collectives, rank 0 checkpointing
+    ("ev4-healthy", "user_eval_loop.py", "--seed 0"),
+    ("ev4-nockpt-healthy", "user_eval_loop.py", "--no-checkpoint --seed 1"),
+    ("ev4-every2-shapes-healthy", "user_eval_loop.py", "--eval-every 2 --shapes --seed 2"),
+    ("ev4-w192-l3-healthy", "user_eval_loop.py", "--width 192 --layers 3 --seed 3"),
+    ("ev4-w256-fwd2x-r1", "user_eval_loop.py", "--width 256 --slow-rank 1 --factor 2 --seed 4"),
+    ("ev4-w256-fwd2.5x-r0", "user_eval_loop.py", "--width 256 --slow-rank 0 --factor 2.5 --seed 5"),
+    ("ev4-stepsleep50ms-r2", "user_eval_loop.py", "--slow-rank 2 --sleep-ms 50 --seed 6"),
+    ("ev4-stepsleep100ms-r0", "user_eval_loop.py", "--slow-rank 0 --sleep-ms 100 --seed 7"),
+    ("ev4-iosleep50ms-r3", "user_eval_loop.py", "--slow-io-rank 3 --io-sleep-ms 50 --seed 8"),
+    ("ev4-shapes-iosleep80ms-r1", "user_eval_loop.py", "--shapes --slow-io-rank 1 --io-sleep-ms 80 --seed 9"),
+    ("ev4-hog-r2", "user_eval_loop.py", "--slow-rank 2 --hog --seed 10"),
+    ("ev4-seqlognorm0.6", "user_eval_loop.py", "--seq-sigma 0.6 --seed 11"),
+    ("ev4-skew2", "user_eval_loop.py", "--big-rank 0 --big 2 --seed 12"),
+    ("ev4-skeweval4", "user_eval_loop.py", "--eval-skew-rank 1 --eval-skew 4 --seed 13"),
+    ("ev4-l3-seqlognorm0.8", "user_eval_loop.py", "--layers 3 --seq-sigma 0.8 --seed 14"),
+    ("ev4-w256-hog-r3", "user_eval_loop.py", "--width 256 --slow-rank 3 --hog --seed 15"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
