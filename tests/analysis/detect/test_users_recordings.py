@@ -797,3 +797,14 @@ def test_one_direction_of_a_gossip_rings_link_made_heavier_is_a_slow_link():
     top = verdict.suspects[0]
     assert (top.kind, {top.rank, top.peer}) == ("slow_link", {1, 2})
     assert top.slowdown == pytest.approx(8.0, rel=0.01)
+
+
+def test_a_background_threads_stall_before_its_all_reduce_is_a_slow_host():
+    # Horovod-style: a background thread negotiates on a timer and all-reduces fused gradients;
+    # rank 3's sleeps 20 ms before each fused all-reduce. How many timer all-reduces come before
+    # the stalled one varies from step to step, so the stall recurs at no n-th call of the
+    # iteration, only at the first call inside its range (``hvd_allreduce``): "no suspect" before
+    verdict = detect_bundle(load_bundle(CASES["hvd4-commsleep20ms-r3"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, top.rank) == ("slow_host", 3)
+    assert len(verdict.suspects) == 1
