@@ -88,3 +88,19 @@ def test_a_rank_slower_by_no_more_than_its_data_runs_the_loops_is_its_datas():
     assert not looped_by_data(row | {"added_real_ns": 40 * MS}, 0.1)
     assert not looped_by_data(row | {"data_scale": 1.05, "slowdown": 1.04}, 0.1)
     assert not looped_by_data(row | {"data_scale": None}, 0.1)
+
+
+def test_inputs_twice_as_slow_as_the_optimizer_are_larger_inputs_even_where_the_optimizer_is_slower():
+    from mapp.analysis.detect.data_sized import larger_inputs
+
+    row = {"input_floor": 4.16, "input_kinds": 14, "param_floor": 1.17, "param_kinds": 538, "slowdown": 2.67,
+           "added": None}
+    assert larger_inputs(row, 0.1)
+    # a slower device: its optimizer as slow as its other calls
+    assert not larger_inputs(row | {"param_floor": 2.5}, 0.1)
+    # an optimizer a little slower, inputs not twice it: the threshold's own test holds
+    assert not larger_inputs(row | {"input_floor": 2.0, "slowdown": 1.9}, 0.1)
+    # too few kinds for a median that far apart
+    assert not larger_inputs(row | {"input_kinds": 9}, 0.1)
+    # calls beyond its peers' are work added
+    assert not larger_inputs(row | {"added": 1.5}, 0.1)

@@ -808,3 +808,14 @@ def test_a_background_threads_stall_before_its_all_reduce_is_a_slow_host():
     top = verdict.suspects[0]
     assert (top.kind, top.rank) == ("slow_host", 3)
     assert len(verdict.suspects) == 1
+
+
+def test_a_replica_of_4x_the_batch_whose_optimizer_is_a_little_slower_too_is_imbalance():
+    # skip-gram with sparse embeddings, rank 1's batch 4x, no shapes: even its fastest calls of
+    # mid-sized work took 4.1x its peers', its optimizer's 1.17x (its sparse updates a little
+    # larger): no one device is 4x slower on the one and 1.17x on the other ("slow compute 1",
+    # 2.67x, before)
+    bundle = load_bundle(CASES["emb4-skew4"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.suspects == []
+    assert any(n.startswith("rank 1 computes") and "larger inputs in every step (imbalance)" in n for n in verdict.notes)
