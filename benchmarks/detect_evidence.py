@@ -6,7 +6,8 @@ or a held-out set made with ``--out``); ``--from evidence.parquet`` prints the t
 from a table written before, without running the stages.
 
 The verdict's constants for compute timed on shared CPUs (``shared_cpus.CONTENTION``,
-``ONE_RANK_A_STAGE``, the joint rule of ``verdict._compute_suspect``) and for a GPU another
+``ONE_RANK_A_STAGE``, the joint rule of ``verdict._compute_suspect``), for larger inputs
+(``data_sized.INPUTS_APART``) and for a GPU another
 process time-slices (``time_slices.RANDOM``, ``device.NEIGHBOUR_SM_PCT``) are cut-offs between what healthy processes there
 measure and what faults do. This runs the three stages over every job
 of the corpora (``detector.stage_evidence``, no verdict rules), labels each rank by the job's
@@ -32,6 +33,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from mapp.analysis.detect.data_sized import PARAM_KINDS  # noqa: E402
 from mapp.analysis.detect.detector import stage_evidence  # noqa: E402
 from mapp.analysis.detect.gates import keeps_waiting  # noqa: E402
 from mapp.analysis.detect.thresholds import CONSISTENT, Thresholds  # noqa: E402
@@ -41,7 +43,8 @@ from mapp.bench.real import RealCase, load_corpus  # noqa: E402
 from mapp.errors import InputError  # noqa: E402
 
 _PEER_COLUMNS = ("slowdown", "z", "flagged", "lasting", "excess_ns", "busy_ns", "gap_excess_ns", "gap_z",
-                 "gap_flagged", "long_excess_ns", "steady")
+                 "gap_flagged", "long_excess_ns", "steady", "input_floor", "input_kinds", "param_floor",
+                 "param_kinds", "added")
 _LATE_COLUMNS = ("instances", "share_last", "expected_share", "last_z", "net_ns", "net_z", "others_net_ns",
                  "net_lasting", "flagged")
 _NVML_COLUMNS = ("nvml_other_sm_pct", "nvml_neighbour_samples", "nvml_samples")
@@ -100,6 +103,13 @@ def _lasting() -> pl.Expr:
     return pl.col("flagged_iterations") >= CONSISTENT * pl.col("traced")
 
 
+def _floors() -> pl.Expr:
+    """Input and optimizer floors measured, over 8 kinds of mid-sized calls or more and
+    ``data_sized.PARAM_KINDS`` of the optimizer's."""
+    return (pl.col("input_floor").is_not_null() & pl.col("param_floor").is_not_null()
+            & (pl.col("input_kinds") >= 8) & (pl.col("param_kinds") >= PARAM_KINDS))
+
+
 RULES = {
     # name: (which ranks, the quantity, what the constant cuts)
     "joint rule on shared CPUs (CONTENTION 1.3x)": (
@@ -127,6 +137,15 @@ RULES = {
         pl.col("late_net_z"),
         "the job's steady rank (layers slower in every step, alone) waiting net more than the others' median: "
         "its net_z; stage 2 overrules it only under -1 (lateness.stands_out_waiting)"),
+    "larger inputs: input floor / optimizer's, no added calls (INPUTS_APART 2)": (
+        lambda df: _floors() & (pl.col("added").fill_null(1.0) < 1 + pl.col("threshold")),
+        pl.col("input_floor") / pl.col("param_floor"),
+        "ranks whose fastest mid-sized calls and optimizer's were measured (data_sized.input_floors), no calls "
+        "beyond their peers': the ratio of the two floors; from 2, larger inputs whatever the optimizer's"),
+    "larger inputs: the same, added calls": (
+        lambda df: _floors() & (pl.col("added").fill_null(1.0) >= 1 + pl.col("threshold")),
+        pl.col("input_floor") / pl.col("param_floor"),
+        "as above, ranks with calls beyond their peers' (which larger_inputs never reads as inputs)"),
     "neighbour seen: other processes' SMs, % (NEIGHBOUR_SM_PCT 0)": (
         lambda df: pl.col("nvml_other_sm_pct").is_not_null(),
         pl.col("nvml_other_sm_pct"),
@@ -138,7 +157,8 @@ RULES = {
 def summary(df: pl.DataFrame) -> Table:
     table = Table(title="what the stages measure, per rule and label (min / median / max)")
     # a table written (--out) before a column was added reads as that column unmeasured
-    df = df.with_columns(pl.lit(None, pl.Float64).alias(c) for c in (*_NVML_COLUMNS, "steady", "late_others_net_ns")
+    df = df.with_columns(pl.lit(None, pl.Float64).alias(c) for c in (*_NVML_COLUMNS, "steady", "late_others_net_ns", "input_floor",
+                                                                "input_kinds", "param_floor", "param_kinds", "added")
                          if c not in df.columns)
     for col in ("rule", "label", "ranks", "min", "median", "max", "jobs at the max"):
         table.add_column(col, justify="right" if col in ("ranks", "min", "median", "max") else "left")

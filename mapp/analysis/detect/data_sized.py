@@ -285,7 +285,7 @@ slower by f runs its parameter work f times slower too, so no one device makes a
 mid-sized calls twice as slow as its optimizer's. A user's skip-gram with sparse embeddings, one
 replica's batch 4x (4 processes on 2 cores): its floor 4.16 over 14 kinds, its optimizer's 1.17
 (its sparse updates a little larger), "slow compute 1" at 2.67x before. Over the ranks of 399
-recorded jobs with floors over 8 kinds or more (the corpora, the users74-93 batteries but 93b:
-``benchmarks/detect_floors.py``), no faulted rank without calls beyond its peers' came above
+recorded jobs with floors over 8 kinds or more (the corpora, the users74-93 batteries but 93b;
+``benchmarks/detect_evidence.py``'s "larger inputs" rules measure it), no faulted rank without calls beyond its peers' came above
 1.38 (a data-path sleep on a loader's workers); with them, 1.58, a rank also handed 1.6x the
 data; ranks of imbalance jobs up to 3.6."""

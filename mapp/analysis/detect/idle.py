@@ -298,8 +298,11 @@ def _recurring(tl: pl.DataFrame) -> pl.Series:
 
 
 def _in_sites(tl: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
-    """``tl`` with ``site`` and ``site_ts``: the name and start of the innermost range that holds
-    each event's start on its own thread (null where none does, or the event is no thread's)."""
+    """``tl`` with ``site`` and ``site_ts``: the name and start of the range begun last before each
+    event on its own thread, where that range still holds the event's start (the innermost one
+    holding it, ranges on a thread being nested); null where it has ended (the event follows a
+    closed range: its enclosing one is not looked for), where the thread has no range before it,
+    or where the event is no thread's (a GPU stream's)."""
     lanes = events.filter(~pl.col("lane").str.starts_with("stream:")).select("rank", "name", "ts_ns", "lane").unique(
         subset=["rank", "name", "ts_ns"], keep="first")
     comm = pl.any_horizontal([pl.col("name").str.starts_with(p) for p in COMM_OP_PREFIXES])
