@@ -677,7 +677,26 @@ USERS93B = [  # held out in the ninety-third session: a classifier fine-tune int
     ("ev4-w256-hog-r3", "user_eval_loop.py", "--width 256 --slow-rank 3 --hog --seed 15"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B}
+USERS94 = [  # held out in the ninety-fourth session: a masked-LM encoder trained with LayerDrop under DDP (find_unused_parameters), each rank skipping its own blocks each step
+    ("ld4-healthy", "user_layerdrop.py", "--seed 0"),
+    ("ld4-drop0-healthy", "user_layerdrop.py", "--drop-rate 0 --seed 1"),
+    ("ld4-l8-w96-bucket1-shapes-healthy", "user_layerdrop.py", "--layers 8 --width 96 --bucket-cap-mb 1 --gradient-as-bucket-view --shapes --seed 2"),
+    ("ld4-drop0.5-healthy", "user_layerdrop.py", "--drop-rate 0.5 --seed 3"),
+    ("ld4-fwd2x-r1", "user_layerdrop.py", "--slow-rank 1 --factor 2 --seed 4"),
+    ("ld4-shapes-fwd3x-r2", "user_layerdrop.py", "--shapes --slow-rank 2 --factor 3 --seed 5"),
+    ("ld4-fwd1.6x-r3", "user_layerdrop.py", "--slow-rank 3 --factor 1.6 --seed 6"),
+    ("ld4-stepsleep80ms-r0", "user_layerdrop.py", "--slow-rank 0 --sleep-ms 80 --seed 7"),
+    ("ld4-stepsleep120ms-r2", "user_layerdrop.py", "--slow-rank 2 --sleep-ms 120 --seed 8"),
+    ("ld4-hog-r1", "user_layerdrop.py", "--slow-rank 1 --hog --seed 9"),
+    ("ld4-seqlognorm0.6", "user_layerdrop.py", "--seq-sigma 0.6 --seed 10"),
+    ("ld4-skew2", "user_layerdrop.py", "--big-rank 3 --big 2 --seed 11"),
+    ("ld4-skew-nodrop2", "user_layerdrop.py", "--nodrop-rank 2 --seed 12"),
+    ("ld4-drop0.5-skew-nodrop0", "user_layerdrop.py", "--drop-rate 0.5 --nodrop-rank 0 --seed 13"),
+    ("ld4-l8-seqlognorm0.8", "user_layerdrop.py", "--layers 8 --seq-sigma 0.8 --seed 14"),
+    ("ld4-drop0-fwd2x-r0", "user_layerdrop.py", "--drop-rate 0 --slow-rank 0 --factor 2 --seed 15"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
