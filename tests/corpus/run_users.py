@@ -696,7 +696,26 @@ USERS94 = [  # held out in the ninety-fourth session: a masked-LM encoder traine
     ("ld4-drop0-fwd2x-r0", "user_layerdrop.py", "--drop-rate 0 --slow-rank 0 --factor 2 --seed 15"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94}
+USERS94B = [  # held out in the ninety-fourth session: a llama-style decoder under HSDP (FSDP2 fully_shard on a 2x2 replicate x shard mesh), parameters all-gathered within each shard pair, gradients reduced there and all-reduced across the replicas
+    ("hsdp4-healthy", "user_hsdp.py", "--seed 0"),
+    ("hsdp4-noreshard-healthy", "user_hsdp.py", "--no-reshard --seed 1"),
+    ("hsdp4-mesh1x4-shapes-healthy", "user_hsdp.py", "--mesh 1x4 --shapes --seed 2"),
+    ("hsdp4-learned-l6-healthy", "user_hsdp.py", "--pos learned --layers 6 --seed 3"),
+    ("hsdp4-b8-fwd3x-r1", "user_hsdp.py", "--batch 8 --slow-rank 1 --factor 3 --seed 4"),
+    ("hsdp4-b8-shapes-fwd2x-r2", "user_hsdp.py", "--batch 8 --shapes --slow-rank 2 --factor 2 --seed 5"),
+    ("hsdp4-stepsleep100ms-r3", "user_hsdp.py", "--slow-rank 3 --sleep-ms 100 --seed 6"),
+    ("hsdp4-stepsleep150ms-r0", "user_hsdp.py", "--slow-rank 0 --sleep-ms 150 --seed 7"),
+    ("hsdp4-prefetchsleep50ms-r1", "user_hsdp.py", "--slow-rank 1 --prefetch-sleep-ms 50 --seed 8"),
+    ("hsdp4-prefetchsleep30ms-r2", "user_hsdp.py", "--slow-rank 2 --prefetch-sleep-ms 30 --seed 9"),
+    ("hsdp4-hog-r3", "user_hsdp.py", "--slow-rank 3 --hog --seed 10"),
+    ("hsdp4-seqlognorm0.6", "user_hsdp.py", "--seq-sigma 0.6 --seed 11"),
+    ("hsdp4-skew3", "user_hsdp.py", "--big-rank 1 --big 3 --seed 12"),
+    ("hsdp4-skewreplica2", "user_hsdp.py", "--big-replica 1 --big 2 --seed 13"),
+    ("hsdp4-noreshard-seqlognorm0.8", "user_hsdp.py", "--no-reshard --seq-sigma 0.8 --seed 14"),
+    ("hsdp4-b8-fwd2.5x-r0", "user_hsdp.py", "--batch 8 --slow-rank 0 --factor 2.5 --seed 15"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
