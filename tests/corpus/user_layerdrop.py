@@ -283,10 +283,15 @@ def layer_keep(args, rank, step):
     return (u >= args.drop_rate).tolist()
 
 
+HOG_STOP = threading.Event()
+
+
 def hog_loop():
     a = torch.randn(512, 512)
     b = torch.randn(512, 512)
-    while True:
+    # stopped before the interpreter exits: a daemon thread still inside a matmul while the
+    # process tears torch down aborts it (SIGABRT on a 16-core host, after the traces were written)
+    while not HOG_STOP.is_set():
         torch.mm(a, b)
 
 
@@ -298,8 +303,10 @@ def main():
     world = dist.get_world_size()
     torch.manual_seed(args.seed)
 
+    hog = None
     if rank == args.slow_rank and args.hog:
-        threading.Thread(target=hog_loop, daemon=True).start()
+        hog = threading.Thread(target=hog_loop, daemon=True)
+        hog.start()
 
     max_len = 4 * args.seq
     model = LayerDropEncoder(args.vocab, args.width, args.heads, args.layers, max_len)
@@ -383,6 +390,9 @@ def main():
             print(f"  rank {r}: step {m:8.1f} ms  fwd {f:7.1f} ms  blocks {b:.2f}")
         print("MEDIANS " + " ".join(f"{m:.1f}" for _, m, _, _ in stats)
               + " | FWD " + " ".join(f"{f:.1f}" for _, _, f, _ in stats), flush=True)
+    if hog is not None:
+        HOG_STOP.set()
+        hog.join()
     dist.destroy_process_group()
 
 
