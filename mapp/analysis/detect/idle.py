@@ -3,9 +3,10 @@ spans a slow-launching host stretched.
 
 A slow host launches every op late, which shows as idle gaps on its timeline (its GPU waits);
 a starved data loader stalls a forward step. Both are compared with the peers' like
-``peers.compare_peers`` compares compute, per (rank, iteration). Where spans are timed on the
-GPU, a host slower than its kernels also stretches the spans themselves, unlike a slow GPU
-(``launch_bound``).
+``peers.compare_peers`` compares compute, per (rank, iteration). On CPU processes of several
+threads, the thread that computes idles too where another thread's events fill the process's
+gaps (``_driving_threads``). Where spans are timed on the GPU, a host slower than its kernels also
+stretches the spans themselves, unlike a slow GPU (``launch_bound``).
 """
 
 from __future__ import annotations
@@ -77,67 +78,56 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
         dispatch = pl.any_horizontal([pl.col("name").str.starts_with(p) for p in COMM_OP_PREFIXES])
         waiting = waiting | ((pl.col("cat") == "other") & dispatch)
     cols = ["rank", "iteration", "ts_ns", "end_ns"] + (["name"] if recurring or "name" in leaves.columns else [])
+    lane = ["lane"] if "lane" in leaves.columns else []
     other = events.filter((pl.col("cat").is_in(["collective", "p2p", "optimizer"]) | waiting)
                           & pl.col("iteration").is_not_null()).select(
-        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "name", _launched(events)
-    ).select(cols + ["launch_ns"])
-    leaves = leaves.with_columns(_launched(leaves)).select(cols + ["launch_ns"]).with_columns(compute=pl.lit(True))
-    cols = cols + ["launch_ns", "compute"]
+        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "name", "lane",
+        _launched(events)
+    ).select(cols + ["launch_ns"] + lane)
+    leaves = leaves.with_columns(_launched(leaves)).select(cols + ["launch_ns"] + lane).with_columns(compute=pl.lit(True))
+    cols = cols + ["launch_ns"] + lane + ["compute"]
     other = other.with_columns(compute=pl.lit(False)).select(cols)
     # a GPU's own copies and fills (``memory``) say only whether the GPU was busy with this
     # rank's work while its next kernel waited (``_held_apart``)
     memory = events.filter((pl.col("cat") == "memory") & pl.col("iteration").is_not_null()).select(
-        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "name", _launched(events)
+        "rank", "iteration", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "name", "lane",
+        _launched(events)
     ).select(cols[:-1]).with_columns(compute=pl.lit(False), memory=pl.lit(True))
-    parts = [leaves.with_columns(memory=pl.lit(False)), other.with_columns(memory=pl.lit(False)).cast(
-        leaves.schema | {"memory": pl.Boolean})]
+    schema = leaves.schema | {"memory": pl.Boolean}
+    parts = [leaves.with_columns(memory=pl.lit(False)), other.with_columns(memory=pl.lit(False)).cast(schema)]
     if starts is not None and len(starts):
         marks = starts.join(leaves.select("rank", "iteration").unique(), on=["rank", "iteration"], how="semi")
         parts.append(marks.with_columns(end_ns=pl.col("ts_ns"), name=pl.lit("<start>"), launch_ns=pl.lit(None, pl.Int64),
-                                        compute=pl.lit(False)).select(cols).with_columns(memory=pl.lit(False))
-                     .cast(leaves.schema | {"memory": pl.Boolean}))
+                                        lane=pl.lit(None, pl.String), compute=pl.lit(False)).select(cols)
+                     .with_columns(memory=pl.lit(False)).cast(schema))
     if len(memory):
-        parts.append(memory.cast(leaves.schema | {"memory": pl.Boolean}))
+        parts.append(memory.cast(schema))
     if recurring:
-        parts.append(_data_marks(events, cols).cast(leaves.schema | {"memory": pl.Boolean}))
-    tl = _in_setup(_held_apart(pl.concat(parts).sort(["rank", "ts_ns"])), events)
-    stall = pl.col("gap") >= LONG_GAP_NS
-    # a stall where the forward pass hands over to the backward: the next span a backward one,
-    # the compute span before it (collectives and transfers between them) a forward one
-    # (``verdict`` reads it)
-    # (in the original MegatronApp tracer's records: a backward step after a layer's forward
-    # scope, for it times no backward layer)
-    last_compute = pl.when(pl.col("compute")).then(pl.col("name")).shift(1).forward_fill().over("rank")
-    backward = pl.col("name").str.ends_with(".backward") | pl.col("name").is_in(list(megatronapp.BACKWARD_STEPS))
-    forward = last_compute.str.ends_with(".forward") | last_compute.is_in(list(megatronapp.LAYER_SCOPES))
-    handover = (stall & backward & forward.fill_null(False) if "name" in cols else pl.lit(False))
-    tl = tl.with_columns(handover=handover)
-    if recurring:
-        tl = _in_data(tl, events)
-        tl = tl.with_columns(_recurring(_in_sites(tl, events)).alias("recurring"))
-        stall = stall & pl.col("recurring")
-    in_data = pl.col("in_data") if recurring else pl.lit(False)
-    per = tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
-                                                 queued_ns=pl.col("queued_gap").sum(),
-                                                 long_ns=pl.col("gap").filter(stall).sum(),
-                                                 data_ns=pl.col("gap").filter(stall & in_data).sum(),
-                                                 handover_ns=pl.col("gap").filter(pl.col("handover")).sum(),
-                                                 span_ns=pl.col("end_ns").max() - pl.col("ts_ns").min())
-    if stalled is not None and len(stalled):   # host time spent inside a coarse step span
-        per = per.join(stalled, on=["rank", "iteration"], how="left").with_columns(
-            gap_ns=pl.col("gap_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64),
-            long_ns=pl.col("long_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
-    per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
-    if loss_stage:
-        per = _loss_stage(per, coords["pp"].max())
+        parts.append(_data_marks(events, cols).cast(schema))
+    timeline = pl.concat(parts).sort(["rank", "ts_ns"])
     g = [c for c in group if c != "rank"] + ["iteration"] if group != ["rank"] else ["rank"]
-    per = per.with_columns(gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
-                           long_excess_ns=(pl.col("long_ns") - pl.col("long_ns").median().over(g)).cast(pl.Float64),
-                           handover_excess_ns=(pl.col("handover_ns") - pl.col("handover_ns").median().over(g))
-                           .cast(pl.Float64),
-                           data_excess_ns=(pl.col("data_ns") - pl.col("data_ns").median().over(g)).cast(pl.Float64),
-                           queued_excess_ns=(pl.col("queued_ns") - pl.col("queued_ns").median().over(g)).cast(pl.Float64),
-                           n_peers=pl.len().over(g))
+
+    def excess(tl: pl.DataFrame) -> pl.DataFrame:
+        per = _per_iteration(tl, events, cols, recurring)
+        if stalled is not None and len(stalled):   # host time spent inside a coarse step span
+            per = per.join(stalled, on=["rank", "iteration"], how="left").with_columns(
+                gap_ns=pl.col("gap_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64),
+                long_ns=pl.col("long_ns") + pl.col("stall_ns").fill_null(0).cast(pl.Int64)).drop("stall_ns")
+        per = per.join(coords.select("rank", "tp", "pp", "dp"), on="rank", how="left")
+        if loss_stage:
+            per = _loss_stage(per, coords["pp"].max())
+        return per.with_columns(
+            gap_excess_ns=(pl.col("gap_ns") - pl.col("gap_ns").median().over(g)).cast(pl.Float64),
+            long_excess_ns=(pl.col("long_ns") - pl.col("long_ns").median().over(g)).cast(pl.Float64),
+            handover_excess_ns=(pl.col("handover_ns") - pl.col("handover_ns").median().over(g)).cast(pl.Float64),
+            data_excess_ns=(pl.col("data_ns") - pl.col("data_ns").median().over(g)).cast(pl.Float64),
+            queued_excess_ns=(pl.col("queued_ns") - pl.col("queued_ns").median().over(g)).cast(pl.Float64),
+            n_peers=pl.len().over(g))
+
+    per = excess(timeline)
+    driving = _driving_threads(timeline, events) if lane else None
+    if driving is not None:
+        per = _idler(per, excess(driving))
     per = _readers_wait(per)
     if group != ["rank"] and per["n_peers"].min() == 2:
         # two peers: their excesses mirror each other, so the scatter across ranks is the
@@ -162,6 +152,110 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
         gap_flagged=pl.col("gap_z") > z_crit, gap_share=pl.col("gap_excess_ns") >= min_effect * pl.col("span_ns")
     ).select("rank", "iteration", "gap_ns", "gap_excess_ns", "gap_z", "gap_flagged", "gap_share", "long_excess_ns",
              "handover_excess_ns", "queued_excess_ns", "data_excess_ns")
+
+
+def _per_iteration(timeline: pl.DataFrame, events: pl.DataFrame, cols: list[str], recurring: bool) -> pl.DataFrame:
+    """Per (rank, iteration) of ``timeline`` (``idle_gaps``' events, sorted by rank and start):
+    its idle time (``gap_ns``, ``n_gaps``, ``queued_ns``), its stalls (``long_ns``), those in its
+    data loader (``data_ns``) and at the forward's hand-over to the backward (``handover_ns``),
+    and ``span_ns``."""
+    tl = _in_setup(_held_apart(timeline), events)
+    if "name" in tl.columns:   # a driving thread's wait for another thread's transfer is not idle
+        tl = tl.filter(pl.col("name") != WAKE)
+    stall = pl.col("gap") >= LONG_GAP_NS
+    # a stall where the forward pass hands over to the backward: the next span a backward one,
+    # the compute span before it (collectives and transfers between them) a forward one
+    # (``verdict`` reads it)
+    # (in the original MegatronApp tracer's records: a backward step after a layer's forward
+    # scope, for it times no backward layer)
+    last_compute = pl.when(pl.col("compute")).then(pl.col("name")).shift(1).forward_fill().over("rank")
+    backward = pl.col("name").str.ends_with(".backward") | pl.col("name").is_in(list(megatronapp.BACKWARD_STEPS))
+    forward = last_compute.str.ends_with(".forward") | last_compute.is_in(list(megatronapp.LAYER_SCOPES))
+    handover = (stall & backward & forward.fill_null(False) if "name" in cols else pl.lit(False))
+    tl = tl.with_columns(handover=handover)
+    if recurring:
+        tl = _in_data(tl, events)
+        tl = tl.with_columns(_recurring(_in_sites(tl, events)).alias("recurring"))
+        stall = stall & pl.col("recurring")
+    in_data = pl.col("in_data") if recurring else pl.lit(False)
+    return tl.group_by(["rank", "iteration"]).agg(gap_ns=pl.col("gap").sum(), n_gaps=pl.len(),
+                                                  queued_ns=pl.col("queued_gap").sum(),
+                                                  long_ns=pl.col("gap").filter(stall).sum(),
+                                                  data_ns=pl.col("gap").filter(stall & in_data).sum(),
+                                                  handover_ns=pl.col("gap").filter(pl.col("handover")).sum(),
+                                                  span_ns=pl.col("end_ns").max() - pl.col("ts_ns").min())
+
+
+def _driving_threads(timeline: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame | None:
+    """Each rank's driving thread, the one that runs most of its compute, as a timeline of all
+    its events (ops and the ranges around them) and the marks of no thread, on CPU processes (no
+    GPU stream) where some rank's events lie on two threads or more of a profiler's trace; None
+    elsewhere. Its gaps are the time the thread spent outside everything the trace records.
+
+    Another thread's events fill the gaps of a process's timeline, and on a CPU the thread that
+    computes is the device: while it sleeps, nothing is computed, whatever another thread waits
+    on (Horovod-style, 4 processes on 2 cores, rank 2 sleeping 40 ms before each step: its main
+    thread outside any range 40 ms a step, its peers' 0.1-0.3 ms, while its background thread's
+    negotiation all-reduces ran through the sleep; a user's speech model under DDP, rank 3
+    sleeping 60 ms: gloo's asynchronous all-reduce spans of the step before, on a thread of
+    their own, covered it; "no suspect" in both). Its ranges count as busy: a thread waits for
+    its peers inside them, between ops (the leaves alone left each rank's main thread idle
+    for 0-75 ms a step by turns there). So does its time outside them until a transfer of
+    another thread of its rank ends (``WAKE``): it waits there for a collective no op of its own
+    records (plain DDP, 4 processes on 2 cores, no fault: its main thread outside any range
+    3-65 ms a step by turns, nearly every such gap ending 0.02-0.6 ms after a gloo all-reduce of
+    another thread did; of the 40 ms sleeps, 2-40 ms were left after the last transfer's end)."""
+    if timeline.filter(pl.col("lane").str.starts_with("stream:")).height:
+        return None
+    # (a profiler's threads, ``cpu:<tid>``; mapp's capture writes lanes of its own, compute and
+    # comm, that are no threads)
+    thread = pl.col("lane").str.starts_with("cpu:")
+    threads = timeline.filter(thread).group_by("rank").agg(n=pl.col("lane").n_unique())
+    if threads.is_empty() or threads["n"].max() < 2:
+        return None
+    driver = (timeline.filter(pl.col("compute") & thread).group_by("rank", "lane").len()
+              .sort("len", "lane", descending=[True, False]).group_by("rank", maintain_order=True).first()
+              .select("rank", "lane"))
+    own = events.filter(pl.col("iteration").is_not_null() & pl.col("dur_ns").is_not_null()).join(
+        driver, on=["rank", "lane"], how="semi").select(
+        "rank", "iteration", "ts_ns", end_ns=pl.col("ts_ns") + pl.col("dur_ns"), name="name", lane="lane",
+        launch_ns=pl.lit(None, pl.Int64), compute=pl.col("cat") == "compute", memory=pl.lit(False))
+    marks = timeline.filter(pl.col("lane").is_null()).join(driver.select("rank"), on="rank", how="semi")
+    # the end of each transfer of the rank's other threads: the thread waiting on it idles only
+    # from there (``_per_iteration`` takes the gap before such a mark as waiting)
+    wakes = events.filter(pl.col("iteration").is_not_null() & pl.col("cat").is_in(["collective", "p2p"])
+                          & pl.col("lane").str.starts_with("cpu:") & pl.col("dur_ns").is_not_null()).join(
+        driver, on="rank").filter(pl.col("lane") != pl.col("lane_right")).select(
+        "rank", "iteration", ts_ns=pl.col("ts_ns") + pl.col("dur_ns"), end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
+        name=pl.lit(WAKE), lane="lane_right", launch_ns=pl.lit(None, pl.Int64), compute=pl.lit(False),
+        memory=pl.lit(False))
+    return pl.concat([own.select(marks.columns).cast(marks.schema), marks, wakes.select(marks.columns).cast(marks.schema)]
+                     ).sort(["rank", "ts_ns"])
+
+
+WAKE = "<transfer done>"
+"""The mark ``_driving_threads`` leaves where a transfer of another thread of the rank ended."""
+
+
+_CHOSEN = ["gap_ns", "n_gaps", "gap_excess_ns", "long_excess_ns", "handover_excess_ns", "data_excess_ns",
+           "queued_excess_ns"]
+
+
+def _idler(process: pl.DataFrame, thread: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, iteration), the process's idle time against its peers' or its driving
+    thread's against theirs (``_driving_threads``), whichever exceeds its peers' more. A stall of
+    a thread of its own (a background thread sleeping before each all-reduce it runs) leaves
+    every rank's driving thread waiting alike, where only the process's timeline shows whose it
+    was; a sleep of the driving thread, where another thread's events run through it, only the
+    thread's. Among three peers or more: two peers' excesses mirror each other, and the larger of
+    two views, taken for each, breaks the mirror (a user's ring all-reduce by hand, programs of two
+    ranks each, its threads outside any recorded range while waiting on transfers: one rank's
+    thread 2-27 ms a step more than its peer's, "slow host 1" first where a slow link was)."""
+    thread = thread.select("rank", "iteration", *[pl.col(c).alias(f"_{c}") for c in _CHOSEN])
+    out = process.join(thread, on=["rank", "iteration"], how="left")
+    own = (pl.col("_gap_excess_ns").fill_null(float("-inf")) > pl.col("gap_excess_ns")) & (pl.col("n_peers") >= 3)
+    return out.with_columns([pl.when(own).then(pl.col(f"_{c}")).otherwise(pl.col(c)).alias(c) for c in _CHOSEN]
+                            ).drop([f"_{c}" for c in _CHOSEN])
 
 
 def _held_apart(tl: pl.DataFrame) -> pl.DataFrame:
@@ -320,7 +414,7 @@ def _data_spans(events: pl.DataFrame) -> pl.DataFrame:
     """Each rank's data-loader spans (``schema.DATA_WAIT_PREFIX``): ``rank``, ``iteration``,
     ``ts_ns``, ``end_ns``."""
     return events.filter(pl.col("name").str.starts_with(DATA_WAIT_PREFIX) & pl.col("iteration").is_not_null()).select(
-        "rank", "iteration", "ts_ns", end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
+        "rank", "iteration", "ts_ns", "lane", end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
 
 
 def _data_marks(events: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -328,7 +422,7 @@ def _data_marks(events: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     time before one is its host fetching or waiting for a batch, where no op ran after it in
     the span."""
     return _data_spans(events).select(
-        "rank", "iteration", ts_ns=pl.col("end_ns"), end_ns=pl.col("end_ns"), name=pl.lit("<data>"),
+        "rank", "iteration", "lane", ts_ns=pl.col("end_ns"), end_ns=pl.col("end_ns"), name=pl.lit("<data>"),
         launch_ns=pl.lit(None, pl.Int64), compute=pl.lit(False), memory=pl.lit(False)).select(*cols, "memory")
 
 

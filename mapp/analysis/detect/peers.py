@@ -108,6 +108,11 @@ def _launches(ops: pl.DataFrame) -> list[str]:
     return ["launch_ns"] if "launch_ns" in ops.columns else []
 
 
+def _lanes(ops: pl.DataFrame) -> list[str]:
+    """``lane`` where the ops have it (``idle.idle_gaps`` finds each rank's driving thread by it)."""
+    return ["lane"] if "lane" in ops.columns else []
+
+
 def _mode(sizes: dict[str, int] | None, iterations: int, programs: bool) -> tuple[str, list[str], list[str], str | None]:
     if sizes is None and programs:
         return "program peers", ["pp"], _KEY, None
@@ -162,7 +167,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
         ops = contended(ops, timed)
-        leaves = ops.select("rank", "iteration", "ts_ns", "end_ns", "name", *_launches(ops))
+        leaves = ops.select("rank", "iteration", "ts_ns", "end_ns", "name", *_launches(ops), *_lanes(ops))
         gaps = idle_gaps(events, leaves, group, coords, min_effect, starts, recurring=shared_cpus)
         # (ops the stages do not call alike are no one's same work; the gaps above were measured
         # between all ops, so their time stays busy, not idle)
@@ -190,7 +195,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
     ops = all_leaves = leaf_ops(timed)
     if ops.is_empty():
         return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
-    leaves = ops.select("rank", "iteration", "ts_ns", "end_ns", "name")
+    leaves = ops.select("rank", "iteration", "ts_ns", "end_ns", "name", *_lanes(ops))
     stage_gaps = False
     if mode == "layer peers":
         ops = ops.filter(_IS_LAYER)

@@ -810,6 +810,17 @@ def test_a_background_threads_stall_before_its_all_reduce_is_a_slow_host():
     assert len(verdict.suspects) == 1
 
 
+def test_a_training_thread_asleep_while_its_background_thread_runs_is_a_slow_host():
+    # the same job, rank 2's training thread sleeping 40 ms before each step: its background
+    # thread's timer all-reduces ran through the sleep, so the process never looked idle; its
+    # training thread, outside anything the trace records for 40 ms a step (its peers' 0.1-0.3
+    # ms), does ("no suspect" before)
+    verdict = detect_bundle(load_bundle(CASES["hvd4-stepsleep40ms-r2"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, top.rank) == ("slow_host", 2)
+    assert len(verdict.suspects) == 1
+
+
 def test_a_replica_of_4x_the_batch_whose_optimizer_is_a_little_slower_too_is_imbalance():
     # skip-gram with sparse embeddings, rank 1's batch 4x, no shapes: even its fastest calls of
     # mid-sized work took 4.1x its peers', its optimizer's 1.17x (its sparse updates a little
