@@ -57,7 +57,10 @@ def idle_gaps(events: pl.DataFrame, leaves: pl.DataFrame, group: list[str], coor
     before it was a forward one (0 without names). ``loss_stage``: stages are compared with each
     other (one rank per stage), or processes share CPUs under mapp's capture (a profiler trace
     records the loss's ops), so the last stage's hand-over stalls, where it computes the loss
-    outside the traced spans, are its program's, not idle time (``_loss_stage``)."""
+    outside the traced spans, are its program's, not idle time (``_loss_stage``). Where ``leaves``
+    carry their ``lane`` and a profiler traced CPU processes of several threads, each rank's
+    idle time is also measured on the thread that computes (``_driving_threads``), and the larger
+    excess over its peers of the two is kept (``_idler``)."""
     # GPU communication kernels that no comm event stands for (schema.COMM_KERNEL_PATTERN) are
     # waiting for peers too: without them a pipeline's first stage, idle on its GPU while a
     # coalesced SendRecv waited for a slow next stage, looked like a slow host (real 4-GPU job)
