@@ -227,7 +227,7 @@ def _driving_threads(timeline: pl.DataFrame, events: pl.DataFrame) -> pl.DataFra
     # the end of each transfer of the rank's other threads: the thread waiting on it idles only
     # from there (``_per_iteration`` takes the gap before such a mark as waiting)
     wakes = events.filter(pl.col("iteration").is_not_null() & pl.col("cat").is_in(["collective", "p2p"])
-                          & pl.col("lane").str.starts_with("cpu:") & pl.col("dur_ns").is_not_null()).join(
+                          & thread & pl.col("dur_ns").is_not_null()).join(
         driver, on="rank").filter(pl.col("lane") != pl.col("lane_right")).select(
         "rank", "iteration", ts_ns=pl.col("ts_ns") + pl.col("dur_ns"), end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
         name=pl.lit(WAKE), lane="lane_right", launch_ns=pl.lit(None, pl.Int64), compute=pl.lit(False),
@@ -415,7 +415,7 @@ def _in_sites(tl: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
 
 def _data_spans(events: pl.DataFrame) -> pl.DataFrame:
     """Each rank's data-loader spans (``schema.DATA_WAIT_PREFIX``): ``rank``, ``iteration``,
-    ``ts_ns``, ``end_ns``."""
+    ``ts_ns``, ``lane``, ``end_ns``."""
     return events.filter(pl.col("name").str.starts_with(DATA_WAIT_PREFIX) & pl.col("iteration").is_not_null()).select(
         "rank", "iteration", "ts_ns", "lane", end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
 
