@@ -715,7 +715,26 @@ USERS94B = [  # held out in the ninety-fourth session: a llama-style decoder und
     ("hsdp4-b8-fwd2.5x-r0", "user_hsdp.py", "--batch 8 --slow-rank 0 --factor 2.5 --seed 15"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B}
+USERS95 = [  # held out in the ninety-fifth session: serving a decoder with hand-written Megatron-style TP and a KV cache (prefill, then one-token decode steps, 2 all-reduces a layer each), replicas meeting once a request batch
+    ("tp2dp2-gen-healthy", "user_tp_generate.py", "--seed 101"),
+    ("tp2dp2-gen-greedy-healthy", "user_tp_generate.py", "--seed 102 --temperature 0 --shapes"),
+    ("tp2dp2-gen-deep-healthy", "user_tp_generate.py", "--seed 103 --layers 3 --dim 256 --heads 4"),
+    ("tp2dp2-gen-long-healthy", "user_tp_generate.py", "--seed 104 --batch 4 --new-tokens 24"),
+    ("tp4-gen-healthy", "user_tp_generate.py", "--seed 105 --tp 4"),
+    ("tp2dp2-gen-fwd6x-r2", "user_tp_generate.py", "--seed 106 --slow-rank 2 --factor 6"),
+    ("tp2dp2-gen-fwd8x-r1", "user_tp_generate.py", "--seed 107 --slow-rank 1 --factor 8"),
+    ("tp2dp2-gen-fwd8x-r3", "user_tp_generate.py", "--seed 108 --slow-rank 3 --factor 8"),
+    ("tp2dp2-gen-stepsleep100ms-r3", "user_tp_generate.py", "--seed 109 --slow-rank 3 --sleep-ms 100"),
+    ("tp2dp2-gen-tokensleep10ms-r0", "user_tp_generate.py", "--seed 110 --slow-rank 0 --token-sleep-ms 10"),
+    ("tp2dp2-gen-hog-r2", "user_tp_generate.py", "--seed 111 --slow-rank 2 --hog"),
+    ("tp4-gen-tokensleep10ms-r1", "user_tp_generate.py", "--seed 112 --tp 4 --slow-rank 1 --token-sleep-ms 10"),
+    ("tp4-gen-stepsleep100ms-r2", "user_tp_generate.py", "--seed 113 --tp 4 --slow-rank 2 --sleep-ms 100"),
+    ("tp2dp2-gen-seqlognorm0.6", "user_tp_generate.py", "--seed 114 --seq-sigma 0.6"),
+    ("tp2dp2-gen-gen-seqlognorm0.6", "user_tp_generate.py", "--seed 115 --gen-sigma 0.6"),
+    ("tp2dp2-gen-skew2", "user_tp_generate.py", "--seed 116 --big-replica 1 --big 2"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
