@@ -734,7 +734,26 @@ USERS95 = [  # held out in the ninety-fifth session: serving a decoder with hand
     ("tp2dp2-gen-skew2", "user_tp_generate.py", "--seed 116 --big-replica 1 --big 2"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95}
+USERS95B = [  # held out in the ninety-fifth session: megatron-core GPT with mcore's DDP and distributed optimizer (ZeRO-1: gradients reduce-scattered, parameters all-gathered), DP4 or TP2 x DP2, get_forward_backward_func over microbatches
+    ("dopt4-healthy", "user_mcore_distopt.py", "--seed 501 --shapes"),
+    ("dopt4-tp2-healthy", "user_mcore_distopt.py", "--seed 502 --tp 2"),
+    ("dopt4-ovl-healthy", "user_mcore_distopt.py", "--seed 503 --overlap-grad-reduce --overlap-param-gather --bucket-size 200000"),
+    ("dopt4-l3h192-noclip-healthy", "user_mcore_distopt.py", "--seed 504 --layers 3 --hidden 192 --clip-grad 0"),
+    ("dopt4-tp2-mb3-healthy", "user_mcore_distopt.py", "--seed 505 --tp 2 --micro-batches 3"),
+    ("dopt4-tp2-fwd5x-r2", "user_mcore_distopt.py", "--seed 511 --tp 2 --slow-rank 2 --factor 5"),
+    ("dopt4-ovl-fwd6x-r0", "user_mcore_distopt.py", "--seed 512 --overlap-grad-reduce --overlap-param-gather --bucket-size 200000 --slow-rank 0 --factor 6"),
+    ("dopt4-stepsleep200ms-r3", "user_mcore_distopt.py", "--seed 513 --slow-rank 3 --sleep-ms 200"),
+    ("dopt4-ovl-stepsleep150ms-r1", "user_mcore_distopt.py", "--seed 514 --overlap-grad-reduce --overlap-param-gather --bucket-size 200000 --slow-rank 1 --sleep-ms 150"),
+    ("dopt4-tp2-mb3-datasleep60ms-r1", "user_mcore_distopt.py", "--seed 515 --tp 2 --micro-batches 3 --slow-rank 1 --data-sleep-ms 60"),
+    ("dopt4-tp2-mb3-datasleep40ms-r2", "user_mcore_distopt.py", "--seed 516 --tp 2 --micro-batches 3 --slow-rank 2 --data-sleep-ms 40"),
+    ("dopt4-hog-r3", "user_mcore_distopt.py", "--seed 517 --slow-rank 3 --hog"),
+    ("dopt4-seqlognorm0.5", "user_mcore_distopt.py", "--seed 521 --seq-sigma 0.5"),
+    ("dopt4-tp2-seqlognorm0.8", "user_mcore_distopt.py", "--seed 522 --tp 2 --seq-sigma 0.8"),
+    ("dopt4-skew2", "user_mcore_distopt.py", "--seed 523 --big-rank 1 --big 2"),
+    ("dopt4-tp2-mb3-skew2", "user_mcore_distopt.py", "--seed 524 --tp 2 --micro-batches 3 --big-rank 2 --big 2"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
