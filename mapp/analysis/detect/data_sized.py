@@ -197,10 +197,19 @@ def input_floors(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | N
     """Per rank of a program of ``PACED_RANKS`` ranks or more, on CPU processes recorded without
     input shapes: ``input_floor``, the median over its op kinds of its fastest call against its
     peers' (the median of the others' fastest), over the kinds whose peers' fastest call lies in
-    ``UNSLICED_NS``, and ``input_kinds``, how many; ``param_floor``, the same over the
-    ops inside the optimizer's step and ``zero_grad`` (``cat`` "optimizer" spans), which work on
-    the parameters whatever the data, and ``param_kinds``, how many. None where the trace has
-    shapes or GPU kernels (their sizes tell), or no optimizer spans.
+    ``UNSLICED_NS``, and ``input_kinds``, how many; ``param_floor``, the median over the ops
+    inside the optimizer's step and ``zero_grad`` (``cat`` "optimizer" spans), which work on the
+    parameters whatever the data, of each one's call against its peers' in the same iteration
+    (``_iteration_ratios``), and ``param_kinds``, how many; where fewer than ``PARAM_KINDS`` pair
+    one to one, the whole steps' (``_whole_steps``). None where the trace has shapes or GPU
+    kernels (their sizes tell), or no optimizer spans.
+
+    The optimizer's calls are compared iteration by iteration, not by their fastest: they take
+    microseconds, which no time slice interrupts, but which the machine's state of the moment
+    sets (the lent GPU host's cores, a user's fine-tune, one replica's batch 2x: its optimizer's
+    calls took 6.4-7.1 us in every step, its peers' 3.9-4.4 us in some steps and 6.3-7.4 us in
+    the others, in the same steps as its own; by their fastest its optimizer read 1.56x, a slower
+    device, and it was named "slow compute 0", 1.74x; step by step it reads 1.05x).
 
     A kind is an op's n-th call in an iteration, where every rank of the program calls it as
     often (``peers.nth_call``; only called where stage 1 paired calls so, every rank's ``pp``
@@ -228,31 +237,94 @@ def input_floors(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | N
            .with_columns(param=pl.col("opt_end").is_not_null() & (pl.col("ts_ns") + pl.col("dur_ns") <= pl.col("opt_end")))
            .join(coords.select("rank", "pp"), on="rank", how="left"))
     ranks = ops.group_by("pp").agg(n=pl.col("rank").n_unique())
-    fast = (ops.group_by("rank", "pp", "name", "shape").agg(fast=pl.col("self_ns").min(), param=pl.col("param").all(),
-                                                            its=pl.col("iteration").n_unique())
+    kind = ["pp", "name", "shape"]
+    fast = (ops.group_by("rank", *kind).agg(fast=pl.col("self_ns").min(), param=pl.col("param").all(),
+                                            its=pl.col("iteration").n_unique())
             .filter(pl.col("its") >= 3).join(ranks, on="pp")
-            .filter((pl.col("n") >= PACED_RANKS) & (pl.len().over("pp", "name", "shape") == pl.col("n")))
-            .sort("pp", "name", "shape", "rank"))
+            .filter((pl.col("n") >= PACED_RANKS) & (pl.len().over(kind) == pl.col("n")))
+            .sort(*kind, "rank"))
     if fast.is_empty():
         return None
-    gid = fast.select(pl.struct("pp", "name", "shape").rank("dense")).to_series().to_numpy()
+    gid = fast.select(pl.struct(*kind).rank("dense")).to_series().to_numpy()
     fast = fast.with_columns(peer=pl.Series(others_median(gid, fast["fast"].to_numpy().astype(float))))
-    fast = fast.filter(pl.col("peer") > 0)
+    fast = fast.filter(pl.col("peer") > 0).join(_iteration_ratios(ops, kind), on=["rank", *kind], how="left")
     lo, hi = UNSLICED_NS
     rows = []
     for (rank,), g in fast.group_by("rank"):
         mid = g.filter(~pl.col("param") & pl.col("peer").is_between(lo, hi))
         par = g.filter(pl.col("param"))
-        rows.append((rank, _median(mid), mid.height, _median(par), par.height))
-    return pl.DataFrame(rows, schema={"rank": fast.schema["rank"], "input_floor": pl.Float64, "input_kinds": pl.Int64,
-                                      "param_floor": pl.Float64, "param_kinds": pl.Int64}, orient="row")
+        rows.append((rank, _median(mid, "fast"), mid.height, _median(par, "ratio"), par.height))
+    floors = pl.DataFrame(rows, schema={"rank": fast.schema["rank"], "input_floor": pl.Float64, "input_kinds": pl.Int64,
+                                        "param_floor": pl.Float64, "param_kinds": pl.Int64}, orient="row")
+    whole = _whole_steps(timed, coords)
+    if whole is None:
+        return floors
+    # (where too few of the optimizer's calls pair one to one, its whole steps)
+    few = pl.col("param_kinds") < PARAM_KINDS
+    return floors.join(whole, on="rank", how="left").with_columns(
+        param_floor=pl.when(few & pl.col("step_floor").is_not_null()).then("step_floor").otherwise("param_floor"),
+        param_kinds=pl.when(few & pl.col("step_floor").is_not_null()).then("step_kinds").otherwise("param_kinds"),
+    ).drop("step_floor", "step_kinds")
 
 
-def _median(g: pl.DataFrame) -> float | None:
-    """The median of ``fast / peer`` over ``g``'s kinds, each one vote (how broadly the rank is
-    slower: work added to a few ops, a layer's wider matmuls, moves a few kinds, larger inputs
-    most); None for no rows."""
-    return float((g["fast"] / g["peer"]).median()) if g.height else None
+STEP_SPAN = "Optimizer.step"
+"""The start of the name of the span a ``torch.optim`` optimizer records around its step."""
+
+
+def _whole_steps(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | None:
+    """Per rank of a program of ``PACED_RANKS`` ranks or more: ``step_floor``, the median over
+    iterations of its optimizer's steps' time (``STEP_SPAN`` spans) against its peers' median in
+    the same iteration, and ``step_kinds``, the fewest op names any rank of its program calls
+    inside them. A distributed optimizer steps each rank's shard of the parameters, of one size
+    on every rank but of other tensors, so its calls pair with no peer's one to one (megatron-core's,
+    4 gloo processes: 5, 7, 8 and 10 ``aten::addcdiv_`` calls a step by rank), while its whole step
+    is the same work: a replica handed twice the batch stepped in 1.04x its peers' time (its
+    compute 1.65x). None where no program has that many ranks with steps."""
+    steps = timed.filter((pl.col("cat") == "optimizer") & pl.col("name").str.starts_with(STEP_SPAN))
+    if steps.is_empty():
+        return None
+    program = coords.select("rank", "pp")
+    per = (steps.group_by("rank", "iteration").agg(t=pl.col("dur_ns").sum().cast(pl.Float64))
+           .join(program, on="rank", how="left")
+           .filter(pl.col("rank").n_unique().over("pp") >= PACED_RANKS)
+           .filter(pl.len().over("pp", "iteration") >= PACED_RANKS).sort("pp", "iteration", "rank"))
+    if per.is_empty():
+        return None
+    gid = per.select(pl.struct("pp", "iteration").rank("dense")).to_series().to_numpy()
+    per = per.with_columns(peer=pl.Series(others_median(gid, per["t"].to_numpy()))).filter(pl.col("peer") > 0)
+    spans = steps.select("rank", "lane", s=pl.col("ts_ns"), e=pl.col("ts_ns") + pl.col("dur_ns")).sort("s")
+    inside = (timed.filter(pl.col("cat") == "compute").sort("ts_ns")
+              .join_asof(spans, left_on="ts_ns", right_on="s", by=["rank", "lane"], strategy="backward",
+                         check_sortedness=False)
+              .filter(pl.col("e").is_not_null() & (pl.col("ts_ns") + pl.col("dur_ns") <= pl.col("e")))
+              .group_by("rank").agg(kinds=pl.col("name").n_unique()).join(program, on="rank", how="left"))
+    kinds = inside.group_by("pp").agg(step_kinds=pl.col("kinds").min())
+    return (per.group_by("rank", "pp").agg(step_floor=(pl.col("t") / pl.col("peer")).median())
+            .join(kinds, on="pp", how="left").with_columns(pl.col("step_kinds").fill_null(0).cast(pl.Int64))
+            .select("rank", "step_floor", "step_kinds"))
+
+
+def _median(g: pl.DataFrame, by: str) -> float | None:
+    """The median over ``g``'s kinds, each one vote (how broadly the rank is slower: work added to
+    a few ops, a layer's wider matmuls, moves a few kinds, larger inputs most), of ``fast / peer``
+    (``by`` "fast") or of ``ratio`` (``_iteration_ratios``); None for no rows."""
+    if not g.height:
+        return None
+    return float((g["fast"] / g["peer"]).median() if by == "fast" else g["ratio"].median())
+
+
+def _iteration_ratios(ops: pl.DataFrame, kind: list[str]) -> pl.DataFrame:
+    """Per (rank, ``kind``): ``ratio``, the median over iterations of its call's time
+    against the median of its peers' calls of the kind in the same iteration."""
+    per = (ops.group_by("rank", *kind, "iteration").agg(t=pl.col("self_ns").min().cast(pl.Float64))
+           .filter(pl.len().over(*kind, "iteration") >= 2).sort(*kind, "iteration", "rank"))
+    if per.is_empty():
+        return pl.DataFrame(schema={"rank": ops.schema["rank"], **{k: ops.schema[k] for k in kind if k in ops.columns},
+                                    "ratio": pl.Float64})
+    gid = per.select(pl.struct(*kind, "iteration").rank("dense")).to_series().to_numpy()
+    per = per.with_columns(peer_t=pl.Series(others_median(gid, per["t"].to_numpy())))
+    per = per.filter(pl.col("peer_t") > 0)
+    return per.group_by("rank", *kind).agg(ratio=(pl.col("t") / pl.col("peer_t")).median())
 
 
 def larger_inputs(row: dict, threshold: float) -> bool:

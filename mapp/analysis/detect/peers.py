@@ -35,6 +35,7 @@ from mapp.analysis.detect.idle import (BACKWARD, NOISE, data_stalls, idle_gaps, 
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.replicas import polish
+from mapp.analysis.detect.loop_trips import with_trips
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.slow_blocks import slow_blocks
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
@@ -166,7 +167,7 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
         ops = self_times(timed)
         if ops.is_empty():
             return PeerEvidence("skipped", "no compute events to compare", min_effect=min_effect)
-        ops = contended(ops, timed)
+        ops = with_trips(contended(ops, timed), timed, coords)
         leaves = ops.select("rank", "iteration", "ts_ns", "end_ns", "name", *_launches(ops), *_lanes(ops))
         gaps = idle_gaps(events, leaves, group, coords, min_effect, starts, recurring=shared_cpus)
         # (ops the stages do not call alike are no one's same work; the gaps above were measured

@@ -630,7 +630,11 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     beside = ([pl.col("self_ns").filter(~pl.col("contended")).sum().cast(pl.Float64).alias("t_alone"),
                pl.col("contended").sum().cast(pl.Float64).alias("beside")]
               if "contended" in ops.columns and not stages_alone else [])
-    counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64),
+    # (``trips``: where a loop's trips differ between ranks of one program, each call inside it
+    # counts at its peers' trips, ``loop_trips``; not between pipeline stages, whose programs differ)
+    at_trips = "trips" in ops.columns and not programs_differ and bool((ops["trips"] != 1.0).any())
+    trips = [pl.col("trips").sum().cast(pl.Float64).alias("calls_trip")] if at_trips else []
+    counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64), *trips,
                                                                       t=pl.col("self_ns").sum().cast(pl.Float64),
                                                                       q_it=pl.col("self_ns").quantile(QUICK).cast(pl.Float64),
                                                                       longest=pl.col("self_ns").max().cast(pl.Float64),
@@ -696,7 +700,15 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     else:
         graded = graded_work(work, peers, shared_cpus=shared_cpus)
         data_scales = _data_scales(shared, peer_calls, peer_q, graded)
-        added = added_work(work, peers, shared_cpus=shared_cpus, data_scales=data_scales)
+        if at_trips:
+            # the calls a rank adds, counted at its peers' trips of the loops the data runs
+            # unevenly (``loop_trips``); its program's uneven split stays read from the calls made
+            counted = work.with_columns(calls=pl.col("calls_trip"))
+            at = shared.with_columns(calls=pl.col("calls_trip"))
+            at_scales = _data_scales(at, others_median(gid, at["calls"].to_numpy()), peer_q, graded)
+            added = added_work(counted, peers, shared_cpus=shared_cpus, data_scales=at_scales)
+        else:
+            added = added_work(work, peers, shared_cpus=shared_cpus, data_scales=data_scales)
     work = shared.with_columns(
         own=pl.col("calls") * pl.col("q"),
         peer=pl.Series(peer_calls * peer_q),

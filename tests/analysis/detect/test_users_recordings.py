@@ -830,3 +830,57 @@ def test_a_replica_of_4x_the_batch_whose_optimizer_is_a_little_slower_too_is_imb
     verdict = detect_bundle(bundle, threshold=0.1)
     assert verdict.suspects == []
     assert any(n.startswith("rank 1 computes") and "larger inputs in every step (imbalance)" in n for n in verdict.notes)
+
+
+def test_work_added_to_a_loop_the_data_runs_unevenly_is_counted_per_trip():
+    # LayerDrop under DDP: every rank skips each block at random each step, so its calls of the
+    # blocks' ops differ from its peers' in every step, up in one and down in the next; rank 3's
+    # blocks run 1.6x their matmuls. Per trip of the loop (its ``block_<i>`` ranges) rank 3 calls
+    # ``aten::linear`` 8 times where its peers call it 4 ("no suspect" before: the counts read as
+    # the program's uneven split)
+    bundle = load_bundle(CASES["ld4-fwd1.6x-r3"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, top.rank) == ("slow_compute", 3)
+    assert len(verdict.suspects) == 1
+
+
+def test_a_loops_trips_are_read_from_the_ranges_around_its_body():
+    from mapp.analysis.detect.loop_trips import loop_ranges
+
+    events = load_bundle(CASES["ld4-fwd1.6x-r3"].directory).scan().filter(pl.col("ph") == "X").collect()
+    coords = events.select("rank").unique().with_columns(pp=pl.lit(0))
+    loops = loop_ranges(events, coords)
+    assert loops is not None and set(loops["family"]) == {"block_#"}
+    # each rank's trips are its block ranges in that step; its scale, its peers' median over them
+    blocks = (events.filter(pl.col("name").str.starts_with("block_")).group_by("rank", "iteration")
+              .agg(n=pl.len().cast(pl.Float64)))
+    joined = loops.join(blocks, on=["rank", "iteration"])
+    assert joined.height == loops.height and (joined["trips"] == joined["n"]).all()
+    assert joined["trips"].n_unique() > 1
+
+
+def test_a_range_around_work_one_rank_alone_does_is_that_work_not_a_loop():
+    # megatron-core TP2 x DP2 with the distributed optimizer: rank 2 redoes its layers' matmuls 4
+    # more times inside a range of its own, entered 0 times on its peers. Trips of a range only
+    # some ranks run are no loop the data runs unevenly (``loop_trips``): counted per trip, the
+    # extra matmuls were scaled away ("no suspect" while they were)
+    bundle = load_bundle(CASES["dopt4-tp2-fwd5x-r2"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, top.rank) == ("slow_compute", 2)
+    from mapp.analysis.detect.loop_trips import loop_ranges
+
+    events = bundle.scan().filter(pl.col("ph") == "X").collect()
+    assert loop_ranges(events, events.select("rank").unique().with_columns(pp=pl.lit(0))) is None
+
+
+def test_an_optimizer_compared_step_by_step_tells_a_larger_batch_from_a_slower_device():
+    # rank 0's batches 2x its peers', on 4 cores of the lent GPU host: its optimizer's calls took
+    # 6.4-7.1 us in every step, its peers' 3.9-4.4 us in some steps and as long as its own in the
+    # others. By their fastest calls its optimizer read 1.56x its peers' (a slower device: "slow
+    # compute 0", 1.74x, before); compared in the same steps, about theirs
+    bundle = load_bundle(CASES["ev4-skew2-host16"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.suspects == []
+    assert any(n.startswith("rank 0 computes") and "larger inputs in every step (imbalance)" in n for n in verdict.notes)
