@@ -386,8 +386,7 @@ def test_a_data_loader_behind_in_bursts_is_named_where_its_calls_are_compared_by
     assert (top.rank, top.kind) == (rank, "slow_host") and len(verdict.suspects) == 1
 
 
-@pytest.mark.parametrize(("case_id", "rank"), [("ddp4-hf-trainer-loader1-seqlognorm0.8", 1),
-                                               ("ddp4-hf-trainer-loader4-healthy", 3)])
+@pytest.mark.parametrize(("case_id", "rank"), [("ddp4-hf-trainer-loader4-healthy", 3)])
 def test_a_rank_last_in_most_steps_but_not_all_is_not_named_by_stage_2_alone(case_id, rank):
     # transformers.Trainer, 4 processes on 4 cores, no fault. Lognormal lengths padded per batch:
     # rank 1 drew the longest batches in 3 of 4 traced steps (1.31-1.45x its peers' busy time, 1.0x
@@ -399,6 +398,25 @@ def test_a_rank_last_in_most_steps_but_not_all_is_not_named_by_stage_2_alone(cas
     assert verdict.suspects == []
     said = [n for n in verdict.notes if n.startswith(f"rank {rank} kept the others waiting")]
     assert len(said) == 1 and "in 75% of the traced iterations: not a suspect" in said[0]
+
+
+def test_a_replica_that_drew_the_longest_batches_reads_as_larger_inputs_not_for_stage_2():
+    # the same Trainer job, lognormal lengths padded per batch, no fault: rank 1 drew the longest
+    # batches in 3 of 4 traced steps and was last at half the all-reduces. Even its fastest calls
+    # of mid-sized work are slower (1.3x), its optimizer's calls, compared step by step, its peers'
+    # (1.0x): larger inputs, which stage 2 does not stand in for (it did, by its waits, in 3 steps
+    # of 4, before the optimizer was compared step by step)
+    from mapp.analysis.detect.data_sized import larger_inputs
+    from mapp.analysis.detect.detector import stage_evidence
+    from mapp.analysis.detect.thresholds import Thresholds
+
+    bundle = load_bundle(CASES["ddp4-hf-trainer-loader1-seqlognorm0.8"].directory)
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.suspects == []
+    assert not any(n.startswith("rank 1 kept the others waiting") for n in verdict.notes)
+    row = stage_evidence(bundle, Thresholds.derive(0.1)).peers.ranks.filter(pl.col("rank") == 1).row(0, named=True)
+    assert row["input_floor"] > 1.2 and row["param_floor"] < 1.05
+    assert larger_inputs(row, 0.1)
 
 
 def test_a_rank_last_in_each_of_three_traced_steps_is_no_suspect_by_stage_2_alone_by_chance():
