@@ -32,10 +32,10 @@ from mapp.analysis.detect._stats import MAD_TO_SIGMA, MEDIAN_SE, robust_scale, z
 from mapp.analysis.detect.contention import contended
 from mapp.analysis.detect.idle import (BACKWARD, NOISE, data_stalls, idle_gaps, lasting_gaps, launch_bound, no_slower,
                                       stalls)
+from mapp.analysis.detect.loop_trips import with_trips
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.replicas import polish
-from mapp.analysis.detect.loop_trips import with_trips
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.slow_blocks import slow_blocks
 from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms

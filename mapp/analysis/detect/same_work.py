@@ -630,8 +630,9 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
     beside = ([pl.col("self_ns").filter(~pl.col("contended")).sum().cast(pl.Float64).alias("t_alone"),
                pl.col("contended").sum().cast(pl.Float64).alias("beside")]
               if "contended" in ops.columns and not stages_alone else [])
-    # (``trips``: where a loop's trips differ between ranks of one program, each call inside it
-    # counts at its peers' trips, ``loop_trips``; not between pipeline stages, whose programs differ)
+    # (``calls_trip``: where a loop's trips differ between ranks of one program, each call inside
+    # it at its peers' trips, ``loop_trips``, for the calls a rank adds (below); not between
+    # pipeline stages, whose programs differ)
     at_trips = "trips" in ops.columns and not programs_differ and bool((ops["trips"] != 1.0).any())
     trips = [pl.col("trips").sum().cast(pl.Float64).alias("calls_trip")] if at_trips else []
     counts = ops.group_by(["rank", *peers, "iteration", *kind]).agg(calls=pl.len().cast(pl.Float64), *trips,
