@@ -32,6 +32,7 @@ from mapp.analysis.detect.added_work import added_cost_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.peers import nth_call
 from mapp.analysis.detect.same_work import self_times
+from mapp.analysis.ingest.kineto import OPTIMIZER_STEP
 
 __all__ = ["PACED_KINDS", "PACED_PART", "PACED_RANKS", "input_floors", "larger_inputs", "looped_by_data",
            "paced_split", "sized_by_data", "sizes_unseen_notes"]
@@ -267,20 +268,17 @@ def input_floors(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | N
     ).drop("step_floor", "step_kinds")
 
 
-STEP_SPAN = "Optimizer.step"
-"""The start of the name of the span a ``torch.optim`` optimizer records around its step."""
-
-
 def _whole_steps(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | None:
     """Per rank of a program of ``PACED_RANKS`` ranks or more: ``step_floor``, the median over
-    iterations of its optimizer's steps' time (``STEP_SPAN`` spans) against its peers' median in
-    the same iteration, and ``step_kinds``, the fewest op names any rank of its program calls
-    inside them. A distributed optimizer steps each rank's shard of the parameters, of one size
-    on every rank but of other tensors, so its calls pair with no peer's one to one (megatron-core's,
-    4 gloo processes: 5, 7, 8 and 10 ``aten::addcdiv_`` calls a step by rank), while its whole step
-    is the same work: a replica handed twice the batch stepped in 1.04x its peers' time (its
-    compute 1.65x). None where no program has that many ranks with steps."""
-    steps = timed.filter((pl.col("cat") == "optimizer") & pl.col("name").str.starts_with(STEP_SPAN))
+    iterations of its optimizer's steps' time (``torch.optim``'s ``kineto.OPTIMIZER_STEP`` spans)
+    against its peers' median in the same iteration, and ``step_kinds``, the fewest op names any
+    rank of its program calls inside them. A distributed optimizer steps each rank's shard of the
+    parameters, of one size on every rank but of other tensors, so its calls pair with no peer's
+    one to one (megatron-core's, 4 gloo processes: 5, 7, 8 and 10 ``aten::addcdiv_`` calls a step
+    by rank), while its whole step is the same work: a replica handed twice the batch stepped in
+    0.95x its peers' time on 2 cores (its compute 1.72x) and 1.05x on the lent host's cores (1.65x).
+    None where no program has that many ranks with steps."""
+    steps = timed.filter((pl.col("cat") == "optimizer") & pl.col("name").str.starts_with(OPTIMIZER_STEP))
     if steps.is_empty():
         return None
     program = coords.select("rank", "pp")

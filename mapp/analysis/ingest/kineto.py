@@ -97,7 +97,7 @@ from mapp.analysis.ingest import _gloo_groups, schema
 from mapp.analysis.ingest._json import HEAD_BYTES, load_document, paused_gc, read_head
 from mapp.errors import TraceFormatError
 
-__all__ = ["NAME", "sniff", "read"]
+__all__ = ["NAME", "OPTIMIZER_STEP", "sniff", "read"]
 
 NAME = "kineto"
 
@@ -158,7 +158,8 @@ _GROUP_LABELS = {
 }
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _STEP = re.compile(r"(?:ProfilerStep|mapp:iteration)#(\d+)$")
-_OPTIMIZER_STEP = "Optimizer.step#"
+OPTIMIZER_STEP = "Optimizer.step#"
+"""How a ``torch.optim`` optimizer's span around each ``step()`` is named: ``Optimizer.step#<class>.step``."""
 _C10D_P2P = {"c10d::send": "send", "c10d::recv_": "recv", "c10d::recv_any_source_": "recv"}
 
 
@@ -330,7 +331,7 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None], alone: bool = Fal
     inferred = _infer_steps(kept)
     if inferred:
         warn(f"{path}: no ProfilerStep spans (profiled without a schedule); {inferred} iterations "
-             f"taken from its optimizer steps ({_OPTIMIZER_STEP}*)")
+             f"taken from its optimizer steps ({OPTIMIZER_STEP}*)")
     n = len(kept.name)
     ts_ns = (pl.Series(kept.ts, dtype=pl.Float64) * 1000.0).round(0).cast(pl.Int64) + base
     dur_ns = (pl.Series(kept.dur, dtype=pl.Float64) * 1000.0).round(0).cast(pl.Int64)
@@ -476,7 +477,7 @@ def _infer_steps(kept: _Kept) -> int:
     if not cpu or any(_STEP.match(kept.name[i]) for i in cpu):
         return 0
     opt = sorted(((kept.ts[i], kept.ts[i] + kept.dur[i], kept.tid[i]) for i in cpu
-                  if kept.name[i].startswith(_OPTIMIZER_STEP) and kept.cat[i] == "user_annotation"),
+                  if kept.name[i].startswith(OPTIMIZER_STEP) and kept.cat[i] == "user_annotation"),
                  key=lambda t: (t[0], t[1]))      # (a tid may be None or text: not compared)
     outer: list[tuple] = []
     for start, end, tid in opt:
@@ -485,7 +486,7 @@ def _infer_steps(kept: _Kept) -> int:
         outer.append((start, end, tid))
     for k in range(1, len(outer)):
         begin, (_, end, tid) = outer[k - 1][1], outer[k]
-        kept.add(f"mapp:iteration#{k}", "user_annotation", tid, begin, end - begin, {"mapp_inferred": _OPTIMIZER_STEP})
+        kept.add(f"mapp:iteration#{k}", "user_annotation", tid, begin, end - begin, {"mapp_inferred": OPTIMIZER_STEP})
     return max(len(outer) - 1, 0)
 
 
