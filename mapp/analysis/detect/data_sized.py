@@ -254,7 +254,7 @@ def input_floors(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | N
     for (rank,), g in fast.group_by("rank"):
         mid = g.filter(~pl.col("param") & pl.col("peer").is_between(lo, hi))
         par = g.filter(pl.col("param"))
-        rows.append((rank, _median(mid, "fast"), mid.height, _median(par, "ratio"), par.height))
+        rows.append((rank, _median(mid["fast"] / mid["peer"]), mid.height, _median(par["ratio"]), par.height))
     floors = pl.DataFrame(rows, schema={"rank": fast.schema["rank"], "input_floor": pl.Float64, "input_kinds": pl.Int64,
                                         "param_floor": pl.Float64, "param_kinds": pl.Int64}, orient="row")
     whole = _whole_steps(timed, coords)
@@ -302,13 +302,11 @@ def _whole_steps(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | No
             .select("rank", "step_floor", "step_kinds"))
 
 
-def _median(g: pl.DataFrame, by: str) -> float | None:
-    """The median over ``g``'s kinds, each one vote (how broadly the rank is slower: work added to
-    a few ops, a layer's wider matmuls, moves a few kinds, larger inputs most), of ``fast / peer``
-    (``by`` "fast") or of ``ratio`` (``_iteration_ratios``); None for no rows."""
-    if not g.height:
-        return None
-    return float((g["fast"] / g["peer"]).median() if by == "fast" else g["ratio"].median())
+def _median(ratios: pl.Series) -> float | None:
+    """The median of a rank's ratios to its peers, one per kind, each one vote (how broadly the
+    rank is slower: work added to a few ops, a layer's wider matmuls, moves a few kinds, larger
+    inputs most); None for no kinds."""
+    return float(ratios.median()) if len(ratios) else None
 
 
 def _iteration_ratios(ops: pl.DataFrame, kind: list[str]) -> pl.DataFrame:
