@@ -753,7 +753,26 @@ USERS95B = [  # held out in the ninety-fifth session: megatron-core GPT with mco
     ("dopt4-tp2-mb3-skew2", "user_mcore_distopt.py", "--seed 524 --tp 2 --micro-batches 3 --big-rank 2 --big 2"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B}
+USERS96 = [  # held out in the ninety-sixth session: gradient-boosted trees by hand in torch (XGBoost "hist" / rabit style), per-level histograms all-reduced, no neural network
+    ("gbt4-default-healthy", "user_gbdt_hist.py", "--seed 101"),
+    ("gbt4-d5-bins256-healthy", "user_gbdt_hist.py", "--depth 5 --bins 256 --seed 102"),
+    ("gbt4-binary-colsample05-healthy", "user_gbdt_hist.py", "--objective binary --colsample 0.5 --seed 103"),
+    ("gbt4-f48-rows20k-shapes-healthy", "user_gbdt_hist.py", "--features 48 --rows 20000 --shapes --seed 104"),
+    ("gbt4-nosubtract-d4-healthy", "user_gbdt_hist.py", "--no-subtract --depth 4 --subsample 1.0 --seed 105"),
+    ("gbt4-fwd8x-r1", "user_gbdt_hist.py", "--slow-rank 1 --factor 8 --seed 106"),
+    ("gbt4-fwd8x-r3", "user_gbdt_hist.py", "--slow-rank 3 --factor 8 --seed 107"),
+    ("gbt4-fwd8x-r2", "user_gbdt_hist.py", "--slow-rank 2 --factor 8 --seed 108"),
+    ("gbt4-stepsleep100ms-r3", "user_gbdt_hist.py", "--slow-rank 3 --sleep-ms 100 --seed 109"),
+    ("gbt4-stepsleep150ms-r1", "user_gbdt_hist.py", "--slow-rank 1 --sleep-ms 150 --seed 110"),
+    ("gbt4-predictsleep150ms-r3", "user_gbdt_hist.py", "--slow-rank 3 --predict-sleep-ms 150 --seed 111"),
+    ("gbt4-predictsleep150ms-r2", "user_gbdt_hist.py", "--slow-rank 2 --predict-sleep-ms 150 --seed 112"),
+    ("gbt4-hog-r0", "user_gbdt_hist.py", "--slow-rank 0 --hog --seed 113"),
+    ("gbt4-bigrank2-skew3", "user_gbdt_hist.py", "--big-rank 2 --big 3 --seed 114"),
+    ("gbt4-bigrank1-skew2", "user_gbdt_hist.py", "--big-rank 1 --big 2 --seed 115"),
+    ("gbt4-seqlognorm0.8", "user_gbdt_hist.py", "--seq-sigma 0.8 --seed 116"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
