@@ -772,7 +772,26 @@ USERS96 = [  # held out in the ninety-sixth session: gradient-boosted trees by h
     ("gbt4-seqlognorm0.8", "user_gbdt_hist.py", "--seq-sigma 0.8 --seed 116"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96}
+USERS96B = [  # held out in the ninety-sixth session: a DDP language model saving torch.distributed.checkpoint (DCP) checkpoints every few steps, sync or async, on a gloo group of their own
+    ("ckpt4-default-healthy", "user_dcp_ckpt.py", "--seed 101"),
+    ("ckpt4-async-healthy", "user_dcp_ckpt.py", "--seed 102 --async-ckpt"),
+    ("ckpt4-every2-healthy", "user_dcp_ckpt.py", "--seed 103 --ckpt-every 2"),
+    ("ckpt4-l4w160-healthy", "user_dcp_ckpt.py", "--seed 104 --layers 4 --width 160"),
+    ("ckpt4-shapes-healthy", "user_dcp_ckpt.py", "--seed 105 --shapes"),
+    ("ckpt4-fwd10x-r2", "user_dcp_ckpt.py", "--seed 106 --slow-rank 2 --factor 10"),
+    ("ckpt4-fwd12x-r1", "user_dcp_ckpt.py", "--seed 107 --slow-rank 1 --factor 12"),
+    ("ckpt4-stepsleep150ms-r3", "user_dcp_ckpt.py", "--seed 108 --slow-rank 3 --sleep-ms 150"),
+    ("ckpt4-datasleep150ms-r0", "user_dcp_ckpt.py", "--seed 109 --slow-rank 0 --data-sleep-ms 150"),
+    ("ckpt4-disksleep300ms-r1", "user_dcp_ckpt.py", "--seed 110 --slow-rank 1 --slow-disk-ms 300"),
+    ("ckpt4-disksleep300ms-r2", "user_dcp_ckpt.py", "--seed 111 --slow-rank 2 --slow-disk-ms 300 --ckpt-every 2"),
+    ("ckpt4-hog-r0", "user_dcp_ckpt.py", "--seed 112 --slow-rank 0 --hog"),
+    ("ckpt4-seqlognorm0.5", "user_dcp_ckpt.py", "--seed 113 --seq-sigma 0.5"),
+    ("ckpt4-seqlognorm0.8", "user_dcp_ckpt.py", "--seed 114 --seq-sigma 0.8"),
+    ("ckpt4-skew3", "user_dcp_ckpt.py", "--seed 115 --big-rank 1 --big 3"),
+    ("ckpt4-skew4", "user_dcp_ckpt.py", "--seed 116 --big-rank 3 --big 4"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
