@@ -256,7 +256,7 @@ def waited_out(row: dict) -> bool:
 def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bool, counted: bool, extra: bool,
                guessed: bool, stalled: float, busy: float, alone: bool = False,
                big_stalls: bool = False, replica: bool = False, shared_cpus: bool = False,
-               stage: int | None = None, threshold: float = 0.1) -> str | None:
+               stage: int | None = None, threshold: float = 0.1, untraced: bool = False) -> str | None:
     """Why a candidate of stage 1 is no suspect after all, or None: the gates below, each with
     the evidence that passes it. Most are stage 2 standing guard where stage 1's comparison is
     weak (``stage2_agrees``: the rank makes others wait and is last no less often than chance).
@@ -287,7 +287,10 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        traces record no collective at all, stage 2 cannot run and so cannot disagree: off shared
        CPUs, a rank slower in nearly every iteration passes (the original MegatronApp tracer's
        DP-only jobs: their layers recorded, their gradient reduction not; a 1.3x GPU of DP2
-       timed 1.31x in every iteration was "no suspect").
+       timed 1.31x in every iteration was "no suspect"). Nor, for a host whose stalls are a
+       real share of its work and whose idle time stands out, where stage 2 matched none of its
+       calls (a distillation teacher whose only traffic is p2p recorded without shapes), every
+       rank of the job traced (``untraced`` false).
     2. One rank per stage: stage 2 cannot stand guard (the first stage always finishes a step
        last, whatever its speed); a stage's layers must instead be slower than another stage's
        same layers in most traced iterations, not in one noisy one.
@@ -403,6 +406,18 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     # off shared CPUs the same ops timed slower in nearly every iteration are the rank's own
     unjudged = (late is None and not shared_cpus and not host
                 and len(row["iterations"] or []) >= CONSISTENT * traced_iterations(peers))
+    # A host likewise, by stalls a real share of its work whose idle time stands out in nearly
+    # every iteration (on shared CPUs with counted calls, stalls that recur at one place of its
+    # program: ``idle._recurring``): no collective of its was matched, so no peer can be seen
+    # waiting on it, nor it on them (a user's distillation job, 4 processes on 4 of a host's cores,
+    # the teachers exchanging with the students by p2p only, recorded without shapes so no
+    # message found its peer: a teacher sleeping 40 ms before each step, 40 ms more idle a step
+    # than the other teacher at z 3.1, "no suspect" before)
+    # Not where a rank of the job went untraced (``untraced``): both may be waiting on that one
+    # (plain DDP3, rank 0 sleeping 24 ms before each step, rank 2's trace gone: no all-reduce
+    # timed with every member, and the two left cannot say who waits)
+    unjudged_host = (late is None and host and big_stalls and bool(row["gap_flagged"]) and not untraced
+                     and (not shared_cpus or peers.counted))
     # On shared CPUs a rank whose spans outside its layers are slower by as much is a process the
     # cores gave less time, not one with more work (``whole_process``), where what its layers lose
     # beyond that is under the threshold: a fault on the rank the cores favour less shows there
@@ -412,7 +427,8 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     gates = (
         # (applies, passed by, why)
         (peers.pairs and peers.mode != "layer peers" and not agrees,
-         bool(row.get("layer_alone")) or counted_work or alone or unjudged or (host and (holds_up or recurring))
+         bool(row.get("layer_alone")) or counted_work or alone or unjudged or unjudged_host
+         or (host and (holds_up or recurring))
          or (replica and not host and bool(row["flagged"])),
          "two-peer comparison: stage 2 does not agree" if late is not None else
          "two-peer comparison: stage 2 timed none of its collectives with every member, as untraced ranks or "

@@ -92,7 +92,8 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
         replica = _replica_waits(peers, late, coords)
         for row in peers.ranks.iter_rows(named=True):
             s = _compute_suspect(row, peers, late.get(row["rank"]), lateness.z_crit, coords, iteration_ns,
-                                 slowdown_threshold, overruled, shared_cpus, row["rank"] in replica)
+                                 slowdown_threshold, overruled, shared_cpus, row["rank"] in replica,
+                                 untraced=bool(layout.unrecorded))
             if s is not None:
                 suspects.append(s)
         if shared_cpus:
@@ -420,7 +421,7 @@ STALLS_SHARE = 0.5
 def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut: float, coords: dict,
                      iteration_ns: float | None, slowdown_threshold: float,
                      overruled: list[Overruled] | None = None, shared_cpus: bool = False,
-                     replica: bool = False) -> Suspect | None:
+                     replica: bool = False, untraced: bool = False) -> Suspect | None:
     busy = row["busy_ns"] or 0.0
     gap_excess = max(row["gap_excess_ns"] or 0.0, 0.0)
     # A slow host shows as idle launch gaps; they count when they are a real share of the
@@ -638,7 +639,7 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
     why = overruled_why(row, peers, late, host=host, counted=counted_work, extra=extra, guessed=guessed,
                         stalled=stalled, busy=busy, alone=alone, big_stalls=big_stalls, replica=replica,
                         shared_cpus=shared_cpus, stage=(coords.get(row["rank"]) or {}).get("pp"),
-                        threshold=slowdown_threshold)
+                        threshold=slowdown_threshold, untraced=untraced)
     if why is not None:
         under = _under_threshold(row, max(gap_excess, stalled), iteration_ns, slowdown_threshold) if host else None
         why = why if under is None else f"{under}; {why}"

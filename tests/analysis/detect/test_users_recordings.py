@@ -902,3 +902,18 @@ def test_an_optimizer_compared_step_by_step_tells_a_larger_batch_from_a_slower_d
     verdict = detect_bundle(bundle, threshold=0.1)
     assert verdict.suspects == []
     assert any(n.startswith("rank 0 computes") and "larger inputs in every step (imbalance)" in n for n in verdict.notes)
+
+
+def test_a_teacher_that_sleeps_is_named_though_no_message_of_its_finds_its_peer():
+    # Knowledge distillation on 4 of the GPU host's cores: two teachers send logits to their
+    # students by p2p, the students reduce gradients under DDP. Recorded without input shapes,
+    # no send or receive names its peer, so no call of a teacher's is matched and stage 2 has
+    # nothing to say of it. Teacher 1 sleeps 40 ms before each step: 40 ms more idle a step than
+    # the other teacher, in one stall at one place of every step ("no suspect" before: between
+    # two peers stage 2 had to agree)
+    bundle = load_bundle(CASES["kd4-teacher-stepsleep40ms-r1-host16"].directory)
+    p2p = bundle.events.filter(pl.col("cat") == "p2p")
+    assert p2p.height > 0 and p2p["peer"].null_count() == p2p.height
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_host")]
+    assert verdict.suspects[0].evidence.get("lateness") is None
