@@ -16,6 +16,7 @@ from mapp.analysis.detect.device import device_counters, device_evidence, neighb
 from mapp.analysis.detect.implicit_sync import as_matching, as_waits, implicit_syncs, inferred_at
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.onset import ONSET_LEAST, leaning, not_slower, onset_note, since_onset, trailing_windows
+from mapp.analysis.detect.periodic import periodic_note, periodic_windows
 from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -269,8 +270,26 @@ def _set_in(bundle, whole: Verdict, peers: PeerEvidence, cuts: Thresholds, layou
                 notes = [onset_note(s.rank, s.iterations, window, len(iterations)) for s in named]
                 found = dataclasses.replace(v, suspects=named, notes=notes + v.notes)
                 break
+        if found is None:
+            found = _recurs(bundle, per, iterations, cuts, layout)
     base = found or whole
     return dataclasses.replace(base, timings_s={**whole.timings_s, "onset": time.perf_counter() - t})
+
+
+def _recurs(bundle, per: pl.DataFrame, iterations: list[int], cuts: Thresholds, layout) -> Verdict | None:
+    """The verdict on the iterations of one period alone where a rank is slower in just those
+    (``periodic.periodic_windows``) and that verdict names it a slow host, slower in every one
+    of them: a fault that recurs every few iterations. None elsewhere."""
+    for rank, window in periodic_windows(per, cuts.slowdown):
+        v = detect_bundle(bundle.window(window), threshold=cuts, layout=layout, onsets=False)
+        named = [s for s in v.suspects if s.rank == rank and s.kind == "slow_host"
+                 and set(window) <= set(s.iterations or [])]
+        if named:
+            for s in named:
+                s.evidence["periodic"] = {"iterations": window, "traced": len(iterations)}
+            notes = [periodic_note(rank, window, len(iterations))]
+            return dataclasses.replace(v, suspects=named, notes=notes + v.notes)
+    return None
 
 
 def _combine(evidence: StageEvidence, cuts: Thresholds):

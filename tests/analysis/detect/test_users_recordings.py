@@ -917,3 +917,15 @@ def test_a_teacher_that_sleeps_is_named_though_no_message_of_its_finds_its_peer(
     verdict = detect_bundle(bundle, threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_host")]
     assert verdict.suspects[0].evidence.get("lateness") is None
+
+
+def test_a_slow_disk_that_stalls_its_rank_in_every_checkpoint_step_is_named_on_those_steps():
+    # A DDP language model saving a torch.distributed.checkpoint every third step, rank 1's
+    # storage writer sleeping 300 ms first: it idles 265-356 ms more than its peers in steps 2, 5
+    # and 8 and as they do in the other five, so over the whole trace it is slower in too few
+    # steps to last ("no suspect" before); judged on its checkpoint steps alone it is a slow host
+    verdict = detect_bundle(load_bundle(CASES["ckpt4-disksleep300ms-r1"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_host")]
+    assert verdict.suspects[0].iterations == [2, 5, 8]
+    assert verdict.suspects[0].evidence["periodic"] == {"iterations": [2, 5, 8], "traced": 8}
+    assert any(n.startswith("rank 1 slower every 3 iterations (2, 5, 8)") for n in verdict.notes)
