@@ -15,7 +15,8 @@ threshold (``onset.score``, by the whole trace's typical calls) in each iteratio
 ``ONSET_LEAST`` of them or more, alike (the least at half the greatest or more) -- and in none of
 the others even half as slow as in the least of those has them judged on their own
 (``TraceBundle.window``), by every rule a whole trace is. A suspect of that verdict is taken only
-where it is that rank, a slow host, slower in every one of them: work done every few steps
+where it is that rank, a slow host, slower in every one of them; rank 0 is not judged so, for it
+coordinates such work (``COORDINATOR``). Work done every few steps
 differs between ranks by its data too (one replica's evaluation shard 4x its peers', every third
 step of a fine-tune under DDP: "slow compute 1" on those steps, an imbalance), while a stall in
 it (a slow disk, a blocking write) is its host's.
@@ -29,7 +30,7 @@ import polars as pl
 
 from mapp.analysis.detect.onset import ONSET_LEAST, score
 
-__all__ = ["periodic_windows", "periodic_note"]
+__all__ = ["COORDINATOR", "periodic_windows", "periodic_note"]
 
 
 def periodic_windows(per: pl.DataFrame, threshold: float) -> list[tuple[int, list[int]]]:
@@ -49,6 +50,8 @@ def periodic_windows(per: pl.DataFrame, threshold: float) -> list[tuple[int, lis
     bar = math.log1p(threshold)
     found = []
     for (rank,), g in sorted(scored.group_by("rank"), key=lambda kv: kv[0][0]):
+        if rank == COORDINATOR:
+            continue
         ranked = sorted(zip(g["s"].fill_null(0.0), (int(i) for i in g["iteration"])), reverse=True)
         # slower by the threshold in each of the period's iterations, and in none of the others
         # even half as much as in the least of them (noise on busy hosts lifts a rank's score
@@ -66,6 +69,16 @@ def periodic_windows(per: pl.DataFrame, threshold: float) -> list[tuple[int, lis
                 found.append((int(rank), window))
                 break
     return found
+
+
+COORDINATOR = 0
+"""The rank that coordinates work done every few steps, whose stalls in it are its role's: the
+checkpoint's planner and metadata writer (``torch.distributed.checkpoint``'s coordinator rank,
+0 by default), the logger, the evaluator that gathers the others' results. A DDP language model
+saving a DCP checkpoint every second or third step, no fault, 4 processes on 4 of the lent GPU
+host's cores: rank 0 idle 30-45% of its work more than its peers in each checkpoint step, alike,
+as its peers in the others, in three healthy runs of three ("slow host 0" on those steps). Not
+judged by its period, so a slow disk on rank 0 itself goes unnamed by this route."""
 
 
 def _is_period(window: list[int], traced: list[int]) -> bool:

@@ -38,10 +38,10 @@ def test_noise_a_little_over_the_threshold_off_the_period_leaves_it():
 
 
 def test_a_missing_beat_or_too_few_beats_is_no_period():
-    assert periodic_windows(_per({0: {2: 300, 8: 300}}), 0.1) == []          # two only
-    assert periodic_windows(_per({0: {2: 300, 5: 300}}), 0.1) == []          # 8 missing
-    assert periodic_windows(_per({0: {5: 300, 8: 300}}), 0.1) == []          # 2 missing
-    assert periodic_windows(_per({0: {2: 300, 4: 300, 7: 300}}), 0.1) == []  # no one period
+    assert periodic_windows(_per({1: {2: 300, 8: 300}}), 0.1) == []          # two only
+    assert periodic_windows(_per({1: {2: 300, 5: 300}}), 0.1) == []          # 8 missing
+    assert periodic_windows(_per({1: {5: 300, 8: 300}}), 0.1) == []          # 2 missing
+    assert periodic_windows(_per({1: {2: 300, 4: 300, 7: 300}}), 0.1) == []  # no one period
 
 
 def test_a_rank_slower_in_every_iteration_is_no_period():
@@ -59,5 +59,12 @@ def test_stalls_under_the_threshold_are_no_period():
 def test_beats_unalike_are_no_period():
     # the same work stalls alike each time: 300, 40 and 100 ms are not one fault recurring
     # (a DCP save's coordinator, no fault: its score 0.54, 0.10 and 0.20 in its checkpoint steps)
-    per = _per({0: {2: 300, 5: 40, 8: 100}})
+    per = _per({2: {2: 300, 5: 40, 8: 100}})
     assert periodic_windows(per, 0.1) == []
+
+
+def test_rank_0_coordinating_work_every_few_steps_is_not_judged_by_its_period():
+    # DCP's planner and metadata writer, a logger: rank 0's extra host time at each checkpoint
+    # is its role's (healthy DCP saves on a quiet host: 30-45% more idle in each checkpoint step)
+    per = _per({0: {2: 80, 5: 80, 8: 80}, 3: {3: 300, 6: 300, 9: 300}})
+    assert periodic_windows(per, 0.1) == [(3, [3, 6, 9])]
