@@ -159,7 +159,8 @@ def detect_bundle(bundle, *, threshold: float | Thresholds = DEFAULT_THRESHOLD, 
     ``layout``: ``{"tp", "pp", "dp"}`` (or the ``tp=2,pp=1,dp=2`` text) for traces that do not
     record it. ``analysis``: the bundle's ``mapp.analysis.run.Analysis`` when the command
     already has it, else it is built here. ``onsets``: where the whole trace names no one, judge
-    again the iterations from where a rank's fault set in (``onset``).
+    again the iterations from where a rank's fault set in (``onset``), or those of the period a
+    rank's stalls recur in (``periodic``).
     """
     cuts = threshold if isinstance(threshold, Thresholds) else Thresholds.derive(threshold)
     if isinstance(layout, str):
@@ -243,8 +244,9 @@ def _set_in(bundle, whole: Verdict, peers: PeerEvidence, cuts: Thresholds, layou
     """``whole``, or where one of ``onset.trailing_windows`` names a rank slower there than
     before it (``onset.leaning``) and since its onset (``onset.since_onset``), the verdict on
     those iterations alone: a fault that set in midway. The longest window first: the most
-    iterations to judge it on. Only such suspects are named; the verdict's other figures (victims,
-    grid, iteration time) are the window's, and its timings hold the search's (``onset``)."""
+    iterations to judge it on. Failing that, the verdict on the iterations of one period where a
+    rank's stalls recur (``_recurs``). Only such suspects are named; the verdict's other figures
+    (victims, grid, iteration time) are the window's, and its timings hold the search's (``onset``)."""
     t = time.perf_counter()
     found = None
     per = peers.rank_iterations
