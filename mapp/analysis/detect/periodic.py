@@ -16,10 +16,10 @@ threshold (``onset.score``, by the whole trace's typical calls) in each iteratio
 the others even half as slow as in the least of those has them judged on their own
 (``TraceBundle.window``), by every rule a whole trace is. A suspect of that verdict is taken only
 where it is that rank, a slow host, slower in every one of them; rank 0 is not judged so, for it
-coordinates such work (``COORDINATOR``). Work done every few steps
-differs between ranks by its data too (one replica's evaluation shard 4x its peers', every third
-step of a fine-tune under DDP: "slow compute 1" on those steps, an imbalance), while a stall in
-it (a slow disk, a blocking write) is its host's.
+coordinates such work (``COORDINATOR``). Work done every few steps differs between ranks by its
+data too (one replica's evaluation shard 4x its peers', every third step of a fine-tune under
+DDP: "slow compute 1" on those steps, an imbalance), while a stall in it (a slow disk, a
+blocking write) is its host's.
 """
 
 from __future__ import annotations
@@ -33,6 +33,16 @@ from mapp.analysis.detect.onset import ONSET_LEAST, score
 __all__ = ["COORDINATOR", "periodic_windows", "periodic_note"]
 
 
+COORDINATOR = 0
+"""The rank that coordinates work done every few steps, whose stalls in it are its role's: the
+checkpoint's planner and metadata writer (``torch.distributed.checkpoint``'s coordinator rank,
+0 by default), the logger, the evaluator that gathers the others' results. A DDP language model
+saving a DCP checkpoint every second or third step, no fault, 4 processes on 4 of the lent GPU
+host's cores: rank 0 idle 30-45% of its work more than its peers in each checkpoint step, alike,
+as its peers in the others, in three healthy runs of three ("slow host 0" on those steps). Not
+judged by its period, so a slow disk on rank 0 itself goes unnamed by this route."""
+
+
 def periodic_windows(per: pl.DataFrame, threshold: float) -> list[tuple[int, list[int]]]:
     """``(rank, iterations)`` for each rank of ``per`` (stage 1's per (rank, iteration) evidence)
     slower than its peers by the threshold in the iterations of one period and no others, and
@@ -40,7 +50,7 @@ def periodic_windows(per: pl.DataFrame, threshold: float) -> list[tuple[int, lis
     if per.is_empty() or "effect" not in per.columns:
         return []
     traced = sorted(int(i) for i in per["iteration"].drop_nulls().unique().to_list())
-    if len(traced) < 2 * ONSET_LEAST - 1:
+    if len(traced) < 2 * ONSET_LEAST - 1:   # the shortest period (K = 2) spans this many
         return []
     # (by stage 1's effect, each kind at the whole trace's typical call, not the iteration's own:
     # with a few calls a kind an iteration that one scatters by 0.4-1.2 on every rank of 4 on 2
@@ -69,16 +79,6 @@ def periodic_windows(per: pl.DataFrame, threshold: float) -> list[tuple[int, lis
                 found.append((int(rank), window))
                 break
     return found
-
-
-COORDINATOR = 0
-"""The rank that coordinates work done every few steps, whose stalls in it are its role's: the
-checkpoint's planner and metadata writer (``torch.distributed.checkpoint``'s coordinator rank,
-0 by default), the logger, the evaluator that gathers the others' results. A DDP language model
-saving a DCP checkpoint every second or third step, no fault, 4 processes on 4 of the lent GPU
-host's cores: rank 0 idle 30-45% of its work more than its peers in each checkpoint step, alike,
-as its peers in the others, in three healthy runs of three ("slow host 0" on those steps). Not
-judged by its period, so a slow disk on rank 0 itself goes unnamed by this route."""
 
 
 def _is_period(window: list[int], traced: list[int]) -> bool:
