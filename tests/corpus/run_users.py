@@ -791,7 +791,26 @@ USERS96B = [  # held out in the ninety-sixth session: a DDP language model savin
     ("ckpt4-skew4", "user_dcp_ckpt.py", "--seed 116 --big-rank 3 --big 4"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B}
+USERS97 = [  # held out in the ninety-seventh session: an MLP-Mixer with a hand-written distributed Shampoo (flat gradient all-reduce, Kronecker factors on every rank, inverse roots of round-robin blocks by their owners, updates all-gathered)
+    ("shp4-default-healthy", "user_shampoo.py", "--seed 101"),
+    ("shp4-bcast-b64-healthy", "user_shampoo.py", "--seed 102 --share broadcast --block-size 64"),
+    ("shp4-w160-buckets4-shapes-healthy", "user_shampoo.py", "--seed 103 --width 160 --buckets 4 --shapes"),
+    ("shp4-b24-p1-sgdgraft-healthy", "user_shampoo.py", "--seed 104 --batch 24 --precond-every 1 --grafting sgd"),
+    ("shp4-fwd4x-r0", "user_shampoo.py", "--seed 105 --slow-rank 0 --factor 4"),
+    ("shp4-fwd5x-r3", "user_shampoo.py", "--seed 106 --slow-rank 3 --factor 5"),
+    ("shp4-bcast-fwd4x-r2", "user_shampoo.py", "--seed 107 --share broadcast --slow-rank 2 --factor 4"),
+    ("shp4-w160-fwd5x-r1", "user_shampoo.py", "--seed 108 --width 160 --slow-rank 1 --factor 5"),
+    ("shp4-stepsleep150ms-r1", "user_shampoo.py", "--seed 109 --slow-rank 1 --sleep-ms 150"),
+    ("shp4-datasleep150ms-r2", "user_shampoo.py", "--seed 110 --slow-rank 2 --data-sleep-ms 150"),
+    ("shp4-p2-eighsleep400ms-r3", "user_shampoo.py", "--seed 111 --precond-every 2 --slow-rank 3 --slow-eigh-ms 400"),
+    ("shp4-p1-eighsleep200ms-r0", "user_shampoo.py", "--seed 112 --precond-every 1 --slow-rank 0 --slow-eigh-ms 200"),
+    ("shp4-d6-hog-r2", "user_shampoo.py", "--seed 113 --depth 6 --slow-rank 2 --hog"),
+    ("shp4-seqlognorm0.7", "user_shampoo.py", "--seed 114 --seq-sigma 0.7"),
+    ("shp4-bcast-seqlognorm0.5", "user_shampoo.py", "--seed 115 --share broadcast --seq-sigma 0.5"),
+    ("shp4-bigrank1-skew3", "user_shampoo.py", "--seed 116 --big-rank 1 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
