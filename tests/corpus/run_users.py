@@ -810,7 +810,26 @@ USERS97 = [  # held out in the ninety-seventh session: an MLP-Mixer with a hand-
     ("shp4-bigrank1-skew3", "user_shampoo.py", "--seed 116 --big-rank 1 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97}
+USERS97B = [  # held out in the ninety-seventh session (b): an implicit heat-equation solver on a 2D grid split over 4 ranks (strips or 2x2 blocks), fixed-iteration block-Jacobi CG with isend/irecv halo exchanges and scalar all_reduces, plus a small conv surrogate trained data-parallel
+    ("cg4-default-healthy", "user_halo_cg.py", "--seed 201"),
+    ("cg2d4-blocks-healthy", "user_halo_cg.py", "--seed 202 --decomp blocks"),
+    ("cg4-conv-f32-batchp2p-healthy", "user_halo_cg.py", "--seed 203 --stencil conv --dtype float32 --p2p batch"),
+    ("cg4-g512-i12-shapes-healthy", "user_halo_cg.py", "--seed 204 --grid 512 --iters 12 --shapes"),
+    ("cg4-plaincg-g768-nosurrogate-healthy", "user_halo_cg.py", "--seed 205 --grid 768 --precond none --no-surrogate"),
+    ("cg4-fwd8x-r1", "user_halo_cg.py", "--seed 206 --slow-rank 1 --factor 8"),
+    ("cg4-fwd10x-r0", "user_halo_cg.py", "--seed 207 --slow-rank 0 --factor 10"),
+    ("cg2d4-blocks-fwd8x-r3", "user_halo_cg.py", "--seed 208 --decomp blocks --slow-rank 3 --factor 8"),
+    ("cg4-g512-i30-fwd8x-r2", "user_halo_cg.py", "--seed 209 --grid 512 --iters 30 --slow-rank 2 --factor 8"),
+    ("cg4-stepsleep200ms-r3", "user_halo_cg.py", "--seed 210 --slow-rank 3 --sleep-ms 200"),
+    ("cg4-datasleep250ms-r2", "user_halo_cg.py", "--seed 211 --slow-rank 2 --data-sleep-ms 250"),
+    ("cg4-writesleep200ms-r1", "user_halo_cg.py", "--seed 212 --slow-rank 1 --write-sleep-ms 200"),
+    ("cg4-hog-r0", "user_halo_cg.py", "--seed 213 --slow-rank 0 --hog"),
+    ("cg4-link1-2-x4096", "user_halo_cg.py", "--seed 214 --link-src 1 --link-dst 2 --link-factor 4096"),
+    ("cg4-seqlognorm0.8", "user_halo_cg.py", "--seed 215 --seq-sigma 0.8"),
+    ("cg4-bigrank3-skew3", "user_halo_cg.py", "--seed 216 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
