@@ -256,21 +256,53 @@ apart, as a share, two ranks' calls of an op must be to differ (``_graded``): a 
 over the program's ops, and each op's calls stray from it by a few percent."""
 
 
+def _dealt(per: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
+    """Per (``peers``..., ``name``): ``dealt``, the same two ranks or more (some, not all) call the
+    op more often than the group's fewest, each a different number of times, in nearly every
+    iteration (``CONSISTENT``): the program deals that work out unevenly, in grades, whatever
+    else its steps vary by (a router's or a loop's data moves the ranks above the fewest from
+    step to step; work added to one rank puts it alone above its peers, and two ranks above
+    them alike are what two slow ranks look like). ``per``: ``_graded``'s rows, with ``above``
+    (the ranks over the fewest, sorted), ``above_apart`` (their calls all differ) and ``ranks``."""
+    typical = pl.col("above").mode().first()
+    return (per.with_columns(above=pl.col("above").list.eval(pl.element().cast(pl.String)).list.join(","),
+                             many=(pl.col("above").list.len() >= 2) & (pl.col("above").list.len() < pl.col("ranks"))
+                             & pl.col("above_apart"))
+            .group_by([*peers, "name"])
+            .agg(dealt=((pl.col("above") == typical) & pl.col("many")).mean() >= CONSISTENT))
+
+
 def _graded(grid: pl.DataFrame, peers: list[str], step: float = 0.0) -> pl.DataFrame:
     """(``peers``..., ``name``, ``ranks``, ``calls``: each rank's calls in a typical iteration)
     of the ops that every rank of a peer group calls a different number of times, in nearly
-    every iteration (``CONSISTENT``), with ``GRADED_RANKS`` ranks or more, and of those that
-    the ranks holding more parameters call more often (``_held``): ``graded_work``. ``step``:
+    every iteration (``CONSISTENT``), with ``GRADED_RANKS`` ranks or more, of those that
+    the ranks holding more parameters call more often (``_held``), and of those that two ranks
+    or more call more often than the group's fewest, by different counts, the same ranks in
+    nearly every step (``_dealt``): ``graded_work``. Work added to one rank leaves its peers agreeing with each
+    other; a program that deals its work out unevenly does not, whether or not some ranks get
+    equal shares (a hand-written distributed Shampoo dealing the inverse roots of 26 blocks
+    round-robin by size: 20, 8, 16 and 8 ``aten::linalg_vector_norm`` calls a step, ranks 0
+    and 2 each read as adding work, "slow compute 0", 1.24x on those ops, +1.8% of its step,
+    in a healthy run). ``step``:
     where the grid's calls are at the ranks' scales (its ``at`` column), two counts differ where
     more than this share apart."""
     at = pl.col("at") if "at" in grid.columns and step > 0 else pl.lit(1.0)
     c = (pl.col("calls") / at).sort()
+    # (the ranks above the fewest as the calls were made, not at the ranks' data scales: a deal
+    # is the program's, and a rank whose every op the data scales reads below its peers there
+    # in some steps only)
+    over = pl.col("calls") > (1 + step) * pl.col("calls").min()
+    a = pl.col("calls").filter(over).sort()
     per = (grid.group_by([*peers, "iteration", "name"])
            .agg(ranks=pl.len(), least=pl.col("calls").min(),
-                apart=((c.diff() > step * c.shift(1)) | c.shift(1).is_null()).all())
-           .join(_held(grid, peers), on=[*peers, "iteration", "name"], how="left")
-           .with_columns(graded=((pl.col("ranks") >= GRADED_RANKS) & pl.col("apart")
-                                 & (pl.col("least") > 0)) | pl.col("held").fill_null(False)))
+                apart=((c.diff() > step * c.shift(1)) | c.shift(1).is_null()).all(),
+                above=pl.col("rank").filter(over).sort(),
+                above_apart=((a.diff() > step * a.shift(1)) | a.shift(1).is_null()).all())
+           .join(_held(grid, peers), on=[*peers, "iteration", "name"], how="left"))
+    per = (per.join(_dealt(per, peers), on=[*peers, "name"], how="left")
+           .with_columns(graded=((pl.col("ranks") >= GRADED_RANKS) & pl.col("apart") & (pl.col("least") > 0))
+                         | pl.col("held").fill_null(False)
+                         | ((pl.col("ranks") >= GRADED_RANKS) & pl.col("dealt").fill_null(False))))
     names = (per.group_by([*peers, "name"]).agg(pl.col("graded").mean())
              .filter(pl.col("graded") >= CONSISTENT).select(*peers, "name"))
     typical = grid.join(names, on=[*peers, "name"]).group_by([*peers, "name", "rank"]).agg(pl.col("calls").median())

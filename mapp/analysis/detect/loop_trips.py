@@ -12,8 +12,8 @@ with LayerDrop under DDP, 4 gloo processes on 2 cores, 1.6x the layers' matmuls 
 with the layers each rank kept; "no suspect", the counts read as the program's uneven split).
 
 Counted per trip of the loop, the work is the same work again: each call inside a loop's range
-is weighed by how many times the rank's peers ran that loop over how many times it did
-(``with_trips``), and ``same_work`` counts the calls a rank adds (``added_work``) so weighed. Its
+is weighed by how many times the program's ranks typically ran that loop (their median) over how
+many times it did (``with_trips``), and ``same_work`` counts the calls a rank adds (``added_work``) so weighed. Its
 compute and its program's uneven split stay read from the calls made: weighed there too, a rank
 of LayerDrop handed twice the batch read "slow compute" 1.64x, where the blocks' uneven counts are
 what it is judged by (its input floor needs calls that every rank makes as often, and the blocks'
@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from mapp.analysis.detect._stats import others_median
 
 __all__ = ["LOOP_DIGITS", "loop_ranges", "with_trips"]
 
@@ -46,7 +45,7 @@ def loop_ranges(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | Non
     """Per (``rank``, ``iteration``, ``family``) of a loop whose trips differ between the ranks of
     one program (``coords``' ``pp``) in some iteration, and that some rank runs more than once in
     an iteration: ``trips``, how many ranges of the family the rank ran there, and ``scale``, the
-    median of its peers' trips over its own. None where there is no such loop."""
+    median trips of the program's ranks that ran it there over its own. None where there is no such loop."""
     ranges = _user_ranges(timed).filter(pl.col("iteration").is_not_null())
     if ranges.is_empty():
         return None
@@ -71,11 +70,17 @@ def loop_ranges(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | Non
     if loops.is_empty():
         return None
     grid = grid.join(loops.select("pp", "family"), on=["pp", "family"]).sort("pp", "iteration", "family", "rank")
-    gid = grid.select(pl.struct("pp", "iteration", "family").rank("dense")).to_series().to_numpy()
-    peer = others_median(gid, grid["trips"].to_numpy())
+    # Every rank's calls are counted at one number of trips, the program's median in that
+    # iteration: each rank at its own peers' median would count ranks at different trips, so
+    # that ranks whose loops run as often per trip read apart (a distributed Shampoo dealing its
+    # blocks' inverse roots out unevenly, 10, 4, 8 and 4 ``eigh`` ranges a step: the ranks of
+    # 4 counted at 8 trips, those of 10 and 8 at 4, and the ones that called least read as
+    # adding work, "slow compute 1" and "3")
+    ran = pl.when(pl.col("trips") > 0).then(pl.col("trips"))
+    common = grid.with_columns(common=ran.median().over("pp", "iteration", "family"))["common"].to_numpy()
     own = grid["trips"].to_numpy()
-    # (a step in which the rank or its peers skipped the loop altogether: no trip to count by)
-    scale = np.where((own > 0) & (peer > 0), peer / np.maximum(own, 1e-9), 1.0)
+    # (a step in which the rank or all its peers skipped the loop altogether: no trip to count by)
+    scale = np.where((own > 0) & (common > 0), common / np.maximum(own, 1e-9), 1.0)
     return grid.with_columns(scale=pl.Series(scale)).select("rank", "iteration", "family", "trips", "scale")
 
 

@@ -204,6 +204,25 @@ def test_work_every_rank_calls_a_different_number_of_times_is_the_programs_split
     assert graded_work(pair, ["pp"]) is None and added_work(pair, ["pp"])["rank"].to_list() == [1]
 
 
+def test_work_dealt_to_some_ranks_in_grades_is_the_programs_split_not_work_added():
+    # a distributed optimizer dealing its blocks out unevenly: ranks 0 and 2 above the fewest, by
+    # different counts (20 and 16 against 8), in every step: its peers never agree, so no
+    # count is the normal that rank 0 or 2 adds to
+    work = _work([(r, "aten::linalg_vector_norm", "", (20, 8, 16, 8)[r], 50.0) for r in range(4)]
+                 + [(r, "aten::addmm", "", 14, 3000.0) for r in range(4)])
+    assert added_work(work, ["pp"]) is None
+    graded = graded_work(work, ["pp"]).row(0, named=True)
+    assert graded["name"] == "aten::linalg_vector_norm" and graded["calls"] == [20, 8, 16, 8]
+    # the same deal with extra matmuls on rank 3: the matmuls are its own, work added
+    fault = _work([(r, "aten::linalg_vector_norm", "", (20, 8, 16, 8)[r], 50.0) for r in range(4)]
+                  + [(r, "aten::addmm", "", 56 if r == 3 else 14, 3000.0) for r in range(4)])
+    assert added_work(fault, ["pp"])["rank"].to_list() == [3]
+    # two ranks above the others alike are what two slow ranks look like: added on both
+    alike = _work([(r, "aten::addmm", "", (20, 8, 20, 8)[r], 3000.0) for r in range(4)])
+    assert graded_work(alike, ["pp"]) is None
+    assert added_work(alike, ["pp"])["rank"].sort().to_list() == [0, 2]
+
+
 def test_a_causal_ring_split_is_imbalance_of_the_program_not_a_slow_gpu():
     # ring attention by hand on 4 gloo processes (tests/corpus/user_ring_cp.py), each rank one
     # contiguous chunk of a causal sequence: rank i attends to i + 1 chunks, so ranks 0-3 call

@@ -929,3 +929,23 @@ def test_a_slow_disk_that_stalls_its_rank_in_every_checkpoint_step_is_named_on_t
     assert verdict.suspects[0].iterations == [2, 5, 8]
     assert verdict.suspects[0].evidence["periodic"] == {"iterations": [2, 5, 8], "traced": 8}
     assert any(n.startswith("rank 1 slower every 3 iterations (2, 5, 8)") for n in verdict.notes)
+
+
+def test_a_shampoo_dealing_its_roots_unevenly_is_its_program_not_work_added():
+    # a hand-written distributed Shampoo (tests/corpus/user_shampoo.py, held out in users97), no
+    # fault: every rank preconditions the blocks it was dealt, ranks 0 and 2 more than 1 and 3
+    # (20, 8, 16 and 8 aten::linalg_vector_norm calls a step); rank 0 read as adding work
+    # ("slow compute 0", 1.24x on the ops it called more often) before
+    verdict = detect_bundle(load_bundle(CASES["shp4-dealt-healthy"].directory), threshold=0.1)
+    assert verdict.suspects == []
+    graded = [i for i in verdict.imbalance if i.kind == "graded_work"]
+    assert len(graded) == 1 and "aten::linalg_vector_norm" in graded[0].evidence["ops"]
+
+
+def test_ranges_around_dealt_work_count_every_rank_at_one_number_of_trips():
+    # the same job with roots every step, each block's roots in a range of its own ("eigh": 10,
+    # 4, 8 and 4 a step by rank). Counted at each rank's own peers' trips, the ranks of 4 read
+    # 16 eigh calls against 8 and were named ("slow compute 1" and "3") before; at one number of
+    # trips every rank's calls inside the ranges are alike
+    verdict = detect_bundle(load_bundle(CASES["shp4-p1-dealt-healthy"].directory), threshold=0.1)
+    assert verdict.suspects == []
