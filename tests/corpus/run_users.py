@@ -829,7 +829,26 @@ USERS97B = [  # held out in the ninety-seventh session (b): an implicit heat-equ
     ("cg4-bigrank3-skew3", "user_halo_cg.py", "--seed 216 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B}
+USERS98 = [  # held out in the ninety-eighth session: a pseudo-spectral 2D Navier-Stokes (vorticity) solver, slab-decomposed, 2D FFTs by local 1D FFTs and a global transpose (all_to_all_single or pairwise isend/irecv), RK2/RK3, Lagrangian tracers and an online-trained pointwise MLP closure (gradient all-reduce)
+    ("fft4-n768-a2a-healthy", "user_spectral_fft.py", "--seed 301"),
+    ("fft4-pairwise-healthy", "user_spectral_fft.py", "--seed 302 --transpose pairwise"),
+    ("fft4-rk3-n512-shapes-healthy", "user_spectral_fft.py", "--seed 303 --rk 3 --grid 512 --shapes"),
+    ("fft4-f32-noclosure-healthy", "user_spectral_fft.py", "--seed 304 --dtype float32 --no-closure"),
+    ("fft4-n640-tr32k-diag1-healthy", "user_spectral_fft.py", "--seed 305 --grid 640 --tracers 32000 --diag-every 1"),
+    ("fft4-fwd5x-r1", "user_spectral_fft.py", "--seed 306 --slow-rank 1 --factor 5"),
+    ("fft4-fwd6x-r0", "user_spectral_fft.py", "--seed 307 --slow-rank 0 --factor 6"),
+    ("fft4-pairwise-fwd5x-r3", "user_spectral_fft.py", "--seed 308 --transpose pairwise --slow-rank 3 --factor 5"),
+    ("fft4-rk3-n512-fwd5x-r2", "user_spectral_fft.py", "--seed 309 --rk 3 --grid 512 --slow-rank 2 --factor 5"),
+    ("fft4-stepsleep120ms-r3", "user_spectral_fft.py", "--seed 310 --slow-rank 3 --sleep-ms 120"),
+    ("fft4-datasleep120ms-r2", "user_spectral_fft.py", "--seed 311 --slow-rank 2 --data-sleep-ms 120"),
+    ("fft4-writesleep120ms-r1", "user_spectral_fft.py", "--seed 312 --slow-rank 1 --write-sleep-ms 120"),
+    ("fft4-hog-r0", "user_spectral_fft.py", "--seed 313 --slow-rank 0 --hog"),
+    ("fft4-pairwise-link1-2-x32", "user_spectral_fft.py", "--seed 314 --transpose pairwise --link-src 1 --link-dst 2 --link-factor 32"),
+    ("fft4-seqlognorm0.8", "user_spectral_fft.py", "--seed 315 --seq-sigma 0.8"),
+    ("fft4-bigrank3-skew2", "user_spectral_fft.py", "--seed 316 --big-rank 3 --big 2"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
