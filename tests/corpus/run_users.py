@@ -847,8 +847,26 @@ USERS98 = [  # held out in the ninety-eighth session: a pseudo-spectral 2D Navie
     ("fft4-seqlognorm0.8", "user_spectral_fft.py", "--seed 315 --seq-sigma 0.8"),
     ("fft4-bigrank3-skew2", "user_spectral_fft.py", "--seed 316 --big-rank 3 --big 2"),
 ]
+USERS98B = [  # held out in the ninety-eighth session (b): a linear-recurrence (LRU/Mamba-style) LM with sequence parallelism, chunked local scans and per-layer carries sent 0->1->2->3 (state gradients back 3->2->1->0) by isend/irecv, gradients all-reduced
+    ("scan4-default-healthy", "user_seq_scan.py", "--seed 301"),
+    ("scan4-sendrecv-shapes-healthy", "user_seq_scan.py", "--seed 302 --shapes --p2p send"),
+    ("scan4-d96-l6-buckets-healthy", "user_seq_scan.py", "--seed 303 --dim 96 --layers 6 --bucket-kb 256"),
+    ("scan4-c32-s768-e1-v1024-healthy", "user_seq_scan.py", "--seed 304 --scan-chunk 32 --seq-len 768 --expand 1 --vocab 1024"),
+    ("scan4-fwd6x-r1", "user_seq_scan.py", "--seed 305 --slow-rank 1 --factor 6"),
+    ("scan4-fwd7x-r0", "user_seq_scan.py", "--seed 306 --slow-rank 0 --factor 7"),
+    ("scan4-d96-l6-fwd6x-r3", "user_seq_scan.py", "--seed 307 --dim 96 --layers 6 --slow-rank 3 --factor 6"),
+    ("scan4-sendrecv-fwd5x-r2", "user_seq_scan.py", "--seed 308 --p2p send --slow-rank 2 --factor 5"),
+    ("scan4-stepsleep140ms-r2", "user_seq_scan.py", "--seed 309 --slow-rank 2 --sleep-ms 140"),
+    ("scan4-datasleep150ms-r3", "user_seq_scan.py", "--seed 310 --slow-rank 3 --data-sleep-ms 150"),
+    ("scan4-logsleep160ms-r0", "user_seq_scan.py", "--seed 311 --slow-rank 0 --log-sleep-ms 160"),
+    ("scan4-hog-r1", "user_seq_scan.py", "--seed 312 --slow-rank 1 --hog"),
+    ("scan4-link1-2-x16384", "user_seq_scan.py", "--seed 313 --link-src 1 --link-dst 2 --link-factor 16384"),
+    ("scan4-link3-2-x16384", "user_seq_scan.py", "--seed 314 --link-src 3 --link-dst 2 --link-factor 16384"),
+    ("scan4-seqlognorm0.7", "user_seq_scan.py", "--seed 315 --seq-sigma 0.7"),
+    ("scan4-bigrank2-skew2.5", "user_seq_scan.py", "--seed 316 --big-rank 2 --big 2.5"),
+]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98}
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
