@@ -17,7 +17,7 @@ from mapp.analysis.detect.implicit_sync import as_matching, as_waits, implicit_s
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.onset import ONSET_LEAST, leaning, not_slower, onset_note, since_onset, trailing_windows
 from mapp.analysis.detect.periodic import periodic_note, periodic_windows
-from mapp.analysis.detect.layout import LayoutInfo, from_p2p_chain, parse_layout, resolve_layout
+from mapp.analysis.detect.layout import LayoutInfo, exchanges_at_once, from_p2p_chain, parse_layout, resolve_layout
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.peers import compare_peers
@@ -451,7 +451,9 @@ def _program_peers(info: LayoutInfo, events: pl.DataFrame, matching, groups: pl.
         "rank", "name", pl.col("shape") if "shape" in events.columns else pl.lit(None, pl.String).alias("shape")
     ).unique()
     pairs = set()
-    if len(matching.p2p):
+    # (p2p partners run different programs, pipeline stages, unless they trade at once: a halo
+    # exchange's neighbours, whose ends trade with one neighbour and its middles with two)
+    if len(matching.p2p) and not exchanges_at_once(matching.p2p):
         pairs = {(int(a), int(b)) for a, b in matching.p2p.select("src", "dst").unique().iter_rows()}
     members = [frozenset(g) for g in groups["group_ranks"].drop_nulls().to_list() if g] if len(groups) else []
     ranks = info.ranks["rank"].to_list()

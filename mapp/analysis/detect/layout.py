@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from mapp.errors import InputError, LayoutError
 
-__all__ = ["LayoutInfo", "from_p2p_chain", "middle_stages", "parse_layout", "resolve_layout"]
+__all__ = ["AT_ONCE", "LayoutInfo", "exchanges_at_once", "from_p2p_chain", "middle_stages", "parse_layout", "resolve_layout"]
 
 _AXES = ("tp", "pp", "dp")
 
@@ -147,7 +148,9 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame) -> LayoutInfo:
     (``src``, ``dst``, ``send_start_aligned_ns``) join every traced rank into one chain: each
     rank exchanging with at most two others, both ways, no cycle. Each rank is then a stage, in chain
     order, the first the end that sent the earliest message (a pipeline's first message is the
-    first stage's first activation); ``pp`` is the chain's length. Else ``info`` as it is.
+    first stage's first activation); ``pp`` is the chain's length. Not where its middle ranks
+    send to both their neighbours at once (``exchanges_at_once``: a halo exchange). Else
+    ``info`` as it is.
 
     A pipeline written without Megatron (``torch.distributed.pipelining`` on the world group
     alone) names no group, and its stages run different programs (the first embeds, the last
@@ -157,6 +160,8 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame) -> LayoutInfo:
     ranks = set(info.ranks["rank"].to_list())
     # (a stage whose trace is missing would leave a chain of the others, one stage short)
     if info.known or len(ranks) < 2 or p2p.is_empty() or info.unrecorded or (info.world_size or 0) > len(ranks):
+        return info
+    if exchanges_at_once(p2p):
         return info
     sent = {(int(a), int(b)) for a, b in p2p.select("src", "dst").unique().iter_rows() if a != b}
     edges = {tuple(sorted(e)) for e in sent}
@@ -188,6 +193,43 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame) -> LayoutInfo:
         pp=pl.col("rank").replace_strict(stage, return_dtype=pl.Int32)).select("rank", *_AXES, "host")
     return LayoutInfo({"tp": 1, "pp": len(chain), "dp": 1}, "p2p chain", coords, info.world_size,
                       info.unrecorded, info.notes)
+
+
+AT_ONCE = 0.1
+"""Ranks whose sends to one peer lie, in the median, within this share of the time between two
+of them from a send to another peer exchange with their peers at once (``exchanges_at_once``)."""
+
+
+def exchanges_at_once(p2p: pl.DataFrame) -> bool:
+    """Whether the ranks that send to two peers or more send to them at once: a domain split in
+    strips or blocks trading its boundaries each iteration (a halo exchange), every rank one
+    program, its p2p partners neighbours, not pipeline stages. A stage of a pipeline that does
+    not interleave computes between a send to one neighbour and a send to the other: forward to
+    the next, backward to the previous. Per such rank, each send's distance to its nearest send
+    to another peer, over the time between its sends to that one peer; the median of all under
+    ``AT_ONCE``. (A user's heat-equation solver on 4 strips, its CG trading rows each iteration:
+    0.004 on both middle ranks, read as PP4, its ends and middles as two programs; the corpora's
+    pipelines on the world group alone, PP3 to PP8: 0.41-7.1.) False where no rank sends to two."""
+    if p2p.is_empty():
+        return False
+    sends = p2p.filter(pl.col("src") != pl.col("dst")).select("src", "dst", start="send_start_aligned_ns").drop_nulls()
+    ratios: list[float] = []
+    for (rank,), own in sends.group_by("src"):
+        starts = {int(d): np.sort(g["start"].to_numpy()) for (d,), g in own.group_by("dst")}
+        if len(starts) < 2:
+            continue
+        for peer, at in starts.items():
+            others = np.sort(np.concatenate([t for q, t in starts.items() if q != peer]))
+            if len(at) < 2 or not len(others):
+                continue
+            spacing = float(np.median(np.diff(at)))
+            if spacing <= 0:
+                continue
+            k = np.searchsorted(others, at)
+            before = np.abs(at - others[np.clip(k - 1, 0, len(others) - 1)])
+            after = np.abs(others[np.clip(k, 0, len(others) - 1)] - at)
+            ratios.extend((np.minimum(before, after) / spacing).tolist())
+    return bool(ratios) and float(np.median(ratios)) < AT_ONCE
 
 
 def _hosts(ranks: pl.DataFrame, world_size: int | None, notes: list[str]) -> pl.DataFrame:

@@ -752,7 +752,7 @@ def _both(pairs: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
 def _messages(pairs: list[tuple[int, int, int]]) -> pl.DataFrame:
     """Matched p2p messages (src, dst, when the send started, in ms)."""
     return pl.DataFrame({"src": [a for a, _, _ in pairs], "dst": [b for _, b, _ in pairs],
-                         "send_start_aligned_ns": [t * MS for _, _, t in pairs]},
+                         "send_start_aligned_ns": [int(t * MS) for _, _, t in pairs]},
                         schema={"src": pl.Int32, "dst": pl.Int32, "send_start_aligned_ns": pl.Int64})
 
 
@@ -783,6 +783,23 @@ def test_messages_that_are_no_pipelines_chain_leave_the_layout_unknown(pairs):
 
     info = from_p2p_chain(_unknown([0, 1, 2, 3]), _messages(pairs))
     assert not info.known and info.source == "unknown"
+
+
+def test_neighbours_that_trade_with_both_sides_at_once_are_no_pipeline():
+    # 4 strips of a grid trading boundary rows every 10 ms: each middle rank sends to both its
+    # neighbours within 0.05 ms (a halo exchange); a pipeline's middle stage computes between a
+    # send forward and one back
+    from mapp.analysis.detect.layout import exchanges_at_once, from_p2p_chain
+
+    halo = [m for t in range(0, 100, 10) for m in
+            [(0, 1, t), (1, 0, t), (1, 2, t + 0.05), (2, 1, t), (2, 3, t + 0.05), (3, 2, t)]]
+    assert exchanges_at_once(_messages(halo))
+    assert not from_p2p_chain(_unknown([0, 1, 2, 3]), _messages(halo)).known
+    # the same links, the sends back 5 ms after the sends forward: stages, in a chain
+    piped = [m for t in range(0, 100, 10) for m in
+             [(0, 1, t), (1, 2, t + 1), (2, 3, t + 2), (3, 2, t + 5), (2, 1, t + 6), (1, 0, t + 7)]]
+    assert not exchanges_at_once(_messages(piped))
+    assert from_p2p_chain(_unknown([0, 1, 2, 3]), _messages(piped)).sizes == {"tp": 1, "pp": 4, "dp": 1}
 
 
 def test_a_chain_of_the_traced_ranks_of_a_larger_world_is_no_whole_pipeline():

@@ -949,3 +949,14 @@ def test_ranges_around_dealt_work_count_every_rank_at_one_number_of_trips():
     # trips every rank's calls inside the ranges are alike
     verdict = detect_bundle(load_bundle(CASES["shp4-p1-dealt-healthy"].directory), threshold=0.1)
     assert verdict.suspects == []
+
+
+def test_neighbours_trading_boundaries_at_once_are_one_program_not_pipeline_stages():
+    # a heat-equation solver on 4 strips (tests/corpus/user_halo_cg.py, held out in users97b):
+    # every CG iteration each rank sends its boundary rows to both neighbours at once. Its p2p
+    # links make a chain, read as PP4 with each strip a stage, rank 1's 8x the stencil work "the
+    # heavier stage" (no suspect) before; its ends and middles are one program
+    verdict = detect_bundle(load_bundle(CASES["cg4-halo-fwd8x-r1"].directory), threshold=0.1)
+    assert verdict.layout_sizes is None and "p2p chain" not in verdict.layout
+    assert "every rank runs the same program" in verdict.layout
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
