@@ -17,7 +17,8 @@ from mapp.analysis.detect.implicit_sync import as_matching, as_waits, implicit_s
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.onset import ONSET_LEAST, leaning, not_slower, onset_note, since_onset, trailing_windows
 from mapp.analysis.detect.periodic import periodic_note, periodic_windows
-from mapp.analysis.detect.layout import LayoutInfo, exchanges_at_once, from_p2p_chain, parse_layout, resolve_layout
+from mapp.analysis.detect.layout import (LayoutInfo, exchanges_at_once, from_p2p_chain, loss_everywhere, parse_layout,
+                                        resolve_layout)
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.peers import compare_peers
@@ -92,9 +93,12 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
         matching.collectives.select("instance_id", "group", "group_ranks"), on="instance_id"
     ).select("rank", "group", "group_ranks").unique(subset=["rank", "group"]) if len(matching.members) else pl.DataFrame(
         schema={"rank": pl.Int32, "group": pl.String, "group_ranks": pl.List(pl.Int32)})
-    info = from_p2p_chain(resolve_layout(bundle.ranks, groups, layout, bundle.world_size), matching.p2p)
+    info = resolve_layout(bundle.ranks, groups, layout, bundle.world_size)
+    # (every rank computing a loss runs the whole model: its p2p partners are no pipeline's stages)
+    whole_model = not info.known and len(matching.p2p) > 0 and loss_everywhere(events)
+    info = from_p2p_chain(info, matching.p2p, whole_model=whole_model)
     if not info.known:
-        info = _program_peers(info, events, matching, groups)
+        info = _program_peers(info, events, matching, groups, whole_model=whole_model)
     notes += info.notes
     if waits:
         notes.append("ops compared by their own time: their spans less the time their threads waited for a core "
@@ -445,15 +449,17 @@ def _tokens(bundle) -> list[pl.Expr]:
     return [_arg("tokens").cast(pl.Int64, strict=False).alias("tokens")]
 
 
-def _program_peers(info: LayoutInfo, events: pl.DataFrame, matching, groups: pl.DataFrame) -> LayoutInfo:
-    """Without a layout, ranks running the same program are peers (see ``program``)."""
+def _program_peers(info: LayoutInfo, events: pl.DataFrame, matching, groups: pl.DataFrame, *,
+                   whole_model: bool = False) -> LayoutInfo:
+    """Without a layout, ranks running the same program are peers (see ``program``); p2p partners
+    are not kept apart where every rank runs the whole model (``layout.loss_everywhere``)."""
     ops = events.filter(pl.col("cat") == "compute").select(
         "rank", "name", pl.col("shape") if "shape" in events.columns else pl.lit(None, pl.String).alias("shape")
     ).unique()
     pairs = set()
     # (p2p partners run different programs, pipeline stages, unless they trade at once: a halo
     # exchange's neighbours, whose ends trade with one neighbour and its middles with two)
-    if len(matching.p2p) and not exchanges_at_once(matching.p2p):
+    if len(matching.p2p) and not whole_model and not exchanges_at_once(matching.p2p):
         pairs = {(int(a), int(b)) for a, b in matching.p2p.select("src", "dst").unique().iter_rows()}
     members = [frozenset(g) for g in groups["group_ranks"].drop_nulls().to_list() if g] if len(groups) else []
     ranks = info.ranks["rank"].to_list()

@@ -17,7 +17,8 @@ import polars as pl
 
 from mapp.errors import InputError, LayoutError
 
-__all__ = ["AT_ONCE", "LayoutInfo", "exchanges_at_once", "from_p2p_chain", "middle_stages", "parse_layout", "resolve_layout"]
+__all__ = ["AT_ONCE", "LOSS", "LayoutInfo", "exchanges_at_once", "from_p2p_chain", "loss_everywhere", "middle_stages", "parse_layout",
+           "resolve_layout"]
 
 _AXES = ("tp", "pp", "dp")
 
@@ -143,14 +144,15 @@ def resolve_layout(ranks: pl.DataFrame, groups: pl.DataFrame, layout: dict[str, 
     return info
 
 
-def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame) -> LayoutInfo:
+def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame, *, whole_model: bool = False) -> LayoutInfo:
     """``info`` with a pipeline's layout where it is unknown and the matched p2p messages
     (``src``, ``dst``, ``send_start_aligned_ns``) join every traced rank into one chain: each
     rank exchanging with at most two others, both ways, no cycle. Each rank is then a stage, in chain
     order, the first the end that sent the earliest message (a pipeline's first message is the
     first stage's first activation); ``pp`` is the chain's length. Not where its middle ranks
-    send to both their neighbours at once (``exchanges_at_once``: a halo exchange). Else
-    ``info`` as it is.
+    send to both their neighbours at once (``exchanges_at_once``: a halo exchange), nor where
+    every rank computes a loss (``whole_model``, from ``loss_everywhere``: each runs the whole
+    model on its part of the data). Else ``info`` as it is.
 
     A pipeline written without Megatron (``torch.distributed.pipelining`` on the world group
     alone) names no group, and its stages run different programs (the first embeds, the last
@@ -161,7 +163,7 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame) -> LayoutInfo:
     # (a stage whose trace is missing would leave a chain of the others, one stage short)
     if info.known or len(ranks) < 2 or p2p.is_empty() or info.unrecorded or (info.world_size or 0) > len(ranks):
         return info
-    if exchanges_at_once(p2p):
+    if whole_model or exchanges_at_once(p2p):
         return info
     sent = {(int(a), int(b)) for a, b in p2p.select("src", "dst").unique().iter_rows() if a != b}
     edges = {tuple(sorted(e)) for e in sent}
@@ -230,6 +232,25 @@ def exchanges_at_once(p2p: pl.DataFrame) -> bool:
             after = np.abs(others[np.clip(k, 0, len(others) - 1)] - at)
             ratios.extend((np.minimum(before, after) / spacing).tolist())
     return bool(ratios) and float(np.median(ratios)) < AT_ONCE
+
+
+LOSS = r"loss|cross_entropy"
+"""A loss's ops by name (``aten::nll_loss_forward``, ``aten::mse_loss``, ``aten::cross_entropy_loss``)."""
+
+
+def loss_everywhere(events: pl.DataFrame) -> bool:
+    """Whether every traced rank (two or more) computes a loss (``LOSS``): each runs the whole
+    model on its part of the data, so messages in a chain between them are no pipeline's, whose
+    last stage alone computes the loss (the corpora's pipelines on the world group alone, PP3 to
+    PP8: ``aten::mse_loss`` on the last rank only). A linear-recurrence LM split over 4 ranks by
+    sequence, each layer's carry passed 0 -> 1 -> 2 -> 3 and its gradient back, every rank with
+    the embedding and the loss of its part: read as PP4 before, a rank of 6x the scan's work
+    "the heavier stage", no suspect."""
+    ranks = events["rank"].n_unique()
+    if ranks < 2:
+        return False
+    scoring = events.filter((pl.col("cat") == "compute") & pl.col("name").str.contains(LOSS))["rank"].n_unique()
+    return scoring == ranks
 
 
 def _hosts(ranks: pl.DataFrame, world_size: int | None, notes: list[str]) -> pl.DataFrame:

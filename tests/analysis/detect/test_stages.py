@@ -802,6 +802,20 @@ def test_neighbours_that_trade_with_both_sides_at_once_are_no_pipeline():
     assert from_p2p_chain(_unknown([0, 1, 2, 3]), _messages(piped)).sizes == {"tp": 1, "pp": 4, "dp": 1}
 
 
+def test_a_chain_of_ranks_that_each_run_the_whole_model_is_no_pipeline():
+    # every rank computing a loss runs the whole model on its part of the data: its chain of
+    # messages (a sequence's carries) makes no stages
+    from mapp.analysis.detect.layout import from_p2p_chain, loss_everywhere
+
+    chain = _messages(_both([(0, 1, 1), (1, 2, 2), (2, 3, 3)]))
+    assert not from_p2p_chain(_unknown([0, 1, 2, 3]), chain, whole_model=True).known
+    ops = pl.DataFrame({"rank": [0, 1, 2, 3, 0, 1, 2, 3], "cat": ["compute"] * 8,
+                        "name": ["aten::mm"] * 4 + ["aten::nll_loss_forward"] * 4})
+    assert loss_everywhere(ops)
+    # a pipeline's last stage alone computes the loss
+    assert not loss_everywhere(ops.filter((pl.col("rank") == 3) | (pl.col("name") == "aten::mm")))
+
+
 def test_a_chain_of_the_traced_ranks_of_a_larger_world_is_no_whole_pipeline():
     # ranks 0-2 of a world of 4 traced: the fourth stage's trace is missing
     from mapp.analysis.detect.layout import from_p2p_chain

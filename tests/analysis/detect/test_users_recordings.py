@@ -960,3 +960,13 @@ def test_neighbours_trading_boundaries_at_once_are_one_program_not_pipeline_stag
     assert verdict.layout_sizes is None and "p2p chain" not in verdict.layout
     assert "every rank runs the same program" in verdict.layout
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
+
+
+def test_a_chain_of_ranks_that_each_compute_the_loss_is_one_program_not_a_pipeline():
+    # a linear-recurrence LM split by sequence over 4 ranks (tests/corpus/user_seq_scan.py, held
+    # out in users98b): each layer's carry passes 0 -> 1 -> 2 -> 3 and its gradient back, a chain
+    # read as PP4 before (rank 1's 6x the scan work "the heavier stage", no suspect); every rank
+    # embeds and computes the loss of its part, which no pipeline's stages all do
+    verdict = detect_bundle(load_bundle(CASES["scan4-chain-fwd6x-r1"].directory), threshold=0.1)
+    assert verdict.layout_sizes is None and "every rank runs the same program" in verdict.layout
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
