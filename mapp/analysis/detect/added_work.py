@@ -275,17 +275,16 @@ def _dealt(per: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
 def _graded(grid: pl.DataFrame, peers: list[str], step: float = 0.0) -> pl.DataFrame:
     """(``peers``..., ``name``, ``ranks``, ``calls``: each rank's calls in a typical iteration)
     of the ops that every rank of a peer group calls a different number of times, in nearly
-    every iteration (``CONSISTENT``), with ``GRADED_RANKS`` ranks or more, of those that
-    the ranks holding more parameters call more often (``_held``), and of those that two ranks
-    or more call more often than the group's fewest, by different counts, the same ranks in
-    nearly every step (``_dealt``): ``graded_work``. Work added to one rank leaves its peers agreeing with each
-    other; a program that deals its work out unevenly does not, whether or not some ranks get
-    equal shares (a hand-written distributed Shampoo dealing the inverse roots of 26 blocks
-    round-robin by size: 20, 8, 16 and 8 ``aten::linalg_vector_norm`` calls a step, ranks 0
-    and 2 each read as adding work, "slow compute 0", 1.24x on those ops, +1.8% of its step,
-    in a healthy run). ``step``:
-    where the grid's calls are at the ranks' scales (its ``at`` column), two counts differ where
-    more than this share apart."""
+    every iteration (``CONSISTENT``), with ``GRADED_RANKS`` ranks or more, of those that the
+    ranks holding more parameters call more often (``_held``), and of those that two ranks or
+    more call more often than the group's fewest, by different counts, the same ranks in nearly
+    every step (``_dealt``): ``graded_work``. Work added to one rank leaves its peers agreeing
+    with each other; a program that deals its work out unevenly does not, whether or not some
+    ranks get equal shares (a hand-written distributed Shampoo dealing the inverse roots of 26
+    blocks round-robin by size: 20, 8, 16 and 8 ``aten::linalg_vector_norm`` calls a step,
+    ranks 0 and 2 each read as adding work, "slow compute 0", 1.24x on those ops, +1.8% of its
+    step, in a healthy run). ``step``: where the grid's calls are at the ranks' scales (its
+    ``at`` column), two counts differ where more than this share apart."""
     at = pl.col("at") if "at" in grid.columns and step > 0 else pl.lit(1.0)
     c = (pl.col("calls") / at).sort()
     # (the ranks above the fewest as the calls were made, not at the ranks' data scales: a deal

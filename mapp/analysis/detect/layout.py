@@ -17,8 +17,8 @@ import polars as pl
 
 from mapp.errors import InputError, LayoutError
 
-__all__ = ["AT_ONCE", "LOSS", "LayoutInfo", "exchanges_at_once", "from_p2p_chain", "loss_everywhere", "middle_stages", "parse_layout",
-           "resolve_layout"]
+__all__ = ["AT_ONCE", "LOSS", "LayoutInfo", "exchanges_at_once", "from_p2p_chain", "loss_everywhere", "middle_stages",
+           "parse_layout", "resolve_layout"]
 
 _AXES = ("tp", "pp", "dp")
 

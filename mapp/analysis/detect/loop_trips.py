@@ -12,9 +12,10 @@ with LayerDrop under DDP, 4 gloo processes on 2 cores, 1.6x the layers' matmuls 
 with the layers each rank kept; "no suspect", the counts read as the program's uneven split).
 
 Counted per trip of the loop, the work is the same work again: each call inside a loop's range
-is weighed by how many times the program's ranks typically ran that loop (their median) over how
-many times it did (``with_trips``), and ``same_work`` counts the calls a rank adds (``added_work``) so weighed. Its
-compute and its program's uneven split stay read from the calls made: weighed there too, a rank
+is weighed by how many times the program's ranks typically ran that loop (their median) over
+how many times it did (``with_trips``), and ``same_work`` counts the calls a rank adds
+(``added_work``) so weighed. Its compute and its program's uneven split stay read from the calls
+made: weighed there too, a rank
 of LayerDrop handed twice the batch read "slow compute" 1.64x, where the blocks' uneven counts are
 what it is judged by (its input floor needs calls that every rank makes as often, and the blocks'
 are not: pairing calls by their place in a loop's range would give it them).
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-
 
 __all__ = ["LOOP_DIGITS", "loop_ranges", "with_trips"]
 
@@ -45,7 +45,8 @@ def loop_ranges(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | Non
     """Per (``rank``, ``iteration``, ``family``) of a loop whose trips differ between the ranks of
     one program (``coords``' ``pp``) in some iteration, and that some rank runs more than once in
     an iteration: ``trips``, how many ranges of the family the rank ran there, and ``scale``, the
-    median trips of the program's ranks that ran it there over its own. None where there is no such loop."""
+    median trips of the program's ranks that ran it there over its own. None where there is no
+    such loop."""
     ranges = _user_ranges(timed).filter(pl.col("iteration").is_not_null())
     if ranges.is_empty():
         return None
