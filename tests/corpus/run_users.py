@@ -866,7 +866,26 @@ USERS98B = [  # held out in the ninety-eighth session (b): a linear-recurrence (
     ("scan4-bigrank2-skew2.5", "user_seq_scan.py", "--seed 316 --big-rank 2 --big 2.5"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B}
+USERS100B = [  # held out in the hundredth session (b): a small CNN trained data-parallel without DDP, top-k gradient sparsification with error feedback (indices and values all-gathered, scatter-averaged), dense all_reduce resyncs every few steps, lr broadcast from rank 0, per-rank loss gathered to rank 0, a parameter-fingerprint isend/irecv ring r -> r+1
+    ("topk4-default-healthy", "user_topk_ddp.py", "--seed 401"),
+    ("topk4-gatherlist-halfvals-shapes-healthy", "user_topk_ddp.py", "--seed 402 --gather list --half-values --shapes"),
+    ("topk4-w48-b24-d0.5pct-healthy", "user_topk_ddp.py", "--seed 403 --width 48 --batch 24 --density 0.005"),
+    ("topk4-stages4-img48-dense3-healthy", "user_topk_ddp.py", "--seed 404 --stages 4 --blocks 1 --image 48 --dense-every 3"),
+    ("topk4-dense2-d5pct-b48-healthy", "user_topk_ddp.py", "--seed 405 --dense-every 2 --density 0.05 --batch 48"),
+    ("topk4-fwd4x-r1", "user_topk_ddp.py", "--seed 406 --slow-rank 1 --factor 4"),
+    ("topk4-fwd5x-r3", "user_topk_ddp.py", "--seed 407 --slow-rank 3 --factor 5"),
+    ("topk4-gatherlist-fwd4x-r0", "user_topk_ddp.py", "--seed 408 --gather list --slow-rank 0 --factor 4"),
+    ("topk4-w48-b24-fwd5x-r2", "user_topk_ddp.py", "--seed 409 --width 48 --batch 24 --slow-rank 2 --factor 5"),
+    ("topk4-stepsleep300ms-r2", "user_topk_ddp.py", "--seed 410 --slow-rank 2 --sleep-ms 300"),
+    ("topk4-datasleep300ms-r3", "user_topk_ddp.py", "--seed 411 --slow-rank 3 --data-sleep-ms 300"),
+    ("topk4-uploadsleep300ms-r1", "user_topk_ddp.py", "--seed 412 --slow-rank 1 --upload-sleep-ms 300"),
+    ("topk4-hog-r0", "user_topk_ddp.py", "--seed 413 --slow-rank 0 --hog"),
+    ("topk4-link2-3-x16384", "user_topk_ddp.py", "--seed 414 --link-src 2 --link-dst 3 --link-factor 16384"),
+    ("topk4-seqlognorm0.8", "user_topk_ddp.py", "--seed 415 --seq-sigma 0.8"),
+    ("topk4-bigrank3-skew3", "user_topk_ddp.py", "--seed 416 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
