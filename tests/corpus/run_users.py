@@ -885,7 +885,26 @@ USERS100B = [  # held out in the hundredth session (b): a small CNN trained data
     ("topk4-bigrank3-skew3", "user_topk_ddp.py", "--seed 416 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B}
+USERS100 = [  # held out in the hundredth session: parallel tempering (replica exchange) of an MLP energy-based model, one temperature a rank, Langevin negatives (autograd w.r.t. the samples), neighbour swaps of energies then samples by blocking send/recv (pairs (0,1),(2,3) on even steps, (1,2) on odd), contrastive-divergence gradients all-reduced, acceptance stats all-gathered
+    ("pt4-default-healthy", "user_replica_exchange.py", "--seed 501"),
+    ("pt4-d2-h192-shapes-healthy", "user_replica_exchange.py", "--seed 502 --data-dim 2 --hidden 192 --shapes"),
+    ("pt4-swapreplica-buckets-healthy", "user_replica_exchange.py", "--seed 503 --swap replica --bucket-kb 128"),
+    ("pt4-k16-c640-healthy", "user_replica_exchange.py", "--seed 504 --langevin-steps 16 --chains 640"),
+    ("pt4-tmax8-depth4-h224-healthy", "user_replica_exchange.py", "--seed 505 --t-max 8 --depth 4 --hidden 224"),
+    ("pt4-fwd2x-r1", "user_replica_exchange.py", "--seed 506 --slow-rank 1 --factor 2"),
+    ("pt4-fwd1.6x-r3", "user_replica_exchange.py", "--seed 507 --slow-rank 3 --factor 1.6"),
+    ("pt4-d2-fwd2.5x-r0", "user_replica_exchange.py", "--seed 508 --data-dim 2 --slow-rank 0 --factor 2.5"),
+    ("pt4-swapreplica-fwd1.8x-r2", "user_replica_exchange.py", "--seed 509 --swap replica --slow-rank 2 --factor 1.8"),
+    ("pt4-stepsleep300ms-r2", "user_replica_exchange.py", "--seed 510 --slow-rank 2 --sleep-ms 300"),
+    ("pt4-datasleep300ms-r3", "user_replica_exchange.py", "--seed 511 --slow-rank 3 --data-sleep-ms 300"),
+    ("pt4-dumpsleep300ms-r0", "user_replica_exchange.py", "--seed 512 --slow-rank 0 --dump-sleep-ms 300"),
+    ("pt4-hog-r1", "user_replica_exchange.py", "--seed 513 --slow-rank 1 --hog"),
+    ("pt4-link1-2-x2048", "user_replica_exchange.py", "--seed 514 --link-src 1 --link-dst 2 --link-factor 2048"),
+    ("pt4-seqlognorm0.8", "user_replica_exchange.py", "--seed 515 --seq-sigma 0.8"),
+    ("pt4-bigrank3-skew3", "user_replica_exchange.py", "--seed 516 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
