@@ -904,7 +904,26 @@ USERS100 = [  # held out in the hundredth session: parallel tempering (replica e
     ("pt4-bigrank3-skew3", "user_replica_exchange.py", "--seed 516 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100}
+USERS99B = [  # held out in the ninety-ninth session (b): distributed k-means for a data pipeline, per-step shards, Lloyd/mini-batch iterations with all_reduce of partial sums/counts (+ MAX/MIN convergence), sample-sort redistribution by cluster owner (all_to_all of counts, uneven all_to_all_single of points), per-cluster MLPs with a shared head (gradient all-reduce)
+    ("km4-default-healthy", "user_kmeans_sort.py", "--seed 901"),
+    ("km4-list-shapes-healthy", "user_kmeans_sort.py", "--seed 902 --exchange list --shapes"),
+    ("km4-minibatch-balanced-healthy", "user_kmeans_sort.py", "--seed 903 --algo minibatch --owner balanced"),
+    ("km4-p20k-d24-k48-healthy", "user_kmeans_sort.py", "--seed 904 --points 20000 --dim 24 --clusters 48 --iters 4 --hidden 48"),
+    ("km4-p12k-it8-tol-fit3-healthy", "user_kmeans_sort.py", "--seed 905 --points 12000 --iters 8 --tol 0.14 --fit-iters 3"),
+    ("km4-fwd2x-r1", "user_kmeans_sort.py", "--seed 906 --slow-rank 1 --factor 2"),
+    ("km4-fwd3x-r2", "user_kmeans_sort.py", "--seed 907 --slow-rank 2 --factor 3"),
+    ("km4-list-fwd2.5x-r3", "user_kmeans_sort.py", "--seed 908 --exchange list --slow-rank 3 --factor 2.5"),
+    ("km4-minibatch-balanced-fwd3x-r0", "user_kmeans_sort.py", "--seed 909 --algo minibatch --owner balanced --slow-rank 0 --factor 3"),
+    ("km4-stepsleep250ms-r3", "user_kmeans_sort.py", "--seed 910 --slow-rank 3 --sleep-ms 250"),
+    ("km4-datasleep250ms-r2", "user_kmeans_sort.py", "--seed 911 --slow-rank 2 --data-sleep-ms 250"),
+    ("km4-writesleep250ms-r1", "user_kmeans_sort.py", "--seed 912 --slow-rank 1 --write-sleep-ms 250"),
+    ("km4-hog-r0", "user_kmeans_sort.py", "--seed 913 --slow-rank 0 --hog"),
+    ("km4-link3-1-x512", "user_kmeans_sort.py", "--seed 914 --link-src 3 --link-dst 1 --link-factor 512"),
+    ("km4-seqlognorm0.8", "user_kmeans_sort.py", "--seed 915 --seq-sigma 0.8"),
+    ("km4-bigrank3-skew3", "user_kmeans_sort.py", "--seed 916 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
