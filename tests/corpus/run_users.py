@@ -923,7 +923,26 @@ USERS99B = [  # held out in the ninety-ninth session (b): distributed k-means fo
     ("km4-bigrank3-skew3", "user_kmeans_sort.py", "--seed 916 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B}
+USERS99 = [  # held out in the ninety-ninth session: 2D tensor parallelism by SUMMA on a 2x2 grid (a residual FFN stack, MLP regression): panels broadcast along process-row / -column subgroups with rotating roots, backward partials reduced, norm statistics all-reduced over the row, loss and every-3-steps grad-norm all_reduces
+    ("summa4-default-healthy", "user_summa.py", "--seed 401"),
+    ("summa4-prefetch-shapes-healthy", "user_summa.py", "--seed 402 --prefetch --shapes"),
+    ("summa4-cache-nonorm-healthy", "user_summa.py", "--seed 403 --cache-panels --no-norm"),
+    ("summa4-b3-d384-h1536-healthy", "user_summa.py", "--seed 404 --blocks 3 --dim 384 --hidden 1536"),
+    ("summa4-b4-bs768-h1024-clip1-healthy", "user_summa.py", "--seed 405 --blocks 4 --batch 768 --hidden 1024 --clip-every 1"),
+    ("summa4-fwd4x-r2", "user_summa.py", "--seed 406 --slow-rank 2 --factor 4"),
+    ("summa4-fwd3x-r0", "user_summa.py", "--seed 407 --slow-rank 0 --factor 3"),
+    ("summa4-prefetch-fwd3x-r3", "user_summa.py", "--seed 408 --prefetch --slow-rank 3 --factor 3"),
+    ("summa4-b3-d384-h1536-fwd4x-r1", "user_summa.py", "--seed 409 --blocks 3 --dim 384 --hidden 1536 --slow-rank 1 --factor 4"),
+    ("summa4-stepsleep300ms-r1", "user_summa.py", "--seed 410 --slow-rank 1 --sleep-ms 300"),
+    ("summa4-datasleep350ms-r3", "user_summa.py", "--seed 411 --slow-rank 3 --data-sleep-ms 350"),
+    ("summa4-ckptsleep350ms-r0", "user_summa.py", "--seed 412 --slow-rank 0 --ckpt-sleep-ms 350"),
+    ("summa4-hog-r2", "user_summa.py", "--seed 413 --slow-rank 2 --hog"),
+    ("summa4-link1-3-x32", "user_summa.py", "--seed 414 --link-src 1 --link-dst 3 --link-factor 32"),
+    ("summa4-seqlognorm0.8", "user_summa.py", "--seed 415 --seq-sigma 0.8"),
+    ("summa4-bigrank3-skew3", "user_summa.py", "--seed 416 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
