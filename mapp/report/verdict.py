@@ -235,6 +235,9 @@ def _link_observation(o: dict) -> str:
         return f"{link} moves {o['ratio']:.1f}x the bytes of its like links ({what})"
     if o.get("compared") == "messages moved":
         return f"{link} carries {o['ratio']:.1f}x the messages of its like links (sizes not recorded)"
+    if o.get("compared") == "message windows":
+        return (f"{link}: its messages in flight {o['window_ms']:.2f} ms each, {o['ratio']:.1f}x its like links' "
+                f"({o['like_ms']:.2f} ms; posted asynchronously, sizes not recorded)")
     return f"{link} {o['ratio']:.2f}x slower" + (f" ({o['compared']})" if o.get("compared") else "")
 
 

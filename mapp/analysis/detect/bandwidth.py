@@ -13,7 +13,9 @@ like p2p links are compared by their fastest transfers over the run alone (``_ra
 and where the capture records the spans' waits for a core, a link raised only by those waits is
 not slow (``OWN_FLOOR_RATIO``).
 A job's only p2p link (PP2 on 2 ranks), with nothing like it, is weighed against the slowest
-fabric a job runs on instead (``_only_link``, ``FABRIC``).
+fabric a job runs on instead (``_only_link``, ``FABRIC``). Where processes share a machine, links
+whose messages were posted asynchronously and recorded no size are timed by the messages'
+windows, from both posts to the first wait that saw them done (``p2p_windows``).
 
 Attribution: a *slow NIC* makes every inter-node link and group of one rank slow while the
 same links of its neighbours are fine; a *slow link* makes one pair slow (a p2p pair, or a
@@ -31,6 +33,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import binomial_tail, others_median, robust_scale, z_critical
 from mapp.analysis.detect.findings import LinkFinding
+from mapp.analysis.detect.p2p_windows import window_links
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.traffic import COUNTED, added_traffic
 
@@ -244,6 +247,9 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     with rank 3's trace lost: link 0<->2 of a healthy job on 2 shared cores read "slow link"
     3.5x against the fabric, its twin 1<->3 unseen)."""
     added = added_traffic(matching, link_threshold)
+    if shared_cpus:     # (one machine's processes: their own clocks are one clock)
+        counted = {f.ranks for f in added}
+        added += [f for f in window_links(matching.p2p) if f.ranks not in counted]
     obs = pl.concat([_p2p(matching), _collectives(matching)])
     obs = obs.filter(pl.col("time_ns") > 0)
     if obs.is_empty():

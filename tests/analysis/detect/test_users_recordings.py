@@ -970,3 +970,15 @@ def test_a_chain_of_ranks_that_each_compute_the_loss_is_one_program_not_a_pipeli
     verdict = detect_bundle(load_bundle(CASES["scan4-chain-fwd6x-r1"].directory), threshold=0.1)
     assert verdict.layout_sizes is None and "every rank runs the same program" in verdict.layout
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
+
+
+def test_a_link_whose_async_messages_stay_in_flight_longer_is_a_slow_link():
+    # the heat-equation solver on 4 strips (user_halo_cg.py, users97b), every message rank 1
+    # sends to rank 2 padded to 8 MB. Its isend/irecv spans run from the post to the wait and
+    # record no size, so no transfer was timed or counted: "no suspect" before. Each message's
+    # window, from both posts to the first wait that saw it done, 5.3 ms on link 1-2 against
+    # 0.45 ms on its like links
+    verdict = detect_bundle(load_bundle(CASES["cg4-link1-2-x4096"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {1, 2})
+    assert [s for s in verdict.suspects if s.kind != "slow_link"] == []

@@ -1,0 +1,119 @@
+"""Stage 3's p2p links whose messages are posted asynchronously, timed by their windows.
+
+A gloo ``isend``/``irecv`` records one span a side, from the post to the caller's wait on it:
+neither end is the message's delivery (``bandwidth._p2p`` leaves such pairs out), and without
+recorded shapes no size either (``traffic.added_traffic`` cannot count its bytes). What the two
+spans still bound is when the message moved: not before both sides had posted, and done by the
+time the first of them saw it done. That *window*, ``min(ends) - max(starts)``, is no transfer
+time (an end that waits on something else first stretches it), but a link whose messages take
+longer keeps every window of its own open longer, whatever the ends do around them, where a late
+end only delays when a window opens.
+
+Compared with the like links of the same program (every link whose pairs are so posted, none of
+them sized), a link is slow when its typical window over the run took ``WINDOW_RATIO`` x the other
+links' and more than twice theirs in nearly every step (``CONSISTENT``). Measured on a user's
+halo-exchange CG solver, 4 gloo processes on 2 shared cores, recorded without shapes: the windows
+of links 0-1, 1-2 and 2-3 of a healthy run 0.45, 0.26 and 0.24 ms (the widest 1.8x the others');
+with every message from rank 1 to rank 2 padded to 4096x its rows (8 MB), link 1-2's 5.6 ms,
+15x the others' 0.32 and 0.44 ms.
+
+Ends are compared on each rank's own clock, which the processes of one machine share (as
+``ingest._gloo_groups`` pairs calls by their ends): the aligned clock, fitted to collectives,
+moved one rank by up to 1.3 ms against another there, more than a healthy window.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from mapp.analysis.detect.findings import LinkFinding
+from mapp.analysis.detect.thresholds import CONSISTENT
+
+__all__ = ["WINDOWED", "WINDOW_RATIO", "window_links"]
+
+WINDOWED = "message windows"
+"""An observation's ``compared`` where its link was timed by its messages' windows."""
+
+WINDOW_RATIO = 4.0
+"""A link whose typical message window over the run took this many times its like links' is slow
+(healthy links of one program within 1.8x of each other; an 8 MB-padded link 15x)."""
+
+UNPAIRED = 0.1
+"""Where more than this share of the messages were received before they were sent, their sends
+and receives were paired wrongly (peers found by when calls end, which a send waited on later
+does not keep: a sequence-parallel scan's carries, 42-46% so; a halo exchange, paired right,
+4-5% at its steps' edges), and no link is timed by its windows."""
+
+STEP_RATIO = 2.0
+"""...and more than this many times theirs in nearly every step (``CONSISTENT``)."""
+
+
+def _windows(p2p: pl.DataFrame) -> pl.DataFrame:
+    """Per message of an unsized pair with an asynchronous side: ``link`` (its ends, sorted),
+    ``iteration``, ``w`` (its window, 0 where one side was done before the other posted: a
+    message small enough to wait in a buffer) and the window's ``lo``/``hi`` edges."""
+    p = p2p.filter((pl.col("src") != pl.col("dst")) & (pl.col("send_async") | pl.col("recv_async"))
+                   & pl.col("bytes").is_null() & pl.col("iteration").is_not_null())
+    # A receive that ended before its send was posted is no pair of the two: a few are calls
+    # paired by order across a step's edge, left out; many say the calls' peers were guessed
+    # wrong, and then no window is the message's (``UNPAIRED``)
+    impossible = pl.col("recv_end_ns") < pl.col("send_start_ns")
+    if p.is_empty() or p.select(impossible.mean()).item() > UNPAIRED:
+        return p.clear().select(link=pl.lit(None, pl.List(pl.Int32)), iteration="iteration", lo=pl.lit(0, pl.Int64),
+                                hi=pl.lit(0, pl.Int64), w=pl.lit(0, pl.Int64))
+    p = p.filter(~impossible)
+    lo = pl.max_horizontal("send_start_ns", "recv_start_ns")
+    hi = pl.min_horizontal("send_end_ns", "recv_end_ns")
+    return p.select(link=pl.concat_list(pl.min_horizontal("src", "dst"), pl.max_horizontal("src", "dst"))
+                    .cast(pl.List(pl.Int32)), iteration="iteration", lo=lo, hi=pl.max_horizontal(lo, hi),
+                    w=(hi - lo).clip(lower_bound=0))
+
+
+def _in_flight(w: pl.DataFrame) -> pl.DataFrame:
+    """Per link and iteration, ``busy``: how long any of its windows was open (their union)."""
+    w = w.sort("link", "iteration", "lo")
+    # a window opens a new run where it starts after every earlier one of its link and step ended
+    prev = pl.col("hi").cum_max().shift(1).over("link", "iteration")
+    w = w.with_columns(run=(pl.col("lo") > prev).fill_null(True).cast(pl.Int32).cum_sum().over("link", "iteration"))
+    runs = w.group_by("link", "iteration", "run").agg(span=pl.col("hi").max() - pl.col("lo").min())
+    return runs.group_by("link", "iteration").agg(busy=pl.col("span").sum())
+
+
+def window_links(p2p: pl.DataFrame) -> list[LinkFinding]:
+    """Links slower than their like links by their messages' windows (module doc); [] where
+    fewer than two links have such messages in most steps."""
+    w = _windows(p2p)
+    if w.is_empty():
+        return []
+    per = w.group_by("link", "iteration").agg(w=pl.col("w").median(), n=pl.len())
+    steps = per["iteration"].n_unique()
+    per = per.filter(pl.len().over("link") >= CONSISTENT * steps)
+    links = per["link"].unique().to_list()
+    if len(links) < 2:
+        return []
+    busy = _in_flight(w)
+    findings = []
+    for link in links:
+        mine = per.filter(pl.col("link") == link)
+        others = per.filter(pl.col("link") != link)
+        theirs = others.group_by("link").agg(w=pl.col("w").median())["w"].median()
+        own = mine["w"].median()
+        if not theirs or own is None or own < WINDOW_RATIO * theirs:
+            continue
+        by_step = mine.join(others.group_by("iteration").agg(other=pl.col("w").median()), on="iteration")
+        raised = by_step.filter(pl.col("w") > STEP_RATIO * pl.col("other"))
+        if len(by_step) == 0 or len(raised) < CONSISTENT * len(by_step):
+            continue
+        mine_busy = busy.filter(pl.col("link") == link)
+        their_busy = busy.filter(pl.col("link") != link).group_by("iteration").agg(other=pl.col("busy").median())
+        excess = mine_busy.join(their_busy, on="iteration").select((pl.col("busy") - pl.col("other")).clip(lower_bound=0)
+                                                                   .median()).item() or 0.0
+        ratio = float(own) / float(theirs)
+        findings.append(LinkFinding(
+            kind="slow_link", ranks=tuple(link), slowdown=ratio, z=0.0, excess_ns=float(excess),
+            observations=[{"ranks": list(link), "what": "p2p", "ratio": round(ratio, 3),
+                           "iterations": sorted(int(i) for i in raised["iteration"].to_list()),
+                           "compared": WINDOWED, "window_ms": round(float(own) / 1e6, 3),
+                           "like_ms": round(float(theirs) / 1e6, 3)}],
+        ))
+    return sorted(findings, key=lambda f: -f.slowdown)

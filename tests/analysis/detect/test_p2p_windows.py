@@ -1,0 +1,77 @@
+"""Stage 3's links whose messages are posted asynchronously and unsized, timed by their windows
+(``p2p_windows.window_links``): from both sides' posts to the first side's wait that saw it done."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from mapp.analysis.detect.p2p_windows import WINDOWED, window_links
+
+MS = 1_000_000
+
+
+def _halo(slow: tuple[int, int] | None = None, transfer_ms: float = 6.0, late_end: int | None = None,
+          steps: int = 4) -> pl.DataFrame:
+    """A line of 4 ranks trading rows with both neighbours 10 times a step by isend/irecv,
+    each message's window 0.3 ms; ``slow``'s messages (both ways) take ``transfer_ms``;
+    ``late_end``'s rank posts every exchange 5 ms after its neighbours (its window opens late)."""
+    rows, i = [], 0
+    for it in range(steps):
+        for k in range(10):
+            t = it * 200 * MS + k * 15 * MS
+            for a, b in [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)]:
+                post_a = t + (5 * MS if a == late_end else 0)
+                post_b = t + (5 * MS if b == late_end else 0)
+                move = transfer_ms * MS if {a, b} == set(slow or ()) else 0.3 * MS
+                done = max(post_a, post_b) + int(move)
+                # both sides wait on the exchange when it is done; the receiver a little later
+                rows.append({"pair_id": i, "src": a, "dst": b, "bytes": None, "iteration": it,
+                             "send_start_ns": post_a, "send_end_ns": done + 50_000,
+                             "recv_start_ns": post_b, "recv_end_ns": done + 80_000,
+                             "bytes_match": True, "send_async": True, "recv_async": False})
+                i += 1
+    return pl.DataFrame(rows, schema_overrides={"src": pl.Int32, "dst": pl.Int32, "iteration": pl.Int32,
+                                                "bytes": pl.Int64})
+
+
+def test_a_link_whose_messages_stay_in_flight_longer_than_its_like_links_is_slow():
+    found = window_links(_halo(slow=(1, 2)))
+    assert [(f.kind, f.ranks) for f in found] == [("slow_link", (1, 2))]
+    o = found[0].observations[0]
+    assert o["compared"] == WINDOWED and o["iterations"] == [0, 1, 2, 3]
+    # the link's windows 6.05 ms, its like links' 0.35 ms
+    assert 17 < found[0].slowdown < 17.5
+
+
+def test_healthy_links_and_a_late_end_are_not_slow():
+    assert window_links(_halo()) == []
+    # a rank that posts late makes its neighbours wait, not its messages take longer
+    assert window_links(_halo(late_end=2)) == []
+
+
+def test_a_link_a_little_slower_or_slower_in_one_step_only_is_not_slow():
+    assert window_links(_halo(slow=(1, 2), transfer_ms=0.9)) == []
+    one = _halo(slow=(1, 2))
+    fast = _halo()
+    mixed = pl.concat([one.filter(pl.col("iteration") == 0), fast.filter(pl.col("iteration") > 0)])
+    assert window_links(mixed) == []
+
+
+def test_sized_or_blocking_pairs_are_left_to_the_other_measures():
+    sized = _halo(slow=(1, 2)).with_columns(bytes=pl.lit(4096, pl.Int64))
+    assert window_links(sized) == []
+    blocking = _halo(slow=(1, 2)).with_columns(send_async=pl.lit(False))
+    assert window_links(blocking) == []
+
+
+def test_no_link_is_timed_where_many_messages_arrive_before_they_were_sent():
+    # peers guessed wrong (paired by when calls end, a send waited on at the end of the step):
+    # the pairs' windows are no message's, whatever they read
+    p = _halo(slow=(1, 2))
+    odd = pl.col("pair_id") % 5 == 0          # a fifth of the messages "received before sent"
+    wrong = p.with_columns(send_start_ns=pl.when(odd).then(pl.col("recv_end_ns") + MS).otherwise(pl.col("send_start_ns")))
+    assert window_links(wrong) == []
+    # a few such pairs at the steps' edges are left out, the rest still timed
+    few = p.with_columns(send_start_ns=pl.when(pl.col("pair_id") % 50 == 0).then(pl.col("recv_end_ns") + MS)
+                         .otherwise(pl.col("send_start_ns")))
+    assert [f.ranks for f in window_links(few)] == [(1, 2)]
