@@ -230,7 +230,11 @@ def _held(grid: pl.DataFrame, peers: list[str]) -> pl.DataFrame:
     (a user's DLRM by hand on 4 gloo processes, 10 tables sharded 3, 3, 2, 2: 3 sparse backwards a
     step on ranks 0 and 1 where 2 and 3 make 2, 280 more calls of 40 ops in all, "slow compute 0"
     before). Work added to a rank adds calls whatever parameters its peers hold: where it is on
-    one of two ranks that hold more, its op's surplus is that rank's alone."""
+    one of two ranks that hold more, its op's surplus is that rank's alone. Judged in groups of
+    ``GRADED_RANKS`` or more only (``_graded``): of two, the one calling more is all added work
+    looks like, and work added inside autograd can add its ``AccumulateGrad`` calls too (a
+    replica exchange's extra Langevin passes, each differentiating its samples: 36 calls a step
+    on the slowed rank against its one peer's 26, "no suspect" before)."""
     params = (grid.filter(pl.col("name").str.contains(PARAMETER_OP, literal=True))
               .group_by("rank", *peers, "iteration").agg(params=pl.col("calls").max()))
     if params.is_empty():
@@ -300,7 +304,7 @@ def _graded(grid: pl.DataFrame, peers: list[str], step: float = 0.0) -> pl.DataF
            .join(_held(grid, peers), on=[*peers, "iteration", "name"], how="left"))
     per = (per.join(_dealt(per, peers), on=[*peers, "name"], how="left")
            .with_columns(graded=((pl.col("ranks") >= GRADED_RANKS) & pl.col("apart") & (pl.col("least") > 0))
-                         | pl.col("held").fill_null(False)
+                         | ((pl.col("ranks") >= GRADED_RANKS) & pl.col("held").fill_null(False))
                          | ((pl.col("ranks") >= GRADED_RANKS) & pl.col("dealt").fill_null(False))))
     names = (per.group_by([*peers, "name"]).agg(pl.col("graded").mean())
              .filter(pl.col("graded") >= CONSISTENT).select(*peers, "name"))

@@ -16,8 +16,10 @@ import numpy as np
 import polars as pl
 
 from mapp.errors import InputError, LayoutError
+from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["AT_ONCE", "LOSS", "LayoutInfo", "exchanges_at_once", "from_p2p_chain", "loss_everywhere", "middle_stages",
+__all__ = ["AT_ONCE", "LOSS", "LayoutInfo", "exchanges_at_once", "from_p2p_chain", "links_take_turns", "loss_everywhere",
+           "middle_stages",
            "parse_layout", "resolve_layout"]
 
 _AXES = ("tp", "pp", "dp")
@@ -152,7 +154,8 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame, *, whole_model: bool = F
     first stage's first activation); ``pp`` is the chain's length. Not where its middle ranks
     send to both their neighbours at once (``exchanges_at_once``: a halo exchange), nor where
     every rank computes a loss (``whole_model``, from ``loss_everywhere``: each runs the whole
-    model on its part of the data). Else ``info`` as it is.
+    model on its part of the data), nor where its links take turns (``links_take_turns``).
+    Else ``info`` as it is.
 
     A pipeline written without Megatron (``torch.distributed.pipelining`` on the world group
     alone) names no group, and its stages run different programs (the first embeds, the last
@@ -163,7 +166,7 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame, *, whole_model: bool = F
     # (a stage whose trace is missing would leave a chain of the others, one stage short)
     if info.known or len(ranks) < 2 or p2p.is_empty() or info.unrecorded or (info.world_size or 0) > len(ranks):
         return info
-    if whole_model or exchanges_at_once(p2p):
+    if whole_model or exchanges_at_once(p2p) or links_take_turns(p2p):
         return info
     sent = {(int(a), int(b)) for a, b in p2p.select("src", "dst").unique().iter_rows() if a != b}
     edges = {tuple(sorted(e)) for e in sent}
@@ -195,6 +198,25 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame, *, whole_model: bool = F
         pp=pl.col("rank").replace_strict(stage, return_dtype=pl.Int32)).select("rank", *_AXES, "host")
     return LayoutInfo({"tp": 1, "pp": len(chain), "dp": 1}, "p2p chain", coords, info.world_size,
                       info.unrecorded, info.notes)
+
+
+def links_take_turns(p2p: pl.DataFrame) -> bool:
+    """Whether some link of the p2p messages carries none in most of the steps in which others do
+    (in fewer than ``CONSISTENT`` of them). A pipeline moves every microbatch through every stage,
+    so each of its links carries messages in every step; neighbours that pair off by turns do
+    not (a user's replica exchange on 4 gloo processes: pairs 0-1 and 2-3 swap on even steps,
+    1-2 on odd ones, a chain read as PP4 before, its replicas' 2x Langevin work on rank 1 "the
+    heavier stage"). False where the messages fall in fewer than two steps (or name none)."""
+    if "iteration" not in p2p.columns:
+        return False
+    msgs = p2p.filter((pl.col("src") != pl.col("dst")) & pl.col("iteration").is_not_null())
+    msgs = msgs.select(link=pl.concat_list(pl.min_horizontal("src", "dst"), pl.max_horizontal("src", "dst")),
+                       iteration="iteration")
+    steps = msgs["iteration"].n_unique()
+    if steps < 2:
+        return False
+    per_link = msgs.group_by("link").agg(n=pl.col("iteration").n_unique())["n"]
+    return bool((per_link < CONSISTENT * steps).any())
 
 
 AT_ONCE = 0.1

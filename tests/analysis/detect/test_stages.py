@@ -802,6 +802,26 @@ def test_neighbours_that_trade_with_both_sides_at_once_are_no_pipeline():
     assert from_p2p_chain(_unknown([0, 1, 2, 3]), _messages(piped)).sizes == {"tp": 1, "pp": 4, "dp": 1}
 
 
+def test_neighbours_that_pair_off_by_turns_are_no_pipeline():
+    # replica exchange on 4 ranks: pairs 0-1 and 2-3 swap on even steps, 1-2 on odd ones; a
+    # pipeline moves every microbatch through every link in every step
+    from mapp.analysis.detect.layout import from_p2p_chain, links_take_turns
+
+    def stepped(pairs):
+        return _messages([(a, b, t) for a, b, t, _ in pairs]).with_columns(
+            iteration=pl.Series([i for *_, i in pairs], dtype=pl.Int32))
+
+    swaps = [m for it in range(8) for m in
+             ([(0, 1, it * 100, it), (1, 0, it * 100, it), (2, 3, it * 100, it), (3, 2, it * 100, it)] if it % 2 == 0
+              else [(1, 2, it * 100, it), (2, 1, it * 100, it)])]
+    assert links_take_turns(stepped(swaps))
+    assert not from_p2p_chain(_unknown([0, 1, 2, 3]), stepped(swaps)).known
+    piped = [(a, b, it * 1000 + t, it) for it in range(8)
+             for a, b, t in [(0, 1, 1), (1, 2, 2), (2, 3, 3), (3, 2, 305), (2, 1, 306), (1, 0, 307)]]
+    assert not links_take_turns(stepped(piped))
+    assert from_p2p_chain(_unknown([0, 1, 2, 3]), stepped(piped)).sizes == {"tp": 1, "pp": 4, "dp": 1}
+
+
 def test_a_chain_of_ranks_that_each_run_the_whole_model_is_no_pipeline():
     # every rank computing a loss runs the whole model on its part of the data: its chain of
     # messages (a sequence's carries) makes no stages

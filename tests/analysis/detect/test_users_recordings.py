@@ -982,3 +982,14 @@ def test_a_link_whose_async_messages_stay_in_flight_longer_is_a_slow_link():
     top = verdict.suspects[0]
     assert (top.kind, {top.rank, top.peer}) == ("slow_link", {1, 2})
     assert [s for s in verdict.suspects if s.kind != "slow_link"] == []
+
+
+def test_neighbours_that_swap_by_turns_are_one_program_and_a_pair_of_peers_can_be_told_apart():
+    # parallel tempering on 4 ranks (user_replica_exchange.py, users100): pairs 0-1 and 2-3 swap
+    # samples on even steps, 1-2 on odd ones, a chain read as PP4 before; rank 3 runs its
+    # Langevin steps 1.6x. Its program peer is rank 1 alone (the chain's other end), and the
+    # extra calls, and the AccumulateGrad calls of its samples with them, read as rank 3 holding
+    # more parameters: "no suspect" before
+    verdict = detect_bundle(load_bundle(CASES["pt4-fwd1.6x-r3"].directory), threshold=0.1)
+    assert verdict.layout_sizes is None and "p2p chain" not in verdict.layout
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(3, "slow_compute")]
