@@ -51,6 +51,15 @@ its peer at a pace of 0.41x, rank 1 1.17x at 1.02x; neither named either way, ``
 says why)."""
 
 
+FLOOR_RANKS = 2
+"""The fewest ranks of a program whose fastest calls ``input_floors`` compares. Unlike a pace, a
+floor says which of two is the odd one: the rank handed larger inputs is slower on even its
+fastest calls of most ops, its optimizer's no slower (its peer reads faster on both), and a
+slower device is slower on its optimizer too. (A user's replica exchange on 4 gloo processes,
+its swap partners two programs of two ranks, rank 3 handed 3x the chains every step: "slow
+compute 3", 2.9x, before.)"""
+
+
 def paced_split(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | None:
     """Per rank of a pipeline stage (``coords``' ``pp``) of ``PACED_RANKS`` ranks or more:
     ``pace``, the weighted median over op names of its compute (self time, per traced iteration)
@@ -195,7 +204,7 @@ PARAM_KINDS = 5
 
 
 def input_floors(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | None:
-    """Per rank of a program of ``PACED_RANKS`` ranks or more, on CPU processes recorded without
+    """Per rank of a program of ``FLOOR_RANKS`` ranks or more, on CPU processes recorded without
     input shapes: ``input_floor``, the median over its op kinds of its fastest call against its
     peers' (the median of the others' fastest), over the kinds whose peers' fastest call lies in
     ``UNSLICED_NS``, and ``input_kinds``, how many; ``param_floor``, the median over the ops
@@ -236,13 +245,13 @@ def input_floors(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | N
     ops = (ops.sort("ts_ns").join_asof(spans, left_on="ts_ns", right_on="opt_start", by=["rank", "lane"],
                                        strategy="backward", check_sortedness=False)
            .with_columns(param=pl.col("opt_end").is_not_null() & (pl.col("ts_ns") + pl.col("dur_ns") <= pl.col("opt_end")))
-           .join(coords.select("rank", "pp"), on="rank", how="left"))
+           .drop("pp", strict=False).join(coords.select("rank", "pp"), on="rank", how="left"))
     ranks = ops.group_by("pp").agg(n=pl.col("rank").n_unique())
     kind = ["pp", "name", "shape"]
     fast = (ops.group_by("rank", *kind).agg(fast=pl.col("self_ns").min(), param=pl.col("param").all(),
                                             its=pl.col("iteration").n_unique())
             .filter(pl.col("its") >= 3).join(ranks, on="pp")
-            .filter((pl.col("n") >= PACED_RANKS) & (pl.len().over(kind) == pl.col("n")))
+            .filter((pl.col("n") >= FLOOR_RANKS) & (pl.len().over(kind) == pl.col("n")))
             .sort(*kind, "rank"))
     if fast.is_empty():
         return None
@@ -269,7 +278,7 @@ def input_floors(events: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | N
 
 
 def _whole_steps(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | None:
-    """Per rank of a program of ``PACED_RANKS`` ranks or more: ``step_floor``, the median over
+    """Per rank of a program of ``FLOOR_RANKS`` ranks or more: ``step_floor``, the median over
     iterations of its optimizer's steps' time (``torch.optim``'s ``kineto.OPTIMIZER_STEP`` spans)
     against its peers' median in the same iteration, and ``step_kinds``, the fewest op names any
     rank of its program calls inside them. A distributed optimizer steps each rank's shard of the
@@ -284,8 +293,8 @@ def _whole_steps(timed: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | No
     program = coords.select("rank", "pp")
     per = (steps.group_by("rank", "iteration").agg(t=pl.col("dur_ns").sum().cast(pl.Float64))
            .join(program, on="rank", how="left")
-           .filter(pl.col("rank").n_unique().over("pp") >= PACED_RANKS)
-           .filter(pl.len().over("pp", "iteration") >= PACED_RANKS).sort("pp", "iteration", "rank"))
+           .filter(pl.col("rank").n_unique().over("pp") >= FLOOR_RANKS)
+           .filter(pl.len().over("pp", "iteration") >= FLOOR_RANKS).sort("pp", "iteration", "rank"))
     if per.is_empty():
         return None
     gid = per.select(pl.struct("pp", "iteration").rank("dense")).to_series().to_numpy()

@@ -993,3 +993,13 @@ def test_neighbours_that_swap_by_turns_are_one_program_and_a_pair_of_peers_can_b
     verdict = detect_bundle(load_bundle(CASES["pt4-fwd1.6x-r3"].directory), threshold=0.1)
     assert verdict.layout_sizes is None and "p2p chain" not in verdict.layout
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(3, "slow_compute")]
+
+
+def test_of_two_program_peers_the_one_handed_larger_inputs_is_imbalance_not_a_slower_device():
+    # the same job, rank 3 handed 3x the chains every step, no fault: compared with its one
+    # program peer, each of its ops 2.9x slower, "slow compute 3"; even its fastest calls of most
+    # ops are slower, its optimizer's are not
+    verdict = detect_bundle(load_bundle(CASES["pt4-bigrank3-skew3"].directory), threshold=0.1)
+    assert "p2p chain" not in verdict.layout
+    assert verdict.suspects == []
+    assert any("rank 3" in n and "larger inputs" in n for n in verdict.notes)
