@@ -942,7 +942,26 @@ USERS99 = [  # held out in the ninety-ninth session: 2D tensor parallelism by SU
     ("summa4-bigrank3-skew3", "user_summa.py", "--seed 416 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99}
+USERS101B = [  # held out in the hundred-and-first session (b): a 2-layer LSTM LM with hand-written tensor parallelism on TP2 x DP2 (TP groups {0,1},{2,3}, DP groups {0,2},{1,3}): column-parallel gates, the hidden state all-gathered over the TP group at every time step (backward reduce_scatter or all_reduce + slice), row-parallel output projection all-reduced over TP, bucketed DP gradient all_reduces, a TP grad-norm all_reduce, a world loss all_reduce every 2nd step
+    ("tplstm4-default-healthy", "user_tp_lstm.py", "--seed 1101"),
+    ("tplstm4-gatherlist-gradallreduce-shapes-healthy", "user_tp_lstm.py", "--seed 1102 --gather list --gather-grad allreduce --shapes"),
+    ("tplstm4-h384-b96-bucket1024-healthy", "user_tp_lstm.py", "--seed 1103 --hidden 384 --batch 96 --bucket-kb 1024"),
+    ("tplstm4-seq16-e96-log1-healthy", "user_tp_lstm.py", "--seed 1104 --seq-len 16 --embed 96 --log-every 1"),
+    ("tplstm4-layers3-seq8-flat-healthy", "user_tp_lstm.py", "--seed 1105 --layers 3 --seq-len 8 --bucket-kb 0"),
+    ("tplstm4-fwd4x-r1", "user_tp_lstm.py", "--seed 1106 --slow-rank 1 --factor 4"),
+    ("tplstm4-gatherlist-fwd3x-r2", "user_tp_lstm.py", "--seed 1107 --gather list --slow-rank 2 --factor 3"),
+    ("tplstm4-h384-b96-fwd5x-r0", "user_tp_lstm.py", "--seed 1108 --hidden 384 --batch 96 --slow-rank 0 --factor 5"),
+    ("tplstm4-seq16-fwd4x-r3", "user_tp_lstm.py", "--seed 1109 --seq-len 16 --slow-rank 3 --factor 4"),
+    ("tplstm4-stepsleep200ms-r2", "user_tp_lstm.py", "--seed 1110 --slow-rank 2 --sleep-ms 200"),
+    ("tplstm4-datasleep200ms-r3", "user_tp_lstm.py", "--seed 1111 --slow-rank 3 --data-sleep-ms 200"),
+    ("tplstm4-prefetchsleep200ms-r1", "user_tp_lstm.py", "--seed 1112 --slow-rank 1 --prefetch-sleep-ms 200"),
+    ("tplstm4-hog-r0", "user_tp_lstm.py", "--seed 1113 --slow-rank 0 --hog"),
+    ("tplstm4-link3-1-x96", "user_tp_lstm.py", "--seed 1114 --link-src 3 --link-dst 1 --link-factor 96"),
+    ("tplstm4-seqlognorm0.8", "user_tp_lstm.py", "--seed 1115 --seq-sigma 0.8"),
+    ("tplstm4-bigrank3-skew2", "user_tp_lstm.py", "--seed 1116 --big-rank 3 --big 2"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
