@@ -961,7 +961,26 @@ USERS101B = [  # held out in the hundred-and-first session (b): a 2-layer LSTM L
     ("tplstm4-bigrank3-skew2", "user_tp_lstm.py", "--seed 1116 --big-rank 3 --big 2"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B}
+USERS101 = [  # held out in the hundred-and-first session: soft-DTW alignment of DNA read pairs trained through a small conv embedding net, the DP matrix split by columns, a wavefront of row blocks (last-column boundaries 0 -> 1 -> 2 -> 3 by blocking send/recv, the hand-written gradient recursion 3 -> 2 -> 1 -> 0), net gradients and loss stats all-reduced
+    ("wave4-default-healthy", "user_wavefront_dp.py", "--seed 1001"),
+    ("wave4-q48-shapes-gradparams-healthy", "user_wavefront_dp.py", "--seed 1002 --query-len 48 --shapes --grad-sync params"),
+    ("wave4-rb8-t32-healthy", "user_wavefront_dp.py", "--seed 1003 --row-block 8 --target-len 32"),
+    ("wave4-p768-k5-h96-healthy", "user_wavefront_dp.py", "--seed 1004 --pairs 768 --kernel 5 --hidden 96"),
+    ("wave4-g0.05-rb32-t64-healthy", "user_wavefront_dp.py", "--seed 1005 --gamma 0.05 --row-block 32 --target-len 64"),
+    ("wave4-fwd4x-r1", "user_wavefront_dp.py", "--seed 1006 --slow-rank 1 --factor 4"),
+    ("wave4-fwd5x-r3", "user_wavefront_dp.py", "--seed 1007 --slow-rank 3 --factor 5"),
+    ("wave4-gradparams-fwd4x-r0", "user_wavefront_dp.py", "--seed 1008 --grad-sync params --slow-rank 0 --factor 4"),
+    ("wave4-rb8-t32-fwd5x-r2", "user_wavefront_dp.py", "--seed 1009 --row-block 8 --target-len 32 --slow-rank 2 --factor 5"),
+    ("wave4-stepsleep300ms-r2", "user_wavefront_dp.py", "--seed 1010 --slow-rank 2 --sleep-ms 300"),
+    ("wave4-datasleep300ms-r0", "user_wavefront_dp.py", "--seed 1011 --slow-rank 0 --data-sleep-ms 300"),
+    ("wave4-writesleep300ms-r3", "user_wavefront_dp.py", "--seed 1012 --slow-rank 3 --write-sleep-ms 300"),
+    ("wave4-hog-r1", "user_wavefront_dp.py", "--seed 1013 --slow-rank 1 --hog"),
+    ("wave4-link2-3-x8192", "user_wavefront_dp.py", "--seed 1014 --link-src 2 --link-dst 3 --link-factor 8192"),
+    ("wave4-q48-seqlognorm0.8", "user_wavefront_dp.py", "--seed 1015 --query-len 48 --seq-sigma 0.8"),
+    ("wave4-q48-rb24-bigrank3-skew3", "user_wavefront_dp.py", "--seed 1016 --query-len 48 --row-block 24 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
