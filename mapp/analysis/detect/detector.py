@@ -17,8 +17,8 @@ from mapp.analysis.detect.implicit_sync import as_matching, as_waits, implicit_s
 from mapp.analysis.detect.lateness import LatenessEvidence, collective_lateness
 from mapp.analysis.detect.onset import ONSET_LEAST, leaning, not_slower, onset_note, since_onset, trailing_windows
 from mapp.analysis.detect.periodic import periodic_note, periodic_windows
-from mapp.analysis.detect.layout import (LayoutInfo, exchanges_at_once, from_p2p_chain, loss_everywhere, parse_layout,
-                                        resolve_layout)
+from mapp.analysis.detect.layout import (LayoutInfo, exchanges_at_once, from_p2p_chain, loss_everywhere,
+                                         parameters_everywhere, parse_layout, resolve_layout)
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.peers import compare_peers
@@ -94,8 +94,9 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
     ).select("rank", "group", "group_ranks").unique(subset=["rank", "group"]) if len(matching.members) else pl.DataFrame(
         schema={"rank": pl.Int32, "group": pl.String, "group_ranks": pl.List(pl.Int32)})
     info = resolve_layout(bundle.ranks, groups, layout, bundle.world_size)
-    # (every rank computing a loss runs the whole model: its p2p partners are no pipeline's stages)
-    whole_model = not info.known and len(matching.p2p) > 0 and loss_everywhere(events)
+    # (every rank computing a loss, or holding as many parameters, runs the whole model: its p2p
+    # partners are no pipeline's stages)
+    whole_model = not info.known and len(matching.p2p) > 0 and (loss_everywhere(events) or parameters_everywhere(events))
     info = from_p2p_chain(info, matching.p2p, whole_model=whole_model)
     if not info.known:
         info = _program_peers(info, events, matching, groups, whole_model=whole_model)

@@ -19,6 +19,7 @@ from mapp.errors import InputError, LayoutError
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["AT_ONCE", "LOSS", "LayoutInfo", "exchanges_at_once", "from_p2p_chain", "links_take_turns", "loss_everywhere",
+           "parameters_everywhere",
            "middle_stages",
            "parse_layout", "resolve_layout"]
 
@@ -273,6 +274,29 @@ def loss_everywhere(events: pl.DataFrame) -> bool:
         return False
     scoring = events.filter((pl.col("cat") == "compute") & pl.col("name").str.contains(LOSS))["rank"].n_unique()
     return scoring == ranks
+
+
+PARAMETER_OP = "AccumulateGrad"
+"""In the name of the op autograd runs once per parameter that gets a gradient (as
+``added_work.PARAMETER_OP``)."""
+
+
+def parameters_everywhere(events: pl.DataFrame) -> bool:
+    """Whether every traced rank (two or more) accumulates as many parameter gradients a step
+    (``PARAMETER_OP`` calls, the median over its steps, the same and above 0 on every rank): each
+    holds the whole model, so a chain of messages between them is no pipeline's, whose stages
+    hold different layers (the corpora's pipelines: 56, 52, 52 and 64 a step on megatron-core's
+    PP4, 64, 72, 72 and 72 on ``torch.distributed.pipelining``'s; never all alike). A user's
+    soft-DTW wavefront, its DP matrix in column blocks passed 0 -> 1 -> 2 -> 3 and its gradients
+    back, every rank with the same embedding network (10 a step on each): read as PP4 before,
+    a rank of 4x the embedding passes "the heavier stage", no suspect."""
+    if events["rank"].n_unique() < 2 or "iteration" not in events.columns:
+        return False
+    per = (events.filter(pl.col("iteration").is_not_null())
+           .group_by("rank", "iteration").agg(n=pl.col("name").str.contains(PARAMETER_OP, literal=True).sum())
+           .group_by("rank").agg(pl.col("n").median()))
+    counts = set(per["n"].to_list())
+    return len(per) == events["rank"].n_unique() and len(counts) == 1 and counts.pop() > 0
 
 
 def _hosts(ranks: pl.DataFrame, world_size: int | None, notes: list[str]) -> pl.DataFrame:

@@ -836,6 +836,21 @@ def test_a_chain_of_ranks_that_each_run_the_whole_model_is_no_pipeline():
     assert not loss_everywhere(ops.filter((pl.col("rank") == 3) | (pl.col("name") == "aten::mm")))
 
 
+def test_ranks_that_each_hold_as_many_parameters_hold_the_whole_model():
+    # a pipeline's stages hold different layers (the corpora's: 56, 52, 52 and 64 gradients
+    # accumulated a step on megatron-core's PP4); replicas of one model hold as many each
+    from mapp.analysis.detect.layout import parameters_everywhere
+
+    def ops(counts):
+        rows = [(r, it, "torch::autograd::AccumulateGrad") for r, n in enumerate(counts) for it in range(3) for _ in range(n)]
+        rows += [(r, it, "aten::mm") for r in range(len(counts)) for it in range(3)]
+        return pl.DataFrame(rows, schema={"rank": pl.Int32, "iteration": pl.Int32, "name": pl.String}, orient="row")
+
+    assert parameters_everywhere(ops([10, 10, 10, 10]))
+    assert not parameters_everywhere(ops([56, 52, 52, 64]))
+    assert not parameters_everywhere(ops([0, 0, 0, 0]))       # no training: nothing to tell by
+
+
 def test_a_chain_of_the_traced_ranks_of_a_larger_world_is_no_whole_pipeline():
     # ranks 0-2 of a world of 4 traced: the fourth stage's trace is missing
     from mapp.analysis.detect.layout import from_p2p_chain

@@ -1003,3 +1003,13 @@ def test_of_two_program_peers_the_one_handed_larger_inputs_is_imbalance_not_a_sl
     assert "p2p chain" not in verdict.layout
     assert verdict.suspects == []
     assert any("rank 3" in n and "larger inputs" in n for n in verdict.notes)
+
+
+def test_a_chain_of_ranks_that_each_hold_the_whole_model_is_no_pipeline():
+    # a soft-DTW wavefront (user_wavefront_dp.py, users101): the DP matrix in column blocks,
+    # each row block's boundary passed 0 -> 1 -> 2 -> 3 and its gradient back, read as PP4
+    # before, rank 1's 4x embedding passes "the heavier stage" (no suspect). Every rank
+    # accumulates the same 10 parameter gradients a step: each holds the whole model
+    verdict = detect_bundle(load_bundle(CASES["wave4-fwd4x-r1"].directory), threshold=0.1)
+    assert verdict.layout_sizes is None and "p2p chain" not in verdict.layout
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
