@@ -58,10 +58,8 @@ def _windows(p2p: pl.DataFrame) -> pl.DataFrame:
     # paired by order across a step's edge, left out; many say the calls' peers were guessed
     # wrong, and then no window is the message's (``UNPAIRED``)
     impossible = pl.col("recv_end_ns") < pl.col("send_start_ns")
-    if p.is_empty() or p.select(impossible.mean()).item() > UNPAIRED:
-        return p.clear().select(link=pl.lit(None, pl.List(pl.Int32)), iteration="iteration", lo=pl.lit(0, pl.Int64),
-                                hi=pl.lit(0, pl.Int64), w=pl.lit(0, pl.Int64))
-    p = p.filter(~impossible)
+    unpaired = not p.is_empty() and p.select(impossible.mean()).item() > UNPAIRED
+    p = p.clear() if unpaired else p.filter(~impossible)
     lo = pl.max_horizontal("send_start_ns", "recv_start_ns")
     hi = pl.min_horizontal("send_end_ns", "recv_end_ns")
     return p.select(link=pl.concat_list(pl.min_horizontal("src", "dst"), pl.max_horizontal("src", "dst"))
