@@ -453,7 +453,8 @@ def _tokens(bundle) -> list[pl.Expr]:
 def _program_peers(info: LayoutInfo, events: pl.DataFrame, matching, groups: pl.DataFrame, *,
                    whole_model: bool = False) -> LayoutInfo:
     """Without a layout, ranks running the same program are peers (see ``program``); p2p partners
-    are not kept apart where every rank runs the whole model (``layout.loss_everywhere``)."""
+    are not kept apart where every rank runs the whole model (``layout.loss_everywhere``,
+    ``layout.parameters_everywhere``)."""
     ops = events.filter(pl.col("cat") == "compute").select(
         "rank", "name", pl.col("shape") if "shape" in events.columns else pl.lit(None, pl.String).alias("shape")
     ).unique()

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from mapp.errors import InputError, LayoutError
+from mapp.analysis.detect.added_work import PARAMETER_OP
 from mapp.analysis.detect.thresholds import CONSISTENT
+from mapp.errors import InputError, LayoutError
 
 __all__ = ["AT_ONCE", "LOSS", "LayoutInfo", "exchanges_at_once", "from_p2p_chain", "links_take_turns", "loss_everywhere",
-           "parameters_everywhere",
-           "middle_stages",
-           "parse_layout", "resolve_layout"]
+           "middle_stages", "parameters_everywhere", "parse_layout", "resolve_layout"]
 
 _AXES = ("tp", "pp", "dp")
 
@@ -154,8 +153,9 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame, *, whole_model: bool = F
     order, the first the end that sent the earliest message (a pipeline's first message is the
     first stage's first activation); ``pp`` is the chain's length. Not where its middle ranks
     send to both their neighbours at once (``exchanges_at_once``: a halo exchange), nor where
-    every rank computes a loss (``whole_model``, from ``loss_everywhere``: each runs the whole
-    model on its part of the data), nor where its links take turns (``links_take_turns``).
+    every rank runs the whole model on its part of the data (``whole_model``, from
+    ``loss_everywhere`` or ``parameters_everywhere``), nor where its links take turns
+    (``links_take_turns``).
     Else ``info`` as it is.
 
     A pipeline written without Megatron (``torch.distributed.pipelining`` on the world group
@@ -274,11 +274,6 @@ def loss_everywhere(events: pl.DataFrame) -> bool:
         return False
     scoring = events.filter((pl.col("cat") == "compute") & pl.col("name").str.contains(LOSS))["rank"].n_unique()
     return scoring == ranks
-
-
-PARAMETER_OP = "AccumulateGrad"
-"""In the name of the op autograd runs once per parameter that gets a gradient (as
-``added_work.PARAMETER_OP``)."""
 
 
 def parameters_everywhere(events: pl.DataFrame) -> bool:

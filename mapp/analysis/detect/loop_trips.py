@@ -15,10 +15,10 @@ Counted per trip of the loop, the work is the same work again: each call inside 
 is weighed by how many times the program's ranks typically ran that loop (their median) over
 how many times it did (``with_trips``), and ``same_work`` counts the calls a rank adds
 (``added_work``) so weighed. Its compute and its program's uneven split stay read from the calls
-made: weighed there too, a rank
-of LayerDrop handed twice the batch read "slow compute" 1.64x, where the blocks' uneven counts are
-what it is judged by (its input floor needs calls that every rank makes as often, and the blocks'
-are not: pairing calls by their place in a loop's range would give it them).
+made: weighed there too, a rank of LayerDrop handed twice the batch read "slow compute" 1.64x,
+where the blocks' uneven counts are what it is judged by (its input floor needs calls that every
+rank makes as often, and the blocks' are not: pairing calls by their place in a loop's range would
+give it them).
 """
 
 from __future__ import annotations
