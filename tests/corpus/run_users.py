@@ -980,7 +980,26 @@ USERS101 = [  # held out in the hundred-and-first session: soft-DTW alignment of
     ("wave4-q48-rb24-bigrank3-skew3", "user_wavefront_dp.py", "--seed 1016 --query-len 48 --row-block 24 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101}
+USERS102B = [  # held out in the hundred-and-second session (b): an MLP-Mixer classifier trained data-parallel without DDP, gradients in buckets averaged by a hand-written Rabenseifner all-reduce (recursive-halving reduce-scatter with rank^2 then rank^1, recursive-doubling all-gather back) over isend/irecv (or batch_isend_irecv), an lr-scale broadcast from rank 0 each step, a loss all_reduce every 2nd step
+    ("bfly4-default-healthy", "user_butterfly_allreduce.py", "--seed 1201"),
+    ("bfly4-batched-shapes-healthy", "user_butterfly_allreduce.py", "--seed 1202 --batched --shapes"),
+    ("bfly4-w160-d4-b0.5mb-healthy", "user_butterfly_allreduce.py", "--seed 1203 --width 160 --depth 4 --bucket-mb 0.5"),
+    ("bfly4-clip-log1-b4mb-healthy", "user_butterfly_allreduce.py", "--seed 1204 --clip --log-every 1 --bucket-mb 4"),
+    ("bfly4-img48-p6-bs24-healthy", "user_butterfly_allreduce.py", "--seed 1205 --image 48 --patch 6 --batch 24 --token-hidden 96"),
+    ("bfly4-fwd3x-r1", "user_butterfly_allreduce.py", "--seed 1206 --slow-rank 1 --factor 3"),
+    ("bfly4-fwd4x-r3", "user_butterfly_allreduce.py", "--seed 1207 --slow-rank 3 --factor 4"),
+    ("bfly4-batched-fwd3x-r0", "user_butterfly_allreduce.py", "--seed 1208 --batched --slow-rank 0 --factor 3"),
+    ("bfly4-w160-d4-fwd3.5x-r2", "user_butterfly_allreduce.py", "--seed 1209 --width 160 --depth 4 --bucket-mb 0.5 --slow-rank 2 --factor 3.5"),
+    ("bfly4-stepsleep250ms-r2", "user_butterfly_allreduce.py", "--seed 1210 --slow-rank 2 --sleep-ms 250"),
+    ("bfly4-datasleep250ms-r3", "user_butterfly_allreduce.py", "--seed 1211 --slow-rank 3 --data-sleep-ms 250"),
+    ("bfly4-tbsleep250ms-r1", "user_butterfly_allreduce.py", "--seed 1212 --slow-rank 1 --tb-sleep-ms 250"),
+    ("bfly4-hog-r0", "user_butterfly_allreduce.py", "--seed 1213 --slow-rank 0 --hog"),
+    ("bfly4-link0-2-x256", "user_butterfly_allreduce.py", "--seed 1214 --link-src 0 --link-dst 2 --link-factor 256"),
+    ("bfly4-seqlognorm0.8", "user_butterfly_allreduce.py", "--seed 1215 --seq-sigma 0.8"),
+    ("bfly4-bigrank3-skew3", "user_butterfly_allreduce.py", "--seed 1216 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
