@@ -999,7 +999,26 @@ USERS102B = [  # held out in the hundred-and-second session (b): an MLP-Mixer cl
     ("bfly4-bigrank3-skew3", "user_butterfly_allreduce.py", "--seed 1216 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B}
+USERS102 = [  # held out in the hundred-and-second session: a small GPT in 4 pipeline stages under a hand-written zero-bubble (ZB-H1) schedule, backward split into B (input grad, autograd.grad w.r.t. the stage input, retain_graph) and deferred W (weight grads, filling the cool-down bubbles), activations 0->1->2->3 and input grads 3->2->1->0 by isend/irecv, loss broadcast from the last stage, grad-norm all_reduce, per-step checkpoint shards
+    ("zb4-default-healthy", "user_zero_bubble.py", "--seed 1301"),
+    ("zb4-store-shapes-healthy", "user_zero_bubble.py", "--seed 1302 --split store --shapes --microbatches 6"),
+    ("zb4-sync-d192-healthy", "user_zero_bubble.py", "--seed 1303 --p2p sync --dim 192 --heads 6 --microbatches 6"),
+    ("zb4-l1-d192-mb12-healthy", "user_zero_bubble.py", "--seed 1304 --layers 1 --dim 192 --heads 6 --microbatches 12 --mb-size 2"),
+    ("zb4-store-s128-v1024-healthy", "user_zero_bubble.py", "--seed 1305 --split store --seq-len 128 --mb-size 2 --ckpt-every 2 --vocab 1024"),
+    ("zb4-d192-fwd4x-r1", "user_zero_bubble.py", "--seed 1306 --dim 192 --heads 6 --microbatches 6 --slow-rank 1 --factor 4"),
+    ("zb4-fwd5x-r0", "user_zero_bubble.py", "--seed 1307 --microbatches 5 --slow-rank 0 --factor 5"),
+    ("zb4-sync-fwd4x-r2", "user_zero_bubble.py", "--seed 1308 --p2p sync --microbatches 6 --slow-rank 2 --factor 4"),
+    ("zb4-store-fwd3x-r3", "user_zero_bubble.py", "--seed 1309 --split store --slow-rank 3 --factor 3"),
+    ("zb4-stepsleep200ms-r2", "user_zero_bubble.py", "--seed 1310 --slow-rank 2 --sleep-ms 200"),
+    ("zb4-datasleep200ms-r3", "user_zero_bubble.py", "--seed 1311 --slow-rank 3 --data-sleep-ms 200"),
+    ("zb4-ckptsleep200ms-r0", "user_zero_bubble.py", "--seed 1312 --slow-rank 0 --ckpt-sleep-ms 200"),
+    ("zb4-hog-r1", "user_zero_bubble.py", "--seed 1313 --slow-rank 1 --hog"),
+    ("zb4-link2-1-x1024", "user_zero_bubble.py", "--seed 1314 --link-src 2 --link-dst 1 --link-factor 1024"),
+    ("zb4-seqlognorm0.8", "user_zero_bubble.py", "--seed 1315 --seq-sigma 0.8 --microbatches 5"),
+    ("zb4-bigrank2-skew2.5", "user_zero_bubble.py", "--seed 1316 --big-rank 2 --big 2.5 --microbatches 4 --steps 6"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
