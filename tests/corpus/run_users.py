@@ -1018,7 +1018,26 @@ USERS102 = [  # held out in the hundred-and-second session: a small GPT in 4 pip
     ("zb4-bigrank2-skew2.5", "user_zero_bubble.py", "--seed 1316 --big-rank 2 --big 2.5 --microbatches 4 --steps 6"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102}
+USERS103 = [  # held out in the hundred-and-third session: Graph500-style graph analytics on an R-MAT graph 1D-partitioned over 4 ranks, no neural network: level-synchronous BFS (counts all_to_all_single, uneven all_to_all_single of (vertex, parent) rows, frontier all_reduce), push PageRank (all_to_all_single of target sums, residual all_reduce), local neighbourhood queries, tree validation all_reduces
+    ("bfs4-default-healthy", "user_graph_bfs.py", "--seed 1401"),
+    ("bfs4-shapes-pr6-healthy", "user_graph_bfs.py", "--seed 1402 --shapes --pr-iters 6"),
+    ("bfs4-s17-e8-healthy", "user_graph_bfs.py", "--seed 1403 --scale 17 --edge-factor 8 --pr-iters 3"),
+    ("bfs4-nodedupe-healthy", "user_graph_bfs.py", "--seed 1404 --no-dedupe"),
+    ("bfs4-roots3-q20k-e12-healthy", "user_graph_bfs.py", "--seed 1405 --roots 3 --queries 20000 --edge-factor 12"),
+    ("bfs4-fwd3x-r1", "user_graph_bfs.py", "--seed 1406 --slow-rank 1 --factor 3"),
+    ("bfs4-fwd2x-r0", "user_graph_bfs.py", "--seed 1407 --slow-rank 0 --factor 2"),
+    ("bfs4-s17-e8-fwd2.5x-r3", "user_graph_bfs.py", "--seed 1408 --scale 17 --edge-factor 8 --pr-iters 3 --slow-rank 3 --factor 2.5"),
+    ("bfs4-nodedupe-fwd3x-r2", "user_graph_bfs.py", "--seed 1409 --no-dedupe --slow-rank 2 --factor 3"),
+    ("bfs4-stepsleep150ms-r2", "user_graph_bfs.py", "--seed 1410 --slow-rank 2 --sleep-ms 150"),
+    ("bfs4-datasleep150ms-r3", "user_graph_bfs.py", "--seed 1411 --slow-rank 3 --data-sleep-ms 150"),
+    ("bfs4-validatesleep150ms-r0", "user_graph_bfs.py", "--seed 1412 --slow-rank 0 --validate-sleep-ms 150"),
+    ("bfs4-hog-r1", "user_graph_bfs.py", "--seed 1413 --slow-rank 1 --hog"),
+    ("bfs4-link1-2-x128", "user_graph_bfs.py", "--seed 1414 --link-src 1 --link-dst 2 --link-factor 128"),
+    ("bfs4-seqlognorm0.8", "user_graph_bfs.py", "--seed 1415 --seq-sigma 0.8"),
+    ("bfs4-bigrank3-skew2.5", "user_graph_bfs.py", "--seed 1416 --big-rank 3 --big 2.5"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
