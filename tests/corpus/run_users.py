@@ -1037,7 +1037,26 @@ USERS103 = [  # held out in the hundred-and-third session: Graph500-style graph 
     ("bfs4-bigrank3-skew2.5", "user_graph_bfs.py", "--seed 1416 --big-rank 3 --big 2.5"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103}
+USERS103B = [  # held out in the hundred-and-third session (b): IMPALA-style actor-learner RL, rank 0 the learner (V-trace, RMSProp), ranks 1-3 actors (conv policy on hand-written batched grid-world mazes rendered to pixels), trajectories actor -> learner by isend (blocking send in sync mode) as 4 flat tensors, received in rank order, parameters broadcast from rank 0 every step, a 5-float stats all_reduce
+    ("impala4-default-healthy", "user_actor_learner.py", "--seed 1501"),
+    ("impala4-sync-u12-shapes-healthy", "user_actor_learner.py", "--seed 1502 --mode sync --shapes --unroll 12"),
+    ("impala4-e48-u12-g9-healthy", "user_actor_learner.py", "--seed 1503 --envs 48 --unroll 12 --grid 9"),
+    ("impala4-adam-h512-render4-healthy", "user_actor_learner.py", "--seed 1504 --optim adam --hidden 512 --render-scale 4"),
+    ("impala4-sync-e24-u20-ep40-healthy", "user_actor_learner.py", "--seed 1505 --mode sync --envs 24 --unroll 20 --max-episode 40"),
+    ("impala4-fwd3x-r1", "user_actor_learner.py", "--seed 1506 --slow-rank 1 --factor 3"),
+    ("impala4-e48-u12-fwd2.5x-r3", "user_actor_learner.py", "--seed 1507 --envs 48 --unroll 12 --slow-rank 3 --factor 2.5"),
+    ("impala4-fwd2x-r0", "user_actor_learner.py", "--seed 1508 --slow-rank 0 --factor 2"),
+    ("impala4-sync-fwd3x-r2", "user_actor_learner.py", "--seed 1509 --mode sync --slow-rank 2 --factor 3"),
+    ("impala4-stepsleep250ms-r3", "user_actor_learner.py", "--seed 1510 --slow-rank 3 --sleep-ms 250"),
+    ("impala4-datasleep250ms-r1", "user_actor_learner.py", "--seed 1511 --slow-rank 1 --data-sleep-ms 250"),
+    ("impala4-logsleep200ms-r0", "user_actor_learner.py", "--seed 1512 --slow-rank 0 --log-sleep-ms 200"),
+    ("impala4-hog-r2", "user_actor_learner.py", "--seed 1513 --slow-rank 2 --hog"),
+    ("impala4-link2-0-x128", "user_actor_learner.py", "--seed 1514 --link-src 2 --link-dst 0 --link-factor 128"),
+    ("impala4-seqlognorm0.6", "user_actor_learner.py", "--seed 1515 --seq-sigma 0.6"),
+    ("impala4-bigrank3-skew2.5", "user_actor_learner.py", "--seed 1516 --big-rank 3 --big 2.5"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
