@@ -238,6 +238,9 @@ def _link_observation(o: dict) -> str:
     if o.get("compared") == "message windows":
         return (f"{link}: its messages in flight {o['window_ms']:.2f} ms each, {o['ratio']:.1f}x its like links' "
                 f"({o['like_ms']:.2f} ms; posted asynchronously, sizes not recorded)")
+    if o.get("compared") == "left last":
+        return (f"{link}: its two ends left their {o['what']} {o['gap_ms']:.1f} ms after the rest, {o['ratio']:.1f}x "
+                f"the rest's own {o['rest_ms']:.1f} ms, in {len(o['iterations'])} steps")
     return f"{link} {o['ratio']:.2f}x slower" + (f" ({o['compared']})" if o.get("compared") else "")
 
 

@@ -33,6 +33,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import binomial_tail, others_median, robust_scale, z_critical
 from mapp.analysis.detect.findings import LinkFinding
+from mapp.analysis.detect.late_exits import late_pairs
 from mapp.analysis.detect.p2p_windows import window_links
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.traffic import COUNTED, added_traffic
@@ -250,6 +251,8 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     if shared_cpus:     # (one machine's processes: their own clocks are one clock)
         counted = {f.ranks for f in added}
         added += [f for f in window_links(matching.p2p) if f.ranks not in counted]
+        counted = {f.ranks for f in added}
+        added += [f for f in late_pairs(matching) if f.ranks not in counted]
     obs = pl.concat([_p2p(matching), _collectives(matching)])
     obs = obs.filter(pl.col("time_ns") > 0)
     if obs.is_empty():

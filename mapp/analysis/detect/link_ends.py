@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from mapp.analysis.detect.bandwidth import COUNTED, FLOOR_RATIO
 from mapp.analysis.detect.findings import Overruled, Suspect
+from mapp.analysis.detect.late_exits import LEFT_LAST
 from mapp.analysis.detect.p2p_windows import WINDOWED
 
 __all__ = ["LINK_EXPLAINS", "own_slowness", "link_ends", "links_beside_a_busy_host", "tp_peers"]
@@ -26,7 +27,7 @@ def own_slowness(f) -> bool:
     were there, took longer than the slowest fabric would (``bandwidth._only_link``: a late end
     delays when a message starts, not how long it takes then; PP2 on 2 CPUs, 4 MB more a
     message: 26.7 ms of transfers beyond it a step, beside 1.1 ms of launch gaps on one end)."""
-    return all(o.get("compared") in (*COUNTED, WINDOWED) or o.get("fastest_ratio") is not None or o.get("against") == "fabric"
+    return all(o.get("compared") in (*COUNTED, WINDOWED, LEFT_LAST) or o.get("fastest_ratio") is not None or o.get("against") == "fabric"
                for o in f.observations)
 
 
