@@ -374,6 +374,9 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None], alone: bool = Fal
                 # a gloo send's span runs until its caller waits on it (megatron waits on a whole
                 # exchange at once), not to the delivery: it does not end with its receive
                 args = {**args, "async": True}
+            if name.startswith("gloo:") and coll in _P2P and (posted := comm.posted(i)) is not None:
+                start = int(round(posted * 1000.0)) + base
+                ts_list[i], dur_list[i] = start, ts_list[i] + dur_list[i] - start
             elif on_gpu and coll in _P2P:
                 # a p2p call on a GPU rank timed by its CPU record (no kernel of its own: the
                 # coalesced exchange's): when it was posted, not when the message moved
@@ -666,16 +669,29 @@ class _CommContext:
             rows.sort()
         return spans
 
-    def _enclosing_p2p_peer(self, i: int) -> int | None:
+    def _enclosing_p2p(self, i: int) -> tuple[float, float, int | None] | None:
+        """The ``c10d::send``/``c10d::recv_`` call (start, end, peer argument) that started
+        event ``i``, on its thread."""
         rows = self.c10d_p2p.get(self.kept.tid[i], [])
         ts = self.kept.ts[i]
         at = bisect.bisect_right(rows, (ts, math.inf, math.inf)) - 1
         while at >= 0:
-            start, end, other = rows[at]
-            if start <= ts <= end:
-                return other
+            if rows[at][0] <= ts <= rows[at][1]:
+                return rows[at]
             at -= 1
         return None
+
+    def _enclosing_p2p_peer(self, i: int) -> int | None:
+        row = self._enclosing_p2p(i)
+        return None if row is None else row[2]
+
+    def posted(self, i: int) -> float | None:
+        """When gloo p2p event ``i`` was posted: its ``c10d`` call's start. gloo opens its own
+        span only once the call has handed the message over, up to 2 ms later on shared cores
+        (a user's blocking ``dist.send``: the receive was done 1.8 ms before its ``gloo:send``
+        began, 0.26 ms after its ``c10d::send`` did)."""
+        row = self._enclosing_p2p(i)
+        return None if row is None else row[0]
 
 
 def _category(name: str, src_cat: str, on_gpu: bool, mirror: bool) -> str:

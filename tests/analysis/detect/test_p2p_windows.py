@@ -11,9 +11,10 @@ MS = 1_000_000
 
 
 def _halo(slow: tuple[int, int] | None = None, transfer_ms: float = 6.0, late_end: int | None = None,
-          steps: int = 4) -> pl.DataFrame:
+          steps: int = 4, up_ms: float = 0.3) -> pl.DataFrame:
     """A line of 4 ranks trading rows with both neighbours 10 times a step by isend/irecv,
-    each message's window 0.3 ms; ``slow``'s messages (both ways) take ``transfer_ms``;
+    each message's window 0.3 ms (``up_ms`` to a lower rank); ``slow``'s messages (both ways) take
+    ``transfer_ms``;
     ``late_end``'s rank posts every exchange 5 ms after its neighbours (its window opens late)."""
     rows, i = [], 0
     for it in range(steps):
@@ -22,7 +23,10 @@ def _halo(slow: tuple[int, int] | None = None, transfer_ms: float = 6.0, late_en
             for a, b in [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)]:
                 post_a = t + (5 * MS if a == late_end else 0)
                 post_b = t + (5 * MS if b == late_end else 0)
-                move = transfer_ms * MS if {a, b} == set(slow or ()) else 0.3 * MS
+                if slow and {a, b} == set(slow):
+                    move = transfer_ms * MS
+                else:
+                    move = (up_ms if b < a else 0.3) * MS
                 done = max(post_a, post_b) + int(move)
                 # both sides wait on the exchange when it is done; the receiver a little later
                 rows.append({"pair_id": i, "src": a, "dst": b, "bytes": None, "iteration": it,
@@ -75,3 +79,8 @@ def test_no_link_is_timed_where_many_messages_arrive_before_they_were_sent():
     few = p.with_columns(send_start_ns=pl.when(pl.col("pair_id") % 50 == 0).then(pl.col("recv_end_ns") + MS)
                          .otherwise(pl.col("send_start_ns")))
     assert [f.ranks for f in window_links(few)] == [(1, 2)]
+
+
+def test_messages_one_way_that_wait_longer_on_every_link_are_no_slow_link():
+    # a pipeline's gradients waiting longer than its activations on every link alike
+    assert window_links(_halo(up_ms=5.0)) == []

@@ -1029,3 +1029,16 @@ def test_a_slow_link_inside_an_all_to_all_keeps_its_two_ends_in_after_the_rest_l
     assert [s for s in verdict.suspects if s.kind != "slow_link"] == []
 
 
+
+def test_a_blocking_send_is_timed_from_its_post_not_from_gloo_s_own_span():
+    # the wavefront (user_wavefront_dp.py, users101), every boundary message rank 2 sends rank 3
+    # padded to 128 MB, no shapes recorded. gloo opens its send's span only once c10d has handed
+    # the message over, up to milliseconds later on shared cores: 37% of rank 3's gradient
+    # messages to rank 2 were received before their gloo:send began, read as peers paired
+    # wrongly, and no link was timed: "no suspect" before. Timed from the c10d call (the post),
+    # link 2-3's windows are 60 ms, 350x its like links'
+    verdict = detect_bundle(load_bundle(CASES["wave4-link2-3-x8192"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {2, 3})
+    assert [s for s in verdict.suspects if s.kind != "slow_link"] == []
+

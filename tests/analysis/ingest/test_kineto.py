@@ -102,6 +102,21 @@ def test_gloo_send_recv(gloo):
     assert dict(p2p.select("rank", "lane").unique().rows()) == main_lanes
 
 
+def test_a_gloo_p2p_call_starts_when_its_c10d_call_posted_it(gloo):
+    events, _ = gloo
+    # the fixture's gloo:send opened 19 us after its c10d::send (and gloo:recv 12 us after its
+    # c10d::recv_): the call is timed from the post, to the end of gloo's own span
+    p2p = events.filter(pl.col("cat") == "p2p").sort("rank", "ts_ns")
+    posts = events.filter(pl.col("name").is_in(["c10d::send", "c10d::recv_"])).sort("rank", "ts_ns")
+    assert p2p.select("rank", "lane", "ts_ns").rows() == posts.select("rank", "lane", "ts_ns").rows()
+    # how long each ran past its c10d call, in ns from the file's us (c10d::send at .749 for
+    # 21.767 us, gloo:send at .843 for 7.772 on rank 0), rounded to the ns
+    beyond = [(10310843 + 7772 - 10291749) - 21767, (18112372 + 6756 - 18093862) - 20673,
+              (10289407 + 38444 - 10277889) - 13748, (18087586 + 46904 - 18078758) - 10531]
+    got = (p2p["dur_ns"] - posts["dur_ns"]).to_list()
+    assert all(abs(a - b) <= 1 for a, b in zip(got, beyond, strict=True))
+
+
 def test_gloo_other_categories(gloo):
     events, _ = gloo
     opt = events.filter(pl.col("name") == "Optimizer.step#SGD.step")

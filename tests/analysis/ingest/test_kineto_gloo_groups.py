@@ -218,6 +218,20 @@ def test_pairing_by_ends_finds_the_peers_shapes_record():
         assert paired.filter(pl.col("cat") == "p2p")["peer"].to_list() == recorded, name
 
 
+def test_a_send_is_not_paired_with_a_receive_that_ended_before_it_was_posted():
+    # rank 1 posts a send at 100 and waits on it at 400 (an isend: its span ends at the wait);
+    # rank 2's receive ended at 150. Then rank 1 sends again, posted at 390 and done at 398, and
+    # rank 0's receive ends at 399. By ends alone the first send (400) pairs with rank 0's
+    # receive (399), and the second, posted at 390, with a receive done at 150
+    def call(rank, name, start, end):
+        return dict(rank=rank, name=name, cat="p2p", ph="X", ts_ns=start, dur_ns=end - start)
+
+    events = _events([call(1, "send", 100, 400), call(2, "recv", 90, 150), call(1, "send", 390, 398),
+                      call(0, "recv", 380, 399)]).drop(_gloo_groups.LOCAL)
+    pipes = {r: (0, 1, 2) for r in (0, 1, 2)}
+    assert _gloo_groups._pipeline_peers(events, pipes)["peer"].to_list() == [2, 1, 0, 1]
+
+
 def test_a_pipeline_call_left_without_a_partner_leaves_every_call_without_a_peer():
     # three stages; rank 1 sends to 0 and 2, but only rank 0 receives: the trace of rank 2's
     # side is cut short, so no pairing takes every call (nothing is guessed)
