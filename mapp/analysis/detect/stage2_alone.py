@@ -41,6 +41,8 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
     if flagged.is_empty():
         return []
     program = dict(zip(layout.ranks["rank"].to_list(), layout.ranks["pp"].to_list()))
+    members = layout.ranks.group_by("pp").len()
+    alone = set(members.filter(pl.col("len") == 1)["pp"].to_list()) if peers.mode == "program peers" else set()
     per_program: dict[int, int] = {}
     for r in flagged["rank"].to_list():
         per_program[program.get(r)] = per_program.get(program.get(r), 0) + 1
@@ -50,6 +52,12 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
         r = row["rank"]
         own = stage1.get(r)
         if r in named or per_program[program.get(r)] > 1:
+            continue
+        # (nor for a rank that runs a program no other rank runs: with no peer to be slower than,
+        # being last is its part's, not a fault's. An actor-learner's learner waits on no one but
+        # its actors and is last at every parameter broadcast: a user's IMPALA on 4 gloo
+        # processes, no fault, "slow compute 0" 2.0x, last at 69% of the collectives)
+        if program.get(r) in alone:
             continue
         if own is not None and float(own["slowdown"]) < 1 / (1 + peers.min_effect):
             continue

@@ -1042,3 +1042,11 @@ def test_a_blocking_send_is_timed_from_its_post_not_from_gloo_s_own_span():
     assert (top.kind, {top.rank, top.peer}) == ("slow_link", {2, 3})
     assert [s for s in verdict.suspects if s.kind != "slow_link"] == []
 
+
+def test_a_rank_whose_program_no_other_rank_runs_is_not_named_for_being_last():
+    # an actor-learner (user_actor_learner.py, users103b), no fault: rank 0 learns from the three
+    # actors' trajectories and broadcasts its parameters back, so it is last at the broadcast by
+    # its part. Its program is its own, stage 1 has no peer to time it against, and stage 2 stood
+    # in with "slow compute 0" 2.0x before
+    verdict = detect_bundle(load_bundle(CASES["impala4-sync-e24-u20-ep40-healthy"].directory), threshold=0.1)
+    assert verdict.suspects == []
