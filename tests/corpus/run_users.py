@@ -1056,7 +1056,26 @@ USERS103B = [  # held out in the hundred-and-third session (b): IMPALA-style act
     ("impala4-bigrank3-skew2.5", "user_actor_learner.py", "--seed 1516 --big-rank 3 --big 2.5"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B}
+USERS104 = [  # held out in the hundred-and-fourth session: population-based training (PBT) of a small CNN classifier, one member a rank with its own hyperparameters, weights sent one hop around a ring r -> r+1 every step for cross-evaluation (isend/irecv), a stats all_reduce every step, every few steps an all_gather of scores and hyperparameters, then the bottom member copies a top member's weights (send/recv, or broadcast) and perturbs its hyperparameters
+    ("pbt4-default-healthy", "user_pbt.py", "--seed 1601"),
+    ("pbt4-bcast-shapes-healthy", "user_pbt.py", "--seed 1602 --exploit broadcast --shapes"),
+    ("pbt4-w20-b24-i4-ready3-noxeval-healthy", "user_pbt.py", "--seed 1603 --width 20 --batch 24 --inner-steps 4 --ready 3 --cross-eval off"),
+    ("pbt4-img20-eval384-b24-healthy", "user_pbt.py", "--seed 1604 --image 20 --eval-batch 384 --batch 24"),
+    ("pbt4-ready1-q50-healthy", "user_pbt.py", "--seed 1605 --ready 1 --quantile 0.5"),
+    ("pbt4-fwd4x-r1", "user_pbt.py", "--seed 1606 --slow-rank 1 --factor 4"),
+    ("pbt4-bcast-fwd3x-r2", "user_pbt.py", "--seed 1607 --exploit broadcast --slow-rank 2 --factor 3"),
+    ("pbt4-i2-fwd5x-r0", "user_pbt.py", "--seed 1608 --inner-steps 2 --slow-rank 0 --factor 5"),
+    ("pbt4-noxeval-ready3-fwd4x-r3", "user_pbt.py", "--seed 1609 --cross-eval off --ready 3 --slow-rank 3 --factor 4"),
+    ("pbt4-stepsleep200ms-r2", "user_pbt.py", "--seed 1610 --slow-rank 2 --sleep-ms 200"),
+    ("pbt4-datasleep250ms-r3", "user_pbt.py", "--seed 1611 --slow-rank 3 --data-sleep-ms 250"),
+    ("pbt4-ckptsleep250ms-r0", "user_pbt.py", "--seed 1612 --slow-rank 0 --ckpt-sleep-ms 250"),
+    ("pbt4-hog-r1", "user_pbt.py", "--seed 1613 --slow-rank 1 --hog"),
+    ("pbt4-link1-2-x256", "user_pbt.py", "--seed 1614 --link-src 1 --link-dst 2 --link-factor 256"),
+    ("pbt4-seqlognorm0.8", "user_pbt.py", "--seed 1615 --seq-sigma 0.8"),
+    ("pbt4-bigrank3-skew3", "user_pbt.py", "--seed 1616 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
