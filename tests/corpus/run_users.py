@@ -1075,7 +1075,26 @@ USERS104 = [  # held out in the hundred-and-fourth session: population-based tra
     ("pbt4-bigrank3-skew3", "user_pbt.py", "--seed 1616 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104}
+USERS104B = [  # held out in the hundred-and-fourth session (b): a small GPT under hand-written GPipe x data parallelism (PP2 x DP2: pipelines 0->1 and 2->3, all microbatch forwards then all backwards, activations and their gradients by isend/irecv or blocking send/recv), each stage's gradients all_reduced with its twin on a DP subgroup {0,2}/{1,3}, optional pipeline grad-norm all_reduce, a world loss all_reduce every few steps
+    ("gp22-default-healthy", "user_gpipe_dp.py", "--seed 1701"),
+    ("gp22-sendrecv-shapes-healthy", "user_gpipe_dp.py", "--seed 1702 --shapes --p2p send --steps 8"),
+    ("gp22-mb6-l1-d160-buckets-healthy", "user_gpipe_dp.py", "--seed 1703 --microbatches 6 --layers 1 --dim 160 --bucket-kb 256"),
+    ("gp22-clip-s192-mbs1-d96-healthy", "user_gpipe_dp.py", "--seed 1704 --clip --seq-len 192 --mb-size 1 --dim 96"),
+    ("gp22-mb8-l1-h8-log1-healthy", "user_gpipe_dp.py", "--seed 1705 --microbatches 8 --layers 1 --heads 8 --log-every 1 --ckpt-every 3"),
+    ("gp22-fwd5x-r0", "user_gpipe_dp.py", "--seed 1706 --slow-rank 0 --factor 5"),
+    ("gp22-fwd4x-r1", "user_gpipe_dp.py", "--seed 1707 --slow-rank 1 --factor 4"),
+    ("gp22-sendrecv-fwd5x-r2", "user_gpipe_dp.py", "--seed 1708 --p2p send --slow-rank 2 --factor 5"),
+    ("gp22-clip-mb6-l1-fwd4.5x-r3", "user_gpipe_dp.py", "--seed 1709 --clip --microbatches 6 --layers 1 --slow-rank 3 --factor 4.5"),
+    ("gp22-stepsleep140ms-r1", "user_gpipe_dp.py", "--seed 1710 --slow-rank 1 --sleep-ms 140"),
+    ("gp22-datasleep140ms-r2", "user_gpipe_dp.py", "--seed 1711 --slow-rank 2 --data-sleep-ms 140"),
+    ("gp22-logsleep150ms-r0", "user_gpipe_dp.py", "--seed 1712 --slow-rank 0 --log-sleep-ms 150"),
+    ("gp22-hog-r3", "user_gpipe_dp.py", "--seed 1713 --slow-rank 3 --hog"),
+    ("gp22-link2-3-x512", "user_gpipe_dp.py", "--seed 1714 --link-src 2 --link-dst 3 --link-factor 512"),
+    ("gp22-seqlognorm0.8", "user_gpipe_dp.py", "--seed 1715 --seq-sigma 0.8"),
+    ("gp22-bigrank3-skew3", "user_gpipe_dp.py", "--seed 1716 --layers 1 --big-rank 3 --big 3 --microbatches 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
