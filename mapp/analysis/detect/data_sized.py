@@ -136,6 +136,10 @@ def looped_by_data(row: dict, threshold: float) -> bool:
     scale, slowdown = row.get("data_scale"), row.get("slowdown")
     if scale is None or slowdown is None or scale < 1 + threshold:
         return False
+    # (nor where the rank calls nearly every kind of op more often: its whole step run again, not
+    # a loop its data runs longer, outside which the step's other work stays)
+    if (fixed := row.get("fixed_part")) is not None and fixed < WHOLE_STEP:
+        return False
     added = max(added_cost_ns(row), row.get("alone_ns") or 0.0)
     if added > 0 and added >= threshold * (row.get("busy_ns") or 0.0):
         return False
@@ -144,6 +148,15 @@ def looped_by_data(row: dict, threshold: float) -> bool:
     # sharing 2 cores, its scale 1.54 and its compute 1.73x, the others' 0.84-1.0x (1.12x its
     # scale at z 0.9, "slow compute" before)
     return float(slowdown) <= scale * (1 + threshold / 2) or row.get("above_scale") is False
+
+
+WHOLE_STEP = 0.3
+"""A rank whose data runs the program's loops more often still calls the rest of its step as
+often as its peers: the kinds it calls as often hold at least this share of its peers' time on
+the kinds they share (a user's LSTM seq2seq, one replica's sentences 1.5x as long: 63-66%). Under
+it, the rank runs its whole step again (a BFS rank expanding its frontier and pushing PageRank 2-3x:
+16%; a tempering chain's Langevin passes 2.5x: 5%; a PBT member's training 4-5x: 4-7%): work
+added, not its data's loops (``looped_by_data``)."""
 
 
 PACED_PART = 0.4

@@ -527,8 +527,13 @@ def _data_scales(shared: pl.DataFrame, peer_calls: np.ndarray, peer_q: np.ndarra
     # 2 too read a scale of 1.62 by time where its loops' kinds say 1.5, its extra calls inside)
     scale = (frame.filter(pl.col("name").is_in(varying.implode()) & (pl.col("w") > 0))
              .group_by("rank", "iteration").agg(scale=pl.col("r").median()))
+    # what of its peers' work the rank's data left as it was: the kinds it calls as often as they
+    # do (``data_sized.looped_by_data`` reads it)
+    peer_ns = pl.Series(peer_calls * peer_q)
+    fixed = shared.select("rank", "iteration").with_columns(peer_ns=peer_ns, same=pl.Series(ratio == 1.0)).group_by(
+        "rank", "iteration").agg(fixed_part=pl.col("peer_ns").filter(pl.col("same")).sum() / pl.col("peer_ns").sum())
     return (shared.select("rank", "iteration").unique().join(scale, on=["rank", "iteration"], how="left")
-            .with_columns(pl.col("scale").fill_null(1.0)))
+            .join(fixed, on=["rank", "iteration"], how="left").with_columns(pl.col("scale").fill_null(1.0)))
 
 
 def _loop_kinds(frame: pl.DataFrame) -> int:
@@ -751,7 +756,8 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
             busy_ns=pl.col("busy_ns") + pl.col("own_program_ns").fill_null(0.0)).drop("own_program_ns")
     per = _held(per, gaps)
     per = (per.join(data_scales.rename({"scale": "data_scale"}), on=["rank", "iteration"], how="left")
-           if data_scales is not None else per.with_columns(data_scale=pl.lit(None, pl.Float64)))
+           if data_scales is not None else per.with_columns(data_scale=pl.lit(None, pl.Float64),
+                                                             fixed_part=pl.lit(None, pl.Float64)))
     per = _least_slowdown(per)
     per = per.with_columns(effect=(pl.col("own") / pl.col("peer")).log())
     per = per.with_columns(excess_ns=pl.col("busy_ns") * (1 - (-pl.col("effect")).exp()))
@@ -778,7 +784,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         gap_excess_ns=pl.col("gap_excess_ns").median(), gap_ns=pl.col("gap_ns").mean(),
         long_excess_ns=pl.col("long_excess_ns").median(), held_ns=pl.col("held_ns").median(),
         alone_ns=(pl.col("alone_ns") if "alone_ns" in per.columns else pl.lit(0.0)).median(),
-        data_scale=pl.col("data_scale").median(),
+        data_scale=pl.col("data_scale").median(), fixed_part=pl.col("fixed_part").median(),
         gap_consistent=(pl.col(idle) > 0).mean(),
         data_stalls=data_stalls(min_effect),
         low=pl.col("effect").min(),
@@ -831,7 +837,7 @@ def compare_same_work(ops: pl.DataFrame, gaps: pl.DataFrame, coords: pl.DataFram
         .then(pl.col("gap_its")).otherwise(pl.lit([], pl.List(pl.Int32))),
     ).select("rank", "slowdown", "z", "share_slow", "n_ops", "flagged", "iterations", "excess_ns", "busy_ns",
              "gap_excess_ns", "gap_z", "gap_flagged", "gap_ns", "long_excess_ns", "data_stalls", *ADDED_COLUMNS,
-             "work_ns", "all_work_ns", "held_ns", "alone_ns", "data_scale", "above_scale").sort("rank")
+             "work_ns", "all_work_ns", "held_ns", "alone_ns", "data_scale", "fixed_part", "above_scale").sort("rank")
     flagged_ranks = ranks.filter(pl.col("flagged"))["rank"].to_list()
     per = per.with_columns(
         z=pl.col("effect") / max(spread, _FLOOR),
