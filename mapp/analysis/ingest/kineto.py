@@ -374,13 +374,14 @@ def _read_one(path: pathlib.Path, warn: Callable[[str], None], alone: bool = Fal
                 # a gloo send's span runs until its caller waits on it (megatron waits on a whole
                 # exchange at once), not to the delivery: it does not end with its receive
                 args = {**args, "async": True}
-            if name.startswith("gloo:") and coll in _P2P and (posted := comm.posted(i)) is not None:
-                start = int(round(posted * 1000.0)) + base
-                ts_list[i], dur_list[i] = start, ts_list[i] + dur_list[i] - start
             elif on_gpu and coll in _P2P:
                 # a p2p call on a GPU rank timed by its CPU record (no kernel of its own: the
                 # coalesced exchange's): when it was posted, not when the message moved
                 args = {**args, "async": True}
+            if name.startswith("gloo:") and coll in _P2P and (posted := comm.posted(i)) is not None:
+                # timed from its post (``_CommContext.posted``), to the end of gloo's own span
+                start = int(round(posted * 1000.0)) + base
+                ts_list[i], dur_list[i] = start, ts_list[i] + dur_list[i] - start
         else:
             cat[i] = _category(name, src_cat, on_gpu, i in comm.mirrors)
         if names[i] != name:
