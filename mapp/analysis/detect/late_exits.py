@@ -48,10 +48,10 @@ MIN_MEMBERS = 4
 
 
 def _exits(matching) -> pl.DataFrame:
-    """Per complete collective of ``MIN_MEMBERS`` or more: ``op``, ``group_ranks``,
-    ``iteration``, ``pair`` (the two members that left last, sorted), ``gap`` (how long after the
-    rest's last member the pair's first left) and ``own`` (the rest's time from the last arrival
-    to the last of them leaving)."""
+    """Per complete all-to-all (``DIRECT``) of ``MIN_MEMBERS`` or more that met: ``instance_id``,
+    ``op``, ``iteration``, ``pair`` (the two members that left last, sorted), ``gap`` (how long
+    after the rest's last member the pair's first left) and ``own`` (the rest's time from the last
+    arrival to the last of them leaving)."""
     inst = matching.collectives.filter(pl.col("complete") & (pl.col("n_members") >= MIN_MEMBERS)
                                        & pl.col("op").is_in(DIRECT) & pl.col("iteration").is_not_null())
     if inst.is_empty():
@@ -95,7 +95,7 @@ def late_pairs(matching) -> list[LinkFinding]:
         excess = (late.filter(pl.col("pair") == pair).group_by("iteration").agg(pl.col("gap").sum())["gap"].median())
         findings.append(LinkFinding(
             kind="slow_link", ranks=tuple(int(r) for r in pair), slowdown=ratio, z=0.0, excess_ns=float(excess),
-            observations=[{"ranks": [int(r) for r in pair], "what": f"{rows['op'][0]}", "ratio": round(ratio, 3),
+            observations=[{"ranks": [int(r) for r in pair], "what": rows["op"][0], "ratio": round(ratio, 3),
                            "iterations": sorted(int(i) for i in rows["iteration"].to_list()),
                            "compared": LEFT_LAST, "gap_ms": round(float(gap) / 1e6, 3),
                            "rest_ms": round(float(own) / 1e6, 3)}],
