@@ -1094,7 +1094,26 @@ USERS104B = [  # held out in the hundred-and-fourth session (b): a small GPT und
     ("gp22-bigrank3-skew3", "user_gpipe_dp.py", "--seed 1716 --layers 1 --big-rank 3 --big 3 --microbatches 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B}
+USERS105B = [  # held out in the hundred-and-fifth session (b): distributed evolution strategies (OpenAI ES) on an MLP policy for hand-written batched cart-pole / point-mass reacher, a shared noise table indexed by offsets, antithetic rollouts, all_gather of (offset, flag, R+, R-) rows, the same update rebuilt and Adam-stepped on every rank, obs-norm stats all_reduced every step, theta broadcast from rank 0 every few steps, each rank's elite noise vector sent one hop around a ring r -> r+1 (isend/irecv)
+    ("es4-default-healthy", "user_evo_strategies.py", "--seed 2051"),
+    ("es4-reacher-shapes-healthy", "user_evo_strategies.py", "--seed 2052 --env reacher --shapes"),
+    ("es4-p24-e4-h96-sync1-healthy", "user_evo_strategies.py", "--seed 2053 --pop-per-rank 24 --episodes 4 --hidden 96 --sync-every 1"),
+    ("es4-t56-e6-nomix-healthy", "user_evo_strategies.py", "--seed 2054 --episode-len 56 --episodes 6 --elite-mix 0"),
+    ("es4-reacher-h160-sig0.1-sync5-p12-healthy", "user_evo_strategies.py", "--seed 2055 --env reacher --hidden 160 --sigma 0.1 --sync-every 5 --pop-per-rank 12"),
+    ("es4-fwd2x-r0", "user_evo_strategies.py", "--seed 2056 --slow-rank 0 --factor 2"),
+    ("es4-fwd3x-r1", "user_evo_strategies.py", "--seed 2057 --slow-rank 1 --factor 3"),
+    ("es4-reacher-fwd2.5x-r2", "user_evo_strategies.py", "--seed 2058 --env reacher --slow-rank 2 --factor 2.5"),
+    ("es4-p24-sync1-fwd2.5x-r3", "user_evo_strategies.py", "--seed 2059 --pop-per-rank 24 --sync-every 1 --slow-rank 3 --factor 2.5"),
+    ("es4-stepsleep150ms-r2", "user_evo_strategies.py", "--seed 2060 --slow-rank 2 --sleep-ms 150"),
+    ("es4-datasleep150ms-r3", "user_evo_strategies.py", "--seed 2061 --slow-rank 3 --data-sleep-ms 150"),
+    ("es4-rendersleep150ms-r1", "user_evo_strategies.py", "--seed 2062 --slow-rank 1 --render-sleep-ms 150"),
+    ("es4-hog-r0", "user_evo_strategies.py", "--seed 2063 --slow-rank 0 --hog"),
+    ("es4-link2-3-x2048", "user_evo_strategies.py", "--seed 2064 --link-src 2 --link-dst 3 --link-factor 2048"),
+    ("es4-seqlognorm0.8", "user_evo_strategies.py", "--seed 2065 --seq-sigma 0.8"),
+    ("es4-bigrank3-skew3", "user_evo_strategies.py", "--seed 2066 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
