@@ -1113,7 +1113,26 @@ USERS105B = [  # held out in the hundred-and-fifth session (b): distributed evol
     ("es4-bigrank3-skew3", "user_evo_strategies.py", "--seed 2066 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B}
+USERS105 = [  # held out in the hundred-and-fifth session: a small GPT under a hand-written Chimera bidirectional pipeline (4 stages; "down" pipeline stage s on rank s, "up" pipeline stage s on rank 3-s, each rank two replicas' stages), half the microbatches each way in a simulated 1F1B-like (or all-F-then-all-B) schedule, activations/gradients by isend/irecv (or globally ordered blocking send/recv), stage replicas' gradients all_reduced on {0,3}/{1,2}, a world loss all_reduce every step, a per-step activation-memory logger
+    ("chim4-default-healthy", "user_chimera_pipe.py", "--seed 1801"),
+    ("chim4-blocking-shapes-healthy", "user_chimera_pipe.py", "--seed 1802 --blocking --shapes --steps 8"),
+    ("chim4-fthenb-perstage-clip-healthy", "user_chimera_pipe.py", "--seed 1803 --schedule fthenb --grad-sync per-stage --clip"),
+    ("chim4-mb4-l2-d96-healthy", "user_chimera_pipe.py", "--seed 1804 --microbatches 4 --layers 2 --dim 96"),
+    ("chim4-loops2-mb4-s192-h8-healthy", "user_chimera_pipe.py", "--seed 1805 --loops 2 --microbatches 4 --seq-len 192 --heads 8"),
+    ("chim4-fwd5x-r0", "user_chimera_pipe.py", "--seed 1806 --slow-rank 0 --factor 5"),
+    ("chim4-fwd4x-r1", "user_chimera_pipe.py", "--seed 1807 --slow-rank 1 --factor 4"),
+    ("chim4-blocking-fwd3x-r2", "user_chimera_pipe.py", "--seed 1808 --blocking --slow-rank 2 --factor 3"),
+    ("chim4-fthenb-fwd4x-r3", "user_chimera_pipe.py", "--seed 1809 --schedule fthenb --slow-rank 3 --factor 4"),
+    ("chim4-stepsleep150ms-r1", "user_chimera_pipe.py", "--seed 1810 --slow-rank 1 --sleep-ms 150"),
+    ("chim4-datasleep150ms-r3", "user_chimera_pipe.py", "--seed 1811 --slow-rank 3 --data-sleep-ms 150"),
+    ("chim4-memlogsleep150ms-r2", "user_chimera_pipe.py", "--seed 1812 --slow-rank 2 --memlog-sleep-ms 150"),
+    ("chim4-hog-r0", "user_chimera_pipe.py", "--seed 1813 --slow-rank 0 --hog"),
+    ("chim4-link1-2-x512", "user_chimera_pipe.py", "--seed 1814 --link-src 1 --link-dst 2 --link-factor 512"),
+    ("chim4-seqlognorm0.8", "user_chimera_pipe.py", "--seed 1815 --loops 2 --microbatches 4 --seq-sigma 0.8"),
+    ("chim4-bigrank3-skew3", "user_chimera_pipe.py", "--seed 1816 --microbatches 4 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
