@@ -1132,7 +1132,26 @@ USERS105 = [  # held out in the hundred-and-fifth session: a small GPT under a h
     ("chim4-bigrank3-skew3", "user_chimera_pipe.py", "--seed 1816 --microbatches 4 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105}
+USERS106 = [  # held out in the hundred-and-sixth session: DSGD matrix factorisation for a recommender (Gemulla et al. 2011, stratified SGD), no neural network: a synthetic sparse rating matrix in a 4x4 grid of blocks, rank r owns user block r, in sub-epoch s vectorised minibatch SGD on block (r, r+s mod 4) (index_select / index_add_), then the item-factor block rotated one hop r -> r-1 around the ring (isend/irecv, or blocking send/recv), 4 rotations an epoch, a train-RMSE all_reduce every epoch, every few epochs an all_gather of the item blocks and a test-RMSE all_reduce, a per-epoch user-factor snapshot
+    ("dsgd4-default-healthy", "user_dsgd_mf.py", "--seed 1801"),
+    ("dsgd4-blocking-shapes-healthy", "user_dsgd_mf.py", "--seed 1802 --blocking --shapes"),
+    ("dsgd4-k32-b4096-n400k-healthy", "user_dsgd_mf.py", "--seed 1803 --latent-dim 32 --batch-size 4096 --ratings 400000"),
+    ("dsgd4-u30k-i12k-n800k-ev2-healthy", "user_dsgd_mf.py", "--seed 1804 --users 30000 --items 12000 --ratings 800000 --eval-every 2"),
+    ("dsgd4-passes2-k64-healthy", "user_dsgd_mf.py", "--seed 1805 --passes 2 --latent-dim 64 --lr-decay 0.9 --reg 0.05"),
+    ("dsgd4-fwd3x-r2", "user_dsgd_mf.py", "--seed 1806 --slow-rank 2 --factor 3"),
+    ("dsgd4-blocking-fwd2.5x-r1", "user_dsgd_mf.py", "--seed 1807 --blocking --slow-rank 1 --factor 2.5"),
+    ("dsgd4-k32-n400k-fwd3x-r0", "user_dsgd_mf.py", "--seed 1808 --latent-dim 32 --ratings 400000 --slow-rank 0 --factor 3"),
+    ("dsgd4-u30k-i12k-fwd2.5x-r3", "user_dsgd_mf.py", "--seed 1809 --users 30000 --items 12000 --slow-rank 3 --factor 2.5"),
+    ("dsgd4-stepsleep200ms-r1", "user_dsgd_mf.py", "--seed 1810 --slow-rank 1 --sleep-ms 200"),
+    ("dsgd4-datasleep200ms-r2", "user_dsgd_mf.py", "--seed 1811 --slow-rank 2 --data-sleep-ms 200"),
+    ("dsgd4-snapsleep200ms-r0", "user_dsgd_mf.py", "--seed 1812 --slow-rank 0 --snapshot-sleep-ms 200"),
+    ("dsgd4-hog-r3", "user_dsgd_mf.py", "--seed 1813 --slow-rank 3 --hog"),
+    ("dsgd4-link2-1-x256", "user_dsgd_mf.py", "--seed 1814 --link-src 2 --link-dst 1 --link-factor 256"),
+    ("dsgd4-seqlognorm0.8", "user_dsgd_mf.py", "--seed 1815 --seq-sigma 0.8"),
+    ("dsgd4-bigrank3-skew3", "user_dsgd_mf.py", "--seed 1816 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
