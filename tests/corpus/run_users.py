@@ -1151,7 +1151,26 @@ USERS106 = [  # held out in the hundred-and-sixth session: DSGD matrix factorisa
     ("dsgd4-bigrank3-skew3", "user_dsgd_mf.py", "--seed 1816 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106}
+USERS106B = [  # held out in the hundred-and-sixth session (b): a small GPT with 4-way tensor + sequence parallelism and hand-written collective matmuls (async-TP): all_gather->matmul and matmul->reduce_scatter decomposed into 3-hop isend/irecv rings r -> r+1 overlapped with the chunk products (partial sums forward, or r -> r-1 with --rs-dir opposite), backward the mirrored rings in autograd Functions, replicated LayerNorm/embedding grads and the loss all-reduced, a per-rank aux head
+    ("cmm4-default-healthy", "user_collective_matmul.py", "--seed 2101"),
+    ("cmm4-opposite-shapes-healthy", "user_collective_matmul.py", "--seed 2102 --rs-dir opposite --shapes"),
+    ("cmm4-l3-d192-healthy", "user_collective_matmul.py", "--seed 2103 --layers 3 --dim 192"),
+    ("cmm4-s768-h4-ffn2-perparam-healthy", "user_collective_matmul.py", "--seed 2104 --seq-len 768 --heads 4 --ffn-mult 2 --ln-sync per-param"),
+    ("cmm4-b4-s256-aux1-healthy", "user_collective_matmul.py", "--seed 2105 --batch 4 --seq-len 256 --aux-reps 1"),
+    ("cmm4-fwd3x-r2", "user_collective_matmul.py", "--seed 2106 --slow-rank 2 --factor 3"),
+    ("cmm4-fwd4x-r0", "user_collective_matmul.py", "--seed 2107 --slow-rank 0 --factor 4"),
+    ("cmm4-opposite-fwd2.5x-r3", "user_collective_matmul.py", "--seed 2108 --rs-dir opposite --slow-rank 3 --factor 2.5"),
+    ("cmm4-l3-d192-fwd3.5x-r1", "user_collective_matmul.py", "--seed 2109 --layers 3 --dim 192 --slow-rank 1 --factor 3.5 --steps 8"),
+    ("cmm4-stepsleep250ms-r1", "user_collective_matmul.py", "--seed 2110 --slow-rank 1 --sleep-ms 250"),
+    ("cmm4-datasleep250ms-r3", "user_collective_matmul.py", "--seed 2111 --slow-rank 3 --data-sleep-ms 250"),
+    ("cmm4-countersleep250ms-r0", "user_collective_matmul.py", "--seed 2112 --slow-rank 0 --counter-sleep-ms 250"),
+    ("cmm4-hog-r2", "user_collective_matmul.py", "--seed 2113 --slow-rank 2 --hog"),
+    ("cmm4-link2-3-x32", "user_collective_matmul.py", "--seed 2114 --link-src 2 --link-dst 3 --link-factor 32"),
+    ("cmm4-seqlognorm0.8", "user_collective_matmul.py", "--seed 2115 --seq-sigma 0.8"),
+    ("cmm4-bigrank3-skew3", "user_collective_matmul.py", "--seed 2116 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
