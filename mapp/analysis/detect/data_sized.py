@@ -34,8 +34,8 @@ from mapp.analysis.detect.peers import nth_call
 from mapp.analysis.detect.same_work import self_times
 from mapp.analysis.ingest.kineto import OPTIMIZER_STEP
 
-__all__ = ["PACED_KINDS", "PACED_PART", "PACED_RANKS", "input_floors", "larger_inputs", "looped_by_data",
-           "paced_split", "sized_by_data", "sizes_unseen_notes"]
+__all__ = ["PACED_KINDS", "PACED_PART", "PACED_RANKS", "heavier_than_its_optimizer", "input_floors", "larger_inputs",
+           "looped_by_data", "paced_split", "sized_by_data", "sizes_unseen_notes"]
 
 PACED_KINDS = 20
 """The fewest op names a rank's peers must spend their compute on for its pace to mean anything:
@@ -367,6 +367,28 @@ def larger_inputs(row: dict, threshold: float) -> bool:
     return (floor >= 1 + 2 * threshold and floor >= param * (1 + 2 * threshold)
             and (param < 1 + threshold / 2 or apart) and slowdown <= floor * (1 + threshold))
 
+
+
+def heavier_than_its_optimizer(row: dict, threshold: float) -> bool:
+    """Whether a rank's slower compute is its inputs' where too few of its calls are mid-sized for
+    their fastest runs to tell (``input_floor`` over fewer than half of ``PACED_KINDS`` kinds): its
+    compute as a whole, over the same calls as its peers' (no ``data_scale`` and no calls beyond
+    theirs worth the threshold), is ``INPUTS_APART`` times its optimizer's or more, which ran at
+    its peers' pace (``param_floor`` within half a threshold, over ``PARAM_KINDS`` kinds or more).
+    A slower device slows its optimizer alike, and a process descheduled by a busy thread beside
+    it reads a little slower on its typical calls only (a busy thread beside one of 4 processes on
+    2 cores: 1.36x, its optimizer 1.04x). A user's evolution strategies on 4 gloo processes, one
+    rank handed 3x the episodes of a small MLP policy in one batch: its calls take microseconds,
+    2 kinds mid-sized, its compute 2.19x at z 28.8, its optimizer's 0.95x over 8 kinds: "slow
+    compute 3" before. (Where its calls are mid-sized, ``larger_inputs`` asks for more.)"""
+    param, pkinds, slowdown = row.get("param_floor"), row.get("param_kinds"), row.get("slowdown")
+    if param is None or slowdown is None or (pkinds or 0) < PARAM_KINDS or param <= 0:
+        return False
+    if (row.get("input_kinds") or 0) >= PACED_KINDS // 2:
+        return False
+    if (row.get("added") or 1.0) >= 1 + threshold or (row.get("data_scale") or 1.0) >= 1 + threshold:
+        return False
+    return param < 1 + threshold / 2 and float(slowdown) >= INPUTS_APART * param
 
 INPUTS_APART = 2.0
 """An input floor this many times the rank's optimizer's floor is larger inputs (``larger_inputs``)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.data_sized import larger_inputs, looped_by_data, sized_by_data
+from mapp.analysis.detect.data_sized import heavier_than_its_optimizer, larger_inputs, looped_by_data, sized_by_data
 from mapp.analysis.detect.findings import Overruled
 from mapp.analysis.detect.lateness import stands_out_waiting
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -329,7 +329,9 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     11. A rank recorded without shapes on CPUs whose fastest calls of most mid-sized ops are
        slower by twice the threshold, and by that much more than its optimizer's, which ran at its
        peers' pace (``data_sized.larger_inputs``): larger inputs in every step, not a slower
-       device, which slows the optimizer too. Passed as 10 is.
+       device, which slows the optimizer too. Passed as 10 is. Where too few of its calls are
+       mid-sized to tell, its whole compute on the same calls as its peers', twice its optimizer's
+       or more (``data_sized.heavier_than_its_optimizer``).
     12. A rank slower as a whole by the threshold whose pace (``data_sized.paced_split``: the
        median, over its peers' compute, of how much slower it ran each op) is within half of it,
        or within ``data_sized.PACED_PART`` of its excess, ran slower only on a few ops, its data's
@@ -464,6 +466,10 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' where even its fastest calls of most ops "
          f"took {row.get('input_floor') or 0:.2f}x theirs and its optimizer's {row.get('param_floor') or 0:.2f}x: "
          "larger inputs in every step (imbalance), not a slower device (record_shapes=True shows their sizes)"),
+        (not host and heavier_than_its_optimizer(row, threshold), extra,
+         f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' on the same calls while its optimizer's ran at "
+         f"{row.get('param_floor') or 0:.2f}x theirs: larger inputs in every step (imbalance), not a slower device, "
+         "which slows its optimizer alike (record_shapes=True shows their sizes)"),
         (not host and sized_by_data(row, threshold), extra,
          f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' but {row.get('pace') or 0:.2f}x on the ops "
          "that make most of theirs: slower on a few ops only, as more data there makes them (imbalance) or a "

@@ -13,7 +13,7 @@ import polars as pl
 
 from mapp.analysis.detect._stats import FALSE_ALARM, binomial_tail, margin
 from mapp.analysis.detect.added_work import added_evidence, does_extra_work
-from mapp.analysis.detect.data_sized import larger_inputs, looped_by_data, sized_by_data
+from mapp.analysis.detect.data_sized import heavier_than_its_optimizer, larger_inputs, looped_by_data, sized_by_data
 from mapp.analysis.detect.findings import Overruled, Suspect
 from mapp.analysis.detect.gates import traced_iterations
 from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
@@ -72,7 +72,8 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
             continue
         # (nor for a rank whose inputs are larger in every step, by its fastest calls against its
         # optimizer's: ``data_sized.larger_inputs``; a user's MLM, one replica's token budget 1.5x)
-        if own is not None and larger_inputs(own, slowdown_threshold):
+        if own is not None and (larger_inputs(own, slowdown_threshold)
+                                or heavier_than_its_optimizer(own, slowdown_threshold)):
             continue
         # (nor for a rank stage 1 found slower, beyond the noise, on a few ops only, those its
         # data swells, by its pace on the ops that make most of its peers' time:

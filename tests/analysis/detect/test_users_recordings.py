@@ -1060,3 +1060,13 @@ def test_a_rank_that_runs_its_whole_step_again_is_not_read_as_its_data_running_t
     # replica's, 63-66%): its whole step run again, work added
     verdict = detect_bundle(load_bundle(CASES["bfs4-fwd3x-r1"].directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(1, "slow_compute")]
+
+
+def test_a_rank_slower_on_the_same_calls_but_not_in_its_optimizer_is_handed_larger_inputs():
+    # evolution strategies (user_evo_strategies.py, users105b), rank 3 handed 3x the episodes in
+    # one batch, no shapes recorded: the same calls as its peers', each on more data, 2.2x their
+    # time, while its Adam steps ran at 0.95x theirs over 8 kinds. Its calls take microseconds, too
+    # few mid-sized to judge their fastest runs by, and it was "slow compute 3" before; a slower
+    # device slows its optimizer alike
+    verdict = detect_bundle(load_bundle(CASES["es4-bigrank3-skew3"].directory), threshold=0.1)
+    assert verdict.suspects == []
