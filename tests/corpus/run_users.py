@@ -1170,7 +1170,26 @@ USERS106B = [  # held out in the hundred-and-sixth session (b): a small GPT with
     ("cmm4-bigrank3-skew3", "user_collective_matmul.py", "--seed 2116 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B}
+USERS107B = [  # held out in the hundred-and-seventh session (b): a 1-D CNN sequence classifier trained data-parallel without DDP, gradients averaged by a hand-written binomial-tree all-reduce of point-to-point messages per bucket (reduce 1->0, 3->2 then 2->0; broadcast 0->2 then 0->1, 2->3; blocking send/recv or isend/irecv + wait), a loss all_reduce every few steps, a barrier before each evaluation, a per-step metrics push
+    ("tree4-default-healthy", "user_tree_allreduce.py", "--seed 1701"),
+    ("tree4-async-shapes-healthy", "user_tree_allreduce.py", "--seed 1702 --async-p2p --shapes"),
+    ("tree4-c128-l6-k3-bucket1mb-healthy", "user_tree_allreduce.py", "--seed 1703 --channels 128 --layers 6 --kernel 3 --bucket-mb 1"),
+    ("tree4-s512-b8-bucket0.1mb-log1-healthy", "user_tree_allreduce.py", "--seed 1704 --seq-len 512 --batch 8 --bucket-mb 0.1 --log-every 1 --eval-every 3"),
+    ("tree4-c64-l8-b32-async-9buckets-healthy", "user_tree_allreduce.py", "--seed 1705 --channels 64 --layers 8 --batch 32 --seq-len 128 --async-p2p --bucket-mb 0.05"),
+    ("tree4-fwd2x-r1", "user_tree_allreduce.py", "--seed 1706 --slow-rank 1 --factor 2"),
+    ("tree4-fwd3x-r2", "user_tree_allreduce.py", "--seed 1707 --slow-rank 2 --factor 3"),
+    ("tree4-async-fwd2.5x-r0", "user_tree_allreduce.py", "--seed 1708 --async-p2p --slow-rank 0 --factor 2.5"),
+    ("tree4-c128-l6-fwd3x-r3", "user_tree_allreduce.py", "--seed 1709 --channels 128 --layers 6 --kernel 3 --bucket-mb 1 --slow-rank 3 --factor 3"),
+    ("tree4-stepsleep160ms-r1", "user_tree_allreduce.py", "--seed 1710 --slow-rank 1 --sleep-ms 160"),
+    ("tree4-datasleep150ms-r3", "user_tree_allreduce.py", "--seed 1711 --slow-rank 3 --data-sleep-ms 150"),
+    ("tree4-metricssleep140ms-r0", "user_tree_allreduce.py", "--seed 1712 --slow-rank 0 --metrics-sleep-ms 140"),
+    ("tree4-hog-r2", "user_tree_allreduce.py", "--seed 1713 --slow-rank 2 --hog"),
+    ("tree4-link2-0-x512", "user_tree_allreduce.py", "--seed 1714 --link-src 2 --link-dst 0 --link-factor 512"),
+    ("tree4-seqlognorm0.8", "user_tree_allreduce.py", "--seed 1715 --seq-sigma 0.8"),
+    ("tree4-bigrank3-skew3", "user_tree_allreduce.py", "--seed 1716 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
