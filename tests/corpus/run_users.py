@@ -1189,7 +1189,26 @@ USERS107B = [  # held out in the hundred-and-seventh session (b): a 1-D CNN sequ
     ("tree4-bigrank3-skew3", "user_tree_allreduce.py", "--seed 1716 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B}
+USERS107 = [  # held out in the hundred-and-seventh session: an N-body / MD simulation with a learned radial force-correction MLP, no DDP: particles in 4 blocks, all pairs by the systolic ring (a travelling (x, m) block passed one hop r -> r+1 three times a step by isend/irecv + wait, or parity-ordered blocking send/recv, optionally overlapped), block-block interactions in row tiles incl. per-rank field probes, leapfrog integration, the MLP trained on a memory-mapped reference table (gradients all-reduced), a 7-float energy/momentum all_reduce every step, a per-step trajectory frame writer
+    ("nbody4-default-healthy", "user_nbody_ring.py", "--seed 3701"),
+    ("nbody4-blocking-shapes-healthy", "user_nbody_ring.py", "--seed 3702 --blocking --shapes"),
+    ("nbody4-overlap-b640-p192-healthy", "user_nbody_ring.py", "--seed 3703 --overlap --block 640 --probes 192"),
+    ("nbody4-lj-h24-it2-healthy", "user_nbody_ring.py", "--seed 3704 --potential lj --hidden 24 --train-iters 2"),
+    ("nbody4-b384-p64-t128-tb16k-healthy", "user_nbody_ring.py", "--seed 3705 --block 384 --probes 64 --tile 128 --train-batch 16384"),
+    ("nbody4-fwd2x-r2", "user_nbody_ring.py", "--seed 3706 --slow-rank 2 --factor 2"),
+    ("nbody4-blocking-fwd2.5x-r1", "user_nbody_ring.py", "--seed 3707 --blocking --slow-rank 1 --factor 2.5"),
+    ("nbody4-overlap-fwd2x-r0", "user_nbody_ring.py", "--seed 3708 --overlap --slow-rank 0 --factor 2"),
+    ("nbody4-lj-fwd3x-r3", "user_nbody_ring.py", "--seed 3709 --potential lj --slow-rank 3 --factor 3"),
+    ("nbody4-stepsleep350ms-r1", "user_nbody_ring.py", "--seed 3710 --slow-rank 1 --sleep-ms 350"),
+    ("nbody4-datasleep350ms-r3", "user_nbody_ring.py", "--seed 3711 --slow-rank 3 --data-sleep-ms 350"),
+    ("nbody4-trajsleep350ms-r0", "user_nbody_ring.py", "--seed 3712 --slow-rank 0 --traj-sleep-ms 350"),
+    ("nbody4-hog-r2", "user_nbody_ring.py", "--seed 3713 --slow-rank 2 --hog"),
+    ("nbody4-link2-3-x32768", "user_nbody_ring.py", "--seed 3714 --link-src 2 --link-dst 3 --link-factor 32768"),
+    ("nbody4-seqlognorm0.8", "user_nbody_ring.py", "--seed 3715 --seq-sigma 0.8"),
+    ("nbody4-bigrank3-skew3", "user_nbody_ring.py", "--seed 3716 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B, "users107": USERS107}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
