@@ -250,7 +250,7 @@ def link_bandwidth(matching, hosts: pl.DataFrame, *, link_threshold: float, shar
     added = added_traffic(matching, link_threshold)
     if shared_cpus:     # (one machine's processes: their own clocks are one clock)
         counted = {f.ranks for f in added}
-        added += [f for f in window_links(matching.p2p) if f.ranks not in counted]
+        added += [f for f in window_links(matching.p2p, iteration_ns) if f.ranks not in counted]
         counted = {f.ranks for f in added}
         added += [f for f in late_pairs(matching) if f.ranks not in counted]
     obs = pl.concat([_p2p(matching), _collectives(matching)])

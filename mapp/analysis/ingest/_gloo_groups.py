@@ -39,6 +39,7 @@ note counts them and the rest.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -60,7 +61,7 @@ def resolve(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
     where one group fits, and ``LOCAL`` dropped. ``groups``: each traced rank's process groups
     (members in group-rank order); ``pipelines``: each traced rank's pipeline group (stage
     order), where its trace names one."""
-    events = _pipeline_peers(_peers(events, groups, warn), pipelines or {})
+    events = _partner_peers(_pipeline_peers(_peers(events, groups, warn), pipelines or {}), warn)
     return _collective_groups(events, groups, warn)
 
 
@@ -232,6 +233,76 @@ def _paired_by_ends(calls: pl.DataFrame, pipe: tuple[int, ...]) -> dict[int, int
         return {}
     return _matching(calls, pipe) or {}
 
+
+RING_LEAST = 4
+"""The fewest messages each rank must send for ``_partner_peers`` to tell who its partner is."""
+
+RING_APART = 0.05
+"""The least share of the messages that every other pairing must have received before they were
+sent, for ``_partner_peers`` to take the one that has none (two pairings fitting say nothing)."""
+
+PAIRINGS_UPTO = 7
+"""Up to this many ranks ``_partner_peers`` weighs every way of giving each rank one partner to
+send to (1,854 at 7); beyond, the rings only (each rank sending the same number of places on)."""
+
+
+def _partner_peers(events: pl.DataFrame, warn: Callable[[str], None]) -> pl.DataFrame:
+    """The peers of p2p calls that record none (gloo under the profiler's defaults), where every
+    traced rank sends all its messages to one other rank and receives all its own from one: round
+    a ring (hand-written ring all-reduces, collective matmuls, DSGD's rotating blocks, elite
+    sharing) or between fixed pairs (two pipelines of two stages side by side, with no pipeline
+    group listed for ``_pipeline_peers``).
+
+    The calls' ends do not tell the partners: every rank sends and receives at once (a DSGD
+    ring and an evolution-strategies ring on 4 gloo processes, paired by ends with any rank: each
+    rank's messages spread over all three others, no two steps alike). Causality does: a message
+    is received no earlier than it was posted. Under the true pairing, each rank's n-th send
+    paired with its receiver's n-th receive, none is received before it was sent; under a wrong
+    one, a rank that posts late (descheduled, slower, or its link slower) has its message received
+    early (user jobs of three families on 4 gloo processes, healthy, a slowed rank and a padded
+    link: 0 under the true pairing, 8-37% under each other ring, and under every other pairing of
+    a GPipe PP2 x DP2 job 10 or more of 128). So the calls get the one pairing under which no message was
+    received before it was sent, where every other has at least ``RING_APART`` of them so, every
+    rank sending and receiving as often, ``RING_LEAST`` times or more; otherwise they keep no peer
+    (ring attention posting each send beside its receive and waiting on both: the rings either
+    way both fit). Not where some ranks' calls have peers, or a traced rank makes none."""
+    unknown = events.with_row_index("_row").filter(
+        (pl.col("cat") == "p2p") & pl.col("peer").is_null() & pl.col("name").is_in(["send", "recv"]))
+    if unknown.is_empty():
+        return events
+    ranks = sorted(unknown["rank"].unique().to_list())
+    n = len(ranks)
+    if n < 3 or set(ranks) != set(events["rank"].unique().to_list()):
+        return events
+    sends, recvs = {}, {}
+    for (rank, name), calls in unknown.sort("ts_ns").group_by("rank", "name"):
+        rows = calls["_row"].to_numpy()
+        if name == "send":
+            sends[rank] = (rows, calls["ts_ns"].to_numpy())
+        else:
+            recvs[rank] = (rows, (calls["ts_ns"] + calls["dur_ns"]).to_numpy())
+    counts = {len(sends.get(r, ((), ()))[0]) for r in ranks} | {len(recvs.get(r, ((), ()))[0]) for r in ranks}
+    if len(counts) != 1 or (k := counts.pop()) < RING_LEAST:
+        return events
+    # (each pairing as the place each rank's messages go to, in ``ranks``' order)
+    pairings = ([p for p in itertools.permutations(range(n)) if all(p[i] != i for i in range(n))]
+                if n <= PAIRINGS_UPTO else [tuple((i + shift) % n for i in range(n)) for shift in range(1, n)])
+    early = {p: sum(int((recvs[ranks[p[i]]][1] < sends[a][1]).sum()) for i, a in enumerate(ranks)) for p in pairings}
+    fits = [p for p, v in early.items() if v == 0]
+    if len(fits) != 1 or any(v < max(2, RING_APART * n * k) for v in early.values() if v):
+        return events
+    rows, peers = [], []
+    for i, a in enumerate(ranks):
+        b = ranks[fits[0][i]]
+        rows += list(sends[a][0]) + list(recvs[b][0])
+        peers += [b] * k + [a] * k
+    placed = pl.DataFrame({"_row": rows, "_peer": peers}, schema={"_row": pl.UInt32(), "_peer": pl.Int32()})
+    worst = min(v for v in early.values() if v)
+    to = ", ".join(f"{a} -> {ranks[j]}" for a, j in zip(ranks, fits[0]))
+    warn(f"gloo p2p calls record no peer (profiled without record_shapes): paired {to}, the one pairing "
+         f"under which no message was received before it was sent (under the others, {worst} or more of {n * k})")
+    return (events.with_row_index("_row").join(placed, on="_row", how="left", maintain_order="left")
+            .with_columns(peer=pl.coalesce("peer", "_peer")).drop("_row", "_peer"))
 
 LINE_ENDS = 0.6
 """At most this share of a middle stage's p2p calls (the middle stages' median), made by each of

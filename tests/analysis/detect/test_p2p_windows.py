@@ -84,3 +84,12 @@ def test_no_link_is_timed_where_many_messages_arrive_before_they_were_sent():
 def test_messages_one_way_that_wait_longer_on_every_link_are_no_slow_link():
     # a pipeline's gradients waiting longer than its activations on every link alike
     assert window_links(_halo(up_ms=5.0)) == []
+
+
+def test_a_link_whose_windows_hold_a_sliver_of_the_step_is_not_slow():
+    # link 1-2's windows open 57 ms a step beyond its like links' (its two ways' messages side by
+    # side): of a 200 ms step (28%), the job waiting on it; of a 10 s step (0.6%), a sliver its
+    # ends' scheduling can make
+    p = _halo(slow=(1, 2))
+    assert [f.ranks for f in window_links(p, iteration_ns=200 * MS)] == [(1, 2)]
+    assert window_links(p, iteration_ns=10_000 * MS) == []

@@ -1070,3 +1070,19 @@ def test_a_rank_slower_on_the_same_calls_but_not_in_its_optimizer_is_handed_larg
     # device slows its optimizer alike
     verdict = detect_bundle(load_bundle(CASES["es4-bigrank3-skew3"].directory), threshold=0.1)
     assert verdict.suspects == []
+
+
+def test_a_ring_whose_calls_record_no_peer_is_paired_by_causality_and_its_slow_link_named():
+    # evolution strategies (user_evo_strategies.py, users105b), each rank's elite vector sent one
+    # hop round a ring r -> r+1 by isend/irecv, rank 2's to rank 3 padded 2048x, no shapes
+    # recorded: no p2p call names its peer, and every rank sends and receives at once, so their
+    # ends pair nothing ("no suspect" before). Paired r -> r+1 no message is received before it
+    # was sent; under every other way of giving each rank one partner 2 or more of the 24 are
+    bundle = load_bundle(CASES["es4-link2-3-x2048"].directory)
+    p2p = bundle.scan().filter(pl.col("cat") == "p2p").collect()
+    sends, recvs = p2p.filter(pl.col("name") == "send"), p2p.filter(pl.col("name") == "recv")
+    assert sends.height == recvs.height == 24
+    assert (sends["peer"] == (sends["rank"] + 1) % 4).all()
+    assert (recvs["peer"] == (recvs["rank"] + 3) % 4).all()
+    top = detect_bundle(bundle, threshold=0.1).suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {2, 3})
