@@ -150,13 +150,22 @@ def looped_by_data(row: dict, threshold: float) -> bool:
     return float(slowdown) <= scale * (1 + threshold / 2) or row.get("above_scale") is False
 
 
+def runs_step_again(row: dict, threshold: float) -> bool:
+    """Whether a rank calls nearly every kind of op more often than its peers, by the threshold
+    or more (its ``data_scale``, the kinds it calls as often under ``WHOLE_STEP`` of its peers'
+    time): its whole step run again, counted, not timed."""
+    scale, fixed = row.get("data_scale"), row.get("fixed_part")
+    return scale is not None and fixed is not None and scale >= 1 + threshold and fixed < WHOLE_STEP
+
 WHOLE_STEP = 0.3
 """A rank whose data runs the program's loops more often still calls the rest of its step as
 often as its peers: the kinds it calls as often hold at least this share of its peers' time on
 the kinds they share (a user's LSTM seq2seq, one replica's sentences 1.5x as long: 63-66%). Under
 it, the rank runs its whole step again (a BFS rank expanding its frontier and pushing PageRank 2-3x:
 16%; a tempering chain's Langevin passes 2.5x: 5%; a PBT member's training 4-5x: 4-7%): work
-added, not its data's loops (``looped_by_data``)."""
+added, not its data's loops (``looped_by_data``). A rank handed more data that its program takes
+by running the whole step again reads the same (a DSGD rank of 3x the ratings, a Chimera stage of
+3x the block passes: named "slow compute"): its calls cannot tell the two apart."""
 
 
 PACED_PART = 0.4

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.data_sized import heavier_than_its_optimizer, larger_inputs, looped_by_data, sized_by_data
+from mapp.analysis.detect.data_sized import (heavier_than_its_optimizer, larger_inputs, looped_by_data, runs_step_again,
+                                             sized_by_data)
 from mapp.analysis.detect.findings import Overruled
 from mapp.analysis.detect.lateness import stands_out_waiting
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -297,7 +298,12 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
     3. Peers found by their program (no layout) are a guess at who does the same work, and on
        shared CPUs every rank's ops and gaps stretch by chance: a rank is what slows the job
        only if it also keeps the others waiting at their collectives, there in most traced
-       iterations (``most_steps``). Passed by counted work and by stalls (below).
+       iterations (``most_steps``). Passed by counted work and by stalls (below), and by its
+       whole step run again (``data_sized.runs_step_again``: nearly every kind of op called more
+       often, counted, not timed; a DSGD rank's block SGD run 3x, 2.7x its peers' compute at z
+       197, its ring partners waiting on it by p2p, last at the one all-reduce a step in half the
+       steps: held back before. A rank handed 3x the ratings runs its step again too, and is
+       named so: ``WHOLE_STEP`` says why the two cannot be told apart by their calls).
     4. Idle gaps stretch on any busy host by chance: a host named for its gaps alone must also
        keep the others waiting. Passed by stalls.
     5. One rank a stage: slower layers on a stage that computes less than the heaviest by more
@@ -441,7 +447,8 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
         (peers.mode == "layer peers" and 2 * len(row["iterations"] or []) <= traced_iterations(peers),
          False, "one rank a stage: slower than the other stage's same layers in half the iterations or fewer"),
         (peers.mode == "program peers" and late is not None and not (agrees and (not shared_cpus or most_steps(late))),
-         counted_work or stalls, "peers by program: stage 2 does not agree" if not agrees else
+         counted_work or stalls or runs_step_again(row, threshold),
+         "peers by program: stage 2 does not agree" if not agrees else
          f"peers by program: it kept the others waiting in {late.get('net_lasting') or 0.0:.0%} of the traced "
          "iterations, not most"),
         (host and not row["flagged"] and late is not None and not agrees,

@@ -1086,3 +1086,13 @@ def test_a_ring_whose_calls_record_no_peer_is_paired_by_causality_and_its_slow_l
     assert (recvs["peer"] == (recvs["rank"] + 3) % 4).all()
     top = detect_bundle(bundle, threshold=0.1).suspects[0]
     assert (top.kind, {top.rank, top.peer}) == ("slow_link", {2, 3})
+
+
+def test_a_rank_running_its_whole_step_again_passes_the_program_peers_gate_as_counted_work():
+    # DSGD matrix factorisation (user_dsgd_mf.py, users106), rank 2's block SGD run 3x, no shapes
+    # recorded: it calls nearly every kind of op 3x as often as its peers (the kinds it calls as
+    # often hold 4% of their time), 2.7x their compute at z 197. Its ring partners wait on it
+    # by p2p, and at the one all-reduce a step it was last in half the steps only, so the program
+    # peers' stage-2 gate held it back: "no suspect" before. Calls counted are no guess
+    verdict = detect_bundle(load_bundle(CASES["dsgd4-fwd3x-r2"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(2, "slow_compute")]
