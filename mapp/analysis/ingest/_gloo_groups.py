@@ -61,7 +61,11 @@ def resolve(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
     where one group fits, and ``LOCAL`` dropped. ``groups``: each traced rank's process groups
     (members in group-rank order); ``pipelines``: each traced rank's pipeline group (stage
     order), where its trace names one."""
-    events = _partner_peers(_pipeline_peers(_peers(events, groups, warn), pipelines or {}), warn)
+    # (where a call recorded its group-local peer, the groups name it or say why not: no guessing)
+    recorded = LOCAL in events.columns and events[LOCAL].is_not_null().any()
+    events = _pipeline_peers(_peers(events, groups, warn), pipelines or {})
+    if not recorded:
+        events = _partner_peers(events, {m for gs in groups.values() for g in gs for m in g}, warn)
     return _collective_groups(events, groups, warn)
 
 
@@ -246,7 +250,7 @@ PAIRINGS_UPTO = 7
 send to (1,854 at 7); beyond, the rings only (each rank sending the same number of places on)."""
 
 
-def _partner_peers(events: pl.DataFrame, warn: Callable[[str], None]) -> pl.DataFrame:
+def _partner_peers(events: pl.DataFrame, members: set[int], warn: Callable[[str], None]) -> pl.DataFrame:
     """The peers of p2p calls that record none (gloo under the profiler's defaults), where every
     traced rank sends all its messages to one other rank and receives all its own from one: round
     a ring (hand-written ring all-reduces, collective matmuls, DSGD's rotating blocks, elite
@@ -265,14 +269,19 @@ def _partner_peers(events: pl.DataFrame, warn: Callable[[str], None]) -> pl.Data
     received before it was sent, where every other has at least ``RING_APART`` of them so, every
     rank sending and receiving as often, ``RING_LEAST`` times or more; otherwise they keep no peer
     (ring attention posting each send beside its receive and waiting on both: the rings either
-    way both fit). Not where some ranks' calls have peers, or a traced rank makes none."""
+    way both fit). Not where some calls have peers, a traced rank makes none, or a member of the
+    ranks' process groups (``members``) was not traced, or none are listed: a ring through a rank
+    whose trace is lost would pair its two neighbours, its one pairing without early messages
+    (a blocking ring of 4, rank 3's trace removed: "2 -> 0" where every other had 20 of 60)."""
     unknown = events.with_row_index("_row").filter(
         (pl.col("cat") == "p2p") & pl.col("peer").is_null() & pl.col("name").is_in(["send", "recv"]))
     if unknown.is_empty():
         return events
     ranks = sorted(unknown["rank"].unique().to_list())
     n = len(ranks)
-    if n < 3 or set(ranks) != set(events["rank"].unique().to_list()):
+    traced = set(events["rank"].unique().to_list())
+    placed_already = events.filter((pl.col("cat") == "p2p") & pl.col("peer").is_not_null()).height
+    if n < 3 or set(ranks) != traced or not members or not members <= traced or placed_already:
         return events
     sends, recvs = {}, {}
     for (rank, name), calls in unknown.sort("ts_ns").group_by("rank", "name"):
@@ -287,8 +296,16 @@ def _partner_peers(events: pl.DataFrame, warn: Callable[[str], None]) -> pl.Data
     # (each pairing as the place each rank's messages go to, in ``ranks``' order)
     pairings = ([p for p in itertools.permutations(range(n)) if all(p[i] != i for i in range(n))]
                 if n <= PAIRINGS_UPTO else [tuple((i + shift) % n for i in range(n)) for shift in range(1, n)])
-    early = {p: sum(int((recvs[ranks[p[i]]][1] < sends[a][1]).sum()) for i, a in enumerate(ranks)) for p in pairings}
-    fits = [p for p, v in early.items() if v == 0]
+    posted = np.stack([sends[r][1] for r in ranks])            # (rank, n-th send)
+    done = np.stack([recvs[r][1] for r in ranks])              # (rank, n-th receive)
+    early: dict[tuple, int] = {}
+    fits = []
+    for p in pairings:
+        early[p] = int((done[list(p)] < posted).sum())
+        if early[p] == 0:
+            fits.append(p)
+            if len(fits) > 1:                                   # two fit: nothing to tell
+                return events
     if len(fits) != 1 or any(v < max(2, RING_APART * n * k) for v in early.values() if v):
         return events
     rows, peers = [], []
@@ -303,6 +320,7 @@ def _partner_peers(events: pl.DataFrame, warn: Callable[[str], None]) -> pl.Data
          f"under which no message was received before it was sent (under the others, {worst} or more of {n * k})")
     return (events.with_row_index("_row").join(placed, on="_row", how="left", maintain_order="left")
             .with_columns(peer=pl.coalesce("peer", "_peer")).drop("_row", "_peer"))
+
 
 LINE_ENDS = 0.6
 """At most this share of a middle stage's p2p calls (the middle stages' median), made by each of

@@ -340,3 +340,40 @@ def test_only_group_passes_over_groups_of_one():
     assert _gloo_groups.only_group([(0, 1, 2, 3), (0, 1, 2, 3), (1,)]) == (0, 1, 2, 3)
     assert _gloo_groups.only_group([(0, 1, 2, 3), (1, 3)]) is None
     assert _gloo_groups.only_group([(2,)]) is None
+
+
+MS_NS = 1_000_000
+
+
+def _ring_calls(n: int = 4, laps: int = 6, seed: int = 0) -> pl.DataFrame:
+    """p2p calls of ``n`` ranks passing a message r -> r+1 every lap, no peer recorded: each rank
+    posts its send at a jittered time, and its receive ends 0.1 ms after its predecessor's post."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    post = {(r, lap): lap * 20 * MS_NS + int(rng.uniform(0, 5) * MS_NS) for r in range(n) for lap in range(laps)}
+    rows = []
+    for (r, lap), t in post.items():
+        rows.append({"rank": r, "cat": "p2p", "name": "send", "peer": None, "ts_ns": t, "dur_ns": 50_000})
+        done = post[((r - 1) % n, lap)] + 100_000
+        start = lap * 20 * MS_NS
+        rows.append({"rank": r, "cat": "p2p", "name": "recv", "peer": None, "ts_ns": start, "dur_ns": done - start})
+    return pl.DataFrame(rows, schema={"rank": pl.Int32, "cat": pl.String, "name": pl.String, "peer": pl.Int32,
+                                      "ts_ns": pl.Int64, "dur_ns": pl.Int64})
+
+
+def test_a_ring_with_no_peer_recorded_is_paired_by_causality_unless_a_member_is_untraced():
+    calls = _ring_calls()
+    notes = []
+    paired = _gloo_groups._partner_peers(calls, {0, 1, 2, 3}, notes.append)
+    sends, recvs = paired.filter(pl.col("name") == "send"), paired.filter(pl.col("name") == "recv")
+    assert (sends["peer"] == (sends["rank"] + 1) % 4).all()
+    assert (recvs["peer"] == (recvs["rank"] + 3) % 4).all()
+    assert len(notes) == 1 and "0 -> 1, 1 -> 2, 2 -> 3, 3 -> 0" in notes[0]
+    # rank 3's trace lost: its neighbours must not be joined to each other
+    lost = calls.filter(pl.col("rank") != 3)
+    assert _gloo_groups._partner_peers(lost, {0, 1, 2, 3}, notes.append)["peer"].null_count() == lost.height
+    # nor where no group says who the members are, or some calls already have peers
+    assert _gloo_groups._partner_peers(calls, set(), notes.append)["peer"].null_count() == calls.height
+    some = calls.with_columns(peer=pl.when(pl.col("rank") == 0).then(pl.lit(1, pl.Int32)).otherwise(pl.col("peer")))
+    assert _gloo_groups._partner_peers(some, {0, 1, 2, 3}, notes.append)["peer"].null_count() == some["peer"].null_count()
+    assert len(notes) == 1
