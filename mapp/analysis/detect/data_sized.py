@@ -138,7 +138,7 @@ def looped_by_data(row: dict, threshold: float) -> bool:
         return False
     # (nor where the rank calls nearly every kind of op more often: its whole step run again, not
     # a loop its data runs longer, outside which the step's other work stays)
-    if (fixed := row.get("fixed_part")) is not None and fixed < WHOLE_STEP:
+    if runs_step_again(row, threshold):
         return False
     added = max(added_cost_ns(row), row.get("alone_ns") or 0.0)
     if added > 0 and added >= threshold * (row.get("busy_ns") or 0.0):

@@ -206,10 +206,7 @@ def _pipeline_peers(events: pl.DataFrame, pipelines: dict[int, tuple[int, ...] |
             found.update(_paired_by_ends(calls, pipe))
     if not found:
         return events
-    placed = pl.DataFrame({"_row": list(found), "_peer": list(found.values())},
-                          schema={"_row": pl.UInt32(), "_peer": pl.Int32()})
-    return (events.with_row_index("_row").join(placed, on="_row", how="left", maintain_order="left")
-            .with_columns(peer=pl.coalesce("peer", "_peer")).drop("_row", "_peer"))
+    return _placed(events, list(found), list(found.values()))
 
 
 def _paired_by_ends(calls: pl.DataFrame, pipe: tuple[int, ...]) -> dict[int, int]:
@@ -264,7 +261,7 @@ def _partner_peers(events: pl.DataFrame, members: set[int], warn: Callable[[str]
     paired with its receiver's n-th receive, none is received before it was sent; under a wrong
     one, a rank that posts late (descheduled, slower, or its link slower) has its message received
     early (user jobs of three families on 4 gloo processes, healthy, a slowed rank and a padded
-    link: 0 under the true pairing, 8-37% under each other ring, and under every other pairing of
+    link: 0 under the true pairing, 9-37% under each other ring, and under every other pairing of
     a GPipe PP2 x DP2 job 10 or more of 128). So the calls get the one pairing under which no message was
     received before it was sent, where every other has at least ``RING_APART`` of them so, every
     rank sending and receiving as often, ``RING_LEAST`` times or more; otherwise they keep no peer
@@ -313,11 +310,16 @@ def _partner_peers(events: pl.DataFrame, members: set[int], warn: Callable[[str]
         b = ranks[fits[0][i]]
         rows += list(sends[a][0]) + list(recvs[b][0])
         peers += [b] * k + [a] * k
-    placed = pl.DataFrame({"_row": rows, "_peer": peers}, schema={"_row": pl.UInt32(), "_peer": pl.Int32()})
     worst = min(v for v in early.values() if v)
     to = ", ".join(f"{a} -> {ranks[j]}" for a, j in zip(ranks, fits[0]))
     warn(f"gloo p2p calls record no peer (profiled without record_shapes): paired {to}, the one pairing "
          f"under which no message was received before it was sent (under the others, {worst} or more of {n * k})")
+    return _placed(events, rows, peers)
+
+
+def _placed(events: pl.DataFrame, rows: list, peers: list) -> pl.DataFrame:
+    """``events`` with ``peer`` set to ``peers`` on its rows numbered ``rows`` (where it has none)."""
+    placed = pl.DataFrame({"_row": rows, "_peer": peers}, schema={"_row": pl.UInt32(), "_peer": pl.Int32()})
     return (events.with_row_index("_row").join(placed, on="_row", how="left", maintain_order="left")
             .with_columns(peer=pl.coalesce("peer", "_peer")).drop("_row", "_peer"))
 
