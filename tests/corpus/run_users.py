@@ -1208,7 +1208,64 @@ USERS107 = [  # held out in the hundred-and-seventh session: an N-body / MD simu
     ("nbody4-bigrank3-skew3", "user_nbody_ring.py", "--seed 3716 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B, "users107": USERS107}
+USERS108 = [  # held out in the hundred-and-eighth session: federated averaging (FedAvg) of a small CNN (or MLP) over 4 non-IID clients (Dirichlet label skew), rank 0 the server and a client: global weights broadcast from 0 each round, local SGD steps, DP clipping + a per-round audit log, optional secure-aggregation masks (seed all_gather), updates and sample counts uploaded k -> 0 by blocking send/recv (or isend/irecv), weighted average on rank 0, a round barrier, an eval-accuracy all_reduce every few rounds
+    ("fed4-default-healthy", "user_fedavg.py", "--seed 10801"),
+    ("fed4-async-secagg-healthy", "user_fedavg.py", "--seed 10802 --async-upload --secure-agg"),
+    ("fed4-mlp-h512-bcastsync-shapes-healthy", "user_fedavg.py", "--seed 10803 --model mlp --hidden 512 --round-sync broadcast --shapes"),
+    ("fed4-dp-fedavgm-eval1-healthy", "user_fedavg.py", "--seed 10804 --clip 2 --noise 0.02 --server-momentum 0.7 --server-lr 0.7 --eval-every 1"),
+    ("fed4-ls16-b32-a0.1-h256-healthy", "user_fedavg.py", "--seed 10805 --local-steps 16 --batch 32 --alpha 0.1 --hidden 256"),
+    ("fed4-fwd2x-r1", "user_fedavg.py", "--seed 10806 --slow-rank 1 --factor 2"),
+    ("fed4-async-fwd2.5x-r3", "user_fedavg.py", "--seed 10807 --async-upload --slow-rank 3 --factor 2.5"),
+    ("fed4-fwd2x-r0", "user_fedavg.py", "--seed 10808 --slow-rank 0 --factor 2"),
+    ("fed4-secagg-ls6-fwd3x-r2", "user_fedavg.py", "--seed 10809 --secure-agg --local-steps 6 --slow-rank 2 --factor 3"),
+    ("fed4-stepsleep250ms-r3", "user_fedavg.py", "--seed 10810 --slow-rank 3 --sleep-ms 250"),
+    ("fed4-datasleep300ms-r1", "user_fedavg.py", "--seed 10811 --slow-rank 1 --data-sleep-ms 300"),
+    ("fed4-auditsleep250ms-r2", "user_fedavg.py", "--seed 10812 --slow-rank 2 --audit-sleep-ms 250"),
+    ("fed4-hog-r0", "user_fedavg.py", "--seed 10813 --slow-rank 0 --hog"),
+    ("fed4-link3-0-x1024", "user_fedavg.py", "--seed 10814 --link-src 3 --link-dst 0 --link-factor 1024"),
+    ("fed4-seqlognorm0.8", "user_fedavg.py", "--seed 10815 --seq-sigma 0.8"),
+    ("fed4-bigrank2-skew3", "user_fedavg.py", "--seed 10816 --big-rank 2 --big 3"),
+]
+
+USERS108B = [  # held out in the hundred-and-eighth session (b): Gaussian-process regression by marginal likelihood, a hand-written right-looking distributed Cholesky over 1-D block-cyclic column blocks (each block's owner k mod 4 factors it and broadcasts the panel, every rank updates its own trailing blocks), a pipelined forward substitution whose partial right-hand side travels r -> r+1 (3 -> 0 wrapping) by send/recv or isend/irecv, log-det/quadratic pieces and minibatch hyperparameter gradients all-reduced, Adam on every rank, a per-step experiment-tracker write
+    ("chol4-default-healthy", "user_cholesky_gp.py", "--seed 4801"),
+    ("chol4-async-n1536-shapes-healthy", "user_cholesky_gp.py", "--seed 4802 --async-p2p --n-points 1536 --shapes"),
+    ("chol4-b128-n2560-healthy", "user_cholesky_gp.py", "--seed 4803 --block 128 --n-points 2560"),
+    ("chol4-f32-o4-d5-healthy", "user_cholesky_gp.py", "--seed 4804 --dtype float32 --outputs 4 --dims 5"),
+    ("chol4-b32-n1024-gp512-healthy", "user_cholesky_gp.py", "--seed 4805 --block 32 --n-points 1024 --grad-points 512"),
+    ("chol4-fwd4x-r2", "user_cholesky_gp.py", "--seed 4806 --slow-rank 2 --factor 4"),
+    ("chol4-async-fwd5x-r0", "user_cholesky_gp.py", "--seed 4807 --async-p2p --slow-rank 0 --factor 5"),
+    ("chol4-b128-n2560-fwd3x-r1", "user_cholesky_gp.py", "--seed 4808 --block 128 --n-points 2560 --slow-rank 1 --factor 3"),
+    ("chol4-f32-o4-fwd6x-r3", "user_cholesky_gp.py", "--seed 4809 --dtype float32 --outputs 4 --dims 5 --slow-rank 3 --factor 6"),
+    ("chol4-stepsleep250ms-r1", "user_cholesky_gp.py", "--seed 4810 --slow-rank 1 --sleep-ms 250"),
+    ("chol4-datasleep250ms-r3", "user_cholesky_gp.py", "--seed 4811 --slow-rank 3 --data-sleep-ms 250"),
+    ("chol4-trackersleep250ms-r0", "user_cholesky_gp.py", "--seed 4812 --slow-rank 0 --tracker-sleep-ms 250"),
+    ("chol4-hog-r2", "user_cholesky_gp.py", "--seed 4813 --slow-rank 2 --hog"),
+    ("chol4-link2-3-x4096", "user_cholesky_gp.py", "--seed 4814 --link-src 2 --link-dst 3 --link-factor 4096"),
+    ("chol4-seqlognorm0.8", "user_cholesky_gp.py", "--seed 4815 --seq-sigma 0.8"),
+    ("chol4-bigrank3-skew3", "user_cholesky_gp.py", "--seed 4816 --big-rank 3 --big 3"),
+]
+
+USERS109 = [  # held out in the hundred-and-ninth session: a 4-stage GPipe pipeline (attention-free MLP LM) in older research-code style, neighbour activations 0->1->2->3 and input grads 3->2->1->0 moved by dist.broadcast in two-rank groups new_group([r, r+1]) (sender = src, receiver a pre-allocated buffer), optional world barrier after every microbatch forward, a per-step activation spill to disk, global grad-norm clip by a world all_reduce, the last stage's loss broadcast to all every few steps
+    ("bpp4-default-healthy", "user_bcast_pipe.py", "--seed 10901"),
+    ("bpp4-isync-shapes-healthy", "user_bcast_pipe.py", "--seed 10902 --interleave-sync --shapes"),
+    ("bpp4-mb8-d96-healthy", "user_bcast_pipe.py", "--seed 10903 --microbatches 8 --dim 96 --mb-size 2"),
+    ("bpp4-l3-s128-log1-healthy", "user_bcast_pipe.py", "--seed 10904 --layers 3 --seq-len 128 --mb-size 2 --log-every 1"),
+    ("bpp4-mb2-ffn2-sgd-healthy", "user_bcast_pipe.py", "--seed 10905 --microbatches 2 --ffn-mult 2 --optim sgd --mb-size 8"),
+    ("bpp4-fwd4x-r1", "user_bcast_pipe.py", "--seed 10906 --slow-rank 1 --factor 4"),
+    ("bpp4-fwd3x-r3", "user_bcast_pipe.py", "--seed 10907 --slow-rank 3 --factor 3"),
+    ("bpp4-isync-fwd3x-r0", "user_bcast_pipe.py", "--seed 10908 --interleave-sync --slow-rank 0 --factor 3"),
+    ("bpp4-mb8-d96-fwd3x-r2", "user_bcast_pipe.py", "--seed 10909 --microbatches 8 --dim 96 --mb-size 2 --steps 8 --slow-rank 2 --factor 3"),
+    ("bpp4-stepsleep150ms-r2", "user_bcast_pipe.py", "--seed 10910 --slow-rank 2 --sleep-ms 150"),
+    ("bpp4-datasleep150ms-r0", "user_bcast_pipe.py", "--seed 10911 --slow-rank 0 --data-sleep-ms 150"),
+    ("bpp4-spillsleep150ms-r1", "user_bcast_pipe.py", "--seed 10912 --slow-rank 1 --spill-sleep-ms 150"),
+    ("bpp4-hog-r3", "user_bcast_pipe.py", "--seed 10913 --slow-rank 3 --hog"),
+    ("bpp4-link1-2-x512", "user_bcast_pipe.py", "--seed 10914 --link-src 1 --link-dst 2 --link-factor 512"),
+    ("bpp4-seqlognorm0.8", "user_bcast_pipe.py", "--seed 10915 --seq-sigma 0.8"),
+    ("bpp4-bigrank3-skew3", "user_bcast_pipe.py", "--seed 10916 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B, "users107": USERS107, "users108": USERS108, "users108b": USERS108B, "users109": USERS109}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
