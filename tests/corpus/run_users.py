@@ -1265,7 +1265,26 @@ USERS109 = [  # held out in the hundred-and-ninth session: a 4-stage GPipe pipel
     ("bpp4-bigrank3-skew3", "user_bcast_pipe.py", "--seed 10916 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B, "users107": USERS107, "users108": USERS108, "users108b": USERS108B, "users109": USERS109}
+USERS109B = [  # held out in the hundred-and-ninth session (b): a wide bias-free two-layer MLP tagger (multi-label BCE) 2D-sharded on a 2x2 process grid, every weight product by Cannon's algorithm (initial skew, 2 rounds of local block gemm + shift of A left in the row (0<->1, 2<->3) and B up in the column (0<->2, 1<->3), isend/irecv or parity-ordered send/recv), backward dA/dB again by Cannon after block transposes with the (j, i) rank (1<->2), per-rank local rows on the rank's own W1 block, a loss all_reduce, a per-step gradient-histogram dump, local AdamW, an eval-accuracy all_reduce every few steps
+    ("cannon4-default-healthy", "user_cannon.py", "--seed 10901"),
+    ("cannon4-blocking-shapes-healthy", "user_cannon.py", "--seed 10902 --blocking --shapes"),
+    ("cannon4-nofinalshift-b768-h3072-healthy", "user_cannon.py", "--seed 10903 --skip-last-shift --batch 768 --hidden 3072 --local-rows 256"),
+    ("cannon4-b1536-in768-t512-h1536-eval2-healthy", "user_cannon.py", "--seed 10904 --batch 1536 --in-dim 768 --tags 512 --hidden 1536 --eval-every 2"),
+    ("cannon4-blocking-b512-h4096-lr3e-3-healthy", "user_cannon.py", "--seed 10905 --blocking --batch 512 --hidden 4096 --lr 3e-3 --local-rows 256"),
+    ("cannon4-fwd2x-r1", "user_cannon.py", "--seed 10906 --slow-rank 1 --factor 2"),
+    ("cannon4-blocking-fwd2.5x-r2", "user_cannon.py", "--seed 10907 --blocking --slow-rank 2 --factor 2.5"),
+    ("cannon4-nofinalshift-fwd3x-r0", "user_cannon.py", "--seed 10908 --skip-last-shift --slow-rank 0 --factor 3"),
+    ("cannon4-b768-h3072-fwd2x-r3", "user_cannon.py", "--seed 10909 --batch 768 --hidden 3072 --local-rows 256 --slow-rank 3 --factor 2"),
+    ("cannon4-stepsleep300ms-r1", "user_cannon.py", "--seed 10910 --slow-rank 1 --sleep-ms 300"),
+    ("cannon4-datasleep300ms-r3", "user_cannon.py", "--seed 10911 --slow-rank 3 --data-sleep-ms 300"),
+    ("cannon4-histsleep300ms-r0", "user_cannon.py", "--seed 10912 --slow-rank 0 --hist-sleep-ms 300"),
+    ("cannon4-hog-r2", "user_cannon.py", "--seed 10913 --slow-rank 2 --hog"),
+    ("cannon4-link1-0-x48", "user_cannon.py", "--seed 10914 --link-src 1 --link-dst 0 --link-factor 48"),
+    ("cannon4-seqlognorm0.8", "user_cannon.py", "--seed 10915 --seq-sigma 0.8"),
+    ("cannon4-bigrank3-skew3", "user_cannon.py", "--seed 10916 --big-rank 3 --big 3"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B, "users107": USERS107, "users108": USERS108, "users108b": USERS108B, "users109": USERS109, "users109b": USERS109B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
