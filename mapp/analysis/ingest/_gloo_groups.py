@@ -65,7 +65,8 @@ def resolve(events: pl.DataFrame, groups: dict[int, list[tuple[int, ...]]],
     recorded = LOCAL in events.columns and events[LOCAL].is_not_null().any()
     events = _pipeline_peers(_peers(events, groups, warn), pipelines or {})
     if not recorded:
-        events = _partner_peers(events, {m for gs in groups.values() for g in gs for m in g}, warn)
+        members = {m for gs in groups.values() for g in gs for m in g}
+        events = _hub_peers(_partner_peers(events, members, warn), members, warn)
     return _collective_groups(events, groups, warn)
 
 
@@ -232,7 +233,9 @@ def _paired_by_ends(calls: pl.DataFrame, pipe: tuple[int, ...]) -> dict[int, int
     3/4 in every interleaved one."""
     if not _ends_exchange_half(calls, pipe):
         return {}
-    return _matching(calls, pipe) or {}
+    n = len(pipe)
+    neighbours = {r: [pipe[k] for k in (i - 1, i + 1) if 0 <= k < n] for i, r in enumerate(pipe)}
+    return _matching(calls, neighbours) or {}
 
 
 RING_LEAST = 4
@@ -317,6 +320,49 @@ def _partner_peers(events: pl.DataFrame, members: set[int], warn: Callable[[str]
     return _placed(events, rows, peers)
 
 
+def _hub_peers(events: pl.DataFrame, members: set[int], warn: Callable[[str], None]) -> pl.DataFrame:
+    """The peers of p2p calls that record none where one traced rank, the hub, is the other end
+    of every message: it only receives and every other rank only sends (a server gathering its
+    clients' updates by ``dist.send``/``dist.recv``: federated averaging, a parameter server by
+    hand), or it only sends and every other only receives (a scatter by hand). Every spoke's calls
+    go to the hub; the hub's calls are paired with the spokes' by when they end, each receive
+    with a send posted before it ended (``_matching``'s cheapest pairing of them all), as a gloo
+    message's two sides complete together. A user's FedAvg on 4 gloo processes, each client's
+    update and sample count received in turn by rank 0, recorded without shapes: its p2p calls
+    had no peer, and a client whose uploads were padded 1024x (107 ms a send against 6-11 ms)
+    was "no suspect". Not where a spoke makes fewer than ``RING_LEAST`` calls, no pairing takes
+    every call, some calls have peers, a traced rank makes none, or a member of the ranks'
+    process groups was not traced (its messages would be pinned on the hub's other partners)."""
+    unknown = events.with_row_index("_row").filter(
+        (pl.col("cat") == "p2p") & pl.col("peer").is_null() & pl.col("name").is_in(["send", "recv"]))
+    if unknown.is_empty():
+        return events
+    traced = set(events["rank"].unique().to_list())
+    placed_already = events.filter((pl.col("cat") == "p2p") & pl.col("peer").is_not_null()).height
+    kinds = dict(unknown.group_by("rank").agg(pl.col("name").unique().sort()).iter_rows())
+    if (len(kinds) < 3 or set(kinds) != traced or not members or not members <= traced or placed_already
+            or any(len(k) != 1 for k in kinds.values())):
+        return events
+    hubs = {name: [r for r, k in kinds.items() if k == [name]] for name in ("send", "recv")}
+    hub_side = next((name for name, rs in hubs.items() if len(rs) == 1), None)
+    if hub_side is None:
+        return events
+    hub = hubs[hub_side][0]
+    counts = unknown.filter(pl.col("rank") != hub).group_by("rank").len()
+    if counts["len"].min() < RING_LEAST:
+        return events
+    spokes = sorted(r for r in kinds if r != hub)
+    # (a spoke's sends go to the hub; the hub's, to any spoke)
+    found = _matching(unknown, {r: [hub] for r in spokes} if hub_side == "recv" else {hub: spokes})
+    if found is None:
+        return events
+    what = "receives only, and ranks {} send only" if hub_side == "recv" else "sends only, and ranks {} receive only"
+    warn(f"gloo p2p calls record no peer (profiled without record_shapes): rank {hub} "
+         f"{what.format(', '.join(map(str, spokes)))}: "
+         f"each of their calls paired with rank {hub}'s, the hub's with theirs by when the two sides ended")
+    return _placed(events, list(found), list(found.values()))
+
+
 def _placed(events: pl.DataFrame, rows: list, peers: list) -> pl.DataFrame:
     """``events`` with ``peer`` set to ``peers`` on its rows numbered ``rows`` (where it has none)."""
     placed = pl.DataFrame({"_row": rows, "_peer": peers}, schema={"_row": pl.UInt32(), "_peer": pl.Int32()})
@@ -345,22 +391,20 @@ def _ends_exchange_half(calls: pl.DataFrame, pipe: tuple[int, ...]) -> bool:
     return max(counts.get(pipe[0], 0), counts.get(pipe[-1], 0)) <= LINE_ENDS * float(np.median(middle))
 
 
-def _matching(calls: pl.DataFrame, pipe: tuple[int, ...]) -> dict[int, int] | None:
-    """{row: peer} of ``_paired_by_ends``'s pairing of each call with a pipeline neighbour's;
-    None where none takes every call."""
+def _matching(calls: pl.DataFrame, partners: dict[int, list[int]]) -> dict[int, int] | None:
+    """{row: peer}: each send paired with a receive of a rank in its sender's ``partners``, one
+    that ended after the send was posted, the pairs together ending closest (``_paired_by_ends``,
+    ``_hub_peers``); None where no pairing takes every call."""
     ends = calls.select("_row", "rank", "name", start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns")).sort("end")
     sends = ends.filter(pl.col("name") == "send")
     recvs = ends.filter(pl.col("name") == "recv").with_row_index("_col")
     if len(sends) != len(recvs) or sends.is_empty():
         return None
-    theirs = {rank: recvs.filter(pl.col("rank") == rank) for rank in pipe}
-    theirs = {rank: (r["end"].to_list(), r["_col"].to_list()) for rank, r in theirs.items()}
-    n = len(pipe)
+    theirs = {rank: (r["end"].to_list(), r["_col"].to_list()) for (rank,), r in recvs.group_by("rank", maintain_order=True)}
     rows, cols, cost = [], [], []
     for i, (rank, start, end) in enumerate(sends.select("rank", "start", "end").iter_rows()):
-        at = pipe.index(rank)
-        for q in {pipe[k] for k in (at - 1, at + 1) if 0 <= k < n}:
-            their_ends, their_cols = theirs[q]
+        for q in partners.get(rank, ()):
+            their_ends, their_cols = theirs.get(q, ([], []))
             k = bisect.bisect_left(their_ends, end)
             for j in range(max(k - _NEAREST, 0), min(k + _NEAREST, len(their_ends))):
                 # a receive done before the send was posted is not its message's: an isend's

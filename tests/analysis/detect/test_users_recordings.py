@@ -1096,3 +1096,23 @@ def test_a_rank_running_its_whole_step_again_passes_the_program_peers_gate_as_co
     # peers' stage-2 gate held it back: "no suspect" before. Calls counted are no guess
     verdict = detect_bundle(load_bundle(CASES["dsgd4-fwd3x-r2"].directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(2, "slow_compute")]
+
+
+def test_a_hub_whose_calls_record_no_peer_is_paired_with_its_clients_and_the_slow_upload_named():
+    # federated averaging (user_fedavg.py, users108): each client's update and sample count sent
+    # to rank 0 by dist.send, received in turn by dist.recv, rank 3's uploads padded 1024x, no
+    # shapes recorded: no p2p call names its peer, and rank 0 receives from three ranks, so no
+    # ring or line pairs them ("no suspect" before). Rank 0 receives only and the others send
+    # only: every send goes to it, its receives paired with the sends by their ends
+    bundle = load_bundle(CASES["fed4-link3-0-x1024"].directory)
+    p2p = bundle.scan().filter(pl.col("cat") == "p2p").collect()
+    sends, recvs = p2p.filter(pl.col("name") == "send"), p2p.filter(pl.col("name") == "recv")
+    assert (sends["peer"] == 0).all() and sends.height == 36
+    # update and count from client 1, then 2, then 3, each round: 12 from each client, and the
+    # rounds in that order but one, whose small count messages ended apart from their receives
+    order = recvs.sort("ts_ns")["peer"].to_list()
+    assert sorted(order) == [1] * 12 + [2] * 12 + [3] * 12
+    assert sum(order[i:i + 6] == [1, 1, 2, 2, 3, 3] for i in range(0, 36, 6)) >= 5
+    top = detect_bundle(bundle, threshold=0.1).suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {0, 3})
+

@@ -377,3 +377,44 @@ def test_a_ring_with_no_peer_recorded_is_paired_by_causality_unless_a_member_is_
     some = calls.with_columns(peer=pl.when(pl.col("rank") == 0).then(pl.lit(1, pl.Int32)).otherwise(pl.col("peer")))
     assert _gloo_groups._partner_peers(some, {0, 1, 2, 3}, notes.append)["peer"].null_count() == some["peer"].null_count()
     assert len(notes) == 1
+
+
+def _hub_calls(spokes: int = 3, rounds: int = 6) -> pl.DataFrame:
+    """p2p calls of a server (rank 0) receiving each client's update in turn by blocking recv,
+    clients 1..``spokes`` sending by blocking send, no peer recorded: client k posts its send at
+    the round's start, and its send and the server's receive of it end together."""
+    rows = []
+    for lap in range(rounds):
+        t = lap * 50 * MS_NS
+        for k in range(1, spokes + 1):
+            done = t + k * 3 * MS_NS
+            rows.append({"rank": k, "cat": "p2p", "name": "send", "peer": None, "ts_ns": t, "dur_ns": done + 20_000 - t})
+            rows.append({"rank": 0, "cat": "p2p", "name": "recv", "peer": None, "ts_ns": done - 3 * MS_NS,
+                         "dur_ns": 3 * MS_NS})
+    return pl.DataFrame(rows, schema={"rank": pl.Int32, "cat": pl.String, "name": pl.String, "peer": pl.Int32,
+                                      "ts_ns": pl.Int64, "dur_ns": pl.Int64})
+
+
+def test_a_hub_with_no_peer_recorded_is_paired_with_every_spoke_by_its_calls_ends():
+    calls = _hub_calls()
+    notes = []
+    paired = _gloo_groups._hub_peers(calls, {0, 1, 2, 3}, notes.append)
+    sends, recvs = paired.filter(pl.col("name") == "send"), paired.filter(pl.col("name") == "recv")
+    assert (sends["peer"] == 0).all()
+    # the server received from 1, 2, 3 in turn each round
+    assert recvs.sort("ts_ns")["peer"].to_list() == [1, 2, 3] * 6
+    assert len(notes) == 1 and "rank 0 receives only, and ranks 1, 2, 3 send only" in notes[0]
+    # a scatter by hand, the same calls' sides swapped: the hub sends only
+    swapped = calls.with_columns(name=pl.when(pl.col("name") == "send").then(pl.lit("recv")).otherwise(pl.lit("send")))
+    out = _gloo_groups._hub_peers(swapped, {0, 1, 2, 3}, notes.append)
+    assert (out.filter(pl.col("rank") != 0)["peer"] == 0).all()
+    assert out.filter(pl.col("rank") == 0).sort("ts_ns")["peer"].to_list() == [1, 2, 3] * 6
+    # not where a member went untraced, a spoke also receives, or spokes send too few messages
+    lost = calls.filter(pl.col("rank") != 3)
+    assert _gloo_groups._hub_peers(lost, {0, 1, 2, 3}, notes.append)["peer"].null_count() == lost.height
+    mixed = calls.with_columns(name=pl.when((pl.col("rank") == 2) & (pl.col("ts_ns") == 0)).then(pl.lit("recv"))
+                               .otherwise(pl.col("name")))
+    assert _gloo_groups._hub_peers(mixed, {0, 1, 2, 3}, notes.append)["peer"].null_count() == mixed.height
+    few = _hub_calls(rounds=_gloo_groups.RING_LEAST - 1)
+    assert _gloo_groups._hub_peers(few, {0, 1, 2, 3}, notes.append)["peer"].null_count() == few.height
+    assert len(notes) == 2
