@@ -30,7 +30,7 @@ import polars as pl
 from mapp.analysis.detect.findings import LinkFinding
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["WINDOWED", "WINDOW_COST", "WINDOW_RATIO", "window_links"]
+__all__ = ["HELD_COST", "HELD_RATIO", "WINDOWED", "WINDOW_COST", "WINDOW_RATIO", "window_links"]
 
 WINDOWED = "message windows"
 """An observation's ``compared`` where its link was timed by its messages' windows."""
@@ -59,6 +59,21 @@ its step. Padded links so timed on 4 gloo processes (a halo exchange, a wavefron
 GPipe PP2 x DP2, a DSGD ring, an evolution-strategies ring) held 25-47% of the iteration; a DSGD
 ring of blocking sends ordered by rank parity, one rank computing 2.5x, read 8.5x on link 0-3 by
 its windows, 10 ms of a 1.23 s step (0.8%), its neighbours' sends waiting on its receives."""
+
+
+HELD_RATIO = 4.5
+"""A link whose windows took this many times its like links' (not ``WINDOW_RATIO``) is slow where
+they also hold ``HELD_COST`` of the iteration beyond theirs, in nearly every step as above. A
+healthy or slowed-rank job's windows stretched that far hold little of its step: of the users'
+jobs so timed (22 batteries of user-written families and the committed corpora, 4 gloo
+processes on 2 shared cores), those at 3x or more held at most 6.3% (a DSGD ring, one rank
+computing 3x: 6.9x its like links'); a link held 20% or more only under 3.3x (a GPipe PP4, its
+last stage sleeping 25 ms a step: 3.2x, 33%; a GPipe PP2 x DP2, one stage computing 4x: 2.8x,
+30%). The padded links so timed held 27-47%, one at 5.8x: a tensor-parallel all-gather ring of
+isend/irecv hops, one hop's messages padded 32x (34% of the step, "no suspect" before)."""
+
+HELD_COST = 0.2
+"""...the share of the iteration (as ``WINDOW_COST``) such a link's windows must hold."""
 
 
 def _windows(p2p: pl.DataFrame) -> pl.DataFrame:
@@ -110,7 +125,7 @@ def window_links(p2p: pl.DataFrame, iteration_ns: float | None = None) -> list[L
         others = per.filter(pl.col("link") != link)
         theirs = others.group_by("link").agg(w=pl.col("w").median())["w"].median()
         own = mine["w"].median()
-        if not theirs or own is None or own < WINDOW_RATIO * theirs:
+        if not theirs or own is None or own < HELD_RATIO * theirs:
             continue
         by_step = mine.join(others.group_by("iteration").agg(other=pl.col("w").median()), on="iteration")
         raised = by_step.filter(pl.col("w") > STEP_RATIO * pl.col("other"))
@@ -121,6 +136,9 @@ def window_links(p2p: pl.DataFrame, iteration_ns: float | None = None) -> list[L
         excess = mine_busy.join(their_busy, on="iteration").select((pl.col("busy") - pl.col("other")).clip(lower_bound=0)
                                                                    .median()).item() or 0.0
         if iteration_ns and excess < WINDOW_COST * iteration_ns:
+            continue
+        # (under ``WINDOW_RATIO`` only a link whose windows hold a large part of the step)
+        if own < WINDOW_RATIO * theirs and not (iteration_ns and excess >= HELD_COST * iteration_ns):
             continue
         ratio = float(own) / float(theirs)
         findings.append(LinkFinding(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from mapp.analysis.detect._stats import FALSE_ALARM, binomial_tail, margin
@@ -61,6 +62,14 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
             continue
         if own is not None and float(own["slowdown"]) < 1 / (1 + peers.min_effect):
             continue
+        # (nor for one that is neither busier than the others of its program by the threshold
+        # nor idle longer by the threshold's share of its work: it keeps them waiting by its turn
+        # of the data, not by being slower. A user's LayerDrop transformer, lengths drawn
+        # lognormal per rank and step, no fault: rank 2 last in 7 of 8 steps, its busy time 1.03x
+        # the others', 3.9 ms a step more idle of 142 ms; every busy thread or slowed rank stage
+        # 2 stood in for over the recorded jobs was 1.24-5.9x)
+        if own is not None and not _slower_by_threshold(own, stage1, program, slowdown_threshold):
+            continue
         # (nor for a rank stage 1 found slower only on the tokens routed to it: it keeps the
         # others waiting at their exchanges as the data made it, ``routed``)
         if own is not None and sized_by_routing(own, slowdown_threshold) and not does_extra_work(own, peers.min_effect):
@@ -88,10 +97,23 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
     return out
 
 
-STAND_IN_LASTING = 0.9
+def _slower_by_threshold(own: dict, stage1: dict[int, dict], program: dict, threshold: float) -> bool:
+    """Whether a rank's busy time is over (1 + ``threshold``) x the median of the others' of its
+    program, or its idle time beyond theirs (``gap_excess_ns``) the threshold's share of its own."""
+    busy = own.get("busy_ns") or 0.0
+    others = [r["busy_ns"] for rank, r in stage1.items()
+              if rank != own["rank"] and program.get(rank) == program.get(own["rank"]) and r.get("busy_ns")]
+    busier = bool(others) and busy > (1 + threshold) * float(np.median(others))
+    return busier or max(own.get("gap_excess_ns") or 0.0, 0.0) >= threshold * busy
+
+
+STAND_IN_LASTING = 0.875
 """Share of the traced iterations in which a rank that stage 1 finds no slower must keep the
 others waiting for stage 2 to name it alone: every one of a handful (3 of 4 is 0.75), all but
-one in ten of a long trace, where one step's hiccup should not clear a fault. Replicas of heavy-tailed lengths padded
+one of eight or more, where one step's hiccup should not clear a fault (0.9 until the
+hundred-and-first session, which asked 8 of 8: a user's distributed Cholesky, one rank's
+trailing updates 3-4x, its calls read as the program's uneven split, last and keeping the others
+waiting in 7 of 8 steps, "no suspect"; two busy threads the same). Replicas of heavy-tailed lengths padded
 per batch draw other work each step, and the one that draws the longest batches in most steps is
 last and keeps the others waiting there, as a fault does, which lasts (``transformers.Trainer``,
 DDP4 under the profiler's defaults, lognormal lengths, no fault: a rank 1.31-1.45x its peers'

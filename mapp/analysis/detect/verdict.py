@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from mapp.analysis.detect._stats import margin, robust_scale
-from mapp.analysis.detect.added_work import (added_cost_ns, added_evidence, added_slowdown, adds_work, does_extra_work,
-                                             launched_evidence, launches_more)
+from mapp.analysis.detect.added_work import (added_cost_ns, added_evidence, added_slivers, added_slowdown, adds_work,
+                                             does_extra_work, launched_evidence, launches_more)
 from mapp.analysis.detect.bandwidth import COUNTED, BandwidthEvidence
 from mapp.analysis.detect.data_sized import looped_by_data
 from mapp.analysis.detect.findings import Imbalance, Overruled, StageStatus, Suspect, Verdict
@@ -105,6 +105,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                                        slowdown_threshold)
             stand_ins = late_above_contention(stand_ins, peers, overruled) if shared_cpus else stand_ins
             suspects += lasting_stand_ins(stand_ins, lateness, overruled)
+        suspects = added_slivers(suspects, peers.min_effect, slowdown_threshold, iteration_ns, overruled)
     elif lateness.ran:
         # Stage 2 alone (the MegatronApp tracer writes no compute where PP is 1: TP x DP jobs
         # record only their TP mappings and the optimizer). A rank last far more often than

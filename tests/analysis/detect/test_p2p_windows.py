@@ -93,3 +93,13 @@ def test_a_link_whose_windows_hold_a_sliver_of_the_step_is_not_slow():
     p = _halo(slow=(1, 2))
     assert [f.ranks for f in window_links(p, iteration_ns=200 * MS)] == [(1, 2)]
     assert window_links(p, iteration_ns=10_000 * MS) == []
+
+
+def test_a_link_under_the_ratio_is_slow_only_where_its_windows_hold_a_large_part_of_the_step():
+    # link 1-2's windows 1.85 ms, 5.3x its like links' 0.35 ms (under ``WINDOW_RATIO``), open
+    # about 15 ms a step beyond theirs: a quarter of a 60 ms step is a link the job waits on; of a
+    # 200 ms step (7.5%), no more than its ends' scheduling can make of so small a ratio
+    p = _halo(slow=(1, 2), transfer_ms=1.8)
+    assert [(f.ranks, round(f.slowdown, 1)) for f in window_links(p, iteration_ns=60 * MS)] == [((1, 2), 5.3)]
+    assert window_links(p, iteration_ns=200 * MS) == []
+    assert window_links(p) == []
