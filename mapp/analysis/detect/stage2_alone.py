@@ -62,14 +62,6 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
             continue
         if own is not None and float(own["slowdown"]) < 1 / (1 + peers.min_effect):
             continue
-        # (nor for one that is neither busier than the others of its program by the threshold
-        # nor idle longer by the threshold's share of its work: it keeps them waiting by its turn
-        # of the data, not by being slower. A user's LayerDrop transformer, lengths drawn
-        # lognormal per rank and step, no fault: rank 2 last in 7 of 8 steps, its busy time 1.03x
-        # the others', 3.9 ms a step more idle of 142 ms; every busy thread or slowed rank stage
-        # 2 stood in for over the recorded jobs was 1.24-5.9x)
-        if own is not None and not _slower_by_threshold(own, stage1, program, slowdown_threshold):
-            continue
         # (nor for a rank stage 1 found slower only on the tokens routed to it: it keeps the
         # others waiting at their exchanges as the data made it, ``routed``)
         if own is not None and sized_by_routing(own, slowdown_threshold) and not does_extra_work(own, peers.min_effect):
@@ -91,10 +83,17 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
         # all-reduce. One within the noise, stage 1 found no clear slowdown in: stage 2 judges it)
         if own is not None and own.get("flagged") and sized_by_data(own, slowdown_threshold):
             continue
-        out.append(late_suspect(row, own, peers, lateness, coords, iteration_ns,
-                                f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown",
-                                slowdown_threshold))
+        s = late_suspect(row, own, peers, lateness, coords, iteration_ns,
+                         f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown", slowdown_threshold)
+        # (whether it is slower by the threshold at all, which ``lasting_stand_ins`` asks)
+        s.evidence[SLOWER] = own is None or _slower_by_threshold(own, stage1, program, slowdown_threshold)
+        out.append(s)
     return out
+
+
+SLOWER = "slower_by_threshold"
+"""A stand-in's evidence key: whether it is busier than the others of its program by the
+threshold, or idle longer by the threshold's share of its work (``_slower_by_threshold``)."""
 
 
 def _slower_by_threshold(own: dict, stage1: dict[int, dict], program: dict, threshold: float) -> bool:
@@ -150,8 +149,21 @@ def lasting_stand_ins(stand_ins: list[Suspect], lateness: LatenessEvidence,
         row = rows[s.rank]
         lasting = row.get("net_lasting") or 0.0
         chance = lasting_by_chance(lateness, lasting) if lasting >= STAND_IN_LASTING else 1.0
-        if chance < FALSE_ALARM:
+        if chance < FALSE_ALARM and s.evidence.pop(SLOWER, True):
             kept.append(s)
+            continue
+        # (nor one that is neither busier than the others of its program by the threshold nor
+        # idle longer by the threshold's share of its work: it keeps them waiting by its turn of
+        # the data, not by being slower. A user's LayerDrop transformer, lengths drawn lognormal
+        # per rank and step, no fault: rank 2 last in 7 of 8 steps, its busy time 1.03x the
+        # others', 3.9 ms a step more idle of 142 ms; every busy thread or slowed rank stage 2
+        # stood in for over the recorded jobs was 1.24-5.9x)
+        if chance < FALSE_ALARM:
+            overruled.append(Overruled(s.rank, f"rank {s.rank} kept the others waiting (last at {row['last']} of "
+                                               f"{row['instances']} collectives) in {lasting:.0%} of the traced "
+                                               "iterations: not a suspect (stage 1 found no clear slowdown, and it is "
+                                               "neither busier than its peers by the threshold nor idle longer by "
+                                               "its share of its work: last by its turn of the data)"))
             continue
         why = ("alone names a rank only in (nearly) every one: a fault lasts, while ranks drawing other work "
                "each step are last in most steps by chance" if lasting < STAND_IN_LASTING else

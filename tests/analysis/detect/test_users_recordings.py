@@ -1154,3 +1154,5 @@ def test_a_rank_last_by_its_turn_of_the_data_and_no_busier_is_not_named_by_stage
     # threshold in one or the other
     verdict = detect_bundle(load_bundle(CASES["ld4-seqlognorm0.6"].directory), threshold=0.1)
     assert verdict.suspects == []
+    said = [n for n in verdict.notes if n.startswith("rank 2 kept the others waiting")]
+    assert len(said) == 1 and "in 88% of the traced iterations" in said[0] and "neither busier" in said[0]
