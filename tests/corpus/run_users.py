@@ -1208,7 +1208,7 @@ USERS107 = [  # held out in the hundred-and-seventh session: an N-body / MD simu
     ("nbody4-bigrank3-skew3", "user_nbody_ring.py", "--seed 3716 --big-rank 3 --big 3"),
 ]
 
-USERS108 = [  # held out in the hundred-and-eighth session: federated averaging (FedAvg) of a small CNN (or MLP) over 4 non-IID clients (Dirichlet label skew), rank 0 the server and a client: global weights broadcast from 0 each round, local SGD steps, DP clipping + a per-round audit log, optional secure-aggregation masks (seed all_gather), updates and sample counts uploaded k -> 0 by blocking send/recv (or isend/irecv), weighted average on rank 0, a round barrier, an eval-accuracy all_reduce every few rounds
+USERS108 = [  # held out in the hundred-and-first session: federated averaging (FedAvg) of a small CNN (or MLP) over 4 non-IID clients (Dirichlet label skew), rank 0 the server and a client: global weights broadcast from 0 each round, local SGD steps, DP clipping + a per-round audit log, optional secure-aggregation masks (seed all_gather), updates and sample counts uploaded k -> 0 by blocking send/recv (or isend/irecv), weighted average on rank 0, a round barrier, an eval-accuracy all_reduce every few rounds
     ("fed4-default-healthy", "user_fedavg.py", "--seed 10801"),
     ("fed4-async-secagg-healthy", "user_fedavg.py", "--seed 10802 --async-upload --secure-agg"),
     ("fed4-mlp-h512-bcastsync-shapes-healthy", "user_fedavg.py", "--seed 10803 --model mlp --hidden 512 --round-sync broadcast --shapes"),
@@ -1227,7 +1227,7 @@ USERS108 = [  # held out in the hundred-and-eighth session: federated averaging 
     ("fed4-bigrank2-skew3", "user_fedavg.py", "--seed 10816 --big-rank 2 --big 3"),
 ]
 
-USERS108B = [  # held out in the hundred-and-eighth session (b): Gaussian-process regression by marginal likelihood, a hand-written right-looking distributed Cholesky over 1-D block-cyclic column blocks (each block's owner k mod 4 factors it and broadcasts the panel, every rank updates its own trailing blocks), a pipelined forward substitution whose partial right-hand side travels r -> r+1 (3 -> 0 wrapping) by send/recv or isend/irecv, log-det/quadratic pieces and minibatch hyperparameter gradients all-reduced, Adam on every rank, a per-step experiment-tracker write
+USERS108B = [  # held out in the hundred-and-first session (b): Gaussian-process regression by marginal likelihood, a hand-written right-looking distributed Cholesky over 1-D block-cyclic column blocks (each block's owner k mod 4 factors it and broadcasts the panel, every rank updates its own trailing blocks), a pipelined forward substitution whose partial right-hand side travels r -> r+1 (3 -> 0 wrapping) by send/recv or isend/irecv, log-det/quadratic pieces and minibatch hyperparameter gradients all-reduced, Adam on every rank, a per-step experiment-tracker write
     ("chol4-default-healthy", "user_cholesky_gp.py", "--seed 4801"),
     ("chol4-async-n1536-shapes-healthy", "user_cholesky_gp.py", "--seed 4802 --async-p2p --n-points 1536 --shapes"),
     ("chol4-b128-n2560-healthy", "user_cholesky_gp.py", "--seed 4803 --block 128 --n-points 2560"),
@@ -1246,7 +1246,7 @@ USERS108B = [  # held out in the hundred-and-eighth session (b): Gaussian-proces
     ("chol4-bigrank3-skew3", "user_cholesky_gp.py", "--seed 4816 --big-rank 3 --big 3"),
 ]
 
-USERS109 = [  # held out in the hundred-and-ninth session: a 4-stage GPipe pipeline (attention-free MLP LM) in older research-code style, neighbour activations 0->1->2->3 and input grads 3->2->1->0 moved by dist.broadcast in two-rank groups new_group([r, r+1]) (sender = src, receiver a pre-allocated buffer), optional world barrier after every microbatch forward, a per-step activation spill to disk, global grad-norm clip by a world all_reduce, the last stage's loss broadcast to all every few steps
+USERS109 = [  # held out in the hundred-and-first session (c): a 4-stage GPipe pipeline (attention-free MLP LM) in older research-code style, neighbour activations 0->1->2->3 and input grads 3->2->1->0 moved by dist.broadcast in two-rank groups new_group([r, r+1]) (sender = src, receiver a pre-allocated buffer), optional world barrier after every microbatch forward, a per-step activation spill to disk, global grad-norm clip by a world all_reduce, the last stage's loss broadcast to all every few steps
     ("bpp4-default-healthy", "user_bcast_pipe.py", "--seed 10901"),
     ("bpp4-isync-shapes-healthy", "user_bcast_pipe.py", "--seed 10902 --interleave-sync --shapes"),
     ("bpp4-mb8-d96-healthy", "user_bcast_pipe.py", "--seed 10903 --microbatches 8 --dim 96 --mb-size 2"),
@@ -1265,7 +1265,7 @@ USERS109 = [  # held out in the hundred-and-ninth session: a 4-stage GPipe pipel
     ("bpp4-bigrank3-skew3", "user_bcast_pipe.py", "--seed 10916 --big-rank 3 --big 3"),
 ]
 
-USERS109B = [  # held out in the hundred-and-ninth session (b): a wide bias-free two-layer MLP tagger (multi-label BCE) 2D-sharded on a 2x2 process grid, every weight product by Cannon's algorithm (initial skew, 2 rounds of local block gemm + shift of A left in the row (0<->1, 2<->3) and B up in the column (0<->2, 1<->3), isend/irecv or parity-ordered send/recv), backward dA/dB again by Cannon after block transposes with the (j, i) rank (1<->2), per-rank local rows on the rank's own W1 block, a loss all_reduce, a per-step gradient-histogram dump, local AdamW, an eval-accuracy all_reduce every few steps
+USERS109B = [  # held out in the hundred-and-first session (d): a wide bias-free two-layer MLP tagger (multi-label BCE) 2D-sharded on a 2x2 process grid, every weight product by Cannon's algorithm (initial skew, 2 rounds of local block gemm + shift of A left in the row (0<->1, 2<->3) and B up in the column (0<->2, 1<->3), isend/irecv or parity-ordered send/recv), backward dA/dB again by Cannon after block transposes with the (j, i) rank (1<->2), per-rank local rows on the rank's own W1 block, a loss all_reduce, a per-step gradient-histogram dump, local AdamW, an eval-accuracy all_reduce every few steps
     ("cannon4-default-healthy", "user_cannon.py", "--seed 10901"),
     ("cannon4-blocking-shapes-healthy", "user_cannon.py", "--seed 10902 --blocking --shapes"),
     ("cannon4-nofinalshift-b768-h3072-healthy", "user_cannon.py", "--seed 10903 --skip-last-shift --batch 768 --hidden 3072 --local-rows 256"),
