@@ -273,16 +273,11 @@ def _partner_peers(events: pl.DataFrame, members: set[int], warn: Callable[[str]
     ranks' process groups (``members``) was not traced, or none are listed: a ring through a rank
     whose trace is lost would pair its two neighbours, its one pairing without early messages
     (a blocking ring of 4, rank 3's trace removed: "2 -> 0" where every other had 20 of 60)."""
-    unknown = events.with_row_index("_row").filter(
-        (pl.col("cat") == "p2p") & pl.col("peer").is_null() & pl.col("name").is_in(["send", "recv"]))
-    if unknown.is_empty():
+    unknown = _unpeered(events, members)
+    if unknown is None:
         return events
     ranks = sorted(unknown["rank"].unique().to_list())
     n = len(ranks)
-    traced = set(events["rank"].unique().to_list())
-    placed_already = events.filter((pl.col("cat") == "p2p") & pl.col("peer").is_not_null()).height
-    if n < 3 or set(ranks) != traced or not members or not members <= traced or placed_already:
-        return events
     sends, recvs = {}, {}
     for (rank, name), calls in unknown.sort("ts_ns").group_by("rank", "name"):
         rows = calls["_row"].to_numpy()
@@ -333,15 +328,11 @@ def _hub_peers(events: pl.DataFrame, members: set[int], warn: Callable[[str], No
     was "no suspect". Not where a spoke makes fewer than ``RING_LEAST`` calls, no pairing takes
     every call, some calls have peers, a traced rank makes none, or a member of the ranks'
     process groups was not traced (its messages would be pinned on the hub's other partners)."""
-    unknown = events.with_row_index("_row").filter(
-        (pl.col("cat") == "p2p") & pl.col("peer").is_null() & pl.col("name").is_in(["send", "recv"]))
-    if unknown.is_empty():
+    unknown = _unpeered(events, members)
+    if unknown is None:
         return events
-    traced = set(events["rank"].unique().to_list())
-    placed_already = events.filter((pl.col("cat") == "p2p") & pl.col("peer").is_not_null()).height
     kinds = dict(unknown.group_by("rank").agg(pl.col("name").unique().sort()).iter_rows())
-    if (len(kinds) < 3 or set(kinds) != traced or not members or not members <= traced or placed_already
-            or any(len(k) != 1 for k in kinds.values())):
+    if any(len(k) != 1 for k in kinds.values()):
         return events
     hubs = {name: [r for r, k in kinds.items() if k == [name]] for name in ("send", "recv")}
     hub_side = next((name for name, rs in hubs.items() if len(rs) == 1), None)
@@ -361,6 +352,24 @@ def _hub_peers(events: pl.DataFrame, members: set[int], warn: Callable[[str], No
          f"{what.format(', '.join(map(str, spokes)))}: "
          f"each of their calls paired with rank {hub}'s, the hub's with theirs by when the two sides ended")
     return _placed(events, list(found), list(found.values()))
+
+
+def _unpeered(events: pl.DataFrame, members: set[int]) -> pl.DataFrame | None:
+    """The p2p calls that record no peer (with their ``_row`` in ``events``), where who their
+    peers are may be worked out from the calls alone (``_partner_peers``, ``_hub_peers``): three
+    ranks or more make them, every traced rank among them, the ranks' process groups are listed
+    (``members``) and none of their members went untraced, and no p2p call has a peer already.
+    None otherwise."""
+    unknown = events.with_row_index("_row").filter(
+        (pl.col("cat") == "p2p") & pl.col("peer").is_null() & pl.col("name").is_in(["send", "recv"]))
+    if unknown.is_empty():
+        return None
+    ranks = set(unknown["rank"].unique().to_list())
+    traced = set(events["rank"].unique().to_list())
+    placed_already = events.filter((pl.col("cat") == "p2p") & pl.col("peer").is_not_null()).height
+    if len(ranks) < 3 or ranks != traced or not members or not members <= traced or placed_already:
+        return None
+    return unknown
 
 
 def _placed(events: pl.DataFrame, rows: list, peers: list) -> pl.DataFrame:
