@@ -1284,7 +1284,82 @@ USERS109B = [  # held out in the hundred-and-first session (d): a wide bias-free
     ("cannon4-bigrank3-skew3", "user_cannon.py", "--seed 10916 --big-rank 3 --big 3"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B, "users107": USERS107, "users108": USERS108, "users108b": USERS108B, "users109": USERS109, "users109b": USERS109B}
+USERS111 = [  # held out in the hundred-and-eleventh session: online co-distillation of two small causal transformer LMs, teams {0,1} and {2,3} from dist.new_subgroups (hand-bucketed gradient all_reduces inside each team), distillation logits swapped 0<->2 and 1<->3 every step by isend/irecv (or team-ordered blocking send/recv) for a KL term, every few steps the leaders {0,2} compare validation loss by all_reduce and the loser takes the winner's weights (broadcast in the leaders group, then in its team), a per-step logits-cache write
+    ("codist4-default-healthy", "user_codistill.py", "--seed 11101"),
+    ("codist4-blocking-shapes-healthy", "user_codistill.py", "--seed 11102 --blocking --shapes"),
+    ("codist4-l3-d160-buckets2-healthy", "user_codistill.py", "--seed 11103 --layers 3 --dim 160 --ff 640 --buckets 2"),
+    ("codist4-s192-db6-sync2-healthy", "user_codistill.py", "--seed 11104 --seq-len 192 --distill-batch 6 --sync-every 2"),
+    ("codist4-v1024-b12-nosync-a1-t1-healthy", "user_codistill.py", "--seed 11105 --vocab 1024 --batch 12 --sync-every 0 --alpha 1.0 --temp 1.0"),
+    ("codist4-fwd2x-r1", "user_codistill.py", "--seed 11106 --slow-rank 1 --factor 2"),
+    ("codist4-blocking-fwd2.5x-r2", "user_codistill.py", "--seed 11107 --blocking --slow-rank 2 --factor 2.5"),
+    ("codist4-sync2-fwd3x-r0", "user_codistill.py", "--seed 11108 --sync-every 2 --slow-rank 0 --factor 3"),
+    ("codist4-l3-d160-fwd2x-r3", "user_codistill.py", "--seed 11109 --layers 3 --dim 160 --ff 640 --buckets 2 --slow-rank 3 --factor 2"),
+    ("codist4-stepsleep250ms-r1", "user_codistill.py", "--seed 11110 --slow-rank 1 --sleep-ms 250"),
+    ("codist4-datasleep250ms-r3", "user_codistill.py", "--seed 11111 --slow-rank 3 --data-sleep-ms 250"),
+    ("codist4-cachesleep250ms-r2", "user_codistill.py", "--seed 11112 --slow-rank 2 --cache-sleep-ms 250"),
+    ("codist4-hog-r0", "user_codistill.py", "--seed 11113 --slow-rank 0 --hog"),
+    ("codist4-link2-0-x256", "user_codistill.py", "--seed 11114 --link-src 2 --link-dst 0 --link-factor 256"),
+    ("codist4-seqlognorm0.8", "user_codistill.py", "--seed 11115 --seq-sigma 0.8"),
+    ("codist4-bigrank3-skew3", "user_codistill.py", "--seed 11116 --big-rank 3 --big 3"),
+]
+USERS110 = [  # held out in the hundred-and-tenth session: a master-worker data-parallel classifier (MLP or small CNN, synthetic images) without DDP: rank 0 draws the global batch and dist.scatter's input/label shards, every rank forward/backward on its shard, flat gradients dist.gather'ed to rank 0, averaged, SGD-momentum step on rank 0, flat weights dist.broadcast from 0, loss dist.reduce to 0, a per-step metrics push, every few steps an eval scatter + prediction gather; optional side channel broadcast in a 2-rank new_group {0, B}
+    ("sg4-default-healthy", "user_scatter_gather.py", "--seed 11051"),
+    ("sg4-cnn-healthy", "user_scatter_gather.py", "--seed 11052 --model cnn"),
+    ("sg4-h768-l3-eval2-shapes-healthy", "user_scatter_gather.py", "--seed 11053 --shapes --hidden 768 --layers 3 --eval-every 2"),
+    ("sg4-s384-lr0.02-noeval-healthy", "user_scatter_gather.py", "--seed 11054 --shard 384 --lr 0.02 --eval-every 0"),
+    ("sg4-side0-3-healthy", "user_scatter_gather.py", "--seed 11055 --link-src 0 --link-dst 3 --link-factor 1"),
+    ("sg4-fwd2.5x-r1", "user_scatter_gather.py", "--seed 11056 --slow-rank 1 --factor 2.5"),
+    ("sg4-h768-l3-fwd3x-r2", "user_scatter_gather.py", "--seed 11057 --hidden 768 --layers 3 --slow-rank 2 --factor 3"),
+    ("sg4-s384-fwd2x-r0", "user_scatter_gather.py", "--seed 11058 --shard 384 --slow-rank 0 --factor 2"),
+    ("sg4-cnn-fwd2x-r3", "user_scatter_gather.py", "--seed 11059 --model cnn --slow-rank 3 --factor 2"),
+    ("sg4-stepsleep200ms-r2", "user_scatter_gather.py", "--seed 11060 --slow-rank 2 --sleep-ms 200"),
+    ("sg4-datasleep150ms-r0", "user_scatter_gather.py", "--seed 11061 --slow-rank 0 --data-sleep-ms 150"),
+    ("sg4-metricssleep200ms-r3", "user_scatter_gather.py", "--seed 11062 --slow-rank 3 --metrics-sleep-ms 200"),
+    ("sg4-hog-r1", "user_scatter_gather.py", "--seed 11063 --slow-rank 1 --hog"),
+    ("sg4-link0-2-x65536", "user_scatter_gather.py", "--seed 11064 --link-src 0 --link-dst 2 --link-factor 65536"),
+    ("sg4-seqlognorm0.8", "user_scatter_gather.py", "--seed 11065 --seq-sigma 0.8"),
+    ("sg4-bigrank3-skew3", "user_scatter_gather.py", "--seed 11066 --big-rank 3 --big 3"),
+]
+
+USERS110B = [  # held out in the hundred-and-tenth session (b): a learned 2D stencil (3x3 conv net predicting the next state of an advection-diffusion field) trained with 2D domain decomposition on a 2x2 process grid (256x256 field in four 128x128 tiles), one-cell halos per conv layer with the row neighbour (0<->1, 2<->3) then the column neighbour (0<->2, 1<->3, corners riding along) by isend/irecv or parity-ordered send/recv, halo gradients sent back in backward (adjoint), a local replicate-padded rollout on each tile, flat gradient all_reduce, Adam, a loss all_reduce, a per-step tile-snapshot write, an eval rollout with halos and an error all_reduce every few steps
+    ("jac4-default-healthy", "user_jacobi2d.py", "--seed 11001"),
+    ("jac4-blocking-shapes-healthy", "user_jacobi2d.py", "--seed 11002 --blocking --shapes"),
+    ("jac4-l4-c12-s1-eval2-healthy", "user_jacobi2d.py", "--seed 11003 --layers 4 --channels 12 --substeps 1 --eval-every 2"),
+    ("jac4-g192-b4-s3-healthy", "user_jacobi2d.py", "--seed 11004 --grid 192 --batch 4 --substeps 3"),
+    ("jac4-g320-c12-er5-healthy", "user_jacobi2d.py", "--seed 11005 --grid 320 --channels 12 --eval-rollout 5 --lr 3e-4"),
+    ("jac4-fwd2x-r1", "user_jacobi2d.py", "--seed 11006 --slow-rank 1 --factor 2"),
+    ("jac4-blocking-fwd3x-r0", "user_jacobi2d.py", "--seed 11007 --blocking --slow-rank 0 --factor 3"),
+    ("jac4-l4-c12-s1-fwd2.5x-r3", "user_jacobi2d.py", "--seed 11008 --layers 4 --channels 12 --substeps 1 --slow-rank 3 --factor 2.5"),
+    ("jac4-g192-b4-s3-fwd2x-r2", "user_jacobi2d.py", "--seed 11009 --grid 192 --batch 4 --substeps 3 --slow-rank 2 --factor 2"),
+    ("jac4-stepsleep250ms-r2", "user_jacobi2d.py", "--seed 11010 --slow-rank 2 --sleep-ms 250"),
+    ("jac4-datasleep300ms-r3", "user_jacobi2d.py", "--seed 11011 --slow-rank 3 --data-sleep-ms 300"),
+    ("jac4-snapshotsleep300ms-r1", "user_jacobi2d.py", "--seed 11012 --slow-rank 1 --snapshot-sleep-ms 300"),
+    ("jac4-hog-r0", "user_jacobi2d.py", "--seed 11013 --slow-rank 0 --hog"),
+    ("jac4-link2-0-x4096", "user_jacobi2d.py", "--seed 11014 --link-src 2 --link-dst 0 --link-factor 4096"),
+    ("jac4-seqlognorm0.8", "user_jacobi2d.py", "--seed 11015 --seq-sigma 0.8"),
+    ("jac4-bigrank3-skew3", "user_jacobi2d.py", "--seed 11016 --big-rank 3 --big 3"),
+]
+
+USERS111B = [  # held out in the hundred-and-eleventh session (b): a 4-stage pipeline-parallel transformer LM (one stage a rank, hand-written pre-norm causal layers, embedding on 0, LM head + loss on 3) with Megatron-style variable_seq_lengths: every micro-batch its own length (32..128 from a shared seed), each activation (0->1->2->3) and gradient (3->2->1->0) message preceded by an int64 shape header, blocking send/recv ordered by stage parity (or isend/irecv + wait), hand-written 1F1B (or GPipe), per-stage fused Adam, the loss broadcast from rank 3, a pipeline evaluation forward every few steps
+    ("vlp4-default-healthy", "user_varlen_pipe.py", "--seed 11101"),
+    ("vlp4-shapes-async-healthy", "user_varlen_pipe.py", "--seed 11102 --shapes --async-p2p --steps 6"),
+    ("vlp4-gpipe-mb4-healthy", "user_varlen_pipe.py", "--seed 11103 --gpipe --mb-size 4 --micro-batches 6"),
+    ("vlp4-d192-l3-healthy", "user_varlen_pipe.py", "--seed 11104 --dim 192 --heads 6 --layers 3 --micro-batches 6 --steps 6"),
+    ("vlp4-len16-256-mb12-healthy", "user_varlen_pipe.py", "--seed 11105 --min-len 16 --max-len 256 --eval-every 2 --micro-batches 12 --steps 6"),
+    ("vlp4-fwd2x-r1", "user_varlen_pipe.py", "--seed 11106 --slow-rank 1 --factor 2 --steps 7"),
+    ("vlp4-fwd2.5x-r0", "user_varlen_pipe.py", "--seed 11107 --slow-rank 0 --factor 2.5 --steps 6"),
+    ("vlp4-async-fwd3x-r2", "user_varlen_pipe.py", "--seed 11108 --async-p2p --slow-rank 2 --factor 3 --steps 6 --micro-batches 6"),
+    ("vlp4-gpipe-fwd2x-r3", "user_varlen_pipe.py", "--seed 11109 --gpipe --slow-rank 3 --factor 2 --steps 6"),
+    ("vlp4-stepsleep300ms-r2", "user_varlen_pipe.py", "--seed 11110 --slow-rank 2 --sleep-ms 300"),
+    ("vlp4-datasleep300ms-r3", "user_varlen_pipe.py", "--seed 11111 --slow-rank 3 --data-sleep-ms 300"),
+    ("vlp4-packsleep300ms-r0", "user_varlen_pipe.py", "--seed 11112 --slow-rank 0 --pack-sleep-ms 300"),
+    ("vlp4-hog-r1", "user_varlen_pipe.py", "--seed 11113 --slow-rank 1 --hog"),
+    ("vlp4-link3-2-x1024", "user_varlen_pipe.py", "--seed 11114 --link-src 3 --link-dst 2 --link-factor 1024"),
+    ("vlp4-seqlognorm0.8", "user_varlen_pipe.py", "--seed 11115 --seq-sigma 0.8"),
+    ("vlp4-bigrank2-skew3", "user_varlen_pipe.py", "--seed 11116 --big-rank 2 --big 3 --micro-batches 6 --steps 6"),
+]
+
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B, "users107": USERS107, "users108": USERS108, "users108b": USERS108B, "users109": USERS109, "users109b": USERS109B, "users111": USERS111, "users110b": USERS110B, "users110": USERS110, "users111b": USERS111B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
