@@ -109,16 +109,17 @@ Imbalance without a fault:
 
 Calibration
 -----------
-2-core box shared with other helpers' 4-process jobs (load average 11-18 throughout); 4
+2-core box shared with other helpers' 4-process jobs (load average 11-18, 6 in the
+runs marked quieter); 4
 ranks, defaults unless said (8 steps, 6 traced; M = 8 micro-batches of 2 sequences). The
 blocking point-to-point ties the stages, so the ranks' step medians agree within ~3%: one
 number. "busy" = median time outside the sends / receives / waits and the broadcasts, slow
 rank vs the others; "base" = the step median of a healthy default run just before (or after).
-Healthy default runs between the others gave 441-1232 ms steps (the neighbours' load).
+Healthy default runs between the others gave 419-1232 ms steps (the neighbours' load).
 
   setting (slow rank)                               base ms  step ms   busy slow / others ms
-  healthy default (9 runs)                             -     441-1232  r0 163-440, r1 130-397,
-                                                                        r2 119-364, r3 194-543
+  healthy default (10 runs)                            -     419-1232  r0 134-440, r1 119-397,
+                                                                        r2 109-364, r3 163-543
   healthy --shapes --steps 6                           -       892     r0 386, r1 299, r2 248, r3 392
   healthy --gpipe                                      -      1130     r0 374, r1 294, r2 326, r3 399
   healthy --async-p2p --mb-size 4                      -      1460     r0 697, r1 637, r2 615, r3 793
@@ -143,11 +144,13 @@ Healthy default runs between the others gave 441-1232 ms steps (the neighbours' 
   --hog (r1), two runs                               1025     1221     414 / 210-375
                                                         -     1520     591 / 241-352
   --hog (r2)                                          441      760     270 / 144-179
+  --hog (r1), quieter box (load 6)                    419      703     194 / 115-164  (r1 base 119)
   link 1->2 x512 (~40 MB messages)                    885     1433     r1 342, r2 338 / 343-427
   link 2->1 x512 (gradients)                          940     1065     r1 293, r2 228 / 241-317
   link 1->2 x1024 (~80 MB messages, ~650 MB a step)   900     2070     r1 413, r2 397 / 352-441
   link 2->1 x1024                                    1232     2160     r1 437, r2 353 / 291-491
   link 3->2 x1024 (the last stage's gradients)     900-1232   1890     r3 457, r2 360 / 287-324
+  link 3->2 x1024, quieter box (load 6)               419      656     r3 161, r2 105 / 116-120
   --seq-sigma 0.8                                      -      1590     r0 491, r1 461, r2 522, r3 748
   --big-rank 3 --big 3 --micro-batches 4 --steps 6     -       905     656 / 110-161
   --big-rank 2 --big 3 --micro-batches 6 --steps 6     -       845     472 / 127-204
@@ -162,12 +165,12 @@ added time hides in the others' waits). A 250-300 ms sleep is 20-30% of a step a
 150 ms was too close to the noise, hence 300 in the battery. The hog's cost depends on what
 else runs: 10-40% of the step on the same rank from one run to the next. A padded link costs
 little at 40 MB a message (x512, +15-55%); at x1024 the transfers (~80 MB each, 8 a step)
-dominate: +70-130% on every rank, the link's two ranks waiting in the sends and receives of
+dominate: +55-130% on every rank, the link's two ranks waiting in the sends and receives of
 that link. Trace sizes: 8.3-9.2 MB a rank at the defaults, ~13 MB with --shapes at 8 steps (so it traces 6);
 every extra forward + backward pass adds ~90% of a stage's events, so the --factor runs trace
 5-6 steps (10-12 MB on the slowed rank); a --big stage holds 3x the layers, so it runs with
-fewer micro-batches and steps (8.5-11.7 MB). Wall per run: 21-47 s (most of it start-up and
-export under the load).
+fewer micro-batches and steps (8.5-11.7 MB). Wall per run: 21-47 s under that load (most of it
+start-up and export), 11-17 s when the box was quieter (the battery run).
 """
 
 import argparse
