@@ -10,6 +10,7 @@ import polars as pl
 
 from mapp.analysis.detect.added_work import LAUNCHED
 from mapp.analysis.detect.bandwidth import BandwidthEvidence, link_bandwidth
+from mapp.analysis.detect.busy_neighbour import from_busy_neighbour
 from mapp.analysis.detect.core_waits import RANK_KINDS, absorbed, records_waits, waited, waited_note, waiting_hosts
 from mapp.analysis.detect.data_sized import input_floors, paced_split, sizes_unseen_notes
 from mapp.analysis.detect.device import device_counters, device_evidence, neighbours
@@ -267,6 +268,8 @@ def _set_in(bundle, whole: Verdict, peers: PeerEvidence, cuts: Thresholds, layou
             # iteration from some point to the end
             named = []
             for s in v.suspects:
+                if from_busy_neighbour(s):
+                    continue    # a whole run's judgement: on shared cores contention comes and goes
                 since = since_onset(per, s, window, cuts.slowdown) if s.kind in RANK_KINDS and s.rank in ranks else []
                 if len(since) >= ONSET_LEAST:
                     s.iterations = since
@@ -289,7 +292,7 @@ def _recurs(bundle, per: pl.DataFrame, iterations: list[int], cuts: Thresholds, 
     of them: a fault that recurs every few iterations. None elsewhere."""
     for rank, window in periodic_windows(per, cuts.slowdown):
         v = detect_bundle(bundle.window(window), threshold=cuts, layout=layout, onsets=False)
-        named = [s for s in v.suspects if s.rank == rank and s.kind == "slow_host"
+        named = [s for s in v.suspects if s.rank == rank and s.kind == "slow_host" and not from_busy_neighbour(s)
                  and set(window) <= set(s.iterations or [])]
         if named:
             for s in named:

@@ -86,24 +86,43 @@ def late_stand_ins(peers: PeerEvidence, lateness: LatenessEvidence, layout: Layo
         s = late_suspect(row, own, peers, lateness, coords, iteration_ns,
                          f"stage 2 stands in: stage 1 ({peers.mode}) found no clear slowdown", slowdown_threshold)
         # (whether it is slower by the threshold at all, which ``lasting_stand_ins`` asks)
-        s.evidence[SLOWER] = own is None or _slower_by_threshold(own, stage1, program, slowdown_threshold)
+        s.evidence[NOT_SLOWER] = None if own is None else _not_slower(own, stage1, program, slowdown_threshold)
         out.append(s)
     return out
 
 
-SLOWER = "slower_by_threshold"
-"""A stand-in's evidence key: whether it is busier than the others of its program by the
-threshold, or idle longer by the threshold's share of its work (``_slower_by_threshold``)."""
+NOT_SLOWER = "not_slower_by_threshold"
+"""A stand-in's evidence key: why it is no slower than the others of its program by the
+threshold (``_not_slower``), or None where it is."""
 
 
-def _slower_by_threshold(own: dict, stage1: dict[int, dict], program: dict, threshold: float) -> bool:
-    """Whether a rank's busy time is over (1 + ``threshold``) x the median of the others' of its
-    program, or its idle time beyond theirs (``gap_excess_ns``) the threshold's share of its own."""
+def _not_slower(own: dict, stage1: dict[int, dict], program: dict, threshold: float) -> str | None:
+    """None where a rank's busy time is over (1 + ``threshold``) x the median of the others' of
+    its program by work they do too, or its idle time beyond theirs (``gap_excess_ns``) the
+    threshold's share of its own; else why not: "data" (neither), or "role" (busier only by
+    its part in the program: ``_its_role``)."""
     busy = own.get("busy_ns") or 0.0
+    if max(own.get("gap_excess_ns") or 0.0, 0.0) >= threshold * busy:
+        return None
     others = [r["busy_ns"] for rank, r in stage1.items()
               if rank != own["rank"] and program.get(rank) == program.get(own["rank"]) and r.get("busy_ns")]
-    busier = bool(others) and busy > (1 + threshold) * float(np.median(others))
-    return busier or max(own.get("gap_excess_ns") or 0.0, 0.0) >= threshold * busy
+    if not (others and busy > (1 + threshold) * float(np.median(others))):
+        return "data"
+    return "role" if _its_role(own, busy, threshold) else None
+
+
+def _its_role(own: dict, busy: float, threshold: float) -> bool:
+    """Whether a rank is busier than its peers by work they never do or do less often (its
+    ``alone_ns`` and ``added_real_ns``, by its clock, the threshold's share of its busy time or
+    more) while it runs the work they share at their pace (``pace`` under half a threshold
+    over): its part in the program, no slower device. A user's master-worker trainer on 4 gloo
+    processes, rank 0 building every step's batch for all and stepping the optimizer for all,
+    no fault: 1.63x its workers' busy time, 120 ms a step of it theirs never run, its pace 1.04,
+    last where they wait for the next batch in every step ("slow compute 0"). A rank whose data
+    runs its loops longer is slower there at its pace too; that is ``looped_by_data``'s."""
+    pace = own.get("pace")
+    role = max(own.get("alone_ns") or 0.0, 0.0) + max(own.get("added_real_ns") or 0.0, 0.0)
+    return pace is not None and pace < 1 + threshold / 2 and role >= threshold * busy
 
 
 STAND_IN_LASTING = 0.875
@@ -149,8 +168,16 @@ def lasting_stand_ins(stand_ins: list[Suspect], lateness: LatenessEvidence,
         row = rows[s.rank]
         lasting = row.get("net_lasting") or 0.0
         chance = lasting_by_chance(lateness, lasting) if lasting >= STAND_IN_LASTING else 1.0
-        if chance < FALSE_ALARM and s.evidence.pop(SLOWER, True):
+        why_not = s.evidence.pop(NOT_SLOWER, None)
+        if chance < FALSE_ALARM and why_not is None:
             kept.append(s)
+            continue
+        if chance < FALSE_ALARM and why_not == "role":
+            overruled.append(Overruled(s.rank, f"rank {s.rank} kept the others waiting (last at {row['last']} of "
+                                               f"{row['instances']} collectives) in {lasting:.0%} of the traced "
+                                               "iterations: not a suspect (stage 1 found no clear slowdown, and it is "
+                                               "busier than its peers only by work they never do or do less often, "
+                                               "at their pace on the work they share: its part in the program)"))
             continue
         # (nor one that is neither busier than the others of its program by the threshold nor
         # idle longer by the threshold's share of its work: it keeps them waiting by its turn of

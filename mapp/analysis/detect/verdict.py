@@ -24,6 +24,7 @@ from mapp.analysis.detect._stats import margin, robust_scale
 from mapp.analysis.detect.added_work import (added_cost_ns, added_evidence, added_slivers, added_slowdown, adds_work,
                                              does_extra_work, launched_evidence, launches_more)
 from mapp.analysis.detect.bandwidth import COUNTED, BandwidthEvidence
+from mapp.analysis.detect.busy_neighbour import busy_neighbours
 from mapp.analysis.detect.data_sized import looped_by_data
 from mapp.analysis.detect.findings import Imbalance, Overruled, StageStatus, Suspect, Verdict
 from mapp.analysis.detect.gates import (keeps_waiting, overruled_line, overruled_why, stage2_agrees,
@@ -151,6 +152,9 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
                 continue
             suspects.append(_link_suspect(f, bandwidth, coords, iteration_ns))
         suspects = link_ends(suspects, overruled, coords)
+    if shared_cpus and not suspects:
+        # a process slowed by a busy thread beside it, where no rule named anyone (``busy_neighbour``)
+        suspects = busy_neighbours(peers, coords, iteration_ns)
     # most costly first over the traced iterations: a rank far slower in one iteration of four
     # costs the job less than one slower by less in all four (4 H200s, megatron-core TP2 x DP2
     # under mapp's capture, 1.2x the layers' FLOPs on rank 1: its TP peer 1.70x in the first

@@ -1156,3 +1156,25 @@ def test_a_rank_last_by_its_turn_of_the_data_and_no_busier_is_not_named_by_stage
     assert verdict.suspects == []
     said = [n for n in verdict.notes if n.startswith("rank 2 kept the others waiting")]
     assert len(said) == 1 and "in 88% of the traced iterations" in said[0] and "neither busier" in said[0]
+
+
+def test_a_process_with_a_busy_thread_beside_it_is_a_slow_host():
+    # Cannon's algorithm on a 2x2 grid (user_cannon.py, users109b), a thread beside rank 2's loop
+    # doing 192x192 matmuls all run, 4 processes on 2 cores, no shapes recorded: its calls summed
+    # 1.57x its peers' (1.25x by its median call, at z 2.3 under the cut-off), its quickest call of
+    # each kind 0.98x theirs, 13 ms more idle a step; "no suspect" before (``busy_neighbour``)
+    verdict = detect_bundle(load_bundle(CASES["cannon4-hog-r2"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(2, "slow_host")]
+    assert 1.4 < verdict.suspects[0].slowdown < 1.8
+    assert "busy thread beside it" in verdict.suspects[0].evidence["note"]
+
+
+def test_a_master_busier_only_by_its_part_in_the_program_is_not_named_by_stage_2():
+    # master-worker DP by scatter/gather (user_scatter_gather.py, users110), no fault: rank 0
+    # builds every step's batch and steps the optimizer for all, 1.63x its workers' busy time, and
+    # is last where they wait for the next batch in 7 of 8 steps, its shared work at their pace
+    # (1.04): "slow compute 0" before (``stage2_alone._its_role``)
+    verdict = detect_bundle(load_bundle(CASES["sg4-default-healthy"].directory), threshold=0.1)
+    assert verdict.suspects == []
+    said = [n for n in verdict.notes if n.startswith("rank 0 kept the others waiting")]
+    assert len(said) == 1 and "its part in the program" in said[0]
