@@ -1284,7 +1284,7 @@ USERS109B = [  # held out in the hundred-and-first session (d): a wide bias-free
     ("cannon4-bigrank3-skew3", "user_cannon.py", "--seed 10916 --big-rank 3 --big 3"),
 ]
 
-USERS111 = [  # held out in the hundred-and-eleventh session: online co-distillation of two small causal transformer LMs, teams {0,1} and {2,3} from dist.new_subgroups (hand-bucketed gradient all_reduces inside each team), distillation logits swapped 0<->2 and 1<->3 every step by isend/irecv (or team-ordered blocking send/recv) for a KL term, every few steps the leaders {0,2} compare validation loss by all_reduce and the loser takes the winner's weights (broadcast in the leaders group, then in its team), a per-step logits-cache write
+USERS111 = [  # held out in the hundred-and-second session (c), scored once after every change: online co-distillation of two small causal transformer LMs, teams {0,1} and {2,3} from dist.new_subgroups (hand-bucketed gradient all_reduces inside each team), distillation logits swapped 0<->2 and 1<->3 every step by isend/irecv (or team-ordered blocking send/recv) for a KL term, every few steps the leaders {0,2} compare validation loss by all_reduce and the loser takes the winner's weights (broadcast in the leaders group, then in its team), a per-step logits-cache write
     ("codist4-default-healthy", "user_codistill.py", "--seed 11101"),
     ("codist4-blocking-shapes-healthy", "user_codistill.py", "--seed 11102 --blocking --shapes"),
     ("codist4-l3-d160-buckets2-healthy", "user_codistill.py", "--seed 11103 --layers 3 --dim 160 --ff 640 --buckets 2"),
@@ -1302,7 +1302,7 @@ USERS111 = [  # held out in the hundred-and-eleventh session: online co-distilla
     ("codist4-seqlognorm0.8", "user_codistill.py", "--seed 11115 --seq-sigma 0.8"),
     ("codist4-bigrank3-skew3", "user_codistill.py", "--seed 11116 --big-rank 3 --big 3"),
 ]
-USERS110 = [  # held out in the hundred-and-tenth session: a master-worker data-parallel classifier (MLP or small CNN, synthetic images) without DDP: rank 0 draws the global batch and dist.scatter's input/label shards, every rank forward/backward on its shard, flat gradients dist.gather'ed to rank 0, averaged, SGD-momentum step on rank 0, flat weights dist.broadcast from 0, loss dist.reduce to 0, a per-step metrics push, every few steps an eval scatter + prediction gather; optional side channel broadcast in a 2-rank new_group {0, B}
+USERS110 = [  # held out in the hundred-and-second session (a): a master-worker data-parallel classifier (MLP or small CNN, synthetic images) without DDP: rank 0 draws the global batch and dist.scatter's input/label shards, every rank forward/backward on its shard, flat gradients dist.gather'ed to rank 0, averaged, SGD-momentum step on rank 0, flat weights dist.broadcast from 0, loss dist.reduce to 0, a per-step metrics push, every few steps an eval scatter + prediction gather; optional side channel broadcast in a 2-rank new_group {0, B}
     ("sg4-default-healthy", "user_scatter_gather.py", "--seed 11051"),
     ("sg4-cnn-healthy", "user_scatter_gather.py", "--seed 11052 --model cnn"),
     ("sg4-h768-l3-eval2-shapes-healthy", "user_scatter_gather.py", "--seed 11053 --shapes --hidden 768 --layers 3 --eval-every 2"),
@@ -1321,7 +1321,7 @@ USERS110 = [  # held out in the hundred-and-tenth session: a master-worker data-
     ("sg4-bigrank3-skew3", "user_scatter_gather.py", "--seed 11066 --big-rank 3 --big 3"),
 ]
 
-USERS110B = [  # held out in the hundred-and-tenth session (b): a learned 2D stencil (3x3 conv net predicting the next state of an advection-diffusion field) trained with 2D domain decomposition on a 2x2 process grid (256x256 field in four 128x128 tiles), one-cell halos per conv layer with the row neighbour (0<->1, 2<->3) then the column neighbour (0<->2, 1<->3, corners riding along) by isend/irecv or parity-ordered send/recv, halo gradients sent back in backward (adjoint), a local replicate-padded rollout on each tile, flat gradient all_reduce, Adam, a loss all_reduce, a per-step tile-snapshot write, an eval rollout with halos and an error all_reduce every few steps
+USERS110B = [  # held out in the hundred-and-second session (b): a learned 2D stencil (3x3 conv net predicting the next state of an advection-diffusion field) trained with 2D domain decomposition on a 2x2 process grid (256x256 field in four 128x128 tiles), one-cell halos per conv layer with the row neighbour (0<->1, 2<->3) then the column neighbour (0<->2, 1<->3, corners riding along) by isend/irecv or parity-ordered send/recv, halo gradients sent back in backward (adjoint), a local replicate-padded rollout on each tile, flat gradient all_reduce, Adam, a loss all_reduce, a per-step tile-snapshot write, an eval rollout with halos and an error all_reduce every few steps
     ("jac4-default-healthy", "user_jacobi2d.py", "--seed 11001"),
     ("jac4-blocking-shapes-healthy", "user_jacobi2d.py", "--seed 11002 --blocking --shapes"),
     ("jac4-l4-c12-s1-eval2-healthy", "user_jacobi2d.py", "--seed 11003 --layers 4 --channels 12 --substeps 1 --eval-every 2"),
@@ -1340,7 +1340,7 @@ USERS110B = [  # held out in the hundred-and-tenth session (b): a learned 2D ste
     ("jac4-bigrank3-skew3", "user_jacobi2d.py", "--seed 11016 --big-rank 3 --big 3"),
 ]
 
-USERS111B = [  # held out in the hundred-and-eleventh session (b): a 4-stage pipeline-parallel transformer LM (one stage a rank, hand-written pre-norm causal layers, embedding on 0, LM head + loss on 3) with Megatron-style variable_seq_lengths: every micro-batch its own length (32..128 from a shared seed), each activation (0->1->2->3) and gradient (3->2->1->0) message preceded by an int64 shape header, blocking send/recv ordered by stage parity (or isend/irecv + wait), hand-written 1F1B (or GPipe), per-stage fused Adam, the loss broadcast from rank 3, a pipeline evaluation forward every few steps
+USERS111B = [  # held out in the hundred-and-second session (d), scored once after every change: a 4-stage pipeline-parallel transformer LM (one stage a rank, hand-written pre-norm causal layers, embedding on 0, LM head + loss on 3) with Megatron-style variable_seq_lengths: every micro-batch its own length (32..128 from a shared seed), each activation (0->1->2->3) and gradient (3->2->1->0) message preceded by an int64 shape header, blocking send/recv ordered by stage parity (or isend/irecv + wait), hand-written 1F1B (or GPipe), per-stage fused Adam, the loss broadcast from rank 3, a pipeline evaluation forward every few steps
     ("vlp4-default-healthy", "user_varlen_pipe.py", "--seed 11101"),
     ("vlp4-shapes-async-healthy", "user_varlen_pipe.py", "--seed 11102 --shapes --async-p2p --steps 6"),
     ("vlp4-gpipe-mb4-healthy", "user_varlen_pipe.py", "--seed 11103 --gpipe --mb-size 4 --micro-batches 6"),

@@ -11,7 +11,9 @@ and combines them (``verdict``; where the ranks are CPU processes sharing cores,
 rank's spans are its host's pace, ``host_paced``; where its stalls name its host, ``stalls``;
 where a slow link and a slow host stand side by side, ``link_ends``; where
 a rank's ops are slower at random places, as a neighbour time-slicing its GPU makes them,
-``time_slices``; where the MegatronApp tracer's spans hold TP waits, ``tp_waits``) into
+``time_slices``; where a CPU process sums slower than its peers at their quickest calls, as a
+busy thread beside it makes it, ``busy_neighbour``; where the MegatronApp tracer's spans hold TP
+waits, ``tp_waits``) into
 ranked suspects, workload imbalance and victims (``findings``: the types it reports). The
 cut-offs it applies are named in ``thresholds.Thresholds``; ``threshold`` sets them all.
 ``detector.stage_evidence`` gives the three stages' findings without the verdict.
