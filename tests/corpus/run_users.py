@@ -1359,7 +1359,43 @@ USERS111B = [  # held out in the hundred-and-second session (d), scored once aft
     ("vlp4-bigrank2-skew3", "user_varlen_pipe.py", "--seed 11116 --big-rank 2 --big 3 --micro-batches 6 --steps 6"),
 ]
 
-BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B, "users107": USERS107, "users108": USERS108, "users108b": USERS108B, "users109": USERS109, "users109b": USERS109B, "users111": USERS111, "users110b": USERS110B, "users110": USERS110, "users111b": USERS111B}
+USERS112 = [  # held out in the hundred-and-second session (e), not yet scored: a small GPT with hand-written 4-way tensor parallelism + Megatron-style sequence parallelism (residual stream sharded along the sequence; all_gather_into_tensor before each column-parallel attention/MLP, reduce_scatter_tensor after the row-parallel output, the conjugate collectives in backward via autograd Functions), replicated LayerNorm/embedding/aug-MLP grads all-reduced, grad-norm and loss all_reduces, an eval forward every few steps, optional A -> B send/recv of final hidden shards (--aux-pair / link flags)
+    ("sp4-base", "user_tp_seqpar.py", "--seed 11201"),
+    ("sp4-shapes-l3", "user_tp_seqpar.py", "--seed 11202 --shapes --layers 3"),
+    ("sp4-d192-h12", "user_tp_seqpar.py", "--seed 11203 --dim 192 --heads 12 --ffn 768 --seq-len 192"),
+    ("sp4-aux02-ev2", "user_tp_seqpar.py", "--seed 11204 --aux-pair 0,2 --eval-every 2"),
+    ("sp4-b8-s128-l5", "user_tp_seqpar.py", "--seed 11205 --batch 8 --seq-len 128 --layers 5 --eval-every 0"),
+    ("sp4-fwd6x-r0", "user_tp_seqpar.py", "--seed 11206 --slow-rank 0 --factor 6"),
+    ("sp4-aux13-fwd8x-r3", "user_tp_seqpar.py", "--seed 11207 --aux-pair 1,3 --slow-rank 3 --factor 8"),
+    ("sp4-d192-fwd6x-r1", "user_tp_seqpar.py", "--seed 11208 --dim 192 --heads 12 --ffn 768 --seq-len 192 --slow-rank 1 --factor 6"),
+    ("sp4-ev2-fwd7x-r2", "user_tp_seqpar.py", "--seed 11209 --eval-every 2 --slow-rank 2 --factor 7"),
+    ("sp4-sleep150ms-r1", "user_tp_seqpar.py", "--seed 11210 --slow-rank 1 --sleep-ms 150"),
+    ("sp4-datasleep150ms-r3", "user_tp_seqpar.py", "--seed 11211 --slow-rank 3 --data-sleep-ms 150"),
+    ("sp4-toksleep150ms-r2", "user_tp_seqpar.py", "--seed 11212 --slow-rank 2 --tok-sleep-ms 150"),
+    ("sp4-hog-r0", "user_tp_seqpar.py", "--seed 11213 --slow-rank 0 --hog"),
+    ("sp4-link1-2-x2048", "user_tp_seqpar.py", "--seed 11214 --link-src 1 --link-dst 2 --link-factor 2048"),
+    ("sp4-seqlognorm0.8", "user_tp_seqpar.py", "--seed 11215 --seq-sigma 0.8 --aug-rows 512"),
+    ("sp4-bigrank3-skew4", "user_tp_seqpar.py", "--seed 11216 --big-rank 3 --big 4 --aug-rows 512"),
+]
+USERS112B = [  # held out in the hundred-and-second session (f), not yet scored: a small GPT LM on PP2 x DP2 (pipelines {0,1},{2,3}, DP groups {0,2},{1,3} from dist.new_group), Megatron-style 1F1B with activations/gradients moved by dist.batch_isend_irecv of P2POp lists on the pipeline group (send_forward_recv_backward / send_backward_recv_forward posted together), stage gradients all-reduced in the DP group in 2-3 flat buckets, AdamW, last-stage loss all_reduce in {1,3}, a per-step checkpoint-shard write, an evaluation forward every few steps
+    ("ppdp4-default-healthy", "user_pp_dp_batchp2p.py", "--seed 11221"),
+    ("ppdp4-shapes-s8-healthy", "user_pp_dp_batchp2p.py", "--seed 11222 --shapes --steps 8"),
+    ("ppdp4-mb6-d160-b2-healthy", "user_pp_dp_batchp2p.py", "--seed 11223 --micro-batches 6 --dim 160 --buckets 2"),
+    ("ppdp4-s96-mbs3-h8-eval2-healthy", "user_pp_dp_batchp2p.py", "--seed 11224 --seq-len 96 --mb-size 3 --heads 8 --eval-every 2"),
+    ("ppdp4-l4-mb4-healthy", "user_pp_dp_batchp2p.py", "--seed 11225 --layers 4 --micro-batches 4"),
+    ("ppdp4-fwd3x-r1", "user_pp_dp_batchp2p.py", "--seed 11226 --slow-rank 1 --factor 3 --steps 7"),
+    ("ppdp4-fwd3x-r0", "user_pp_dp_batchp2p.py", "--seed 11227 --slow-rank 0 --factor 3 --steps 7"),
+    ("ppdp4-mb6-fwd4x-r2", "user_pp_dp_batchp2p.py", "--seed 11228 --micro-batches 6 --slow-rank 2 --factor 4 --steps 7"),
+    ("ppdp4-d160-fwd3x-r3", "user_pp_dp_batchp2p.py", "--seed 11229 --dim 160 --slow-rank 3 --factor 3 --steps 7"),
+    ("ppdp4-sleep150-r2", "user_pp_dp_batchp2p.py", "--seed 11230 --slow-rank 2 --sleep-ms 150"),
+    ("ppdp4-datasleep150-r3", "user_pp_dp_batchp2p.py", "--seed 11231 --slow-rank 3 --data-sleep-ms 150"),
+    ("ppdp4-shardsleep150-r0", "user_pp_dp_batchp2p.py", "--seed 11232 --slow-rank 0 --shard-sleep-ms 150"),
+    ("ppdp4-hog-r1", "user_pp_dp_batchp2p.py", "--seed 11233 --slow-rank 1 --hog"),
+    ("ppdp4-link0-1-x512", "user_pp_dp_batchp2p.py", "--seed 11234 --link-src 0 --link-dst 1 --link-factor 512"),
+    ("ppdp4-seqlognorm0.8", "user_pp_dp_batchp2p.py", "--seed 11235 --seq-sigma 0.8"),
+    ("ppdp4-bigrank3-skew3", "user_pp_dp_batchp2p.py", "--seed 11236 --big-rank 3 --big 3"),
+]
+BATTERIES = {"users74": USERS74, "users81": USERS81, "users83": USERS83, "users83b": USERS83B, "users83c": USERS83C, "users84": USERS84, "users84b": USERS84B, "users84c": USERS84C, "users84d": USERS84D, "users85": USERS85, "users86": USERS86, "users86b": USERS86B, "users87": USERS87, "users87b": USERS87B, "users88": USERS88, "users88b": USERS88B, "users88c": USERS88C, "users89": USERS89, "users89b": USERS89B, "users90": USERS90, "users90b": USERS90B, "users90c": USERS90C, "users91": USERS91, "users92": USERS92, "users92b": USERS92B, "users92c": USERS92C, "users93": USERS93, "users93b": USERS93B, "users94": USERS94, "users94b": USERS94B, "users95": USERS95, "users95b": USERS95B, "users96": USERS96, "users96b": USERS96B, "users97": USERS97, "users97b": USERS97B, "users98": USERS98, "users98b": USERS98B, "users100b": USERS100B, "users100": USERS100, "users99b": USERS99B, "users99": USERS99, "users101b": USERS101B, "users101": USERS101, "users102b": USERS102B, "users102": USERS102, "users103": USERS103, "users103b": USERS103B, "users104": USERS104, "users104b": USERS104B, "users105b": USERS105B, "users105": USERS105, "users106": USERS106, "users106b": USERS106B, "users107b": USERS107B, "users107": USERS107, "users108": USERS108, "users108b": USERS108B, "users109": USERS109, "users109b": USERS109B, "users111": USERS111, "users110b": USERS110B, "users110": USERS110, "users111b": USERS111B, "users112": USERS112, "users112b": USERS112B}
 _LAYOUTS = {"pp4": (1, 4, 1), "pp2dp2": (1, 2, 2), "tp4": (4, 1, 1), "dp2tp2": (2, 1, 2), "tp2dp2": (2, 1, 2),
             "dp4": (1, 1, 4), "dp2": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
 """(tp, pp, dp) by the id's first word; any other word (``ddp4``, ``fsdp4``): 4 data-parallel ranks."""
