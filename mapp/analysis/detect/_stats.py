@@ -8,7 +8,7 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
-__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "FALSE_ALARM", "z_critical", "margin", "robust_scale", "within_rank_scale",
+__all__ = ["MAD_TO_SIGMA", "MEDIAN_SE", "FALSE_ALARM", "z_critical", "margin", "robust_scale", "within_rank_scale", "others_max",
            "others_median", "binomial_tail"]
 
 MAD_TO_SIGMA = 1.4826
@@ -70,6 +70,19 @@ def others_median(group: np.ndarray, value: np.ndarray) -> np.ndarray:
 
     out = np.empty(len(g))
     out[order] = (others_at(lo) + others_at(hi)) / 2
+    return out
+
+
+def others_max(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """For each row, the largest ``value`` over the other rows of its ``group`` (groups of >= 2)."""
+    order = np.lexsort((value, group))
+    g, v = group[order], value[order].astype(np.float64)
+    last = np.r_[np.flatnonzero(np.diff(g)), len(g) - 1]      # each group's largest, sorted last
+    sizes = np.diff(np.r_[-1, last])
+    top = np.repeat(v[last], sizes)
+    second = np.repeat(v[last - 1], sizes)
+    out = np.empty(len(g))
+    out[order] = np.where(np.arange(len(g)) == np.repeat(last, sizes), second, top)
     return out
 
 

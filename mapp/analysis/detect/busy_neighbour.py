@@ -48,7 +48,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from mapp.analysis.detect._stats import others_median
+from mapp.analysis.detect._stats import others_max, others_median
 from mapp.analysis.detect.data_sized import PACED_KINDS
 from mapp.analysis.detect.findings import Suspect
 from mapp.analysis.detect.peer_evidence import PeerEvidence
@@ -120,7 +120,7 @@ def _summed(per: pl.DataFrame, coords: dict, threshold: float) -> pl.DataFrame:
         return pl.DataFrame()
     gid = per.select(pl.struct("program", "iteration").rank("dense")).to_series().to_numpy()
     busy = per["busy_ns"].to_numpy().astype(np.float64)
-    per = per.with_columns(peer=pl.Series(others_median(gid, busy)), busiest=pl.Series(_others_max(gid, busy)))
+    per = per.with_columns(peer=pl.Series(others_median(gid, busy)), busiest=pl.Series(others_max(gid, busy)))
     per = per.filter(pl.col("peer") > 0).with_columns(ratio=pl.col("busy_ns") / pl.col("peer"),
                                                       over_busiest=pl.col("busy_ns") / pl.col("busiest"))
     return per.group_by("rank").agg(
@@ -128,16 +128,3 @@ def _summed(per: pl.DataFrame, coords: dict, threshold: float) -> pl.DataFrame:
         slower=pl.col("iteration").filter(pl.col("ratio") >= 1 + threshold).sort(),
         excess_ns_sum=(pl.col("busy_ns") - pl.col("peer")).mean())
 
-
-def _others_max(group: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """For each row, the largest ``value`` over the other rows of its ``group`` (rows sorted by
-    group; groups of >= 2)."""
-    out = np.empty(len(value))
-    starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1, len(group)]
-    for a, b in zip(starts[:-1], starts[1:]):
-        v = value[a:b]
-        top = np.argmax(v)
-        second = np.max(np.delete(v, top)) if b - a > 1 else np.nan
-        out[a:b] = v[top]
-        out[a + top] = second
-    return out

@@ -111,6 +111,15 @@ def _not_slower(own: dict, stage1: dict[int, dict], program: dict, threshold: fl
     return "role" if _its_role(own, busy, threshold) else None
 
 
+_NOT_SLOWER_WHY = {
+    "data": ("neither busier than its peers by the threshold nor idle longer by its share of its work: last by its "
+             "turn of the data"),
+    "role": ("busier than its peers only by work they never do or do less often, at their pace on the work they "
+             "share: its part in the program"),
+}
+"""What each of ``_not_slower``'s answers says in the stand-in's note."""
+
+
 def _its_role(own: dict, busy: float, threshold: float) -> bool:
     """Whether a rank is busier than its peers by work they never do or do less often (its
     ``alone_ns`` and ``added_real_ns``, by its clock, the threshold's share of its busy time or
@@ -172,25 +181,18 @@ def lasting_stand_ins(stand_ins: list[Suspect], lateness: LatenessEvidence,
         if chance < FALSE_ALARM and why_not is None:
             kept.append(s)
             continue
-        if chance < FALSE_ALARM and why_not == "role":
-            overruled.append(Overruled(s.rank, f"rank {s.rank} kept the others waiting (last at {row['last']} of "
-                                               f"{row['instances']} collectives) in {lasting:.0%} of the traced "
-                                               "iterations: not a suspect (stage 1 found no clear slowdown, and it is "
-                                               "busier than its peers only by work they never do or do less often, "
-                                               "at their pace on the work they share: its part in the program)"))
-            continue
         # (nor one that is neither busier than the others of its program by the threshold nor
         # idle longer by the threshold's share of its work: it keeps them waiting by its turn of
         # the data, not by being slower. A user's LayerDrop transformer, lengths drawn lognormal
         # per rank and step, no fault: rank 2 last in 7 of 8 steps, its busy time 1.03x the
         # others', 3.9 ms a step more idle of 142 ms; every busy thread or slowed rank stage 2
         # stood in for over the recorded jobs was 1.24-5.9x)
+        # (nor one busier only by its part in the program: ``_its_role``)
         if chance < FALSE_ALARM:
             overruled.append(Overruled(s.rank, f"rank {s.rank} kept the others waiting (last at {row['last']} of "
                                                f"{row['instances']} collectives) in {lasting:.0%} of the traced "
                                                "iterations: not a suspect (stage 1 found no clear slowdown, and it is "
-                                               "neither busier than its peers by the threshold nor idle longer by "
-                                               "its share of its work: last by its turn of the data)"))
+                                               f"{_NOT_SLOWER_WHY[why_not]})"))
             continue
         why = ("alone names a rank only in (nearly) every one: a fault lasts, while ranks drawing other work "
                "each step are last in most steps by chance" if lasting < STAND_IN_LASTING else
