@@ -235,6 +235,10 @@ def _link_observation(o: dict) -> str:
         return f"{link} moves {o['ratio']:.1f}x the bytes of its like links ({what})"
     if o.get("compared") == "messages moved":
         return f"{link} carries {o['ratio']:.1f}x the messages of its like links (sizes not recorded)"
+    if o.get("compared") == "message windows" and o.get("direction"):
+        src, dst = o["direction"]
+        return (f"{link}: its messages from {src} to {dst} in flight {o['in_flight_ms']:.1f} ms a step, {o['ratio']:.1f}x "
+                f"the other directions' ({o['like_ms']:.1f} ms; posted asynchronously, sizes not recorded)")
     if o.get("compared") == "message windows":
         return (f"{link}: its messages in flight {o['window_ms']:.2f} ms each, {o['ratio']:.1f}x its like links' "
                 f"({o['like_ms']:.2f} ms; posted asynchronously, sizes not recorded)")

@@ -74,7 +74,7 @@ def stage_evidence(bundle, cuts: Thresholds, layout: dict[str, int] | None = Non
 
     scan = bundle.scan().filter(pl.col("ph") == "X")
     events = _launched_by(scan.filter(pl.col("cat") != "iteration").select(
-        _COLUMNS + _shape(bundle) + _tokens(bundle)).collect())
+        _COLUMNS + _shape(bundle) + _tokens(bundle) + _in_graph(bundle)).collect())
     waits = own_time and records_waits(events)
     if not waits:
         events = events.drop(RUNNABLE)
@@ -451,6 +451,15 @@ def _tokens(bundle) -> list[pl.Expr]:
     if "mapp" not in bundle.ranks["format"].to_list():
         return []
     return [_arg("tokens").cast(pl.Int64, strict=False).alias("tokens")]
+
+
+def _in_graph(bundle) -> list[pl.Expr]:
+    """An ``in_graph`` column on profiler traces: whether the op ran with autograd on (the
+    profiler's ``Sequence number``), which tells a stage's forward passes under ``no_grad``
+    from its graph's (``no_grad_passes``)."""
+    if "kineto" not in bundle.ranks["format"].to_list():
+        return []
+    return [pl.col("args").str.contains('"Sequence number"', literal=True).fill_null(False).alias("in_graph")]
 
 
 def _program_peers(info: LayoutInfo, events: pl.DataFrame, matching, groups: pl.DataFrame, *,

@@ -18,6 +18,12 @@ with every message from rank 1 to rank 2 padded to 4096x its rows (8 MB), link 1
 8.7x the others' 0.52 and 0.85 ms. (A side's span starts at its ``c10d`` call, the post:
 ``ingest.kineto``.)
 
+A link's typical window says little where most of its messages are not the slow ones: one
+direction padded, the other not, each payload after a small header. So each direction is also
+read on its own, by how long a step any of its windows was open (their union), against the other
+directions' (``DIRECTION_RATIO``): the messages from one end to the other in flight far longer a
+step, holding a real part of it.
+
 Ends are compared on each rank's own clock, which the processes of one machine share (as
 ``ingest._gloo_groups`` pairs calls by their ends): the aligned clock, fitted to collectives,
 moved one rank by up to 1.3 ms against another there, more than a healthy window.
@@ -30,7 +36,7 @@ import polars as pl
 from mapp.analysis.detect.findings import LinkFinding
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["HELD_COST", "HELD_RATIO", "WINDOWED", "WINDOW_COST", "WINDOW_RATIO", "window_links"]
+__all__ = ["DIRECTION_RATIO", "HELD_COST", "HELD_RATIO", "WINDOWED", "WINDOW_COST", "WINDOW_RATIO", "window_links"]
 
 WINDOWED = "message windows"
 """An observation's ``compared`` where its link was timed by its messages' windows."""
@@ -73,14 +79,28 @@ last stage sleeping 25 ms a step: 3.2x, 33%; a GPipe PP2 x DP2, one stage comput
 isend/irecv hops, one hop's messages padded 32x (5.8x, 34% of the step), and a sequence-parallel
 scan's carries padded 16384x (5.2x, 34%), both "no suspect" before."""
 
+DIRECTION_RATIO = 12.0
+"""One direction of a link (its messages from one end to the other) whose messages were in flight
+this many times as long a step as the other directions' (the union of its windows, ``_in_flight``),
+more than ``STEP_RATIO`` x theirs in nearly every step and beyond theirs by ``HELD_COST`` of the
+iteration, is slow, where the link's typical window is not: a pipeline whose every payload
+follows a shape header, one direction's payloads padded, keeps three of its link's four kinds of
+message short (a user's PP4 of variable lengths, gradients from rank 3 to rank 2 padded 1024x:
+27x the other directions' a step, 41% of the step, "no suspect" before). Over the users' jobs so
+timed (22 batteries of user-written families, 4 gloo processes on 2 shared cores), the padded
+directions read 16-152x, holding 25-52% of the step; of the healthy, imbalanced and slowed-rank
+jobs' directions none above 10.3x beyond 8% of the step (a GPipe PP2 x DP2 of a heavier stage 1:
+the activations to it 10.3x, 19%), but for those into a rank computing 4-4.5x (11-18x, 35-41%:
+its messages wait for it to take them), which ``verdict.combine`` leaves to that rank."""
+
 HELD_COST = 0.2
 """...the share of the iteration (as ``WINDOW_COST``) such a link's windows must hold."""
 
 
 def _windows(p2p: pl.DataFrame) -> pl.DataFrame:
     """Per message of an unsized pair with an asynchronous side: ``link`` (its ends, sorted),
-    ``iteration``, ``w`` (its window, 0 where one side was done before the other posted: a
-    message small enough to wait in a buffer) and the window's ``lo``/``hi`` edges."""
+    ``src``, ``dst``, ``iteration``, ``w`` (its window, 0 where one side was done before the
+    other posted: a message small enough to wait in a buffer) and the window's ``lo``/``hi`` edges."""
     p = p2p.filter((pl.col("src") != pl.col("dst")) & (pl.col("send_async") | pl.col("recv_async"))
                    & pl.col("bytes").is_null() & pl.col("iteration").is_not_null())
     # A receive that ended before its send was posted is no pair of the two: a few are calls
@@ -93,7 +113,7 @@ def _windows(p2p: pl.DataFrame) -> pl.DataFrame:
     hi = pl.min_horizontal("send_end_ns", "recv_end_ns")
     return p.select(link=pl.concat_list(pl.min_horizontal("src", "dst"), pl.max_horizontal("src", "dst"))
                     .cast(pl.List(pl.Int32)), iteration="iteration", lo=lo, hi=pl.max_horizontal(lo, hi),
-                    w=(hi - lo).clip(lower_bound=0))
+                    w=(hi - lo).clip(lower_bound=0), src="src", dst="dst")
 
 
 def _in_flight(w: pl.DataFrame) -> pl.DataFrame:
@@ -149,4 +169,40 @@ def window_links(p2p: pl.DataFrame, iteration_ns: float | None = None) -> list[L
                            "compared": WINDOWED, "window_ms": round(float(own) / 1e6, 3),
                            "like_ms": round(float(theirs) / 1e6, 3)}],
         ))
+    named = {f.ranks for f in findings}
+    findings += [f for f in _slow_directions(w, iteration_ns) if f.ranks not in named]
     return sorted(findings, key=lambda f: -f.slowdown)
+
+
+def _slow_directions(w: pl.DataFrame, iteration_ns: float | None) -> list[LinkFinding]:
+    """Each direction of a link whose messages are in flight far longer a step than the other
+    directions' (``DIRECTION_RATIO``, ``HELD_COST``), where three directions or more are timed."""
+    if not iteration_ns:
+        return []
+    busy = _in_flight(w.with_columns(link=pl.concat_list("src", "dst").cast(pl.List(pl.Int32))))
+    steps = busy["iteration"].n_unique()
+    busy = busy.filter(pl.len().over("link") >= CONSISTENT * steps)
+    directions = busy["link"].unique().to_list()
+    if len(directions) < 3:
+        return []
+    findings = []
+    for direction in directions:
+        mine = busy.filter(pl.col("link") == direction)
+        others = busy.filter(pl.col("link") != direction).group_by("iteration").agg(other=pl.col("busy").median())
+        by_step = mine.join(others, on="iteration")
+        theirs, own = others["other"].median(), mine["busy"].median()
+        if not by_step.height or not theirs or own < DIRECTION_RATIO * theirs:
+            continue
+        raised = by_step.filter(pl.col("busy") > STEP_RATIO * pl.col("other"))
+        excess = by_step.select((pl.col("busy") - pl.col("other")).clip(lower_bound=0).median()).item() or 0.0
+        if len(raised) < CONSISTENT * by_step.height or excess < HELD_COST * iteration_ns:
+            continue
+        ratio = float(own) / float(theirs)
+        findings.append(LinkFinding(
+            kind="slow_link", ranks=tuple(sorted(direction)), slowdown=ratio, z=0.0, excess_ns=float(excess),
+            observations=[{"ranks": sorted(direction), "what": "p2p", "direction": list(direction),
+                           "ratio": round(ratio, 3), "compared": WINDOWED,
+                           "iterations": sorted(int(i) for i in raised["iteration"].to_list()),
+                           "in_flight_ms": round(float(own) / 1e6, 3), "like_ms": round(float(theirs) / 1e6, 3)}],
+        ))
+    return findings

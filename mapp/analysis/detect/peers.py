@@ -33,6 +33,7 @@ from mapp.analysis.detect.contention import contended
 from mapp.analysis.detect.idle import (BACKWARD, NOISE, data_stalls, idle_gaps, lasting_gaps, launch_bound, no_slower,
                                       stalls)
 from mapp.analysis.detect.loop_trips import with_trips
+from mapp.analysis.detect.no_grad_passes import no_grad_passes
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.replicas import polish
@@ -180,8 +181,10 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
             return PeerEvidence("skipped", "no op ran on two or more peers with the same shapes", min_effect=min_effect)
         per, ranks, z_crit, pairs, graded = found
         if by_order and mode == "layer peers":
-            # the GEMMs a stage calls beyond its layers', which the ops called alike leave out
-            ranks = with_stage_gemms(ranks, stage_gemms(ops, coords), ops)
+            # the GEMMs a stage calls beyond its layers', and the forward passes it runs outside
+            # its graph beyond its peers', which the ops called alike leave out
+            added = _more_added(stage_gemms(ops, coords), no_grad_passes(ops, slow_op))
+            ranks = with_stage_gemms(ranks, added, ops)
         if not judge_gaps:
             ranks = ranks.with_columns(gap_flagged=pl.lit(False))
         # (a stage's compute is all its ops', compared or not)
@@ -302,6 +305,16 @@ def _scope(compared: pl.DataFrame, ops: pl.DataFrame) -> str:
     share = float(compared["self_ns"].sum()) / max(float(ops["self_ns"].sum()), 1.0)
     return (f"on the ops every stage calls as often, {share:.0%} of their compute (recorded without input "
             "shapes: record_shapes=True compares the rest)")
+
+
+def _more_added(*found: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Per rank, of the work found added to it (``stage_gemms``, ``no_grad_passes``), the most
+    (by its excess time)."""
+    frames = [f for f in found if f is not None]
+    if not frames:
+        return None
+    return (pl.concat(frames).sort("added_excess_ns", descending=True)
+            .group_by("rank", maintain_order=True).first())
 
 
 _UNLIKE = "!"

@@ -34,6 +34,7 @@ from mapp.analysis.detect.imbalance import heavy_replicas, suspects_stages, work
 from mapp.analysis.detect.lateness import LatenessEvidence, as_evidence
 from mapp.analysis.detect.link_ends import link_ends, links_beside_a_busy_host, own_slowness
 from mapp.analysis.detect.layout import LayoutInfo, middle_stages
+from mapp.analysis.detect.p2p_windows import WINDOWED
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.shared_cpus import (CONTENTION, FAR_MORE, above_shared_cpus, counted_first,
                                                late_above_contention, layers_by_contention, slowest_other, stands_out,
@@ -129,6 +130,7 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
         suspects = tp_group_alike(suspects, peers, coords, lateness, tp_pace, overruled)
     if bandwidth.ran:
         hosts = {s.rank: s for s in suspects if s.kind == "slow_host"}
+        computing = {s.rank: s for s in suspects if s.kind == "slow_compute"}
         for f in bandwidth.findings:
             # A slow host launches its transfers late too; where a trace's p2p span starts before
             # the launch (MegatronApp's batched p2p), its links look slow for that reason alone.
@@ -138,6 +140,14 @@ def combine(peers: PeerEvidence, lateness: LatenessEvidence, bandwidth: Bandwidt
             late_launch = [hosts[r] for r in f.ranks if r in hosts] if f.kind != "slow_nic" and not own_slowness(f) else []
             if late_launch:
                 late_launch[0].evidence.setdefault("slow_links_explained", []).extend(f.observations)
+                continue
+            # One direction's messages in flight longer (``p2p_windows``) where their receiver
+            # computes slower: its messages wait for it to take them, its windows open all the
+            # while (a user's GPipe PP2 x DP2, a stage-1 rank computing 4.5x: the messages to it
+            # in flight 18x the other directions' a step, 41% of the step, beside it 1.29x)
+            into = [computing[r] for r in _receivers(f) if r in computing]
+            if into:
+                into[0].evidence.setdefault("slow_links_explained", []).extend(f.observations)
                 continue
             # A link whose slow transfers add under LINK_COST x ``min_effect`` of the iteration
             # is not what slows the job, however much slower it is (4 H100s, healthy: an 8 KB
@@ -428,6 +438,13 @@ def _compute_suspect(row: dict, peers: PeerEvidence, late: dict | None, late_cut
                      overruled: list[Overruled] | None = None, shared_cpus: bool = False,
                      replica: bool = False, untraced: bool = False) -> Suspect | None:
     busy = row["busy_ns"] or 0.0
+    # Where the stages were compared on a part of their work (``peers.scope``: the ops every
+    # stage calls as often), its idle time is weighed against all of it, not that sliver (a
+    # user's PP4, a stage repeating its forward under ``no_grad``: 0.4 ms of ops compared, 225 ms
+    # of work a step; its 1.9 ms more stalls read as a host's real share, and its 16 ms of
+    # passes beyond its peers' as a host's time)
+    if peers.scope is not None:
+        busy = max(busy, row.get("all_work_ns") or 0.0)
     gap_excess = max(row["gap_excess_ns"] or 0.0, 0.0)
     # A slow host shows as idle launch gaps; they count when they are a real share of the
     # rank's work (its launch delays inside spans stretch those too: see _host_slowdown).
@@ -785,6 +802,11 @@ def _middle_stages(layout: LayoutInfo) -> frozenset[int]:
         return frozenset()
     traced_last = int(layout.ranks["pp"].max())
     return middle_stages(layout.ranks, first=0, last=min(layout.sizes["pp"] - 1, traced_last))
+
+
+def _receivers(f) -> list[int]:
+    """The receiving ends of a link finding's observations timed by one direction's windows."""
+    return [o["direction"][1] for o in f.observations if o.get("compared") == WINDOWED and o.get("direction")]
 
 
 def _link_suspect(f, bandwidth: BandwidthEvidence, coords: dict, iteration_ns: float | None) -> Suspect:

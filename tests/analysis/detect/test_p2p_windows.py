@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 from mapp.analysis.detect.p2p_windows import WINDOWED, window_links
 
@@ -103,3 +104,47 @@ def test_a_link_under_the_ratio_is_slow_only_where_its_windows_hold_a_large_part
     assert [(f.ranks, round(f.slowdown, 1)) for f in window_links(p, iteration_ns=60 * MS)] == [((1, 2), 5.3)]
     assert window_links(p, iteration_ns=200 * MS) == []
     assert window_links(p) == []
+
+
+def _headed(padded: tuple[int, int] | None = None, transfer_ms: float = 10.0, steps: int = 4) -> pl.DataFrame:
+    """A line of 4 ranks trading a payload with both neighbours 10 times a step, each payload
+    preceded by a small shape header, every window 0.3 ms; ``padded`` (src, dst): that one
+    direction's payloads take ``transfer_ms`` (its headers and the other way's messages do not)."""
+    rows, i = [], 0
+    for it in range(steps):
+        for k in range(10):
+            t = it * 200 * MS + k * 15 * MS
+            for a, b in [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)]:
+                for header in (True, False):
+                    start = t + (0 if header else 1 * MS)
+                    move = transfer_ms if (a, b) == padded and not header else 0.3
+                    done = start + int(move * MS)
+                    rows.append({"pair_id": i, "src": a, "dst": b, "bytes": None, "iteration": it,
+                                 "send_start_ns": start, "send_end_ns": done + 50_000,
+                                 "recv_start_ns": start, "recv_end_ns": done + 80_000,
+                                 "bytes_match": True, "send_async": True, "recv_async": False})
+                    i += 1
+    return pl.DataFrame(rows, schema_overrides={"src": pl.Int32, "dst": pl.Int32, "iteration": pl.Int32,
+                                                "bytes": pl.Int64})
+
+
+def test_one_direction_in_flight_far_longer_than_the_others_is_a_slow_link_its_typical_window_not():
+    # link 1-2's typical window is a header's or the other way's (30 of its 40 messages a step),
+    # but its messages from 2 to 1 are in flight 10 x 0.35 + 10 x 10.05 = 104 ms a step, the
+    # other directions' 20 x 0.35 = 7 ms: 14.9x, and 97 ms of the 200 ms step beyond theirs
+    found = window_links(_headed(padded=(2, 1)), iteration_ns=200 * MS)
+    assert [(f.kind, f.ranks) for f in found] == [("slow_link", (1, 2))]
+    o = found[0].observations[0]
+    assert o["compared"] == WINDOWED and o["direction"] == [2, 1] and o["iterations"] == [0, 1, 2, 3]
+    assert found[0].slowdown == pytest.approx(104 / 7)
+    assert found[0].excess_ns == pytest.approx(97 * MS)
+    # without the job's iteration there is no share of it to weigh: not read
+    assert window_links(_headed(padded=(2, 1))) == []
+
+
+def test_a_direction_a_little_longer_in_flight_or_holding_little_of_the_step_is_not_slow():
+    assert window_links(_headed(), iteration_ns=200 * MS) == []
+    # 10 x 0.35 + 10 x 7.05 = 74 ms a step against 7 ms: 10.6x
+    assert window_links(_headed(padded=(2, 1), transfer_ms=7.0), iteration_ns=200 * MS) == []
+    # 14.9x, but 97 ms of a 1 s step (9.7%)
+    assert window_links(_headed(padded=(2, 1)), iteration_ns=1000 * MS) == []

@@ -1178,3 +1178,37 @@ def test_a_master_busier_only_by_its_part_in_the_program_is_not_named_by_stage_2
     assert verdict.suspects == []
     said = [n for n in verdict.notes if n.startswith("rank 0 kept the others waiting")]
     assert len(said) == 1 and "its part in the program" in said[0]
+
+
+def test_a_stage_repeating_its_forward_under_no_grad_is_named_not_read_as_more_layers():
+    # a 1F1B PP4 of variable lengths (user_varlen_pipe.py, users111b), rank 1's stage running each
+    # microbatch's forward again under no_grad and its backward again, both discarded: it calls
+    # every op of its layers twice as often, so no op is called alike and stage 1 compared 0% of
+    # its work; "no suspect", stage 1 "computes 2.41x the lightest stage (more layers)" before.
+    # Its graph holds its peers' layers (its ops recorded with autograd on are as many), its
+    # forward calls outside it 1.98x its peers' share (``no_grad_passes``)
+    verdict = detect_bundle(load_bundle(CASES["vlp4-fwd2x-r1"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
+    assert verdict.suspects[0].slowdown == pytest.approx(2.0, abs=0.1)
+
+
+def test_one_direction_of_a_link_in_flight_far_longer_than_the_others_is_a_slow_link():
+    # the same pipeline (users111b), every gradient message from rank 3 to rank 2 padded 1024x,
+    # sends posted asynchronously and no sizes recorded: link 2-3's typical message window stays
+    # short, as half of its messages (activations one way, every payload's shape header) are
+    # not padded, but the messages from 3 to 2 are in flight 25x the other directions' a step,
+    # 44% of the step; "no suspect" before (``p2p_windows._slow_directions``)
+    verdict = detect_bundle(load_bundle(CASES["vlp4-link3-2-x1024"].directory), threshold=0.1)
+    top = verdict.suspects[0]
+    assert (top.kind, {top.rank, top.peer}) == ("slow_link", {2, 3})
+    assert top.evidence["bandwidth"]["observations"][0]["direction"] == [3, 2]
+
+
+def test_messages_in_flight_long_into_a_rank_computing_slower_are_that_ranks_doing():
+    # GPipe PP2 x DP2 (user_gpipe_dp.py, users104b), rank 3 computing 4.5x: the activations from
+    # rank 2 wait for it to take them, in flight 18x the other directions' a step; the rank is
+    # named, the direction is its doing, not a slow link beside it (``verdict.combine``)
+    verdict = detect_bundle(load_bundle(CASES["gp22-clip-mb6-l1-fwd4.5x-r3"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(3, "slow_compute")]
+    explained = verdict.suspects[0].evidence["slow_links_explained"]
+    assert [o["direction"] for o in explained] == [[2, 3]]
