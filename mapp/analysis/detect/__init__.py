@@ -2,7 +2,9 @@
 
 ``detect_bundle(bundle, threshold=0.1) -> Verdict`` runs three stages over a trace bundle:
 
-1. peer comparison (``peers``): a rank's own compute against ranks doing the same work;
+1. peer comparison (``peers``): a rank's own compute against ranks doing the same work (pipeline
+   stages of one rank each on the ops they call alike, with what a stage adds counted:
+   ``stage_gemms``, ``no_grad_passes``);
 2. collective lateness (``lateness``): who arrives last at TP/DP collectives on aligned clocks;
 3. effective bandwidth (``bandwidth``): p2p links and collective transfers once all are ready;
 

@@ -24,12 +24,14 @@ threshold) in nearly every iteration (``CONSISTENT``), while its graph holds its
 (``graph_units`` within t of 1: a stage of more layers calls more in its graph too), adds
 that work: ``added`` (``added_work``'s columns), each op's calls beyond its peers' share priced
 at the ranks' median typical call, for the times of processes sharing cores say more of their
-neighbours than of the work. How it was set: over 530 jobs of 34 user-written families (4
-processes on 2 cores), stages or ranks that repeated forward passes read 1.5-2.6x on
-pipelines of one rank a stage (1.1-2.9x elsewhere); pipeline stages no fault touched read at
-most 1.12x, a chimera pipeline's stage of three times the layers 1.23x (its graph 1.86x its
-peers'), and of the other programs only a distillation's teacher ranks (1.7-1.9x) and an
-actor-learner's learner (1.7-2.2x) came near, whose graphs hold a fraction of their peers'.
+neighbours than of the work. How it was set: over 512 jobs of 32 user-written families (4
+processes on 2 cores), the stages of 4-stage pipelines that repeated their forward read 1.5-2.6x
+(a variable-length 1F1B, a zero-bubble and a broadcast pipeline), a chimera pipeline's 1.2-1.3x
+(named by other evidence); the stages no fault touched read at most 1.12x, a chimera's stage of
+three times the layers 1.23x, its graph 1.86x its peers'. Of other programs, where the rule is not
+asked, a distillation's teacher ranks read 1.7-1.9x and an actor-learner's learner 1.7-2.2x, their
+graphs a fraction of their peers'. With two stages the median is their mean and either could be
+the odd one: three stages or more are asked.
 """
 
 from __future__ import annotations
