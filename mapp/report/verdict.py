@@ -166,7 +166,9 @@ def _evidence_line(s) -> str:
                          "but only this rank keeps the others waiting at the collectives")
         if p.get("added_work") and s.kind == "slow_compute":
             clock = p["added_work"].get("by_clock_ms_per_iteration")
-            parts.append(f"the ops it calls more often than its peers {p['added_work']['slowdown']:.2f}x their time "
+            what = ("its forward passes outside its autograd graph (no_grad) {:.2f}x its peers' share"
+                    if p["added_work"].get("outside_graph") else "the ops it calls more often than its peers {:.2f}x their time")
+            parts.append(what.format(p["added_work"]["slowdown"]) + " "
                          f"(+{p['added_work']['excess_ms_per_iteration']:.2f} ms/it"
                          + (f" at their typical call, +{clock:.2f} ms/it by its clock)" if clock else ")"))
         if p.get("launched_more") and s.kind == "slow_compute":

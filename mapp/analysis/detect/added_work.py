@@ -531,6 +531,9 @@ def added_evidence(row: dict) -> dict:
     if (row.get("added_real_ns") or 0.0) > float(row["added_excess_ns"]):
         # (its surplus calls by its own clock, where that is more: what its cost counts)
         out["by_clock_ms_per_iteration"] = round(float(row["added_real_ns"]) / 1e6, 4)
+    if row.get("added_outside_graph"):
+        # (a stage's forward passes outside its autograd graph: ``no_grad_passes``)
+        out["outside_graph"] = True
     return out
 
 

@@ -75,8 +75,9 @@ def graph_units(counts: pl.DataFrame) -> pl.DataFrame:
 
 def no_grad_passes(ops: pl.DataFrame, threshold: float) -> pl.DataFrame | None:
     """Per rank (one rank a pipeline stage) whose forward runs outside its graph beyond its
-    peers' share in nearly every iteration (the module doc): ``added``, ``added_excess_ns``
-    and ``added_base_ns``; None where no stage does or the trace records no autograd numbers.
+    peers' share in nearly every iteration (the module doc): ``added``, ``added_excess_ns``,
+    ``added_base_ns`` and ``added_outside_graph`` (true: what the report says the added work
+    is); None where no stage does or the trace records no autograd numbers.
     ``ops``: every compute op of the stages (``rank``, ``iteration``, ``name``, ``self_ns``,
     ``in_graph``: the detector's, whether the profiler recorded the op with autograd on)."""
     if "in_graph" not in ops.columns or ops["rank"].n_unique() < 3:
@@ -109,4 +110,4 @@ def no_grad_passes(ops: pl.DataFrame, threshold: float) -> pl.DataFrame | None:
     if per.is_empty():
         return None
     return per.select("rank", added=(pl.col("base") + pl.col("excess")) / pl.col("base"),
-                      added_excess_ns="excess", added_base_ns="base")
+                      added_excess_ns="excess", added_base_ns="base", added_outside_graph=pl.lit(True))

@@ -313,7 +313,7 @@ def _more_added(*found: pl.DataFrame | None) -> pl.DataFrame | None:
     frames = [f for f in found if f is not None]
     if not frames:
         return None
-    return (pl.concat(frames).sort("added_excess_ns", descending=True)
+    return (pl.concat(frames, how="diagonal").sort("added_excess_ns", descending=True)
             .group_by("rank", maintain_order=True).first())
 
 

@@ -1190,6 +1190,7 @@ def test_a_stage_repeating_its_forward_under_no_grad_is_named_not_read_as_more_l
     verdict = detect_bundle(load_bundle(CASES["vlp4-fwd2x-r1"].directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_compute")]
     assert verdict.suspects[0].slowdown == pytest.approx(2.0, abs=0.1)
+    assert verdict.suspects[0].evidence["peers"]["added_work"]["outside_graph"] is True
 
 
 def test_one_direction_of_a_link_in_flight_far_longer_than_the_others_is_a_slow_link():
