@@ -1449,7 +1449,7 @@ USERS114 = [  # held out in the hundred-and-third session (c), scored once after
     ("cp4-seqlognorm0.8", "user_cp_allgather.py", "--seed 11415 --seq-sigma 0.8"),
     ("cp4-bigrank2-skew3", "user_cp_allgather.py", "--seed 11416 --big-rank 2 --big 3"),
 ]
-USERS115 = [  # held out in the hundred-and-third session (d): pipeline-parallel (PP4) batched inference serving of a small decoder LM under inference_mode, one stage a rank with its own KV cache, left-padded prompts prefilled in micro-batches (activations 0->1->2->3 by isend/irecv, stages overlapping), decode iterations passing each token's hidden state 0->1->2->3 and the sampled ids back 3->0 by blocking send/recv, a serving-stats all_reduce and a per-rank request-queue hand-back each round
+USERS115 = [  # held out in the hundred-and-third session (d), not yet scored: pipeline-parallel (PP4) batched inference serving of a small decoder LM under inference_mode, one stage a rank with its own KV cache, left-padded prompts prefilled in micro-batches (activations 0->1->2->3 by isend/irecv, stages overlapping), decode iterations passing each token's hidden state 0->1->2->3 and the sampled ids back 3->0 by blocking send/recv, a serving-stats all_reduce and a per-rank request-queue hand-back each round
     ("ppinf4-default-healthy", "user_pp_inference.py", "--seed 11501"),
     ("ppinf4-shapes-t4-healthy", "user_pp_inference.py", "--seed 11502 --shapes --decode-tokens 4"),
     ("ppinf4-mb4-req16-p64-healthy", "user_pp_inference.py", "--seed 11503 --micro-batches 4 --requests 16 --prompt-len 64 --decode-tokens 4"),
