@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mapp.analysis.detect.same_work import QUICK
+from mapp.analysis.detect.stage_gemms import call_prices
 from mapp.analysis.detect.thresholds import CONSISTENT
 
 __all__ = ["forward_calls", "graph_units", "no_grad_passes"]
@@ -97,8 +97,7 @@ def no_grad_passes(ops: pl.DataFrame, threshold: float) -> pl.DataFrame | None:
     if not ranks:
         return None
     # each op's calls beyond its peers' share outside the graph, at one price a call
-    price = (ops.filter(_FORWARD).group_by("rank", "name").agg(q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64))
-             .group_by("name").agg(price=pl.col("q").median()))
+    price = call_prices(ops.filter(_FORWARD))
     per = (counts.with_columns(expected=pl.col("inside") * (pl.col("calls") / pl.col("inside")).median().over("iteration", "name"))
            .filter(pl.col("rank").is_in(ranks)).join(price, on="name")
            .with_columns(extra=pl.max_horizontal(pl.col("calls") - pl.col("expected"), pl.lit(0.0)))

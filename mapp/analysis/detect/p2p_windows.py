@@ -87,8 +87,9 @@ iteration, is slow, where the link's typical window is not: a pipeline whose eve
 follows a shape header, one direction's payloads padded, keeps three of its link's four kinds of
 message short (a user's PP4 of variable lengths, gradients from rank 3 to rank 2 padded 1024x:
 27x the other directions' a step, 41% of the step, "no suspect" before). Over the users' jobs so
-timed (22 batteries of user-written families, 4 gloo processes on 2 shared cores), the padded
-directions read 16-152x, holding 25-52% of the step; of the healthy, imbalanced and slowed-rank
+timed (176 jobs of 32 batteries of user-written families timing three directions or more, 4 gloo
+processes on 2 shared cores), the padded directions read 16-152x, holding 25-52% of the step;
+of the healthy, imbalanced and slowed-rank
 jobs' directions none above 10.3x beyond 8% of the step (a GPipe PP2 x DP2 of a heavier stage 1:
 the activations to it 10.3x, 19%), but for those into a rank computing 4-4.5x (11-18x, 35-41%:
 its messages wait for it to take them), which ``verdict.combine`` leaves to that rank."""

@@ -37,7 +37,7 @@ import polars as pl
 from mapp.analysis.detect.same_work import QUICK
 from mapp.analysis.detect.thresholds import CONSISTENT
 
-__all__ = ["GEMMS", "OUTPUT_SHARE", "layer_units", "stage_gemms", "with_stage_gemms"]
+__all__ = ["GEMMS", "OUTPUT_SHARE", "call_prices", "layer_units", "stage_gemms", "with_stage_gemms"]
 
 GEMMS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
 """The CPU ops that run a GEMM themselves (``aten::matmul`` and ``aten::linear`` call these)."""
@@ -73,6 +73,14 @@ def layer_units(ops: pl.DataFrame) -> pl.DataFrame:
     return votes.group_by(g).agg(units=pl.col("r").first())
 
 
+def call_prices(ops: pl.DataFrame) -> pl.DataFrame:
+    """Per ``name``: one price a call (``price``), the ranks' median typical call (``QUICK``):
+    work a stage adds is counted by its calls at this price, for the times of processes sharing
+    cores say more of their neighbours than of the work."""
+    return (ops.group_by("rank", "name").agg(q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64))
+            .group_by("name").agg(price=pl.col("q").median()))
+
+
 def stage_gemms(ops: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | None:
     """Per rank (one rank a pipeline stage, ``coords``'s ``pp``): ``added``, ``added_excess_ns``
     and ``added_base_ns`` of the GEMMs its stage calls beyond its layers' (and, the last stage,
@@ -83,9 +91,7 @@ def stage_gemms(ops: pl.DataFrame, coords: pl.DataFrame) -> pl.DataFrame | None:
     gemm = ops.filter(pl.col("name").is_in(GEMMS))
     if units.is_empty() or gemm.is_empty():
         return None
-    # one price a call of each op: the ranks' median typical call
-    price = (gemm.group_by("rank", "name").agg(q=pl.col("self_ns").quantile(QUICK).cast(pl.Float64))
-             .group_by("name").agg(price=pl.col("q").median()))
+    price = call_prices(gemm)
     stages = coords.filter(pl.col("pp").is_not_null())
     last = stages.filter(pl.col("pp") == pl.col("pp").max())["rank"].to_list()
     calls = (gemm.group_by("rank", "iteration", "name").agg(calls=pl.len().cast(pl.Float64))
