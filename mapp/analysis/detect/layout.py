@@ -149,7 +149,9 @@ def resolve_layout(ranks: pl.DataFrame, groups: pl.DataFrame, layout: dict[str, 
 def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame, *, whole_model: bool = False) -> LayoutInfo:
     """``info`` with a pipeline's layout where it is unknown and the matched p2p messages
     (``src``, ``dst``, ``send_start_aligned_ns``) join every traced rank into one chain: each
-    rank exchanging with at most two others, both ways, no cycle. Each rank is then a stage, in chain
+    rank exchanging with at most two others, both ways, no cycle; or, every message one way, each
+    rank passing on what it received (``_served``: a pipeline serving a model, its last stage
+    perhaps sending back to its first). Each rank is then a stage, in chain
     order, the first the end that sent the earliest message (a pipeline's first message is the
     first stage's first activation); ``pp`` is the chain's length. Not where its middle ranks
     send to both their neighbours at once (``exchanges_at_once``: a halo exchange), nor where
@@ -172,9 +174,13 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame, *, whole_model: bool = F
     sent = {(int(a), int(b)) for a, b in p2p.select("src", "dst").unique().iter_rows() if a != b}
     edges = {tuple(sorted(e)) for e in sent}
     # a training pipeline sends gradients back along every link it sends activations down; a
-    # message one way only (two peers handing each other a value) makes no stages of them
+    # message one way only (two peers handing each other a value) makes no stages of them,
+    # unless every link is one way and they run one after another through every rank: a
+    # pipeline serving a model, no backward (``_served``)
     if any((b, a) not in sent for a, b in sent):
-        return info
+        if (chain := _served(sent, ranks, p2p)) is None:
+            return info
+        return _staged(info, chain, "p2p chain, one way")
     nearby: dict[int, set[int]] = {r: set() for r in ranks}
     for a, b in edges:
         if a not in ranks or b not in ranks:
@@ -193,12 +199,66 @@ def from_p2p_chain(info: LayoutInfo, p2p: pl.DataFrame, *, whole_model: bool = F
     first = p2p.sort("send_start_aligned_ns", nulls_last=True).row(0, named=True)
     if chain.index(int(first["src"])) > chain.index(int(first["dst"])):
         chain.reverse()
+    return _staged(info, chain, "p2p chain")
+
+
+def _staged(info: LayoutInfo, chain: list[int], source: str) -> LayoutInfo:
+    """``info`` with each rank of ``chain`` a pipeline stage, in its order."""
     stage = {r: i for i, r in enumerate(chain)}
     coords = info.ranks.with_columns(
         tp=pl.lit(0, pl.Int32), dp=pl.lit(0, pl.Int32),
         pp=pl.col("rank").replace_strict(stage, return_dtype=pl.Int32)).select("rank", *_AXES, "host")
-    return LayoutInfo({"tp": 1, "pp": len(chain), "dp": 1}, "p2p chain", coords, info.world_size,
+    return LayoutInfo({"tp": 1, "pp": len(chain), "dp": 1}, source, coords, info.world_size,
                       info.unrecorded, info.notes)
+
+
+def _served(sent: set[tuple[int, int]], ranks: set[int], p2p: pl.DataFrame) -> list[int] | None:
+    """The stages, in order, of a pipeline that serves a model: every message one way, each rank
+    sending to one and receiving from one, through every rank in turn, the last stage perhaps
+    sending back to the first (the tokens it sampled, the first stage's next input); the first
+    stage is the one that sent the earliest message. Else None. (A user's PP4 inference server,
+    prefill and decode through the stages, the sampled ids sent 3 -> 0: no two-way link, found
+    by program, ranks 1 and 3 stood alone and a stage sleeping 130 ms a round went unseen.)"""
+    outs: dict[int, set[int]] = {r: set() for r in ranks}
+    ins: dict[int, set[int]] = {r: set() for r in ranks}
+    for a, b in sent:
+        if a not in ranks or b not in ranks or (b, a) in sent:
+            return None
+        outs[a].add(b)
+        ins[b].add(a)
+    if any(len(n) > 1 for n in (*outs.values(), *ins.values())) or len(sent) < len(ranks) - 1:
+        return None
+    heads = [r for r in ranks if not ins[r]]
+    if len(sent) == len(ranks):     # a cycle: it starts where the first message left
+        first = p2p.sort("send_start_aligned_ns", nulls_last=True).row(0, named=True)
+        heads = [int(first["src"])]
+    if len(heads) != 1:
+        return None
+    chain = heads[:]
+    while len(chain) < len(ranks):
+        nxt = outs[chain[-1]]
+        if not nxt or next(iter(nxt)) in chain:
+            return None
+        chain.append(next(iter(nxt)))
+    return chain if _passed_on(chain, p2p) else None
+
+
+def _passed_on(chain: list[int], p2p: pl.DataFrame) -> bool:
+    """Whether every rank after the first sends nothing in a step before its first message of the
+    step has come in, in ``CONSISTENT`` of the steps: a stage passes on what it was given. Ranks
+    that shift their blocks round a ring send their own first (a user's DSGD matrix
+    factorisation, item blocks passed 0 -> 3 -> 2 -> 1 -> 0; evolution strategies, fitness
+    passed round a ring: a cycle one way, no pipeline)."""
+    if "iteration" not in p2p.columns:
+        return False
+    msgs = p2p.filter(pl.col("iteration").is_not_null() & (pl.col("src") != pl.col("dst")))
+    sent = msgs.group_by(rank="src", iteration="iteration").agg(sent=pl.col("send_start_ns").min())
+    came = msgs.group_by(rank="dst", iteration="iteration").agg(came=pl.col("recv_end_ns").min())
+    per = sent.join(came, on=["rank", "iteration"]).filter(pl.col("rank").is_in(chain[1:])).drop_nulls()
+    if per.is_empty():
+        return False
+    after = per.group_by("rank").agg(ok=(pl.col("sent") >= pl.col("came")).mean())
+    return after.height == len(chain) - 1 and bool((after["ok"] >= CONSISTENT).all())
 
 
 def links_take_turns(p2p: pl.DataFrame) -> bool:

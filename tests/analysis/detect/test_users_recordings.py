@@ -1213,3 +1213,20 @@ def test_messages_in_flight_long_into_a_rank_computing_slower_are_that_ranks_doi
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(3, "slow_compute")]
     explained = verdict.suspects[0].evidence["slow_links_explained"]
     assert [o["direction"] for o in explained] == [[2, 3]]
+
+
+def test_a_pipeline_serving_a_model_one_way_is_read_as_stages():
+    # PP4 inference serving (user_pp_inference.py, users115): prefill and decode activations go
+    # 0 -> 1 -> 2 -> 3 only, and the sampled ids 3 -> 0; no link carries messages both ways, so
+    # no chain was read and peers were found by program: rank 0 (the embedding) paired with rank
+    # 2, ranks 1 and 3 alone, and rank 1 sleeping 130 ms at the start of every round (37% of it)
+    # went unnamed. Each stage passes on what it received first, so they are stages in that
+    # order (``layout._served``), and rank 1's idle time stands out against the other stages'
+    verdict = detect_bundle(load_bundle(CASES["ppinf4-stepsleep130ms-r1"].directory), threshold=0.1)
+    assert verdict.layout_sizes == {"tp": 1, "pp": 4, "dp": 1} and "p2p chain, one way" in verdict.layout
+    assert dict(verdict.grid.select("rank", "pp").iter_rows()) == {0: 0, 1: 1, 2: 2, 3: 3}
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(1, "slow_host")]
+    assert verdict.suspects[0].evidence["launch_gaps"]["excess_ms_per_iteration"] == pytest.approx(130, abs=10)
+    # the last stage running its one layer's forward 4 times: "no suspect" before
+    verdict = detect_bundle(load_bundle(CASES["ppinf4-l1-fwd4x-r3"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects] == [(3, "slow_compute")]
