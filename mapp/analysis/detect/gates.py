@@ -10,6 +10,7 @@ from mapp.analysis.detect.data_sized import (heavier_than_its_optimizer, larger_
                                              sized_by_data)
 from mapp.analysis.detect.findings import Overruled
 from mapp.analysis.detect.lateness import stands_out_waiting
+from mapp.analysis.detect.more_layers import more_layers
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.routed import sized_by_routing
 from mapp.analysis.detect.thresholds import CONSISTENT
@@ -328,6 +329,10 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
        slower GPU. Passed by work added in calls that is most of its excess (``extra``). Not by
        counts alone: more tokens take a few more calls of some ops (a router's favourite on 2
        shared cores: 1.08x on those, its excess 170 ms a step elsewhere).
+    9a. One rank a stage, compared on the ops the stages call alike: a stage holding more layers
+       (``stage_gemms.layer_units``) whose layers' calls run at its peers' pace, its compared ops
+       slower by no more than its layers' number (``more_layers``): those ops are its parameters'
+       work, more layers (imbalance), not a slower device. Passed as 10 is.
     10. A rank whose data ran the program's loops more often by the threshold (``data_scale``:
        its calls of the kinds whose calls differ between ranks, over its peers'), its compute slower by no
        more than that (``data_sized.looped_by_data``): imbalance, not a slower device. Passed by
@@ -465,6 +470,11 @@ def overruled_why(row: dict, peers: PeerEvidence, late: dict | None, *, host: bo
          f"its ops between its all_to_all exchanges {row.get('routed_ratio') or 0:.2f}x its peers', the rest "
          f"{row.get('unrouted_ratio') or 0:.2f}x: work sized by the tokens routed to it (imbalance), not a slower GPU "
          "(record_shapes=True shows their sizes)"),
+        (not host and peers.mode == "layer peers" and more_layers(row, threshold), extra,
+         f"its stage holds {row.get('layer_units') or 0:.2f}x its peers' layers, their calls at "
+         f"{row.get('layer_pace') or 0:.2f}x their pace; the ops it calls as often, "
+         f"{float(row.get('slowdown') or 0):.2f}x theirs, are its parameters' work: more layers (imbalance), "
+         "not a slower device"),
         (not host and looped_by_data(row, threshold), extra,
          f"its compute {float(row.get('slowdown') or 0):.2f}x its peers' where its data ran the program's loops "
          f"{row.get('data_scale') or 0:.2f}x as often (more calls of each of their ops, each as fast): its data's "

@@ -33,13 +33,14 @@ from mapp.analysis.detect.contention import contended
 from mapp.analysis.detect.idle import (BACKWARD, NOISE, data_stalls, idle_gaps, lasting_gaps, launch_bound, no_slower,
                                       stalls)
 from mapp.analysis.detect.loop_trips import with_trips
+from mapp.analysis.detect.more_layers import layer_paces
 from mapp.analysis.detect.no_grad_passes import no_grad_passes
 from mapp.analysis.detect.own_time import RUNNABLE, own_ns
 from mapp.analysis.detect.peer_evidence import PeerEvidence
 from mapp.analysis.detect.replicas import polish
 from mapp.analysis.detect.same_work import compare_same_work, self_times
 from mapp.analysis.detect.slow_blocks import slow_blocks
-from mapp.analysis.detect.stage_gemms import stage_gemms, with_stage_gemms
+from mapp.analysis.detect.stage_gemms import layer_units, stage_gemms, with_stage_gemms
 from mapp.analysis.detect.steady import steady_layers
 from mapp.analysis.detect.thresholds import CONSISTENT
 from mapp.analysis.detect.time_slices import kernel_places, scattered
@@ -185,6 +186,10 @@ def compare_peers(events: pl.DataFrame, coords: pl.DataFrame, sizes: dict[str, i
             # its graph beyond its peers', which the ops called alike leave out
             added = _more_added(stage_gemms(ops, coords), no_grad_passes(ops, slow_op))
             ranks = with_stage_gemms(ranks, added, ops)
+            # and how many layers each stage holds, and at what pace it runs their calls
+            # (``more_layers``: the ops called alike are mostly the parameters' work)
+            units = layer_units(ops).group_by("rank").agg(layer_units=pl.col("units").median())
+            ranks = ranks.join(units, on="rank", how="left").join(layer_paces(ops, _UNLIKE), on="rank", how="left")
         if not judge_gaps:
             ranks = ranks.with_columns(gap_flagged=pl.lit(False))
         # (a stage's compute is all its ops', compared or not)

@@ -1230,3 +1230,15 @@ def test_a_pipeline_serving_a_model_one_way_is_read_as_stages():
     # the last stage running its one layer's forward 4 times: "no suspect" before
     verdict = detect_bundle(load_bundle(CASES["ppinf4-l1-fwd4x-r3"].directory), threshold=0.1)
     assert [(s.rank, s.kind) for s in verdict.suspects] == [(3, "slow_compute")]
+
+
+def test_a_stage_of_more_layers_is_not_named_for_its_parameters_work():
+    # the varlen 1F1B PP4 (users111b), stage 2 holding 3x the layers, no fault: compared on the
+    # ops every stage calls as often, it is left with its optimizer's, each on 3x the parameters
+    # (its fused Adam 3.4x its peers'), "slow compute 2" at 2.41x before. Its layers' own calls
+    # run at its peers' pace, three times as many (``more_layers``)
+    verdict = detect_bundle(load_bundle(CASES["vlp4-bigrank2-skew3"].directory), threshold=0.1)
+    assert verdict.suspects == []
+    said = [n for n in verdict.notes if n.startswith("rank 2 computes")]
+    assert len(said) == 1 and "its stage holds 3.00x its peers' layers" in said[0] and "more layers" in said[0]
+    assert [i.evidence["stage"] for i in verdict.imbalance if i.kind == "stage"][:1] == [2]
