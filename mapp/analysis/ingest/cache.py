@@ -47,7 +47,7 @@ from mapp.trace_format import CACHE_DIR  # one name for the cache, also in the o
 __all__ = ["CACHE_DIR", "CACHE_VERSION", "EVENTS", "RANKS", "BUILD_KEY", "Cached", "location", "fallback",
            "building", "identity", "check", "clear", "crc32", "new_build", "read_manifest", "write_manifest"]
 
-CACHE_VERSION = 29  # 3: row counts and build id; 4: CRC-32 of each file; 5: kineto gloo peers, groups, async sends;
+CACHE_VERSION = 30  # 3: row counts and build id; 4: CRC-32 of each file; 5: kineto gloo peers, groups, async sends;
 # 6: kineto p2p of batched NCCL exchanges from their CPU records; 7: gloo collectives of a
 # one-group job keep their members; 8: kineto coordinates from megatron-core's pg_config;
 # 9: gloo calls placed by how tightly their members end them; 10: kineto iterations from
@@ -66,6 +66,7 @@ CACHE_VERSION = 29  # 3: row counts and build id; 4: CRC-32 of each file; 5: kin
 # 27: gloo p2p calls with no peer recorded, each rank sending to one partner (a ring, pairs), paired by causality;
 # 28: not where a member of the ranks' groups was not traced, or some calls have peers
 # 29: gloo p2p with no peer recorded, one rank the other end of every message (a hub) paired
+# 30: 27's partners where a rank sends more than it receives (pairs of unequal ways: prefill/decode)
 EVENTS, RANKS, MANIFEST = "events.parquet", "ranks.parquet", "manifest.json"
 LOCK = ".lock"   # ``building``: held while the cache is checked and built
 # The manifest's "layout" of a partitioned events table (``dataset``); absent for the one file.

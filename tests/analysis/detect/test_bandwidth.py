@@ -179,6 +179,25 @@ def test_a_link_of_heavier_messages_is_named_by_its_bytes_at_the_threshold():
     assert added_traffic(SimpleNamespace(p2p=_p2p(_ring(1.0))), 0.1) == []
 
 
+def _counted_ring(counts: dict[int, int], steps: int = 4) -> list[tuple]:
+    """A one-way ring of 4 ranks, no sizes recorded: ``counts[a]`` messages a step from a to a+1."""
+    rows = []
+    for it in range(steps):
+        for a, n in counts.items():
+            for k in range(n):
+                t = it * 100_000 + k * 1_000
+                rows.append((a, (a + 1) % 4, t, t + 500, t, t + 500, None, it))
+    return rows
+
+
+def test_a_link_of_more_messages_is_named_only_well_beyond_its_like_links():
+    # no sizes: messages counted. A tensor moved beside every exchange of link 1-2 doubles its
+    found = added_traffic(SimpleNamespace(p2p=_p2p(_counted_ring({0: 10, 1: 20, 2: 10, 3: 10}))))
+    assert [(f.ranks, f.observations[0]["compared"]) for f in found] == [((1, 2), "messages moved")]
+    assert found[0].slowdown == pytest.approx(2.0)
+    # work dealt out in grades sends a few more on some links by design (a Cholesky's panels)
+    assert added_traffic(SimpleNamespace(p2p=_p2p(_counted_ring({0: 10, 1: 10, 2: 9, 3: 8})))) == []
+
 def _batched(spec, batched: bool = True):
     """Batched (or not) like links over 4 iterations, 8 transfers each: (link, fastest ns, slow
     by medians, ratio by medians); the others wait 3x the fastest."""

@@ -1242,3 +1242,23 @@ def test_a_stage_of_more_layers_is_not_named_for_its_parameters_work():
     said = [n for n in verdict.notes if n.startswith("rank 2 computes")]
     assert len(said) == 1 and "its stage holds 3.00x its peers' layers" in said[0] and "more layers" in said[0]
     assert [i.evidence["stage"] for i in verdict.imbalance if i.kind == "stage"][:1] == [2]
+
+
+def test_prefill_and_decode_workers_are_paired_and_told_apart():
+    # disaggregated serving (user_disagg_serving.py, users116b), no fault: the prefill workers
+    # send their KV caches 0 -> 2 and 1 -> 3, ten messages a round, the decode workers one back,
+    # no peer recorded. Every rank sending as often as it receives was asked of a ring or of
+    # pairs, so no message was paired, all four ranks read as one program (the same model's ops
+    # by name) and both decode workers, their layers run once a token, "slow compute" 7.8x
+    # before. Paired by causality (``_gloo_groups._partner_peers``), partners are two programs
+    from mapp.analysis.run import analyse
+
+    bundle = load_bundle(CASES["dsv4-default-healthy"].directory)
+    links = analyse(bundle).matching.p2p.group_by("src", "dst").len()
+    assert dict(((a, b), n) for a, b, n in links.iter_rows()) == {(0, 2): 40, (1, 3): 40, (2, 0): 4, (3, 1): 4}
+    verdict = detect_bundle(bundle, threshold=0.1)
+    assert verdict.suspects == []
+    assert "2 groups of ranks running the same program (sizes 2, 2)" in verdict.layout
+    # a prefill worker running its forward 3 times is named against the other prefill worker
+    verdict = detect_bundle(load_bundle(CASES["dsv4-fwd3x-r0"].directory), threshold=0.1)
+    assert [(s.rank, s.kind) for s in verdict.suspects][:1] == [(0, "slow_compute")]

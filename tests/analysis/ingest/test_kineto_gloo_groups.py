@@ -379,6 +379,47 @@ def test_a_ring_with_no_peer_recorded_is_paired_by_causality_unless_a_member_is_
     assert len(notes) == 1
 
 
+def _prefill_decode_calls(rounds: int = 6, layers: int = 4, seed: int = 0) -> pl.DataFrame:
+    """p2p calls of disaggregated serving, no peer recorded: prefill workers 0 and 1 send one
+    message a layer to decode workers 2 and 3 (each posted at a jittered time, received 0.2 ms
+    later), which send one message back at the round's end (received 0.1 ms after it was posted)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    rows = []
+    for lap in range(rounds):
+        start = lap * 100 * MS_NS
+        back = {}
+        for src, dst in ((0, 2), (1, 3)):
+            for layer in range(layers):
+                t = start + (layer * 5 + rng.uniform(0, 4)) * MS_NS
+                rows.append({"rank": src, "cat": "p2p", "name": "send", "peer": None, "ts_ns": int(t), "dur_ns": 50_000})
+                rows.append({"rank": dst, "cat": "p2p", "name": "recv", "peer": None, "ts_ns": start,
+                             "dur_ns": int(t + 200_000 - start)})
+            back[dst] = start + (60 + rng.uniform(0, 20)) * MS_NS
+        for dst, src in ((2, 0), (3, 1)):
+            rows.append({"rank": dst, "cat": "p2p", "name": "send", "peer": None, "ts_ns": int(back[dst]), "dur_ns": 50_000})
+            rows.append({"rank": src, "cat": "p2p", "name": "recv", "peer": None, "ts_ns": start + 30 * MS_NS,
+                         "dur_ns": int(back[dst] + 100_000 - start - 30 * MS_NS)})
+    return pl.DataFrame(rows, schema={"rank": pl.Int32, "cat": pl.String, "name": pl.String, "peer": pl.Int32,
+                                      "ts_ns": pl.Int64, "dur_ns": pl.Int64})
+
+
+def test_pairs_that_send_more_one_way_than_the_other_are_paired_by_causality():
+    # four times as many messages 0 -> 2 and 1 -> 3 as back: no two ranks send as often as they
+    # receive, once asked of every pairing (``_partner_peers``)
+    calls = _prefill_decode_calls()
+    notes = []
+    paired = _gloo_groups._partner_peers(calls, {0, 1, 2, 3}, notes.append)
+    sends = paired.filter(pl.col("name") == "send")
+    assert dict(sends.group_by("rank").agg(pl.col("peer").unique()).with_columns(pl.col("peer").list.first())
+                .iter_rows()) == {0: 2, 1: 3, 2: 0, 3: 1}
+    assert paired.filter(pl.col("name") == "recv").group_by("rank", "peer").len().sort("rank").rows() == [
+        (0, 2, 6), (1, 3, 6), (2, 0, 24), (3, 1, 24)]
+    assert len(notes) == 1 and "paired 0 -> 2, 1 -> 3, 2 -> 0, 3 -> 1" in notes[0]
+    # the tokens' way back too few to tell their senders apart: no peers
+    few = _prefill_decode_calls(rounds=_gloo_groups.RING_LEAST - 1)
+    assert _gloo_groups._partner_peers(few, {0, 1, 2, 3}, notes.append)["peer"].null_count() == few.height
+
 def _hub_calls(spokes: int = 3, rounds: int = 6) -> pl.DataFrame:
     """p2p calls of a server (rank 0) receiving each client's update in turn by blocking recv,
     clients 1..``spokes`` sending by blocking send, no peer recorded: client k posts its send at
