@@ -4,8 +4,8 @@
 
 1. peer comparison (``peers``): a rank's own compute against ranks doing the same work (pipeline
    stages of one rank each on the ops they call alike, with what a stage adds counted:
-   ``stage_gemms``, ``no_grad_passes``, and a stage of more layers told from a slower one:
-   ``more_layers``);
+   ``stage_gemms``, ``no_grad_passes``, a forward replayed in the backward not among it:
+   ``recompute``, and a stage of more layers told from a slower one: ``more_layers``);
 2. collective lateness (``lateness``): who arrives last at TP/DP collectives on aligned clocks;
 3. effective bandwidth (``bandwidth``): p2p links and collective transfers once all are ready;
 
