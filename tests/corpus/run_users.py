@@ -1449,7 +1449,7 @@ USERS114 = [  # held out in the hundred-and-third session (c), scored once after
     ("cp4-seqlognorm0.8", "user_cp_allgather.py", "--seed 11415 --seq-sigma 0.8"),
     ("cp4-bigrank2-skew3", "user_cp_allgather.py", "--seed 11416 --big-rank 2 --big 3"),
 ]
-USERS115 = [  # held out in the hundred-and-third session (d), not yet scored: pipeline-parallel (PP4) batched inference serving of a small decoder LM under inference_mode, one stage a rank with its own KV cache, left-padded prompts prefilled in micro-batches (activations 0->1->2->3 by isend/irecv, stages overlapping), decode iterations passing each token's hidden state 0->1->2->3 and the sampled ids back 3->0 by blocking send/recv, a serving-stats all_reduce and a per-rank request-queue hand-back each round
+USERS115 = [  # held out in the hundred-and-third session (d), first scored at the hundred-and-fourth's start (d9a1f62): 9 of 16, 14 since 3da7b2d; pipeline-parallel (PP4) batched inference serving of a small decoder LM under inference_mode, one stage a rank with its own KV cache, left-padded prompts prefilled in micro-batches (activations 0->1->2->3 by isend/irecv, stages overlapping), decode iterations passing each token's hidden state 0->1->2->3 and the sampled ids back 3->0 by blocking send/recv, a serving-stats all_reduce and a per-rank request-queue hand-back each round
     ("ppinf4-default-healthy", "user_pp_inference.py", "--seed 11501"),
     ("ppinf4-shapes-t4-healthy", "user_pp_inference.py", "--seed 11502 --shapes --decode-tokens 4"),
     ("ppinf4-mb4-req16-p64-healthy", "user_pp_inference.py", "--seed 11503 --micro-batches 4 --requests 16 --prompt-len 64 --decode-tokens 4"),
@@ -1467,7 +1467,7 @@ USERS115 = [  # held out in the hundred-and-third session (d), not yet scored: p
     ("ppinf4-seqlognorm0.8", "user_pp_inference.py", "--seed 11515 --seq-sigma 0.8"),
     ("ppinf4-bigrank2-skew3", "user_pp_inference.py", "--seed 11516 --layers-per-stage 1 --big-rank 2 --big 3 --decode-tokens 6"),
 ]
-USERS116 = [  # held out in the hundred-and-fourth session (a), not yet scored: pipeline-parallel (PP4) training of a small GPT LM under the non-interleaved 1F1B schedule (warmup stages-s-1 forwards, steady 1F1B, cooldown backwards; 8 micro-batches), activations/gradients between adjacent stages by isend/irecv, loss on the last stage, per-stage AdamW, a loss all_reduce; Megatron-style full activation recomputation with a hand-written reentrant CheckpointFunction (no_grad forward keeping the input, RNG-restoring recompute in backward), per-stage recompute-num-layers lists (e.g. 2,2,1,0), block or uniform method
+USERS116 = [  # held out in the hundred-and-fourth session (a), scored once after its changes (c96b00b): 12 of 16, the same at its start (d9a1f62); pipeline-parallel (PP4) training of a small GPT LM under the non-interleaved 1F1B schedule (warmup stages-s-1 forwards, steady 1F1B, cooldown backwards; 8 micro-batches), activations/gradients between adjacent stages by isend/irecv, loss on the last stage, per-stage AdamW, a loss all_reduce; Megatron-style full activation recomputation with a hand-written reentrant CheckpointFunction (no_grad forward keeping the input, RNG-restoring recompute in backward), per-stage recompute-num-layers lists (e.g. 2,2,1,0), block or uniform method
     ("rcp4-default-healthy", "user_pp_recompute.py", "--seed 11601"),
     ("rcp4-rc1111-uniform-shapes-healthy", "user_pp_recompute.py", "--seed 11602 --recompute-layers 1,1,1,1 --recompute-method uniform --shapes --steps 6"),
     ("rcp4-rc0000-mb6x6-healthy", "user_pp_recompute.py", "--seed 11603 --recompute-layers 0,0,0,0 --micro-batches 6 --micro-batch-size 6"),
@@ -1485,7 +1485,7 @@ USERS116 = [  # held out in the hundred-and-fourth session (a), not yet scored: 
     ("rcp4-seqlognorm0.8", "user_pp_recompute.py", "--seed 11615 --seq-sigma 0.8"),
     ("rcp4-bigrank3-skew3", "user_pp_recompute.py", "--seed 11616 --big-rank 3 --big 3 --micro-batches 6 --steps 5"),
 ]
-USERS116B = [  # held out in the hundred-and-fourth session (b), not yet scored: disaggregated LLM serving (DistServe / Splitwise style) of a small decoder LM under inference_mode, prefill workers 0,1 and decode workers 2,3 (pairs 0->2, 1->3): right-padded prompt buckets prefilled layer by layer with each layer's K/V isend to the decode partner (a shape header first, the first sampled token last), token-by-token decode over the received caches, generated ids returned 2->0, 3->1 by isend/irecv, a serving-stats all_reduce and a queue-length all_gather (router) over all 4 ranks each round
+USERS116B = [  # held out in the hundred-and-fourth session (b), scored once after its changes (c96b00b): 5 of 16, the same at its start (d9a1f62); 14 since 7e6be4f, which was made on its jobs; disaggregated LLM serving (DistServe / Splitwise style) of a small decoder LM under inference_mode, prefill workers 0,1 and decode workers 2,3 (pairs 0->2, 1->3): right-padded prompt buckets prefilled layer by layer with each layer's K/V isend to the decode partner (a shape header first, the first sampled token last), token-by-token decode over the received caches, generated ids returned 2->0, 3->1 by isend/irecv, a serving-stats all_reduce and a queue-length all_gather (router) over all 4 ranks each round
     ("dsv4-default-healthy", "user_disagg_serving.py", "--seed 11601"),
     ("dsv4-shapes-t4-healthy", "user_disagg_serving.py", "--seed 11602 --shapes --decode-tokens 4"),
     ("dsv4-req8-p128-healthy", "user_disagg_serving.py", "--seed 11603 --requests 8 --prompt-len 128"),
@@ -1503,7 +1503,7 @@ USERS116B = [  # held out in the hundred-and-fourth session (b), not yet scored:
     ("dsv4-seqlognorm0.8", "user_disagg_serving.py", "--seed 11615 --seq-sigma 0.8"),
     ("dsv4-bigrank3-skew3", "user_disagg_serving.py", "--seed 11616 --big-rank 3 --big 3"),
 ]
-USERS117 = [  # held out in the hundred-and-fourth session (c), not yet scored: a conv-net source correction trained through a distributed geometric multigrid Poisson solve (4 horizontal strips, halo rows by isend/irecv before every sweep, coarse grid gathered to rank 0 which solves it alone and scatters it back, adjoint V-cycle backward, gradients all-reduced)
+USERS117 = [  # held out in the hundred-and-fourth session (c), scored once after its changes (c96b00b): 14 of 16, the same at its start (d9a1f62); a conv-net source correction trained through a distributed geometric multigrid Poisson solve (4 horizontal strips, halo rows by isend/irecv before every sweep, coarse grid gathered to rank 0 which solves it alone and scatters it back, adjoint V-cycle backward, gradients all-reduced)
     ("mgp4-default-healthy", "user_multigrid_pinn.py", "--seed 11701"),
     ("mgp4-g192-v1-shapes-healthy", "user_multigrid_pinn.py", "--seed 11702 --grid 192 --coarse-rows 6 --vcycles 1 --shapes"),
     ("mgp4-g384-v1-sweeps60-healthy", "user_multigrid_pinn.py", "--seed 11703 --grid 384 --coarse-rows 6 --vcycles 1 --coarse-solve sweeps --coarse-sweeps 60 --steps 6"),
