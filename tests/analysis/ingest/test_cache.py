@@ -111,7 +111,7 @@ def test_the_manifest_counts_rows_and_the_footers_carry_its_build(bundles):
 
     a, _, expected = bundles
     manifest = json.loads((a / ".mapp" / "manifest.json").read_text())
-    assert manifest["cache_version"] == 29
+    assert manifest["cache_version"] == 30
     assert manifest["rows"] == {"events.parquet": expected.height, "ranks.parquet": 2}
     for name in ("events.parquet", "ranks.parquet"):
         assert pq.read_metadata(a / ".mapp" / name).metadata[b"mapp_build"] == manifest["build"].encode()
