@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from mapp.analysis.detect._stats import others_median, weighted_quantiles
+
 __all__ = ["layer_paces", "more_layers"]
 
 
@@ -33,21 +35,15 @@ def layer_paces(ops: pl.DataFrame, unlike: str) -> pl.DataFrame:
     per = (ops.filter(pl.col("shape") == unlike)
            .group_by("rank", "name").agg(call=pl.col("self_ns").median().cast(pl.Float64),
                                          time=pl.col("self_ns").sum().cast(pl.Float64)))
-    n = per["rank"].n_unique()
-    per = per.filter(pl.len().over("name") == n)
-    rows = []
-    for rank in sorted(per["rank"].unique().to_list()):
-        theirs = (per.filter(pl.col("rank") != rank).group_by("name")
-                  .agg(peer_call=pl.col("call").median(), peer_time=pl.col("time").median()))
-        mine = (per.filter(pl.col("rank") == rank).join(theirs, on="name")
-                .filter(pl.col("peer_call") > 0).with_columns(ratio=pl.col("call") / pl.col("peer_call"))
-                .sort("ratio"))
-        if mine.is_empty():
-            continue
-        weight = mine["peer_time"].cum_sum() / mine["peer_time"].sum()
-        rows.append((rank, float(mine["ratio"].filter(weight >= 0.5)[0]), mine.height))
-    return pl.DataFrame(rows, schema={"rank": per.schema["rank"] if len(per) else pl.Int32,
-                                      "layer_pace": pl.Float64, "layer_kinds": pl.Int64}, orient="row")
+    per = per.filter(pl.len().over("name") == per["rank"].n_unique()).sort("name", "rank")
+    if per.height < 2:
+        return pl.DataFrame(schema={"rank": ops.schema["rank"], "layer_pace": pl.Float64, "layer_kinds": pl.Int64})
+    gid = per.select(pl.col("name").rank("dense")).to_series().to_numpy()
+    per = per.with_columns(peer_call=pl.Series(others_median(gid, per["call"].to_numpy())),
+                           peer_time=pl.Series(others_median(gid, per["time"].to_numpy())))
+    per = per.filter(pl.col("peer_call") > 0).with_columns(ratio=pl.col("call") / pl.col("peer_call"))
+    return (weighted_quantiles(per, "ratio", "peer_time", ["rank"], {"layer_pace": 0.5})
+            .join(per.group_by("rank").agg(layer_kinds=pl.len().cast(pl.Int64)), on="rank").sort("rank"))
 
 
 LAYER_KINDS = 10

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from mapp.analysis.detect._stats import weighted_quantiles
 from mapp.analysis.detect.recompute import FORWARD as _FORWARD
 from mapp.analysis.detect.recompute import replayed
 from mapp.analysis.detect.stage_gemms import call_prices
@@ -54,7 +55,8 @@ __all__ = ["forward_calls", "graph_units", "no_grad_passes"]
 
 _OUTSIDE = 2.0
 """How many thresholds above its peers' a stage's share of calls made outside its graph must
-stand (at t = 0.1: 1.2x; faults read 1.5x and more, stages no fault touched 1.12x at most)."""
+stand (at t = 0.1: 1.2x; weighed by time, faults read 1.59x and more, stages no fault touched
+1.02x at most)."""
 
 
 def forward_calls(ops: pl.DataFrame) -> pl.DataFrame:
@@ -90,14 +92,11 @@ def _outside_share(counts: pl.DataFrame, price: pl.DataFrame) -> pl.DataFrame:
     saved inputs and restored RNG state: 2.8x its peers' ``aten::select`` calls on a stage
     recomputing its blocks, its layers' own ops 1.0x), so counted call for call they outweighed
     the layers (1.26x)."""
-    g = ["rank", "iteration"]
     per = (counts.join(price, on="name").filter(pl.col("inside") > 0)
            .with_columns(outside=pl.col("calls") / pl.col("inside"))
            .with_columns(rel=pl.col("outside") / pl.col("outside").median().over("iteration", "name"),
-                         w=pl.col("calls").median().over("iteration", "name") * pl.col("price"))
-           .sort(*g, "rel")
-           .with_columns(cw=pl.col("w").cum_sum().over(g) / pl.col("w").sum().over(g)))
-    return per.filter(pl.col("cw") >= 0.5).group_by(g).agg(pl.col("rel").first())
+                         w=pl.col("calls").median().over("iteration", "name") * pl.col("price")))
+    return weighted_quantiles(per, "rel", "w", ["rank", "iteration"], {"rel": 0.5})
 
 
 def no_grad_passes(ops: pl.DataFrame, threshold: float) -> pl.DataFrame | None:
